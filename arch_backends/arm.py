@@ -1,0 +1,142 @@
+"""32-bit ARM, with its two instruction sets: ARM and Thumb.
+
+An address with bit 0 set is Thumb, as in the ELF symbol table and in ``bx``.
+The kernel writes UDF encodings (0xe7f001f8, Thumb 0xde18/0xf7f0a018); Unicorn
+2.1.4 turns UDF into a hard stop, so on Unicorn kpsdk writes ``bkpt``
+(0xe1200070, Thumb 0xbe00), which it reports as interrupt 7 at the bkpt itself.
+"""
+
+from __future__ import annotations
+
+import struct
+
+import capstone
+import keystone
+import unicorn
+from capstone import arm_const as ca
+from unicorn import arm_const as ua
+
+from kpsdk import hookimpl
+from kpsdk.arch import Abi, Arch, Breakpoint, InstructionSet, Register, Syscalls
+from kpsdk.insn import ReadMem, ReadReg, changes_flow
+
+_PC_IDS = frozenset({ca.ARM_REG_PC})
+_REFUSED_PREFIXES = ("ldrex", "strex", "mrc", "mcr", "msr", "mrs", "cps", "svc", "bkpt", "udf", "wfi", "wfe")
+
+
+def _reg(name: str, uc_name: str, aliases: tuple[str, ...] = ()) -> Register:
+    return Register(name, 4, getattr(ua, f"UC_ARM_REG_{uc_name}"), name, aliases)
+
+
+_REGS = (
+    *(_reg(f"r{i}", f"R{i}") for i in range(0, 9)),
+    _reg("r9", "R9", ("sb",)),
+    _reg("r10", "R10", ("sl",)),
+    _reg("r11", "R11", ("fp",)),
+    _reg("r12", "R12", ("ip",)),
+    _reg("sp", "SP", ("r13",)),
+    _reg("lr", "LR", ("r14",)),
+    _reg("pc", "PC", ("r15",)),
+    _reg("cpsr", "CPSR"),
+)
+
+
+def classify(insn: capstone.CsInsn) -> tuple[bool, str | None]:
+    """(boostable, refused reason): PC-using forms are stepped, not boosted."""
+    if insn.mnemonic.startswith(_REFUSED_PREFIXES):
+        return False, f"{insn.mnemonic} cannot be probed (exclusive, coprocessor or system instruction)"
+    if insn.mnemonic.startswith("it"):
+        return False, "an IT instruction cannot be probed (it conditions the next ones)"
+    return not changes_flow(insn, _PC_IDS), None
+
+
+def successors(insn: capstone.CsInsn, reg: ReadReg, mem: ReadMem, word: int) -> set[int] | None:
+    """Where execution can go after ``insn`` (addresses carry the Thumb bit)."""
+    thumb = insn.size == 2 or bool(reg("cpsr") & 0x20)
+    nxt = (insn.address + insn.size) | (1 if thumb else 0)
+    if not changes_flow(insn, _PC_IDS):
+        return {nxt}
+    out = {nxt}
+    m = insn.mnemonic.split(".")[0]
+    ops = insn.operands
+    if m.startswith(("b", "cb")) and ops and ops[-1].type == capstone.CS_OP_IMM:
+        # b, bl, blx imm, cbz/cbnz: blx imm switches instruction set
+        switch = m.startswith("blx")
+        out.add(ops[-1].imm | (0 if thumb == switch else 1))
+    elif m.startswith(("bx", "blx")) and ops and ops[0].type == capstone.CS_OP_REG:
+        out.add(reg(insn.reg_name(ops[0].reg)))
+    elif m.startswith(("pop", "ldm")) and any(o.type == capstone.CS_OP_REG and o.reg == ca.ARM_REG_PC for o in ops):
+        regs = [o for o in ops if o.type == capstone.CS_OP_REG]
+        base = reg("sp") if m.startswith("pop") else reg(insn.reg_name(regs[0].reg))
+        listed = regs if m.startswith("pop") else regs[1:]
+        slot = [o.reg for o in listed].index(ca.ARM_REG_PC)
+        out.add(struct.unpack("<I", mem(base + 4 * slot, 4))[0])
+    elif m.startswith("mov") and len(ops) == 2 and ops[1].type == capstone.CS_OP_REG:
+        out.add(reg(insn.reg_name(ops[1].reg)) | (1 if thumb else 0))
+    elif m.startswith("ldr") and len(ops) == 2 and ops[1].type == capstone.CS_OP_MEM and ops[0].reg == ca.ARM_REG_PC:
+        base = ops[1].mem.base
+        ea = ((insn.address + (4 if thumb else 8)) & ~3) if base == ca.ARM_REG_PC else reg(insn.reg_name(base))
+        ea += ops[1].mem.disp
+        out.add(struct.unpack("<I", mem(ea, 4))[0])
+    elif any(o.type == capstone.CS_OP_REG and o.reg == ca.ARM_REG_PC for o in ops[:1]):
+        return None  # arithmetic into pc: not followed
+    return out
+
+
+def jump_back(at: int, target: int, iset: InstructionSet) -> bytes:
+    """ARM: ``ldr pc, [pc, #-4]`` + target.  Thumb: ``ldr.w pc, [pc]`` + target|1,
+    with a leading ``nop`` when needed to put the literal on a 4-byte boundary."""
+    if not iset.thumb_bit:
+        return struct.pack("<II", 0xE51FF004, target)
+    pad = b"" if at % 4 == 0 else struct.pack("<H", 0xBF00)
+    return pad + struct.pack("<HHI", 0xF8DF, 0xF000, target | 1)
+
+
+ARM_ISET = InstructionSet(
+    name="arm",
+    capstone=(capstone.CS_ARCH_ARM, capstone.CS_MODE_ARM),
+    keystone=(keystone.KS_ARCH_ARM, keystone.KS_MODE_ARM),
+    kernel_breakpoints={4: struct.pack("<I", 0xE7F001F8)},
+    unicorn_breakpoint=Breakpoint({4: struct.pack("<I", 0xE1200070)}, intno=7, pc_adjust=0),
+    min_insn=4,
+)
+THUMB_ISET = InstructionSet(
+    name="thumb",
+    capstone=(capstone.CS_ARCH_ARM, capstone.CS_MODE_THUMB),
+    keystone=(keystone.KS_ARCH_ARM, keystone.KS_MODE_THUMB),
+    kernel_breakpoints={2: struct.pack("<H", 0xDE18), 4: struct.pack("<HH", 0xF7F0, 0xA018)},
+    unicorn_breakpoint=Breakpoint({2: struct.pack("<H", 0xBE00)}, intno=7, pc_adjust=0),
+    min_insn=2,
+    thumb_bit=True,
+)
+
+ARM = Arch(
+    name="arm",
+    aliases=("arm32", "armhf", "thumb"),
+    bits=32,
+    endian="little",
+    registers=_REGS,
+    pc="pc",
+    sp="sp",
+    return_value="r0",
+    link="lr",
+    kernel_abi=Abi(("r0", "r1", "r2", "r3"), stack_args_offset=0),
+    user_abi=Abi(("r0", "r1", "r2", "r3"), stack_args_offset=0),
+    isets=(ARM_ISET, THUMB_ISET),
+    unicorn=(unicorn.UC_ARCH_ARM, unicorn.UC_MODE_ARM),
+    unicorn_unsupported=None,
+    gdb_arch="arm",
+    elf_machine="EM_ARM",
+    elf_class=32,
+    syscalls=Syscalls("r7", ("r0", "r1", "r2", "r3", "r4", "r5"), "r0", 2,
+                      {"write": 4, "exit": 1, "exit_group": 248}),
+    stack_alignment=8,
+    qemu_user="qemu-arm",
+    cross_gcc_package="gcc-arm-linux-gnueabihf",
+    extra={"classify": classify, "successors": successors, "jump_back": jump_back},
+)
+
+
+@hookimpl
+def kpsdk_archs() -> list[Arch]:
+    return [ARM]

@@ -1,0 +1,131 @@
+"""riscv64 (RV64GC: compressed instructions included).
+
+Instruction length: ``(insn & 3) == 3`` means 4 bytes, else 2.  The kernel
+writes ``ebreak``/``c.ebreak``; Unicorn 2.1.4 stops emulation on
+``RISCV_EXCP_BREAKPOINT`` before any hook runs, so on Unicorn kpsdk writes an
+all-zero (defined-illegal) instruction of the same length, which Unicorn reports
+as interrupt 2 with the pc 4 bytes past it, whatever its length.  keystone has
+no RISC-V: kpsdk encodes the one instruction it needs (``jal x0``) itself.
+"""
+
+from __future__ import annotations
+
+import struct
+
+import capstone
+import unicorn
+from unicorn import riscv_const as ur
+
+from kpsdk import hookimpl
+from kpsdk.arch import Abi, Arch, Breakpoint, InstructionSet, Register, Syscalls
+from kpsdk.insn import ReadMem, ReadReg, sign_extend
+
+_ABI_NAMES = (
+    "zero", "ra", "sp", "gp", "tp", "t0", "t1", "t2", "s0", "s1",
+    "a0", "a1", "a2", "a3", "a4", "a5", "a6", "a7",
+    "s2", "s3", "s4", "s5", "s6", "s7", "s8", "s9", "s10", "s11",
+    "t3", "t4", "t5", "t6",
+)
+_REGS = (
+    *(
+        Register(n, 8, getattr(ur, f"UC_RISCV_REG_X{i}"), n, (f"x{i}", "fp") if n == "s0" else (f"x{i}",))
+        for i, n in enumerate(_ABI_NAMES)
+    ),
+    Register("pc", 8, ur.UC_RISCV_REG_PC, "pc"),
+)
+
+_BRANCHES = frozenset({"beq", "bne", "blt", "bge", "bltu", "bgeu", "c.beqz", "c.bnez",
+                       "beqz", "bnez", "blez", "bgez", "bltz", "bgtz", "bgt", "ble", "bgtu", "bleu"})
+_JUMPS_IMM = frozenset({"jal", "c.j", "c.jal", "j"})
+_JUMPS_REG = frozenset({"jalr", "c.jr", "c.jalr", "jr", "ret"})
+_PC_READERS = frozenset({"auipc"})
+_REFUSED = frozenset({"ecall", "ebreak", "c.ebreak", "mret", "sret", "uret", "wfi", "fence", "fence.i",
+                      "c.jal"})
+
+
+def insn_length(first_halfword: int) -> int:
+    return 4 if first_halfword & 3 == 3 else 2
+
+
+def classify(insn: capstone.CsInsn) -> tuple[bool, str | None]:
+    m = insn.mnemonic
+    if m in _REFUSED or m.startswith("csr"):
+        return False, f"{m} cannot be probed (system instruction, as in the kernel)"
+    return not (m in _BRANCHES or m in _JUMPS_IMM or m in _JUMPS_REG or m in _PC_READERS), None
+
+
+def successors(insn: capstone.CsInsn, reg: ReadReg, mem: ReadMem, word: int) -> set[int] | None:
+    """Branch and jump targets; capstone 5 gives riscv immediates pc-relative."""
+    m = insn.mnemonic
+    nxt = insn.address + insn.size
+    imms = [op.imm for op in insn.operands if op.type == capstone.CS_OP_IMM]
+    regs = [insn.reg_name(op.reg) for op in insn.operands if op.type == capstone.CS_OP_REG]
+    if m in _BRANCHES:
+        return {nxt, insn.address + imms[-1]}
+    if m in _JUMPS_IMM:
+        return {insn.address + imms[-1]}
+    if m in _JUMPS_REG:
+        if m == "ret":
+            return {reg("ra") & ~1}
+        src = regs[-1] if m in ("c.jr", "c.jalr", "jr") else regs[1] if len(regs) > 1 else regs[0]
+        offset = imms[-1] if imms else 0
+        return {(reg(src) + offset) & ~1 & ((1 << 64) - 1)}
+    return {nxt}
+
+
+def jump_back(at: int, target: int, iset: InstructionSet) -> bytes | None:
+    """``jal x0, target`` when within +-1 MiB, else ``None`` (no booster there)."""
+    off = target - at
+    if not -(1 << 20) <= off < (1 << 20) or off & 1:
+        return None
+    imm = off & 0x1FFFFF
+    enc = (
+        ((imm >> 20) & 1) << 31
+        | ((imm >> 1) & 0x3FF) << 21
+        | ((imm >> 11) & 1) << 20
+        | ((imm >> 12) & 0xFF) << 12
+        | 0x6F
+    )
+    assert sign_extend(off, 21) == off
+    return struct.pack("<I", enc)
+
+
+RISCV_ISET = InstructionSet(
+    name="riscv64",
+    capstone=(capstone.CS_ARCH_RISCV, capstone.CS_MODE_RISCV64 | capstone.CS_MODE_RISCVC),
+    keystone=None,
+    kernel_breakpoints={4: struct.pack("<I", 0x00100073), 2: struct.pack("<H", 0x9002)},
+    unicorn_breakpoint=Breakpoint({4: b"\0\0\0\0", 2: b"\0\0"}, intno=2, pc_adjust=-4),
+    min_insn=2,
+)
+
+RISCV64 = Arch(
+    name="riscv64",
+    aliases=("riscv", "rv64"),
+    bits=64,
+    endian="little",
+    registers=_REGS,
+    pc="pc",
+    sp="sp",
+    return_value="a0",
+    link="ra",
+    kernel_abi=Abi(tuple(f"a{i}" for i in range(8)), stack_args_offset=0),
+    user_abi=Abi(tuple(f"a{i}" for i in range(8)), stack_args_offset=0),
+    isets=(RISCV_ISET,),
+    unicorn=(unicorn.UC_ARCH_RISCV, unicorn.UC_MODE_RISCV64),
+    unicorn_unsupported=None,
+    gdb_arch="riscv:rv64",
+    elf_machine="EM_RISCV",
+    elf_class=64,
+    syscalls=Syscalls("a7", tuple(f"a{i}" for i in range(6)), "a0", 8,
+                      {"write": 64, "exit": 93, "exit_group": 94}),
+    stack_alignment=16,
+    qemu_user="qemu-riscv64",
+    cross_gcc_package="gcc-riscv64-linux-gnu",
+    extra={"classify": classify, "successors": successors, "jump_back": jump_back},
+)
+
+
+@hookimpl
+def kpsdk_archs() -> list[Arch]:
+    return [RISCV64]

@@ -1,0 +1,161 @@
+"""i386 and x86_64.
+
+Breakpoint ``int3`` (0xCC) on every target: Unicorn reports it as interrupt 3
+with the pc after the int3, like the hardware.  i386 user code passes arguments
+on the stack (cdecl); the kernel uses regparm(3) (eax, edx, ecx).
+"""
+
+from __future__ import annotations
+
+import struct
+
+import capstone
+import keystone
+import unicorn
+from capstone import x86_const as cx
+from unicorn import x86_const as ux
+
+from kpsdk import hookimpl
+from kpsdk.arch import Abi, Arch, Breakpoint, InstructionSet, Register, Syscalls
+from kpsdk.insn import ReadMem, ReadReg, changes_flow, immediate_targets
+
+INT3 = b"\xcc"
+_PC_IDS = frozenset({cx.X86_REG_RIP, cx.X86_REG_EIP, cx.X86_REG_IP})
+# Instructions the kernel refuses (arch/x86/kernel/kprobes/core.c can_probe and
+# is_IF_modifier): traps and far transfers.
+_REFUSED = frozenset({"int3", "into", "iret", "iretd", "iretq", "ljmp", "lcall", "int1", "ud2"})
+
+
+def _reg(name: str, size: int, gdb: str | None = None, aliases: tuple[str, ...] = ()) -> Register:
+    return Register(name, size, getattr(ux, f"UC_X86_REG_{name.upper()}"), gdb or name, aliases)
+
+
+_X86_64_REGS = (
+    *(_reg(n, 8, aliases=(n[1:],)) for n in ("rax", "rbx", "rcx", "rdx", "rsi", "rdi", "rbp", "rsp")),
+    *(_reg(f"r{i}", 8) for i in range(8, 16)),
+    _reg("rip", 8, aliases=("ip",)),
+    _reg("eflags", 4, aliases=("flags",)),
+    *(_reg(s, 2) for s in ("cs", "ss", "ds", "es", "fs", "gs")),
+)
+_I386_REGS = (
+    *(_reg(n, 4, aliases=(n[1:],)) for n in ("eax", "ebx", "ecx", "edx", "esi", "edi", "ebp", "esp")),
+    _reg("eip", 4, aliases=("ip",)),
+    _reg("eflags", 4, aliases=("flags",)),
+    *(_reg(s, 2) for s in ("cs", "ss", "ds", "es", "fs", "gs")),
+)
+
+
+def classify(insn: capstone.CsInsn) -> tuple[bool, str | None]:
+    """(boostable, refused reason) for an x86 instruction."""
+    if insn.mnemonic in _REFUSED:
+        return False, f"{insn.mnemonic} cannot be probed (a trap or far transfer)"
+    return not changes_flow(insn, _PC_IDS), None
+
+
+def successors(insn: capstone.CsInsn, reg: ReadReg, mem: ReadMem, word: int) -> set[int] | None:
+    """Where execution can go after ``insn``, given the registers now."""
+    nxt = insn.address + insn.size
+    fmt = "<Q" if word == 8 else "<I"
+    if insn.mnemonic.startswith("ret"):
+        return {struct.unpack(fmt, mem(reg("sp"), word))[0]}
+    if not changes_flow(insn, _PC_IDS):
+        return {nxt}
+    out = {nxt}
+    if capstone.CS_GRP_JUMP in insn.groups or capstone.CS_GRP_CALL in insn.groups:
+        for op in insn.operands:
+            if op.type == capstone.CS_OP_IMM:
+                out.add(op.imm)
+            elif op.type == capstone.CS_OP_REG:
+                out.add(reg(insn.reg_name(op.reg)))
+            elif op.type == capstone.CS_OP_MEM:
+                ea = op.mem.disp
+                if op.mem.base in _PC_IDS:
+                    ea += nxt
+                elif op.mem.base:
+                    ea += reg(insn.reg_name(op.mem.base))
+                if op.mem.index:
+                    ea += reg(insn.reg_name(op.mem.index)) * op.mem.scale
+                out.add(struct.unpack(fmt, mem(ea & ((1 << (8 * word)) - 1), word))[0])
+        return out
+    if {capstone.CS_GRP_INT, capstone.CS_GRP_IRET}.intersection(insn.groups):
+        return None  # traps: where they go is the system's business
+    return out  # rip-relative data access: falls through
+
+
+def jump_back_64(at: int, target: int, iset: InstructionSet) -> bytes:
+    """``jmp [rip+0]`` followed by the absolute target: reaches anywhere."""
+    return b"\xff\x25\x00\x00\x00\x00" + struct.pack("<Q", target)
+
+
+def jump_back_32(at: int, target: int, iset: InstructionSet) -> bytes:
+    """``jmp rel32``: reaches anywhere in a 32-bit address space."""
+    return b"\xe9" + struct.pack("<I", (target - (at + 5)) & 0xFFFFFFFF)
+
+
+def _iset(name: str, cs_mode: int, ks_mode: int) -> InstructionSet:
+    return InstructionSet(
+        name=name,
+        capstone=(capstone.CS_ARCH_X86, cs_mode),
+        keystone=(keystone.KS_ARCH_X86, ks_mode),
+        kernel_breakpoints={1: INT3},
+        unicorn_breakpoint=Breakpoint({1: INT3}, intno=3, pc_adjust=-1),
+        min_insn=1,
+    )
+
+
+X86_64 = Arch(
+    name="x86_64",
+    aliases=("amd64", "x86-64"),
+    bits=64,
+    endian="little",
+    registers=_X86_64_REGS,
+    pc="rip",
+    sp="rsp",
+    return_value="rax",
+    link=None,
+    kernel_abi=Abi(("rdi", "rsi", "rdx", "rcx", "r8", "r9"), stack_args_offset=8),
+    user_abi=Abi(("rdi", "rsi", "rdx", "rcx", "r8", "r9"), stack_args_offset=8),
+    isets=(_iset("x86_64", capstone.CS_MODE_64, keystone.KS_MODE_64),),
+    unicorn=(unicorn.UC_ARCH_X86, unicorn.UC_MODE_64),
+    unicorn_unsupported=None,
+    gdb_arch="i386:x86-64",
+    elf_machine="EM_X86_64",
+    elf_class=64,
+    syscalls=Syscalls("rax", ("rdi", "rsi", "rdx", "r10", "r8", "r9"), "rax", None,
+                      {"write": 1, "exit": 60, "exit_group": 231}),
+    stack_alignment=16,
+    qemu_user="qemu-x86_64",
+    cross_gcc_package="gcc-x86-64-linux-gnu",
+    extra={"classify": classify, "successors": successors, "jump_back": jump_back_64},
+)
+
+I386 = Arch(
+    name="i386",
+    aliases=("x86", "i686"),
+    bits=32,
+    endian="little",
+    registers=_I386_REGS,
+    pc="eip",
+    sp="esp",
+    return_value="eax",
+    link=None,
+    kernel_abi=Abi(("eax", "edx", "ecx"), stack_args_offset=4),
+    user_abi=Abi((), stack_args_offset=4),
+    isets=(_iset("i386", capstone.CS_MODE_32, keystone.KS_MODE_32),),
+    unicorn=(unicorn.UC_ARCH_X86, unicorn.UC_MODE_32),
+    unicorn_unsupported=None,
+    gdb_arch="i386",
+    elf_machine="EM_386",
+    elf_class=32,
+    syscalls=Syscalls("eax", ("ebx", "ecx", "edx", "esi", "edi", "ebp"), "eax", 0x80,
+                      {"write": 4, "exit": 1, "exit_group": 252}),
+    stack_alignment=16,
+    qemu_user="qemu-i386",
+    cross_gcc_package="gcc-i686-linux-gnu",
+    extra={"classify": classify, "successors": successors, "jump_back": jump_back_32},
+)
+
+
+@hookimpl
+def kpsdk_archs() -> list[Arch]:
+    return [I386, X86_64]

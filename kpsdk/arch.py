@@ -1,0 +1,294 @@
+"""Architecture descriptions: declared as data, the rest derived.
+
+An :class:`Arch` is what every layer asks about a CPU: which registers exist and
+how each engine numbers them, which register plays which role (pc, sp, return
+value, link), how arguments are passed in kernel and user code, what breakpoint
+to write and how long an instruction is.  Backends in ``kpsdk.arch_backends``
+fill in the data; lookups (by exact name or alias, never by pattern), masks and
+engine handles are derived here.  Engines (capstone, keystone, unicorn) are
+created lazily because importing keystone alone costs tens of milliseconds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import TYPE_CHECKING, Any, Literal
+
+from kpsdk.errors import UnknownNameError
+
+if TYPE_CHECKING:
+    import capstone
+
+
+@dataclass(frozen=True)
+class Register:
+    """One architectural register.
+
+    :param name: the canonical name users write (``rdi``, ``a0``, ``r3``).
+    :param size: width in bytes.
+    :param uc: Unicorn's register id, or ``None`` where Unicorn has none.
+    :param gdb: gdb's name for it (``$pc`` without the ``$``).
+    :param aliases: other exact names (``x10`` for ``a0``, ``gpr3`` for ``r3``).
+    """
+
+    name: str
+    size: int
+    uc: int | None
+    gdb: str
+    aliases: tuple[str, ...] = ()
+
+    @property
+    def mask(self) -> int:
+        return (1 << (8 * self.size)) - 1
+
+
+@dataclass(frozen=True)
+class Breakpoint:
+    """How a breakpoint is encoded and how its trap is reported.
+
+    :param encodings: breakpoint bytes by the length of the instruction they
+        replace (``{1: b"\\xcc"}`` for x86: one encoding for every length).
+    :param intno: the interrupt number Unicorn reports for it.
+    :param pc_adjust: trap pc + this = the probed address (x86 -1, riscv -4).
+    """
+
+    encodings: dict[int, bytes]
+    intno: int
+    pc_adjust: int
+
+    def for_length(self, length: int) -> bytes:
+        """The breakpoint to write over an instruction of ``length`` bytes."""
+        if length in self.encodings:
+            return self.encodings[length]
+        return self.encodings[min(self.encodings)]
+
+
+@dataclass(frozen=True)
+class Syscalls:
+    """The minimal Linux system-call layer for freestanding programs.
+
+    :param number: register holding the call number.
+    :param args: argument registers in order.
+    :param result: register receiving the result.
+    :param intno: Unicorn interrupt number of the trap, or ``None`` when the
+        trap is an instruction hook (x86_64 ``syscall``).
+    :param calls: Linux numbers of the calls kpsdk emulates (``write``,
+        ``exit``, ``exit_group``).
+    """
+
+    number: str
+    args: tuple[str, ...]
+    result: str
+    intno: int | None
+    calls: dict[str, int]
+
+
+@dataclass(frozen=True)
+class InstructionSet:
+    """One instruction set of an architecture (ARM has ARM and Thumb).
+
+    :param name: ``arm``, ``thumb`` or the architecture's name.
+    :param capstone: ``(arch, mode)`` for capstone.
+    :param keystone: ``(arch, mode)`` for keystone, ``None`` if keystone lacks it.
+    :param kernel_breakpoints: what Linux kprobes writes, by instruction length
+        (the arch-facts table); shown by ``kpsdk archs`` and used on live targets.
+    :param unicorn_breakpoint: what kpsdk writes on Unicorn, chosen because it
+        raises an interrupt Unicorn 2.1.4 delivers to a hook (the kernel's own
+        UDF/ebreak encodings stop emulation instead).
+    :param min_insn: the shortest instruction, in bytes.
+    :param thumb_bit: address bit 0 marks this set (Thumb).
+    """
+
+    name: str
+    capstone: tuple[int, int]
+    keystone: tuple[int, int] | None
+    kernel_breakpoints: dict[int, bytes]
+    unicorn_breakpoint: Breakpoint
+    min_insn: int
+    thumb_bit: bool = False
+
+
+@dataclass(frozen=True)
+class Abi:
+    """A calling convention.
+
+    :param args: integer argument registers in order.
+    :param stack_args_offset: at function entry, where stack argument 0 lives,
+        as an offset from sp (x86: after the return address).
+    """
+
+    args: tuple[str, ...]
+    stack_args_offset: int
+
+
+@dataclass
+class Arch:
+    """Everything kpsdk knows about one architecture.
+
+    Backends construct one and return it from the ``kpsdk_archs`` hook.  Only the
+    fields are data; engines and lookups are derived on first use.
+    """
+
+    name: str
+    bits: Literal[32, 64]
+    endian: Literal["little", "big"]
+    registers: tuple[Register, ...]
+    pc: str
+    sp: str
+    return_value: str
+    link: str | None  # register holding the return address at entry, None: on the stack
+    kernel_abi: Abi
+    user_abi: Abi
+    isets: tuple[InstructionSet, ...]
+    unicorn: tuple[int, int] | None
+    unicorn_unsupported: str | None
+    gdb_arch: str
+    elf_machine: str
+    elf_class: int
+    syscalls: Syscalls | None
+    stack_alignment: int
+    qemu_user: str
+    cross_gcc_package: str
+    aliases: tuple[str, ...] = ()
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    # -- derived lookups -------------------------------------------------
+
+    @cached_property
+    def _by_name(self) -> dict[str, Register]:
+        table: dict[str, Register] = {}
+        for reg in self.registers:
+            for n in (reg.name, *reg.aliases):
+                if n in table:
+                    raise ValueError(f"{self.name}: register name {n!r} declared twice")
+                table[n] = reg
+        return table
+
+    @property
+    def word_size(self) -> int:
+        return self.bits // 8
+
+    @property
+    def word_mask(self) -> int:
+        return (1 << self.bits) - 1
+
+    def register(self, name: str) -> Register:
+        """The register called ``name`` exactly (canonical name or alias)."""
+        try:
+            return self._by_name[name]
+        except KeyError:
+            raise UnknownNameError(f"{self.name} register", name, [r.name for r in self.registers]) from None
+
+    def has_register(self, name: str) -> bool:
+        return name in self._by_name
+
+    @property
+    def register_names(self) -> tuple[str, ...]:
+        return tuple(r.name for r in self.registers)
+
+    def iset(self, name: str | None = None) -> InstructionSet:
+        """The named instruction set, or the default (first) one."""
+        if name is None:
+            return self.isets[0]
+        for iset in self.isets:
+            if iset.name == name:
+                return iset
+        raise UnknownNameError(f"{self.name} instruction set", name, [i.name for i in self.isets])
+
+    def iset_for_address(self, addr: int) -> InstructionSet:
+        """The instruction set an address selects (bit 0 set selects Thumb)."""
+        if addr & 1:
+            for iset in self.isets:
+                if iset.thumb_bit:
+                    return iset
+        return self.isets[0]
+
+    def abi(self, kind: Literal["user", "kernel"]) -> Abi:
+        return self.user_abi if kind == "user" else self.kernel_abi
+
+    # -- engines, made on first use ----------------------------------------
+
+    def disassembler(self, iset: InstructionSet | None = None) -> "capstone.Cs":
+        """A capstone disassembler with details on (cached per instruction set)."""
+        iset = iset or self.isets[0]
+        cache: dict[str, Any] = self.extra.setdefault("_cs", {})
+        md = cache.get(iset.name)
+        if md is None:
+            import capstone
+
+            md = capstone.Cs(*iset.capstone)
+            md.detail = True
+            cache[iset.name] = md
+        return md
+
+    def assemble(self, source: str, address: int = 0, iset: InstructionSet | None = None) -> bytes:
+        """Assemble with keystone; a clear error where keystone lacks the arch."""
+        iset = iset or self.isets[0]
+        if iset.keystone is None:
+            from kpsdk.errors import TargetError
+
+            raise TargetError(
+                f"keystone-engine 0.9.2 has no {iset.name} assembler; "
+                f"use a cross-built binary (Debian package {self.cross_gcc_package})"
+            )
+        import keystone
+
+        ks = keystone.Ks(*iset.keystone)
+        encoding, _ = ks.asm(source, address)
+        return bytes(encoding or b"")
+
+    def engines_available(self) -> dict[str, bool]:
+        """Which engines work for this architecture on this machine."""
+        import capstone
+        import unicorn
+
+        out = {
+            "unicorn": self.unicorn is not None
+            and self.unicorn_unsupported is None
+            and unicorn.uc_arch_supported(self.unicorn[0]),
+            "capstone": all(capstone.cs_support(i.capstone[0]) for i in self.isets),
+        }
+        try:
+            import keystone
+
+            out["keystone"] = all(
+                i.keystone is not None and keystone.ks_arch_supported(i.keystone[0]) for i in self.isets
+            )
+        except ImportError:
+            out["keystone"] = False
+        return out
+
+
+class ArchRegistry:
+    """Architectures by exact name or alias, filled from the ``kpsdk_archs`` hook."""
+
+    def __init__(self, archs: "list[Arch]") -> None:
+        self._archs: dict[str, Arch] = {}
+        self._aliases: dict[str, str] = {}
+        for arch in archs:
+            if arch.name in self._archs:
+                raise ValueError(f"architecture {arch.name!r} provided twice")
+            self._archs[arch.name] = arch
+            for alias in arch.aliases:
+                self._aliases[alias] = arch.name
+
+    def get(self, name: str) -> Arch:
+        key = self._aliases.get(name, name)
+        if key not in self._archs:
+            raise UnknownNameError("architecture", name, [*self._archs, *self._aliases])
+        return self._archs[key]
+
+    def by_elf(self, machine: str, elf_class: int, endian: str) -> Arch:
+        for arch in self._archs.values():
+            if arch.elf_machine == machine and arch.elf_class == elf_class and arch.endian == endian:
+                return arch
+        raise UnknownNameError("ELF machine", f"{machine}/{elf_class}-bit/{endian}", [
+            f"{a.elf_machine}/{a.elf_class}-bit/{a.endian}" for a in self._archs.values()
+        ])
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        return iter(self._archs.values())
+
+    def names(self) -> list[str]:
+        return list(self._archs)

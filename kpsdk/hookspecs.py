@@ -1,0 +1,83 @@
+"""The kpsdk hook specifications (pluggy).
+
+Everything kpsdk can do beyond its core comes from a plugin implementing these
+hooks: architectures, target kinds, probe types and CLI commands.  Built-in ones
+are plugins like any other and load through the same ``kpsdk`` entry-point
+group, so a third-party package gets exactly the same powers.
+
+A plugin is any module or object with functions named like these, decorated
+with :data:`kpsdk.hookimpl`.  The set is kept small on purpose: a hook grows by
+gaining keyword arguments (pluggy lets an implementation accept any subset), not
+by adding new hooks.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import pluggy
+
+if TYPE_CHECKING:
+    from kpsdk.arch import Arch
+    from kpsdk.probe import ProbeType
+    from kpsdk.session import Session
+    from kpsdk.target import TargetKind
+
+hookspec = pluggy.HookspecMarker("kpsdk")
+
+
+@hookspec
+def kpsdk_archs() -> "list[Arch]":
+    """Return the architectures this plugin provides.
+
+    Called once, when the first architecture is looked up.  Each :class:`~kpsdk.arch.Arch`
+    is mostly data: registers, roles, calling conventions, breakpoint encodings.
+    Two plugins returning the same architecture name is an error.
+    """
+
+
+@hookspec
+def kpsdk_targets() -> "list[TargetKind]":
+    """Return the target kinds this plugin provides.
+
+    A target kind is selected by the scheme of the string given to
+    :func:`kpsdk.open` (``"unicorn:riscv64"`` selects the kind named ``unicorn``).
+    """
+
+
+@hookspec
+def kpsdk_probe_types() -> "list[ProbeType]":
+    """Return the probe types this plugin provides.
+
+    A probe type named ``kprobe`` gives every session ``register_kprobe``,
+    ``register_kprobes``, ``unregister_kprobe(s)``, ``enable_kprobe``,
+    ``disable_kprobe`` and the decorator ``s.kprobe(...)``, and puts the names in
+    its ``exports`` (such as ``Kprobe``) into the ``kpsdk`` namespace.
+    """
+
+
+@hookspec
+def kpsdk_session_start(session: "Session") -> None:
+    """Called when a session has been opened, before it is returned to the user.
+
+    :param session: the new session; plugins may register probes on it (the
+        way system-wide probes reach sessions opened later).
+    """
+
+
+@hookspec
+def kpsdk_session_finish(session: "Session") -> None:
+    """Called when a session is closed, before its target is released.
+
+    :param session: the session being closed.
+    """
+
+
+@hookspec
+def kpsdk_cli(app: Any) -> None:
+    """Add commands to the ``kpsdk`` command line.
+
+    :param app: the root :class:`typer.Typer`; call ``app.command()(func)`` or
+        ``app.add_typer(sub)``.  Only ``kpsdk/cli.py`` turns exceptions into exit
+        codes, so commands should simply raise kpsdk errors.
+    """

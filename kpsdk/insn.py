@@ -1,0 +1,79 @@
+"""Instruction analysis shared by the arch backends.
+
+Three questions decide how a probe point can work (seed 002, section 6.3):
+
+* is the instruction *boostable*: can a copy of it run out of line, followed
+  by a jump back, and behave exactly as in place?  Anything that reads or
+  writes the program counter (branches, calls, returns, pc-relative loads) or
+  traps cannot;
+* what are its *successors*: the addresses execution can reach right after it,
+  given the registers at the probe hit.  A post_handler is run there, which is
+  how kpsdk "single-steps" without a hardware step;
+* is it *refused*: instructions the kernel will not probe either.
+
+The capstone-group based rules are generic; each backend adds its own
+program-counter register ids and indirect-branch forms.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import capstone
+
+ReadReg = Callable[[str], int]
+ReadMem = Callable[[int, int], bytes]
+
+#: capstone groups whose members change control flow or trap.
+FLOW_GROUPS = frozenset(
+    {
+        capstone.CS_GRP_JUMP,
+        capstone.CS_GRP_CALL,
+        capstone.CS_GRP_RET,
+        capstone.CS_GRP_INT,
+        capstone.CS_GRP_IRET,
+        capstone.CS_GRP_BRANCH_RELATIVE,
+    }
+)
+
+
+@dataclass(frozen=True)
+class Decoded:
+    """One decoded instruction with what the probe manager needs to know."""
+
+    address: int
+    size: int
+    mnemonic: str
+    op_str: str
+    raw: bytes
+    boostable: bool
+    refused: str | None
+
+    def __str__(self) -> str:
+        return f"{self.mnemonic} {self.op_str}".strip()
+
+
+def changes_flow(insn: capstone.CsInsn, pc_ids: frozenset[int]) -> bool:
+    """True if the instruction branches, traps or touches the program counter."""
+    if FLOW_GROUPS.intersection(insn.groups):
+        return True
+    try:
+        read, written = insn.regs_access()
+    except capstone.CsError:
+        return True  # capstone cannot tell: be safe
+    return bool(pc_ids.intersection(read) or pc_ids.intersection(written))
+
+
+def immediate_targets(insn: capstone.CsInsn, relative: bool) -> set[int]:
+    """Branch targets given as immediates (absolute, or relative to the insn)."""
+    out: set[int] = set()
+    for op in insn.operands:
+        if op.type == capstone.CS_OP_IMM:
+            out.add(insn.address + op.imm if relative else op.imm)
+    return out
+
+
+def sign_extend(value: int, bits: int) -> int:
+    value &= (1 << bits) - 1
+    return value - (1 << bits) if value >> (bits - 1) else value

@@ -1,0 +1,282 @@
+"""The probe manager: probe points, validation and the handler protocol.
+
+This is the part of kprobes that does not depend on how a target traps: the
+hash of probe points (``points``, O(1) by address), aggregate probes (several
+probes on one address, handlers in registration order, seed 002 section 4.2),
+reentrancy (a hit while handlers run only counts ``nmissed``, section 4.4),
+fault handling and the two global knobs.  Targets call :meth:`ProbeManager.pre`
+and :meth:`ProbeManager.post` from their trap or hook; the manager calls
+:meth:`Target.sync_point` whenever what a point needs has changed, and the
+target picks the mechanism (breakpoint, booster, hook).
+"""
+
+from __future__ import annotations
+
+import errno
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from kpsdk.errors import KprobeError, ProbeHandlerError, SymbolError
+from kpsdk.insn import Decoded
+from kpsdk.probe import TRAP_HANDLER_EXCEPTION, Probe
+
+if TYPE_CHECKING:
+    from kpsdk.arch import InstructionSet
+    from kpsdk.regs import PtRegs
+    from kpsdk.target import Target
+
+
+@dataclass(eq=False)
+class ProbePoint:
+    """One probed address and everything registered there."""
+
+    addr: int
+    iset: "InstructionSet"
+    insn: Decoded
+    probes: list[Probe] = field(default_factory=list)
+    #: probes whose handlers run on a hit (registered, enabled, knob on)
+    active: tuple[Probe, ...] = ()
+    #: set by the target: "breakpoint", "hook" or None when disarmed
+    mechanism: str | None = None
+    optimized: bool = False
+    #: the target's own per-point state (slot address, hook handle...)
+    state: dict[str, object] = field(default_factory=dict)
+
+    @property
+    def needs_step(self) -> bool:
+        """A post_handler must run after the instruction: the point cannot be boosted."""
+        return any(p.post_handler is not None for p in self.active)
+
+
+class ProbeManager:
+    """Probe points of one session."""
+
+    #: most probes on the hook path at once; past this, hits would get dearer for all
+    def __init__(self, target: "Target") -> None:
+        self.target = target
+        self.points: dict[int, ProbePoint] = {}
+        self._enabled = True
+        self._optimization = True
+        self.busy = False  # a handler is running (the kernel's current_kprobe)
+        self.error: BaseException | None = None
+        self.blacklist: set[str] = set()
+
+    # -- knobs -------------------------------------------------------------
+
+    @property
+    def enabled(self) -> bool:
+        """The global arm/disarm knob (``/sys/kernel/debug/kprobes/enabled``)."""
+        return self._enabled
+
+    @enabled.setter
+    def enabled(self, value: bool) -> None:
+        self._enabled = bool(value)
+        self.resync_all()
+
+    @property
+    def optimization(self) -> bool:
+        """The optimization knob (``debug.kprobes_optimization``)."""
+        return self._optimization
+
+    @optimization.setter
+    def optimization(self, value: bool) -> None:
+        self._optimization = bool(value)
+        # unoptimize first so the freed hook slots go to the right points
+        for point in sorted(self.points.values(), key=lambda p: not p.optimized):
+            self.target.sync_point(point, force=True)
+
+    def resync_all(self) -> None:
+        for point in list(self.points.values()):
+            self._sync(point)
+
+    # -- registration ------------------------------------------------------
+
+    def resolve(self, probe: Probe) -> int:
+        """The address a probe asks for: ``addr``, or ``symbol_name`` + ``offset`` (K1)."""
+        if (probe.addr is None) == (probe.symbol_name is None):
+            raise KprobeError(errno.EINVAL, "give exactly one of symbol_name and addr")
+        if probe.symbol_name is not None:
+            try:
+                return self.target.symbols.resolve(probe.symbol_name) + probe.offset
+            except SymbolError:
+                raise KprobeError(errno.ENOENT, f"no symbol {probe.symbol_name!r} in the target") from None
+        assert probe.addr is not None
+        return probe.addr + (probe.offset if probe.symbol_name else 0)
+
+    def check_address(self, addr: int) -> tuple[int, "InstructionSet", Decoded]:
+        """Validate a probe address (K1) and decode the instruction there.
+
+        Returns the address without any Thumb bit, its instruction set and the
+        decoded instruction.  Raises ``EINVAL`` (unmapped, blacklisted, refused
+        instruction) or ``EILSEQ`` (inside an instruction).
+        """
+        target = self.target
+        sym = target.symbols.containing(addr & ~1)
+        iset = target.iset_at(addr, sym)
+        addr &= ~1 if iset.thumb_bit else ~0
+        if not target.is_mapped(addr) or not target.is_executable(addr):
+            raise KprobeError(errno.EINVAL, f"{addr:#x} is not mapped executable memory in the target")
+        if target.is_reserved(addr):
+            raise KprobeError(errno.EINVAL, f"{addr:#x} is in kpsdk's own area (blacklisted)")
+        if sym is not None and sym.name in self.blacklist:
+            raise KprobeError(errno.EINVAL, f"{sym.name} is on the no-probe blacklist")
+        start = sym.address if sym is not None and sym.kind == "func" else addr
+        insn = target.decode_at(addr, start, iset)
+        if insn is None:
+            where = target.symbols.format(addr)
+            raise KprobeError(errno.EILSEQ, f"{where} ({addr:#x}) is not on an instruction boundary")
+        if insn.refused:
+            raise KprobeError(errno.EINVAL, insn.refused)
+        return addr, iset, insn
+
+    def add(self, probe: Probe, addr: int) -> ProbePoint:
+        """Put a resolved, validated probe on its point and arm it."""
+        if probe.registered:
+            raise KprobeError(errno.EINVAL, f"{probe!r} is already registered")
+        addr, iset, insn = self.check_address(addr)
+        point = self.points.get(addr)
+        if point is None:
+            point = ProbePoint(addr, iset, insn)
+        if probe.post_handler is not None and not self.target.can_step(point):
+            raise KprobeError(
+                errno.EINVAL, f"a post_handler cannot follow {insn} at {self.target.symbols.format(addr)}"
+            )
+        self.points[addr] = point
+        probe.addr = addr if probe.symbol_name is None else probe.addr
+        probe.session = self.target.session
+        point.probes.append(probe)
+        probe.nmissed = 0
+        try:
+            self._sync(point)
+        except BaseException:
+            self._detach(point, probe)
+            raise
+        return point
+
+    def remove(self, probe: Probe) -> None:
+        point = self.point_of(probe)
+        if point is None:
+            raise KprobeError(errno.EINVAL, f"{probe!r} is not registered in this session")
+        self._detach(point, probe)
+
+    def _detach(self, point: ProbePoint, probe: Probe) -> None:
+        if probe in point.probes:
+            point.probes.remove(probe)
+        probe.session = None
+        if not point.probes:
+            point.active = ()
+            self.target.sync_point(point)
+            self.points.pop(point.addr, None)
+        else:
+            self._sync(point)
+
+    def point_of(self, probe: Probe) -> ProbePoint | None:
+        for point in self.points.values():
+            if probe in point.probes:
+                return point
+        return None
+
+    def set_disabled(self, probe: Probe, disabled: bool) -> None:
+        point = self.point_of(probe)
+        if point is None:
+            raise KprobeError(errno.EINVAL, f"{probe!r} is not registered in this session")
+        from kpsdk.probe import KPROBE_FLAG_DISABLED
+
+        probe.flags = probe.flags | KPROBE_FLAG_DISABLED if disabled else probe.flags & ~KPROBE_FLAG_DISABLED
+        self._sync(point)
+
+    def _sync(self, point: ProbePoint) -> None:
+        point.active = tuple(p for p in point.probes if not p.disabled) if self._enabled else ()
+        self.target.sync_point(point)
+
+    # -- the handler protocol (called by targets on a hit) ------------------
+
+    def pre(self, point: ProbePoint, regs: "PtRegs") -> int | None:
+        """Run the pre_handlers of a hit.
+
+        Returns the address to resume at when a pre_handler changed the path
+        (K2: it returned non-zero), else ``None`` (execute the instruction).
+        A hit while another probe's handlers run is a reentrant hit: handlers
+        are skipped and ``nmissed`` counts it (K6).
+        """
+        if self.busy:
+            for p in point.active:
+                p.nmissed += 1
+            return None
+        self.busy = True
+        try:
+            regs._reset(point.addr)
+            for p in point.active:
+                p.hits += 1
+                handler = p.pre_handler
+                if handler is None:
+                    continue
+                try:
+                    ret = handler(p, regs)
+                except Exception as exc:  # noqa: BLE001 - handed to fault_handler or re-raised with context
+                    self._fault(p, point, regs, exc, "pre_handler")
+                    continue
+                if ret:
+                    if regs.new_ip is None:
+                        raise ProbeHandlerError(
+                            p, point.addr, self.target.symbols.format(point.addr), "pre_handler",
+                            ValueError("returned non-zero without setting regs.ip: it would loop forever"),
+                        )
+                    return int(regs.new_ip)
+            return None
+        finally:
+            self.busy = False
+
+    def post(self, point: ProbePoint, regs: "PtRegs", next_ip: int) -> None:
+        """Run the post_handlers once the instruction has executed (K3)."""
+        if self.busy:
+            return
+        self.busy = True
+        try:
+            regs._reset(next_ip)
+            for p in point.active:
+                if p.post_handler is None:
+                    continue
+                try:
+                    p.post_handler(p, regs, 0)
+                except Exception as exc:  # noqa: BLE001 - handed to fault_handler or re-raised with context
+                    self._fault(p, point, regs, exc, "post_handler")
+        finally:
+            self.busy = False
+
+    def _fault(self, p: Probe, point: ProbePoint, regs: "PtRegs", exc: Exception, phase: str) -> None:
+        """K4: a handler raised.  Its fault_handler may claim it (return 1)."""
+        if p.fault_handler is not None and p.fault_handler(p, regs, TRAP_HANDLER_EXCEPTION):
+            return
+        raise ProbeHandlerError(p, point.addr, self.target.symbols.format(point.addr), phase, exc) from exc
+
+    def instruction_fault(self, point: ProbePoint, regs: "PtRegs", trapnr: int) -> bool:
+        """K4: the probed instruction itself faulted; True if a fault_handler handled it."""
+        regs._reset(point.addr)
+        for p in point.active:
+            if p.fault_handler is not None and p.fault_handler(p, regs, trapnr):
+                return True
+        return False
+
+    # -- reports --------------------------------------------------------------
+
+    def list_lines(self, extra: "list[tuple[int, str, str, str]] | None" = None) -> str:
+        """The debugfs ``kprobes/list`` text (K9)."""
+        width = self.target.arch.word_size * 2
+        rows: list[tuple[int, str, str, str]] = []
+        for addr, point in sorted(self.points.items()):
+            for p in point.probes:
+                flags = ("[DISABLED]" if p.disabled else "") + ("[OPTIMIZED]" if point.optimized else "")
+                rows.append((addr, p.letter, self.target.symbols.format(addr), flags))
+        rows.extend(extra or [])
+        rows.sort(key=lambda r: r[0])
+        return "".join(f"{a:0{width}x}  {k}  {w}  {f}".rstrip() + "\n" for a, k, w, f in rows)
+
+    def profile_rows(self) -> list[tuple[str, int, int]]:
+        """``(name, hits, misses)`` per probe, the ``kprobe_profile`` content."""
+        out = []
+        for addr, point in sorted(self.points.items()):
+            for p in point.probes:
+                name = p.name or f"{p.letter}_{self.target.symbols.format(addr).replace('+', '_')}"
+                out.append((name, p.hits, p.nmissed))
+        return out

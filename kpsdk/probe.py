@@ -1,0 +1,101 @@
+"""What every probe type shares: the ``Probe`` base and the ``ProbeType`` plugin face.
+
+The core never names a probe type.  A probe type plugin returns a
+:class:`ProbeType` from the ``kpsdk_probe_types`` hook; the session derives the
+kernel-style verbs from its name (``register_kprobe``, ``register_kprobes``,
+``unregister_kprobe(s)``, ``enable_kprobe``, ``disable_kprobe`` and the
+decorator ``s.kprobe(...)``), and ``kpsdk`` exports its public classes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from kpsdk.regs import PtRegs
+    from kpsdk.session import Session
+
+PreHandler = Callable[["Probe", "PtRegs"], Any]
+PostHandler = Callable[["Probe", "PtRegs", int], Any]
+FaultHandler = Callable[["Probe", "PtRegs", int], Any]
+
+#: ``flags`` bit: register the probe disabled (the kernel's KPROBE_FLAG_DISABLED).
+KPROBE_FLAG_DISABLED = 2
+#: ``flags`` bit set by kpsdk when the probe's address is gone (``[GONE]``).
+KPROBE_FLAG_GONE = 1
+#: ``trapnr`` given to a fault_handler when a handler raised a Python exception.
+TRAP_HANDLER_EXCEPTION = -1
+
+
+class Probe:
+    """Fields every probe has, named as in ``struct kprobe``.
+
+    ``addr`` is filled in at registration; ``nmissed`` counts hits whose handlers
+    were skipped (reentrancy); ``hits`` counts hits whose handlers ran.
+    """
+
+    letter = "k"
+
+    def __init__(
+        self,
+        *,
+        symbol_name: str | None = None,
+        offset: int = 0,
+        addr: int | None = None,
+        pre_handler: PreHandler | None = None,
+        post_handler: PostHandler | None = None,
+        fault_handler: FaultHandler | None = None,
+        flags: int = 0,
+    ) -> None:
+        self.symbol_name = symbol_name
+        self.offset = offset
+        self.addr = addr
+        self.pre_handler = pre_handler
+        self.post_handler = post_handler
+        self.fault_handler = fault_handler
+        self.flags = flags
+        self.nmissed = 0
+        self.hits = 0
+        self.session: Session | None = None
+        #: what ``list()`` and ``profile()`` call the probe
+        self.name: str | None = None
+
+    @property
+    def disabled(self) -> bool:
+        return bool(self.flags & KPROBE_FLAG_DISABLED)
+
+    @property
+    def registered(self) -> bool:
+        return self.session is not None
+
+    def where(self) -> str:
+        if self.symbol_name:
+            return f"{self.symbol_name}+{self.offset:#x}"
+        return f"{self.addr:#x}" if self.addr is not None else "?"
+
+    def __repr__(self) -> str:
+        state = "registered" if self.registered else "unregistered"
+        return f"<{type(self).__name__} {self.where()} {state}>"
+
+
+@dataclass
+class ProbeType:
+    """A probe type, as a plugin declares it.
+
+    :param name: the noun of the derived verbs (``kprobe`` -> ``register_kprobe``).
+    :param probe_class: instances of it are what ``register_<name>`` accepts.
+    :param register: ``(session, probe) -> None``; raise :class:`~kpsdk.errors.KprobeError`.
+    :param unregister: ``(session, probe) -> None``.
+    :param exports: names added to the ``kpsdk`` namespace (``{"Kprobe": Kprobe}``).
+    :param decorator_field: the handler a decorator's function becomes.
+    """
+
+    name: str
+    probe_class: type
+    register: Callable[["Session", Any], None]
+    unregister: Callable[["Session", Any], None]
+    exports: dict[str, Any] = field(default_factory=dict)
+    decorator_field: str = "pre_handler"
+    description: str = ""

@@ -1,0 +1,124 @@
+"""The plugin manager and what the plugins provided.
+
+Plugins load from the ``kpsdk`` entry-point group: kpsdk's own (its arch
+backends, the Unicorn target, the kprobes probe type) and any installed
+package's.  ``KPSDK_DISABLE_PLUGIN_AUTOLOAD=1`` keeps third-party entry points
+from loading (kpsdk's own still do, as pytest keeps its builtins); a plugin can
+then be loaded by name with ``-p NAME`` (or :func:`configure`), and any plugin,
+built-in or not, blocked with ``-p no:NAME``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import os
+from functools import cached_property
+from typing import Any
+
+import pluggy
+
+from kpsdk import hookspecs
+from kpsdk.arch import Arch, ArchRegistry
+from kpsdk.errors import KpsdkError, UnknownNameError
+from kpsdk.probe import ProbeType
+from kpsdk.target import TargetKind
+
+GROUP = "kpsdk"
+hookimpl = pluggy.HookimplMarker("kpsdk")
+
+
+class PluginLoadError(KpsdkError):
+    """A plugin named with ``-p`` could not be found or imported."""
+
+
+class Registry:
+    """A plugin manager plus the archs, target kinds and probe types it yielded."""
+
+    def __init__(self, load: "tuple[str, ...]" = (), block: "tuple[str, ...]" = (),
+                 autoload: bool | None = None) -> None:
+        self.pm = pluggy.PluginManager(GROUP)
+        self.pm.add_hookspecs(hookspecs)
+        for name in block:
+            self.pm.set_blocked(name)
+        if autoload is None:
+            autoload = not os.environ.get("KPSDK_DISABLE_PLUGIN_AUTOLOAD")
+        for ep in importlib.metadata.entry_points(group=GROUP):
+            builtin = ep.dist is not None and ep.dist.name == "kpsdk"
+            if (autoload or builtin or ep.name in load) and not self.pm.is_blocked(ep.name):
+                if self.pm.get_plugin(ep.name) is None:
+                    self.pm.register(ep.load(), name=ep.name)
+        for name in load:
+            if self.pm.get_plugin(name) is None and not self.pm.is_blocked(name):
+                try:
+                    self.pm.register(importlib.import_module(name), name=name)
+                except ImportError as e:
+                    raise PluginLoadError(
+                        f"plugin {name!r} is neither an installed '{GROUP}' entry point nor an importable module: {e}"
+                    ) from e
+
+    def plugin_names(self) -> list[str]:
+        return [name for name, _ in self.pm.list_name_plugin()]
+
+    @cached_property
+    def archs(self) -> ArchRegistry:
+        return ArchRegistry([a for group in self.pm.hook.kpsdk_archs() for a in group])
+
+    @cached_property
+    def targets(self) -> dict[str, TargetKind]:
+        out: dict[str, TargetKind] = {}
+        for group in self.pm.hook.kpsdk_targets():
+            for kind in group:
+                out[kind.name] = kind
+        return out
+
+    @cached_property
+    def probe_types(self) -> dict[str, ProbeType]:
+        out: dict[str, ProbeType] = {}
+        for group in self.pm.hook.kpsdk_probe_types():
+            for pt in group:
+                if pt.name in out:
+                    raise KpsdkError(f"probe type {pt.name!r} provided twice")
+                out[pt.name] = pt
+        return out
+
+    def arch(self, name: str) -> Arch:
+        return self.archs.get(name)
+
+    def target_kind(self, name: str) -> TargetKind:
+        if name not in self.targets:
+            raise UnknownNameError("target kind", name, list(self.targets))
+        return self.targets[name]
+
+    def probe_type_for(self, probe: Any) -> ProbeType:
+        # most specific class first, so a Jprobe (a Kprobe subclass) finds its own type
+        for pt in sorted(self.probe_types.values(), key=lambda t: -len(t.probe_class.__mro__)):
+            if isinstance(probe, pt.probe_class):
+                return pt
+        raise UnknownNameError("probe class", type(probe).__name__,
+                               [t.probe_class.__name__ for t in self.probe_types.values()])
+
+    def exports(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for pt in self.probe_types.values():
+            out.update(pt.exports)
+        return out
+
+
+_default: Registry | None = None
+_config: dict[str, tuple[str, ...]] = {"load": (), "block": ()}
+
+
+def configure(load: "tuple[str, ...] | list[str]" = (), block: "tuple[str, ...] | list[str]" = ()) -> None:
+    """Choose plugins to load or block before the registry is first used (the CLI's ``-p``)."""
+    global _default
+    _config["load"], _config["block"] = tuple(load), tuple(block)
+    _default = None
+
+
+def get_registry() -> Registry:
+    """The process-wide registry, created on first use."""
+    global _default
+    if _default is None:
+        _default = Registry(load=_config["load"], block=_config["block"])
+    return _default

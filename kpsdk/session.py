@@ -1,0 +1,238 @@
+"""A session: one target, its probes, and the kernel-style API on top.
+
+The verbs of every probe type are derived from its name, so the session needs
+no code per type: ``register_kprobe``/``register_kprobes``/``unregister_*``/
+``enable_*``/``disable_*`` and the decorator ``s.kprobe("sym+0x4")``.  Batch
+registration rolls back the probes it already registered when one fails (K8).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+from kpsdk.errors import KpsdkError
+from kpsdk.probe import Probe, ProbeType
+
+if TYPE_CHECKING:
+    from kpsdk.registry import Registry
+    from kpsdk.regs import PtRegs
+    from kpsdk.target import Target
+
+_VERBS = ("register", "unregister", "enable", "disable")
+
+
+class Session:
+    """What :func:`kpsdk.open` returns."""
+
+    def __init__(self, target: "Target", registry: "Registry", spec: str) -> None:
+        self.target = target
+        self.registry = registry
+        self.spec = spec
+        self.closed = False
+        target.session = self
+
+    # -- probe registration, for every probe type -------------------------------
+
+    def register(self, probe: Probe) -> Probe:
+        """Register any probe (its type is found from its class)."""
+        self._probe_type(probe).register(self, probe)
+        return probe
+
+    def unregister(self, probe: Probe) -> None:
+        self._probe_type(probe).unregister(self, probe)
+
+    def register_many(self, probes: Iterable[Probe]) -> None:
+        """K8: register all, or none (the ones done are rolled back on error)."""
+        done: list[Probe] = []
+        try:
+            for probe in probes:
+                self.register(probe)
+                done.append(probe)
+        except BaseException:
+            for probe in reversed(done):
+                self.unregister(probe)
+            raise
+
+    def unregister_many(self, probes: Iterable[Probe]) -> None:
+        """Unregister each; ones not registered are skipped, as in the kernel."""
+        for probe in probes:
+            if probe.registered:
+                self.unregister(probe)
+
+    def enable(self, probe: Probe) -> None:
+        self.target.manager.set_disabled(self._own(probe), False)
+
+    def disable(self, probe: Probe) -> None:
+        self.target.manager.set_disabled(self._own(probe), True)
+
+    def _own(self, probe: Probe) -> Probe:
+        return probe
+
+    def _probe_type(self, probe: Any) -> ProbeType:
+        return self.registry.probe_type_for(probe)
+
+    def __getattr__(self, name: str) -> Any:
+        """Derive ``register_kprobe``, ``kprobe`` (decorator) etc. from probe types."""
+        if name.startswith("_"):
+            raise AttributeError(name)
+        types = self.registry.probe_types
+        verb, _, noun = name.partition("_")
+        if verb in _VERBS and noun:
+            batch = noun.endswith("s") and noun[:-1] in types
+            kind = noun[:-1] if batch else noun
+            if kind in types:
+                return self._verb(verb, types[kind], batch)
+        if name in types:
+            return self._decorator(types[name])
+        raise AttributeError(
+            f"Session has no attribute {name!r}; probe types: {', '.join(types) or 'none loaded'}"
+        )
+
+    def _verb(self, verb: str, pt: ProbeType, batch: bool) -> Callable[..., Any]:
+        def check(probe: Any) -> Any:
+            if not isinstance(probe, pt.probe_class):
+                raise TypeError(f"{verb}_{pt.name} takes a {pt.probe_class.__name__}, not {type(probe).__name__}")
+            return probe
+
+        if batch:
+            if verb == "register":
+                return lambda probes: self.register_many([check(p) for p in probes])
+            if verb == "unregister":
+                return lambda probes: self.unregister_many([check(p) for p in probes])
+            raise AttributeError(f"there is no batch {verb}")
+        if verb == "register":
+            return lambda probe: pt.register(self, check(probe))
+        if verb == "unregister":
+            return lambda probe: pt.unregister(self, check(probe))
+        if verb == "enable":
+            return lambda probe: self.enable(check(probe))
+        return lambda probe: self.disable(check(probe))
+
+    def _decorator(self, pt: ProbeType) -> Callable[..., Any]:
+        def make(where: "str | int", **fields: Any) -> Callable[[Callable[..., Any]], Any]:
+            def wrap(func: Callable[..., Any]) -> Any:
+                if isinstance(where, int):
+                    probe = pt.probe_class(addr=where, **{pt.decorator_field: func}, **fields)
+                else:
+                    sym, _, off = where.partition("+")
+                    probe = pt.probe_class(symbol_name=sym.strip(), offset=int(off, 0) if off else 0,
+                                           **{pt.decorator_field: func}, **fields)
+                pt.register(self, probe)
+                return probe
+
+            return wrap
+
+        return make
+
+    # -- knobs and reports ------------------------------------------------------------
+
+    @property
+    def kprobes_enabled(self) -> bool:
+        """The global knob: False disarms every probe without changing its own state (K7)."""
+        return self.target.manager.enabled
+
+    @kprobes_enabled.setter
+    def kprobes_enabled(self, value: bool) -> None:
+        self.target.manager.enabled = value
+
+    @property
+    def kprobes_optimization(self) -> bool:
+        """The optimization knob (O1): False puts every probe on the breakpoint path."""
+        return self.target.manager.optimization
+
+    @kprobes_optimization.setter
+    def kprobes_optimization(self, value: bool) -> None:
+        self.target.manager.optimization = value
+
+    @property
+    def blacklist(self) -> set[str]:
+        """Symbols that may not be probed (the kernel's NOKPROBE_SYMBOL)."""
+        return self.target.manager.blacklist
+
+    def list(self) -> str:
+        """Registered probes in the debugfs ``kprobes/list`` format."""
+        return self.target.manager.list_lines()
+
+    def profile(self) -> str:
+        """Hits and misses per probe, in the ``kprobe_profile`` format."""
+        return "".join(f"  {n:<44} {h:>15} {m:>15}\n" for n, h, m in self.target.manager.profile_rows())
+
+    def profile_rows(self) -> list[tuple[str, int, int]]:
+        return self.target.manager.profile_rows()
+
+    # -- target access --------------------------------------------------------------
+
+    @property
+    def arch(self) -> Any:
+        return self.target.arch
+
+    @property
+    def symbols(self) -> Any:
+        return self.target.symbols
+
+    @property
+    def console(self) -> str:
+        return self.target.console
+
+    def read_memory(self, addr: int, size: int) -> bytes:
+        return self.target.read_memory(addr, size)
+
+    def write_memory(self, addr: int, data: bytes) -> None:
+        self.target.write_memory(addr, data)
+
+    def read_string(self, addr: int, max: int = 4096) -> str:  # noqa: A002 - the public API name
+        """A NUL-terminated string (decoded as UTF-8, errors replaced)."""
+        out = bytearray()
+        while len(out) < max:
+            chunk = self.read_memory(addr + len(out), min(64, max - len(out)))
+            end = chunk.find(b"\0")
+            if end >= 0:
+                out += chunk[:end]
+                break
+            out += chunk
+        return out.decode("utf-8", "replace")
+
+    def read_int(self, addr: int, size: int | None = None, signed: bool = False) -> int:
+        size = size or self.arch.word_size
+        return int.from_bytes(self.read_memory(addr, size), self.arch.endian, signed=signed)
+
+    def regs(self) -> "PtRegs":
+        return self.target.regs()
+
+    def run(self, timeout: float | None = None) -> int | None:
+        """Run until the program exits (its status is returned), ``stop()`` or ``timeout`` seconds."""
+        self._check_open()
+        return self.target.run(timeout)
+
+    def stop(self) -> None:
+        self.target.stop()
+
+    def call(self, fn: "str | int", *args: int, restype: str = "long") -> int:
+        """Call a target function with integer arguments by the calling convention.
+
+        ``restype`` is ``"long"`` (signed word, the default), ``"ulong"``,
+        ``"int"`` or ``"uint"`` (32-bit).  Runs nested when called from a handler.
+        """
+        self._check_open()
+        addr = self.symbols.resolve(fn) if isinstance(fn, str) else fn
+        return self.target.call(addr, tuple(args), restype)
+
+    def close(self) -> None:
+        if not self.closed:
+            self.registry.pm.hook.kpsdk_session_finish(session=self)
+            self.target.close()
+            self.closed = True
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise KpsdkError("the session is closed")
+
+    def __enter__(self) -> "Session":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<kpsdk.Session {self.spec} arch={self.arch.name}>"

@@ -1,0 +1,110 @@
+"""Symbol tables: ``sym+0xoff`` in, addresses out, and back.
+
+Targets fill a :class:`SymbolTable` from whatever they have (an ELF's
+``.symtab``, later System.map or kallsyms); everything that accepts an address
+also accepts ``sym``, ``sym+0x10`` or ``0x401000``.
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+from dataclasses import dataclass
+
+from kpsdk.errors import SymbolError
+
+_EXPR = re.compile(r"^\s*(?P<sym>[A-Za-z_.$][\w.$@]*)?\s*(?:(?P<sign>[+-])\s*(?P<off>0[xX][0-9a-fA-F]+|\d+))?\s*$")
+_CLONE_SUFFIX = re.compile(r"\.(isra|constprop|part|cold|lto_priv|llvm)\.\d+$")
+
+
+@dataclass(frozen=True)
+class Symbol:
+    """A named address range.  ``thumb`` marks ARM Thumb code (ELF value bit 0)."""
+
+    name: str
+    address: int
+    size: int
+    kind: str  # "func" or "object"
+    thumb: bool = False
+
+
+class SymbolTable:
+    """Sorted symbols with O(log n) address lookup and exact-name resolution."""
+
+    def __init__(self, symbols: "list[Symbol] | None" = None) -> None:
+        self._by_name: dict[str, Symbol] = {}
+        self._sorted: list[Symbol] = []
+        self._starts: list[int] = []
+        for sym in symbols or []:
+            self.add(sym)
+
+    def add(self, sym: Symbol) -> None:
+        """Add a symbol; the first definition of a name wins (like the linker's)."""
+        self._by_name.setdefault(sym.name, sym)
+        base = _CLONE_SUFFIX.sub("", sym.name)
+        if base != sym.name:
+            self._by_name.setdefault(base, sym)
+        i = bisect.bisect_right(self._starts, sym.address)
+        self._starts.insert(i, sym.address)
+        self._sorted.insert(i, sym)
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        return iter(self._sorted)
+
+    def __len__(self) -> int:
+        return len(self._sorted)
+
+    def get(self, name: str) -> Symbol:
+        try:
+            return self._by_name[name]
+        except KeyError:
+            raise SymbolError(f"unknown symbol {name!r}") from None
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._by_name
+
+    def resolve(self, expr: "str | int") -> int:
+        """``"add"``, ``"add+0x4"``, ``"0x401000"`` or an int -> address."""
+        if isinstance(expr, int):
+            return expr
+        m = _EXPR.match(expr)
+        if not m:
+            raise SymbolError(f"cannot parse address expression {expr!r} (want SYM, SYM+0xOFF or 0xADDR)")
+        sym, sign, off = m.group("sym"), m.group("sign"), m.group("off")
+        offset = int(off, 0) if off else 0
+        if sign == "-":
+            offset = -offset
+        if sym is None:
+            if off is None:
+                raise SymbolError(f"empty address expression {expr!r}")
+            return offset
+        if re.fullmatch(r"0[xX][0-9a-fA-F]+", sym or ""):
+            return int(sym, 16) + offset
+        return self.get(sym).address + offset
+
+    def lookup(self, addr: int) -> "tuple[str, int, int] | None":
+        """``(name, offset, size)`` of the symbol containing ``addr``, else ``None``.
+
+        Zero-sized symbols match only their own address.
+        """
+        i = bisect.bisect_right(self._starts, addr) - 1
+        while i >= 0:
+            sym = self._sorted[i]
+            if sym.address <= addr < sym.address + max(sym.size, 1):
+                return sym.name, addr - sym.address, sym.size
+            if sym.address < addr and sym.size:
+                return None
+            i -= 1
+        return None
+
+    def containing(self, addr: int) -> "Symbol | None":
+        found = self.lookup(addr)
+        return self._by_name[found[0]] if found else None
+
+    def format(self, addr: int) -> str:
+        """``sym+0xoff`` for an address, or its hex value outside any symbol."""
+        found = self.lookup(addr)
+        return f"{found[0]}+{found[1]:#x}" if found else f"{addr:#x}"
+
+    def functions(self) -> list[Symbol]:
+        return [s for s in self._sorted if s.kind == "func"]

@@ -1,0 +1,1 @@
+"""Built-in target kinds (plugins through the ``kpsdk`` entry-point group)."""

@@ -1,0 +1,579 @@
+"""The embedded default target: code run in-process by Unicorn.
+
+How a probe point is armed (chosen per point, re-chosen whenever its probes,
+the enabled knob or the optimization knob change):
+
+``hook`` [OPTIMIZED]
+    A Unicorn code hook bound to the one address.  Cheapest per hit (~0.5 us),
+    but every hit walks all code hooks, so at most :data:`OPT_LIMIT` probes get
+    it, the kernel-style optimization.  Never used for probes with a
+    post_handler, as in the kernel.
+``breakpoint`` (the classic path with the kprobe booster)
+    A trap instruction over the probed one, and an out-of-line copy of the
+    original instruction followed by a jump back (seed 002 section 6.1).  One
+    interrupt hook and a dict lookup serve any number of probes, so the
+    per-hit cost stays flat up to 10,000 probes and beyond.
+``hook`` + step (not optimized)
+    For instructions that cannot run out of line (they read or write the pc)
+    and for post_handlers: the instruction runs in place; the successors it
+    can reach are computed from the registers (software single-step, as gdb
+    does on ARM and RISC-V) and one-shot hooks there run the post_handlers.
+
+The trap encodings differ from the kernel's where Unicorn 2.1.4 would stop
+emulation instead of raising a hookable interrupt; see each arch backend.
+"""
+
+from __future__ import annotations
+
+import errno
+import struct
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import unicorn
+from unicorn import x86_const
+
+from kpsdk import hookimpl
+from kpsdk.arch import Arch, InstructionSet
+from kpsdk.elfimage import load_elf
+from kpsdk.errors import KprobeError, TargetError, TargetFault, UnsupportedTargetError
+from kpsdk.insn import Decoded
+from kpsdk.manager import ProbeManager, ProbePoint
+from kpsdk.regs import PtRegs
+from kpsdk.symbols import Symbol, SymbolTable
+from kpsdk.target import Target, TargetKind
+from kpsdk.targets.ucfast import FastHooks, FastRegs
+
+if TYPE_CHECKING:
+    import capstone
+
+    from kpsdk.registry import Registry
+
+PAGE = 0x1000
+#: most probes given the [OPTIMIZED] hook path at once (see docs/performance.md)
+OPT_LIMIT = 32
+AREA_SIZE = 0x200000  # kpsdk's own area: sentinel + out-of-line slots
+SLOT_SIZE = 32
+STACK_TOP = 0x7FFF0000
+STACK_SIZE = 0x100000
+BLANK_AREA = 0x7E000000
+_PERMS = {"r": unicorn.UC_PROT_READ, "w": unicorn.UC_PROT_WRITE, "x": unicorn.UC_PROT_EXEC}
+
+
+def _align_up(x: int, a: int = PAGE) -> int:
+    return (x + a - 1) & ~(a - 1)
+
+
+class UnicornTarget(Target):
+    """One Unicorn CPU with its memory, symbols and probe points."""
+
+    def __init__(self, arch: Arch, abi_kind: str = "user", default_iset: str | None = None) -> None:
+        if arch.unicorn is None or arch.unicorn_unsupported:
+            raise UnsupportedTargetError(arch.unicorn_unsupported or f"Unicorn has no {arch.name}")
+        self.arch = arch
+        self.abi_kind = abi_kind
+        self.uc = unicorn.Uc(*arch.unicorn)
+        self.fast = FastRegs(self.uc)
+        self.hooks = FastHooks(self.uc)
+        self.symbols = SymbolTable()
+        self.manager = ProbeManager(self)
+        self.default_iset = arch.iset(default_iset)
+        self.entry: int | None = None
+        self._pc = arch.register(arch.pc)
+        self._sp = arch.register(arch.sp)
+        self._rv = arch.register(arch.return_value)
+        self._regs = PtRegs(arch, self.fast, arch.abi(abi_kind), self.read_memory)
+        self._bp_points: dict[int, ProbePoint] = {}
+        self._hook_points: dict[int, ProbePoint] = {}
+        self._n_optimized = 0
+        self._area = 0
+        self._free_slots: list[int] = []
+        self._next_slot = 0
+        self._console = bytearray()
+        self._exit_status: int | None = None
+        self._pending: BaseException | None = None
+        self._step: tuple[ProbePoint, list[int]] | None = None
+        self._depth = 0
+        self._started = False
+        self._stop_requested = False
+        bp = self.default_iset.unicorn_breakpoint
+        self._bp_intno, self._bp_adjust = bp.intno, bp.pc_adjust
+        self._sys = arch.syscalls
+        self.hooks.intr(self._on_intr)
+        if self._sys is not None and self._sys.intno is None and arch.name == "x86_64":
+            self.uc.hook_add(unicorn.UC_HOOK_INSN, self._on_syscall_insn, aux1=x86_const.UC_X86_INS_SYSCALL)
+
+    # -- set-up -----------------------------------------------------------------------
+
+    def map(self, addr: int, size: int, perms: str = "rwx") -> None:
+        """Map memory (page-aligned outward)."""
+        start, end = addr & ~(PAGE - 1), _align_up(addr + size)
+        prot = 0
+        for c in perms:
+            prot |= _PERMS[c]
+        try:
+            self.uc.mem_map(start, end - start, prot)
+        except unicorn.UcError as e:
+            raise TargetError(f"cannot map {start:#x}-{end:#x}: {e}") from e
+
+    def setup_area(self, base: int) -> None:
+        """Map kpsdk's own area (blacklisted): a sentinel return address, then slots."""
+        self._area = base
+        self.map(base, AREA_SIZE, "rx")
+        self._next_slot = base + 0x100
+
+    def setup_stack(self) -> int:
+        self.map(STACK_TOP - STACK_SIZE, STACK_SIZE, "rw")
+        sp = STACK_TOP - 0x1000
+        self.uc.mem_write(sp, bytes(8 * self.arch.word_size))  # argc=0, argv=NULL, envp=NULL, AT_NULL
+        self.fast.write(self._sp, sp)
+        return sp
+
+    @property
+    def sentinel(self) -> int:
+        """Where ``call()`` makes functions return to: the first byte of kpsdk's area."""
+        return self._area
+
+    # -- memory (K10: reads never show kpsdk's breakpoints) ---------------------------------
+
+    def read_memory(self, addr: int, size: int) -> bytes:
+        try:
+            data = bytearray(self.uc.mem_read(addr, size))
+        except unicorn.UcError as e:
+            raise TargetFault(f"cannot read {size} bytes: {e}", addr, self.symbols.format(addr)) from e
+        if self._bp_points:
+            for point in self._overlapping(addr, size):
+                orig = point.insn.raw[: point.state["bp_len"]]  # type: ignore[index]
+                for i, byte in enumerate(orig):
+                    j = point.addr + i - addr
+                    if 0 <= j < size:
+                        data[j] = byte
+        return bytes(data)
+
+    def _overlapping(self, addr: int, size: int) -> list[ProbePoint]:
+        if size < len(self._bp_points):
+            return [p for a in range(addr - 3, addr + size) if (p := self._bp_points.get(a)) is not None]
+        return [p for a, p in self._bp_points.items() if a + 4 > addr and a < addr + size]
+
+    def write_memory(self, addr: int, data: bytes) -> None:
+        for a in list(self._bp_points) + list(self._hook_points):
+            if a + 4 > addr and a < addr + len(data):
+                raise KprobeError(errno.EBUSY, f"{self.symbols.format(a)} is probed; unregister before writing code there")
+        try:
+            self.uc.mem_write(addr, bytes(data))
+        except unicorn.UcError as e:
+            raise TargetFault(f"cannot write {len(data)} bytes: {e}", addr) from e
+        self.uc.ctl_remove_cache(addr, addr + len(data))
+
+    def _region(self, addr: int) -> "tuple[int, int, int] | None":
+        for start, end, perms in self.uc.mem_regions():
+            if start <= addr <= end:
+                return start, end, perms
+        return None
+
+    def is_mapped(self, addr: int) -> bool:
+        return self._region(addr) is not None
+
+    def is_executable(self, addr: int) -> bool:
+        region = self._region(addr)
+        return region is not None and bool(region[2] & unicorn.UC_PROT_EXEC)
+
+    def is_reserved(self, addr: int) -> bool:
+        return bool(self._area) and self._area <= addr < self._area + AREA_SIZE
+
+    # -- instructions ---------------------------------------------------------------
+
+    def iset_at(self, addr: int, sym: Symbol | None) -> InstructionSet:
+        if addr & 1 or (sym is not None and sym.thumb):
+            return self.arch.iset_for_address(1)
+        if sym is not None and sym.kind == "func":
+            return self.arch.isets[0]
+        return self.default_iset
+
+    def decode_at(self, addr: int, start: int, iset: InstructionSet) -> Decoded | None:
+        """Decode linearly from the function start: an address no instruction
+        starts at is inside one (EILSEQ).  Where decoding stops early (data in
+        the function), the instruction at ``addr`` is decoded on its own."""
+        md = self.arch.disassembler(iset)
+        if addr - start > 0x10000:
+            start = addr
+        try:
+            code = self.read_memory(start, addr - start + 16)
+        except TargetFault:
+            code = self.read_memory(start, addr - start + iset.min_insn)
+        found = None
+        for insn in md.disasm(code, start):
+            if insn.address == addr:
+                found = insn
+                break
+            if insn.address > addr:
+                return None
+        if found is None:
+            if start == addr:
+                return None
+            return self.decode_at(addr, addr, iset)
+        boostable, refused = self.arch.extra["classify"](found)
+        return Decoded(found.address, found.size, found.mnemonic, found.op_str, bytes(found.bytes), boostable, refused)
+
+    def _cs_insn(self, point: ProbePoint) -> "capstone.CsInsn":
+        insn = point.state.get("cs")
+        if insn is None:
+            md = self.arch.disassembler(point.iset)
+            insn = next(md.disasm(point.insn.raw, point.addr))
+            point.state["cs"] = insn
+        return insn  # type: ignore[return-value]
+
+    def can_step(self, point: ProbePoint) -> bool:
+        succ = self.arch.extra["successors"](
+            self._cs_insn(point), lambda name: 0, lambda a, n: bytes(n), self.arch.word_size
+        )
+        return succ is not None
+
+    # -- arming -------------------------------------------------------------------------
+
+    def _choose(self, point: ProbePoint) -> tuple[str, bool] | None:
+        if not point.active:
+            return None
+        if point.needs_step or not point.insn.boostable:
+            return ("hook", False)
+        if self.manager.optimization and (point.optimized or self._n_optimized < OPT_LIMIT):
+            return ("hook", True)
+        if self._slot_code(point, self._peek_slot()) is None:
+            return ("hook", False)
+        return ("breakpoint", False)
+
+    def sync_point(self, point: ProbePoint, force: bool = False) -> None:
+        want = self._choose(point)
+        have = (point.mechanism, point.optimized) if point.mechanism else None
+        if want == have and not force:
+            return
+        self._disarm(point)
+        if want is not None:
+            self._arm(point, *want)
+
+    def _arm(self, point: ProbePoint, mechanism: str, optimized: bool) -> None:
+        addr, size = point.addr, point.insn.size
+        if mechanism == "hook":
+            point.state["hook"] = self.hooks.code(self._on_code, addr, addr)
+            self._hook_points[addr] = point
+            if optimized:
+                self._n_optimized += 1
+        else:
+            slot = self._alloc_slot()
+            code = self._slot_code(point, slot)
+            assert code is not None
+            self.uc.mem_write(slot, code)
+            bp = point.iset.unicorn_breakpoint.for_length(size)
+            point.state.update(slot=slot, bp_len=len(bp))
+            self.uc.mem_write(addr, bp)
+            self._bp_points[addr] = point
+        point.mechanism, point.optimized = mechanism, optimized
+        self.uc.ctl_remove_cache(addr, addr + size)
+
+    def _disarm(self, point: ProbePoint) -> None:
+        addr = point.addr
+        if point.mechanism == "hook":
+            self.hooks.delete(point.state.pop("hook"))  # type: ignore[arg-type]
+            self._hook_points.pop(addr, None)
+            if point.optimized:
+                self._n_optimized -= 1
+        elif point.mechanism == "breakpoint":
+            self.uc.mem_write(addr, point.insn.raw[: point.state.pop("bp_len")])  # type: ignore[misc]
+            self._free_slots.append(point.state.pop("slot"))  # type: ignore[arg-type]
+            self._bp_points.pop(addr, None)
+        else:
+            return
+        point.mechanism, point.optimized = None, False
+        self.uc.ctl_remove_cache(addr, addr + point.insn.size)
+
+    def _peek_slot(self) -> int:
+        return self._free_slots[-1] if self._free_slots else self._next_slot
+
+    def _alloc_slot(self) -> int:
+        if self._free_slots:
+            return self._free_slots.pop()
+        slot = self._next_slot
+        if slot + SLOT_SIZE > self._area + AREA_SIZE:
+            raise KprobeError(errno.ENOMEM, "kpsdk's out-of-line slot area is full")
+        self._next_slot += SLOT_SIZE
+        return slot
+
+    def _slot_code(self, point: ProbePoint, slot: int) -> bytes | None:
+        """The booster: the original instruction, then a jump back after it."""
+        back = self.arch.extra["jump_back"](slot + point.insn.size, point.addr + point.insn.size, point.iset)
+        return None if back is None else point.insn.raw + back
+
+    # -- hit paths (hot: keep them lean) ----------------------------------------------------
+
+    def _on_intr(self, handle: int, intno: int, user: int) -> None:
+        try:
+            if intno == self._bp_intno:
+                pc = self.fast.read_id(self._pc.uc)  # type: ignore[arg-type]
+                point = self._bp_points.get(pc + self._bp_adjust)
+                if point is not None:
+                    new = self.manager.pre(point, self._regs)
+                    self._set_pc(new if new is not None else point.state["slot"], point)  # type: ignore[arg-type]
+                    return
+            if self._sys is not None and intno == self._sys.intno:
+                self._syscall()
+                return
+            pc = self.fast.read(self._pc)
+            self._fail(TargetFault(f"unhandled CPU exception (interrupt {intno})", pc, self.symbols.format(pc)))
+        except BaseException as exc:  # noqa: BLE001 - stored and re-raised by run()/call()
+            self._fail(exc)
+
+    def _on_code(self, handle: int, addr: int, size: int, user: int) -> None:
+        try:
+            point = self._hook_points.get(addr)
+            if point is None:
+                return
+            if point.state.get("resuming"):
+                point.state["resuming"] = False
+                return
+            reentrant = self.manager.busy
+            new = self.manager.pre(point, self._regs)
+            if new is not None:
+                self._set_pc(new, point)
+            elif point.needs_step and not reentrant:
+                self._start_step(point)
+        except BaseException as exc:  # noqa: BLE001 - stored and re-raised by run()/call()
+            self._fail(exc)
+
+    def _start_step(self, point: ProbePoint) -> None:
+        fast, arch = self.fast, self.arch
+        succ = arch.extra["successors"](
+            self._cs_insn(point), lambda name: fast.read(arch.register(name)),
+            lambda a, n: bytes(self.uc.mem_read(a, n)), arch.word_size,
+        )
+        handles = []
+        for target in succ:
+            a = target & ~1 if self.arch.isets[-1].thumb_bit else target
+            handles.append(self.hooks.code(self._on_step, a, a))
+            self.uc.ctl_remove_cache(a, a + 1)
+        self._step = (point, handles)
+        # leave the current translation block so the new hooks are seen, and
+        # re-enter this instruction without running its handlers again
+        point.state["resuming"] = True
+        self.uc.ctl_remove_cache(point.addr, point.addr + point.insn.size)
+        self._set_pc(point.addr, point)
+
+    def _on_step(self, handle: int, addr: int, size: int, user: int) -> None:
+        try:
+            if self._step is None:
+                return
+            point, handles = self._step
+            self._step = None
+            for h in handles:
+                self.hooks.delete(h)
+            self.manager.post(point, self._regs, addr)
+        except BaseException as exc:  # noqa: BLE001 - stored and re-raised by run()/call()
+            self._fail(exc)
+
+    def _set_pc(self, addr: int, point: ProbePoint | None = None) -> None:
+        if self.arch.isets[-1].thumb_bit and not addr & 1:
+            sym = self.symbols.containing(addr)
+            if sym is not None:
+                thumb = sym.thumb
+            elif point is not None and self.is_reserved(addr):
+                thumb = point.iset.thumb_bit
+            else:
+                thumb = bool(self.fast.read(self.arch.register("cpsr")) & 0x20)
+            addr |= 1 if thumb else 0
+        self.fast.write(self._pc, addr)
+
+    def _fail(self, exc: BaseException) -> None:
+        if self._pending is None:
+            self._pending = exc
+        self.uc.emu_stop()
+
+    # -- the minimal system-call layer -------------------------------------------------
+
+    def _on_syscall_insn(self, uc: unicorn.Uc, user: Any) -> None:
+        try:
+            self._syscall()
+        except BaseException as exc:  # noqa: BLE001 - stored and re-raised by run()/call()
+            self._fail(exc)
+
+    def _syscall(self) -> None:
+        sys = self._sys
+        assert sys is not None
+        read = lambda name: self.fast.read(self.arch.register(name))  # noqa: E731
+        nr = read(sys.number)
+        calls = sys.calls
+        if nr == calls["write"]:
+            fd, buf, count = (read(r) for r in sys.args[:3])
+            data = bytes(self.uc.mem_read(buf, count))
+            if fd in (1, 2):
+                self._console += data
+            result = count
+        elif nr in (calls["exit"], calls["exit_group"]):
+            status = read(sys.args[0]) & 0xFF
+            self._exit_status = status
+            self.uc.emu_stop()
+            return
+        else:
+            result = -errno.ENOSYS
+        self.fast.write(self.arch.register(sys.result), result)
+
+    # -- running -----------------------------------------------------------------------------
+
+    @property
+    def console(self) -> str:
+        return self._console.decode("utf-8", "replace")
+
+    @property
+    def exit_status(self) -> int | None:
+        return self._exit_status
+
+    def regs(self) -> PtRegs:
+        self._regs._reset(self.fast.read(self._pc))
+        return self._regs
+
+    def stop(self) -> None:
+        self._stop_requested = True
+        self.uc.emu_stop()
+
+    def run(self, timeout: float | None = None) -> int | None:
+        if self._exit_status is not None:
+            return self._exit_status
+        if not self._started:
+            if self.entry is None:
+                raise TargetError("nothing to run: this target has no entry point (use call() or load an ELF)")
+            start = self.entry
+            self._started = True
+        else:
+            start = self.fast.read(self._pc)
+        if self.arch.isets[-1].thumb_bit:
+            self._set_pc(start)
+            start = self.fast.read(self._pc) | (1 if self.fast.read(self.arch.register("cpsr")) & 0x20 else 0)
+        self._emu(start, self.sentinel, timeout)
+        return self._exit_status
+
+    def _emu(self, begin: int, until: int, timeout: float | None) -> None:
+        self._stop_requested = False
+        usec = int(timeout * 1e6) if timeout else 0
+        while True:
+            self._depth += 1
+            error: unicorn.UcError | None = None
+            try:
+                self.uc.emu_start(begin, until, timeout=usec)
+            except unicorn.UcError as e:
+                error = e
+            finally:
+                self._depth -= 1
+            if self._pending is not None:
+                pending, self._pending = self._pending, None
+                self._step = None
+                raise pending
+            if error is None:
+                return
+            resume = self._instruction_fault(error)
+            if resume is None:
+                pc = self.fast.read(self._pc)
+                raise TargetFault(f"{error}", pc, self.symbols.format(pc)) from error
+            begin = resume
+
+    def _instruction_fault(self, error: unicorn.UcError) -> int | None:
+        """K4 for the probed instruction itself: its probes' fault_handlers may handle it."""
+        pc = self.fast.read(self._pc)
+        point = self._hook_points.get(pc) or next(
+            (p for p in self._bp_points.values() if p.state.get("slot", -1) <= pc < p.state.get("slot", -1) + SLOT_SIZE),  # type: ignore[operator]
+            None,
+        )
+        if point is None or not self.manager.instruction_fault(point, self._regs, error.errno):
+            return None
+        new = self._regs.new_ip
+        resume = int(new) if new is not None else point.addr + point.insn.size
+        self._set_pc(resume, point)
+        return self.fast.read(self._pc) | (self.fast.read(self.arch.register("cpsr")) >> 5 & 1
+                                           if self.arch.isets[-1].thumb_bit else 0)
+
+    def call(self, addr: int, args: "tuple[int, ...]", restype: str = "long") -> int:
+        arch, abi = self.arch, self.arch.abi(self.abi_kind)
+        word, mask = arch.word_size, arch.word_mask
+        fmt = ("<" if arch.endian == "little" else ">") + ("Q" if word == 8 else "I")
+        ctx = self.uc.context_save()
+        exited_before = self._exit_status
+        try:
+            sp = self.fast.read(self._sp) if self._depth else STACK_TOP - 0x2000
+            sp = (sp - 0x400) & ~(arch.stack_alignment - 1)
+            stack_args = [a & mask for a in args[len(abi.args):]]
+            for reg, value in zip(abi.args, args):
+                self.fast.write(arch.register(reg), value & mask)
+            sp -= len(stack_args) * word
+            sp &= ~(arch.stack_alignment - 1)
+            blob = b"".join(struct.pack(fmt, a) for a in stack_args)
+            if arch.link is None:  # x86: the return address is pushed
+                sp -= word
+                blob = struct.pack(fmt, self.sentinel) + blob
+            else:
+                self.fast.write(arch.register(arch.link), self.sentinel)
+            if blob:
+                self.uc.mem_write(sp, blob)
+            self.fast.write(self._sp, sp)
+            sym = self.symbols.containing(addr)
+            begin = addr | (1 if sym is not None and sym.thumb else 0)
+            self._emu(begin, self.sentinel, None)
+            pc = self.fast.read(self._pc)
+            if pc != self.sentinel:
+                if self._exit_status is not None and exited_before is None:
+                    raise TargetError(f"the called function exited the program (status {self._exit_status})")
+                raise TargetError(f"the call did not return (stopped at {self.symbols.format(pc)})")
+            value = self.fast.read(self._rv)
+        finally:
+            self.uc.context_restore(ctx)
+        if restype in ("int", "uint"):
+            value &= 0xFFFFFFFF
+            bits = 32
+        else:
+            bits = arch.bits
+        if restype in ("int", "long") and value >> (bits - 1):
+            value -= 1 << bits
+        return value
+
+    def describe(self) -> dict[str, Any]:
+        return {"arch": self.arch.name, "engine": f"unicorn {unicorn.__version__}", "area": hex(self._area)}
+
+
+def open_elf(rest: str, registry: "Registry", abi: str = "user", **options: Any) -> UnicornTarget:
+    """``elf:PATH``: load an executable's PT_LOAD segments into Unicorn."""
+    if options:
+        raise TargetError(f"elf: unknown options {', '.join(options)}")
+    image = load_elf(Path(rest))
+    arch = registry.archs.by_elf(image.machine, image.elf_class, image.endian)
+    target = UnicornTarget(arch, abi_kind=abi)
+    pages: dict[int, int] = {}
+    for seg in image.segments:
+        prot = (4 if seg.flags & 4 else 0) | (2 if seg.flags & 2 else 0) | (1 if seg.flags & 1 else 0)
+        for page in range(seg.vaddr & ~(PAGE - 1), _align_up(seg.vaddr + seg.memsz), PAGE):
+            pages[page] = pages.get(page, 0) | prot
+    for page, prot in sorted(pages.items()):
+        perms = "".join(c for c, bit in (("r", 4), ("w", 2), ("x", 1)) if prot & bit) or "r"
+        target.map(page, PAGE, perms)
+    for seg in image.segments:
+        target.uc.mem_write(seg.vaddr, seg.data)
+    top = max(_align_up(s.vaddr + s.memsz) for s in image.segments)
+    target.setup_area(_align_up(top, 0x10000) + 0x10000)  # near the code: riscv jal reaches +-1 MiB
+    target.setup_stack()
+    target.symbols = image.symbols
+    target.entry = image.entry
+    return target
+
+
+def open_blank(rest: str, registry: "Registry", abi: str = "user", **options: Any) -> UnicornTarget:
+    """``unicorn:ARCH``: an empty CPU with a stack; map and write code yourself."""
+    if options:
+        raise TargetError(f"unicorn: unknown options {', '.join(options)}")
+    arch = registry.arch(rest)
+    target = UnicornTarget(arch, abi_kind=abi, default_iset="thumb" if rest == "thumb" else None)
+    target.setup_area(BLANK_AREA)
+    target.setup_stack()
+    return target
+
+
+@hookimpl
+def kpsdk_targets() -> list[TargetKind]:
+    return [
+        TargetKind("elf", open_elf, "an ELF executable run in Unicorn (elf:PATH)"),
+        TargetKind("unicorn", open_blank, "a blank Unicorn CPU (unicorn:ARCH)"),
+    ]

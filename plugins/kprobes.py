@@ -1,0 +1,50 @@
+"""The kprobes probe type: a handler on (almost) any instruction.
+
+``Kprobe(symbol_name=..., offset=..., addr=..., pre_handler=..., post_handler=...,
+fault_handler=..., flags=...)`` with the kernel's registration rules (K1):
+exactly one of ``addr`` and ``symbol_name`` (``EINVAL``), an unknown symbol is
+``ENOENT``, an address inside an instruction ``EILSEQ``, a blacklisted or
+unmapped one ``EINVAL``, the same object twice ``EINVAL``.  Everything a hit
+does is the probe manager's (:mod:`kpsdk.manager`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from kpsdk import hookimpl
+from kpsdk.probe import KPROBE_FLAG_DISABLED, Probe, ProbeType
+
+if TYPE_CHECKING:
+    from kpsdk.session import Session
+
+
+class Kprobe(Probe):
+    """``struct kprobe``: see :class:`kpsdk.probe.Probe` for the fields."""
+
+    letter = "k"
+
+
+def register(session: "Session", probe: Probe) -> None:
+    manager = session.target.manager
+    addr = manager.resolve(probe)
+    manager.add(probe, addr)
+
+
+def unregister(session: "Session", probe: Probe) -> None:
+    session.target.manager.remove(probe)
+
+
+KPROBE = ProbeType(
+    name="kprobe",
+    probe_class=Kprobe,
+    register=register,
+    unregister=unregister,
+    exports={"Kprobe": Kprobe, "KPROBE_FLAG_DISABLED": KPROBE_FLAG_DISABLED},
+    description="a pre/post handler on an instruction",
+)
+
+
+@hookimpl
+def kpsdk_probe_types() -> list[ProbeType]:
+    return [KPROBE]
