@@ -21,7 +21,7 @@ from kpsdk.arch import Abi, Arch, Breakpoint, InstructionSet, Register, Syscalls
 from kpsdk.insn import ReadMem, ReadReg, changes_flow, immediate_targets
 
 TRAP = struct.pack(">I", 0x7FE00008)  # tw 31,0,0
-_PC_IDS = frozenset()  # ppc has no pc register operand; flow is by groups and mnemonics
+_PC_IDS: frozenset[int] = frozenset()  # ppc has no pc register operand; flow is by groups and mnemonics
 _REFUSED = ("rfid", "rfi", "mtmsr", "mtmsrd", "sc", "tw", "td", "twi", "tdi", "sleep", "nap")
 
 _REGS = (

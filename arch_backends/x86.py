@@ -17,7 +17,7 @@ from unicorn import x86_const as ux
 
 from kpsdk import hookimpl
 from kpsdk.arch import Abi, Arch, Breakpoint, InstructionSet, Register, Syscalls
-from kpsdk.insn import ReadMem, ReadReg, changes_flow, immediate_targets
+from kpsdk.insn import ReadMem, ReadReg, changes_flow
 
 INT3 = b"\xcc"
 _PC_IDS = frozenset({cx.X86_REG_RIP, cx.X86_REG_EIP, cx.X86_REG_IP})

@@ -14,8 +14,8 @@ from __future__ import annotations
 from typing import Any
 
 from kpsdk.errors import (
-    KpsdkError,
     KprobeError,
+    KpsdkError,
     ProbeHandlerError,
     SymbolError,
     TargetError,

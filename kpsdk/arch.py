@@ -204,12 +204,12 @@ class Arch:
                     return iset
         return self.isets[0]
 
-    def abi(self, kind: Literal["user", "kernel"]) -> Abi:
+    def abi(self, kind: str) -> Abi:
         return self.user_abi if kind == "user" else self.kernel_abi
 
     # -- engines, made on first use ----------------------------------------
 
-    def disassembler(self, iset: InstructionSet | None = None) -> "capstone.Cs":
+    def disassembler(self, iset: InstructionSet | None = None) -> capstone.Cs:
         """A capstone disassembler with details on (cached per instruction set)."""
         iset = iset or self.isets[0]
         cache: dict[str, Any] = self.extra.setdefault("_cs", {})
@@ -263,7 +263,7 @@ class Arch:
 class ArchRegistry:
     """Architectures by exact name or alias, filled from the ``kpsdk_archs`` hook."""
 
-    def __init__(self, archs: "list[Arch]") -> None:
+    def __init__(self, archs: list[Arch]) -> None:
         self._archs: dict[str, Arch] = {}
         self._aliases: dict[str, str] = {}
         for arch in archs:

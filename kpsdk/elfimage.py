@@ -14,6 +14,7 @@ from pathlib import Path
 
 from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
+from elftools.elf.sections import SymbolTableSection
 
 from kpsdk.errors import TargetError
 from kpsdk.symbols import Symbol, SymbolTable
@@ -46,7 +47,7 @@ class ElfImage:
         return self.machine == "EM_ARM" and bool(self.entry & 1)
 
 
-def load_elf(path: "str | Path") -> ElfImage:
+def load_elf(path: str | Path) -> ElfImage:
     """Parse an executable; a clear error for anything that is not one."""
     path = Path(path)
     try:
@@ -78,7 +79,7 @@ def load_elf(path: "str | Path") -> ElfImage:
         return value
 
     symtab = elf.get_section_by_name(".symtab")
-    if symtab is not None:
+    if isinstance(symtab, SymbolTableSection):
         for sym in symtab.iter_symbols():
             kind = sym["st_info"]["type"]
             if kind not in ("STT_FUNC", "STT_OBJECT") or not sym.name or sym["st_shndx"] == "SHN_UNDEF":

@@ -35,7 +35,7 @@ class UnknownNameError(KpsdkError, LookupError):
     The message lists the valid names so the user can correct the spelling.
     """
 
-    def __init__(self, what: str, name: str, valid: "list[str] | tuple[str, ...]") -> None:
+    def __init__(self, what: str, name: str, valid: list[str] | tuple[str, ...]) -> None:
         self.what, self.name, self.valid = what, name, tuple(valid)
         super().__init__(f"unknown {what} {name!r}; valid: {', '.join(sorted(self.valid))}")
 

@@ -27,7 +27,7 @@ hookspec = pluggy.HookspecMarker("kpsdk")
 
 
 @hookspec
-def kpsdk_archs() -> "list[Arch]":
+def kpsdk_archs() -> list[Arch]:
     """Return the architectures this plugin provides.
 
     Called once, when the first architecture is looked up.  Each :class:`~kpsdk.arch.Arch`
@@ -37,7 +37,7 @@ def kpsdk_archs() -> "list[Arch]":
 
 
 @hookspec
-def kpsdk_targets() -> "list[TargetKind]":
+def kpsdk_targets() -> list[TargetKind]:
     """Return the target kinds this plugin provides.
 
     A target kind is selected by the scheme of the string given to
@@ -46,7 +46,7 @@ def kpsdk_targets() -> "list[TargetKind]":
 
 
 @hookspec
-def kpsdk_probe_types() -> "list[ProbeType]":
+def kpsdk_probe_types() -> list[ProbeType]:
     """Return the probe types this plugin provides.
 
     A probe type named ``kprobe`` gives every session ``register_kprobe``,
@@ -57,7 +57,7 @@ def kpsdk_probe_types() -> "list[ProbeType]":
 
 
 @hookspec
-def kpsdk_session_start(session: "Session") -> None:
+def kpsdk_session_start(session: Session) -> None:
     """Called when a session has been opened, before it is returned to the user.
 
     :param session: the new session; plugins may register probes on it (the
@@ -66,7 +66,7 @@ def kpsdk_session_start(session: "Session") -> None:
 
 
 @hookspec
-def kpsdk_session_finish(session: "Session") -> None:
+def kpsdk_session_finish(session: Session) -> None:
     """Called when a session is closed, before its target is released.
 
     :param session: the session being closed.

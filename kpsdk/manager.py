@@ -31,7 +31,7 @@ class ProbePoint:
     """One probed address and everything registered there."""
 
     addr: int
-    iset: "InstructionSet"
+    iset: InstructionSet
     insn: Decoded
     probes: list[Probe] = field(default_factory=list)
     #: probes whose handlers run on a hit (registered, enabled, knob on)
@@ -52,7 +52,7 @@ class ProbeManager:
     """Probe points of one session."""
 
     #: most probes on the hook path at once; past this, hits would get dearer for all
-    def __init__(self, target: "Target") -> None:
+    def __init__(self, target: Target) -> None:
         self.target = target
         self.points: dict[int, ProbePoint] = {}
         self._enabled = True
@@ -103,7 +103,7 @@ class ProbeManager:
         assert probe.addr is not None
         return probe.addr + (probe.offset if probe.symbol_name else 0)
 
-    def check_address(self, addr: int) -> tuple[int, "InstructionSet", Decoded]:
+    def check_address(self, addr: int) -> tuple[int, InstructionSet, Decoded]:
         """Validate a probe address (K1) and decode the instruction there.
 
         Returns the address without any Thumb bit, its instruction set and the
@@ -111,7 +111,8 @@ class ProbeManager:
         instruction) or ``EILSEQ`` (inside an instruction).
         """
         target = self.target
-        sym = target.symbols.containing(addr & ~1)
+        has_thumb = any(i.thumb_bit for i in target.arch.isets)
+        sym = target.symbols.containing(addr & ~1 if has_thumb else addr)
         iset = target.iset_at(addr, sym)
         addr &= ~1 if iset.thumb_bit else ~0
         if not target.is_mapped(addr) or not target.is_executable(addr):
@@ -191,7 +192,7 @@ class ProbeManager:
 
     # -- the handler protocol (called by targets on a hit) ------------------
 
-    def pre(self, point: ProbePoint, regs: "PtRegs") -> int | None:
+    def pre(self, point: ProbePoint, regs: PtRegs) -> int | None:
         """Run the pre_handlers of a hit.
 
         Returns the address to resume at when a pre_handler changed the path
@@ -227,7 +228,7 @@ class ProbeManager:
         finally:
             self.busy = False
 
-    def post(self, point: ProbePoint, regs: "PtRegs", next_ip: int) -> None:
+    def post(self, point: ProbePoint, regs: PtRegs, next_ip: int) -> None:
         """Run the post_handlers once the instruction has executed (K3)."""
         if self.busy:
             return
@@ -244,13 +245,13 @@ class ProbeManager:
         finally:
             self.busy = False
 
-    def _fault(self, p: Probe, point: ProbePoint, regs: "PtRegs", exc: Exception, phase: str) -> None:
+    def _fault(self, p: Probe, point: ProbePoint, regs: PtRegs, exc: Exception, phase: str) -> None:
         """K4: a handler raised.  Its fault_handler may claim it (return 1)."""
         if p.fault_handler is not None and p.fault_handler(p, regs, TRAP_HANDLER_EXCEPTION):
             return
         raise ProbeHandlerError(p, point.addr, self.target.symbols.format(point.addr), phase, exc) from exc
 
-    def instruction_fault(self, point: ProbePoint, regs: "PtRegs", trapnr: int) -> bool:
+    def instruction_fault(self, point: ProbePoint, regs: PtRegs, trapnr: int) -> bool:
         """K4: the probed instruction itself faulted; True if a fault_handler handled it."""
         regs._reset(point.addr)
         for p in point.active:
@@ -260,7 +261,7 @@ class ProbeManager:
 
     # -- reports --------------------------------------------------------------
 
-    def list_lines(self, extra: "list[tuple[int, str, str, str]] | None" = None) -> str:
+    def list_lines(self, extra: list[tuple[int, str, str, str]] | None = None) -> str:
         """The debugfs ``kprobes/list`` text (K9)."""
         width = self.target.arch.word_size * 2
         rows: list[tuple[int, str, str, str]] = []

@@ -94,8 +94,8 @@ class ProbeType:
 
     name: str
     probe_class: type
-    register: Callable[["Session", Any], None]
-    unregister: Callable[["Session", Any], None]
+    register: Callable[[Session, Any], None]
+    unregister: Callable[[Session, Any], None]
     exports: dict[str, Any] = field(default_factory=dict)
     decorator_field: str = "pre_handler"
     description: str = ""

@@ -35,7 +35,7 @@ class PluginLoadError(KpsdkError):
 class Registry:
     """A plugin manager plus the archs, target kinds and probe types it yielded."""
 
-    def __init__(self, load: "tuple[str, ...]" = (), block: "tuple[str, ...]" = (),
+    def __init__(self, load: tuple[str, ...] = (), block: tuple[str, ...] = (),
                  autoload: bool | None = None) -> None:
         self.pm = pluggy.PluginManager(GROUP)
         self.pm.add_hookspecs(hookspecs)
@@ -109,7 +109,7 @@ _default: Registry | None = None
 _config: dict[str, tuple[str, ...]] = {"load": (), "block": ()}
 
 
-def configure(load: "tuple[str, ...] | list[str]" = (), block: "tuple[str, ...] | list[str]" = ()) -> None:
+def configure(load: tuple[str, ...] | list[str] = (), block: tuple[str, ...] | list[str] = ()) -> None:
     """Choose plugins to load or block before the registry is first used (the CLI's ``-p``)."""
     global _default
     _config["load"], _config["block"] = tuple(load), tuple(block)

@@ -37,6 +37,13 @@ class PtRegs:
     """
 
     __slots__ = ("_arch", "_io", "_abi", "_table", "_read_mem", "new_ip", "_ip_value")
+    _arch: Arch
+    _io: RegisterIO
+    _abi: Abi
+    _table: dict[str, Register]
+    _read_mem: Callable[[int, int], bytes]
+    new_ip: int | None
+    _ip_value: int | None
 
     def __init__(self, arch: Arch, io: RegisterIO, abi: Abi, read_mem: Callable[[int, int], bytes]) -> None:
         object.__setattr__(self, "_arch", arch)
@@ -111,7 +118,7 @@ class PtRegs:
         value = self._io.read(reg)
         return value - (1 << (8 * reg.size)) if value >> (8 * reg.size - 1) else value
 
-    def dump(self, names: "tuple[str, ...] | None" = None) -> dict[str, int]:
+    def dump(self, names: tuple[str, ...] | None = None) -> dict[str, int]:
         """The named registers (default: all declared) as a dict."""
         return {n: getattr(self, n) for n in (names or self._arch.register_names)}
 

@@ -8,6 +8,7 @@ registration rolls back the probes it already registered when one fails (K8).
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -25,7 +26,7 @@ _VERBS = ("register", "unregister", "enable", "disable")
 class Session:
     """What :func:`kpsdk.open` returns."""
 
-    def __init__(self, target: "Target", registry: "Registry", spec: str) -> None:
+    def __init__(self, target: Target, registry: Registry, spec: str) -> None:
         self.target = target
         self.registry = registry
         self.spec = spec
@@ -110,7 +111,7 @@ class Session:
         return lambda probe: self.disable(check(probe))
 
     def _decorator(self, pt: ProbeType) -> Callable[..., Any]:
-        def make(where: "str | int", **fields: Any) -> Callable[[Callable[..., Any]], Any]:
+        def make(where: str | int, **fields: Any) -> Callable[[Callable[..., Any]], Any]:
             def wrap(func: Callable[..., Any]) -> Any:
                 if isinstance(where, int):
                     probe = pt.probe_class(addr=where, **{pt.decorator_field: func}, **fields)
@@ -158,7 +159,7 @@ class Session:
         """Hits and misses per probe, in the ``kprobe_profile`` format."""
         return "".join(f"  {n:<44} {h:>15} {m:>15}\n" for n, h, m in self.target.manager.profile_rows())
 
-    def profile_rows(self) -> list[tuple[str, int, int]]:
+    def profile_rows(self) -> builtins.list[tuple[str, int, int]]:
         return self.target.manager.profile_rows()
 
     # -- target access --------------------------------------------------------------
@@ -197,7 +198,7 @@ class Session:
         size = size or self.arch.word_size
         return int.from_bytes(self.read_memory(addr, size), self.arch.endian, signed=signed)
 
-    def regs(self) -> "PtRegs":
+    def regs(self) -> PtRegs:
         return self.target.regs()
 
     def run(self, timeout: float | None = None) -> int | None:
@@ -208,7 +209,7 @@ class Session:
     def stop(self) -> None:
         self.target.stop()
 
-    def call(self, fn: "str | int", *args: int, restype: str = "long") -> int:
+    def call(self, fn: str | int, *args: int, restype: str = "long") -> int:
         """Call a target function with integer arguments by the calling convention.
 
         ``restype`` is ``"long"`` (signed word, the default), ``"ulong"``,
@@ -228,7 +229,7 @@ class Session:
         if self.closed:
             raise KpsdkError("the session is closed")
 
-    def __enter__(self) -> "Session":
+    def __enter__(self) -> Session:
         return self
 
     def __exit__(self, *exc: object) -> None:

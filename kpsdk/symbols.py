@@ -31,7 +31,7 @@ class Symbol:
 class SymbolTable:
     """Sorted symbols with O(log n) address lookup and exact-name resolution."""
 
-    def __init__(self, symbols: "list[Symbol] | None" = None) -> None:
+    def __init__(self, symbols: list[Symbol] | None = None) -> None:
         self._by_name: dict[str, Symbol] = {}
         self._sorted: list[Symbol] = []
         self._starts: list[int] = []
@@ -63,7 +63,7 @@ class SymbolTable:
     def __contains__(self, name: str) -> bool:
         return name in self._by_name
 
-    def resolve(self, expr: "str | int") -> int:
+    def resolve(self, expr: str | int) -> int:
         """``"add"``, ``"add+0x4"``, ``"0x401000"`` or an int -> address."""
         if isinstance(expr, int):
             return expr
@@ -82,7 +82,7 @@ class SymbolTable:
             return int(sym, 16) + offset
         return self.get(sym).address + offset
 
-    def lookup(self, addr: int) -> "tuple[str, int, int] | None":
+    def lookup(self, addr: int) -> tuple[str, int, int] | None:
         """``(name, offset, size)`` of the symbol containing ``addr``, else ``None``.
 
         Zero-sized symbols match only their own address.
@@ -97,7 +97,7 @@ class SymbolTable:
             i -= 1
         return None
 
-    def containing(self, addr: int) -> "Symbol | None":
+    def containing(self, addr: int) -> Symbol | None:
         found = self.lookup(addr)
         return self._by_name[found[0]] if found else None
 

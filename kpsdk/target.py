@@ -17,7 +17,6 @@ if TYPE_CHECKING:
     from kpsdk.insn import Decoded
     from kpsdk.manager import ProbeManager, ProbePoint
     from kpsdk.regs import PtRegs
-    from kpsdk.registry import Registry
     from kpsdk.session import Session
     from kpsdk.symbols import Symbol, SymbolTable
 
@@ -32,17 +31,17 @@ class TargetKind:
     """
 
     name: str
-    open: Callable[..., "Target"]
+    open: Callable[..., Target]
     help: str
 
 
 class Target(ABC):
     """A CPU and its memory, stopped or running, that probes can be put on."""
 
-    arch: "Arch"
-    symbols: "SymbolTable"
-    session: "Session"
-    manager: "ProbeManager"
+    arch: Arch
+    symbols: SymbolTable
+    session: Session
+    manager: ProbeManager
     #: calling convention of the code probed: "user" or "kernel"
     abi_kind: str = "user"
 
@@ -66,20 +65,20 @@ class Target(ABC):
 
     # -- instructions -----------------------------------------------------------
     @abstractmethod
-    def iset_at(self, addr: int, sym: "Symbol | None") -> "InstructionSet": ...
+    def iset_at(self, addr: int, sym: Symbol | None) -> InstructionSet: ...
 
     @abstractmethod
-    def decode_at(self, addr: int, start: int, iset: "InstructionSet") -> "Decoded | None":
+    def decode_at(self, addr: int, start: int, iset: InstructionSet) -> Decoded | None:
         """The instruction at ``addr``, decoding from ``start``; None if ``addr``
         falls inside an instruction."""
 
     @abstractmethod
-    def can_step(self, point: "ProbePoint") -> bool:
+    def can_step(self, point: ProbePoint) -> bool:
         """Whether a post_handler can be run after this instruction."""
 
     # -- probes ----------------------------------------------------------------
     @abstractmethod
-    def sync_point(self, point: "ProbePoint", force: bool = False) -> None:
+    def sync_point(self, point: ProbePoint, force: bool = False) -> None:
         """Make the target match the point: arm, re-arm with another mechanism, or disarm."""
 
     # -- execution ---------------------------------------------------------------
@@ -90,20 +89,20 @@ class Target(ABC):
     @abstractmethod
     def stop(self) -> None: ...
 
-    def call(self, addr: int, args: "tuple[int, ...]", restype: str = "long") -> int:
+    def call(self, addr: int, args: tuple[int, ...], restype: str = "long") -> int:
         from kpsdk.errors import TargetError
 
         raise TargetError(f"{type(self).__name__} cannot call functions")
 
     @abstractmethod
-    def regs(self) -> "PtRegs":
+    def regs(self) -> PtRegs:
         """A register view of the stopped CPU."""
 
     @property
     @abstractmethod
     def console(self) -> str: ...
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - optional: most targets have nothing to release
         """Release the target's resources."""
 
     def describe(self) -> dict[str, Any]:

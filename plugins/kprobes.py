@@ -25,13 +25,13 @@ class Kprobe(Probe):
     letter = "k"
 
 
-def register(session: "Session", probe: Probe) -> None:
+def register(session: Session, probe: Probe) -> None:
     manager = session.target.manager
     addr = manager.resolve(probe)
     manager.add(probe, addr)
 
 
-def unregister(session: "Session", probe: Probe) -> None:
+def unregister(session: Session, probe: Probe) -> None:
     session.target.manager.remove(probe)
 
 

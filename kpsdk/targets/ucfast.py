@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 from collections.abc import Callable
+from typing import Any
 
 import unicorn
 from unicorn.unicorn_py3.unicorn import uc_hook_h, uclib
@@ -65,7 +66,7 @@ class FastHooks:
     def intr(self, callback: Callable[[int, int, int], None]) -> int:
         return self._add(unicorn.UC_HOOK_INTR, HOOK_INTR(callback), 1, 0)
 
-    def _add(self, kind: int, cfunc: object, begin: int, end: int) -> int:
+    def _add(self, kind: int, cfunc: Any, begin: int, end: int) -> int:
         handle = uc_hook_h()
         status = uclib.uc_hook_add(
             self._uch, ctypes.byref(handle), kind, ctypes.cast(cfunc, ctypes.c_void_p), None,

@@ -54,6 +54,7 @@ PAGE = 0x1000
 OPT_LIMIT = 32
 AREA_SIZE = 0x200000  # kpsdk's own area: sentinel + out-of-line slots
 SLOT_SIZE = 32
+SLOT_BASE = 0x100  # offset of the first slot in kpsdk's area (the sentinel is at 0)
 STACK_TOP = 0x7FFF0000
 STACK_SIZE = 0x100000
 BLANK_AREA = 0x7E000000
@@ -84,6 +85,7 @@ class UnicornTarget(Target):
         self._rv = arch.register(arch.return_value)
         self._regs = PtRegs(arch, self.fast, arch.abi(abi_kind), self.read_memory)
         self._bp_points: dict[int, ProbePoint] = {}
+        self._slot_points: dict[int, ProbePoint] = {}
         self._hook_points: dict[int, ProbePoint] = {}
         self._n_optimized = 0
         self._area = 0
@@ -101,7 +103,9 @@ class UnicornTarget(Target):
         self._sys = arch.syscalls
         self.hooks.intr(self._on_intr)
         if self._sys is not None and self._sys.intno is None and arch.name == "x86_64":
-            self.uc.hook_add(unicorn.UC_HOOK_INSN, self._on_syscall_insn, aux1=x86_const.UC_X86_INS_SYSCALL)
+            self.uc.hook_add(  # type: ignore[call-arg]  # mypy sees the py2 binding's signature
+                unicorn.UC_HOOK_INSN, self._on_syscall_insn, aux1=x86_const.UC_X86_INS_SYSCALL
+            )
 
     # -- set-up -----------------------------------------------------------------------
 
@@ -120,7 +124,7 @@ class UnicornTarget(Target):
         """Map kpsdk's own area (blacklisted): a sentinel return address, then slots."""
         self._area = base
         self.map(base, AREA_SIZE, "rx")
-        self._next_slot = base + 0x100
+        self._next_slot = base + SLOT_BASE
 
     def setup_stack(self) -> int:
         self.map(STACK_TOP - STACK_SIZE, STACK_SIZE, "rw")
@@ -158,14 +162,15 @@ class UnicornTarget(Target):
     def write_memory(self, addr: int, data: bytes) -> None:
         for a in list(self._bp_points) + list(self._hook_points):
             if a + 4 > addr and a < addr + len(data):
-                raise KprobeError(errno.EBUSY, f"{self.symbols.format(a)} is probed; unregister before writing code there")
+                where = self.symbols.format(a)
+                raise KprobeError(errno.EBUSY, f"{where} is probed; unregister before writing code there")
         try:
             self.uc.mem_write(addr, bytes(data))
         except unicorn.UcError as e:
             raise TargetFault(f"cannot write {len(data)} bytes: {e}", addr) from e
         self.uc.ctl_remove_cache(addr, addr + len(data))
 
-    def _region(self, addr: int) -> "tuple[int, int, int] | None":
+    def _region(self, addr: int) -> tuple[int, int, int] | None:
         for start, end, perms in self.uc.mem_regions():
             if start <= addr <= end:
                 return start, end, perms
@@ -215,7 +220,7 @@ class UnicornTarget(Target):
         boostable, refused = self.arch.extra["classify"](found)
         return Decoded(found.address, found.size, found.mnemonic, found.op_str, bytes(found.bytes), boostable, refused)
 
-    def _cs_insn(self, point: ProbePoint) -> "capstone.CsInsn":
+    def _cs_insn(self, point: ProbePoint) -> capstone.CsInsn:
         insn = point.state.get("cs")
         if insn is None:
             md = self.arch.disassembler(point.iset)
@@ -267,6 +272,7 @@ class UnicornTarget(Target):
             point.state.update(slot=slot, bp_len=len(bp))
             self.uc.mem_write(addr, bp)
             self._bp_points[addr] = point
+            self._slot_points[slot] = point
         point.mechanism, point.optimized = mechanism, optimized
         self.uc.ctl_remove_cache(addr, addr + size)
 
@@ -278,8 +284,11 @@ class UnicornTarget(Target):
             if point.optimized:
                 self._n_optimized -= 1
         elif point.mechanism == "breakpoint":
-            self.uc.mem_write(addr, point.insn.raw[: point.state.pop("bp_len")])  # type: ignore[misc]
-            self._free_slots.append(point.state.pop("slot"))  # type: ignore[arg-type]
+            bp_len = int(point.state.pop("bp_len"))  # type: ignore[call-overload]
+            self.uc.mem_write(addr, point.insn.raw[:bp_len])
+            slot = int(point.state.pop("slot"))  # type: ignore[call-overload]
+            self._slot_points.pop(slot, None)
+            self._free_slots.append(slot)
             self._bp_points.pop(addr, None)
         else:
             return
@@ -476,10 +485,10 @@ class UnicornTarget(Target):
     def _instruction_fault(self, error: unicorn.UcError) -> int | None:
         """K4 for the probed instruction itself: its probes' fault_handlers may handle it."""
         pc = self.fast.read(self._pc)
-        point = self._hook_points.get(pc) or next(
-            (p for p in self._bp_points.values() if p.state.get("slot", -1) <= pc < p.state.get("slot", -1) + SLOT_SIZE),  # type: ignore[operator]
-            None,
-        )
+        point = self._hook_points.get(pc)
+        if point is None and self.is_reserved(pc) and pc >= self._area + SLOT_BASE:
+            slot = pc - (pc - self._area - SLOT_BASE) % SLOT_SIZE
+            point = self._slot_points.get(slot)
         if point is None or not self.manager.instruction_fault(point, self._regs, error.errno):
             return None
         new = self._regs.new_ip
@@ -488,7 +497,7 @@ class UnicornTarget(Target):
         return self.fast.read(self._pc) | (self.fast.read(self.arch.register("cpsr")) >> 5 & 1
                                            if self.arch.isets[-1].thumb_bit else 0)
 
-    def call(self, addr: int, args: "tuple[int, ...]", restype: str = "long") -> int:
+    def call(self, addr: int, args: tuple[int, ...], restype: str = "long") -> int:
         arch, abi = self.arch, self.arch.abi(self.abi_kind)
         word, mask = arch.word_size, arch.word_mask
         fmt = ("<" if arch.endian == "little" else ">") + ("Q" if word == 8 else "I")
@@ -498,7 +507,7 @@ class UnicornTarget(Target):
             sp = self.fast.read(self._sp) if self._depth else STACK_TOP - 0x2000
             sp = (sp - 0x400) & ~(arch.stack_alignment - 1)
             stack_args = [a & mask for a in args[len(abi.args):]]
-            for reg, value in zip(abi.args, args):
+            for reg, value in zip(abi.args, args, strict=False):
                 self.fast.write(arch.register(reg), value & mask)
             sp -= len(stack_args) * word
             sp &= ~(arch.stack_alignment - 1)
@@ -535,7 +544,7 @@ class UnicornTarget(Target):
         return {"arch": self.arch.name, "engine": f"unicorn {unicorn.__version__}", "area": hex(self._area)}
 
 
-def open_elf(rest: str, registry: "Registry", abi: str = "user", **options: Any) -> UnicornTarget:
+def open_elf(rest: str, registry: Registry, abi: str = "user", **options: Any) -> UnicornTarget:
     """``elf:PATH``: load an executable's PT_LOAD segments into Unicorn."""
     if options:
         raise TargetError(f"elf: unknown options {', '.join(options)}")
@@ -560,7 +569,7 @@ def open_elf(rest: str, registry: "Registry", abi: str = "user", **options: Any)
     return target
 
 
-def open_blank(rest: str, registry: "Registry", abi: str = "user", **options: Any) -> UnicornTarget:
+def open_blank(rest: str, registry: Registry, abi: str = "user", **options: Any) -> UnicornTarget:
     """``unicorn:ARCH``: an empty CPU with a stack; map and write code yourself."""
     if options:
         raise TargetError(f"unicorn: unknown options {', '.join(options)}")

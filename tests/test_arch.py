@@ -1,0 +1,74 @@
+"""Arch backends: declared data is consistent and lookups are exact."""
+
+from __future__ import annotations
+
+import pytest
+
+import kpsdk
+from kpsdk import fixtures
+from kpsdk.elfimage import load_elf
+
+ALL = ("i386", "x86_64", "ppc64", "arm", "riscv64")
+
+
+def test_all_five_architectures_are_provided_by_plugins() -> None:
+    assert sorted(kpsdk.get_registry().archs.names()) == sorted(ALL)
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_registers_and_roles(name: str) -> None:
+    arch = kpsdk.get_registry().arch(name)
+    for role in (arch.pc, arch.sp, arch.return_value, *arch.user_abi.args, *arch.kernel_abi.args):
+        assert arch.register(role).name  # every role names a declared register
+    assert len(set(arch.register_names)) == len(arch.register_names)
+    assert all(r.size in (2, 4, 8) and r.gdb for r in arch.registers)
+
+
+def test_lookup_is_exact_and_errors_list_valid_names() -> None:
+    reg = kpsdk.get_registry()
+    assert reg.arch("amd64").name == "x86_64" and reg.arch("thumb").name == "arm"
+    assert reg.arch("riscv64").register("x10").name == "a0"
+    assert reg.arch("ppc64").register("gpr3").name == "r3"
+    with pytest.raises(kpsdk.UnknownNameError, match="valid: .*a0"):
+        reg.arch("riscv64").register("A0")
+    with pytest.raises(kpsdk.UnknownNameError, match="valid: .*riscv64"):
+        reg.arch("mips")
+
+
+@pytest.mark.parametrize("arch", fixtures.ARCHS)
+def test_elf_header_selects_the_arch(arch: str) -> None:
+    image = load_elf(fixtures.path(arch))
+    found = kpsdk.get_registry().archs.by_elf(image.machine, image.elf_class, image.endian)
+    assert found.name == {"thumb": "arm"}.get(arch, arch)
+    add = image.symbols.get("add")
+    assert add.size > 0 and (add.thumb == (arch == "thumb"))
+
+
+def test_ppc64_elfv1_descriptors_resolve_to_code() -> None:
+    image = load_elf(fixtures.path("ppc64"))
+    add = image.symbols.get("add")
+    text = next(s for s in image.segments if s.executable)
+    assert text.vaddr <= add.address < text.vaddr + text.memsz  # code, not the .opd descriptor
+    arch = kpsdk.get_registry().arch("ppc64")
+    code = text.data[add.address - text.vaddr : add.address - text.vaddr + add.size]
+    assert [i.mnemonic for i in arch.disassembler().disasm(code, add.address)][-1] == "blr"
+
+
+def test_riscv_instruction_length_rule() -> None:
+    from kpsdk.arch_backends.riscv import insn_length, jump_back
+
+    assert insn_length(0x4501) == 2 and insn_length(0x0513) == 4
+    iset = kpsdk.get_registry().arch("riscv64").iset()
+    enc = jump_back(0x1000, 0x1010, iset)
+    arch = kpsdk.get_registry().arch("riscv64")
+    insn = next(arch.disassembler().disasm(enc, 0x1000))
+    assert insn.mnemonic in ("j", "jal") and insn.op_str.endswith("0x10")
+    assert jump_back(0, 1 << 21, iset) is None
+
+
+def test_fixture_checksums_match() -> None:
+    import hashlib
+
+    for line in (fixtures.FIXTURES_DIR / "SHA256SUMS").read_text().splitlines():
+        digest, name = line.split()
+        assert hashlib.sha256((fixtures.FIXTURES_DIR / name.lstrip("*")).read_bytes()).hexdigest() == digest
