@@ -81,15 +81,15 @@ def _mark(ok: bool) -> Text:
     return OK if ok else FAIL
 
 
-def _arg_location(s: "Session", n: int) -> str:
+def _arg_location(s: Session, n: int) -> str:
     """Where argument ``n`` lives at function entry (a register, or the stack)."""
     abi = s.arch.user_abi
     if n < len(abi.args):
         return abi.args[n]
-    return f"[{s.arch.sp}+{abi.stack_args_offset + s.arch.word_size * (n - len(abi.args))}] (stack, cdecl)"
+    return f"[{s.arch.sp}+{abi.stack_args_offset + s.arch.word_size * (n - len(abi.args))}]"
 
 
-def set_arg(s: "Session", regs: "PtRegs", n: int, value: int) -> None:
+def set_arg(s: Session, regs: PtRegs, n: int, value: int) -> None:
     """Write argument ``n`` at function entry: the register, or the stack slot (i386)."""
     abi = s.arch.user_abi
     if n < len(abi.args):
@@ -101,7 +101,7 @@ def set_arg(s: "Session", regs: "PtRegs", n: int, value: int) -> None:
     s.write_memory(addr, struct.pack(fmt, value & s.arch.word_mask))
 
 
-def find_conditional_branch(s: "Session", func: str) -> "tuple[int, int, int, str]":
+def find_conditional_branch(s: Session, func: str) -> tuple[int, int, int, str]:
     """The first conditional branch in ``func``: ``(address, fallthrough, target, text)``.
 
     Found the way kpsdk itself reasons about instructions: the backend's
@@ -121,11 +121,11 @@ def find_conditional_branch(s: "Session", func: str) -> "tuple[int, int, int, st
     raise KpsdkError(f"no conditional branch found in {func}")
 
 
-def _open(arch: str) -> "Session":
+def _open(arch: str) -> Session:
     return kpsdk.open(f"elf:{fixtures.path(arch)}")
 
 
-def _demo_arch(arch: str, console: "Console") -> ArchResult:
+def _demo_arch(arch: str, console: Console) -> ArchResult:
     res = ArchResult(arch)
     t0 = time.perf_counter()
     Kprobe: Any = kpsdk.Kprobe  # noqa: N806 - the class, from the kprobes plugin
@@ -135,7 +135,7 @@ def _demo_arch(arch: str, console: "Console") -> ArchResult:
         status0 = s0.run(timeout=5)
         plain = s0.console
     elf = fixtures.path(arch).name
-    console.rule(Text.assemble((f" {arch} ", "bold cyan"), (f" {elf}, {s0.arch.name} ", "dim")), align="left")
+    _heading(console, arch, f"{elf}: {s0.arch.name}, exit status {status0} unprobed")
 
     # 1 + 2. observe: arguments, recursion, a branch; a disabled probe for list()
     add_args: list[tuple[int, int]] = []
@@ -158,26 +158,29 @@ def _demo_arch(arch: str, console: "Console") -> ArchResult:
         res.hits = sum(p.hits for p in probes)
         add_at = s.symbols.resolve("add")
 
-        console.print(Text("1. kprobes on add and fact: pre_handlers read arguments with regs.arg(n)", style="bold"))
+        console.print(Text("1. kprobes on add and fact: ", style="bold").append(
+            "pre_handlers read regs.arg(n) and regs.sp", style="dim"))
         for a, b in add_args:
-            console.print(Text(f"   add(a={a}, b={b})   at add+0x0 ({add_at:#x}), "
-                               f"a in {_arg_location(s, 0)}, b in {_arg_location(s, 1)}"))
+            console.print(Text(f"   add({a}, {b})").append(
+                f"          at add+0x0 ({add_at:#x}); a in {_arg_location(s, 0)}, b in {_arg_location(s, 1)}"
+                + ("" if s.arch.user_abi.args else " (cdecl: on the stack)"),
+                style="dim"), soft_wrap=True)
         for n, sp in fact_hits:
             depth = sum(1 for _, other in fact_hits if other > sp)
-            console.print(Text(f"   {'  ' * depth}fact(n={n})", style="green").append(
-                f"{' ' * (12 - 2 * depth)}sp={sp:#x}  depth {depth}", style="dim"))
+            console.print(Text(f"   {'  ' * depth}fact({n})").append(
+                f"{' ' * (14 - 2 * depth)}sp={sp:#x}, depth {depth}", style="dim"))
         fact_ns = [n for n, _ in fact_hits]
         deeper = all(fact_hits[i + 1][1] < fact_hits[i][1] for i in range(len(fact_hits) - 1))
 
-        console.print(Text(f"2. post_handler on the branch in check: {s.symbols.format(br_addr)}  {br_text}",
-                           style="bold"))
+        console.print(Text("2. a post_handler on the conditional branch in check: ", style="bold").append(
+            f"{s.symbols.format(br_addr)}  {br_text}", style="cyan"), soft_wrap=True)
         outcomes = []
-        for x, ip in zip(check_args, branches):
+        for x, ip in zip(check_args, branches, strict=False):
             taken = ip == br_target
             outcomes.append(taken)
-            console.print(Text(f"   check({x}): ").append(
+            console.print(Text(f"   check({x}):{' ' * (4 - len(str(x)))}").append(
                 "taken    " if taken else "not taken", style="yellow" if taken else "cyan").append(
-                f" -> {s.symbols.format(ip)} ({ip:#x})", style="dim"))
+                f"  next ip {s.symbols.format(ip)} ({ip:#x})", style="dim"))
         res.observed_ok = (
             add_args == [(2, 3)] and fact_ns == [5, 4, 3, 2, 1] and deeper
             and check_args == [5, 50] and outcomes == [False, True] and probes[4].hits == 0
@@ -188,17 +191,17 @@ def _demo_arch(arch: str, console: "Console") -> ArchResult:
     # 3. program output
     res.output_ok = out == plain == fixtures.EXPECTED_OUTPUT and status == status0 == 0
     lines = out.splitlines()
-    console.print(Text("3. program output with the probes: ", style="bold").append(
-        "identical to the unprobed run and to fixtures.EXPECTED_OUTPUT" if res.output_ok
-        else "DIFFERS from the unprobed run or fixtures.EXPECTED_OUTPUT", style="green" if res.output_ok else "red"
-    ).append(f" ({len(lines)} lines, exit status {status})", style="dim"))
-    console.print(Text("   " + "  ".join(lines), style="dim"), soft_wrap=True)
+    console.print(Text("3. the program's output with these probes: ", style="bold").append(
+        "== unprobed output == fixtures.EXPECTED_OUTPUT" if res.output_ok
+        else "differs from the unprobed output or fixtures.EXPECTED_OUTPUT",
+        style="green" if res.output_ok else "bold red"), soft_wrap=True)
+    console.print(Text("   " + " ".join(lines)).append(f"  (exit status {status})", style="dim"), soft_wrap=True)
     if not res.output_ok:
         res.notes.append(f"output {out!r}, exit status {status}")
 
     # 4. fault injection: change add's second argument on the way in
     with _open(arch) as s:
-        def inject(p: Any, regs: "PtRegs") -> int:
+        def inject(p: Any, regs: PtRegs) -> int:
             set_arg(s, regs, 1, INJECTED)
             return 0
 
@@ -211,8 +214,9 @@ def _demo_arch(arch: str, console: "Console") -> ArchResult:
     expected = plain.replace(f"add={2 + 3}\n", f"add={2 + INJECTED}\n")
     res.fault_ok = faulted == expected and after == f"add={2 + INJECTED}"
     console.print(Text("4. fault injection: ", style="bold").append(
-        f"a pre_handler on add writes {where} = {INJECTED}:  ").append(before, style="cyan").append(
-        " -> ").append(after, style="yellow").append("  (the rest of the output unchanged)", style="dim"))
+        f"a pre_handler on add sets {where} = {INJECTED}", style="dim"), soft_wrap=True)
+    console.print(Text("   ").append(before, style="cyan").append(" -> ").append(after, style="yellow").append(
+        "   (the other lines unchanged)" if res.fault_ok else "   (unexpected output)", style="dim"))
     if not res.fault_ok:
         res.notes.append(f"fault injection printed {faulted!r}")
 
@@ -220,7 +224,7 @@ def _demo_arch(arch: str, console: "Console") -> ArchResult:
     with _open(arch) as s:
         sub_at = s.symbols.resolve("sub")
 
-        def redirect(p: Any, regs: "PtRegs") -> int:
+        def redirect(p: Any, regs: PtRegs) -> int:
             regs.ip = sub_at
             return 1  # non-zero: resume at regs.ip, skipping the probed instruction
 
@@ -229,14 +233,15 @@ def _demo_arch(arch: str, console: "Console") -> ArchResult:
         result = s.call("add", 7, 3)
     res.path_ok = result == 7 - 3 and k2.hits == 1
     console.print(Text("5. path change (K2): ", style="bold").append(
-        f"a pre_handler on add sets regs.ip = sub ({sub_at:#x}) and returns 1:  ").append(
-        f's.call("add", 7, 3) = {result}', style="yellow").append("  (sub's answer; add would give 10)", style="dim"))
+        f"a pre_handler on add sets regs.ip = sub ({sub_at:#x}) and returns 1", style="dim"), soft_wrap=True)
+    console.print(Text("   ").append(f's.call("add", 7, 3) = {result}', style="yellow").append(
+        "   (sub's answer: add's code never ran)", style="dim"))
     if not res.path_ok:
         res.notes.append(f"s.call('add', 7, 3) returned {result}, {k2.hits} hit(s)")
 
     # 6. the kernel's debugfs views
-    console.print(Text("6. s.list() (kprobes/list) and s.profile() (kprobe_profile: name, hits, misses)",
-                       style="bold"))
+    console.print(Text("6. s.list() ", style="bold").append("(kprobes/list)", style="dim").append(
+        " and s.profile() ", style="bold").append("(kprobe_profile: probe, hits, missed)", style="dim"))
     for ln in listing.splitlines():
         console.print(Text("   " + ln), soft_wrap=True)
     for ln in profile.splitlines():
@@ -245,7 +250,7 @@ def _demo_arch(arch: str, console: "Console") -> ArchResult:
     return res
 
 
-def run_demo(archs: "list[str] | tuple[str, ...] | None", console: "Console") -> list[ArchResult]:
+def run_demo(archs: list[str] | tuple[str, ...] | None, console: Console) -> list[ArchResult]:
     """Run the demo on ``archs`` (fixture names; default :data:`DEFAULT_ARCHS`) and print it.
 
     Returns one :class:`ArchResult` per architecture; the demo passed when
@@ -254,26 +259,30 @@ def run_demo(archs: "list[str] | tuple[str, ...] | None", console: "Console") ->
     archs = list(archs or DEFAULT_ARCHS)
     results: list[ArchResult] = []
     console.print(Text.assemble(
-        ("kpsdk demo", "bold"),
-        " - Linux kprobes on code run in the Unicorn emulator.  Each program below is a fixture from "
-        "kpsdk.fixtures, the same C source built for every architecture; its normal output is "
-        f"{fixtures.EXPECTED_OUTPUT.count(chr(10))} lines (add=5, sub=4, fact=120, ...).",
+        ("kpsdk demo", "bold"), ": Linux kprobes on programs run in Unicorn. ",
+        ("Each is kpsdk.fixtures' prog.c built for that architecture (add, sub, fact, check...).", "dim"),
     ))
     for arch in archs:
         try:
             results.append(_demo_arch(arch, console))
         except UnsupportedTargetError as e:
-            console.rule(Text.assemble((f" {arch} ", "bold cyan"), (" not run ", "dim")), align="left")
-            console.print(Text("Unicorn cannot run this architecture (not a demo failure): ", style="yellow")
+            _heading(console, arch, "not run")
+            console.print(Text("Unicorn cannot run it (not a demo failure): ", style="yellow")
                           .append(str(e), style="dim"))
-            console.print(Text(f"   Still works without Unicorn: kpsdk list {arch} / kpsdk disasm {arch} add",
+            console.print(Text(f"Without Unicorn these work: kpsdk list {arch}, kpsdk disasm {arch} add",
                                style="dim"))
             results.append(ArchResult(arch, skipped=str(e)))
         except KpsdkError as e:
             console.print(Text(f"error on {arch}: {e}", style="bold red"))
             results.append(ArchResult(arch, error=str(e)))
     console.print(summary_table(results))
+    console.print(Text("Next: kpsdk probe x86_64 --kprobe fact   kpsdk disasm riscv64 check   "
+                       "(the demo's code: kpsdk/demo.py)", style="dim"))
     return results
+
+
+def _heading(console: Console, arch: str, detail: str) -> None:
+    console.print(Text.assemble(("━━ ", "cyan"), (arch, "bold cyan"), (" ━━ ", "cyan"), (detail, "dim")))
 
 
 def summary_table(results: list[ArchResult]) -> Table:

@@ -97,7 +97,7 @@ class ProbeManager:
             raise KprobeError(errno.EINVAL, "give exactly one of symbol_name and addr")
         if probe.symbol_name is not None:
             try:
-                return self.target.symbols.resolve(probe.symbol_name) + probe.offset
+                return self.target.symbols.get(probe.symbol_name).address + probe.offset
             except SymbolError:
                 raise KprobeError(errno.ENOENT, f"no symbol {probe.symbol_name!r} in the target") from None
         assert probe.addr is not None

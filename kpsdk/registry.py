@@ -51,14 +51,16 @@ class Registry:
         for name in load:
             if self.pm.get_plugin(name) is None and not self.pm.is_blocked(name):
                 try:
-                    self.pm.register(importlib.import_module(name), name=name)
+                    module = importlib.import_module(name)
+                    if not self.pm.is_registered(module):
+                        self.pm.register(module, name=name)
                 except ImportError as e:
                     raise PluginLoadError(
                         f"plugin {name!r} is neither an installed '{GROUP}' entry point nor an importable module: {e}"
                     ) from e
 
     def plugin_names(self) -> list[str]:
-        return [name for name, _ in self.pm.list_name_plugin()]
+        return [name for name, plugin in self.pm.list_name_plugin() if plugin is not None]
 
     @cached_property
     def archs(self) -> ArchRegistry:

@@ -103,9 +103,9 @@ class Session:
                 return lambda probes: self.unregister_many([check(p) for p in probes])
             raise AttributeError(f"there is no batch {verb}")
         if verb == "register":
-            return lambda probe: pt.register(self, check(probe))
+            return lambda probe: self.register(check(probe))
         if verb == "unregister":
-            return lambda probe: pt.unregister(self, check(probe))
+            return lambda probe: self.unregister(check(probe))
         if verb == "enable":
             return lambda probe: self.enable(check(probe))
         return lambda probe: self.disable(check(probe))

@@ -268,3 +268,10 @@ def test_k4_faulting_probed_instruction_goes_to_the_fault_handler(optimize: bool
     s.register_kprobe(kpsdk.Kprobe(addr=0x100000, fault_handler=lambda p, r, t: 0))
     with pytest.raises(kpsdk.TargetFault, match=r"UC_ERR_READ_UNMAPPED"):
         s.call(0x100000)
+
+
+def test_symbol_name_is_a_name_not_an_expression(arch: str) -> None:
+    with kpsdk.open(f"elf:{fixtures.path(arch)}") as s:
+        with pytest.raises(kpsdk.KprobeError) as info:
+            s.register_kprobe(kpsdk.Kprobe(symbol_name="add+4"))
+        assert info.value.errno == errno.ENOENT
