@@ -58,6 +58,8 @@ def changes_flow(insn: capstone.CsInsn, pc_ids: frozenset[int]) -> bool:
     """True if the instruction branches, traps or touches the program counter."""
     if FLOW_GROUPS.intersection(insn.groups):
         return True
+    if not pc_ids:  # no architectural pc operand (ppc64): groups and mnemonics decide
+        return False
     try:
         read, written = insn.regs_access()
     except capstone.CsError:

@@ -72,3 +72,14 @@ def test_fixture_checksums_match() -> None:
     for line in (fixtures.FIXTURES_DIR / "SHA256SUMS").read_text().splitlines():
         digest, name = line.split()
         assert hashlib.sha256((fixtures.FIXTURES_DIR / name.lstrip("*")).read_bytes()).hexdigest() == digest
+
+
+def test_ppc64_plain_instructions_are_boostable_and_branches_are_not() -> None:
+    image = load_elf(fixtures.path("ppc64"))
+    arch = kpsdk.get_registry().arch("ppc64")
+    text = next(s for s in image.segments if s.executable)
+    add = image.symbols.get("add")
+    code = text.data[add.address - text.vaddr : add.address - text.vaddr + add.size]
+    verdicts = {i.mnemonic: arch.extra["classify"](i)[0] for i in arch.disassembler().disasm(code, add.address)}
+    assert verdicts.pop("blr") is False
+    assert verdicts and all(verdicts.values()), verdicts

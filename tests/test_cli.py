@@ -1,0 +1,285 @@
+"""The ``kpsdk`` command line: every command on the bundled fixtures.
+
+Most tests drive ``kpsdk.cli.app`` with typer's CliRunner; a few run the real
+console-script path (``python -m kpsdk.cli``, i.e. ``main()``) in a subprocess,
+where ``-p`` is scanned from argv before the app is built.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+import kpsdk
+from kpsdk import fixtures
+from kpsdk.cli import app, scan_plugin_args, split_plugin_values
+from kpsdk.registry import configure
+
+runner = CliRunner()
+
+
+@pytest.fixture(autouse=True)
+def _default_plugins():
+    """Tests that pass -p reconfigure the process-wide registry: put it back."""
+    yield
+    configure()
+
+
+def invoke(*args: str):
+    return runner.invoke(app, list(args))
+
+
+def run_main(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    full_env = {**os.environ, **(env or {})}
+    return subprocess.run([sys.executable, "-m", "kpsdk.cli", *args], capture_output=True, text=True,
+                          env=full_env, timeout=120)
+
+
+def assert_clean_error(result, code: int = 1) -> None:
+    assert result.exit_code == code, result.output
+    assert "Traceback" not in result.output
+    assert not isinstance(result.exception, kpsdk.KpsdkError | OSError | AttributeError)
+
+
+# -- archs / plugins --------------------------------------------------------------------
+
+
+def test_archs_lists_every_arch_with_its_breakpoints():
+    result = invoke("archs")
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    for name in ("i386", "x86_64", "arm", "riscv64", "ppc64"):
+        assert name in out
+    assert "cc int3" in out  # x86 int3, kernel and Unicorn
+    assert "7fe00008 trap" in out  # ppc64 tw 31,0,0
+    assert "00100073 ebreak" in out and "9002 c.ebreak" in out  # riscv
+    assert "arm: e7f001f8" in out and "thumb: de18" in out and "f7f0 a018" in out  # arm per instruction set
+    assert "e1200070 bkpt" in out and "be00 bkpt" in out  # what kpsdk writes on Unicorn
+    assert "stack (cdecl)" in out  # i386 user arguments
+    assert "rdi rsi rdx rcx" in out
+    assert "no (see unicorn_unsupported)" in out  # ppc64 on Unicorn
+
+
+def test_plugins_shows_plugins_targets_and_probe_types():
+    result = invoke("plugins")
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    assert "kprobes" in out and "kpsdk.plugins.kprobes" in out
+    assert "elf" in out and "an ELF executable run in Unicorn" in out
+    assert "kpsdk.plugins.kprobes.Kprobe" in out
+    assert "a pre/post handler on an instruction" in out
+
+
+def test_help_documents_plugins_and_autoload_switch():
+    result = invoke("--help")
+    assert result.exit_code == 0
+    assert "KPSDK_DISABLE_PLUGIN_AUTOLOAD" in result.stdout
+    assert "--plugin" in result.stdout and "no:NAME" in result.stdout
+    assert "kpsdk demo" in result.stdout
+
+
+# -- list / disasm -----------------------------------------------------------------------
+
+
+def test_list_functions_and_noprobe():
+    result = invoke("list", str(fixtures.path("x86_64")), "--noprobe", "sub")
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    for name in ("add", "fact", "check", "main", "_start"):
+        assert name in out
+    assert "counter" not in out  # an object: only with --all
+    assert "no (--noprobe)" in out
+    assert invoke("list", "x86_64", "--all").stdout.count("counter") == 1
+
+
+def test_list_marks_thumb_functions():
+    out = invoke("list", "thumb").stdout
+    assert "thumb" in out.split("add", 1)[1].splitlines()[0]
+
+
+def test_disasm_x86_64_classifies_instructions():
+    result = invoke("disasm", "x86_64", "check")
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    cmp_line = next(ln for ln in lines if " cmp " in ln)
+    jg_line = next(ln for ln in lines if " jg " in ln)
+    assert cmp_line.startswith("check+0x5") and cmp_line.rstrip().endswith("boostable")
+    assert jg_line.rstrip().endswith("stepped")
+
+
+def test_disasm_ppc64_works_without_unicorn():
+    result = invoke("disasm", str(fixtures.path("ppc64")), "add")
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    assert "add+0x0" in out and "blr" in out and "r3, r3, r4" in out
+    assert "7c 63 22 14" in out  # big-endian bytes of add r3, r3, r4
+
+
+def test_disasm_thumb_refuses_it_instruction_and_count():
+    result = invoke("disasm", "thumb", "check", "--count", "4")
+    assert result.exit_code == 0, result.output
+    assert "thumb instructions" in result.stdout
+    assert "refused: an IT instruction" in result.stdout
+    assert sum(1 for ln in result.stdout.splitlines() if ln.startswith("check+")) == 4
+
+
+# -- probe -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("arch, args", [("x86_64", "rdi=0x2 rsi=0x3"), ("riscv64", "a0=0x2 a1=0x3"),
+                                        ("i386", "arg0=0x2 arg1=0x3")])
+def test_probe_add_prints_arguments_and_program_output(arch, args):
+    result = invoke("probe", str(fixtures.path(arch)), "--kprobe", "add")
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    assert "[1] add+0x0 (0x" in out and args in out
+    assert fixtures.EXPECTED_OUTPUT in out
+    assert "exit status 0" in out
+    assert "kprobes/list" in out and "add+0x0  [OPTIMIZED]" in out
+    assert "kprobe_profile" in out and "k_add_0x0" in out
+
+
+def test_probe_fact_recursion_post_and_no_optimize():
+    result = invoke("probe", "x86_64", "--kprobe", "fact", "--post", "--no-optimize", "--regs", "rdi,sp")
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    for n in range(1, 6):
+        assert f"rdi={n:#x} sp=0x" in out
+    assert out.count(" post fact+0x0") == 5 and "-> ip=0x" in out
+    assert "[OPTIMIZED]" not in out  # post handlers and the knob: not optimized
+
+
+def test_probe_call():
+    result = invoke("probe", "riscv64", "--kprobe", "add", "--call", "add 2 -5")
+    assert result.exit_code == 0, result.output
+    assert "a0=0x2" in result.stdout
+    assert "add(2, -5) = -3" in result.stdout
+    assert "add=5" not in result.stdout  # the program itself did not run
+
+
+def test_probe_inside_an_instruction_is_eilseq():
+    result = invoke("probe", "x86_64", "--kprobe", "add+0x1")
+    assert_clean_error(result)
+    assert "error: EILSEQ" in result.stderr and "add+0x1" in result.stderr
+
+
+def test_probe_unknown_symbol_is_enoent():
+    result = invoke("probe", "x86_64", "--kprobe", "nosuchfunc")
+    assert_clean_error(result)
+    assert "error: ENOENT" in result.stderr and "nosuchfunc" in result.stderr
+
+
+def test_probe_unknown_register_and_missing_file():
+    result = invoke("probe", "x86_64", "--kprobe", "add", "--regs", "rdi,bogus")
+    assert_clean_error(result)
+    assert "unknown x86_64 register 'bogus'" in result.stderr
+    result = invoke("probe", "/nonexistent/prog.elf", "--kprobe", "add")
+    assert_clean_error(result)
+    assert "cannot read" in result.stderr
+
+
+def test_probe_usage_errors_exit_2():
+    assert invoke("probe", "x86_64").exit_code == 2  # --kprobe is required
+    assert invoke("probe", "x86_64", "--kprobe", "add", "--call", "add two").exit_code == 2
+
+
+def test_probe_without_kprobes_plugin_fails_clearly():
+    result = invoke("-p", "no:kprobes", "probe", "x86_64", "--kprobe", "add")
+    assert_clean_error(result)
+    assert "no 'kprobe' probe type is loaded" in result.stderr
+
+
+# -- demo ----------------------------------------------------------------------------------
+
+
+def test_demo_riscv64():
+    result = invoke("demo", "--arch", "riscv64")
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    assert "add(2, 3)" in out and "fact(1)" in out
+    assert "not taken" in out and "taken" in out
+    assert "add=5 -> add=42" in out
+    assert 's.call("add", 7, 3) = 4' in out
+    assert "[OPTIMIZED]" in out and "[DISABLED]" in out
+    assert "summary" in out and "✗" not in out
+
+
+def test_demo_ppc64_is_reported_not_failed():
+    result = invoke("demo", "--arch", "ppc64")
+    assert result.exit_code == 0, result.output
+    assert "Unicorn 2.1.4 cannot run ppc64" in result.stdout
+
+
+def test_demo_unknown_arch_is_a_usage_error():
+    assert invoke("demo", "--arch", "sparc").exit_code == 2
+
+
+def test_run_demo_returns_results():
+    from rich.console import Console
+
+    from kpsdk.demo import run_demo
+
+    results = run_demo(["x86_64", "thumb"], Console(file=open(os.devnull, "w"), width=120))  # noqa: SIM115
+    assert [r.arch for r in results] == ["x86_64", "thumb"]
+    assert all(r.ok and r.hits == 10 for r in results)
+
+
+# -- main(): -p scanned from argv, plugin commands ---------------------------------------------
+
+
+def test_scan_plugin_args():
+    assert scan_plugin_args(["-p", "a", "-pno:b", "--plugin=c", "--plugin", "no:d", "probe", "-p", "e"]) == (
+        ["a", "c"], ["b", "d"])
+    assert scan_plugin_args(["archs"]) == ([], [])
+    assert split_plugin_values(["no:kprobes"]) == ([], ["kprobes"])
+
+
+def test_main_error_is_one_line_without_traceback():
+    proc = run_main("probe", "x86_64", "--kprobe", "add+0x1")
+    assert proc.returncode == 1
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.strip().startswith("error: EILSEQ")
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_main_blocks_kprobes_with_p_no():
+    proc = run_main("-p", "no:kprobes", "probe", "x86_64", "--kprobe", "add")
+    assert proc.returncode == 1
+    assert "no 'kprobe' probe type is loaded" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_main_plugin_adds_a_command(tmp_path: Path):
+    (tmp_path / "kpsdk_hello_plugin.py").write_text(textwrap.dedent('''
+        import kpsdk
+
+        @kpsdk.hookimpl
+        def kpsdk_cli(app):
+            @app.command("hello")
+            def hello(name: str = "world") -> None:
+                """Say hello."""
+                print(f"hello {name}")
+
+            @app.command("fail")
+            def fail() -> None:
+                raise kpsdk.TargetError("a plugin's error")
+    '''))
+    env = {"PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+    proc = run_main("-p", "kpsdk_hello_plugin", "hello", "--name", "kprobes", env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "hello kprobes"
+    proc = run_main("-p", "kpsdk_hello_plugin", "fail", env=env)
+    assert proc.returncode == 1 and proc.stderr.strip() == "error: a plugin's error"
+    proc = run_main("hello", env=env)  # not loaded without -p
+    assert proc.returncode == 2
+
+
+def test_main_unknown_plugin_is_an_error():
+    proc = run_main("-p", "kpsdk_no_such_plugin_xyz", "archs")
+    assert proc.returncode == 1
+    assert "error: plugin 'kpsdk_no_such_plugin_xyz'" in proc.stderr and "Traceback" not in proc.stderr
