@@ -13,7 +13,6 @@ import struct
 import capstone
 import keystone
 import unicorn
-from capstone import ppc_const as cp
 from unicorn import ppc_const as up
 
 from kpsdk import hookimpl
@@ -99,8 +98,7 @@ PPC64 = Arch(
     stack_alignment=16,
     qemu_user="qemu-ppc64",
     cross_gcc_package="gcc-powerpc64-linux-gnu",
-    extra={"classify": classify, "successors": successors, "jump_back": jump_back,
-           "_pc_ids": cp.PPC_REG_INVALID},
+    extra={"classify": classify, "successors": successors, "jump_back": jump_back},
 )
 
 

@@ -51,7 +51,6 @@ class ProbePoint:
 class ProbeManager:
     """Probe points of one session."""
 
-    #: most probes on the hook path at once; past this, hits would get dearer for all
     def __init__(self, target: Target) -> None:
         self.target = target
         self.points: dict[int, ProbePoint] = {}
@@ -60,6 +59,7 @@ class ProbeManager:
         self.busy = False  # a handler is running (the kernel's current_kprobe)
         self.error: BaseException | None = None
         self.blacklist: set[str] = set()
+        self._point_of: dict[int, ProbePoint] = {}  # id(probe) -> its point, for O(1) unregister
 
     # -- knobs -------------------------------------------------------------
 
@@ -146,6 +146,7 @@ class ProbeManager:
         probe.addr = addr if probe.symbol_name is None else probe.addr
         probe.session = self.target.session
         point.probes.append(probe)
+        self._point_of[id(probe)] = point
         probe.nmissed = 0
         try:
             self._sync(point)
@@ -163,6 +164,7 @@ class ProbeManager:
     def _detach(self, point: ProbePoint, probe: Probe) -> None:
         if probe in point.probes:
             point.probes.remove(probe)
+        self._point_of.pop(id(probe), None)
         probe.session = None
         if not point.probes:
             point.active = ()
@@ -172,10 +174,8 @@ class ProbeManager:
             self._sync(point)
 
     def point_of(self, probe: Probe) -> ProbePoint | None:
-        for point in self.points.values():
-            if probe in point.probes:
-                return point
-        return None
+        point = self._point_of.get(id(probe))
+        return point if point is not None and probe in point.probes else None
 
     def set_disabled(self, probe: Probe, disabled: bool) -> None:
         point = self.point_of(probe)

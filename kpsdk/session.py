@@ -62,13 +62,10 @@ class Session:
                 self.unregister(probe)
 
     def enable(self, probe: Probe) -> None:
-        self.target.manager.set_disabled(self._own(probe), False)
+        self.target.manager.set_disabled(probe, False)
 
     def disable(self, probe: Probe) -> None:
-        self.target.manager.set_disabled(self._own(probe), True)
-
-    def _own(self, probe: Probe) -> Probe:
-        return probe
+        self.target.manager.set_disabled(probe, True)
 
     def _probe_type(self, probe: Any) -> ProbeType:
         return self.registry.probe_type_for(probe)
