@@ -42,12 +42,39 @@ _REGS = (
 
 
 def classify(insn: capstone.CsInsn) -> tuple[bool, str | None]:
-    """(boostable, refused reason): PC-using forms are stepped, not boosted."""
+    """(boostable, refused reason): PC-using forms are stepped, not boosted.
+
+    A Thumb instruction inside an IT block takes its condition from the CPU's
+    ITSTATE, which a copy out of line would not see: it runs in place.
+    """
     if insn.mnemonic.startswith(_REFUSED_PREFIXES):
         return False, f"{insn.mnemonic} cannot be probed (exclusive, coprocessor or system instruction)"
     if insn.mnemonic.startswith("it"):
         return False, "an IT instruction cannot be probed (it conditions the next ones)"
-    return not changes_flow(insn, _PC_IDS), None
+    in_it_block = insn._cs.mode & capstone.CS_MODE_THUMB and condition(insn) is not None
+    return not (in_it_block or changes_flow(insn, _PC_IDS)), None
+
+
+def condition(insn: capstone.CsInsn) -> int | None:
+    """The instruction's condition code (capstone ARM_CC_*), None if always executed.
+
+    Capstone knows a Thumb instruction's IT condition when it decoded the IT
+    instruction before it, which is why probes decode from the function start.
+    """
+    cc = insn.cc
+    return None if cc in (ca.ARM_CC_AL, ca.ARM_CC_INVALID) or changes_flow(insn, _PC_IDS) else cc
+
+
+def condition_passes(cc: int, reg: ReadReg) -> bool:
+    """Evaluate an ARM condition code against CPSR's NZCV flags."""
+    cpsr = reg("cpsr")
+    n, z, c, v = (cpsr >> 31) & 1, (cpsr >> 30) & 1, (cpsr >> 29) & 1, (cpsr >> 28) & 1
+    return {
+        ca.ARM_CC_EQ: z == 1, ca.ARM_CC_NE: z == 0, ca.ARM_CC_HS: c == 1, ca.ARM_CC_LO: c == 0,
+        ca.ARM_CC_MI: n == 1, ca.ARM_CC_PL: n == 0, ca.ARM_CC_VS: v == 1, ca.ARM_CC_VC: v == 0,
+        ca.ARM_CC_HI: c == 1 and z == 0, ca.ARM_CC_LS: c == 0 or z == 1, ca.ARM_CC_GE: n == v,
+        ca.ARM_CC_LT: n != v, ca.ARM_CC_GT: z == 0 and n == v, ca.ARM_CC_LE: z == 1 or n != v,
+    }.get(cc, True)
 
 
 def successors(insn: capstone.CsInsn, reg: ReadReg, mem: ReadMem, word: int) -> set[int] | None:
@@ -99,6 +126,7 @@ ARM_ISET = InstructionSet(
     kernel_breakpoints={4: struct.pack("<I", 0xE7F001F8)},
     unicorn_breakpoint=Breakpoint({4: struct.pack("<I", 0xE1200070)}, intno=7, pc_adjust=0),
     min_insn=4,
+    length_rule=lambda code: 4,
 )
 THUMB_ISET = InstructionSet(
     name="thumb",
@@ -108,6 +136,8 @@ THUMB_ISET = InstructionSet(
     unicorn_breakpoint=Breakpoint({2: struct.pack("<H", 0xBE00)}, intno=7, pc_adjust=0),
     min_insn=2,
     thumb_bit=True,
+    # a first halfword of 0b11101, 0b11110 or 0b11111 in its top bits starts a 32-bit instruction
+    length_rule=lambda code: 4 if int.from_bytes(code[:2], "little") >= 0xE800 else 2,
 )
 
 ARM = Arch(
@@ -133,7 +163,8 @@ ARM = Arch(
     stack_alignment=8,
     qemu_user="qemu-arm",
     cross_gcc_package="gcc-arm-linux-gnueabihf",
-    extra={"classify": classify, "successors": successors, "jump_back": jump_back},
+    extra={"classify": classify, "successors": successors, "jump_back": jump_back,
+           "condition": condition, "condition_passes": condition_passes},
 )
 
 

@@ -68,6 +68,8 @@ PPC64_ISET = InstructionSet(
     kernel_breakpoints={4: TRAP},
     unicorn_breakpoint=Breakpoint({4: TRAP}, intno=-1, pc_adjust=0),
     min_insn=4,
+    # ISA 3.1 prefixed instructions (primary opcode 1) are 8 bytes
+    length_rule=lambda code: 8 if code[0] >> 2 == 1 else 4,
 )
 
 PPC64 = Arch(

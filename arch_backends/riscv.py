@@ -97,6 +97,7 @@ RISCV_ISET = InstructionSet(
     kernel_breakpoints={4: struct.pack("<I", 0x00100073), 2: struct.pack("<H", 0x9002)},
     unicorn_breakpoint=Breakpoint({4: b"\0\0\0\0", 2: b"\0\0"}, intno=2, pc_adjust=-4),
     min_insn=2,
+    length_rule=lambda code: insn_length(int.from_bytes(code[:2], "little")),
 )
 
 RISCV64 = Arch(

@@ -11,6 +11,7 @@ created lazily because importing keystone alone costs tens of milliseconds.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Literal
@@ -98,6 +99,7 @@ class InstructionSet:
         UDF/ebreak encodings stop emulation instead).
     :param min_insn: the shortest instruction, in bytes.
     :param thumb_bit: address bit 0 marks this set (Thumb).
+    :param length_rule: the instruction length from its first bytes.
     """
 
     name: str
@@ -107,6 +109,9 @@ class InstructionSet:
     unicorn_breakpoint: Breakpoint
     min_insn: int
     thumb_bit: bool = False
+    #: the length rule: instruction bytes -> length, or None where only a
+    #: decoder can tell (x86's 1-15 bytes)
+    length_rule: Callable[[bytes], int | None] = lambda code: None
 
 
 @dataclass(frozen=True)

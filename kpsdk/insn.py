@@ -49,6 +49,9 @@ class Decoded:
     raw: bytes
     boostable: bool
     refused: str | None
+    #: an arch-specific condition code when the instruction may not execute
+    #: (ARM cc, or a Thumb instruction in an IT block); None: always executes
+    condition: int | None = None
 
     def __str__(self) -> str:
         return f"{self.mnemonic} {self.op_str}".strip()

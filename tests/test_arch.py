@@ -83,3 +83,22 @@ def test_ppc64_plain_instructions_are_boostable_and_branches_are_not() -> None:
     verdicts = {i.mnemonic: arch.extra["classify"](i)[0] for i in arch.disassembler().disasm(code, add.address)}
     assert verdicts.pop("blr") is False
     assert verdicts and all(verdicts.values()), verdicts
+
+
+@pytest.mark.parametrize("arch", fixtures.ARCHS)
+def test_length_rules_agree_with_the_decoder_on_every_fixture_instruction(arch: str) -> None:
+    image = load_elf(fixtures.path(arch))
+    backend = kpsdk.get_registry().archs.by_elf(image.machine, image.elf_class, image.endian)
+    text = next(s for s in image.segments if s.executable)
+    checked = 0
+    for sym in image.symbols.functions():
+        iset = backend.iset_for_address(1 if sym.thumb else 0)
+        code = text.data[sym.address - text.vaddr : sym.address - text.vaddr + sym.size]
+        for insn in backend.disassembler(iset).disasm(code, sym.address):
+            rule = iset.length_rule(bytes(insn.bytes))
+            if rule is not None:
+                assert rule == insn.size, (sym.name, insn.mnemonic, insn.op_str)
+                checked += 1
+            else:
+                assert 1 <= insn.size <= 15  # x86: only decoding tells
+    assert checked or arch in ("i386", "x86_64")

@@ -275,3 +275,17 @@ def test_symbol_name_is_a_name_not_an_expression(arch: str) -> None:
         with pytest.raises(kpsdk.KprobeError) as info:
             s.register_kprobe(kpsdk.Kprobe(symbol_name="add+4"))
         assert info.value.errno == errno.ENOENT
+
+
+@pytest.mark.parametrize("arm", ["arm", "thumb"])
+@pytest.mark.parametrize("optimize", [True, False], ids=["optimized", "breakpoint"])
+def test_arm_conditional_instruction_runs_handlers_only_when_it_executes(arm: str, optimize: bool) -> None:
+    """The kernel's ARM kprobe_handler skips a probe whose condition fails (Thumb: in an IT block)."""
+    with kpsdk.open(f"elf:{fixtures.path(arm)}") as s:
+        s.kprobes_optimization = optimize
+        movle = next(i for i in instructions(s, "check") if i.mnemonic == "movle")
+        kp = kpsdk.Kprobe(addr=probe_addr(s, movle.address), pre_handler=lambda p, r: 0)
+        s.register_kprobe(kp)
+        assert s.call("check", 5) == 0  # 5 <= 10: movle executes
+        assert s.call("check", 50) == 1  # condition fails: no hit
+        assert (kp.hits, kp.nmissed) == (1, 0)

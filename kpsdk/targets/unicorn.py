@@ -218,7 +218,9 @@ class UnicornTarget(Target):
                 return None
             return self.decode_at(addr, addr, iset)
         boostable, refused = self.arch.extra["classify"](found)
-        return Decoded(found.address, found.size, found.mnemonic, found.op_str, bytes(found.bytes), boostable, refused)
+        cond = self.arch.extra["condition"](found) if "condition" in self.arch.extra else None
+        return Decoded(found.address, found.size, found.mnemonic, found.op_str, bytes(found.bytes),
+                       boostable, refused, cond)
 
     def _cs_insn(self, point: ProbePoint) -> capstone.CsInsn:
         insn = point.state.get("cs")
@@ -320,7 +322,8 @@ class UnicornTarget(Target):
                 pc = self.fast.read_id(self._pc.uc)  # type: ignore[arg-type]
                 point = self._bp_points.get(pc + self._bp_adjust)
                 if point is not None:
-                    new = self.manager.pre(point, self._regs)
+                    new = None if point.insn.condition is not None and not self._condition_passes(point) \
+                        else self.manager.pre(point, self._regs)
                     self._set_pc(new if new is not None else point.state["slot"], point)  # type: ignore[arg-type]
                     return
             if self._sys is not None and intno == self._sys.intno:
@@ -339,6 +342,8 @@ class UnicornTarget(Target):
             if point.state.get("resuming"):
                 point.state["resuming"] = False
                 return
+            if point.insn.condition is not None and not self._condition_passes(point):
+                return
             reentrant = self.manager.busy
             new = self.manager.pre(point, self._regs)
             if new is not None:
@@ -347,6 +352,12 @@ class UnicornTarget(Target):
                 self._start_step(point)
         except BaseException as exc:  # noqa: BLE001 - stored and re-raised by run()/call()
             self._fail(exc)
+
+    def _condition_passes(self, point: ProbePoint) -> bool:
+        """A conditional instruction whose condition fails is skipped, handlers
+        and all, as the kernel's ARM kprobe_handler does (no nmissed either)."""
+        arch = self.arch
+        return bool(arch.extra["condition_passes"](point.insn.condition, lambda n: self.fast.read(arch.register(n))))
 
     def _start_step(self, point: ProbePoint) -> None:
         fast, arch = self.fast, self.arch
