@@ -516,6 +516,7 @@ def cmd_disasm(
 
 
 def cmd_probe(
+    ctx: typer.Context,
     elf: ElfArg,
     kprobe: Annotated[list[str], typer.Option(
         "--kprobe", "-k", metavar="SYM[+OFF]",
@@ -526,9 +527,9 @@ def cmd_probe(
         "--regs", metavar="R1,R2", help="Registers to print (names, aliases, ip, sp, return_value, argN). "
         "Default: the first 4 user argument registers, sp and the return value register.")] = None,
     call: Annotated[str | None, typer.Option(
-        "--call", metavar="'FN ARGS...'",
-        help="Call FN with integer arguments (one quoted string: 'add 2 3', 'add(2, -3)', 0x.. ok) "
-             "instead of running the program.")] = None,
+        "--call", metavar="FN ARGS...",
+        help="Call FN with integer arguments instead of running the program: --call add 2 3 "
+             "(after the ELF argument), or one quoted string 'add 2 3' / 'add(2, -3)'; 0x.. ok.")] = None,
     restype: Annotated[str, typer.Option(
         "--restype", help="How --call reads the result: long, ulong, int or uint.")] = "long",
     no_optimize: Annotated[bool, typer.Option(
@@ -557,6 +558,10 @@ def cmd_probe(
     The exit status is 0 when probing worked, whatever the program's own
     status; 1 on a kpsdk error or when the program did not exit in time.
     """
+    if ctx.args and call is None:
+        raise typer.BadParameter(f"unexpected arguments {' '.join(ctx.args)!r}", param_hint="ELF")
+    if ctx.args:
+        call = " ".join([call or "", *ctx.args])
     fn_args = parse_call(call) if call is not None else None
     wheres = [parse_where(k) for k in kprobe]
     if restype not in ("long", "ulong", "int", "uint"):
@@ -710,7 +715,9 @@ def create_app() -> typer.Typer:
     app.callback()(_root)
     for name, func, examples in COMMANDS:
         epilog = "[bold]Examples[/bold]\n" + "\n".join(f"  {line}" for line in examples.splitlines())
-        app.command(name, epilog=epilog)(func)
+        # probe takes the arguments after --call FN as extra arguments (negative numbers included)
+        extra = {"allow_extra_args": True, "ignore_unknown_options": True} if name == "probe" else None
+        app.command(name, epilog=epilog, context_settings=extra)(func)
     kpsdk.get_registry().pm.hook.kpsdk_cli(app=app)
     return app
 

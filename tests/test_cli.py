@@ -283,3 +283,11 @@ def test_main_unknown_plugin_is_an_error():
     proc = run_main("-p", "kpsdk_no_such_plugin_xyz", "archs")
     assert proc.returncode == 1
     assert "error: plugin 'kpsdk_no_such_plugin_xyz'" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_probe_call_takes_function_and_arguments_unquoted():
+    result = invoke("probe", str(fixtures.path("i386")), "--kprobe", "sum7", "--regs", "arg0,arg6",
+                    "--call", "sum7", "1", "2", "3", "4", "5", "6", "-7")
+    assert result.exit_code == 0, result.output
+    assert "arg0=0x1 arg6=0xfffffff9" in result.output  # -7 as a 32-bit word on the stack
+    assert "sum7(1, 2, 3, 4, 5, 6, -7) = 42" in result.output  # 1+4+9+16+25+36-49
