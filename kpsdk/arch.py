@@ -39,8 +39,9 @@ class Register:
     gdb: str
     aliases: tuple[str, ...] = ()
 
-    @property
+    @cached_property
     def mask(self) -> int:
+        """All-ones of the register's width (computed once: it is on the hot path)."""
         return (1 << (8 * self.size)) - 1
 
 

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from kpsdk.target import Target
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class ProbePoint:
     """One probed address and everything registered there."""
 
@@ -41,11 +41,11 @@ class ProbePoint:
     optimized: bool = False
     #: the target's own per-point state (slot address, hook handle...)
     state: dict[str, object] = field(default_factory=dict)
-
-    @property
-    def needs_step(self) -> bool:
-        """A post_handler must run after the instruction: the point cannot be boosted."""
-        return any(p.post_handler is not None for p in self.active)
+    #: a post_handler must run after the instruction, so the point cannot be
+    #: boosted; computed with ``active`` because every hit reads it
+    needs_step: bool = False
+    #: set by a target re-entering the instruction after arming a step
+    resuming: bool = False
 
 
 class ProbeManager:
@@ -168,6 +168,7 @@ class ProbeManager:
         probe.session = None
         if not point.probes:
             point.active = ()
+            point.needs_step = False
             self.target.sync_point(point)
             self.points.pop(point.addr, None)
         else:
@@ -188,6 +189,7 @@ class ProbeManager:
 
     def _sync(self, point: ProbePoint) -> None:
         point.active = tuple(p for p in point.probes if not p.disabled) if self._enabled else ()
+        point.needs_step = any(p.post_handler is not None for p in point.active)
         self.target.sync_point(point)
 
     # -- the handler protocol (called by targets on a hit) ------------------
@@ -205,8 +207,10 @@ class ProbeManager:
                 p.nmissed += 1
             return None
         self.busy = True
+        hit = regs._hit
+        hit[0] = None
+        hit[1] = point.addr
         try:
-            regs._reset(point.addr)
             for p in point.active:
                 p.hits += 1
                 handler = p.pre_handler
@@ -218,12 +222,12 @@ class ProbeManager:
                     self._fault(p, point, regs, exc, "pre_handler")
                     continue
                 if ret:
-                    if regs.new_ip is None:
+                    if hit[0] is None:
                         raise ProbeHandlerError(
                             p, point.addr, self.target.symbols.format(point.addr), "pre_handler",
                             ValueError("returned non-zero without setting regs.ip: it would loop forever"),
                         )
-                    return int(regs.new_ip)
+                    return hit[0]
             return None
         finally:
             self.busy = False

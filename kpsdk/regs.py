@@ -10,9 +10,8 @@ honoured when the pre_handler returns non-zero (K2), so it is held aside.
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Callable
-from typing import Protocol
+from typing import TYPE_CHECKING, ClassVar, Protocol
 
 from kpsdk.arch import Abi, Arch, Register
 
@@ -34,24 +33,40 @@ class PtRegs:
     ``regs.rdi``, ``regs["a0"]`` (exact names and aliases), and the roles
     ``regs.ip``, ``regs.sp``, ``regs.return_value`` and ``regs.arg(n)`` (n from
     0, by the session's calling convention) on every architecture.
+
+    Build one with :meth:`PtRegs.create`: every register name, alias and role
+    becomes a property of a subclass derived once per architecture, because a
+    plain attribute costs a fraction of ``__getattr__``, which Python only
+    reaches after a failed lookup (handlers read registers on every hit).
     """
 
-    __slots__ = ("_arch", "_io", "_abi", "_table", "_read_mem", "new_ip", "_ip_value")
+    __slots__ = ("_arch", "_io", "_abi", "_table", "_read_mem", "_hit", "_arg_regs")
     _arch: Arch
     _io: RegisterIO
     _abi: Abi
     _table: dict[str, Register]
     _read_mem: Callable[[int, int], bytes]
-    new_ip: int | None
-    _ip_value: int | None
+    #: per-hit state, a list so the hot path sets it in place:
+    #: [new ip set by a handler or None, the probed address or None]
+    _hit: list[int | None]
+    _arg_regs: tuple[Register, ...]
 
-    def __init__(self, arch: Arch, io: RegisterIO, abi: Abi, read_mem: Callable[[int, int], bytes]) -> None:
-        object.__setattr__(self, "_arch", arch)
-        object.__setattr__(self, "_io", io)
-        object.__setattr__(self, "_abi", abi)
-        object.__setattr__(self, "_read_mem", read_mem)
-        object.__setattr__(self, "new_ip", None)
-        object.__setattr__(self, "_ip_value", None)
+    _classes: ClassVar[dict[str, type[PtRegs]]] = {}
+
+    if TYPE_CHECKING:  # the per-arch subclass defines these as properties
+        ip: int
+        pc: int
+        sp: int
+        return_value: int
+
+        def __setattr__(self, name: str, value: int) -> None: ...
+
+    @classmethod
+    def create(cls, arch: Arch, io: RegisterIO, abi: Abi, read_mem: Callable[[int, int], bytes]) -> PtRegs:
+        sub = cls._classes.get(arch.name)
+        if sub is None:
+            sub = cls._classes[arch.name] = _derive(arch)
+        regs = sub.__new__(sub)
         table: dict[str, Register] = {}
         for reg in arch.registers:
             for n in (reg.name, *reg.aliases):
@@ -59,44 +74,38 @@ class PtRegs:
         table["ip"] = table["pc"] = arch.register(arch.pc)
         table["sp"] = arch.register(arch.sp)
         table["return_value"] = arch.register(arch.return_value)
-        object.__setattr__(self, "_table", table)
+        regs._arch, regs._io, regs._abi, regs._table, regs._read_mem = arch, io, abi, table, read_mem
+        regs._hit = [None, None]
+        regs._arg_regs = tuple(arch.register(r) for r in abi.args)
+        return regs
 
     # The probe manager sets the probe address before handlers run so that
     # ``regs.ip`` reads the probed address on every arch (x86 traps after int3).
-    def _reset(self, ip: int) -> None:
-        object.__setattr__(self, "new_ip", None)
-        object.__setattr__(self, "_ip_value", ip)
+    def _reset(self, ip: int | None) -> None:
+        hit = self._hit
+        hit[0] = None
+        hit[1] = ip
+
+    @property
+    def new_ip(self) -> int | None:
+        """The ip a handler set (K2), else None."""
+        return self._hit[0]
 
     def __getattr__(self, name: str) -> int:
-        if name in ("ip", "pc") or (name == self._arch.pc):
-            if self.new_ip is not None:
-                return self.new_ip
-            if self._ip_value is not None:
-                return self._ip_value
-        try:
-            reg = self._table[name]
-        except KeyError:
-            raise AttributeError(
-                f"{self._arch.name} has no register {name!r}; "
-                f"registers: {', '.join(self._arch.register_names)}; roles: {', '.join(_ROLES)}, arg(n)"
-            ) from None
-        return self._io.read(reg)
+        raise AttributeError(
+            f"{self._arch.name} has no register {name!r}; "
+            f"registers: {', '.join(self._arch.register_names)}; roles: {', '.join(_ROLES)}, arg(n)"
+        )
 
-    def __setattr__(self, name: str, value: int) -> None:
-        if name in ("ip", "pc") or name == self._arch.pc:
-            object.__setattr__(self, "new_ip", value & self._arch.word_mask)
-            return
-        if name == "new_ip":
-            object.__setattr__(self, name, value)
-            return
-        try:
-            reg = self._table[name]
-        except KeyError:
-            raise AttributeError(f"{self._arch.name} has no register {name!r}") from None
-        self._io.write(reg, value & reg.mask)
+    def __getitem__(self, name: str) -> int:
+        if name not in self._table:
+            return self.__getattr__(name)
+        return int(getattr(self, name))
 
-    __getitem__ = __getattr__
-    __setitem__ = __setattr__
+    def __setitem__(self, name: str, value: int) -> None:
+        if name not in self._table:
+            self.__getattr__(name)
+        setattr(self, name, value)
 
     def arg(self, n: int) -> int:
         """Argument ``n`` (from 0) at function entry, per the session's ABI.
@@ -104,13 +113,13 @@ class PtRegs:
         Register arguments come from registers; the rest from the stack, where
         the calling convention puts them at entry.
         """
-        regs = self._abi.args
+        regs = self._arg_regs
         if n < len(regs):
-            return self._io.read(self._table[regs[n]])
-        word = self._arch.word_size
-        addr = self.sp + self._abi.stack_args_offset + word * (n - len(regs))
-        fmt = ("<" if self._arch.endian == "little" else ">") + ("Q" if word == 8 else "I")
-        return int(struct.unpack(fmt, self._read_mem(addr, word))[0])
+            return self._io.read(regs[n])
+        arch = self._arch
+        word = arch.word_size
+        addr = self._io.read(self._table["sp"]) + self._abi.stack_args_offset + word * (n - len(regs))
+        return int.from_bytes(self._read_mem(addr, word), arch.endian)
 
     def signed(self, name: str) -> int:
         """A register read as a signed word (``regs.signed("rax")``)."""
@@ -120,7 +129,48 @@ class PtRegs:
 
     def dump(self, names: tuple[str, ...] | None = None) -> dict[str, int]:
         """The named registers (default: all declared) as a dict."""
-        return {n: getattr(self, n) for n in (names or self._arch.register_names)}
+        return {n: self[n] for n in (names or self._arch.register_names)}
 
     def __repr__(self) -> str:
-        return f"<PtRegs {self._arch.name} ip={self.ip:#x} sp={self.sp:#x}>"
+        return f"<PtRegs {self._arch.name} ip={self['ip']:#x} sp={self['sp']:#x}>"
+
+
+def _register_property(reg: Register) -> property:
+    def get(self: PtRegs) -> int:
+        return self._io.read(reg)
+
+    def put(self: PtRegs, value: int) -> None:
+        self._io.write(reg, value & reg.mask)
+
+    return property(get, put, doc=f"{reg.name} ({8 * reg.size}-bit)")
+
+
+def _ip_property(reg: Register, mask: int) -> property:
+    """The instruction pointer: the probed address during a hit; a write is a K2 request."""
+
+    def get(self: PtRegs) -> int:
+        hit = self._hit
+        if hit[0] is not None:
+            return hit[0]
+        if hit[1] is not None:
+            return hit[1]
+        return self._io.read(reg)
+
+    def put(self: PtRegs, value: int) -> None:
+        self._hit[0] = value & mask
+
+    return property(get, put, doc="the instruction pointer (a write takes effect only per K2)")
+
+
+def _derive(arch: Arch) -> type[PtRegs]:
+    """A PtRegs subclass with one property per register name, alias and role."""
+    pc = arch.register(arch.pc)
+    props: dict[str, object] = {"__slots__": ()}
+    for reg in arch.registers:
+        for n in (reg.name, *reg.aliases):
+            props[n] = _register_property(reg)
+    props["sp"] = _register_property(arch.register(arch.sp))
+    props["return_value"] = _register_property(arch.register(arch.return_value))
+    for n in {"ip", "pc", arch.pc, *pc.aliases}:
+        props[n] = _ip_property(pc, arch.word_mask)
+    return type(f"PtRegs_{arch.name}", (PtRegs,), props)

@@ -83,7 +83,7 @@ class UnicornTarget(Target):
         self._pc = arch.register(arch.pc)
         self._sp = arch.register(arch.sp)
         self._rv = arch.register(arch.return_value)
-        self._regs = PtRegs(arch, self.fast, arch.abi(abi_kind), self.read_memory)
+        self._regs = PtRegs.create(arch, self.fast, arch.abi(abi_kind), self.read_memory)
         self._bp_points: dict[int, ProbePoint] = {}
         self._slot_points: dict[int, ProbePoint] = {}
         self._hook_points: dict[int, ProbePoint] = {}
@@ -319,7 +319,7 @@ class UnicornTarget(Target):
     def _on_intr(self, handle: int, intno: int, user: int) -> None:
         try:
             if intno == self._bp_intno:
-                pc = self.fast.read_id(self._pc.uc)  # type: ignore[arg-type]
+                pc = self.fast.read(self._pc)
                 point = self._bp_points.get(pc + self._bp_adjust)
                 if point is not None:
                     new = None if point.insn.condition is not None and not self._condition_passes(point) \
@@ -339,8 +339,8 @@ class UnicornTarget(Target):
             point = self._hook_points.get(addr)
             if point is None:
                 return
-            if point.state.get("resuming"):
-                point.state["resuming"] = False
+            if point.resuming:
+                point.resuming = False
                 return
             if point.insn.condition is not None and not self._condition_passes(point):
                 return
@@ -373,7 +373,7 @@ class UnicornTarget(Target):
         self._step = (point, handles)
         # leave the current translation block so the new hooks are seen, and
         # re-enter this instruction without running its handlers again
-        point.state["resuming"] = True
+        point.resuming = True
         self.uc.ctl_remove_cache(point.addr, point.addr + point.insn.size)
         self._set_pc(point.addr, point)
 
