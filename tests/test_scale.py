@@ -25,3 +25,26 @@ def test_ten_thousand_probes(tmp_path: object) -> None:
     assert s.read_memory(CODE, len(body)) == body
     s.unregister_kprobes(probes)
     assert bytes(s.target.uc.mem_read(CODE, len(body))) == body and s.list() == ""
+
+
+def test_hot_probe_gets_the_optimized_path_from_a_cold_one() -> None:
+    from kpsdk.targets.unicorn import PROMOTE_EVERY
+
+    s = kpsdk.open("unicorn:x86_64")
+    s.target.map(CODE, 0x10000, "rx")
+    cold_code = b"\x90" * 64
+    s.write_memory(CODE, cold_code + b"\x48\x8d\x04\x37\xc3")  # cold nops; hot: lea rax,[rdi+rsi]; ret
+    hot_addr = CODE + len(cold_code)
+    cold = [kpsdk.Kprobe(addr=CODE + i) for i in range(OPT_LIMIT)]
+    s.register_kprobes(cold)  # they take every hook slot
+    seen: list[int] = []
+    hot = kpsdk.Kprobe(addr=hot_addr, pre_handler=lambda p, r: seen.append(r.arg(0)))
+    s.register_kprobe(hot)
+    assert f"{hot_addr:016x}  k  {hot_addr:#x}" in s.list() and "[OPTIMIZED]" not in s.list().splitlines()[-1]
+    calls = 3 * PROMOTE_EVERY
+    assert all(s.call(hot_addr, i, 1) == i + 1 for i in range(calls))
+    assert seen == list(range(calls)) and hot.hits == calls  # no hit lost or run twice across the switch
+    hot_line = next(ln for ln in s.list().splitlines() if ln.startswith(f"{hot_addr:016x}"))
+    assert hot_line.endswith("[OPTIMIZED]")
+    assert sum("[OPTIMIZED]" in ln for ln in s.list().splitlines()) == OPT_LIMIT
+    assert s.read_memory(CODE, len(cold_code)) == cold_code

@@ -4,9 +4,11 @@ How a probe point is armed (chosen per point, re-chosen whenever its probes,
 the enabled knob or the optimization knob change):
 
 ``hook`` [OPTIMIZED]
-    A Unicorn code hook bound to the one address.  Cheapest per hit (~0.5 us),
+    A Unicorn code hook bound to the one address.  Cheapest per hit (~0.7 us),
     but every hit walks all code hooks, so at most :data:`OPT_LIMIT` probes get
-    it, the kernel-style optimization.  Never used for probes with a
+    it, the kernel-style optimization: the first ones registered, and then the
+    hottest (a breakpoint-path point hit :data:`PROMOTE_EVERY` times takes the
+    slot of a colder optimized one).  Never used for probes with a
     post_handler, as in the kernel.
 ``breakpoint`` (the classic path with the kprobe booster)
     A trap instruction over the probed one, and an out-of-line copy of the
@@ -52,6 +54,9 @@ if TYPE_CHECKING:
 PAGE = 0x1000
 #: most probes given the [OPTIMIZED] hook path at once (see docs/performance.md)
 OPT_LIMIT = 32
+#: a breakpoint-path point hit this often asks for the hook path, taking the
+#: slot of the coldest optimized point when all are taken (kpsdk's optimizer)
+PROMOTE_EVERY = 256
 AREA_SIZE = 0x200000  # kpsdk's own area: sentinel + out-of-line slots
 SLOT_SIZE = 32
 SLOT_BASE = 0x100  # offset of the first slot in kpsdk's area (the sentinel is at 0)
@@ -297,6 +302,31 @@ class UnicornTarget(Target):
         point.mechanism, point.optimized = None, False
         self.uc.ctl_remove_cache(addr, addr + point.insn.size)
 
+    def _promote(self, point: ProbePoint) -> bool:
+        """Give a hot breakpoint-path point the [OPTIMIZED] hook path.
+
+        Called from its trap after its handlers ran; the instruction then runs
+        in place under the new hook, which skips this one re-entry.  When all
+        OPT_LIMIT hook slots are taken, the coldest optimized point (fewest
+        hits) goes back to the breakpoint path if it is colder than this one.
+        """
+        if not self.manager.optimization or self.manager.busy:
+            return False
+        if self._n_optimized >= OPT_LIMIT:
+            def heat(p: ProbePoint) -> int:
+                return sum(probe.hits for probe in p.probes)
+
+            coldest = min((p for p in self._hook_points.values() if p.optimized), key=heat, default=None)
+            if coldest is None or heat(coldest) >= heat(point):
+                return False
+            self._disarm(coldest)
+            self._arm(coldest, "breakpoint", False)
+        self._disarm(point)
+        self._arm(point, "hook", True)
+        point.resuming = True
+        self._set_pc(point.addr, point)
+        return True
+
     def _peek_slot(self) -> int:
         return self._free_slots[-1] if self._free_slots else self._next_slot
 
@@ -324,6 +354,9 @@ class UnicornTarget(Target):
                 if point is not None:
                     new = None if point.insn.condition is not None and not self._condition_passes(point) \
                         else self.manager.pre(point, self._regs)
+                    if new is None and point.active and point.active[0].hits % PROMOTE_EVERY == 0 \
+                            and self._promote(point):
+                        return
                     self._set_pc(new if new is not None else point.state["slot"], point)  # type: ignore[arg-type]
                     return
             if self._sys is not None and intno == self._sys.intno:
