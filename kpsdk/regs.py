@@ -10,6 +10,7 @@ honoured when the pre_handler returns non-zero (K2), so it is held aside.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, ClassVar, Protocol
 
@@ -40,9 +41,10 @@ class PtRegs:
     reaches after a failed lookup (handlers read registers on every hit).
     """
 
-    __slots__ = ("_arch", "_io", "_abi", "_table", "_read_mem", "_hit", "_arg_regs")
+    __slots__ = ("_arch", "_io", "_read", "_abi", "_table", "_read_mem", "_hit", "_arg_regs", "_arg_readers")
     _arch: Arch
     _io: RegisterIO
+    _read: Callable[[Register], int]  # _io.read, held directly: one lookup less per read
     _abi: Abi
     _table: dict[str, Register]
     _read_mem: Callable[[int, int], bytes]
@@ -50,6 +52,8 @@ class PtRegs:
     #: [new ip set by a handler or None, the probed address or None]
     _hit: list[int | None]
     _arg_regs: tuple[Register, ...]
+    #: one bound reader per argument register: regs.arg(n) is on most handlers' path
+    _arg_readers: tuple[Callable[[], int], ...]
 
     _classes: ClassVar[dict[str, type[PtRegs]]] = {}
 
@@ -75,8 +79,10 @@ class PtRegs:
         table["sp"] = arch.register(arch.sp)
         table["return_value"] = arch.register(arch.return_value)
         regs._arch, regs._io, regs._abi, regs._table, regs._read_mem = arch, io, abi, table, read_mem
+        regs._read = io.read
         regs._hit = [None, None]
         regs._arg_regs = tuple(arch.register(r) for r in abi.args)
+        regs._arg_readers = tuple(functools.partial(io.read, reg) for reg in regs._arg_regs)
         return regs
 
     # The probe manager sets the probe address before handlers run so that
@@ -113,9 +119,10 @@ class PtRegs:
         Register arguments come from registers; the rest from the stack, where
         the calling convention puts them at entry.
         """
+        readers = self._arg_readers
+        if n < len(readers):
+            return readers[n]()
         regs = self._arg_regs
-        if n < len(regs):
-            return self._io.read(regs[n])
         arch = self._arch
         word = arch.word_size
         addr = self._io.read(self._table["sp"]) + self._abi.stack_args_offset + word * (n - len(regs))
@@ -137,7 +144,7 @@ class PtRegs:
 
 def _register_property(reg: Register) -> property:
     def get(self: PtRegs) -> int:
-        return self._io.read(reg)
+        return self._read(reg)
 
     def put(self: PtRegs, value: int) -> None:
         self._io.write(reg, value & reg.mask)

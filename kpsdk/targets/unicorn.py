@@ -276,7 +276,9 @@ class UnicornTarget(Target):
             assert code is not None
             self.uc.mem_write(slot, code)
             bp = point.iset.unicorn_breakpoint.for_length(size)
-            point.state.update(slot=slot, bp_len=len(bp))
+            # the pc written on every hit: the slot, with the Thumb bit where it runs Thumb code
+            resume = slot | (1 if point.iset.thumb_bit else 0)
+            point.state.update(slot=slot, bp_len=len(bp), resume=resume)
             self.uc.mem_write(addr, bp)
             self._bp_points[addr] = point
             self._slot_points[slot] = point
@@ -294,6 +296,7 @@ class UnicornTarget(Target):
             bp_len = int(point.state.pop("bp_len"))  # type: ignore[call-overload]
             self.uc.mem_write(addr, point.insn.raw[:bp_len])
             slot = int(point.state.pop("slot"))  # type: ignore[call-overload]
+            point.state.pop("resume", None)
             self._slot_points.pop(slot, None)
             self._free_slots.append(slot)
             self._bp_points.pop(addr, None)
@@ -354,10 +357,10 @@ class UnicornTarget(Target):
                 if point is not None:
                     new = None if point.insn.condition is not None and not self._condition_passes(point) \
                         else self.manager.pre(point, self._regs)
-                    if new is None and point.active and point.active[0].hits % PROMOTE_EVERY == 0 \
-                            and self._promote(point):
-                        return
-                    self._set_pc(new if new is not None else point.state["slot"], point)  # type: ignore[arg-type]
+                    if new is not None:
+                        self._set_pc(new, point)
+                    elif not (point.active and point.active[0].hits % PROMOTE_EVERY == 0 and self._promote(point)):
+                        self.fast.write(self._pc, point.state["resume"])  # type: ignore[arg-type]
                     return
             if self._sys is not None and intno == self._sys.intno:
                 self._syscall()

@@ -1,0 +1,45 @@
+"""nox sessions: ``nox -s tests``, ``nox -s lint``, ``nox -s bench``, ``nox -s fixtures``.
+
+``nox`` alone runs tests and lint.  Extra arguments after ``--`` go to the
+tool: ``nox -s tests -- -k scale``, ``nox -s bench -- --quick``.
+"""
+
+from __future__ import annotations
+
+import nox
+
+nox.options.sessions = ["tests", "lint"]
+nox.options.reuse_existing_virtualenvs = True
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """The test suite (pytest)."""
+    session.install(".[test]")
+    session.run("pytest", *session.posargs)
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """ruff and mypy (configured in pyproject.toml)."""
+    session.install(".[test]")
+    session.run("ruff", "check", ".")
+    session.run("mypy", *session.posargs)
+
+
+@nox.session
+def bench(session: nox.Session) -> None:
+    """The benchmark: prints the table, writes bench/results/latest.{json,md}.
+
+    The Qiling comparison runs in its own venv (bench/.qiling-venv), which
+    bench/run.py creates with ``pip install qiling`` on the first full run.
+    """
+    session.install(".")
+    session.run("python", "bench/run.py", *session.posargs)
+
+
+@nox.session
+def fixtures(session: nox.Session) -> None:
+    """Rebuild the fixture binaries (needs Debian's cross gcc packages; see kpsdk/fixtures/README.md)."""
+    session.install("-e", ".")
+    session.run("python", "-m", "kpsdk.fixtures.build", *session.posargs)
