@@ -289,3 +289,23 @@ def test_arm_conditional_instruction_runs_handlers_only_when_it_executes(arm: st
         assert s.call("check", 5) == 0  # 5 <= 10: movle executes
         assert s.call("check", 50) == 1  # condition fails: no hit
         assert (kp.hits, kp.nmissed) == (1, 0)
+
+
+def test_argument_reads_see_the_handlers_own_register_writes(session: kpsdk.Session) -> None:
+    abi = session.arch.user_abi.args
+    seen = []
+
+    def rewrite(p: kpsdk.Probe, regs: kpsdk.regs.PtRegs) -> int:
+        before = regs.arg(0)
+        if abi:  # register arguments: write one and read it back through arg()
+            setattr(regs, abi[0], before + 100)
+        seen.append((before, regs.arg(0), regs.arg(1)))
+        return 0
+
+    session.register_kprobe(kpsdk.Kprobe(symbol_name="add", pre_handler=rewrite))
+    result = session.call("add", 2, 3)
+    if abi:
+        assert seen == [(2, 102, 3)] and result == 105
+    else:  # i386 cdecl: arguments are on the stack
+        assert seen == [(2, 2, 3)] and result == 5
+    assert session.call("add", 7, 8) == (115 if abi else 15)  # nothing cached from the last hit
