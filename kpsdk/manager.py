@@ -210,7 +210,6 @@ class ProbeManager:
         hit = regs._hit
         hit[0] = None
         hit[1] = point.addr
-        hit[2] = None
         try:
             for p in point.active:
                 p.hits += 1

@@ -11,7 +11,7 @@ honoured when the pre_handler returns non-zero (K2), so it is held aside.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, ClassVar, Protocol
 
 from kpsdk.arch import Abi, Arch, Register
 
@@ -22,8 +22,6 @@ class RegisterIO(Protocol):
     def read(self, reg: Register) -> int: ...
 
     def write(self, reg: Register, value: int) -> None: ...
-
-    def batch_reader(self, regs: tuple[Register, ...]) -> Callable[[], list[int]]: ...
 
 
 _ROLES = ("ip", "pc", "sp", "return_value")
@@ -42,20 +40,17 @@ class PtRegs:
     reaches after a failed lookup (handlers read registers on every hit).
     """
 
-    __slots__ = ("_arch", "_io", "_read", "_abi", "_table", "_read_mem", "_hit", "_arg_regs", "_arg_batch")
+    __slots__ = ("_arch", "_io", "_read", "_abi", "_table", "_read_mem", "_hit", "_arg_regs")
     _arch: Arch
     _io: RegisterIO
     _read: Callable[[Register], int]  # _io.read, held directly: one lookup less per read
     _abi: Abi
     _table: dict[str, Register]
     _read_mem: Callable[[int, int], bytes]
-    #: per-hit state, a list so the hot path sets it in place: [new ip set by
-    #: a handler or None, the probed address or None, the argument registers
-    #: read in one batch on the first arg() of the hit or None]
-    _hit: list[Any]
+    #: per-hit state, a list so the hot path sets it in place:
+    #: [new ip set by a handler or None, the probed address or None]
+    _hit: list[int | None]
     _arg_regs: tuple[Register, ...]
-    #: reads every argument register in one call: regs.arg(n) is on most handlers' path
-    _arg_batch: Callable[[], list[int]]
 
     _classes: ClassVar[dict[str, type[PtRegs]]] = {}
 
@@ -82,9 +77,8 @@ class PtRegs:
         table["return_value"] = arch.register(arch.return_value)
         regs._arch, regs._io, regs._abi, regs._table, regs._read_mem = arch, io, abi, table, read_mem
         regs._read = io.read
-        regs._hit = [None, None, None]
+        regs._hit = [None, None]
         regs._arg_regs = tuple(arch.register(r) for r in abi.args)
-        regs._arg_batch = io.batch_reader(regs._arg_regs) if regs._arg_regs else list
         return regs
 
     # The probe manager sets the probe address before handlers run so that
@@ -93,7 +87,6 @@ class PtRegs:
         hit = self._hit
         hit[0] = None
         hit[1] = ip
-        hit[2] = None
 
     @property
     def new_ip(self) -> int | None:
@@ -122,13 +115,9 @@ class PtRegs:
         Register arguments come from registers; the rest from the stack, where
         the calling convention puts them at entry.
         """
-        hit = self._hit
-        values = hit[2]
-        if values is None:
-            values = hit[2] = self._arg_batch()
-        if n < len(values):
-            return int(values[n])
         regs = self._arg_regs
+        if n < len(regs):
+            return self._read(regs[n])
         arch = self._arch
         word = arch.word_size
         addr = self._io.read(self._table["sp"]) + self._abi.stack_args_offset + word * (n - len(regs))
@@ -153,7 +142,6 @@ def _register_property(reg: Register) -> property:
         return self._read(reg)
 
     def put(self: PtRegs, value: int) -> None:
-        self._hit[2] = None  # the batch-read arguments may be stale now
         self._io.write(reg, value & reg.mask)
 
     return property(get, put, doc=f"{reg.name} ({8 * reg.size}-bit)")

@@ -27,8 +27,7 @@ HOOK_INTR = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_uint32, ctypes.c_vo
 _lib = ctypes.CDLL(uclib._name)
 _reg_read = _lib.uc_reg_read
 _reg_write = _lib.uc_reg_write
-_reg_read_batch = _lib.uc_reg_read_batch
-_reg_read.restype = _reg_write.restype = _reg_read_batch.restype = ctypes.c_int
+_reg_read.restype = _reg_write.restype = ctypes.c_int
 
 
 class FastRegs:
@@ -61,22 +60,6 @@ class FastRegs:
         self.read: Callable[[Register], int] = read
         self.write: Callable[[Register, int], None] = write
         self._keep = (uch, buf, ref)
-
-    def batch_reader(self, regs: tuple[Register, ...]) -> Callable[[], list[int]]:
-        """A function reading all of ``regs`` in one ``uc_reg_read_batch`` call."""
-        n = len(regs)
-        ids = (ctypes.c_int * n)(*(r.uc for r in regs))  # type: ignore[misc]
-        bufs = (ctypes.c_uint64 * n)()
-        ptrs = (ctypes.c_void_p * n)(*(ctypes.addressof(bufs) + 8 * i for i in range(n)))
-        masks = [r.mask for r in regs]
-        uch = self._keep[0]
-
-        def read_all() -> list[int]:
-            _reg_read_batch(uch, ids, ptrs, n)
-            return [v & m for v, m in zip(bufs, masks, strict=True)]
-
-        read_all.keep = (ids, bufs, ptrs)  # type: ignore[attr-defined]
-        return read_all
 
 
 class FastHooks:

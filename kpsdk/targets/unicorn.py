@@ -517,7 +517,6 @@ class UnicornTarget(Target):
                 error = e
             finally:
                 self._depth -= 1
-                self._regs._hit[2] = None  # registers moved on: no cached arguments
             if self._pending is not None:
                 pending, self._pending = self._pending, None
                 self._step = None
