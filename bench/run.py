@@ -671,27 +671,15 @@ def build_rows(cfg: Config, raw: dict[str, Any]) -> list[Row]:
                     ">= 0.97x", status(el["kpsdk_vs_plain"] >= 0.97)))
     sc = raw["scale"]
     counts = [c for c in cfg.scale]
-    first, last = sc["first"], sc["last"]
-    for c in counts:
-        rows.append(Row("5", f"per hit, {c:,} probes, measured registered first ({first[c]['mechanism']})",
-                        us(first[c]["per_hit_us"]), f"1 probe: {us(first[1]['per_hit_us'])}",
-                        f"{first[c]['per_hit_us'] / first[1]['per_hit_us']:.2f}x",
-                        "<= 1.5x" if c == counts[-1] else "",
-                        status(first[c]["per_hit_us"] / first[1]["per_hit_us"] <= 1.5) if c == counts[-1] else ""))
-    for c in counts:
-        rows.append(Row("5", f"per hit, {c:,} probes, measured registered last ({last[c]['mechanism']})",
-                        us(last[c]["per_hit_us"]), f"1 probe: {us(last[1]['per_hit_us'])}",
-                        f"{last[c]['per_hit_us'] / last[1]['per_hit_us']:.2f}x",
-                        "<= 1.5x" if c == counts[-1] else "",
-                        status(last[c]["per_hit_us"] / last[1]["per_hit_us"] <= 1.5) if c == counts[-1] else ""))
     top = counts[-1]
-    bp = sc["bp"]
-    for c in counts:
-        rows.append(Row("5", f"per hit, {c:,} probes, optimization off ({bp[c]['mechanism']})",
-                        us(bp[c]["per_hit_us"]), f"1 probe: {us(bp[1]['per_hit_us'])}",
-                        f"{bp[c]['per_hit_us'] / bp[1]['per_hit_us']:.2f}x",
-                        "<= 1.5x" if c == top else "",
-                        status(bp[c]["per_hit_us"] / bp[1]["per_hit_us"] <= 1.5) if c == top else ""))
+    for label, series in (("measured registered first", sc["first"]), ("measured registered last", sc["last"]),
+                          ("optimization off", sc["bp"])):
+        one = series[1]["per_hit_us"]
+        for c in counts:
+            ratio = series[c]["per_hit_us"] / one
+            rows.append(Row("5", f"per hit, {c:,} probes, {label} ({series[c]['mechanism']})",
+                            us(series[c]["per_hit_us"]), f"1 probe: {us(one)}", f"{ratio:.2f}x",
+                            "<= 1.5x" if c == top else "", status(ratio <= 1.5) if c == top else ""))
     rows.append(Row("5", f"register {sc['registered']:,} probes one by one", f"{sc['register_s']:.2f} s",
                     f"{sc['register_s'] / sc['registered'] * 1e6:.0f} us/probe"))
     rows.append(Row("5", f"  register_kprobes() of {sc['register_batch_n']:,} at once / unregister_kprobes() of "
