@@ -10,7 +10,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from kpsdk.arch import Arch, InstructionSet
@@ -104,6 +104,3 @@ class Target(ABC):
 
     def close(self) -> None:  # noqa: B027 - optional: most targets have nothing to release
         """Release the target's resources."""
-
-    def describe(self) -> dict[str, Any]:
-        return {"arch": self.arch.name}

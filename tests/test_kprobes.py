@@ -309,3 +309,27 @@ def test_argument_reads_see_the_handlers_own_register_writes(session: kpsdk.Sess
     else:  # i386 cdecl: arguments are on the stack
         assert seen == [(2, 2, 3)] and result == 5
     assert session.call("add", 7, 8) == (115 if abi else 15)  # nothing cached from the last hit
+
+
+def test_regs_by_name_alias_role_and_dump(arch: str) -> None:
+    with kpsdk.open(f"elf:{fixtures.path(arch)}") as s:
+        seen: dict[str, object] = {}
+
+        def look(p: kpsdk.Probe, regs: kpsdk.regs.PtRegs) -> int:
+            a = s.arch
+            seen["dump"] = regs.dump()
+            seen["sp"] = (regs.sp, regs[a.sp], getattr(regs, a.sp))
+            seen["ip"] = regs.ip
+            seen["alias"] = [getattr(regs, alias) == getattr(regs, r.name) for r in a.registers for alias in r.aliases
+                             if alias not in ("ip", "pc")]
+            with pytest.raises(AttributeError, match="has no register 'nope'.*registers: "):
+                regs.nope  # noqa: B018 - the error is the point
+            return 0
+
+        s.register_kprobe(kpsdk.Kprobe(symbol_name="add", pre_handler=look))
+        s.call("add", 1, 2)
+        dump = seen["dump"]
+        assert isinstance(dump, dict) and set(dump) == set(s.arch.register_names)
+        sp = seen["sp"]
+        assert isinstance(sp, tuple) and len(set(sp)) == 1
+        assert seen["ip"] == s.symbols.resolve("add") and all(seen["alias"])  # type: ignore[arg-type]

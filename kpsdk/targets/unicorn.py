@@ -587,8 +587,6 @@ class UnicornTarget(Target):
             value -= 1 << bits
         return value
 
-    def describe(self) -> dict[str, Any]:
-        return {"arch": self.arch.name, "engine": f"unicorn {unicorn.__version__}", "area": hex(self._area)}
 
 
 def open_elf(rest: str, registry: Registry, abi: str = "user", **options: Any) -> UnicornTarget:
