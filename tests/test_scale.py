@@ -48,3 +48,23 @@ def test_hot_probe_gets_the_optimized_path_from_a_cold_one() -> None:
     assert hot_line.endswith("[OPTIMIZED]")
     assert sum("[OPTIMIZED]" in ln for ln in s.list().splitlines()) == OPT_LIMIT
     assert s.read_memory(CODE, len(cold_code)) == cold_code
+
+
+def test_promotion_leaves_a_point_without_a_reachable_slot_on_its_hook() -> None:
+    """riscv64 boosters jump back with jal (+-1 MiB): a cold optimized point far
+    from kpsdk's area cannot go to the breakpoint path, so it keeps its hook."""
+    from kpsdk.targets.unicorn import PROMOTE_EVERY
+
+    s = kpsdk.open("unicorn:riscv64")  # kpsdk's area is at 0x7e000000
+    far, near = 0x100000, 0x7DF80000  # near: within jal range of the slots at 0x7e000100
+    s.target.map(far, 0x1000, "rx")
+    s.target.map(near, 0x1000, "rx")
+    s.write_memory(far, b"\x01\x00" * (OPT_LIMIT + 1))  # c.nop x33: cold, never run
+    s.write_memory(near, bytes.fromhex("3305b500") + bytes.fromhex("8280"))  # add a0,a0,a1; ret
+    s.register_kprobes([kpsdk.Kprobe(addr=far + 2 * i) for i in range(OPT_LIMIT)])
+    hot = kpsdk.Kprobe(addr=near)
+    s.kprobes_optimization = True
+    s.register_kprobe(hot)
+    assert all(s.call(near, i, 1) == i + 1 for i in range(2 * PROMOTE_EVERY))
+    assert hot.hits == 2 * PROMOTE_EVERY
+    assert sum("[OPTIMIZED]" in ln for ln in s.list().splitlines()) == OPT_LIMIT

@@ -322,6 +322,8 @@ class UnicornTarget(Target):
             coldest = min((p for p in self._hook_points.values() if p.optimized), key=heat, default=None)
             if coldest is None or heat(coldest) >= heat(point):
                 return False
+            if self._slot_code(coldest, self._peek_slot()) is None:
+                return False  # no booster reaches it from kpsdk's area (riscv jal range): it keeps its hook
             self._disarm(coldest)
             self._arm(coldest, "breakpoint", False)
         self._disarm(point)
