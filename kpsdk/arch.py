@@ -171,6 +171,11 @@ class Arch:
                 table[n] = reg
         return table
 
+    @cached_property
+    def has_thumb(self) -> bool:
+        """Bit 0 of a code address selects an instruction set (ARM/Thumb)."""
+        return any(i.thumb_bit for i in self.isets)
+
     @property
     def word_size(self) -> int:
         return self.bits // 8

@@ -57,7 +57,6 @@ class ProbeManager:
         self._enabled = True
         self._optimization = True
         self.busy = False  # a handler is running (the kernel's current_kprobe)
-        self.error: BaseException | None = None
         self.blacklist: set[str] = set()
         self._point_of: dict[int, ProbePoint] = {}  # id(probe) -> its point, for O(1) unregister
 
@@ -111,8 +110,7 @@ class ProbeManager:
         instruction) or ``EILSEQ`` (inside an instruction).
         """
         target = self.target
-        has_thumb = any(i.thumb_bit for i in target.arch.isets)
-        sym = target.symbols.containing(addr & ~1 if has_thumb else addr)
+        sym = target.symbols.containing(addr & ~1 if target.arch.has_thumb else addr)
         iset = target.iset_at(addr, sym)
         addr &= ~1 if iset.thumb_bit else ~0
         if not target.is_mapped(addr) or not target.is_executable(addr):

@@ -102,7 +102,6 @@ class UnicornTarget(Target):
         self._step: tuple[ProbePoint, list[int]] | None = None
         self._depth = 0
         self._started = False
-        self._stop_requested = False
         bp = self.default_iset.unicorn_breakpoint
         self._bp_intno, self._bp_adjust = bp.intno, bp.pc_adjust
         self._sys = arch.syscalls
@@ -405,7 +404,7 @@ class UnicornTarget(Target):
         )
         handles = []
         for target in succ:
-            a = target & ~1 if self.arch.isets[-1].thumb_bit else target
+            a = target & ~1 if self.arch.has_thumb else target
             handles.append(self.hooks.code(self._on_step, a, a))
             self.uc.ctl_remove_cache(a, a + 1)
         self._step = (point, handles)
@@ -428,7 +427,7 @@ class UnicornTarget(Target):
             self._fail(exc)
 
     def _set_pc(self, addr: int, point: ProbePoint | None = None) -> None:
-        if self.arch.isets[-1].thumb_bit and not addr & 1:
+        if self.arch.has_thumb and not addr & 1:
             sym = self.symbols.containing(addr)
             if sym is not None:
                 thumb = sym.thumb
@@ -438,6 +437,15 @@ class UnicornTarget(Target):
                 thumb = bool(self.fast.read(self.arch.register("cpsr")) & 0x20)
             addr |= 1 if thumb else 0
         self.fast.write(self._pc, addr)
+
+    def _begin_at(self, addr: int, point: ProbePoint | None = None) -> int:
+        """Set the pc to ``addr`` and return it as ``emu_start`` wants it: with
+        the Thumb bit when the CPU is in Thumb state (``_set_pc`` decided which)."""
+        self._set_pc(addr, point)
+        pc = self.fast.read(self._pc)
+        if self.arch.has_thumb and self.fast.read(self.arch.register("cpsr")) & 0x20:
+            pc |= 1
+        return pc
 
     def _fail(self, exc: BaseException) -> None:
         if self._pending is None:
@@ -488,7 +496,6 @@ class UnicornTarget(Target):
         return self._regs
 
     def stop(self) -> None:
-        self._stop_requested = True
         self.uc.emu_stop()
 
     def run(self, timeout: float | None = None) -> int | None:
@@ -501,14 +508,10 @@ class UnicornTarget(Target):
             self._started = True
         else:
             start = self.fast.read(self._pc)
-        if self.arch.isets[-1].thumb_bit:
-            self._set_pc(start)
-            start = self.fast.read(self._pc) | (1 if self.fast.read(self.arch.register("cpsr")) & 0x20 else 0)
-        self._emu(start, self.sentinel, timeout)
+        self._emu(self._begin_at(start), self.sentinel, timeout)
         return self._exit_status
 
     def _emu(self, begin: int, until: int, timeout: float | None) -> None:
-        self._stop_requested = False
         usec = int(timeout * 1e6) if timeout else 0
         while True:
             self._depth += 1
@@ -541,10 +544,7 @@ class UnicornTarget(Target):
         if point is None or not self.manager.instruction_fault(point, self._regs, error.errno):
             return None
         new = self._regs.new_ip
-        resume = int(new) if new is not None else point.addr + point.insn.size
-        self._set_pc(resume, point)
-        return self.fast.read(self._pc) | (self.fast.read(self.arch.register("cpsr")) >> 5 & 1
-                                           if self.arch.isets[-1].thumb_bit else 0)
+        return self._begin_at(int(new) if new is not None else point.addr + point.insn.size, point)
 
     def call(self, addr: int, args: tuple[int, ...], restype: str = "long") -> int:
         arch, abi = self.arch, self.arch.abi(self.abi_kind)
