@@ -162,7 +162,8 @@ class Arch:
     # -- derived lookups -------------------------------------------------
 
     @cached_property
-    def _by_name(self) -> dict[str, Register]:
+    def by_name(self) -> dict[str, Register]:
+        """Every register by its canonical name and each alias (exact names only)."""
         table: dict[str, Register] = {}
         for reg in self.registers:
             for n in (reg.name, *reg.aliases):
@@ -187,12 +188,12 @@ class Arch:
     def register(self, name: str) -> Register:
         """The register called ``name`` exactly (canonical name or alias)."""
         try:
-            return self._by_name[name]
+            return self.by_name[name]
         except KeyError:
             raise UnknownNameError(f"{self.name} register", name, [r.name for r in self.registers]) from None
 
     def has_register(self, name: str) -> bool:
-        return name in self._by_name
+        return name in self.by_name
 
     @property
     def register_names(self) -> tuple[str, ...]:

@@ -68,10 +68,7 @@ class PtRegs:
         if sub is None:
             sub = cls._classes[arch.name] = _derive(arch)
         regs = sub.__new__(sub)
-        table: dict[str, Register] = {}
-        for reg in arch.registers:
-            for n in (reg.name, *reg.aliases):
-                table[n] = reg
+        table = dict(arch.by_name)  # names and aliases, plus the roles
         table["ip"] = table["pc"] = arch.register(arch.pc)
         table["sp"] = arch.register(arch.sp)
         table["return_value"] = arch.register(arch.return_value)
@@ -120,13 +117,13 @@ class PtRegs:
             return self._read(regs[n])
         arch = self._arch
         word = arch.word_size
-        addr = self._io.read(self._table["sp"]) + self._abi.stack_args_offset + word * (n - len(regs))
+        addr = self._read(self._table["sp"]) + self._abi.stack_args_offset + word * (n - len(regs))
         return int.from_bytes(self._read_mem(addr, word), arch.endian)
 
     def signed(self, name: str) -> int:
         """A register read as a signed word (``regs.signed("rax")``)."""
         reg = self._table[name]
-        value = self._io.read(reg)
+        value = self._read(reg)
         return value - (1 << (8 * reg.size)) if value >> (8 * reg.size - 1) else value
 
     def dump(self, names: tuple[str, ...] | None = None) -> dict[str, int]:
@@ -156,7 +153,7 @@ def _ip_property(reg: Register, mask: int) -> property:
             return hit[0]
         if hit[1] is not None:
             return hit[1]
-        return self._io.read(reg)
+        return self._read(reg)
 
     def put(self: PtRegs, value: int) -> None:
         self._hit[0] = value & mask
@@ -168,9 +165,8 @@ def _derive(arch: Arch) -> type[PtRegs]:
     """A PtRegs subclass with one property per register name, alias and role."""
     pc = arch.register(arch.pc)
     props: dict[str, object] = {"__slots__": ()}
-    for reg in arch.registers:
-        for n in (reg.name, *reg.aliases):
-            props[n] = _register_property(reg)
+    for n, reg in arch.by_name.items():
+        props[n] = _register_property(reg)
     props["sp"] = _register_property(arch.register(arch.sp))
     props["return_value"] = _register_property(arch.register(arch.return_value))
     for n in {"ip", "pc", arch.pc, *pc.aliases}:
