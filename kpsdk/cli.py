@@ -34,6 +34,7 @@ import kpsdk
 from kpsdk import fixtures
 from kpsdk import registry as _registry
 from kpsdk.errors import KpsdkError, UnknownNameError
+from kpsdk.probe import location_fields
 
 if TYPE_CHECKING:
     from kpsdk.arch import Arch, InstructionSet
@@ -203,20 +204,11 @@ def parse_call(text: str) -> tuple[str, list[int]]:
 
 
 def parse_where(spec: str) -> dict[str, Any]:
-    """``SYM``, ``SYM+OFF`` or ``0xADDR`` -> Kprobe keyword arguments."""
-    spec = spec.strip()
+    """``SYM``, ``SYM+OFF`` or ``0xADDR`` -> Kprobe keyword arguments (a usage error if malformed)."""
     try:
-        return {"addr": int(spec, 0)}
-    except ValueError:
-        pass
-    sym, _, off = spec.partition("+")
-    if not sym.strip():
-        raise typer.BadParameter(f"{spec!r}: want SYM, SYM+OFF or 0xADDR", param_hint="--kprobe")
-    try:
-        offset = int(off, 0) if off.strip() else 0
-    except ValueError:
-        raise typer.BadParameter(f"{spec!r}: the offset must be a number (add+0x4)", param_hint="--kprobe") from None
-    return {"symbol_name": sym.strip(), "offset": offset}
+        return location_fields(spec)
+    except ValueError as e:
+        raise typer.BadParameter(str(e), param_hint="--kprobe") from None
 
 
 def default_regs(arch: Arch) -> list[str]:

@@ -29,6 +29,30 @@ KPROBE_FLAG_GONE = 1
 TRAP_HANDLER_EXCEPTION = -1
 
 
+def location_fields(where: str | int) -> dict[str, Any]:
+    """``"SYM"``, ``"SYM+OFF"``, ``"0xADDR"`` or an int -> the probe's location
+    keyword arguments (``symbol_name`` + ``offset``, or ``addr``).
+
+    Raises ValueError naming what is wrong; the CLI and the decorator forms
+    share this one parser.
+    """
+    if isinstance(where, int):
+        return {"addr": where}
+    spec = where.strip()
+    try:
+        return {"addr": int(spec, 0)}
+    except ValueError:
+        pass
+    sym, _, off = spec.partition("+")
+    if not sym.strip():
+        raise ValueError(f"{where!r}: want SYM, SYM+OFF or 0xADDR")
+    try:
+        offset = int(off, 0) if off.strip() else 0
+    except ValueError:
+        raise ValueError(f"{where!r}: the offset must be a number (add+0x4)") from None
+    return {"symbol_name": sym.strip(), "offset": offset}
+
+
 class Probe:
     """Fields every probe has, named as in ``struct kprobe``.
 

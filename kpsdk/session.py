@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from kpsdk.errors import KpsdkError
-from kpsdk.probe import Probe, ProbeType
+from kpsdk.probe import Probe, ProbeType, location_fields
 
 if TYPE_CHECKING:
     from kpsdk.registry import Registry
@@ -110,12 +110,7 @@ class Session:
     def _decorator(self, pt: ProbeType) -> Callable[..., Any]:
         def make(where: str | int, **fields: Any) -> Callable[[Callable[..., Any]], Any]:
             def wrap(func: Callable[..., Any]) -> Any:
-                if isinstance(where, int):
-                    probe = pt.probe_class(addr=where, **{pt.decorator_field: func}, **fields)
-                else:
-                    sym, _, off = where.partition("+")
-                    probe = pt.probe_class(symbol_name=sym.strip(), offset=int(off, 0) if off else 0,
-                                           **{pt.decorator_field: func}, **fields)
+                probe = pt.probe_class(**location_fields(where), **{pt.decorator_field: func}, **fields)
                 pt.register(self, probe)
                 return probe
 

@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 from kpsdk import KprobeError, hookimpl
 from kpsdk.plugins.kprobes import Kprobe
-from kpsdk.probe import FaultHandler, ProbeType
+from kpsdk.probe import FaultHandler, ProbeType, location_fields
 
 if TYPE_CHECKING:
     from kpsdk.regs import PtRegs
@@ -228,13 +228,12 @@ def kpsdk_cli(app: Any) -> None:
         if not path.exists() and elf in fixtures.ARCHS:  # "x86_64": a bundled program, as elsewhere in kpsdk
             path = fixtures.path(elf)
         with kpsdk.open(f"elf:{path}") as s:
-            # SYM+OFF is split as s.jprobe("SYM+OFF") does, so that it is EINVAL, not another address
-            sym, _, off = func.partition("+")
+            # SYM+OFF is parsed as s.jprobe("SYM+OFF") does, so that it is EINVAL, not another address
             try:
-                offset = int(off, 0) if off.strip() else 0
-            except ValueError:
-                raise typer.BadParameter(f"{func!r}: want SYM (or SYM+OFF)", param_hint="FUNC") from None
-            s.register_jprobe(Jprobe(symbol_name=sym.strip(), offset=offset, entry=show, nargs=n, signed=signed))
+                where = location_fields(func)
+            except ValueError as e:
+                raise typer.BadParameter(str(e), param_hint="FUNC") from None
+            s.register_jprobe(Jprobe(**where, entry=show, nargs=n, signed=signed))
             if call is not None:
                 ret = s.call(func, *values)
                 typer.echo(s.console, nl=False)
