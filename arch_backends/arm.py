@@ -17,7 +17,7 @@ from capstone import arm_const as ca
 from unicorn import arm_const as ua
 
 from kpsdk import hookimpl
-from kpsdk.arch import Abi, Arch, Breakpoint, InstructionSet, Register, Syscalls
+from kpsdk.arch import Abi, Arch, Breakpoint, FrameRecord, InstructionSet, Register, Syscalls
 from kpsdk.insn import ReadMem, ReadReg, changes_flow
 
 _PC_IDS = frozenset({ca.ARM_REG_PC})
@@ -110,6 +110,14 @@ def successors(insn: capstone.CsInsn, reg: ReadReg, mem: ReadMem, word: int) -> 
     return out
 
 
+def unicorn_setup(uc: unicorn.Uc) -> None:
+    """Turn the VFP/NEON unit on, as Linux does for an armhf process: Unicorn
+    2.1.4 starts with CPACR and FPEXC clear, so the first ``vpush`` (GCC saves
+    d8-d15 around ``__builtin_setjmp``) is an invalid instruction."""
+    uc.reg_write(ua.UC_ARM_REG_C1_C0_2, uc.reg_read(ua.UC_ARM_REG_C1_C0_2) | (0xF << 20))  # cp10, cp11: full access
+    uc.reg_write(ua.UC_ARM_REG_FPEXC, 0x40000000)  # FPEXC.EN
+
+
 def jump_back(at: int, target: int, iset: InstructionSet) -> bytes:
     """ARM: ``ldr pc, [pc, #-4]`` + target.  Thumb: ``ldr.w pc, [pc]`` + target|1,
     with a leading ``nop`` when needed to put the literal on a 4-byte boundary."""
@@ -127,6 +135,11 @@ ARM_ISET = InstructionSet(
     unicorn_breakpoint=Breakpoint({4: struct.pack("<I", 0xE1200070)}, intno=7, pc_adjust=0),
     min_insn=4,
     length_rule=lambda code: 4,
+    nop=struct.pack("<I", 0xE320F000),
+    # GCC's ARM frames: ``push {..., fp, lr}; add fp, sp, #N`` leaves fp at the saved lr, the
+    # caller's fp one word below; a leaf pushes fp alone (``push {fp}; add fp, sp, #0``)
+    frame_record=FrameRecord(fp="fp", saved_fp=-4, saved_ret=0, sets_fp=r"add fp, sp, ",
+                             restores_fp=r"(pop|ldm\w*) .*\bfp\b", leaf_saved_fp=0),
 )
 THUMB_ISET = InstructionSet(
     name="thumb",
@@ -138,6 +151,9 @@ THUMB_ISET = InstructionSet(
     thumb_bit=True,
     # a first halfword of 0b11101, 0b11110 or 0b11111 in its top bits starts a 32-bit instruction
     length_rule=lambda code: 4 if int.from_bytes(code[:2], "little") >= 0xE800 else 2,
+    nop=struct.pack("<H", 0xBF00),
+    # no frame record: GCC's Thumb frame pointer r7 points below the locals, at a different
+    # distance from the saved lr in every function, so Thumb backtraces scan the stack
 )
 
 ARM = Arch(
@@ -162,9 +178,11 @@ ARM = Arch(
                       {"write": 4, "exit": 1, "exit_group": 248}),
     stack_alignment=8,
     qemu_user="qemu-arm",
+    qemu_system="qemu-system-arm",
+    qemu_system_package="qemu-system-arm",
     cross_gcc_package="gcc-arm-linux-gnueabihf",
     extra={"classify": classify, "successors": successors, "jump_back": jump_back,
-           "condition": condition, "condition_passes": condition_passes},
+           "condition": condition, "condition_passes": condition_passes, "unicorn_setup": unicorn_setup},
 )
 
 

@@ -70,6 +70,7 @@ PPC64_ISET = InstructionSet(
     min_insn=4,
     # ISA 3.1 prefixed instructions (primary opcode 1) are 8 bytes
     length_rule=lambda code: 8 if code[0] >> 2 == 1 else 4,
+    nop=struct.pack(">I", 0x60000000),  # ori 0,0,0
 )
 
 PPC64 = Arch(
@@ -99,6 +100,8 @@ PPC64 = Arch(
                       {"write": 4, "exit": 1, "exit_group": 234}),
     stack_alignment=16,
     qemu_user="qemu-ppc64",
+    qemu_system="qemu-system-ppc64",
+    qemu_system_package="qemu-system-ppc",
     cross_gcc_package="gcc-powerpc64-linux-gnu",
     extra={"classify": classify, "successors": successors, "jump_back": jump_back},
 )

@@ -17,7 +17,7 @@ import unicorn
 from unicorn import riscv_const as ur
 
 from kpsdk import hookimpl
-from kpsdk.arch import Abi, Arch, Breakpoint, InstructionSet, Register, Syscalls
+from kpsdk.arch import Abi, Arch, Breakpoint, FrameRecord, InstructionSet, Register, Syscalls
 from kpsdk.insn import ReadMem, ReadReg, sign_extend
 
 _ABI_NAMES = (
@@ -98,6 +98,11 @@ RISCV_ISET = InstructionSet(
     unicorn_breakpoint=Breakpoint({4: b"\0\0\0\0", 2: b"\0\0"}, intno=2, pc_adjust=-4),
     min_insn=2,
     length_rule=lambda code: insn_length(int.from_bytes(code[:2], "little")),
+    nop=struct.pack("<I", 0x00000013),  # addi x0, x0, 0
+    # the psABI frame: s0 is the caller's sp, ra at s0-8 and the caller's s0 at s0-16; a leaf
+    # saves s0 alone, at s0-8, and keeps its return address in ra
+    frame_record=FrameRecord(fp="s0", saved_fp=-16, saved_ret=-8, sets_fp=r"(c\.addi4spn|addi) s0, sp, ",
+                             restores_fp=r"(c\.ldsp|ld) s0, ", leaf_saved_fp=-8),
 )
 
 RISCV64 = Arch(
@@ -122,6 +127,8 @@ RISCV64 = Arch(
                       {"write": 64, "exit": 93, "exit_group": 94}),
     stack_alignment=16,
     qemu_user="qemu-riscv64",
+    qemu_system="qemu-system-riscv64",
+    qemu_system_package="qemu-system-misc",
     cross_gcc_package="gcc-riscv64-linux-gnu",
     extra={"classify": classify, "successors": successors, "jump_back": jump_back},
 )

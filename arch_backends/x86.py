@@ -16,7 +16,7 @@ from capstone import x86_const as cx
 from unicorn import x86_const as ux
 
 from kpsdk import hookimpl
-from kpsdk.arch import Abi, Arch, Breakpoint, InstructionSet, Register, Syscalls
+from kpsdk.arch import Abi, Arch, Breakpoint, FrameRecord, InstructionSet, Register, Syscalls
 from kpsdk.insn import ReadMem, ReadReg, changes_flow
 
 INT3 = b"\xcc"
@@ -92,7 +92,13 @@ def jump_back_32(at: int, target: int, iset: InstructionSet) -> bytes:
     return b"\xe9" + struct.pack("<I", (target - (at + 5)) & 0xFFFFFFFF)
 
 
-def _iset(name: str, cs_mode: int, ks_mode: int) -> InstructionSet:
+def _frame_record(fp: str, sp: str, word: int) -> FrameRecord:
+    """``push rbp; mov rbp, rsp``: [rbp] is the caller's rbp, [rbp+word] the return address."""
+    return FrameRecord(fp=fp, saved_fp=0, saved_ret=word, sets_fp=rf"mov {fp}, {sp}$",
+                       restores_fp=rf"(leave|pop {fp})\b", saves_fp=rf"push {fp}$")
+
+
+def _iset(name: str, cs_mode: int, ks_mode: int, frame: FrameRecord) -> InstructionSet:
     return InstructionSet(
         name=name,
         capstone=(capstone.CS_ARCH_X86, cs_mode),
@@ -100,6 +106,8 @@ def _iset(name: str, cs_mode: int, ks_mode: int) -> InstructionSet:
         kernel_breakpoints={1: INT3},
         unicorn_breakpoint=Breakpoint({1: INT3}, intno=3, pc_adjust=-1),
         min_insn=1,
+        nop=b"\x90",
+        frame_record=frame,
     )
 
 
@@ -115,7 +123,7 @@ X86_64 = Arch(
     link=None,
     kernel_abi=Abi(("rdi", "rsi", "rdx", "rcx", "r8", "r9"), stack_args_offset=8),
     user_abi=Abi(("rdi", "rsi", "rdx", "rcx", "r8", "r9"), stack_args_offset=8),
-    isets=(_iset("x86_64", capstone.CS_MODE_64, keystone.KS_MODE_64),),
+    isets=(_iset("x86_64", capstone.CS_MODE_64, keystone.KS_MODE_64, _frame_record("rbp", "rsp", 8)),),
     unicorn=(unicorn.UC_ARCH_X86, unicorn.UC_MODE_64),
     unicorn_unsupported=None,
     gdb_arch="i386:x86-64",
@@ -125,6 +133,8 @@ X86_64 = Arch(
                       {"write": 1, "exit": 60, "exit_group": 231}),
     stack_alignment=16,
     qemu_user="qemu-x86_64",
+    qemu_system="qemu-system-x86_64",
+    qemu_system_package="qemu-system-x86",
     cross_gcc_package="gcc-x86-64-linux-gnu",
     extra={"classify": classify, "successors": successors, "jump_back": jump_back_64},
 )
@@ -141,7 +151,7 @@ I386 = Arch(
     link=None,
     kernel_abi=Abi(("eax", "edx", "ecx"), stack_args_offset=4),
     user_abi=Abi((), stack_args_offset=4),
-    isets=(_iset("i386", capstone.CS_MODE_32, keystone.KS_MODE_32),),
+    isets=(_iset("i386", capstone.CS_MODE_32, keystone.KS_MODE_32, _frame_record("ebp", "esp", 4)),),
     unicorn=(unicorn.UC_ARCH_X86, unicorn.UC_MODE_32),
     unicorn_unsupported=None,
     gdb_arch="i386",
@@ -151,6 +161,8 @@ I386 = Arch(
                       {"write": 4, "exit": 1, "exit_group": 252}),
     stack_alignment=16,
     qemu_user="qemu-i386",
+    qemu_system="qemu-system-i386",
+    qemu_system_package="qemu-system-x86",
     cross_gcc_package="gcc-i686-linux-gnu",
     extra={"classify": classify, "successors": successors, "jump_back": jump_back_32},
 )

@@ -87,6 +87,36 @@ class Syscalls:
 
 
 @dataclass(frozen=True)
+class FrameRecord:
+    """How code compiled with frame pointers links each frame to its caller's.
+
+    Backtraces walk this chain (:mod:`kpsdk.backtrace`); an instruction set
+    without one (Thumb, whose r7 points at a different place in every
+    function) is unwound by a validated stack scan instead.  Patterns match
+    ``"mnemonic op_str"`` as capstone prints it.
+
+    :param fp: the frame-pointer register.
+    :param saved_fp: where the caller's fp is saved, as an offset from fp.
+    :param saved_ret: where the return address is saved, as an offset from fp.
+    :param sets_fp: the prologue instruction that points fp at the new frame.
+    :param restores_fp: an epilogue instruction that gives fp back to the caller.
+    :param saves_fp: an instruction that saves fp before ``sets_fp`` on the
+        stack, moving the return address one word up (x86 ``push rbp``).
+    :param leaf_saved_fp: a function that calls nothing may save only fp and
+        keep its return address in the link register; its caller's fp is
+        then at this offset from fp (ARM 0, RISC-V -8).
+    """
+
+    fp: str
+    saved_fp: int
+    saved_ret: int
+    sets_fp: str
+    restores_fp: str
+    saves_fp: str | None = None
+    leaf_saved_fp: int | None = None
+
+
+@dataclass(frozen=True)
 class InstructionSet:
     """One instruction set of an architecture (ARM has ARM and Thumb).
 
@@ -101,6 +131,9 @@ class InstructionSet:
     :param min_insn: the shortest instruction, in bytes.
     :param thumb_bit: address bit 0 marks this set (Thumb).
     :param length_rule: the instruction length from its first bytes.
+    :param nop: a no-op instruction (the kretprobe trampoline's code on Unicorn).
+    :param frame_record: the frame-pointer chain of code compiled with frame
+        pointers, or None where backtraces scan the stack.
     """
 
     name: str
@@ -113,6 +146,8 @@ class InstructionSet:
     #: the length rule: instruction bytes -> length, or None where only a
     #: decoder can tell (x86's 1-15 bytes)
     length_rule: Callable[[bytes], int | None] = lambda code: None
+    nop: bytes = b""
+    frame_record: FrameRecord | None = None
 
 
 @dataclass(frozen=True)
@@ -156,6 +191,9 @@ class Arch:
     stack_alignment: int
     qemu_user: str
     cross_gcc_package: str
+    #: the qemu-system binary for a whole machine of this arch, and its Debian package
+    qemu_system: str = ""
+    qemu_system_package: str = ""
     aliases: tuple[str, ...] = ()
     extra: dict[str, Any] = field(default_factory=dict)
 

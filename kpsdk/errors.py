@@ -52,6 +52,21 @@ class UnsupportedTargetError(TargetError):
     """
 
 
+class ToolMissingError(TargetError):
+    """A program kpsdk needs (gdb, QEMU, a compiler) is not installed.
+
+    ``tool`` is the program and ``package`` the Debian package that provides it.
+    """
+
+    def __init__(self, tool: str, package: str) -> None:
+        self.tool, self.package = tool, package
+        super().__init__(f"{tool} is not installed (Debian: apt-get install {package})")
+
+
+class TargetExited(TargetError):
+    """The target went away (process killed, connection closed) while kpsdk needed it."""
+
+
 class TargetFault(TargetError):
     """The emulated or live CPU faulted while running target code.
 

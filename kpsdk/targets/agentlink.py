@@ -1,0 +1,102 @@
+"""kpsdk's end of the socket pair to the agent inside gdb (:mod:`kpsdk.targets.gdb_agent`).
+
+A socket pair, not a TCP port: nothing listens, nothing can connect from
+outside, and gdb inherits its end through ``pass_fds``.  Waiting spins for a
+short while before blocking, because during a run hits arrive back to back
+(~1 ms apart) and waking a blocked process costs ~0.3 ms on this class of
+machine; measured: 1,000 hits/s spinning against 220-500 hits/s blocking.
+"""
+
+from __future__ import annotations
+
+import select
+import socket
+import time
+
+from kpsdk.errors import TargetError, TargetFault
+
+#: how long a wait spins before it blocks in select()
+SPIN_SECONDS = 0.002
+#: the agent answers a request within this or gdb is considered stuck
+REQUEST_TIMEOUT = 20.0
+
+
+class AgentLink:
+    """Line-oriented messages to and from the agent."""
+
+    def __init__(self) -> None:
+        self.sock, self.peer = socket.socketpair()
+        self.sock.setblocking(False)
+        self._buf = b""
+
+    @property
+    def fileno(self) -> int:
+        return self.sock.fileno()
+
+    def close(self) -> None:
+        self.sock.close()
+        self.peer.close()
+
+    def send(self, text: str) -> None:
+        try:
+            self.sock.sendall(text.encode() + b"\n")
+        except OSError as exc:
+            raise TargetError(f"the gdb agent went away: {exc}") from exc
+
+    def has_line(self) -> bool:
+        return b"\n" in self._buf
+
+    def fill(self) -> bool:
+        """Read what is there without waiting; False when the agent closed its end."""
+        try:
+            chunk = self.sock.recv(1 << 16)
+        except BlockingIOError:
+            return True
+        if not chunk:
+            return False
+        self._buf += chunk
+        return True
+
+    def take_line(self) -> str | None:
+        """A complete line, if one was read."""
+        if b"\n" not in self._buf:
+            return None
+        line, _, self._buf = self._buf.partition(b"\n")
+        return line.decode()
+
+    def wait_line(self, timeout: float, spin: float = SPIN_SECONDS, also: int | None = None) -> str | None:
+        """The next line, spinning ``spin`` seconds then blocking up to ``timeout``.
+
+        With ``also`` (another fd, gdb's MI stream), returns None as soon as
+        that fd has something to read, so one wait serves both sources.
+        """
+        deadline = time.monotonic() + timeout
+        spin_end = time.perf_counter() + spin
+        while b"\n" not in self._buf:
+            if not self.fill():
+                raise TargetError("the gdb agent closed its connection (gdb exited?)")
+            if b"\n" in self._buf:
+                break
+            if time.perf_counter() < spin_end:
+                continue
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return None
+            ready, _, _ = select.select([self.sock] if also is None else [self.sock, also], [], [], remaining)
+            if also is not None and also in ready and self.sock not in ready:
+                return None
+        return self.take_line()
+
+    def request(self, text: str) -> str:
+        """Send a request during a hit and return the answer's value part.
+
+        An ``e MESSAGE`` answer raises :class:`TargetFault` (a memory or
+        register access gdb refused).
+        """
+        self.send(text)
+        line = self.wait_line(REQUEST_TIMEOUT)
+        if line is None:
+            raise TargetError(f"the gdb agent did not answer {text.split()[0]!r} within {REQUEST_TIMEOUT:g} s")
+        if line.startswith("e "):
+            raise TargetFault(f"gdb: {line[2:]} (request {text[:40]!r})")
+        return line[2:]

@@ -1,0 +1,503 @@
+"""Live targets: any gdbstub (QEMU system or user mode), through gdb/MI.
+
+How a probe point is armed: a gdb breakpoint (software by default, hardware
+with ``hardware_breakpoints=True``) owned by kpsdk's agent inside gdb.  QEMU
+implements both kinds itself, so target memory is never modified (K10 holds
+trivially, and qemu-user's read-only code pages do not matter).
+
+How one hit flows::
+
+    QEMU stops -> gdb calls KpsdkBreakpoint.stop() in the agent
+      -> "H addr thread regs..." over the socket pair
+      -> run() here: ProbeManager.pre() with a PtRegs whose reads are answered
+         from the prefetched registers, else by one request to the agent
+      -> "c writes..." (gdb resumes without an MI stop: ~1 ms a hit)
+         or "s" (a real stop: post_handler single-step by ``stepi``, an
+         error to raise, or a stop() request), handled from the MI stream.
+
+The agent learns which registers each point's handlers read and sends them
+with the next hits, so a steady-state hit is one round trip.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import signal
+import subprocess
+import threading
+import time
+import weakref
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from kpsdk.arch import Arch, InstructionSet, Register
+from kpsdk.decode import decode_at
+from kpsdk.errors import TargetError, TargetExited, TargetFault
+from kpsdk.manager import ProbeManager, ProbePoint
+from kpsdk.regs import PtRegs
+from kpsdk.symbols import Symbol, SymbolTable
+from kpsdk.target import Target
+from kpsdk.targets.agentlink import AgentLink
+from kpsdk.targets.mi import COMMAND_TIMEOUT, GdbError, MiConnection
+
+if TYPE_CHECKING:
+    from kpsdk.elfimage import ElfImage
+    from kpsdk.insn import Decoded
+
+AGENT = Path(__file__).with_name("gdb_agent.py")
+#: how long stop()/timeouts wait for the target to report that it stopped
+STOP_TIMEOUT = 10.0
+#: the run loop wakes at least this often to notice a dead QEMU
+POLL_SECONDS = 0.5
+
+_open_targets: weakref.WeakSet[GdbTarget] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_all() -> None:
+    """Reap every gdb and QEMU kpsdk started, whatever the program forgot to close."""
+    for target in list(_open_targets):
+        target.close()
+
+
+class LiveRegs:
+    """Register access for a live CPU: cached per stop, batched writes during a hit."""
+
+    def __init__(self, target: GdbTarget) -> None:
+        self.t = target
+        self.cache: dict[str, int] = {}
+        self.writes: dict[str, int] = {}
+        self.learned: list[str] = []
+
+    def read(self, reg: Register) -> int:
+        value = self.cache.get(reg.gdb)
+        if value is None:
+            t = self.t
+            if t.in_hit:
+                value = int(t.link.request("r " + reg.gdb), 16)
+                self.learned.append(reg.gdb)
+            else:
+                value = t.mi_read_register(reg.gdb)
+            self.cache[reg.gdb] = value
+        return value & reg.mask
+
+    def write(self, reg: Register, value: int) -> None:
+        t = self.t
+        if t.in_hit:
+            self.writes[reg.gdb] = value
+        else:
+            t.mi.command(f"-gdb-set var ${reg.gdb}={value:#x}")
+        self.cache[reg.gdb] = value
+
+
+class GdbTarget(Target):
+    """A CPU behind a gdbstub, driven by gdb-multiarch."""
+
+    def __init__(self, arch: Arch, remote: str, *, abi_kind: str = "user", symbols: SymbolTable | None = None,
+                 image: ElfImage | None = None, processes: list[subprocess.Popen[bytes]] | None = None,
+                 interrupt: Callable[[], None] | None = None, hardware_breakpoints: bool = False,
+                 cleanup: Callable[[], None] | None = None) -> None:
+        self.arch = arch
+        self.abi_kind = abi_kind
+        self.symbols = symbols if symbols is not None else (image.symbols if image else SymbolTable())
+        self.image = image
+        self.manager = ProbeManager(self)
+        self.processes = processes or []
+        self._interrupt_fn = interrupt
+        self._cleanup = cleanup
+        self.hardware = hardware_breakpoints
+        self.in_hit = False
+        self.closed = False
+        self._exit_status: int | None = None
+        self._console = bytearray()
+        self._io = LiveRegs(self)
+        self._regs = PtRegs.create(arch, self._io, arch.abi(abi_kind), self.read_memory)
+        self._pc = arch.register(arch.pc)
+        self._reg_numbers: dict[str, int] = {}
+        self._stop_requested = False
+        self._pending_step: ProbePoint | None = None
+        self._pending_error: BaseException | None = None
+        self._until_breakpoint = False  # run_to(): the next breakpoint-hit stop ends the run
+        self.link = AgentLink()
+        self.mi: MiConnection | None = None
+        _open_targets.add(self)
+        for proc in self.processes:
+            for stream in (proc.stdout, proc.stderr):
+                if stream is not None:
+                    threading.Thread(target=self._collect, args=(stream,), daemon=True).start()
+        try:
+            self._connect(remote)
+        except BaseException:
+            self.close()
+            raise
+
+    # -- connection -----------------------------------------------------------------
+
+    def _connect(self, remote: str) -> None:
+        self.mi = mi = MiConnection(pass_fds=(self.link.peer.fileno(),),
+                                    env={"KPSDK_AGENT_FD": str(self.link.peer.fileno())})
+        self.link.peer.close()
+        mi.command(f"-gdb-set architecture {self.arch.gdb_arch}")
+        if self.arch.endian == "big":
+            mi.command("-gdb-set endian big")
+        if self.image is not None:
+            mi.command(f"-file-exec-and-symbols {self.image.path}")
+        try:
+            mi.command(f"-target-select remote {remote}", timeout=15)
+        except GdbError as exc:
+            raise TargetError(f"cannot attach to the gdbstub at {remote}: {exc}") from exc
+        mi.console_command(f"source {AGENT}")
+        names = mi.command("-data-list-register-names").get("register-names", [])
+        self._reg_numbers = {n: i for i, n in enumerate(names) if n}
+        mi.events.clear()
+
+    def _collect(self, stream: Any) -> None:
+        """Copy a QEMU output stream into ``console`` (a thread per stream)."""
+        for chunk in iter(lambda: stream.read1(65536), b""):
+            self._console += chunk
+
+    @property
+    def console(self) -> str:
+        return self._console.decode("utf-8", "replace")
+
+    @property
+    def exit_status(self) -> int | None:
+        return self._exit_status
+
+    def _mi(self) -> MiConnection:
+        if self.mi is None or self.closed:
+            raise TargetError("the live target is closed")
+        return self.mi
+
+    # -- registers and memory ------------------------------------------------------------
+
+    def mi_read_register(self, name: str) -> int:
+        number = self._reg_numbers.get(name)
+        if number is None:
+            raise TargetError(f"gdb's {self.arch.gdb_arch} target has no register {name!r}")
+        values = self._mi().command(f"-data-list-register-values x {number}").get("register-values", [])
+        try:
+            return int(values[0]["value"], 16)
+        except (IndexError, KeyError, ValueError) as exc:
+            raise TargetError(f"gdb gave no value for register {name}: {values!r}") from exc
+
+    def regs(self) -> PtRegs:
+        self._regs._reset(None)
+        return self._regs
+
+    def read_memory(self, addr: int, size: int) -> bytes:
+        if size <= 0:
+            return b""
+        if self.in_hit:
+            return bytes.fromhex(self.link.request(f"m {addr:x} {size:x}"))
+        try:
+            blocks = self._mi().command(f"-data-read-memory-bytes {addr:#x} {size}").get("memory", [])
+        except GdbError as exc:
+            raise TargetFault(f"cannot read {size} bytes: {exc}", addr, self.symbols.format(addr)) from exc
+        data = b"".join(bytes.fromhex(b["contents"]) for b in blocks if int(b["begin"], 16) >= addr)
+        if len(data) < size:
+            raise TargetFault(f"cannot read {size} bytes (only {len(data)})", addr, self.symbols.format(addr))
+        return data[:size]
+
+    def write_memory(self, addr: int, data: bytes) -> None:
+        if not data:
+            return
+        if self.in_hit:
+            self.link.request(f"w {addr:x} {bytes(data).hex()}")
+            return
+        try:
+            self._mi().command(f"-data-write-memory-bytes {addr:#x} {bytes(data).hex()}")
+        except GdbError as exc:
+            raise TargetFault(f"cannot write {len(data)} bytes: {exc}", addr, self.symbols.format(addr)) from exc
+
+    def is_mapped(self, addr: int) -> bool:
+        try:
+            self.read_memory(addr, 1)
+        except TargetFault:
+            return False
+        return True
+
+    def is_executable(self, addr: int) -> bool:
+        if self.image is not None:
+            return any(s.executable and s.vaddr <= addr < s.vaddr + s.memsz for s in self.image.segments)
+        sym = self.symbols.containing(addr)
+        return sym is None or sym.kind == "func"
+
+    def is_reserved(self, addr: int) -> bool:
+        return False  # kpsdk puts nothing of its own into a live target
+
+    # -- instructions ------------------------------------------------------------------
+
+    def iset_at(self, addr: int, sym: Symbol | None) -> InstructionSet:
+        if addr & 1 or (sym is not None and sym.thumb):
+            return self.arch.iset_for_address(1)
+        return self.arch.isets[0]
+
+    def decode_at(self, addr: int, start: int, iset: InstructionSet) -> Decoded | None:
+        return decode_at(self, addr, start, iset)
+
+    def can_step(self, point: ProbePoint) -> bool:
+        return True  # gdb's stepi steps any instruction
+
+    # -- arming ------------------------------------------------------------------------
+
+    def sync_point(self, point: ProbePoint, force: bool = False) -> None:
+        want = bool(point.active)
+        if want == (point.mechanism is not None) and not force:
+            return
+        if point.mechanism is not None:
+            self._agent(f"d {point.addr:x}", f"delete({point.addr:#x})", point.addr)
+            point.mechanism = None
+        if want:
+            hw = int(self.hardware)
+            self._agent(f"b {point.addr:x} {hw}", f"insert({point.addr:#x}, {hw})", point.addr)
+            point.mechanism = "hbreak" if self.hardware else "break"
+
+    def _agent(self, request: str, python_call: str, addr: int) -> None:
+        """Insert or delete an agent breakpoint: over the socket during a hit, else through MI."""
+        if self.in_hit:
+            self.link.request(request)
+            return
+        try:
+            self._mi().console_command(f"python kpsdk_agent.{python_call}")
+        except GdbError as exc:
+            raise TargetError(f"gdb could not change the breakpoint at {self.symbols.format(addr)}: {exc}") from exc
+
+    # -- running -----------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Stop the run: at the end of the current hit, or by interrupting the target."""
+        self._stop_requested = True
+
+    def _interrupt(self) -> None:
+        if self._interrupt_fn is not None:
+            self._interrupt_fn()
+        else:
+            self._mi().send("-exec-interrupt")
+
+    def run(self, timeout: float | None = None) -> int | None:
+        if self._exit_status is not None:
+            return self._exit_status
+        mi = self._mi()
+        self._stop_requested = False
+        self._resume("-exec-continue")
+        deadline = time.monotonic() + timeout if timeout else None
+        link = self.link
+        while True:
+            line = link.wait_line(POLL_SECONDS, also=mi.fileno)
+            if line is not None:
+                if line.startswith("H "):
+                    self._hit(line)
+                continue
+            mi.pump(0)
+            stopped = self._take_stopped()
+            if stopped is not None:
+                result = self._on_stopped(stopped)
+                if result is not _RUNNING:
+                    return result  # type: ignore[return-value]
+                continue
+            self._check_alive()
+            if deadline is not None and time.monotonic() >= deadline:
+                return self._halt("the timeout")
+            if self._stop_requested:
+                return self._halt("stop()")
+
+    def run_to(self, addr: int, timeout: float) -> None:
+        """Run until the CPU reaches ``addr`` (probes fire on the way); TargetError if it does not."""
+        mi = self._mi()
+        number = mi.command(f"-break-insert -t *{addr:#x}").get("bkpt", {}).get("number")
+        self._until_breakpoint = True
+        try:
+            status = self.run(timeout)
+        finally:
+            self._until_breakpoint = False
+            if number is not None and self._exit_status is None and mi.alive():
+                try:
+                    mi.command(f"-break-delete {number}")
+                except GdbError:
+                    pass  # a temporary breakpoint that was hit is already gone
+        pc = self.mi_read_register(self._pc.gdb) if status is None else None
+        if pc != addr:
+            where = self.symbols.format(addr)
+            raise TargetError(f"the target did not reach {where} within {timeout:g} s"
+                              + (f" (it exited with status {status})" if status is not None else ""))
+
+    def _resume(self, command: str) -> None:
+        self._io.cache.clear()
+        self._regs._reset(None)
+        try:
+            self._mi().command(command)
+        except GdbError as exc:
+            if "exited" in str(exc) or "not being run" in str(exc):
+                raise TargetExited(f"the target is not running: {exc}") from exc
+            raise
+
+    def _take_stopped(self) -> dict[str, Any] | None:
+        mi = self._mi()
+        while mi.events:
+            record = mi.events.popleft()
+            if record["message"] == "stopped":
+                return record.get("payload") or {}
+        return None
+
+    def _halt(self, why: str) -> int | None:
+        """Interrupt a running target and wait until it reports the stop."""
+        self._interrupt()
+        deadline = time.monotonic() + STOP_TIMEOUT
+        while time.monotonic() < deadline:
+            line = self.link.wait_line(0.05, spin=0, also=self._mi().fileno)
+            if line is not None and line.startswith("H "):
+                self._hit(line)
+            self._mi().pump(0)
+            stopped = self._take_stopped()
+            if stopped is not None:
+                result = self._on_stopped(stopped, halting=True)
+                return None if result is _RUNNING else result  # type: ignore[return-value]
+            self._check_alive()
+        raise TargetError(f"the target did not stop within {STOP_TIMEOUT:g} s after {why}")
+
+    def _on_stopped(self, payload: dict[str, Any], halting: bool = False) -> object:
+        """React to ``*stopped``: exit, a step to finish, an error to raise, or the stop asked for."""
+        reason = payload.get("reason", "")
+        if reason in ("exited", "exited-normally", "exited-signalled"):
+            code = payload.get("exit-code")
+            self._exit_status = int(code, 8) if code else (0 if reason == "exited-normally" else 128)
+            return self._exit_status
+        if self._pending_error is not None:
+            error, self._pending_error = self._pending_error, None
+            self._pending_step = None
+            raise error
+        if self._pending_step is not None:
+            point, self._pending_step = self._pending_step, None
+            self._step_and_post(point)
+            if self._stop_requested or halting:
+                return None
+            self._resume("-exec-continue")
+            return _RUNNING
+        if reason == "signal-received" and payload.get("signal-name") not in ("SIGINT", "SIGTRAP", "0"):
+            pc = int(payload.get("frame", {}).get("addr", "0"), 16)
+            raise TargetFault(f"the target received {payload.get('signal-name')} "
+                              f"({payload.get('signal-meaning', '')})", pc, self.symbols.format(pc))
+        if self._stop_requested or halting:
+            return None
+        if reason == "breakpoint-hit" and self._until_breakpoint:
+            return None
+        # a stop kpsdk did not cause (a breakpoint someone set in gdb): keep going
+        self._resume("-exec-continue")
+        return _RUNNING
+
+    def _step_and_post(self, point: ProbePoint) -> None:
+        """K3 on a live target: execute the probed instruction with ``stepi``, then the post_handlers."""
+        self._resume("-exec-step-instruction")
+        deadline = time.monotonic() + COMMAND_TIMEOUT
+        while time.monotonic() < deadline:
+            line = self.link.wait_line(0.5, spin=0, also=self._mi().fileno)
+            if line is not None and line.startswith("H "):
+                self._hit(line)
+            self._mi().pump(0)
+            stopped = self._take_stopped()
+            if stopped is not None:
+                if stopped.get("reason", "").startswith("exited"):
+                    self._on_stopped(stopped)
+                    return
+                next_ip = self.mi_read_register(self._pc.gdb)
+                self.manager.post(point, self._regs, next_ip)
+                return
+            self._check_alive()
+        raise TargetError(f"single-stepping {self.symbols.format(point.addr)} did not finish")
+
+    def _hit(self, line: str) -> None:
+        """One probe hit reported by the agent; always answers it."""
+        parts = line.split()
+        addr = int(parts[1], 16)
+        io = self._io
+        cache = io.cache
+        cache.clear()
+        io.writes.clear()
+        io.learned.clear()
+        for word in parts[3:]:
+            name, _, value = word.partition("=")
+            cache[name] = int(value, 16)
+        verdict = "c"
+        point = self.manager.points.get(addr)
+        self.in_hit = True
+        try:
+            if point is not None and point.active and (
+                    point.insn.condition is None or self._condition_passes(point)):
+                new = self.manager.pre(point, self._regs)
+                if new is not None:
+                    io.writes[self._pc.gdb] = new
+                elif point.needs_step:
+                    verdict = "s"
+                    self._pending_step = point
+        except BaseException as exc:  # noqa: BLE001 - raised from run() once gdb reports the stop
+            self._pending_error = exc
+            verdict = "s"
+        finally:
+            self.in_hit = False
+        if self._stop_requested:
+            verdict = "s"
+        words = [verdict, *(f"{n}={v & ((1 << 64) - 1):x}" for n, v in io.writes.items()),
+                 *(f"+{n}" for n in io.learned)]
+        self.link.send(" ".join(words))
+        cache.clear()
+
+    def _condition_passes(self, point: ProbePoint) -> bool:
+        arch = self.arch
+        return bool(arch.extra["condition_passes"](point.insn.condition, lambda n: self._io.read(arch.register(n))))
+
+    def _check_alive(self) -> None:
+        mi = self._mi()
+        if not mi.alive():
+            tail = "".join(mi.console[-3:]).strip()
+            raise TargetExited("gdb exited while the target was running" + (f": {tail}" if tail else ""))
+        for proc in self.processes:
+            status = proc.poll()
+            if status is not None:
+                self._exit_status = status
+                raise TargetExited(f"{Path(str(proc.args[0])).name} exited with status {status} "
+                                   "while the target was running")
+
+    # -- teardown ---------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Disconnect and reap gdb and every process this target started."""
+        if self.closed:
+            return
+        self.closed = True
+        _open_targets.discard(self)
+        try:
+            if self.mi is not None:
+                self.mi.close()
+        finally:
+            for proc in self.processes:
+                _reap(proc)
+            self.link.close()
+            if self._cleanup is not None:
+                self._cleanup()
+
+
+def _reap(proc: subprocess.Popen[bytes]) -> None:
+    """Terminate, then kill, and always wait: no zombie, no orphan."""
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        try:
+            proc.wait(timeout=3)
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait(timeout=5)
+
+
+class _Running:
+    """Marker: the target was resumed and the run goes on."""
+
+
+_RUNNING = _Running()

@@ -1,0 +1,200 @@
+"""Launchers for live targets: ``qemu-user:``, ``qemu-system:`` and ``gdb://``.
+
+Each starts what it needs (QEMU with its gdbstub on a unix socket in a private
+temporary directory: nothing listens on the network, no port can be taken),
+then hands over to :class:`~kpsdk.targets.live.GdbTarget`, which owns and
+reaps the processes.  qemu-user's gdbstub accepts exactly one connection, so
+readiness is the socket file appearing, never a probing connect.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from kpsdk import hookimpl
+from kpsdk.elfimage import load_elf
+from kpsdk.errors import SymbolError, TargetError, ToolMissingError
+from kpsdk.symbols import SymbolTable
+from kpsdk.target import TargetKind
+from kpsdk.targets.live import GdbTarget, _reap
+
+if TYPE_CHECKING:
+    from kpsdk.registry import Registry
+
+#: how long QEMU gets to create its gdbstub socket
+STARTUP_TIMEOUT = 10.0
+#: qemu-system: how long the kernel gets to reach the symbol it is stopped at
+BOOT_TIMEOUT = 120.0
+#: the kernel function a qemu-system session stops at before handing over:
+#: from here on the kernel's text is mapped at its link address
+KERNEL_READY_SYMBOL = "start_kernel"
+DEFAULT_APPEND = "console=ttyS0 nokaslr panic=-1"
+
+
+def _need(tool: str, package: str) -> str:
+    path = shutil.which(tool)
+    if path is None:
+        raise ToolMissingError(tool, package)
+    return path
+
+
+def _start(cmd: list[str], sock: Path) -> subprocess.Popen[bytes]:
+    """Start QEMU in its own process group and wait for its gdbstub socket."""
+    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=True)
+    deadline = time.monotonic() + STARTUP_TIMEOUT
+    while not sock.exists():
+        if proc.poll() is not None:
+            err = proc.stderr.read().decode(errors="replace").strip() if proc.stderr else ""
+            raise TargetError(f"{Path(cmd[0]).name} exited with status {proc.returncode} before its gdbstub "
+                              f"was up" + (f": {err}" if err else ""))
+        if time.monotonic() > deadline:
+            _reap(proc)
+            raise TargetError(f"{Path(cmd[0]).name} did not open its gdbstub within {STARTUP_TIMEOUT:g} s")
+        time.sleep(0.01)
+    return proc
+
+
+def _private_dir() -> tuple[Path, Any]:
+    tmp = tempfile.mkdtemp(prefix="kpsdk-")
+    return Path(tmp), lambda: shutil.rmtree(tmp, ignore_errors=True)
+
+
+def load_symbols(path: str | Path) -> SymbolTable:
+    """Symbols from a file of any kind kpsdk reads.
+
+    An ELF (a program, or a vmlinux with its ``.symtab``); ``System.map`` or a
+    ``/proc/kallsyms`` dump (text); else a kernel image (``vmlinuz``) whose
+    embedded kallsyms table is decoded.
+    """
+    p = Path(path)
+    try:
+        head = p.read_bytes()[:4096]
+    except OSError as exc:
+        raise SymbolError(f"cannot read symbols from {p}: {exc.strerror}") from exc
+    if head.startswith(b"\x7fELF"):
+        return load_elf(p).symbols
+    from kpsdk import kallsyms
+
+    if all(32 <= b < 127 or b in (9, 10, 13) for b in head):
+        return kallsyms.load_kallsyms_text(p.read_text())
+    return kallsyms.load_kallsyms_from_image(p)
+
+
+def open_qemu_user(rest: str, registry: Registry, args: list[str] | tuple[str, ...] = (), abi: str = "user",
+                   hardware_breakpoints: bool = False, env: dict[str, str] | None = None,
+                   **options: Any) -> GdbTarget:
+    """``qemu-user:PROG``: run PROG under ``qemu-<arch>`` (picked from its ELF header) and attach."""
+    if options:
+        raise TargetError(f"qemu-user: unknown options {', '.join(options)} (known: args, abi, "
+                          "hardware_breakpoints, env)")
+    prog = Path(rest)
+    image = load_elf(prog)
+    arch = registry.archs.by_elf(image.machine, image.elf_class, image.endian)
+    qemu = _need(arch.qemu_user, "qemu-user")
+    _need("gdb-multiarch", "gdb-multiarch")
+    tmp, cleanup = _private_dir()
+    sock = tmp / "gdb.sock"
+    cmd = [qemu, "-g", str(sock)]
+    for key, value in (env or {}).items():
+        cmd += ["-E", f"{key}={value}"]
+    try:
+        proc = _start([*cmd, str(prog), *map(str, args)], sock)
+    except BaseException:
+        cleanup()
+        raise
+
+    def interrupt() -> None:
+        # qemu-user's gdbstub ignores gdb's interrupt; a SIGINT to QEMU is
+        # reported to gdb as the guest's stop (and gdb does not pass it on)
+        os.kill(proc.pid, signal.SIGINT)
+
+    return GdbTarget(arch, str(sock), abi_kind=abi, image=image, processes=[proc], interrupt=interrupt,
+                     hardware_breakpoints=hardware_breakpoints, cleanup=cleanup)
+
+
+def open_qemu_system(rest: str, registry: Registry, kernel: str | None = None, initrd: str | None = None,
+                     append: str = DEFAULT_APPEND, symbols: str | None = None, memory: str = "512M",
+                     smp: int = 1, qemu_args: list[str] | tuple[str, ...] = (), abi: str = "kernel",
+                     hardware_breakpoints: bool = False, ready_symbol: str | None = KERNEL_READY_SYMBOL,
+                     boot_timeout: float = BOOT_TIMEOUT, **options: Any) -> GdbTarget:
+    """``qemu-system:ARCH``: boot a kernel under TCG and attach.
+
+    Symbols come from ``symbols`` (ELF, vmlinux, System.map, kallsyms dump) or
+    else from the kernel image's own kallsyms table.  With a kernel, the
+    session opens stopped at ``ready_symbol`` (``start_kernel``), when the
+    kernel's text is mapped: probes are validated against live memory.
+    """
+    if options:
+        raise TargetError(f"qemu-system: unknown options {', '.join(options)}")
+    arch = registry.arch(rest)
+    if not arch.qemu_system:
+        raise TargetError(f"no qemu-system binary is known for {arch.name}")
+    qemu = _need(arch.qemu_system, arch.qemu_system_package)
+    _need("gdb-multiarch", "gdb-multiarch")
+    table = load_symbols(symbols) if symbols else (load_symbols(kernel) if kernel else SymbolTable())
+    tmp, cleanup = _private_dir()
+    sock = tmp / "gdb.sock"
+    cmd = [qemu, "-accel", "tcg", "-m", memory, "-smp", str(smp), "-display", "none", "-monitor", "none",
+           "-serial", "stdio", "-no-reboot", "-S", "-gdb", f"unix:{sock},server=on,wait=off"]
+    if kernel:
+        cmd += ["-kernel", str(kernel), "-append", append]
+    if initrd:
+        cmd += ["-initrd", str(initrd)]
+    cmd += list(qemu_args)
+    try:
+        proc = _start(cmd, sock)
+    except BaseException:
+        cleanup()
+        raise
+    target = GdbTarget(arch, str(sock), abi_kind=abi, symbols=table, processes=[proc],
+                       hardware_breakpoints=hardware_breakpoints, cleanup=cleanup)
+    if kernel and ready_symbol and ready_symbol in table:
+        try:
+            target.run_to(table.get(ready_symbol).address, boot_timeout)
+        except BaseException:
+            target.close()
+            raise
+    return target
+
+
+def open_gdb(rest: str, registry: Registry, arch: str | None = None, symbols: str | None = None,
+             abi: str = "kernel", hardware_breakpoints: bool = False, **options: Any) -> GdbTarget:
+    """``gdb://HOST:PORT``: attach to a gdbstub that is already running (not started, not killed by kpsdk)."""
+    if options:
+        raise TargetError(f"gdb: unknown options {', '.join(options)}")
+    remote = rest.removeprefix("//")
+    image = None
+    table = SymbolTable()
+    if symbols:
+        head = Path(symbols).read_bytes()[:4] if Path(symbols).exists() else b""
+        if head == b"\x7fELF":
+            image = load_elf(symbols)
+            table = image.symbols
+        else:
+            table = load_symbols(symbols)
+    if arch is None:
+        if image is None:
+            raise TargetError("gdb:// needs arch=... (or symbols= an ELF file to read it from)")
+        the_arch = registry.archs.by_elf(image.machine, image.elf_class, image.endian)
+    else:
+        the_arch = registry.arch(arch)
+    _need("gdb-multiarch", "gdb-multiarch")
+    return GdbTarget(the_arch, remote, abi_kind=abi, symbols=table, image=image,
+                     hardware_breakpoints=hardware_breakpoints)
+
+
+@hookimpl
+def kpsdk_targets() -> list[TargetKind]:
+    return [
+        TargetKind("qemu-user", open_qemu_user, "a program under qemu-user, through gdb (qemu-user:PROG)"),
+        TargetKind("qemu-system", open_qemu_system, "a kernel booted in qemu-system, through gdb (qemu-system:ARCH)"),
+        TargetKind("gdb", open_gdb, "an existing gdbstub (gdb://HOST:PORT)"),
+    ]
