@@ -135,6 +135,7 @@ X86_64 = Arch(
     qemu_user="qemu-x86_64",
     qemu_system="qemu-system-x86_64",
     qemu_system_package="qemu-system-x86",
+    gdb_break_adjusts_pc=True,
     cross_gcc_package="gcc-x86-64-linux-gnu",
     extra={"classify": classify, "successors": successors, "jump_back": jump_back_64},
 )
@@ -163,6 +164,7 @@ I386 = Arch(
     qemu_user="qemu-i386",
     qemu_system="qemu-system-i386",
     qemu_system_package="qemu-system-x86",
+    gdb_break_adjusts_pc=True,
     cross_gcc_package="gcc-i686-linux-gnu",
     extra={"classify": classify, "successors": successors, "jump_back": jump_back_32},
 )

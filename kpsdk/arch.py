@@ -194,6 +194,13 @@ class Arch:
     #: the qemu-system binary for a whole machine of this arch, and its Debian package
     qemu_system: str = ""
     qemu_system_package: str = ""
+    #: gdb's ``decr_pc_after_break`` is non-zero (x86: the pc is past the int3):
+    #: after a software-breakpoint stop gdb moves the pc back one byte whenever
+    #: another software breakpoint sits there.  QEMU reports the exact pc, so
+    #: two adjacent probes (a ``ret`` and the next function) would be confused;
+    #: live targets use gdb hardware breakpoints on such archs (QEMU implements
+    #: both kinds alike, at the same cost).
+    gdb_break_adjusts_pc: bool = False
     aliases: tuple[str, ...] = ()
     extra: dict[str, Any] = field(default_factory=dict)
 

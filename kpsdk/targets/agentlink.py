@@ -13,7 +13,7 @@ import select
 import socket
 import time
 
-from kpsdk.errors import TargetError, TargetFault
+from kpsdk.errors import TargetError, TargetExited, TargetFault
 
 #: how long a wait spins before it blocks in select()
 SPIN_SECONDS = 0.002
@@ -52,6 +52,8 @@ class AgentLink:
             chunk = self.sock.recv(1 << 16)
         except BlockingIOError:
             return True
+        except ConnectionError:
+            return False
         if not chunk:
             return False
         self._buf += chunk
@@ -74,7 +76,7 @@ class AgentLink:
         spin_end = time.perf_counter() + spin
         while b"\n" not in self._buf:
             if not self.fill():
-                raise TargetError("the gdb agent closed its connection (gdb exited?)")
+                raise TargetExited("gdb exited: its agent's connection closed")
             if b"\n" in self._buf:
                 break
             if time.perf_counter() < spin_end:

@@ -107,7 +107,7 @@ class GdbTarget(Target):
         self.processes = processes or []
         self._interrupt_fn = interrupt
         self._cleanup = cleanup
-        self.hardware = hardware_breakpoints
+        self.hardware = hardware_breakpoints or arch.gdb_break_adjusts_pc
         self.in_hit = False
         self.closed = False
         self._exit_status: int | None = None
@@ -120,13 +120,15 @@ class GdbTarget(Target):
         self._pending_step: ProbePoint | None = None
         self._pending_error: BaseException | None = None
         self._until_breakpoint = False  # run_to(): the next breakpoint-hit stop ends the run
+        self._deadline: float | None = None  # run(timeout): the first hit after it stops the run
+        self._stopping = False  # a hit answered "s": gdb's *stopped is on its way
         self.link = AgentLink()
         self.mi: MiConnection | None = None
         _open_targets.add(self)
-        for proc in self.processes:
-            for stream in (proc.stdout, proc.stderr):
-                if stream is not None:
-                    threading.Thread(target=self._collect, args=(stream,), daemon=True).start()
+        self._readers = [threading.Thread(target=self._collect, args=(stream,), daemon=True)
+                         for proc in self.processes for stream in (proc.stdout, proc.stderr) if stream is not None]
+        for reader in self._readers:
+            reader.start()
         try:
             self._connect(remote)
         except BaseException:
@@ -152,6 +154,16 @@ class GdbTarget(Target):
         names = mi.command("-data-list-register-names").get("register-names", [])
         self._reg_numbers = {n: i for i, n in enumerate(names) if n}
         mi.events.clear()
+
+    def _drain_output(self) -> None:
+        """After an exit: wait (briefly) until QEMU's last output is in ``console``."""
+        for proc in self.processes:
+            try:
+                proc.wait(timeout=2)
+            except subprocess.TimeoutExpired:
+                return
+        for reader in self._readers:
+            reader.join(timeout=2)
 
     def _collect(self, stream: Any) -> None:
         """Copy a QEMU output stream into ``console`` (a thread per stream)."""
@@ -280,10 +292,16 @@ class GdbTarget(Target):
     def run(self, timeout: float | None = None) -> int | None:
         if self._exit_status is not None:
             return self._exit_status
+        try:
+            return self._run(timeout)
+        except _Ended as end:
+            return end.status
+
+    def _run(self, timeout: float | None) -> int | None:
         mi = self._mi()
-        self._stop_requested = False
+        self._stop_requested = self._stopping = False
+        self._deadline = time.monotonic() + timeout if timeout else None
         self._resume("-exec-continue")
-        deadline = time.monotonic() + timeout if timeout else None
         link = self.link
         while True:
             line = link.wait_line(POLL_SECONDS, also=mi.fileno)
@@ -299,7 +317,9 @@ class GdbTarget(Target):
                     return result  # type: ignore[return-value]
                 continue
             self._check_alive()
-            if deadline is not None and time.monotonic() >= deadline:
+            if self._stopping:
+                continue  # a hit told gdb to stop: its *stopped is on the way
+            if self._deadline is not None and time.monotonic() >= self._deadline:
                 return self._halt("the timeout")
             if self._stop_requested:
                 return self._halt("stop()")
@@ -360,10 +380,12 @@ class GdbTarget(Target):
 
     def _on_stopped(self, payload: dict[str, Any], halting: bool = False) -> object:
         """React to ``*stopped``: exit, a step to finish, an error to raise, or the stop asked for."""
+        self._stopping = False
         reason = payload.get("reason", "")
         if reason in ("exited", "exited-normally", "exited-signalled"):
             code = payload.get("exit-code")
             self._exit_status = int(code, 8) if code else (0 if reason == "exited-normally" else 128)
+            self._drain_output()
             return self._exit_status
         if self._pending_error is not None:
             error, self._pending_error = self._pending_error, None
@@ -437,8 +459,11 @@ class GdbTarget(Target):
             verdict = "s"
         finally:
             self.in_hit = False
-        if self._stop_requested:
+        if self._stop_requested or (self._deadline is not None and time.monotonic() >= self._deadline):
+            self._stop_requested = True
             verdict = "s"
+        if verdict == "s":
+            self._stopping = True
         words = [verdict, *(f"{n}={v & ((1 << 64) - 1):x}" for n, v in io.writes.items()),
                  *(f"+{n}" for n in io.learned)]
         self.link.send(" ".join(words))
@@ -449,16 +474,31 @@ class GdbTarget(Target):
         return bool(arch.extra["condition_passes"](point.insn.condition, lambda n: self._io.read(arch.register(n))))
 
     def _check_alive(self) -> None:
+        """Raise when gdb or QEMU died; return quietly while both live.
+
+        A QEMU that exited with a status (the program ended, or a guest powered
+        off) ends the run normally: :class:`_Ended` carries the status.  One
+        killed by a signal is an error.
+        """
         mi = self._mi()
         if not mi.alive():
             tail = "".join(mi.console[-3:]).strip()
             raise TargetExited("gdb exited while the target was running" + (f": {tail}" if tail else ""))
         for proc in self.processes:
             status = proc.poll()
-            if status is not None:
+            if status is None:
+                continue
+            name = Path(str(proc.args[0])).name  # type: ignore[index]
+            if status < 0:
+                raise TargetExited(f"{name} was killed by signal {-status} while the target was running")
+            # gdb reports the end itself (with the program's status) unless QEMU went first
+            stopped = mi.next_event("stopped", 1.0)
+            if stopped is not None and str(stopped.get("payload", {}).get("reason", "")).startswith("exited"):
+                self._on_stopped(stopped["payload"])
+            else:
                 self._exit_status = status
-                raise TargetExited(f"{Path(str(proc.args[0])).name} exited with status {status} "
-                                   "while the target was running")
+                self._drain_output()
+            raise _Ended(self._exit_status)
 
     # -- teardown ---------------------------------------------------------------------
 
@@ -494,6 +534,13 @@ def _reap(proc: subprocess.Popen[bytes]) -> None:
             except ProcessLookupError:
                 pass
             proc.wait(timeout=5)
+
+
+class _Ended(Exception):  # noqa: N818 - control flow, never seen by users
+    """The target ended while kpsdk waited: run() returns the status."""
+
+    def __init__(self, status: int | None) -> None:
+        self.status = status
 
 
 class _Running:
