@@ -49,6 +49,8 @@ if TYPE_CHECKING:
 AGENT = Path(__file__).with_name("gdb_agent.py")
 #: how long stop()/timeouts wait for the target to report that it stopped
 STOP_TIMEOUT = 10.0
+#: a gdbstub that does not complete the handshake within this is not one
+ATTACH_TIMEOUT = 8.0
 #: the run loop wakes at least this often to notice a dead QEMU
 POLL_SECONDS = 0.5
 
@@ -142,14 +144,20 @@ class GdbTarget(Target):
                                     env={"KPSDK_AGENT_FD": str(self.link.peer.fileno())})
         self.link.peer.close()
         mi.command(f"-gdb-set architecture {self.arch.gdb_arch}")
+        # fail fast on a dead or mute stub: gdb's defaults retry for ~15 s
+        mi.command("-gdb-set tcp connect-timeout 3")
+        mi.command("-gdb-set remotetimeout 3")
         if self.arch.endian == "big":
             mi.command("-gdb-set endian big")
         if self.image is not None:
             mi.command(f"-file-exec-and-symbols {self.image.path}")
         try:
-            mi.command(f"-target-select remote {remote}", timeout=15)
+            mi.command(f"-target-select remote {remote}", timeout=ATTACH_TIMEOUT)
         except GdbError as exc:
             raise TargetError(f"cannot attach to the gdbstub at {remote}: {exc}") from exc
+        except TargetError as exc:
+            raise TargetError(f"cannot attach to the gdbstub at {remote}: it does not answer the gdb remote "
+                              f"protocol ({exc})") from exc
         mi.console_command(f"source {AGENT}")
         names = mi.command("-data-list-register-names").get("register-names", [])
         self._reg_numbers = {n: i for i, n in enumerate(names) if n}
