@@ -1,4 +1,4 @@
-"""nox sessions: ``nox -s tests``, ``nox -s lint``, ``nox -s bench``, ``nox -s fixtures``.
+"""nox sessions: ``nox -s tests``, ``nox -s lint``, ``nox -s bench``, ``nox -s fixtures``, ``nox -s kernel``.
 
 ``nox`` alone runs tests and lint.  Extra arguments after ``--`` go to the
 tool: ``nox -s tests -- -k scale``, ``nox -s bench -- --quick``.
@@ -25,6 +25,19 @@ def lint(session: nox.Session) -> None:
     session.install(".[test]")
     session.run("ruff", "check", ".")
     session.run("mypy", *session.posargs)
+
+
+@nox.session
+def kernel(session: nox.Session) -> None:
+    """The tests that boot Debian's real amd64 kernel in QEMU (``pytest -m kernel``).
+
+    The kernel package is downloaded once (``apt-get download``, ~70 MB) into
+    ``$KPSDK_CACHE`` or ``~/.cache/kpsdk``; needs qemu-system-x86 and busybox-static.
+    Editable install: with pytest's ``pythonpath = ["."]`` the source tree's ``kpsdk`` shadows
+    a regular install, which then lacks ``kpsdk.arch_backends``/``kpsdk.plugins``.
+    """
+    session.install("-e", ".[test]")
+    session.run("pytest", "-m", "kernel", *session.posargs)
 
 
 @nox.session

@@ -61,3 +61,58 @@ def probe_addr(s: kpsdk.Session, addr: int) -> int:
     """An address as a probe wants it (Thumb code carries bit 0)."""
     sym = s.symbols.containing(addr)
     return addr | 1 if sym is not None and sym.thumb else addr
+
+
+# --- A real kernel (tests/test_kernel_image.py and the live-probing tests) -----------------
+
+from collections.abc import Callable  # noqa: E402  (kept next to the fixtures that use it)
+from pathlib import Path  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def debian_kernel() -> Path:
+    """The vmlinuz of Debian's current amd64 kernel, downloaded once into kpsdk's cache.
+
+    ``apt-get download`` (~70 MB, once; then reused from ``$KPSDK_CACHE`` or
+    ``~/.cache/kpsdk/kernel``), not installed.  Skips locally, fails on CI, when apt or the
+    network is not there.
+    """
+    from kpsdk.errors import TargetError
+    from kpsdk.fixtures import kernel
+
+    require_tool("apt-get", "apt")
+    require_tool("dpkg-deb", "dpkg")
+    try:
+        return kernel.fetch_kernel()
+    except TargetError as e:
+        if os.environ.get("CI"):
+            pytest.fail(f"cannot fetch Debian's kernel: {e}")
+        pytest.skip(f"cannot fetch Debian's kernel: {e}")
+
+
+@pytest.fixture(scope="session")
+def kernel_initramfs(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]:
+    """A factory: ``kernel_initramfs(workload=..., files=...)`` -> path of a busybox initramfs.
+
+    The workload is a busybox ``sh`` snippet run by ``/init`` between ``KPSDK-BEGIN`` and
+    ``KPSDK-END`` before ``poweroff -f`` (default: :data:`kpsdk.fixtures.kernel.DEFAULT_WORKLOAD`).
+    """
+    from kpsdk.errors import UnsupportedTargetError
+    from kpsdk.fixtures import kernel
+
+    require_tool("busybox", "busybox-static")
+    require_tool("qemu-system-x86_64", "qemu-system-x86")
+    directory = tmp_path_factory.mktemp("initramfs")
+    count = 0
+
+    def make(workload: str = kernel.DEFAULT_WORKLOAD, files: dict[str, bytes | str] | None = None) -> Path:
+        nonlocal count
+        count += 1
+        try:
+            return kernel.build_initramfs(directory / f"initramfs-{count}.cpio.gz", workload, files=files)
+        except UnsupportedTargetError as e:
+            if os.environ.get("CI"):
+                pytest.fail(str(e))
+            pytest.skip(str(e))
+
+    return make
