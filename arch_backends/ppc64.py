@@ -53,6 +53,20 @@ def successors(insn: capstone.CsInsn, reg: ReadReg, mem: ReadMem, word: int) -> 
     return out
 
 
+def local_entry(code: bytes) -> int:
+    """ELFv2: the offset of a function's local entry, past its TOC set-up.
+
+    A function that needs its TOC pointer starts ``addis r2,r12,hi; addi r2,r2,lo``
+    (or ``lis r2,hi; addi r2,r2,lo``); calls from the same module skip those two
+    instructions, so a return probe there counts as at the entry (the kernel's
+    ``arch_kprobe_on_func_entry``).  0 for ELFv1 code and functions without one.
+    """
+    if len(code) < 8:
+        return 0
+    first, second = struct.unpack(">II", code[:8])
+    return 8 if first >> 16 in (0x3C4C, 0x3C40) and second >> 16 == 0x3842 else 0
+
+
 def jump_back(at: int, target: int, iset: InstructionSet) -> bytes | None:
     """``b target`` when within +-32 MiB."""
     off = target - at
@@ -103,7 +117,7 @@ PPC64 = Arch(
     qemu_system="qemu-system-ppc64",
     qemu_system_package="qemu-system-ppc",
     cross_gcc_package="gcc-powerpc64-linux-gnu",
-    extra={"classify": classify, "successors": successors, "jump_back": jump_back},
+    extra={"classify": classify, "successors": successors, "jump_back": jump_back, "local_entry": local_entry},
 )
 
 

@@ -46,6 +46,9 @@ class ProbePoint:
     needs_step: bool = False
     #: set by a target re-entering the instruction after arming a step
     resuming: bool = False
+    #: kpsdk's own point (the kretprobe trampoline): in its reserved area, and
+    #: armed whatever the knobs say (a disarmed trampoline would lose returns)
+    internal: bool = False
 
 
 class ProbeManager:
@@ -102,12 +105,13 @@ class ProbeManager:
         assert probe.addr is not None
         return probe.addr + (probe.offset if probe.symbol_name else 0)
 
-    def check_address(self, addr: int) -> tuple[int, InstructionSet, Decoded]:
+    def check_address(self, addr: int, internal: bool = False) -> tuple[int, InstructionSet, Decoded]:
         """Validate a probe address (K1) and decode the instruction there.
 
         Returns the address without any Thumb bit, its instruction set and the
         decoded instruction.  Raises ``EINVAL`` (unmapped, blacklisted, refused
-        instruction) or ``EILSEQ`` (inside an instruction).
+        instruction) or ``EILSEQ`` (inside an instruction).  ``internal``: kpsdk
+        probing its own area (the kretprobe trampoline).
         """
         target = self.target
         sym = target.symbols.containing(addr & ~1 if target.arch.has_thumb else addr)
@@ -115,9 +119,9 @@ class ProbeManager:
         addr &= ~1 if iset.thumb_bit else ~0
         if not target.is_mapped(addr) or not target.is_executable(addr):
             raise KprobeError(errno.EINVAL, f"{addr:#x} is not mapped executable memory in the target")
-        if target.is_reserved(addr):
+        if target.is_reserved(addr) and not internal:
             raise KprobeError(errno.EINVAL, f"{addr:#x} is in kpsdk's own area (blacklisted)")
-        if sym is not None and sym.name in self.blacklist:
+        if sym is not None and sym.name in self.blacklist and not internal:
             raise KprobeError(errno.EINVAL, f"{sym.name} is on the no-probe blacklist")
         start = sym.address if sym is not None and sym.kind == "func" else addr
         insn = target.decode_at(addr, start, iset)
@@ -128,14 +132,17 @@ class ProbeManager:
             raise KprobeError(errno.EINVAL, insn.refused)
         return addr, iset, insn
 
-    def add(self, probe: Probe, addr: int) -> ProbePoint:
-        """Put a resolved, validated probe on its point and arm it."""
+    def add(self, probe: Probe, addr: int, internal: bool = False) -> ProbePoint:
+        """Put a resolved, validated probe on its point and arm it.
+
+        ``internal``: kpsdk's own probe in its reserved area (see ``ProbePoint.internal``).
+        """
         if probe.registered:
             raise KprobeError(errno.EINVAL, f"{probe!r} is already registered")
-        addr, iset, insn = self.check_address(addr)
+        addr, iset, insn = self.check_address(addr, internal)
         point = self.points.get(addr)
         if point is None:
-            point = ProbePoint(addr, iset, insn)
+            point = ProbePoint(addr, iset, insn, internal=internal)
         if probe.post_handler is not None and not self.target.can_step(point):
             raise KprobeError(
                 errno.EINVAL, f"a post_handler cannot follow {insn} at {self.target.symbols.format(addr)}"
@@ -186,7 +193,8 @@ class ProbeManager:
         self._sync(point)
 
     def _sync(self, point: ProbePoint) -> None:
-        point.active = tuple(p for p in point.probes if not p.disabled) if self._enabled else ()
+        enabled = self._enabled or point.internal
+        point.active = tuple(p for p in point.probes if not p.disabled) if enabled else ()
         point.needs_step = any(p.post_handler is not None for p in point.active)
         self.target.sync_point(point)
 
@@ -248,7 +256,14 @@ class ProbeManager:
             self.busy = False
 
     def _fault(self, p: Probe, point: ProbePoint, regs: PtRegs, exc: Exception, phase: str) -> None:
-        """K4: a handler raised.  Its fault_handler may claim it (return 1)."""
+        """K4: a handler raised.  Its fault_handler may claim it (return 1).
+
+        A :class:`ProbeHandlerError` that the probe's type raised for it (a
+        kretprobe's entry_handler) already names it, and its fault_handler had
+        its say.
+        """
+        if isinstance(exc, ProbeHandlerError) and exc.probe is p:
+            raise exc
         if p.fault_handler is not None and p.fault_handler(p, regs, TRAP_HANDLER_EXCEPTION):
             return
         raise ProbeHandlerError(p, point.addr, self.target.symbols.format(point.addr), phase, exc) from exc

@@ -16,6 +16,7 @@ from kpsdk.errors import KpsdkError
 from kpsdk.probe import Probe, ProbeType, location_fields
 
 if TYPE_CHECKING:
+    from kpsdk.backtrace import Frame
     from kpsdk.registry import Registry
     from kpsdk.regs import PtRegs
     from kpsdk.target import Target
@@ -192,6 +193,34 @@ class Session:
 
     def regs(self) -> PtRegs:
         return self.target.regs()
+
+    # -- stacks under return probes -------------------------------------------------------
+
+    def backtrace(self, regs: PtRegs | None = None, limit: int = 64) -> builtins.list[Frame]:
+        """The call stack, innermost first, with real return addresses where
+        kretprobe trampolines stand in the stack (:mod:`kpsdk.backtrace`).
+
+        In a handler, pass its ``regs`` (the stopped CPU's registers are the
+        hit's, and the probed address is the pc); elsewhere the CPU's own.
+        """
+        from kpsdk.backtrace import backtrace
+
+        if regs is None:
+            if self.target.manager.busy:
+                raise KpsdkError("in a handler, pass its regs: s.backtrace(regs)")
+            regs = self.regs()
+        return backtrace(self.target, regs, limit)
+
+    def real_return_address(self, value: int, sp: int | None = None) -> int:
+        """The real return address behind ``value`` when it is a kretprobe trampoline
+        (what ``__builtin_return_address`` or a read of the stack sees under a live
+        kretprobe), else ``value`` itself.
+
+        ``sp``: the stack address it was read from, or the stack pointer of the
+        frame that read it; the innermost hooked call at or above it is the one.
+        """
+        rethook = self.target.rethook
+        return value if rethook is None else rethook.real_return_address(value, sp)
 
     def run(self, timeout: float | None = None) -> int | None:
         """Run until the program exits (its status is returned), ``stop()`` or ``timeout`` seconds."""

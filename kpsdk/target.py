@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from kpsdk.insn import Decoded
     from kpsdk.manager import ProbeManager, ProbePoint
     from kpsdk.regs import PtRegs
+    from kpsdk.rethook import RethookNode, ShadowStacks
     from kpsdk.session import Session
     from kpsdk.symbols import Symbol, SymbolTable
 
@@ -44,6 +45,10 @@ class Target(ABC):
     manager: ProbeManager
     #: calling convention of the code probed: "user" or "kernel"
     abi_kind: str = "user"
+    #: CPUs that can run the probed code at once (a kretprobe's default maxactive is max(10, 2 * ncpus))
+    ncpus: int = 1
+    #: the return-probe core, set by :meth:`kpsdk.rethook.ShadowStacks.of` on first use
+    rethook: ShadowStacks | None = None
 
     # -- memory -------------------------------------------------------------
     @abstractmethod
@@ -52,6 +57,10 @@ class Target(ABC):
 
     @abstractmethod
     def write_memory(self, addr: int, data: bytes) -> None: ...
+
+    def read_word(self, addr: int) -> int:
+        """The machine word at ``addr`` (a return address on the stack), as the program sees it."""
+        return int.from_bytes(self.read_memory(addr, self.arch.word_size), self.arch.endian)
 
     @abstractmethod
     def is_mapped(self, addr: int) -> bool: ...
@@ -101,6 +110,90 @@ class Target(ABC):
     @property
     @abstractmethod
     def console(self) -> str: ...
+
+    # -- return probes (kpsdk.rethook) ----------------------------------------------------
+    #
+    # A target that supports return probes implements attach_rethook,
+    # hijack_return and release_return (detach_rethook and current_task when it
+    # has something to undo or several tasks).  ``core`` is the object that
+    # attach_rethook received; the target calls into it twice:
+    #
+    # * ``core.on_return(regs, at_trampoline)`` whenever control reaches a place
+    #   hijack_return sent a return to.  It runs the return handlers and gives
+    #   the address to resume at, or None when that stop was not a hooked return.
+    # * ``core.unwind(task, below)`` when hooked calls will never return: the
+    #   program or a task ended (``below=None``: all of them), or a call the
+    #   target made for the user was abandoned (the calls entered below that sp).
+    #
+    # The core reads registers through ``regs`` (``regs.sp``, ``regs.ip``, the
+    # link register by its name) and the stack through :meth:`read_word`.
+
+    def attach_rethook(self, core: ShadowStacks) -> None:
+        """Get ready to hook returns for ``core``; called when the first return probe
+        registers on this target (again after a :meth:`detach_rethook`).
+
+        Keep ``core``: it is what a hooked return calls into.  Set up whatever
+        all hooked returns share (the Unicorn target maps its trampolines
+        here and registers their probes, so ``list()`` shows them).  Raise
+        :class:`~kpsdk.errors.TargetError` if this target cannot hook returns:
+        the registration then fails with ``EOPNOTSUPP`` and leaves nothing behind.
+        """
+        from kpsdk.errors import TargetError
+
+        raise TargetError(f"return probes are not supported by this target ({type(self).__name__})")
+
+    def detach_rethook(self) -> None:  # noqa: B027 - optional: most targets keep nothing to undo
+        """Undo :meth:`attach_rethook`: no return probe is registered and no hooked call
+        is in flight any more."""
+
+    def hijack_return(self, regs: PtRegs, node: RethookNode) -> int:
+        """Make the call now at its entry come back to kpsdk when it returns.
+
+        Called at a function entry (a probe hit at its first instruction, the
+        CPU stopped there) with the hit's registers, for a call whose return
+        is not hooked yet.  ``node.ret_addr`` is its real return address (read
+        from the link register, else from the word at ``node.frame``, the
+        stack pointer at entry); ``node.task`` is :meth:`current_task`.
+
+        Either replace the return address (link register or the word at sp)
+        with an address of kpsdk's own that the target traps (Unicorn: a
+        trampoline), or leave it and trap ``node.ret_addr`` itself (a live
+        target: a temporary breakpoint there).  Several nodes may ask for
+        the same return address (recursion): keep one breakpoint per address
+        while any node uses it.  Return the value the return address holds
+        now: the trampoline, or ``node.ret_addr`` when it was left alone.
+
+        When the trap is reached, call ``core.on_return(regs, at_trampoline)``
+        (``True`` for a trampoline, ``False`` for a breakpoint at a return
+        address, which other passes through that address hit too) and resume
+        at the address it returns; None means that stop was not a hooked
+        return (at a return-address breakpoint: just continue).
+        """
+        from kpsdk.errors import TargetError
+
+        raise TargetError(f"return probes are not supported by this target ({type(self).__name__})")
+
+    def release_return(self, node: RethookNode) -> None:
+        """A node that :meth:`hijack_return` hooked is done: its call returned, or
+        left without returning (``longjmp``, the program ended).
+
+        Called exactly once per :meth:`hijack_return` call, possibly while
+        other nodes still use the same return address.  A target with a
+        breakpoint at ``node.ret_addr`` removes it when no node uses it any
+        more; a target with a trampoline has nothing to do.
+        """
+        from kpsdk.errors import TargetError
+
+        raise TargetError(f"return probes are not supported by this target ({type(self).__name__})")
+
+    def current_task(self) -> int:
+        """The task (thread, process) running now: each has its own hooked calls.
+
+        Read at entries and returns.  A target that cannot tell tasks apart
+        returns 0; one running several (a kernel) returns something that
+        identifies the current one, such as the ``current`` task pointer.
+        """
+        return 0
 
     def close(self) -> None:  # noqa: B027 - optional: most targets have nothing to release
         """Release the target's resources."""

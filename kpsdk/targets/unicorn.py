@@ -23,6 +23,12 @@ the enabled knob or the optimization knob change):
 
 The trap encodings differ from the kernel's where Unicorn 2.1.4 would stop
 emulation instead of raising a hookable interrupt; see each arch backend.
+
+Return probes (:mod:`kpsdk.rethook`): a hooked call's return address is
+replaced by a trampoline, a no-op in kpsdk's area with an internal probe on it
+(``kretprobe_trampoline`` in ``list()``; ARM has a second one for Thumb code,
+so each returns in its own state).  The trampoline's own code hook asks the
+core which call returned, and the CPU resumes at its real return address.
 """
 
 from __future__ import annotations
@@ -41,15 +47,17 @@ from kpsdk.elfimage import load_elf
 from kpsdk.errors import KprobeError, TargetError, TargetFault, UnsupportedTargetError
 from kpsdk.insn import Decoded
 from kpsdk.manager import ProbeManager, ProbePoint
+from kpsdk.probe import Probe
 from kpsdk.regs import PtRegs
 from kpsdk.symbols import Symbol, SymbolTable
 from kpsdk.target import Target, TargetKind
-from kpsdk.targets.ucfast import FastHooks, FastRegs
+from kpsdk.targets.ucfast import FastHooks, FastRegs, FastWords
 
 if TYPE_CHECKING:
     import capstone
 
     from kpsdk.registry import Registry
+    from kpsdk.rethook import RethookNode, ShadowStacks
 
 PAGE = 0x1000
 #: most probes given the [OPTIMIZED] hook path at once (see docs/performance.md)
@@ -79,7 +87,10 @@ class UnicornTarget(Target):
         self.arch = arch
         self.abi_kind = abi_kind
         self.uc = unicorn.Uc(*arch.unicorn)
+        if "unicorn_setup" in arch.extra:  # CPU state Unicorn leaves off that programs expect (ARM's VFP)
+            arch.extra["unicorn_setup"](self.uc)
         self.fast = FastRegs(self.uc)
+        self.words = FastWords(self.uc, arch.word_size, arch.endian)
         self.hooks = FastHooks(self.uc)
         self.symbols = SymbolTable()
         self.manager = ProbeManager(self)
@@ -105,6 +116,16 @@ class UnicornTarget(Target):
         bp = self.default_iset.unicorn_breakpoint
         self._bp_intno, self._bp_adjust = bp.intno, bp.pc_adjust
         self._sys = arch.syscalls
+        # return probes: trampoline address by Thumb state, and their probes while attached
+        self._link = arch.register(arch.link) if arch.link else None
+        self._thumb_entry: dict[int, bool] = {}  # probed function entry -> runs Thumb code
+        self._trampolines: dict[bool, int] = {}
+        self._tramp_probes: list[Probe] = []
+        self._tramp_probe: dict[int, Probe] = {}  # by hook address (no Thumb bit): profile() counts returns
+        #: code-hook callbacks of kpsdk's internal points, by address (the trampolines')
+        self._internal_hooks: dict[int, Any] = {}
+        #: lowest and highest address a breakpoint was ever written at (reads outside skip the overlay)
+        self._bp_lo, self._bp_hi = 1 << 64, -1
         self.hooks.intr(self._on_intr)
         if self._sys is not None and self._sys.intno is None and arch.name == "x86_64":
             self.uc.hook_add(  # type: ignore[call-arg]  # mypy sees the py2 binding's signature
@@ -157,6 +178,14 @@ class UnicornTarget(Target):
                     if 0 <= j < size:
                         data[j] = byte
         return bytes(data)
+
+    def read_word(self, addr: int) -> int:
+        if self._bp_lo - 4 < addr < self._bp_hi + 4:
+            return super().read_word(addr)
+        value = self.words.read(addr)
+        if value is None:
+            raise TargetFault(f"cannot read {self.arch.word_size} bytes: unmapped", addr, self.symbols.format(addr))
+        return value
 
     def _overlapping(self, addr: int, size: int) -> list[ProbePoint]:
         if size < len(self._bp_points):
@@ -245,6 +274,8 @@ class UnicornTarget(Target):
     def _choose(self, point: ProbePoint) -> tuple[str, bool] | None:
         if not point.active:
             return None
+        if point.internal:  # kpsdk's own point: its own code hook, outside the OPT_LIMIT budget
+            return ("hook", False)
         if point.needs_step or not point.insn.boostable:
             return ("hook", False)
         if self.manager.optimization and (point.optimized or self._n_optimized < OPT_LIMIT):
@@ -265,7 +296,7 @@ class UnicornTarget(Target):
     def _arm(self, point: ProbePoint, mechanism: str, optimized: bool) -> None:
         addr, size = point.addr, point.insn.size
         if mechanism == "hook":
-            point.state["hook"] = self.hooks.code(self._on_code, addr, addr)
+            point.state["hook"] = self.hooks.code(self._internal_hooks.get(addr, self._on_code), addr, addr)
             self._hook_points[addr] = point
             if optimized:
                 self._n_optimized += 1
@@ -280,6 +311,7 @@ class UnicornTarget(Target):
             point.state.update(slot=slot, bp_len=len(bp), resume=resume)
             self.uc.mem_write(addr, bp)
             self._bp_points[addr] = point
+            self._bp_lo, self._bp_hi = min(self._bp_lo, addr), max(self._bp_hi, addr)
             self._slot_points[slot] = point
         point.mechanism, point.optimized = mechanism, optimized
         self.uc.ctl_remove_cache(addr, addr + size)
@@ -360,6 +392,9 @@ class UnicornTarget(Target):
                         else self.manager.pre(point, self._regs)
                     if new is not None:
                         self._set_pc(new, point)
+                    elif point.mechanism != "breakpoint":  # a handler disarmed or re-armed it: run it in place
+                        point.resuming = point.mechanism == "hook"
+                        self._set_pc(point.addr, point)
                     elif not (point.active and point.active[0].hits % PROMOTE_EVERY == 0 and self._promote(point)):
                         self.fast.write(self._pc, point.state["resume"])  # type: ignore[arg-type]
                     return
@@ -438,6 +473,72 @@ class UnicornTarget(Target):
             addr |= 1 if thumb else 0
         self.fast.write(self._pc, addr)
 
+    # -- return probes (kpsdk.rethook) -----------------------------------------------------
+
+    def attach_rethook(self, core: ShadowStacks) -> None:
+        """Map the trampolines (once) and register their internal probes.
+
+        One per instruction set: a Thumb function returns through the Thumb
+        one with bit 0 set, an ARM one through the ARM one, so the CPU arrives
+        in the state the trampoline's code is in, whatever the return
+        instruction (``bx lr``, ``pop {pc}``, ``mov pc, lr``).
+        """
+        if not self._trampolines:
+            for iset in self.arch.isets:
+                slot = self._alloc_slot()
+                self.uc.mem_write(slot, iset.nop)
+                name = "kretprobe_trampoline" + ("_thumb" if iset.thumb_bit else "")
+                self.symbols.add(Symbol(name, slot, len(iset.nop), "func", thumb=iset.thumb_bit))
+                self._trampolines[iset.thumb_bit] = slot | (1 if iset.thumb_bit else 0)
+                self._internal_hooks[slot] = self._on_trampoline
+        for addr in self._trampolines.values():
+            probe = Probe(addr=addr)
+            probe.name = self.symbols.format(addr & ~1).partition("+")[0]
+            self.manager.add(probe, addr, internal=True)
+            self._tramp_probes.append(probe)
+            self._tramp_probe[addr & ~1] = probe
+
+    def detach_rethook(self) -> None:
+        """Unregister the trampolines' probes (their code and symbols stay for the next attach)."""
+        while self._tramp_probes:
+            self.manager.remove(self._tramp_probes.pop())
+
+    def hijack_return(self, regs: PtRegs, node: RethookNode) -> int:
+        """Point the return address (link register, or the word at sp) at the trampoline."""
+        tramp = self._trampolines[False]
+        if self.arch.has_thumb:  # the probed function's state, from its symbol (cached: no cpsr read per hit)
+            entry = regs.ip
+            thumb = self._thumb_entry.get(entry)
+            if thumb is None:
+                thumb = self._thumb_entry[entry] = self.iset_at(entry, self.symbols.containing(entry)).thumb_bit
+            tramp = self._trampolines[thumb]
+        if self._link is not None:
+            self.fast.write(self._link, tramp)
+        elif not self.words.write(node.frame, tramp):
+            raise TargetFault("cannot write the return address", node.frame)
+        return tramp
+
+    def release_return(self, node: RethookNode) -> None:
+        """Nothing to undo: the trampoline serves every hooked return."""
+
+    def _on_trampoline(self, handle: int, addr: int, size: int, user: int) -> None:
+        """A hooked return arrived: the core runs its handlers, the CPU goes on at
+        the real return address (with its Thumb bit, as the link register had it).
+
+        Its own code hook rather than ``_on_code`` and the probe manager: a
+        return must never be skipped (not even on a reentrant hit, K6 is for
+        entries), and this is half of every kretprobe hit."""
+        try:
+            self._tramp_probe[addr].hits += 1
+            regs = self._regs  # no _reset: on_return sets regs.ip, the only per-hit state handlers read
+            ret = self.rethook.on_return(regs, True)  # type: ignore[union-attr]
+            if ret is None:
+                raise TargetError(f"kretprobe BUG!: a return reached the trampoline with sp={regs.sp:#x} "
+                                  "and no hooked call in flight returns there")
+            self.fast.write(self._pc, ret)
+        except BaseException as exc:  # noqa: BLE001 - stored and re-raised by run()/call()
+            self._fail(exc)
+
     def _begin_at(self, addr: int, point: ProbePoint | None = None) -> int:
         """Set the pc to ``addr`` and return it as ``emu_start`` wants it: with
         the Thumb bit when the CPU is in Thumb state (``_set_pc`` decided which)."""
@@ -475,6 +576,8 @@ class UnicornTarget(Target):
         elif nr in (calls["exit"], calls["exit_group"]):
             status = read(sys.args[0]) & 0xFF
             self._exit_status = status
+            if self.rethook is not None:  # the calls in flight will never return
+                self.rethook.unwind()
             self.uc.emu_stop()
             return
         else:
@@ -571,7 +674,11 @@ class UnicornTarget(Target):
             self.fast.write(self._sp, sp)
             sym = self.symbols.containing(addr)
             begin = addr | (1 if sym is not None and sym.thumb else 0)
-            self._emu(begin, self.sentinel, None)
+            try:
+                self._emu(begin, self.sentinel, None)
+            finally:
+                if self.rethook is not None:  # hooked calls made inside this call are over, returned or not
+                    self.rethook.unwind(self.current_task(), sp + 1)
             pc = self.fast.read(self._pc)
             if pc != self.sentinel:
                 if self._exit_status is not None and exited_before is None:

@@ -1,0 +1,230 @@
+"""The kretprobes probe type: a handler when a function returns.
+
+``Kretprobe(symbol_name=..., addr=..., handler=..., entry_handler=..., maxactive=...,
+data_size=...)`` is registered as a probe on the function's entry (letter ``r`` in
+``list()``), whose pre_handler takes an instance from the probe's pool, runs the
+entry_handler and hooks the call's return (:mod:`kpsdk.rethook`, which also does
+the matching of returns to instances, per task, by stack pointer).  The kernel's
+rules (seeds 000 sections 1.3 and 4.3, 001 "Return Probes"):
+
+* only at a function entry, else ``EINVAL`` (ppc64 ELFv2: the global or the
+  local entry; ``symbol_name`` with offset 0 means the local one, where calls
+  from the same module arrive);
+* ``maxactive`` instances made at registration; ``<= 0`` means
+  ``max(10, 2 * ncpus)``, more than 4096 is ``E2BIG``;
+* a call that finds no free instance goes unhooked and counts in ``nmissed``,
+  its entry_handler skipped; so does a reentrant hit (K6);
+* an entry_handler returning non-zero leaves that call unhooked;
+* ``ri.data`` (``data_size`` bytes) goes from the entry to the return handler;
+  ``ri.ret_addr``, ``ri.rp`` and ``ri.task`` as in ``struct kretprobe_instance``;
+* after unregistration, the calls in flight return without running the handler.
+"""
+
+from __future__ import annotations
+
+import errno
+from typing import TYPE_CHECKING, Any, cast
+
+from kpsdk import hookimpl
+from kpsdk.errors import KprobeError, ProbeHandlerError, TargetError
+from kpsdk.probe import TRAP_HANDLER_EXCEPTION, FaultHandler, Probe, ProbeType
+from kpsdk.rethook import Rethook, RethookNode, ShadowStacks
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from kpsdk.regs import PtRegs
+    from kpsdk.session import Session
+    from kpsdk.target import Target
+
+#: the most instances one kretprobe may ask for (the kernel's KRETPROBE_MAXACTIVE_MAX)
+MAXACTIVE_MAX = 4096
+
+
+class KretprobeInstance(RethookNode):
+    """``struct kretprobe_instance``: ``ri.rp``, ``ri.ret_addr``, ``ri.task``, ``ri.data``."""
+
+    __slots__ = ()
+
+    @property
+    def rp(self) -> Any:
+        """The :class:`Kretprobe` this instance belongs to."""
+        return self.rethook.owner
+
+
+class Kretprobe(Probe):
+    """``struct kretprobe``.
+
+    ``handler(ri, regs)`` runs when the function returns (``regs.return_value``
+    is readable and writable, ``regs.ip`` is the real return address);
+    ``entry_handler(ri, regs) -> int`` at its entry, a non-zero return leaves
+    that call unhooked.  ``nmissed`` counts calls that went unhooked for want
+    of a free instance or because a handler was running (reentrancy).
+    """
+
+    letter = "r"
+
+    def __init__(
+        self,
+        *,
+        symbol_name: str | None = None,
+        offset: int = 0,
+        addr: int | None = None,
+        handler: Callable[[KretprobeInstance, PtRegs], Any] | None = None,
+        entry_handler: Callable[[KretprobeInstance, PtRegs], Any] | None = None,
+        maxactive: int = 0,
+        data_size: int = 0,
+        fault_handler: FaultHandler | None = None,
+        flags: int = 0,
+    ) -> None:
+        super().__init__(symbol_name=symbol_name, offset=offset, addr=addr, fault_handler=fault_handler,
+                         flags=flags)
+        self.handler = handler
+        self.entry_handler = entry_handler
+        self.maxactive = maxactive
+        self.data_size = data_size
+        self.rethook: Rethook | None = None
+
+    @property
+    def kp(self) -> Kretprobe:
+        """The embedded kprobe of ``struct kretprobe`` (this object: ``rp.kp.addr`` works)."""
+        return self
+
+    @property
+    def in_flight(self) -> int:
+        """Instances hooked and not yet returned (0 when not registered)."""
+        return self.rethook.in_flight if self.rethook is not None else 0
+
+
+def function_entry(target: Target, rp: Kretprobe, addr: int) -> int:
+    """The entry address a kretprobe resolves to; ``EINVAL`` anywhere else in a function.
+
+    An address outside every known symbol is taken as an entry (code without
+    symbols, common under emulation; the kernel would say ``ENOENT``).
+    """
+    arch = target.arch
+    plain = addr & ~1 if arch.has_thumb else addr
+    sym = target.symbols.containing(plain)
+    if sym is None:
+        return addr
+    entries = {0}
+    local_entry = arch.extra.get("local_entry")  # ppc64 ELFv2: the entry after the TOC set-up
+    if local_entry is not None and sym.kind == "func":
+        local = local_entry(target.read_memory(sym.address, 8))
+        if local:
+            entries.add(local)
+            if rp.symbol_name is not None and plain == sym.address:
+                return addr + local
+    if sym.kind != "func" or plain - sym.address not in entries:
+        raise KprobeError(errno.EINVAL, f"{target.symbols.format(plain)} is not a function entry: "
+                          "a kretprobe goes on the first instruction of a function")
+    return addr
+
+
+def _entry(rp: Kretprobe, rh: Rethook, core: ShadowStacks) -> Callable[[Probe, PtRegs], int]:
+    """The pre_handler of a kretprobe's entry probe (the kernel's pre_handler_kretprobe)."""
+    free = rh.free_nodes
+    prepare, push, recycle = core.prepare, core.push, rh.recycle
+
+    def entry(p: Probe, regs: PtRegs) -> int:
+        if not free:
+            core.reclaim(regs)  # frames left by a longjmp may hold the pool
+            if not free:
+                p.nmissed += 1
+                return 0
+        ri = free.pop()
+        prepare(ri, regs)
+        handler = rp.entry_handler
+        if handler is None:
+            push(ri, regs)
+            return 0
+        try:
+            veto = handler(cast(KretprobeInstance, ri), regs)
+        except Exception as exc:  # noqa: BLE001 - handed to fault_handler or re-raised with context
+            recycle(ri)
+            _fault(rp, regs, exc, "entry_handler")
+            return 0
+        if veto or rh.freed:  # vetoed, or unregistered by its own entry_handler
+            recycle(ri)
+            return 0
+        push(ri, regs)
+        return 0
+
+    return entry
+
+
+def _return(rp: Kretprobe) -> Callable[[RethookNode, PtRegs], None]:
+    """What the rethook runs for each returning instance: the user's handler, with K4."""
+
+    def on_return(ri: RethookNode, regs: PtRegs) -> None:
+        handler = rp.handler
+        if handler is None:
+            return
+        try:
+            handler(cast(KretprobeInstance, ri), regs)
+        except Exception as exc:  # noqa: BLE001 - handed to fault_handler or re-raised with context
+            _fault(rp, regs, exc, "handler")
+
+    return on_return
+
+
+def _fault(rp: Kretprobe, regs: PtRegs, exc: Exception, phase: str) -> None:
+    """K4 for the kretprobe's own handlers: its fault_handler may claim the exception."""
+    if rp.fault_handler is not None and rp.fault_handler(rp, regs, TRAP_HANDLER_EXCEPTION):
+        return
+    session = rp.session
+    addr = rp.addr if rp.addr is not None else 0
+    if session is not None and rp.symbol_name is not None:
+        addr = session.symbols.resolve(rp.symbol_name) + rp.offset
+    where = session.symbols.format(addr) if session is not None else rp.where()
+    raise ProbeHandlerError(rp, addr, where, phase, exc) from exc
+
+
+def register(session: Session, rp: Kretprobe) -> None:
+    target = session.target
+    manager = target.manager
+    if rp.registered:
+        raise KprobeError(errno.EINVAL, f"{rp!r} is already registered")
+    if rp.maxactive > MAXACTIVE_MAX:
+        raise KprobeError(errno.E2BIG, f"maxactive {rp.maxactive} is more than {MAXACTIVE_MAX}")
+    if rp.data_size < 0:
+        raise KprobeError(errno.EINVAL, f"data_size {rp.data_size} is negative")
+    addr = function_entry(target, rp, manager.resolve(rp))
+    count = rp.maxactive if rp.maxactive > 0 else max(10, 2 * target.ncpus)
+    core = ShadowStacks.of(target)
+    try:
+        rh = core.rethook(rp, _return(rp), count, rp.data_size, KretprobeInstance)
+    except TargetError as e:
+        raise KprobeError(errno.EOPNOTSUPP, str(e)) from e
+    rp.pre_handler = _entry(rp, rh, core)
+    try:
+        manager.add(rp, addr)
+    except BaseException:
+        rh.free()
+        rp.pre_handler = None
+        raise
+    rp.rethook = rh
+
+
+def unregister(session: Session, rp: Kretprobe) -> None:
+    session.target.manager.remove(rp)
+    if rp.rethook is not None:
+        rp.rethook.free()
+        rp.rethook = None
+
+
+KRETPROBE = ProbeType(
+    name="kretprobe",
+    probe_class=Kretprobe,
+    register=register,
+    unregister=unregister,
+    exports={"Kretprobe": Kretprobe, "KretprobeInstance": KretprobeInstance,
+             "KRETPROBE_MAXACTIVE_MAX": MAXACTIVE_MAX},
+    decorator_field="handler",
+    description="a handler when a function returns",
+)
+
+
+@hookimpl
+def kpsdk_probe_types() -> list[ProbeType]:
+    return [KRETPROBE]
