@@ -179,6 +179,7 @@ ARM = Arch(
     stack_alignment=8,
     qemu_user="qemu-arm",
     qemu_system="qemu-system-arm",
+    kernel_stack_size=8192,
     qemu_system_package="qemu-system-arm",
     cross_gcc_package="gcc-arm-linux-gnueabihf",
     extra={"classify": classify, "successors": successors, "jump_back": jump_back,

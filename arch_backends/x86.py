@@ -163,6 +163,7 @@ I386 = Arch(
     stack_alignment=16,
     qemu_user="qemu-i386",
     qemu_system="qemu-system-i386",
+    kernel_stack_size=8192,
     qemu_system_package="qemu-system-x86",
     gdb_break_adjusts_pc=True,
     cross_gcc_package="gcc-i686-linux-gnu",

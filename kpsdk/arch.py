@@ -201,6 +201,9 @@ class Arch:
     #: live targets use gdb hardware breakpoints on such archs (QEMU implements
     #: both kinds alike, at the same cost).
     gdb_break_adjusts_pc: bool = False
+    #: the kernel's THREAD_SIZE: each task's kernel stack is this big and this
+    #: aligned, so ``sp & ~(size - 1)`` names the task on a live kernel
+    kernel_stack_size: int = 16384
     aliases: tuple[str, ...] = ()
     extra: dict[str, Any] = field(default_factory=dict)
 

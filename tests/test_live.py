@@ -303,3 +303,53 @@ def test_missing_tools_name_their_package(monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setenv("PATH", "/nonexistent")
     with pytest.raises(kpsdk.TargetError, match=r"apt-get install qemu-user"):
         kpsdk.open(f"qemu-user:{fixtures.path('x86_64')}")
+
+
+# -- return probes: a breakpoint at the return address, matched by stack pointer -------------
+
+
+def test_kretprobes_recursion_tail_calls_longjmp_and_fault_injection(live: kpsdk.Session) -> None:
+    s = live
+    truth = qemu_truth(s.target.image.path.name.removeprefix("prog-").removesuffix(".elf"))
+    rets: list[int] = []
+    fact = kpsdk.Kretprobe(symbol_name="fact", maxactive=3,
+                           handler=lambda ri, r: rets.append(r.signed(s.arch.return_value)))
+    incs: list[int] = []
+    inc = kpsdk.Kretprobe(symbol_name="inc", handler=lambda ri, r: incs.append(r.return_value))
+    escaped: list[int] = []
+    escape = kpsdk.Kretprobe(symbol_name="escape", handler=lambda ri, r: escaped.append(1))
+
+    def inject(ri: object, regs: kpsdk.regs.PtRegs) -> None:
+        regs.return_value = 99
+
+    entries: list[int] = []
+
+    def entry(ri: kpsdk.Kretprobe, regs: kpsdk.regs.PtRegs) -> int:
+        ri.data[:4] = regs.arg(0).to_bytes(4, "little")  # type: ignore[attr-defined]
+        entries.append(regs.arg(0))
+        return 0 if regs.arg(0) == 7 else 1  # only sub(7, 3) gets a return probe
+
+    subs: list[tuple[int, int]] = []
+    sub = kpsdk.Kretprobe(symbol_name="sub", entry_handler=entry, data_size=4, handler=lambda ri, r: subs.append(
+        (int.from_bytes(ri.data[:4], "little"), r.return_value)))  # type: ignore[attr-defined]
+    s.register_kretprobes([fact, inc, escape, sub, kpsdk.Kretprobe(symbol_name="add", handler=inject)])
+    assert s.list().count("  r  ") == 5
+    assert s.run(timeout=60) == 0
+    # depth 5 with 3 instances: the two innermost calls are missed, the outer three seen
+    assert (rets, fact.nmissed) == ([6, 24, truth["fact"]], 2)
+    # loop(100) calls inc 100 times, and twice(5) reaches it by a tail call: 101 returns
+    assert len(incs) == 101 and incs[-1] == truth["twice"]
+    assert escaped == []  # escape() never returns: its instances are dropped, not leaked
+    assert subs == [(7, truth["sub"])] and entries == [7]
+    assert s.console.splitlines()[0] == "add=99"  # the return value rewritten on the way out
+    assert s.console.splitlines()[1:] == fixtures.EXPECTED_OUTPUT.splitlines()[1:]
+    assert s.target._return_bps == {}  # no return breakpoint left behind
+
+
+def test_kretprobe_and_kprobe_on_one_function_both_fire() -> None:
+    with open_live("riscv64") as s:
+        seen: list[str] = []
+        s.register_kretprobe(kpsdk.Kretprobe(symbol_name="fact", handler=lambda ri, r: seen.append("r")))
+        s.register_kprobe(kpsdk.Kprobe(symbol_name="fact", pre_handler=lambda p, r: seen.append("k")))
+        assert s.run(timeout=30) == 0
+        assert seen == ["k"] * 5 + ["r"] * 5

@@ -44,6 +44,7 @@ _sock = socket.socket(fileno=int(os.environ["KPSDK_AGENT_FD"]))
 _sock.setblocking(False)
 _buf = b""
 _breakpoints = {}
+_in_stop = False
 
 
 def _recv_line():
@@ -81,15 +82,36 @@ def _write_register(name, value):
 
 
 def insert(addr, hardware=0):
-    """Put a kpsdk breakpoint at ``addr`` (idempotent)."""
-    if addr not in _breakpoints:
+    """Put a kpsdk breakpoint at ``addr`` (idempotent; wakes a dormant one)."""
+    bp = _breakpoints.get(addr)
+    if bp is None:
         _breakpoints[addr] = KpsdkBreakpoint(addr, bool(hardware))
+    else:
+        bp.dormant = False
 
 
 def delete(addr):
-    bp = _breakpoints.pop(addr, None)
-    if bp is not None:
+    """Remove the breakpoint at ``addr``.
+
+    Inside a ``stop()`` gdb must not lose a breakpoint (deleting the one
+    being processed crashes gdb 13), so there it only goes dormant: it stays
+    inserted, ``stop()`` returns False at once, and :func:`purge` deletes it
+    once the CPU is stopped under MI.
+    """
+    bp = _breakpoints.get(addr)
+    if bp is None:
+        return
+    if _in_stop:
+        bp.dormant = True
+    else:
+        del _breakpoints[addr]
         bp.delete()
+
+
+def purge():
+    """Delete the dormant breakpoints (called through MI while the CPU is stopped)."""
+    for addr in [a for a, bp in _breakpoints.items() if bp.dormant]:
+        _breakpoints.pop(addr).delete()
 
 
 def prefetch(addr, names):
@@ -132,8 +154,13 @@ class KpsdkBreakpoint(gdb.Breakpoint):
         super().__init__("*%#x" % addr, type=kind, internal=True)
         self.addr = addr
         self.prefetch = []
+        self.dormant = False
 
     def stop(self):
+        global _in_stop
+        if self.dormant:
+            return False
+        _in_stop = True
         try:
             thread = gdb.selected_thread()
             tid = thread.num if thread is not None else 0
@@ -154,7 +181,9 @@ class KpsdkBreakpoint(gdb.Breakpoint):
             return line[0] == "s"
         except EOFError:
             return True
+        finally:
+            _in_stop = False
 
 
 #: what the host calls through MI (``python kpsdk_agent.insert(0x401000, 0)``)
-kpsdk_agent = types.SimpleNamespace(insert=insert, delete=delete, prefetch=prefetch)
+kpsdk_agent = types.SimpleNamespace(insert=insert, delete=delete, purge=purge, prefetch=prefetch)

@@ -45,6 +45,7 @@ from kpsdk.targets.mi import COMMAND_TIMEOUT, GdbError, MiConnection
 if TYPE_CHECKING:
     from kpsdk.elfimage import ElfImage
     from kpsdk.insn import Decoded
+    from kpsdk.rethook import RethookNode, ShadowStacks
 
 AGENT = Path(__file__).with_name("gdb_agent.py")
 #: how long stop()/timeouts wait for the target to report that it stopped
@@ -124,6 +125,9 @@ class GdbTarget(Target):
         self._until_breakpoint = False  # run_to(): the next breakpoint-hit stop ends the run
         self._deadline: float | None = None  # run(timeout): the first hit after it stops the run
         self._stopping = False  # a hit answered "s": gdb's *stopped is on its way
+        self._thread = 0  # gdb's thread (vCPU) of the current hit
+        self._return_bps: dict[int, int] = {}  # return address -> hooked calls returning there
+        self._dormant = False  # breakpoints removed during a hit wait for a purge
         self.link = AgentLink()
         self.mi: MiConnection | None = None
         _open_targets.add(self)
@@ -268,12 +272,54 @@ class GdbTarget(Target):
         if want == (point.mechanism is not None) and not force:
             return
         if point.mechanism is not None:
-            self._agent(f"d {point.addr:x}", f"delete({point.addr:#x})", point.addr)
             point.mechanism = None
+            if point.addr not in self._return_bps:
+                self._remove_breakpoint(point.addr)
         if want:
-            hw = int(self.hardware)
-            self._agent(f"b {point.addr:x} {hw}", f"insert({point.addr:#x}, {hw})", point.addr)
+            self._insert_breakpoint(point.addr)
             point.mechanism = "hbreak" if self.hardware else "break"
+
+    def _insert_breakpoint(self, addr: int) -> None:
+        hw = int(self.hardware)
+        self._agent(f"b {addr:x} {hw}", f"insert({addr:#x}, {hw})", addr)
+
+    def _remove_breakpoint(self, addr: int) -> None:
+        self._agent(f"d {addr:x}", f"delete({addr:#x})", addr)
+        self._dormant |= self.in_hit  # the agent only parks it during a hit; purged before the next run
+
+    # -- return probes: a breakpoint at the return address, matched by sp ------------------
+
+    def attach_rethook(self, core: ShadowStacks) -> None:
+        self.rethook = core
+
+    def hijack_return(self, regs: PtRegs, node: RethookNode) -> int:
+        """Leave the return address alone; trap it with a breakpoint (one per address)."""
+        addr = node.ret_addr & ~1 if self.arch.has_thumb else node.ret_addr
+        count = self._return_bps.get(addr, 0)
+        if count == 0:
+            point = self.manager.points.get(addr)
+            if point is None or point.mechanism is None:
+                self._insert_breakpoint(addr)
+        self._return_bps[addr] = count + 1
+        return node.ret_addr
+
+    def release_return(self, node: RethookNode) -> None:
+        addr = node.ret_addr & ~1 if self.arch.has_thumb else node.ret_addr
+        count = self._return_bps.get(addr, 0) - 1
+        if count > 0:
+            self._return_bps[addr] = count
+            return
+        self._return_bps.pop(addr, None)
+        point = self.manager.points.get(addr)
+        if (point is None or point.mechanism is None) and not self.closed and self._exit_status is None:
+            self._remove_breakpoint(addr)
+
+    def current_task(self) -> int:
+        """User programs: gdb's thread.  Kernels: the task's kernel stack (THREAD_SIZE-aligned),
+        because a vCPU runs many tasks and a task may move between vCPUs."""
+        if self.abi_kind == "kernel":
+            return self._regs.sp & ~(self.arch.kernel_stack_size - 1)
+        return self._thread
 
     def _agent(self, request: str, python_call: str, addr: int) -> None:
         """Insert or delete an agent breakpoint: over the socket during a hit, else through MI."""
@@ -309,6 +355,9 @@ class GdbTarget(Target):
         mi = self._mi()
         self._stop_requested = self._stopping = False
         self._deadline = time.monotonic() + timeout if timeout else None
+        if self._dormant:
+            self._dormant = False
+            mi.console_command("python kpsdk_agent.purge()")
         self._resume("-exec-continue")
         link = self.link
         while True:
@@ -393,6 +442,8 @@ class GdbTarget(Target):
         if reason in ("exited", "exited-normally", "exited-signalled"):
             code = payload.get("exit-code")
             self._exit_status = int(code, 8) if code else (0 if reason == "exited-normally" else 128)
+            if self.rethook is not None:
+                self.rethook.unwind()  # hooked calls that never returned: nothing leaks
             self._drain_output()
             return self._exit_status
         if self._pending_error is not None:
@@ -452,8 +503,14 @@ class GdbTarget(Target):
             cache[name] = int(value, 16)
         verdict = "c"
         point = self.manager.points.get(addr)
+        self._thread = int(parts[2], 16)
         self.in_hit = True
         try:
+            if addr in self._return_bps and self.rethook is not None:
+                self._regs._reset(addr)
+                resume = self.rethook.on_return(self._regs, False)
+                if resume is not None and resume & ~1 != addr:
+                    io.writes[self._pc.gdb] = resume
             if point is not None and point.active and (
                     point.insn.condition is None or self._condition_passes(point)):
                 new = self.manager.pre(point, self._regs)
@@ -505,6 +562,8 @@ class GdbTarget(Target):
                 self._on_stopped(stopped["payload"])
             else:
                 self._exit_status = status
+                if self.rethook is not None:
+                    self.rethook.unwind()
                 self._drain_output()
             raise _Ended(self._exit_status)
 
