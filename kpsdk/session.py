@@ -179,7 +179,9 @@ class Session:
         """A NUL-terminated string (decoded as UTF-8, errors replaced)."""
         out = bytearray()
         while len(out) < max:
-            chunk = self.read_memory(addr + len(out), min(64, max - len(out)))
+            at = addr + len(out)
+            # never read across a page boundary in one go: the next page may be unmapped
+            chunk = self.read_memory(at, min(64, max - len(out), 0x1000 - at % 0x1000))
             end = chunk.find(b"\0")
             if end >= 0:
                 out += chunk[:end]
