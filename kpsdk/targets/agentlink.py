@@ -84,8 +84,9 @@ class AgentLink:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return None
-            ready, _, _ = select.select([self.sock] if also is None else [self.sock, also], [], [], remaining)
-            if also is not None and also in ready and self.sock not in ready:
+            mine = self.sock.fileno()
+            ready, _, _ = select.select([mine] if also is None else [mine, also], [], [], remaining)
+            if also is not None and also in ready and mine not in ready:
                 return None
         return self.take_line()
 

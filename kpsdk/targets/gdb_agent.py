@@ -43,7 +43,7 @@ SPIN_SECONDS = 0.002
 _sock = socket.socket(fileno=int(os.environ["KPSDK_AGENT_FD"]))
 _sock.setblocking(False)
 _buf = b""
-_breakpoints = {}
+_breakpoints: dict = {}
 _in_stop = False
 
 
@@ -78,7 +78,7 @@ def _read_register(name):
 
 
 def _write_register(name, value):
-    gdb.execute("set var $%s = %d" % (name, value), to_string=True)
+    gdb.execute(f"set var ${name} = {value}", to_string=True)
 
 
 def insert(addr, hardware=0):
@@ -126,7 +126,7 @@ def _serve(cmd):
     op, _, rest = cmd.partition(" ")
     try:
         if op == "r":
-            return "v %x" % _read_register(rest)
+            return f"v {_read_register(rest):x}"
         if op == "m":
             addr, size = (int(x, 16) for x in rest.split())
             return "v " + bytes(gdb.selected_inferior().read_memory(addr, size)).hex()
@@ -151,7 +151,7 @@ class KpsdkBreakpoint(gdb.Breakpoint):
 
     def __init__(self, addr, hardware):
         kind = gdb.BP_HARDWARE_BREAKPOINT if hardware else gdb.BP_BREAKPOINT
-        super().__init__("*%#x" % addr, type=kind, internal=True)
+        super().__init__(f"*{addr:#x}", type=kind, internal=True)
         self.addr = addr
         self.prefetch = []
         self.dormant = False
@@ -164,8 +164,8 @@ class KpsdkBreakpoint(gdb.Breakpoint):
         try:
             thread = gdb.selected_thread()
             tid = thread.num if thread is not None else 0
-            regs = " ".join("%s=%x" % (n, _read_register(n)) for n in self.prefetch)
-            _send("H %x %x %s" % (self.addr, tid, regs))
+            regs = " ".join(f"{n}={_read_register(n):x}" for n in self.prefetch)
+            _send(f"H {self.addr:x} {tid:x} {regs}")
             while True:
                 line = _recv_line()
                 if line[:1] in ("c", "s"):

@@ -91,7 +91,7 @@ class LiveRegs:
         if t.in_hit:
             self.writes[reg.gdb] = value
         else:
-            t.mi.command(f"-gdb-set var ${reg.gdb}={value:#x}")
+            t._mi().command(f"-gdb-set var ${reg.gdb}={value:#x}")
         self.cache[reg.gdb] = value
 
 

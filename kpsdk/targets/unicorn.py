@@ -43,6 +43,7 @@ from unicorn import x86_const
 
 from kpsdk import hookimpl
 from kpsdk.arch import Arch, InstructionSet
+from kpsdk.decode import decode_at
 from kpsdk.elfimage import load_elf
 from kpsdk.errors import KprobeError, TargetError, TargetFault, UnsupportedTargetError
 from kpsdk.insn import Decoded
@@ -229,31 +230,7 @@ class UnicornTarget(Target):
         return self.default_iset
 
     def decode_at(self, addr: int, start: int, iset: InstructionSet) -> Decoded | None:
-        """Decode linearly from the function start: an address no instruction
-        starts at is inside one (EILSEQ).  Where decoding stops early (data in
-        the function), the instruction at ``addr`` is decoded on its own."""
-        md = self.arch.disassembler(iset)
-        if addr - start > 0x10000:
-            start = addr
-        try:
-            code = self.read_memory(start, addr - start + 16)
-        except TargetFault:
-            code = self.read_memory(start, addr - start + iset.min_insn)
-        found = None
-        for insn in md.disasm(code, start):
-            if insn.address == addr:
-                found = insn
-                break
-            if insn.address > addr:
-                return None
-        if found is None:
-            if start == addr:
-                return None
-            return self.decode_at(addr, addr, iset)
-        boostable, refused = self.arch.extra["classify"](found)
-        cond = self.arch.extra["condition"](found) if "condition" in self.arch.extra else None
-        return Decoded(found.address, found.size, found.mnemonic, found.op_str, bytes(found.bytes),
-                       boostable, refused, cond)
+        return decode_at(self, addr, start, iset)
 
     def _cs_insn(self, point: ProbePoint) -> capstone.CsInsn:
         insn = point.state.get("cs")
