@@ -19,7 +19,9 @@ from kpsdk.errors import (
     ProbeHandlerError,
     SymbolError,
     TargetError,
+    TargetExited,
     TargetFault,
+    ToolMissingError,
     UnknownNameError,
     UnsupportedTargetError,
 )
@@ -32,13 +34,14 @@ __version__ = "0.1.0"
 __all__ = [
     "KPROBE_FLAG_DISABLED", "KPROBE_FLAG_GONE", "TRAP_HANDLER_EXCEPTION",
     "KpsdkError", "KprobeError", "ProbeHandlerError", "SymbolError", "TargetError", "TargetFault",
-    "UnknownNameError", "UnsupportedTargetError", "Probe", "ProbeType", "Session",
+    "TargetExited", "ToolMissingError", "UnknownNameError", "UnsupportedTargetError", "Probe", "ProbeType", "Session",
     "hookimpl", "open", "get_registry",
 ]
 
 
 def open(spec: str, **options: Any) -> Session:  # noqa: A001 - the public API name
-    """Open a target: ``"elf:PATH"``, ``"unicorn:ARCH"`` (and the kinds plugins add).
+    """Open a target: ``"elf:PATH"``, ``"unicorn:ARCH"``, ``"qemu-user:PROG"``,
+    ``"qemu-system:ARCH"``, ``"gdb://HOST:PORT"`` (and the kinds plugins add).
 
     Options go to the target kind (``abi="kernel"``, ``noprobe=[...]``...).
     """
