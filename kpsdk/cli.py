@@ -17,9 +17,14 @@ are added, every plugin's ``kpsdk_cli(app)`` hook may add its own.
 
 from __future__ import annotations
 
+import errno
+import json
 import os
 import shlex
+import signal
 import sys
+import threading
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -33,7 +38,7 @@ from typer.core import TyperGroup
 import kpsdk
 from kpsdk import fixtures
 from kpsdk import registry as _registry
-from kpsdk.errors import KpsdkError, UnknownNameError
+from kpsdk.errors import KpsdkError, TargetFault, UnknownNameError
 from kpsdk.probe import location_fields
 
 if TYPE_CHECKING:
@@ -203,17 +208,17 @@ def parse_call(text: str) -> tuple[str, list[int]]:
     return fn, args
 
 
-def parse_where(spec: str) -> dict[str, Any]:
+def parse_where(spec: str, option: str = "--kprobe") -> dict[str, Any]:
     """``SYM``, ``SYM+OFF`` or ``0xADDR`` -> Kprobe keyword arguments (a usage error if malformed)."""
     try:
         return location_fields(spec)
     except ValueError as e:
-        raise typer.BadParameter(str(e), param_hint="--kprobe") from None
+        raise typer.BadParameter(str(e), param_hint=option) from None
 
 
-def default_regs(arch: Arch) -> list[str]:
-    """The first four user arguments, the stack pointer and the return-value register."""
-    args = list(arch.user_abi.args[:4]) or [f"arg{i}" for i in range(4)]
+def default_regs(arch: Arch, abi_kind: str = "user") -> list[str]:
+    """The first four arguments (by the session's ABI), the stack pointer and the return-value register."""
+    args = list(arch.abi(abi_kind).args[:4]) or [f"arg{i}" for i in range(4)]
     return list(dict.fromkeys([*args, arch.sp, arch.return_value]))
 
 
@@ -507,96 +512,479 @@ def cmd_disasm(
         raise KpsdkError(f"capstone decoded no instruction at {sym} ({start:#x})")
 
 
+# -- kpsdk probe ----------------------------------------------------------------------
+
+#: target kinds that run real code behind a gdbstub: no --call; they run until they end
+LIVE_KINDS = ("qemu-user", "qemu-system", "gdb")
+#: the launcher options of the live kinds: CLI option -> (kpsdk.open keyword, the kinds that take it)
+TARGET_OPTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "--arg": ("args", ("qemu-user",)),
+    "--kernel": ("kernel", ("qemu-system",)),
+    "--initrd": ("initrd", ("qemu-system",)),
+    "--append": ("append", ("qemu-system",)),
+    "--symbols": ("symbols", ("qemu-system", "gdb")),
+    "--arch": ("arch", ("gdb",)),
+}
+TARGET_SPECS = "qemu-user:PROG, qemu-system:ARCH, gdb://HOST:PORT (or elf:PATH, the default)"
+#: default --timeout: a program in Unicorn, a live target
+UNICORN_TIMEOUT = 5.0
+LIVE_TIMEOUT = 120.0
+#: --string-arg reads at most this many bytes (s.read_string's max)
+STRING_MAX = 256
+#: a kretprobe keeps each string in ri.data: a status byte, then up to 255 bytes of UTF-8
+STRING_SLOT = 256
+STRING_OK, STRING_TRUNCATED, STRING_FAULT = 1, 2, 3
+#: errno values the kernel returns that userspace never sees (include/linux/errno.h)
+KERNEL_ERRNO = {512: "ERESTARTSYS", 513: "ERESTARTNOINTR", 514: "ERESTARTNOHAND", 515: "ENOIOCTLCMD",
+                516: "ERESTART_RESTARTBLOCK", 517: "EPROBE_DEFER", 518: "EOPENSTALE", 519: "ENOPARAM",
+                521: "EBADHANDLE", 522: "ENOTSYNC", 523: "EBADCOOKIE", 524: "ENOTSUPP", 525: "ETOOSMALL",
+                526: "ESERVERFAULT", 527: "EBADTYPE", 528: "EJUKEBOX", 529: "EIOCBQUEUED", 530: "ERECALLCONFLICT"}
+RESTYPES = ("long", "ulong", "int", "uint")
+
+PROBES_PANEL = "Probes"
+OUTPUT_PANEL = "What to print"
+TARGET_PANEL = "Target (default: the ELF in Unicorn)"
+
+ProbeElfArg = Annotated[str | None, typer.Argument(
+    metavar="ELF", show_default=False,
+    help="The program to run in Unicorn: an ELF executable or a bundled fixture's name ("
+         + ", ".join(fixtures.ARCHS) + "). Omit it with --target (or give it to --target qemu-user).")]
+
+
+@dataclass
+class TargetChoice:
+    """What ``kpsdk probe`` opens: ``kpsdk.open(spec, **options)``."""
+
+    spec: str
+    options: dict[str, Any]
+    #: one of LIVE_KINDS, or None for Unicorn (elf:, unicorn: and other plugins' kinds)
+    kind: str | None
+
+    @property
+    def live(self) -> bool:
+        return self.kind is not None
+
+
+def choose_target(elf: str | None, target: str | None, given: dict[str, Any]) -> TargetChoice:
+    """The target spec and launcher options from ELF, --target and the options in ``given``.
+
+    ``given`` maps CLI option names (``--kernel``...) to their values (None: not
+    given).  An option for another kind of target is a usage error.
+    """
+    if target is None:
+        if elf is None:
+            raise typer.BadParameter("give the program (kpsdk probe ELF ...) or a live target (--target SPEC: "
+                                     f"{TARGET_SPECS})", param_hint="ELF")
+        spec, kind = f"elf:{elf_path(elf)}", None
+    else:
+        scheme, sep, rest = target.partition(":")
+        if not sep:
+            if scheme != "qemu-user":
+                raise typer.BadParameter(f"{target!r} is not a target spec; want {TARGET_SPECS}",
+                                         param_hint="--target")
+            if elf is None:
+                raise typer.BadParameter("name the program: --target qemu-user:PROG (or kpsdk probe PROG "
+                                         "--target qemu-user)", param_hint="--target")
+            rest, elf = elf, None
+        if elf is not None:
+            raise typer.BadParameter(f"both ELF ({elf}) and --target ({target}) name the target: give one "
+                                     "(gdb:// takes its symbols from --symbols)", param_hint="ELF")
+        if scheme in ("qemu-user", "elf"):
+            rest = str(elf_path(rest))
+        spec, kind = f"{scheme}:{rest}", (scheme if scheme in LIVE_KINDS else None)
+    options: dict[str, Any] = {}
+    for opt, value in given.items():
+        if value is None or value == []:
+            continue
+        keyword, kinds = TARGET_OPTIONS[opt]
+        if kind not in kinds:
+            wanted = " or ".join(f"--target {k}{'://HOST:PORT' if k == 'gdb' else ':...'}" for k in kinds)
+            raise typer.BadParameter(f"{opt} goes with {wanted}", param_hint=opt)
+        options[keyword] = value
+    return TargetChoice(spec, options, kind)
+
+
+def probe_class(reg: Any, name: str) -> Any:
+    """The class of probe type ``name`` (``kprobe``, ``kretprobe``), or a clear error when its plugin is out."""
+    if name not in reg.probe_types:
+        raise KpsdkError(
+            f"no {name!r} probe type is loaded: the {name}s plugin is blocked or missing "
+            f"(plugins: {', '.join(_loaded(reg)) or 'none'}; drop -p no:{name}s)"
+        )
+    return reg.probe_types[name].probe_class
+
+
+def signed_return(raw: int, restype: str, word_bits: int) -> int:
+    """A return register's value as the C type ``restype`` (long/ulong: a word; int/uint: 32 bits)."""
+    bits = 32 if restype in ("int", "uint") else word_bits
+    value = raw & ((1 << bits) - 1)
+    if restype in ("long", "int") and value >> (bits - 1):
+        value -= 1 << bits
+    return value
+
+
+def errno_name(value: int) -> str:
+    """``ENOENT`` for -2 (the kernel's internal ones too: ``ERESTARTSYS``); "" when it is none."""
+    if value >= 0:
+        return ""
+    return errno.errorcode.get(-value) or KERNEL_ERRNO.get(-value, "")
+
+
+def fetch_string(s: Session, regs: PtRegs, n: int) -> tuple[bytes, int]:
+    """Argument ``n`` read as a C string: (at most 255 bytes of UTF-8, STRING_OK/TRUNCATED/FAULT)."""
+    try:
+        text = s.read_string(regs.arg(n), max=STRING_MAX)
+    except TargetFault:
+        return b"", STRING_FAULT
+    raw = text.encode("utf-8", "replace")
+    if len(raw) >= STRING_SLOT:  # no NUL within STRING_MAX bytes
+        return raw[:STRING_SLOT - 1], STRING_TRUNCATED
+    return raw, STRING_OK
+
+
+def show_string(n: int, raw: bytes, status: int) -> str:
+    """``argN="..."`` (JSON-style escapes; ``"..."...`` when cut at 255 bytes), or ``argN=(fault)``."""
+    if status == STRING_FAULT:
+        return f"arg{n}=(fault)"
+    text = json.dumps(raw.decode("utf-8", "ignore"), ensure_ascii=False)  # "ignore": a character cut in two
+    return f"arg{n}={text}" + ("..." if status == STRING_TRUNCATED else "")
+
+
+def store_strings(data: bytearray, values: list[tuple[bytes, int]]) -> None:
+    """Keep fetched strings in a kretprobe instance's ``ri.data``, STRING_SLOT bytes each."""
+    for i, (raw, status) in enumerate(values):
+        data[i * STRING_SLOT:(i + 1) * STRING_SLOT] = bytes([status]) + raw.ljust(STRING_SLOT - 1, b"\0")
+
+
+def load_strings(data: bytearray, count: int) -> list[tuple[bytes, int]]:
+    """What :func:`store_strings` kept."""
+    out = []
+    for i in range(count):
+        slot = bytes(data[i * STRING_SLOT:(i + 1) * STRING_SLOT])
+        out.append((slot[1:].rstrip(b"\0"), slot[0]))
+    return out
+
+
+@dataclass
+class ProbeLine:
+    """Per-probe counts for the summary."""
+
+    letter: str
+    name: str
+    probe: Any = None
+    returns: int = 0
+    failed: int = 0
+
+
+@dataclass
+class ProbeRun:
+    """One ``kpsdk probe``: the options, parsed and checked, then the session it opens."""
+
+    choice: TargetChoice
+    kprobes: list[dict[str, Any]]
+    kretprobes: list[tuple[str, dict[str, Any]]]
+    strings: list[int]
+    failed: bool
+    maxactive: int
+    post: bool
+    regs_opt: str | None
+    fn_args: tuple[str, list[int]] | None
+    restype: str
+    no_optimize: bool
+    timeout: float
+    noprobe: list[str]
+    show_console: bool
+    con: Console
+    session: Session | None = None
+    lines: list[ProbeLine] = field(default_factory=list)
+    hit: list[int] = field(default_factory=lambda: [0])
+    status: int | None = None
+    ran: bool = False
+
+    def open(self) -> Session:
+        self.session = kpsdk.open(self.choice.spec, noprobe=self.noprobe, **self.choice.options)
+        return self.session
+
+    def execute(self) -> None:
+        """Register the probes, run (or --call), then report."""
+        s = self.session
+        assert s is not None
+        reg = s.registry
+        Kprobe: Any = probe_class(reg, "kprobe") if self.kprobes else None  # noqa: N806 - classes
+        Kretprobe: Any = probe_class(reg, "kretprobe") if self.kretprobes else None  # noqa: N806
+        names: list[str] = []
+        if self.kprobes:
+            abi = getattr(s.target, "abi_kind", "user")
+            names = ([r.strip() for r in self.regs_opt.split(",") if r.strip()] if self.regs_opt
+                     else default_regs(s.arch, abi))
+            check_reg_names(s.arch, names)
+        if self.no_optimize:
+            s.kprobes_optimization = False
+        probes = []
+        for where in self.kprobes:
+            pre, post_h = _printers(s, self.con, names, self.hit, self.post, self.strings)
+            probes.append(Kprobe(**where, pre_handler=pre, post_handler=post_h))
+            self.lines.append(ProbeLine("k", "", probes[-1]))
+        for name, where in self.kretprobes:
+            line = ProbeLine("r", name)
+            entry, ret = self._kretprobe_handlers(s, line)
+            probes.append(Kretprobe(**where, handler=ret, entry_handler=entry, maxactive=self.maxactive,
+                                    data_size=STRING_SLOT * len(self.strings)))
+            line.probe = probes[-1]
+            self.lines.append(line)
+        s.register_many(probes)
+        for line in self.lines:
+            if line.letter == "k":
+                line.name = s.symbols.format(_probe_addr(s, line.probe))
+        self.con.print(Text(f"{len(probes)} probe(s) on {s.arch.name}: "
+                            + ", ".join(f"{ln.letter} {ln.name}" for ln in self.lines), style="dim"),
+                       soft_wrap=True)
+        if self.fn_args is not None:
+            fn, args = self.fn_args
+            result = s.call(fn, *args, restype=self.restype)
+            self.con.print(Text(f"{fn}({', '.join(str(a) for a in args)}) = {result}", style="bold"),
+                           soft_wrap=True)
+        else:
+            if self.choice.live:
+                self.con.print(Text(f"running {self.choice.spec} until it ends (at most {self.timeout:g} s, "
+                                    "--timeout; Ctrl-C stops it)", style="dim"), soft_wrap=True)
+            self.status = s.run(timeout=self.timeout)
+            self.ran = True
+        self.report()
+
+    def _kretprobe_handlers(self, s: Session, line: ProbeLine) -> tuple[Any, Any]:
+        """entry_handler (fetches the string arguments into ri.data) and handler (prints the return)."""
+        strings, con, hit = self.strings, self.con, self.hit
+        word_bits = 8 * s.arch.word_size
+
+        def entry(ri: Any, regs: PtRegs) -> int:
+            store_strings(ri.data, [fetch_string(s, regs, n) for n in strings])
+            return 0
+
+        def on_return(ri: Any, regs: PtRegs) -> None:
+            line.returns += 1
+            ret = signed_return(int(regs.return_value), self.restype, word_bits)
+            if self.failed:
+                if ret >= 0:
+                    return
+                line.failed += 1
+            hit[0] += 1
+            text = Text(f"[{hit[0]}] ", style="bold").append(f"r {line.name}", style="magenta")
+            text.append(f" ret={ret}")
+            if self.failed and errno_name(ret):
+                text.append(f" ({errno_name(ret)})", style="red")
+            for n, (raw, status) in zip(strings, load_strings(ri.data, len(strings)), strict=True):
+                text.append(" " + show_string(n, raw, status))
+            con.print(text, soft_wrap=True)
+
+        return (entry if strings else None), on_return
+
+    def report(self, interrupted: bool = False) -> None:
+        """Output, exit status, kprobes/list, kprobe_profile and the summary; the timeout error last."""
+        s, con = self.session, self.con
+        if s is None:
+            return
+        if self.fn_args is None and (self.show_console or not self.choice.live):
+            heading(con, "console" if self.choice.kind in ("qemu-system", "gdb") else "program output")
+            text = s.console
+            con.out(text, end="" if text.endswith("\n") or not text else "\n", highlight=False)
+            if not text and self.choice.kind == "gdb":
+                con.print(Text("(none: a gdb:// target's output goes to whoever started it)", style="dim"))
+        if self.status is not None:
+            con.print(Text(f"exit status {self.status}", style="bold"))
+        heading(con, "kprobes/list")
+        con.out(s.list(), end="", highlight=False)
+        heading(con, "kprobe_profile")
+        con.out(s.profile(), end="", highlight=False)
+        heading(con, "summary")
+        for line in self.lines:
+            p = line.probe
+            counts = f"{p.hits} hits"
+            if line.letter == "r":
+                counts += f", {line.returns} returns" + (f", {line.failed} failed" if self.failed else "")
+            con.print(Text(f"{line.letter} {line.name}: ", style="cyan").append(f"{counts}, {p.nmissed} missed"),
+                      soft_wrap=True)
+        if interrupted or not self.ran or self.status is not None:
+            return
+        if self.choice.kind in (None, "qemu-user"):
+            raise KpsdkError(f"the program did not exit within {self.timeout:g} s (--timeout)")
+        con.print(Text(f"stopped after {self.timeout:g} s (--timeout): the target was still running", style="dim"))
+
+
+def close_session(s: Session | None) -> None:
+    """Close the session (QEMU and gdb reaped); a second Ctrl-C meanwhile is ignored."""
+    if s is None:
+        return
+    main_thread = threading.current_thread() is threading.main_thread()
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN) if main_thread else None
+    try:
+        s.close()
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGINT, old if old is not None else signal.default_int_handler)
+
+
 def cmd_probe(
     ctx: typer.Context,
-    elf: ElfArg,
-    kprobe: Annotated[list[str], typer.Option(
-        "--kprobe", "-k", metavar="SYM[+OFF]",
-        help="Put a kprobe here (SYM, SYM+0xOFF or 0xADDR). Repeatable.")],
-    post: Annotated[bool, typer.Option("--post", help="Also a post_handler: prints the ip after the instruction.")]
-    = False,
+    elf: ProbeElfArg = None,
+    kprobe: Annotated[list[str] | None, typer.Option(
+        "--kprobe", "-k", metavar="SYM[+OFF]", rich_help_panel=PROBES_PANEL,
+        help="Put a kprobe here (SYM, SYM+0xOFF or 0xADDR); each hit prints registers. Repeatable.")] = None,
+    kretprobe: Annotated[list[str] | None, typer.Option(
+        "--kretprobe", metavar="SYM", rich_help_panel=PROBES_PANEL,
+        help="Put a kretprobe on function SYM; each return prints 'r SYM ret=VALUE'. Repeatable.")] = None,
+    string_arg: Annotated[list[int] | None, typer.Option(
+        "--string-arg", metavar="N", min=0, rich_help_panel=OUTPUT_PANEL,
+        help="Also print argument N (from 0, by the target's calling convention) as a NUL-terminated string, "
+             "argN=\"...\" (at most 256 bytes; argN=(fault) if unreadable). Read at a kprobe's hit, at a "
+             "kretprobe's function entry. Repeatable.")] = None,
+    failed: Annotated[bool, typer.Option(
+        "--failed", rich_help_panel=OUTPUT_PANEL,
+        help="Print only the returns whose value is negative (errno style), with the errno name: "
+             "ret=-2 (ENOENT).")] = False,
+    maxactive: Annotated[int, typer.Option(
+        "--maxactive", metavar="N", min=0, rich_help_panel=PROBES_PANEL,
+        help="Kretprobe instances, i.e. calls followed at once (more are missed); 0: the kernel's "
+             "max(10, 2*ncpus).")] = 0,
+    post: Annotated[bool, typer.Option(
+        "--post", rich_help_panel=PROBES_PANEL,
+        help="Also a post_handler: prints the ip after the instruction.")] = False,
     regs_opt: Annotated[str | None, typer.Option(
-        "--regs", metavar="R1,R2", help="Registers to print (names, aliases, ip, sp, return_value, argN). "
-        "Default: the first 4 user argument registers, sp and the return value register.")] = None,
+        "--regs", metavar="R1,R2", rich_help_panel=OUTPUT_PANEL,
+        help="Registers a kprobe hit prints (names, aliases, ip, sp, return_value, argN). "
+        "Default: the first 4 argument registers, sp and the return value register.")] = None,
     call: Annotated[str | None, typer.Option(
-        "--call", metavar="FN ARGS...",
-        help="Call FN with integer arguments instead of running the program: --call add 2 3 "
+        "--call", metavar="FN ARGS...", rich_help_panel=TARGET_PANEL,
+        help="Unicorn only: call FN with integer arguments instead of running the program: --call add 2 3 "
              "(after the ELF argument), or one quoted string 'add 2 3' / 'add(2, -3)'; 0x.. ok.")] = None,
     restype: Annotated[str, typer.Option(
-        "--restype", help="How --call reads the result: long, ulong, int or uint.")] = "long",
+        "--restype", rich_help_panel=OUTPUT_PANEL,
+        help="How a return value is read (--call, --kretprobe): long (signed word), ulong, int or uint "
+             "(32-bit).")] = "long",
     no_optimize: Annotated[bool, typer.Option(
-        "--no-optimize", help="s.kprobes_optimization = False: every probe takes the breakpoint path.")] = False,
-    timeout: Annotated[float, typer.Option("--timeout", metavar="S", help="Stop the program after S seconds.")]
-    = 5.0,
-    noprobe: NoprobeOpt = None,
+        "--no-optimize", rich_help_panel=PROBES_PANEL,
+        help="s.kprobes_optimization = False: every probe takes the breakpoint path.")] = False,
+    timeout: Annotated[float | None, typer.Option(
+        "--timeout", metavar="S", show_default=False, rich_help_panel=TARGET_PANEL,
+        help=f"Stop the target after S seconds (default: {UNICORN_TIMEOUT:g} in Unicorn, "
+             f"{LIVE_TIMEOUT:g} on a live target).")] = None,
+    noprobe: Annotated[list[str] | None, typer.Option(
+        "--noprobe", metavar="NAME[,NAME]", rich_help_panel=PROBES_PANEL,
+        help="Symbols that may not be probed (the kernel's NOKPROBE_SYMBOL).")] = None,
+    target: Annotated[str | None, typer.Option(
+        "--target", "-t", metavar="SPEC", rich_help_panel=TARGET_PANEL,
+        help="Where the code runs: qemu-user:PROG (a program under qemu-user), qemu-system:ARCH (a kernel "
+             "booted in QEMU), gdb://HOST:PORT (a gdbstub already running). Default: ELF in Unicorn.")] = None,
+    prog_arg: Annotated[list[str] | None, typer.Option(
+        "--arg", metavar="ARG", rich_help_panel=TARGET_PANEL,
+        help="qemu-user: one argument for the program (repeat for more; --arg=-v for one starting "
+             "with -).")] = None,
+    kernel: Annotated[str | None, typer.Option(
+        "--kernel", metavar="VMLINUZ", rich_help_panel=TARGET_PANEL,
+        help="qemu-system: the kernel image to boot (its symbols come from its own kallsyms table "
+             "unless --symbols).")] = None,
+    initrd: Annotated[str | None, typer.Option(
+        "--initrd", metavar="FILE", rich_help_panel=TARGET_PANEL, help="qemu-system: the initramfs.")] = None,
+    append: Annotated[str | None, typer.Option(
+        "--append", metavar="CMDLINE", rich_help_panel=TARGET_PANEL,
+        help="qemu-system: the kernel command line (default: 'console=ttyS0 nokaslr panic=-1').")] = None,
+    symbols: Annotated[str | None, typer.Option(
+        "--symbols", metavar="FILE", rich_help_panel=TARGET_PANEL,
+        help="qemu-system, gdb://: symbols from an ELF (vmlinux), System.map or a kallsyms dump.")] = None,
+    arch: Annotated[str | None, typer.Option(
+        "--arch", metavar="ARCH", rich_help_panel=TARGET_PANEL,
+        help="gdb://: the architecture (not needed when --symbols is an ELF).")] = None,
+    show_console: Annotated[bool, typer.Option(
+        "--console", rich_help_panel=OUTPUT_PANEL,
+        help="Live targets: print the target's output at the end (qemu-user: the program's; qemu-system: "
+             "the serial console). Unicorn always prints the program's.")] = False,
 ) -> None:
-    """Run a program (or call one function) with kprobes on it, printing each hit.
+    """Put kprobes and kretprobes on a program or a kernel and print each hit as it happens.
 
-    Opens elf:ELF, registers one Kprobe per --kprobe (all or none: an error
-    rolls the others back, K8), then runs the program from its entry point
-    and prints its output and exit status, or with --call calls one function
-    and prints FN(ARGS) = result.  Each hit prints
+    [bold]Where the code runs[/bold] (--target; live targets need QEMU and gdb-multiarch):
 
-      \\[n] SYM+OFF (ADDRESS) reg=value ...
+      (no --target)      ELF, run in Unicorn from its entry point, or --call FN ARGS
+      qemu-user:PROG     PROG under qemu-user, --arg ARG for its arguments
+      qemu-system:ARCH   a kernel booted in QEMU: --kernel, --initrd, --append, --symbols
+      gdb://HOST:PORT    a gdbstub already running (attached, never killed): --arch, --symbols
 
-    read by a pre_handler when the probed instruction is about to run (at a
-    function's first instruction, the arguments are where the calling
-    convention puts them).  With --post, a post_handler prints the ip after
-    the instruction ran.  At the end: the kprobes/list and kprobe_profile
-    views (s.list(), s.profile()).
+    All probes are registered at once or none (an error rolls the others back,
+    K8); then the target runs until it ends (the program exits, the guest powers
+    off) or --timeout.  Ctrl-C stops it: the session is closed, QEMU and gdb are
+    reaped, the summary is printed and the exit status is 130.
+
+    [bold]Each hit prints a line[/bold], as it happens:
+
+      \\[n] SYM+OFF (ADDRESS) reg=value ... argN="..."   a kprobe, before the instruction runs
+      \\[n] r SYM ret=VALUE argN="..."                    a kretprobe, when SYM returns
+
+    At a function's first instruction the arguments are where the calling
+    convention puts them (the kernel's on qemu-system and gdb://), so
+    --string-arg 1 on do_sys_openat2 is the file name.  A kretprobe reads it at
+    the entry and keeps it in ri.data until the return.  ret is the return
+    register as a signed word (--restype long; give --restype int for a function
+    returning int on a 64-bit target); --failed keeps only negative values:
+    ret=-2 (ENOENT).  With --post, a post_handler prints the ip after the
+    instruction ran.
+
+    [bold]At the end[/bold]: the program's output (Unicorn; --console for live
+    targets), its exit status, the kprobes/list and kprobe_profile views
+    (s.list(), s.profile()) and one summary line per probe: hits, returns,
+    missed.
 
     The errors are the kernel's: an unknown symbol is ENOENT, an offset inside
-    an instruction EILSEQ, a refused instruction EINVAL (see kpsdk disasm).
-    The exit status is 0 when probing worked, whatever the program's own
-    status; 1 on a kpsdk error or when the program did not exit in time.
+    an instruction EILSEQ, a refused instruction EINVAL (see kpsdk disasm), a
+    kretprobe not at a function's entry EINVAL.  Exit status: 0 when probing
+    worked, whatever the program's own status; 1 on a kpsdk error or when a
+    program (Unicorn, qemu-user) did not exit within --timeout (a kernel still
+    running then is just stopped: 0); 2 on a usage error; 130 on Ctrl-C.
     """
     if ctx.args and call is None:
         raise typer.BadParameter(f"unexpected arguments {' '.join(ctx.args)!r}", param_hint="ELF")
     if ctx.args:
         call = " ".join([call or "", *ctx.args])
     fn_args = parse_call(call) if call is not None else None
-    wheres = [parse_where(k) for k in kprobe]
-    if restype not in ("long", "ulong", "int", "uint"):
-        raise typer.BadParameter("long, ulong, int or uint", param_hint="--restype")
+    kprobes = [parse_where(k) for k in kprobe or []]
+    kretprobes = [(k.strip(), parse_where(k, "--kretprobe")) for k in kretprobe or []]
+    if not kprobes and not kretprobes:
+        raise typer.BadParameter("give at least one --kprobe SYM or --kretprobe SYM", param_hint="--kprobe")
+    if failed and not kretprobes:
+        raise typer.BadParameter("--failed filters the returns of --kretprobe probes: add one",
+                                 param_hint="--failed")
+    if restype not in RESTYPES:
+        raise typer.BadParameter(", ".join(RESTYPES), param_hint="--restype")
+    live_kind = (target or "").partition(":")[0]
+    if live_kind in LIVE_KINDS and fn_args is not None:
+        raise typer.BadParameter(f"--call calls one function in Unicorn; a {live_kind} target runs its own "
+                                 "code: drop --call (or --target)", param_hint="--call")
+    choice = choose_target(elf, target, {"--arg": prog_arg, "--kernel": kernel, "--initrd": initrd,
+                                         "--append": append, "--symbols": symbols, "--arch": arch})
     reg = kpsdk.get_registry()
-    if "kprobe" not in reg.probe_types:
-        raise KpsdkError(
-            "no 'kprobe' probe type is loaded: the kprobes plugin is blocked or missing "
-            f"(plugins: {', '.join(_loaded(reg)) or 'none'}; drop -p no:kprobes)"
-        )
-    Kprobe = reg.probe_types["kprobe"].probe_class  # noqa: N806 - a class
-    con = console()
-    with kpsdk.open(f"elf:{elf_path(elf)}", noprobe=_split_commas(noprobe)) as s:
-        names = [r.strip() for r in regs_opt.split(",") if r.strip()] if regs_opt else default_regs(s.arch)
-        check_reg_names(s.arch, names)
-        if no_optimize:
-            s.kprobes_optimization = False
-        hit = [0]
-        probes = []
-        for where in wheres:
-            pre, post_h = _printers(s, con, names, hit, post)
-            probes.append(Kprobe(**where, pre_handler=pre, post_handler=post_h))
-        s.register_many(probes)
-        con.print(Text(f"{len(probes)} kprobe(s) on {s.arch.name}: "
-                       + ", ".join(s.symbols.format(_probe_addr(s, p)) for p in probes), style="dim"),
-                  soft_wrap=True)
-        status: int | None = None
-        if fn_args is not None:
-            fn, args = fn_args
-            result = s.call(fn, *args, restype=restype)
-            con.print(Text(f"{fn}({', '.join(str(a) for a in args)}) = {result}", style="bold"), soft_wrap=True)
-        else:
-            status = s.run(timeout=timeout)
-            heading(con, "program output")
-            con.out(s.console, end="" if s.console.endswith("\n") or not s.console else "\n", highlight=False)
-            if status is not None:
-                con.print(Text(f"exit status {status}", style="bold"))
-        heading(con, "kprobes/list")
-        con.out(s.list(), end="", highlight=False)
-        heading(con, "kprobe_profile")
-        con.out(s.profile(), end="", highlight=False)
-        if fn_args is None and status is None:
-            raise KpsdkError(f"the program did not exit within {timeout:g} s (--timeout)")
+    if kprobes:
+        probe_class(reg, "kprobe")
+    if kretprobes:
+        probe_class(reg, "kretprobe")
+    run = ProbeRun(choice, kprobes, kretprobes, list(dict.fromkeys(string_arg or [])), failed, maxactive, post,
+                   regs_opt, fn_args, restype, no_optimize,
+                   timeout if timeout is not None else (LIVE_TIMEOUT if choice.live else UNICORN_TIMEOUT),
+                   _split_commas(noprobe), show_console, console())
+    interrupted = False
+    try:
+        try:
+            run.open()
+            run.execute()
+        except KeyboardInterrupt:
+            interrupted = True
+            console(stderr=True).print("[bold yellow]interrupted[/] (Ctrl-C): stopping the target, closing the "
+                                       "session")
+            if run.session is not None:
+                run.report(interrupted=True)
+    except KeyboardInterrupt:  # a second Ctrl-C while reporting
+        interrupted = True
+    finally:
+        close_session(run.session)
+    if interrupted:
+        raise typer.Exit(130)
 
 
 def _loaded(reg: Any) -> list[str]:
@@ -612,15 +1000,18 @@ def _probe_addr(s: Session, probe: Any) -> int:
     return int(point.addr) if point is not None else int(probe.addr or 0)
 
 
-def _printers(s: Session, con: Console, names: list[str], hit: list[int], post: bool) -> tuple[Any, Any]:
-    """A pre_handler printing the registers, and with ``post`` a post_handler printing the ip."""
+def _printers(s: Session, con: Console, names: list[str], hit: list[int], post: bool,
+              strings: list[int] | None = None) -> tuple[Any, Any]:
+    """A pre_handler printing the registers (and ``strings`` arguments), with ``post`` a post_handler
+    printing the ip."""
     where_of: dict[str, str] = {}
 
     def pre(p: Any, regs: PtRegs) -> int:
         hit[0] += 1
         ip = regs.ip
         where_of["w"] = f"{s.symbols.format(ip)} ({ip:#x})"
-        values = " ".join(f"{n}={read_reg(regs, n):#x}" for n in names)
+        values = " ".join([f"{n}={read_reg(regs, n):#x}" for n in names]
+                          + [show_string(n, *fetch_string(s, regs, n)) for n in strings or []])
         con.print(Text(f"[{hit[0]}] ", style="bold").append(where_of["w"], style="cyan").append(f" {values}"),
                   soft_wrap=True)
         return 0
@@ -687,7 +1078,13 @@ COMMANDS: list[tuple[str, Any, str]] = [
      "kpsdk probe riscv64 --kprobe fact --regs a0,sp,ra\n"
      "kpsdk probe arm --kprobe check+0x10 --post --no-optimize\n"
      "kpsdk probe x86_64 --kprobe add --kprobe sub --call 'add 2 3'\n"
-     "kpsdk probe ./prog.elf --kprobe 0x401000 --timeout 1"),
+     "kpsdk probe ./prog.elf --kprobe 0x401000 --timeout 1\n"
+     "kpsdk probe x86_64 --kretprobe sub --restype int --call sub 3 5     # r sub ret=-2\n"
+     "kpsdk probe --target qemu-user:arm --kretprobe add --kprobe fact --console\n"
+     "kpsdk probe --target qemu-user:./myprog --arg=-v --arg in.txt --kretprobe parse --string-arg 0\n"
+     "kpsdk probe --target qemu-system:x86_64 --kernel vmlinuz --initrd initrd.img \\\n"
+     "    --kretprobe do_sys_openat2 --string-arg 1 --failed       # failed opens, with file names\n"
+     "kpsdk probe --target gdb://localhost:1234 --symbols vmlinux --kprobe do_sys_openat2 --string-arg 1"),
 ]
 
 

@@ -8,6 +8,7 @@ where ``-p`` is scanned from argv before the app is built.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -18,8 +19,22 @@ from typer.testing import CliRunner
 
 import kpsdk
 from kpsdk import fixtures
-from kpsdk.cli import app, scan_plugin_args, split_plugin_values
+from kpsdk.cli import (
+    STRING_FAULT,
+    STRING_OK,
+    STRING_SLOT,
+    STRING_TRUNCATED,
+    app,
+    errno_name,
+    load_strings,
+    scan_plugin_args,
+    show_string,
+    signed_return,
+    split_plugin_values,
+    store_strings,
+)
 from kpsdk.registry import configure
+from tests.conftest import require_tool
 
 runner = CliRunner()
 
@@ -291,3 +306,190 @@ def test_probe_call_takes_function_and_arguments_unquoted():
     assert result.exit_code == 0, result.output
     assert "arg0=0x1 arg6=0xfffffff9" in result.output  # -7 as a 32-bit word on the stack
     assert "sum7(1, 2, 3, 4, 5, 6, -7) = 42" in result.output  # 1+4+9+16+25+36-49
+
+
+# -- probe on live targets (--target), kretprobes, string arguments ---------------------------------------
+
+
+def require_qemu_user() -> None:
+    require_tool("qemu-x86_64", "qemu-user")
+    require_tool("qemu-arm", "qemu-user")
+    require_tool("gdb-multiarch", "gdb-multiarch")
+
+
+def hit_lines(out: str, what: str) -> list[str]:
+    """The lines printed as hits (``[n] ...``) that contain ``what``."""
+    return [ln for ln in out.splitlines() if ln.startswith("[") and what in ln]
+
+
+@pytest.mark.parametrize("arch", ["x86_64", "arm"])
+def test_probe_qemu_user_kretprobe_kprobe_and_console(arch):
+    require_qemu_user()
+    result = invoke("probe", "--target", f"qemu-user:{fixtures.path(arch)}", "--kretprobe", "add",
+                    "--kprobe", "fact", "--console")
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    assert hit_lines(out, "r add ") == ["[1] r add ret=5"]  # add(2, 3), the first hit
+    assert len(hit_lines(out, " fact+0x0 (0x")) == 5  # fact(5) .. fact(1)
+    assert "── program output" in out and fixtures.EXPECTED_OUTPUT in out  # --console: the program's output
+    assert out.index("r add ret=5") < out.index("── program output")  # hits print as they happen
+    assert "exit status 0" in out
+    assert "r  add+0x0" in out and "k  fact+0x0" in out  # kprobes/list
+    assert "k fact+0x0: 5 hits, 0 missed" in out and "r add: 1 hits, 1 returns, 0 missed" in out
+
+
+def test_probe_qemu_user_without_console_and_with_the_elf_argument():
+    require_qemu_user()
+    result = invoke("probe", "arm", "--target", "qemu-user", "--kretprobe", "sum7")
+    assert result.exit_code == 0, result.output
+    assert "r sum7 ret=140" in result.stdout
+    assert "add=5" not in result.stdout  # the program's output only with --console
+
+
+def test_probe_qemu_user_failed_filters_positive_returns():
+    require_qemu_user()
+    result = invoke("probe", "--target", f"qemu-user:{fixtures.path('x86_64')}", "--kretprobe", "sub",
+                    "--kretprobe", "add", "--failed")
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    assert hit_lines(out, "r sub") == [] and hit_lines(out, "r add") == []  # sub(7, 3) = 4, add(2, 3) = 5
+    assert "r sub: 1 hits, 1 returns, 0 failed, 0 missed" in out
+    assert "exit status 0" in out
+
+
+def test_probe_qemu_user_string_args_and_faults():
+    require_qemu_user()
+    # put(const char *name, long value): argument 0 is a string, argument 1 (a number) faults
+    result = invoke("probe", "--target", f"qemu-user:{fixtures.path('arm')}", "--kprobe", "put",
+                    "--kretprobe", "put", "--string-arg", "0", "--string-arg", "1", "--regs", "r0")
+    assert result.exit_code == 0, result.output
+    kp, rp = hit_lines(result.stdout, " put+0x0 ("), hit_lines(result.stdout, "r put ")
+    names = [name for name in fixtures.EXPECTED]
+    assert len(kp) == len(rp) == len(names)
+    for name, k_line, r_line in zip(names, kp, rp, strict=True):
+        assert k_line.endswith(f' arg0="{name}" arg1=(fault)'), k_line
+        assert r_line.endswith(f' arg0="{name}" arg1=(fault)'), r_line  # fetched at entry, kept in ri.data
+
+
+def test_probe_qemu_user_program_not_ending_in_time_is_an_error():
+    require_qemu_user()
+    result = invoke("probe", "--target", f"qemu-user:{fixtures.path('x86_64')}", "--kprobe", "inc",
+                    "--regs", "rdi", "--timeout", "0.01")
+    assert_clean_error(result)
+    assert "did not exit within 0.01 s" in result.stderr
+    assert "inc+0x0: " in result.stdout  # the summary came first
+
+
+def test_probe_kretprobe_failed_errno_on_unicorn():
+    result = invoke("probe", "x86_64", "--kretprobe", "sub", "--restype", "int", "--failed", "--call", "sub", "3", "5")
+    assert result.exit_code == 0, result.output
+    assert hit_lines(result.stdout, "r sub") == ["[1] r sub ret=-2 (ENOENT)"]
+    assert "sub(3, 5) = -2" in result.stdout
+    assert "r sub: 1 hits, 1 returns, 1 failed, 0 missed" in result.stdout
+    result = invoke("probe", "x86_64", "--kretprobe", "sub", "--failed", "--call", "sub", "7", "3")
+    assert result.exit_code == 0, result.output
+    assert hit_lines(result.stdout, "r sub") == []  # 4: not a failure
+
+
+def test_probe_string_arg_on_unicorn():
+    result = invoke("probe", "riscv64", "--kprobe", "put", "--regs", "a0", "--string-arg", "0")
+    assert result.exit_code == 0, result.output
+    assert [ln.split(" arg0=")[1] for ln in hit_lines(result.stdout, " put+0x0 (")] == [
+        f'"{name}"' for name in fixtures.EXPECTED]
+
+
+def test_probe_live_usage_errors_exit_2():
+    # checked before anything starts: no QEMU needed
+    target = f"qemu-user:{fixtures.path('x86_64')}"
+    result = invoke("probe", "--target", target, "--kprobe", "add", "--call", "add", "2", "3")
+    assert result.exit_code == 2 and "--call" in result.output
+    assert invoke("probe", "--target", "qemu-system:x86_64", "--kprobe", "add", "--call", "add 2 3").exit_code == 2
+    assert invoke("probe", "--target", target).exit_code == 2  # no probe
+    assert invoke("probe", "--kprobe", "add").exit_code == 2  # neither ELF nor --target
+    assert invoke("probe", "x86_64", "--target", target, "--kprobe", "add").exit_code == 2  # both
+    assert invoke("probe", "x86_64", "--kprobe", "add", "--kernel", "vmlinuz").exit_code == 2  # qemu-system's
+    assert invoke("probe", "--target", target, "--kprobe", "add", "--arch", "arm").exit_code == 2  # gdb://'s
+    assert invoke("probe", "--target", "bogus", "--kprobe", "add").exit_code == 2
+    assert invoke("probe", "x86_64", "--kprobe", "add", "--failed").exit_code == 2  # --failed wants a kretprobe
+    assert invoke("probe", "x86_64", "--kprobe", "add", "--string-arg", "-1").exit_code == 2
+
+
+def test_probe_without_kretprobes_plugin_fails_clearly():
+    result = invoke("-p", "no:kretprobes", "probe", "x86_64", "--kretprobe", "add")
+    assert_clean_error(result)
+    assert "no 'kretprobe' probe type is loaded" in result.stderr
+
+
+def test_probe_return_value_and_string_helpers():
+    assert signed_return(0xFFFFFFFFFFFFFFFE, "long", 64) == -2
+    assert signed_return(0xFFFFFFFE, "long", 64) == 0xFFFFFFFE
+    assert signed_return(0xFFFFFFFE, "int", 64) == -2
+    assert signed_return(0xFFFFFFFE, "uint", 64) == 0xFFFFFFFE and signed_return(-1, "ulong", 32) == 0xFFFFFFFF
+    assert errno_name(-2) == "ENOENT" and errno_name(-512) == "ERESTARTSYS" and errno_name(5) == ""
+    data = bytearray(2 * STRING_SLOT)
+    long_text = ("é" * 200).encode()  # cut at 255 bytes, inside a character
+    store_strings(data, [(b'a"b\n', STRING_OK), (long_text[:STRING_SLOT - 1], STRING_TRUNCATED)])
+    (first, s1), (second, s2) = load_strings(data, 2)
+    assert show_string(1, first, s1) == 'arg1="a\\"b\\n"'
+    assert show_string(2, second, s2) == 'arg2="' + "é" * 127 + '"...'
+    assert show_string(0, b"", STRING_FAULT) == "arg0=(fault)"
+
+
+def _children(pid: int) -> list[int]:
+    kids = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            kids.append(int(stat.parent.name))
+    return kids
+
+
+def test_probe_ctrl_c_closes_the_session_and_exits_130():
+    require_tool("qemu-system-x86_64", "qemu-system-x86")
+    require_tool("gdb-multiarch", "gdb-multiarch")
+    # no kernel: the firmware runs until stopped; the probe is on an address it never reaches
+    proc = subprocess.Popen([sys.executable, "-m", "kpsdk.cli", "probe", "--target", "qemu-system:x86_64",
+                             "--kprobe", "0x100000", "--timeout", "60"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        assert proc.stdout is not None
+        lines = []
+        for line in proc.stdout:
+            lines.append(line)
+            if line.startswith("running "):
+                break
+        assert lines and lines[-1].startswith("running qemu-system:x86_64"), lines
+        children = _children(proc.pid)
+        assert len(children) == 2  # QEMU and gdb
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, err
+    assert "interrupted (Ctrl-C)" in err and "Traceback" not in err
+    assert "k 0x100000: 0 hits, 0 missed" in out  # the summary is printed
+    assert not [pid for pid in children if Path(f"/proc/{pid}").exists()]  # reaped
+
+
+def test_probe_qemu_system_timeout_stops_a_running_target():
+    require_tool("qemu-system-x86_64", "qemu-system-x86")
+    require_tool("gdb-multiarch", "gdb-multiarch")
+    result = invoke("probe", "--target", "qemu-system:x86_64", "--kprobe", "0x100000", "--timeout", "1")
+    assert result.exit_code == 0, result.output  # a kernel (here: firmware) still running is no error
+    assert "stopped after 1 s (--timeout)" in result.stdout
+
+
+def test_probe_help_teaches_live_targets():
+    result = invoke("probe", "--help")
+    assert result.exit_code == 0
+    out = result.stdout
+    for text in ("--target", "qemu-user:PROG", "qemu-system:ARCH", "gdb://HOST:PORT", "--kretprobe", "--string-arg",
+                 "--failed", "ret=-2 (ENOENT)", "130", "kpsdk probe --target qemu-user:arm",
+                 "--kretprobe do_sys_openat2 --string-arg 1 --failed"):
+        assert text in out, text
