@@ -14,8 +14,9 @@ nox.options.reuse_existing_virtualenvs = True
 
 @nox.session
 def tests(session: nox.Session) -> None:
-    """The test suite (pytest)."""
-    session.install(".[test]")
+    """The test suite (pytest); editable, because pytest's ``pythonpath = ["."]`` puts the source
+    tree's ``kpsdk`` first and a regular install would then lack ``kpsdk.plugins``."""
+    session.install("-e", ".[test]")
     session.run("pytest", *session.posargs)
 
 
@@ -42,13 +43,15 @@ def kernel(session: nox.Session) -> None:
 
 @nox.session
 def bench(session: nox.Session) -> None:
-    """The benchmark: prints the table, writes bench/results/latest.{json,md}.
+    """The benchmark: prints the tables, writes bench/results/latest.{json,md} and live.md.
 
     The Qiling comparison runs in its own venv (bench/.qiling-venv), which
     bench/run.py creates with ``pip install qiling`` on the first full run.
     """
-    session.install(".")
+    session.install("-e", ".")
     session.run("python", "bench/run.py", *session.posargs)
+    # live targets: hits/s on qemu-user against gdb's own loop and a plain pygdbmi loop
+    session.run("python", "bench/live.py", "--out", "bench/results/live.md")
 
 
 @nox.session
