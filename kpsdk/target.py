@@ -107,9 +107,18 @@ class Target(ABC):
     def regs(self) -> PtRegs:
         """A register view of the stopped CPU."""
 
+    #: what the program wrote (stdout and stderr), or the guest's serial console
+    _console: bytearray
+    #: the program's exit status once it ended
+    _exit_status: int | None = None
+
     @property
-    @abstractmethod
-    def console(self) -> str: ...
+    def console(self) -> str:
+        return self._console.decode("utf-8", "replace")
+
+    @property
+    def exit_status(self) -> int | None:
+        return self._exit_status
 
     # -- return probes (kpsdk.rethook) ----------------------------------------------------
     #

@@ -182,14 +182,6 @@ class GdbTarget(Target):
         for chunk in iter(lambda: stream.read1(65536), b""):
             self._console += chunk
 
-    @property
-    def console(self) -> str:
-        return self._console.decode("utf-8", "replace")
-
-    @property
-    def exit_status(self) -> int | None:
-        return self._exit_status
-
     def _mi(self) -> MiConnection:
         if self.mi is None or self.closed:
             raise TargetError("the live target is closed")
@@ -419,10 +411,9 @@ class GdbTarget(Target):
                 return record.get("payload") or {}
         return None
 
-    def _halt(self, why: str) -> int | None:
-        """Interrupt a running target and wait until it reports the stop."""
-        self._interrupt()
-        deadline = time.monotonic() + STOP_TIMEOUT
+    def _await_stop(self, timeout: float) -> dict[str, Any] | None:
+        """Serve hits until gdb reports ``*stopped``; its payload, or None after ``timeout``."""
+        deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             line = self.link.wait_line(0.05, spin=0, also=self._mi().fileno)
             if line is not None and line.startswith("H "):
@@ -430,10 +421,18 @@ class GdbTarget(Target):
             self._mi().pump(0)
             stopped = self._take_stopped()
             if stopped is not None:
-                result = self._on_stopped(stopped, halting=True)
-                return None if result is _RUNNING else result  # type: ignore[return-value]
+                return stopped
             self._check_alive()
-        raise TargetError(f"the target did not stop within {STOP_TIMEOUT:g} s after {why}")
+        return None
+
+    def _halt(self, why: str) -> int | None:
+        """Interrupt a running target and wait until it reports the stop."""
+        self._interrupt()
+        stopped = self._await_stop(STOP_TIMEOUT)
+        if stopped is None:
+            raise TargetError(f"the target did not stop within {STOP_TIMEOUT:g} s after {why}")
+        result = self._on_stopped(stopped, halting=True)
+        return None if result is _RUNNING else result  # type: ignore[return-value]
 
     def _on_stopped(self, payload: dict[str, Any], halting: bool = False) -> object:
         """React to ``*stopped``: exit, a step to finish, an error to raise, or the stop asked for."""
@@ -472,22 +471,13 @@ class GdbTarget(Target):
     def _step_and_post(self, point: ProbePoint) -> None:
         """K3 on a live target: execute the probed instruction with ``stepi``, then the post_handlers."""
         self._resume("-exec-step-instruction")
-        deadline = time.monotonic() + COMMAND_TIMEOUT
-        while time.monotonic() < deadline:
-            line = self.link.wait_line(0.5, spin=0, also=self._mi().fileno)
-            if line is not None and line.startswith("H "):
-                self._hit(line)
-            self._mi().pump(0)
-            stopped = self._take_stopped()
-            if stopped is not None:
-                if stopped.get("reason", "").startswith("exited"):
-                    self._on_stopped(stopped)
-                    return
-                next_ip = self.mi_read_register(self._pc.gdb)
-                self.manager.post(point, self._regs, next_ip)
-                return
-            self._check_alive()
-        raise TargetError(f"single-stepping {self.symbols.format(point.addr)} did not finish")
+        stopped = self._await_stop(COMMAND_TIMEOUT)
+        if stopped is None:
+            raise TargetError(f"single-stepping {self.symbols.format(point.addr)} did not finish")
+        if str(stopped.get("reason", "")).startswith("exited"):
+            self._on_stopped(stopped)
+            return
+        self.manager.post(point, self._regs, self.mi_read_register(self._pc.gdb))
 
     def _hit(self, line: str) -> None:
         """One probe hit reported by the agent; always answers it."""

@@ -563,14 +563,6 @@ class UnicornTarget(Target):
 
     # -- running -----------------------------------------------------------------------------
 
-    @property
-    def console(self) -> str:
-        return self._console.decode("utf-8", "replace")
-
-    @property
-    def exit_status(self) -> int | None:
-        return self._exit_status
-
     def regs(self) -> PtRegs:
         self._regs._reset(self.fast.read(self._pc))
         return self._regs
