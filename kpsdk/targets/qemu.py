@@ -26,6 +26,7 @@ from kpsdk.target import TargetKind
 from kpsdk.targets.live import GdbTarget, _reap
 
 if TYPE_CHECKING:
+    from kpsdk.elfimage import ElfImage
     from kpsdk.registry import Registry
 
 #: how long QEMU gets to create its gdbstub socket
@@ -67,25 +68,25 @@ def _private_dir() -> tuple[Path, Any]:
     return Path(tmp), lambda: shutil.rmtree(tmp, ignore_errors=True)
 
 
-def load_symbols(path: str | Path) -> SymbolTable:
-    """Symbols from a file of any kind kpsdk reads.
+def load_symbols(path: str | Path) -> tuple[SymbolTable, ElfImage | None]:
+    """Symbols from a file of any kind kpsdk reads, and the ELF image when it is one.
 
-    An ELF (a program, or a vmlinux with its ``.symtab``); ``System.map`` or a
-    ``/proc/kallsyms`` dump (text); else a kernel image (``vmlinuz``) whose
-    embedded kallsyms table is decoded.
+    An ELF (a program, or a vmlinux with its ``.symtab``) goes through
+    :func:`~kpsdk.elfimage.load_elf` (Thumb bits, ppc64 descriptors); anything
+    else is a kernel's ``System.map``, ``/proc/kallsyms`` dump or image, which
+    :func:`kpsdk.kallsyms.load_kernel_symbols` tells apart by content.
     """
-    p = Path(path)
     try:
-        head = p.read_bytes()[:4096]
+        with open(path, "rb") as f:
+            magic = f.read(4)
     except OSError as exc:
-        raise SymbolError(f"cannot read symbols from {p}: {exc.strerror}") from exc
-    if head.startswith(b"\x7fELF"):
-        return load_elf(p).symbols
-    from kpsdk import kallsyms
+        raise SymbolError(f"cannot read symbols from {path}: {exc.strerror}") from exc
+    if magic == b"\x7fELF":
+        image = load_elf(path)
+        return image.symbols, image
+    from kpsdk.kallsyms import load_kernel_symbols
 
-    if all(32 <= b < 127 or b in (9, 10, 13) for b in head):
-        return kallsyms.load_kallsyms_text(p.read_text())
-    return kallsyms.load_kallsyms_from_image(p)
+    return load_kernel_symbols(path), None
 
 
 def open_qemu_user(rest: str, registry: Registry, args: list[str] | tuple[str, ...] = (), abi: str = "user",
@@ -139,7 +140,8 @@ def open_qemu_system(rest: str, registry: Registry, kernel: str | None = None, i
         raise TargetError(f"no qemu-system binary is known for {arch.name}")
     qemu = _need(arch.qemu_system, arch.qemu_system_package)
     _need("gdb-multiarch", "gdb-multiarch")
-    table = load_symbols(symbols) if symbols else (load_symbols(kernel) if kernel else SymbolTable())
+    source = symbols or kernel
+    table = load_symbols(source)[0] if source else SymbolTable()
     tmp, cleanup = _private_dir()
     sock = tmp / "gdb.sock"
     cmd = [qemu, "-accel", "tcg", "-m", memory, "-smp", str(smp), "-display", "none", "-monitor", "none",
@@ -171,15 +173,7 @@ def open_gdb(rest: str, registry: Registry, arch: str | None = None, symbols: st
     if options:
         raise TargetError(f"gdb: unknown options {', '.join(options)}")
     remote = rest.removeprefix("//")
-    image = None
-    table = SymbolTable()
-    if symbols:
-        head = Path(symbols).read_bytes()[:4] if Path(symbols).exists() else b""
-        if head == b"\x7fELF":
-            image = load_elf(symbols)
-            table = image.symbols
-        else:
-            table = load_symbols(symbols)
+    table, image = load_symbols(symbols) if symbols else (SymbolTable(), None)
     if arch is None:
         if image is None:
             raise TargetError("gdb:// needs arch=... (or symbols= an ELF file to read it from)")
