@@ -12,6 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from kpsdk.decode import decode_at
+
 if TYPE_CHECKING:
     from kpsdk.arch import Arch, InstructionSet
     from kpsdk.insn import Decoded
@@ -73,13 +75,21 @@ class Target(ABC):
         """True inside kpsdk's own areas (slots, trampolines): never probed."""
 
     # -- instructions -----------------------------------------------------------
-    @abstractmethod
-    def iset_at(self, addr: int, sym: Symbol | None) -> InstructionSet: ...
+    #: the instruction set of code outside any function symbol (None: the arch's first)
+    default_iset: InstructionSet | None = None
 
-    @abstractmethod
+    def iset_at(self, addr: int, sym: Symbol | None) -> InstructionSet:
+        """The instruction set at ``addr``: Thumb where bit 0 or the symbol says so."""
+        if addr & 1 or (sym is not None and sym.thumb):
+            return self.arch.iset_for_address(1)
+        if (sym is not None and sym.kind == "func") or self.default_iset is None:
+            return self.arch.isets[0]
+        return self.default_iset
+
     def decode_at(self, addr: int, start: int, iset: InstructionSet) -> Decoded | None:
-        """The instruction at ``addr``, decoding from ``start``; None if ``addr``
-        falls inside an instruction."""
+        """The instruction at ``addr``, decoding from ``start`` in target memory; None if
+        ``addr`` falls inside an instruction (:func:`kpsdk.decode.decode_at`)."""
+        return decode_at(self, addr, start, iset)
 
     @abstractmethod
     def can_step(self, point: ProbePoint) -> bool:

@@ -32,19 +32,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kpsdk.arch import Arch, InstructionSet, Register
-from kpsdk.decode import decode_at
+from kpsdk.arch import Arch, Register
 from kpsdk.errors import TargetError, TargetExited, TargetFault
 from kpsdk.manager import ProbeManager, ProbePoint
 from kpsdk.regs import PtRegs
-from kpsdk.symbols import Symbol, SymbolTable
+from kpsdk.symbols import SymbolTable
 from kpsdk.target import Target
 from kpsdk.targets.agentlink import AgentLink
 from kpsdk.targets.mi import COMMAND_TIMEOUT, GdbError, MiConnection
 
 if TYPE_CHECKING:
     from kpsdk.elfimage import ElfImage
-    from kpsdk.insn import Decoded
     from kpsdk.rethook import RethookNode, ShadowStacks
 
 AGENT = Path(__file__).with_name("gdb_agent.py")
@@ -245,14 +243,6 @@ class GdbTarget(Target):
         return False  # kpsdk puts nothing of its own into a live target
 
     # -- instructions ------------------------------------------------------------------
-
-    def iset_at(self, addr: int, sym: Symbol | None) -> InstructionSet:
-        if addr & 1 or (sym is not None and sym.thumb):
-            return self.arch.iset_for_address(1)
-        return self.arch.isets[0]
-
-    def decode_at(self, addr: int, start: int, iset: InstructionSet) -> Decoded | None:
-        return decode_at(self, addr, start, iset)
 
     def can_step(self, point: ProbePoint) -> bool:
         return True  # gdb's stepi steps any instruction

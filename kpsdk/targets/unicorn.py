@@ -42,11 +42,9 @@ import unicorn
 from unicorn import x86_const
 
 from kpsdk import hookimpl
-from kpsdk.arch import Arch, InstructionSet
-from kpsdk.decode import decode_at
+from kpsdk.arch import Arch
 from kpsdk.elfimage import load_elf
 from kpsdk.errors import KprobeError, TargetError, TargetFault, UnsupportedTargetError
-from kpsdk.insn import Decoded
 from kpsdk.manager import ProbeManager, ProbePoint
 from kpsdk.probe import Probe
 from kpsdk.regs import PtRegs
@@ -221,16 +219,6 @@ class UnicornTarget(Target):
         return bool(self._area) and self._area <= addr < self._area + AREA_SIZE
 
     # -- instructions ---------------------------------------------------------------
-
-    def iset_at(self, addr: int, sym: Symbol | None) -> InstructionSet:
-        if addr & 1 or (sym is not None and sym.thumb):
-            return self.arch.iset_for_address(1)
-        if sym is not None and sym.kind == "func":
-            return self.arch.isets[0]
-        return self.default_iset
-
-    def decode_at(self, addr: int, start: int, iset: InstructionSet) -> Decoded | None:
-        return decode_at(self, addr, start, iset)
 
     def _cs_insn(self, point: ProbePoint) -> capstone.CsInsn:
         insn = point.state.get("cs")
