@@ -228,6 +228,18 @@ def _unlz4(data: bytes) -> bytes:
     return bytes(out)
 
 
+def _lz4_length(src: bytes, i: int, length: int) -> tuple[int, int]:
+    """An LZ4 length: a 4-bit field of 15 continues in bytes until one is not 255."""
+    if length == 15:
+        while True:
+            b = src[i]
+            i += 1
+            length += b
+            if b != 255:
+                break
+    return length, i
+
+
 def _lz4_block_py(src: bytes) -> bytes:
     """A plain LZ4 block decoder, for when the ``lz4`` package is not installed (slow but exact)."""
     out = bytearray()
@@ -235,28 +247,14 @@ def _lz4_block_py(src: bytes) -> bytes:
     while i < n:
         token = src[i]
         i += 1
-        lit = token >> 4
-        if lit == 15:
-            while True:
-                b = src[i]
-                i += 1
-                lit += b
-                if b != 255:
-                    break
+        lit, i = _lz4_length(src, i, token >> 4)
         out += src[i : i + lit]
         i += lit
         if i >= n:
             break
         offset = src[i] | (src[i + 1] << 8)
         i += 2
-        mlen = token & 15
-        if mlen == 15:
-            while True:
-                b = src[i]
-                i += 1
-                mlen += b
-                if b != 255:
-                    break
+        mlen, i = _lz4_length(src, i, token & 15)
         mlen += 4
         start = len(out) - offset
         if offset <= 0 or start < 0:
