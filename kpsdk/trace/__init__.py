@@ -1,0 +1,1 @@
+"""``kpsdk trace``: ftrace dynamic-event definitions (being written)."""

@@ -1,0 +1,1 @@
+"""The ``kpsdk trace`` command (being written)."""

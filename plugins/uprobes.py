@@ -1,0 +1,1 @@
+"""The uprobes probe type (being written)."""

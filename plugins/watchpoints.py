@@ -1,0 +1,1 @@
+"""The watchpoints probe type (being written)."""
