@@ -17,7 +17,7 @@ from capstone import arm_const as ca
 from unicorn import arm_const as ua
 
 from kpsdk import hookimpl
-from kpsdk.arch import Abi, Arch, Breakpoint, FrameRecord, InstructionSet, Register, Syscalls
+from kpsdk.arch import Abi, Arch, Breakpoint, FrameRecord, InstructionSet, Register, Syscalls, WatchRules
 from kpsdk.insn import ReadMem, ReadReg, changes_flow
 
 _PC_IDS = frozenset({ca.ARM_REG_PC})
@@ -127,6 +127,13 @@ def jump_back(at: int, target: int, iset: InstructionSet) -> bytes:
     return pad + struct.pack("<HHI", 0xF8DF, 0xF000, target | 1)
 
 
+def return_jump(at: int, iset: InstructionSet) -> tuple[bytes, int]:
+    """:func:`jump_back` through a literal kpsdk rewrites per return (the kretprobe
+    trampoline): ``ldr pc`` interworks, so the literal's bit 0 picks ARM or Thumb."""
+    code = jump_back(at, 0, iset)
+    return code, len(code) - 4
+
+
 ARM_ISET = InstructionSet(
     name="arm",
     capstone=(capstone.CS_ARCH_ARM, capstone.CS_MODE_ARM),
@@ -156,6 +163,15 @@ THUMB_ISET = InstructionSet(
     # distance from the saved lr in every function, so Thumb backtraces scan the stack
 )
 
+#: The slot counts are what QEMU's (and Unicorn's) default CPU, a Cortex-A15, reports in
+#: DBGDIDR = 0x3515f021 (read back from Unicorn 2.1.4): WRPs field 3 -> 4 watchpoint registers,
+#: BRPs field 5 -> 6 breakpoint registers (a separate pool, used for ``x``).  Debug architecture
+#: v7.1 has no 8-byte byte-select, and a watched range must lie inside one aligned word
+#: (Linux's arch/arm/kernel/hw_breakpoint.c: len 1 anywhere, len 2 at offsets 0-2, len 4 at 0).
+WATCH = WatchRules(slots=4, types=frozenset({"x", "w", "r", "rw"}), lengths=(1, 2, 4), aligned=False, window=4,
+                   exec_lengths=(2, 4), exec_slots=6,
+                   source="Cortex-A15 DBGDIDR 0x3515f021 (QEMU/Unicorn); ARM ARM v7 C11; Linux hw_breakpoint")
+
 ARM = Arch(
     name="arm",
     aliases=("arm32", "armhf", "thumb"),
@@ -181,8 +197,9 @@ ARM = Arch(
     qemu_system="qemu-system-arm",
     kernel_stack_size=8192,
     qemu_system_package="qemu-system-arm",
+    watch=WATCH,
     cross_gcc_package="gcc-arm-linux-gnueabihf",
-    extra={"classify": classify, "successors": successors, "jump_back": jump_back,
+    extra={"classify": classify, "successors": successors, "jump_back": jump_back, "return_jump": return_jump,
            "condition": condition, "condition_passes": condition_passes, "unicorn_setup": unicorn_setup},
 )
 

@@ -16,7 +16,7 @@ import unicorn
 from unicorn import ppc_const as up
 
 from kpsdk import hookimpl
-from kpsdk.arch import Abi, Arch, Breakpoint, InstructionSet, Register, Syscalls
+from kpsdk.arch import Abi, Arch, Breakpoint, InstructionSet, Register, Syscalls, WatchRules
 from kpsdk.insn import ReadMem, ReadReg, changes_flow, immediate_targets
 
 TRAP = struct.pack(">I", 0x7FE00008)  # tw 31,0,0
@@ -116,6 +116,10 @@ PPC64 = Arch(
     qemu_user="qemu-ppc64",
     qemu_system="qemu-system-ppc64",
     qemu_system_package="qemu-system-ppc",
+    # one DAWR (POWER10 adds a second; Linux counts 1 before it): up to 512 bytes at any address,
+    # not crossing a 512-byte boundary; read, write or both, no execute
+    watch=WatchRules(slots=1, types=frozenset({"w", "r", "rw"}), lengths=tuple(range(1, 513)), aligned=False,
+                     window=512, source="Power ISA 3.0 DAWR0; Linux arch/powerpc/kernel/hw_breakpoint.c"),
     cross_gcc_package="gcc-powerpc64-linux-gnu",
     extra={"classify": classify, "successors": successors, "jump_back": jump_back, "local_entry": local_entry},
 )

@@ -17,7 +17,7 @@ import unicorn
 from unicorn import riscv_const as ur
 
 from kpsdk import hookimpl
-from kpsdk.arch import Abi, Arch, Breakpoint, FrameRecord, InstructionSet, Register, Syscalls
+from kpsdk.arch import Abi, Arch, Breakpoint, FrameRecord, InstructionSet, Register, Syscalls, WatchRules
 from kpsdk.insn import ReadMem, ReadReg, sign_extend
 
 _ABI_NAMES = (
@@ -31,7 +31,7 @@ _REGS = (
         Register(n, 8, getattr(ur, f"UC_RISCV_REG_X{i}"), n, (f"x{i}", "fp") if n == "s0" else (f"x{i}",))
         for i, n in enumerate(_ABI_NAMES)
     ),
-    Register("pc", 8, ur.UC_RISCV_REG_PC, "pc"),
+    Register("pc", 8, ur.UC_RISCV_REG_PC, "pc", ("epc",)),  # epc: the kernel's pt_regs name
 )
 
 _BRANCHES = frozenset({"beq", "bne", "blt", "bge", "bltu", "bgeu", "c.beqz", "c.bnez",
@@ -90,6 +90,13 @@ def jump_back(at: int, target: int, iset: InstructionSet) -> bytes | None:
     return struct.pack("<I", enc)
 
 
+def return_jump(at: int, iset: InstructionSet) -> tuple[bytes, int]:
+    """``auipc ra, 0; ld ra, 16(ra); jr ra`` through the doubleword at +16 (the kretprobe
+    trampoline).  It leaves ``ra`` holding the real return address, as a plain ``ret``
+    would have: no other register changes."""
+    return struct.pack("<IIII", 0x00000097, 0x0100B083, 0x00008067, 0x00000013) + bytes(8), 16
+
+
 RISCV_ISET = InstructionSet(
     name="riscv64",
     capstone=(capstone.CS_ARCH_RISCV, capstone.CS_MODE_RISCV64 | capstone.CS_MODE_RISCVC),
@@ -129,8 +136,13 @@ RISCV64 = Arch(
     qemu_user="qemu-riscv64",
     qemu_system="qemu-system-riscv64",
     qemu_system_package="qemu-system-misc",
+    # the Sdtrig trigger module: QEMU implements 2 mcontrol triggers (RV_MAX_TRIGGERS), each
+    # matching loads, stores or execution of a naturally aligned 1, 2, 4 or 8-byte range
+    watch=WatchRules(slots=2, types=frozenset({"x", "w", "r", "rw"}), lengths=(1, 2, 4, 8),
+                     exec_lengths=(2, 4), source="RISC-V debug spec 0.13 (mcontrol); QEMU target/riscv/debug.c"),
     cross_gcc_package="gcc-riscv64-linux-gnu",
-    extra={"classify": classify, "successors": successors, "jump_back": jump_back},
+    extra={"classify": classify, "successors": successors, "jump_back": jump_back,
+           "return_jump": return_jump},
 )
 
 

@@ -16,7 +16,7 @@ from capstone import x86_const as cx
 from unicorn import x86_const as ux
 
 from kpsdk import hookimpl
-from kpsdk.arch import Abi, Arch, Breakpoint, FrameRecord, InstructionSet, Register, Syscalls
+from kpsdk.arch import Abi, Arch, Breakpoint, FrameRecord, InstructionSet, Register, Syscalls, WatchRules
 from kpsdk.insn import ReadMem, ReadReg, changes_flow
 
 INT3 = b"\xcc"
@@ -92,10 +92,29 @@ def jump_back_32(at: int, target: int, iset: InstructionSet) -> bytes:
     return b"\xe9" + struct.pack("<I", (target - (at + 5)) & 0xFFFFFFFF)
 
 
+def return_jump_64(at: int, iset: InstructionSet) -> tuple[bytes, int]:
+    """``jmp [rip+0]``: goes wherever the word after it says when it runs (the kretprobe
+    trampoline; kpsdk writes that word, so resuming needs no pc write)."""
+    return jump_back_64(at, 0, iset), 6
+
+
+def return_jump_32(at: int, iset: InstructionSet) -> tuple[bytes, int]:
+    """``jmp [abs32]`` through the word right after it (see :func:`return_jump_64`)."""
+    return b"\xff\x25" + struct.pack("<I", at + 6) + bytes(4), 6
+
+
 def _frame_record(fp: str, sp: str, word: int) -> FrameRecord:
     """``push rbp; mov rbp, rsp``: [rbp] is the caller's rbp, [rbp+word] the return address."""
     return FrameRecord(fp=fp, saved_fp=0, saved_ret=word, sets_fp=rf"mov {fp}, {sp}$",
                        restores_fp=rf"(leave|pop {fp})\b", saves_fp=rf"push {fp}$")
+
+
+def _watch(word: int) -> WatchRules:
+    """DR0-DR3, shared by every type; DR7's RW field has no read-only encoding; LEN is 1, 2, 4
+    (8 on x86_64) and the address must be a multiple of it; Linux takes an execute breakpoint
+    only with ``bp_len == sizeof(long)`` (arch/x86/kernel/hw_breakpoint.c)."""
+    return WatchRules(slots=4, types=frozenset({"x", "w", "rw"}), lengths=(1, 2, 4, 8)[: 3 + (word == 8)],
+                      exec_lengths=(word,), source="Intel SDM vol. 3 ch. 18 (DR0-DR3, DR7); Linux hw_breakpoint")
 
 
 def _iset(name: str, cs_mode: int, ks_mode: int, frame: FrameRecord) -> InstructionSet:
@@ -136,8 +155,10 @@ X86_64 = Arch(
     qemu_system="qemu-system-x86_64",
     qemu_system_package="qemu-system-x86",
     gdb_break_adjusts_pc=True,
+    watch=_watch(8),
     cross_gcc_package="gcc-x86-64-linux-gnu",
-    extra={"classify": classify, "successors": successors, "jump_back": jump_back_64},
+    extra={"classify": classify, "successors": successors, "jump_back": jump_back_64,
+           "return_jump": return_jump_64},
 )
 
 I386 = Arch(
@@ -166,8 +187,10 @@ I386 = Arch(
     kernel_stack_size=8192,
     qemu_system_package="qemu-system-x86",
     gdb_break_adjusts_pc=True,
+    watch=_watch(4),
     cross_gcc_package="gcc-i686-linux-gnu",
-    extra={"classify": classify, "successors": successors, "jump_back": jump_back_32},
+    extra={"classify": classify, "successors": successors, "jump_back": jump_back_32,
+           "return_jump": return_jump_32},
 )
 
 

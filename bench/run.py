@@ -642,22 +642,26 @@ class Both:
 class RawReturnHook:
     """The floor of the trampoline mechanism, by hand on the session's own Unicorn: a raw ctypes
     code hook at the function reads sp and the return address and writes the trampoline address
-    over it; one at the trampoline reads sp and writes the saved address to the pc.  The register
-    and memory accesses a kretprobe hit cannot do without, and nothing else."""
+    over it; one at the trampoline reads sp and writes the saved address into the word its jump
+    goes through (host memory, as kpsdk does).  The register and memory accesses a kretprobe hit
+    cannot do without, and nothing else."""
 
     def __init__(self, s: Any, func: str) -> None:
         t = s.target
         self.t, self.func = t, s.symbols.resolve(func)
         self.tramp = t._alloc_slot()  # a free slot of kpsdk's area
-        t.uc.mem_write(self.tramp, t.arch.isets[0].nop)
+        code, word = t.arch.extra["return_jump"](self.tramp, t.arch.isets[0])
+        t._write_code(self.tramp, code)
+        self.word = self.tramp + word - t._area
         self.hooks = FastHooks(t.uc)
         self.handles: list[int] = []
         self.saved: list[int] = []
 
     def on(self) -> None:
-        t, fast, words, saved, tramp = self.t, self.t.fast, self.t.words, self.saved, self.tramp
-        sp, pc = t._sp, t._pc
+        t, fast, saved, tramp, word = self.t, self.t.fast, self.saved, self.tramp, self.word
+        sp = t._sp
         link = t.arch.register(t.arch.link) if t.arch.link else None
+        read_word, pack, area = t.read_word, t._word.pack_into, t._area_mem
 
         def entry(handle: int, addr: int, size: int, user: int) -> None:
             at = fast.read(sp)
@@ -665,12 +669,12 @@ class RawReturnHook:
                 saved.append(fast.read(link))
                 fast.write(link, tramp)
             else:
-                saved.append(words.read(at))
-                words.write(at, tramp)
+                saved.append(read_word(at))
+                t.hijack_word(at, tramp)
 
         def back(handle: int, addr: int, size: int, user: int) -> None:
             fast.read(sp)
-            fast.write(pc, saved.pop())
+            pack(area, word, saved.pop())
 
         self.handles = [self.hooks.code(entry, self.func, self.func), self.hooks.code(back, tramp, tramp)]
         t.uc.ctl_remove_cache(self.func, self.func + 4)
@@ -712,6 +716,63 @@ def bench_kretprobe(cfg: Config, raw: dict[str, Any]) -> str | dict[str, Any]:
                       "floor_us": per_hit_us(best["floor"], best["base"], n)}
         s.close()
     raw["kretprobe"] = out
+    return out
+
+
+# -- W: a data watchpoint that never fires, on a load/store-heavy loop ------------------------------------
+
+#: the loop's data page, and a watched word on it that the loop never touches
+WATCH_DATA = 0x500000
+WATCH_WORD = WATCH_DATA + 0x100
+
+
+def watch_loop_session(n: int, hit: bool = False) -> Any:
+    """``unicorn:x86_64`` running n iterations of 2 loads + 2 stores (+ a store to the watched
+    word when ``hit``), ending in ``ret``: every memory access pays for a memory hook."""
+    s = kpsdk.open("unicorn:x86_64")
+    s.target.map(CODE, 0x1000, "rx")
+    s.target.map(WATCH_DATA, 0x1000, "rw")
+    body = (f"mov ecx, {n}; mov rbx, {WATCH_DATA:#x}; L: mov eax, dword ptr [rbx]; add eax, 1; "
+            "mov dword ptr [rbx], eax; mov edx, dword ptr [rbx + 8]; mov dword ptr [rbx + 16], edx; "
+            + (f"mov dword ptr [rbx + {WATCH_WORD - WATCH_DATA:#x}], ecx; " if hit else "")
+            + "dec ecx; jnz L; ret")
+    s.target.uc.mem_write(CODE, s.arch.assemble(body, CODE))
+    return s
+
+
+def bench_watch(cfg: Config, raw: dict[str, Any]) -> dict[str, Any]:
+    """Loop speed with a data watchpoint armed elsewhere on the loop's data page (never fires), for
+    types w and rw, next to none; and the cost of a watchpoint hit (a store to the watched word)."""
+    if "watchpoint" not in kpsdk.get_registry().probe_types:
+        raw["watch"] = {"error": "n/a: no watchpoint probe type is registered in this kpsdk"}
+        return raw["watch"]
+    n = cfg.n_speed
+    log(f"watchpoints: {n:,} iterations of 2 loads + 2 stores, a watchpoint that never fires (w, rw), and hits")
+    # one session per configuration, the watchpoint armed throughout: registering and unregistering
+    # retranslate the code, which would be timed too
+    sessions = {kind: watch_loop_session(n) for kind in ("none", "w", "rw")}
+    wps = {kind: kpsdk.Watchpoint(addr=WATCH_WORD, length=4, type=kind, handler=lambda wp, regs, a: None)
+           for kind in ("w", "rw")}
+    for kind, wp in wps.items():
+        sessions[kind].register_watchpoint(wp)
+    best = race({kind: (lambda s=s: s.call(CODE), None, None) for kind, s in sessions.items()}, cfg.speed_reps)
+    if any(wp.hits for wp in wps.values()):
+        raise SystemExit("a watchpoint on a word the loop never touches fired")
+    hits_n = max(1, cfg.n // 2)
+    h = watch_loop_session(hits_n, hit=True)
+    hwp = kpsdk.Watchpoint(addr=WATCH_WORD, length=4, type="w", handler=lambda wp, regs, a: None)
+    hrun = lambda: h.call(CODE)  # noqa: E731
+    hbest = race({"base": (hrun, None, None),
+                  "hit": (hrun, lambda: h.register_watchpoint(hwp), lambda: h.unregister_watchpoint(hwp))}, cfg.reps)
+    if hwp.hits != hits_n * cfg.reps:
+        raise SystemExit(f"the watchpoint on the stored word fired {hwp.hits} times, not {hits_n * cfg.reps}")
+    out = {"none_s": best["none"], "w_s": best["w"], "rw_s": best["rw"], "iterations": n,
+           "w_slowdown": best["w"] / best["none"], "rw_slowdown": best["rw"] / best["none"],
+           "hit_us": per_hit_us(hbest["hit"], hbest["base"], hits_n), "hits_per_run": hits_n}
+    for s in sessions.values():
+        s.close()
+    h.close()
+    raw["watch"] = out
     return out
 
 
@@ -838,6 +899,16 @@ def build_rows(cfg: Config, raw: dict[str, Any]) -> list[Row]:
                 rows.append(Row("R", f"  floor: the same hijack and return by raw ctypes hooks ({label})",
                                 us(r["floor_us"]), f"kprobe {us(k['per_hit_us'])}",
                                 f"{r['floor_us'] / k['per_hit_us']:.2f}x"))
+    wt = raw.get("watch", {"error": "not run"})
+    if "error" in wt:
+        rows.append(Row("W", "loop speed with a data watchpoint that never fires", "n/a", "", "", "", wt["error"]))
+    else:
+        rows.append(Row("W", f"loop of 2 loads + 2 stores, a watchpoint (w / rw) armed that never fires, vs none "
+                        f"({wt['iterations']:,} iterations)", f"{wt['w_s'] * 1e3:.1f} / {wt['rw_s'] * 1e3:.1f} ms",
+                        f"no watchpoint {wt['none_s'] * 1e3:.1f} ms",
+                        f"{wt['w_slowdown']:.2f}x / {wt['rw_slowdown']:.2f}x", "design: ~1.64x (any memory hook)"))
+        rows.append(Row("W", f"  watchpoint hit (w, empty handler): fault, re-execute, report "
+                        f"({wt['hits_per_run']:,} hits/run)", us(wt["hit_us"])))
     return rows
 
 
@@ -946,6 +1017,7 @@ def main(argv: list[str] | None = None) -> int:
         raw["hotpath"] = {"error": f"{type(e).__name__}: {e}"}
     bench_arches(cfg, raw)
     bench_kretprobe(cfg, raw)
+    bench_watch(cfg, raw)
     elapsed = timeit.default_timer() - t0
     rows = build_rows(cfg, raw)
     print_table(rows, facts, cfg, elapsed)

@@ -151,6 +151,37 @@ class InstructionSet:
 
 
 @dataclass(frozen=True)
+class WatchRules:
+    """What the architecture's debug hardware allows a watchpoint (arch-facts.md).
+
+    Declared by each backend as data; :mod:`kpsdk.plugins.watchpoints` checks
+    every watchpoint with ``strict=True`` against it, the way Linux's
+    ``hw_breakpoint_arch_parse`` does (``ENOSPC`` when no slot is left,
+    ``EINVAL`` for a type, length or alignment the hardware cannot watch).
+
+    :param slots: debug registers (slots) for data watchpoints.
+    :param types: the watch types the hardware has, among ``x``, ``w``, ``r``, ``rw``.
+    :param lengths: lengths a data watchpoint may have, in bytes.
+    :param aligned: a data watchpoint's address must be a multiple of its length.
+    :param window: the watched range may not cross a multiple of this (ppc64's
+        512-byte DAWR rule; ARM's byte-select within one aligned word); None: no such rule.
+    :param exec_lengths: lengths an execute (``x``) watchpoint may have.
+    :param exec_slots: a separate pool of slots for ``x`` (ARM's breakpoint
+        registers); None when ``x`` shares ``slots`` (x86's DR0-DR3).
+    :param source: where the numbers come from.
+    """
+
+    slots: int
+    types: frozenset[str]
+    lengths: tuple[int, ...]
+    aligned: bool = True
+    window: int | None = None
+    exec_lengths: tuple[int, ...] = ()
+    exec_slots: int | None = None
+    source: str = ""
+
+
+@dataclass(frozen=True)
 class Abi:
     """A calling convention.
 
@@ -204,6 +235,8 @@ class Arch:
     #: the kernel's THREAD_SIZE: each task's kernel stack is this big and this
     #: aligned, so ``sp & ~(size - 1)`` names the task on a live kernel
     kernel_stack_size: int = 16384
+    #: the debug hardware's watchpoint rules (slots, lengths, alignment, types)
+    watch: WatchRules | None = None
     aliases: tuple[str, ...] = ()
     extra: dict[str, Any] = field(default_factory=dict)
 

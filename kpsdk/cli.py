@@ -70,6 +70,9 @@ def report_error(exc: BaseException) -> None:
     if isinstance(exc, OSError) and not isinstance(exc, KpsdkError) and exc.strerror:
         msg = f"{exc.strerror}: {exc.filename}" if exc.filename else exc.strerror
     console(stderr=True).print(f"[bold red]error:[/] {escape(' '.join(msg.split()))}", soft_wrap=True)
+    detail = getattr(exc, "error_log", None)  # a definition error: the kernel's error_log, caret included
+    if isinstance(detail, str):
+        console(stderr=True).out(detail, highlight=False)
 
 
 def _is_user_error(exc: BaseException) -> bool:
@@ -206,6 +209,15 @@ def parse_call(text: str) -> tuple[str, list[int]]:
         except ValueError:
             raise typer.BadParameter(f"{w!r} is not an integer (decimal, 0x.., -5)", param_hint="--call") from None
     return fn, args
+
+
+def _file_location(spec: str, option: str) -> str:
+    """Check the shape of ``PATH:SYM`` / ``PATH:0xOFF`` (a usage error if malformed); the file and
+    symbol are read when the probe is made."""
+    path, sep, where = spec.strip().rpartition(":")
+    if not sep or not path or not where.strip():
+        raise typer.BadParameter(f"{spec!r}: want PATH:SYM, PATH:SYM+0xOFF or PATH:0xOFF", param_hint=option)
+    return spec.strip()
 
 
 def parse_where(spec: str, option: str = "--kprobe") -> dict[str, Any]:
@@ -700,6 +712,9 @@ class ProbeRun:
     hit: list[int] = field(default_factory=lambda: [0])
     status: int | None = None
     ran: bool = False
+    #: --uprobe / --uretprobe texts (PATH:SYM or PATH:0xOFF), registered in this session
+    uprobes: list[str] = field(default_factory=list)
+    uretprobes: list[str] = field(default_factory=list)
 
     def open(self) -> Session:
         self.session = kpsdk.open(self.choice.spec, noprobe=self.noprobe, **self.choice.options)
@@ -713,7 +728,7 @@ class ProbeRun:
         Kprobe: Any = probe_class(reg, "kprobe") if self.kprobes else None  # noqa: N806 - classes
         Kretprobe: Any = probe_class(reg, "kretprobe") if self.kretprobes else None  # noqa: N806
         names: list[str] = []
-        if self.kprobes:
+        if self.kprobes or self.uprobes:
             abi = getattr(s.target, "abi_kind", "user")
             names = ([r.strip() for r in self.regs_opt.split(",") if r.strip()] if self.regs_opt
                      else default_regs(s.arch, abi))
@@ -730,6 +745,18 @@ class ProbeRun:
             entry, ret = self._kretprobe_handlers(s, line)
             probes.append(Kretprobe(**where, handler=ret, entry_handler=entry, maxactive=self.maxactive,
                                     data_size=STRING_SLOT * len(self.strings)))
+            line.probe = probes[-1]
+            self.lines.append(line)
+        for text in self.uprobes:
+            pre, post_h = _printers(s, self.con, names, self.hit, self.post, self.strings)
+            probes.append(probe_class(reg, "uprobe").parse(text, pre_handler=pre, post_handler=post_h))
+            self.lines.append(ProbeLine("u", text, probes[-1]))
+        for text in self.uretprobes:
+            line = ProbeLine("r", text)
+            entry, ret = self._kretprobe_handlers(s, line)
+            probes.append(probe_class(reg, "uretprobe").parse(text, handler=ret, entry_handler=entry,
+                                                              maxactive=self.maxactive,
+                                                              data_size=STRING_SLOT * len(self.strings)))
             line.probe = probes[-1]
             self.lines.append(line)
         s.register_many(probes)
@@ -824,6 +851,32 @@ def close_session(s: Session | None) -> None:
             signal.signal(signal.SIGINT, old if old is not None else signal.default_int_handler)
 
 
+#: the target options of ``kpsdk probe``, shared with other commands (``kpsdk trace``)
+TargetOpt = Annotated[str | None, typer.Option(
+    "--target", "-t", metavar="SPEC", rich_help_panel=TARGET_PANEL,
+    help="Where the code runs: qemu-user:PROG (a program under qemu-user), qemu-system:ARCH (a kernel "
+         "booted in QEMU), gdb://HOST:PORT (a gdbstub already running). Default: ELF in Unicorn.")]
+ProgArgOpt = Annotated[list[str] | None, typer.Option(
+    "--arg", metavar="ARG", rich_help_panel=TARGET_PANEL,
+    help="qemu-user: one argument for the program (repeat for more; --arg=-v for one starting "
+         "with -).")]
+KernelOpt = Annotated[str | None, typer.Option(
+    "--kernel", metavar="VMLINUZ", rich_help_panel=TARGET_PANEL,
+    help="qemu-system: the kernel image to boot (its symbols come from its own kallsyms table "
+         "unless --symbols).")]
+InitrdOpt = Annotated[str | None, typer.Option(
+    "--initrd", metavar="FILE", rich_help_panel=TARGET_PANEL, help="qemu-system: the initramfs.")]
+AppendOpt = Annotated[str | None, typer.Option(
+    "--append", metavar="CMDLINE", rich_help_panel=TARGET_PANEL,
+    help="qemu-system: the kernel command line (default: 'console=ttyS0 nokaslr panic=-1').")]
+SymbolsOpt = Annotated[str | None, typer.Option(
+    "--symbols", metavar="FILE", rich_help_panel=TARGET_PANEL,
+    help="qemu-system, gdb://: symbols from an ELF (vmlinux), System.map or a kallsyms dump.")]
+ArchOpt = Annotated[str | None, typer.Option(
+    "--arch", metavar="ARCH", rich_help_panel=TARGET_PANEL,
+    help="gdb://: the architecture (not needed when --symbols is an ELF).")]
+
+
 def cmd_probe(
     ctx: typer.Context,
     elf: ProbeElfArg = None,
@@ -833,6 +886,14 @@ def cmd_probe(
     kretprobe: Annotated[list[str] | None, typer.Option(
         "--kretprobe", metavar="SYM", rich_help_panel=PROBES_PANEL,
         help="Put a kretprobe on function SYM; each return prints 'r SYM ret=VALUE'. Repeatable.")] = None,
+    uprobe: Annotated[list[str] | None, typer.Option(
+        "--uprobe", "-u", metavar="PATH:SYM|PATH:0xOFF", rich_help_panel=PROBES_PANEL,
+        help="Put a uprobe on file PATH at symbol SYM[+OFF] or file offset 0xOFF (this session); each hit "
+             "prints registers, as --kprobe. Repeatable.")] = None,
+    uretprobe: Annotated[list[str] | None, typer.Option(
+        "--uretprobe", metavar="PATH:SYM|PATH:0xOFF", rich_help_panel=PROBES_PANEL,
+        help="Put a uretprobe on the function at PATH:SYM (or its entry's file offset); each return prints "
+             "'r PATH:SYM ret=VALUE'. Repeatable.")] = None,
     string_arg: Annotated[list[int] | None, typer.Option(
         "--string-arg", metavar="N", min=0, rich_help_panel=OUTPUT_PANEL,
         help="Also print argument N (from 0, by the target's calling convention) as a NUL-terminated string, "
@@ -871,29 +932,13 @@ def cmd_probe(
     noprobe: Annotated[list[str] | None, typer.Option(
         "--noprobe", metavar="NAME[,NAME]", rich_help_panel=PROBES_PANEL,
         help="Symbols that may not be probed (the kernel's NOKPROBE_SYMBOL).")] = None,
-    target: Annotated[str | None, typer.Option(
-        "--target", "-t", metavar="SPEC", rich_help_panel=TARGET_PANEL,
-        help="Where the code runs: qemu-user:PROG (a program under qemu-user), qemu-system:ARCH (a kernel "
-             "booted in QEMU), gdb://HOST:PORT (a gdbstub already running). Default: ELF in Unicorn.")] = None,
-    prog_arg: Annotated[list[str] | None, typer.Option(
-        "--arg", metavar="ARG", rich_help_panel=TARGET_PANEL,
-        help="qemu-user: one argument for the program (repeat for more; --arg=-v for one starting "
-             "with -).")] = None,
-    kernel: Annotated[str | None, typer.Option(
-        "--kernel", metavar="VMLINUZ", rich_help_panel=TARGET_PANEL,
-        help="qemu-system: the kernel image to boot (its symbols come from its own kallsyms table "
-             "unless --symbols).")] = None,
-    initrd: Annotated[str | None, typer.Option(
-        "--initrd", metavar="FILE", rich_help_panel=TARGET_PANEL, help="qemu-system: the initramfs.")] = None,
-    append: Annotated[str | None, typer.Option(
-        "--append", metavar="CMDLINE", rich_help_panel=TARGET_PANEL,
-        help="qemu-system: the kernel command line (default: 'console=ttyS0 nokaslr panic=-1').")] = None,
-    symbols: Annotated[str | None, typer.Option(
-        "--symbols", metavar="FILE", rich_help_panel=TARGET_PANEL,
-        help="qemu-system, gdb://: symbols from an ELF (vmlinux), System.map or a kallsyms dump.")] = None,
-    arch: Annotated[str | None, typer.Option(
-        "--arch", metavar="ARCH", rich_help_panel=TARGET_PANEL,
-        help="gdb://: the architecture (not needed when --symbols is an ELF).")] = None,
+    target: TargetOpt = None,
+    prog_arg: ProgArgOpt = None,
+    kernel: KernelOpt = None,
+    initrd: InitrdOpt = None,
+    append: AppendOpt = None,
+    symbols: SymbolsOpt = None,
+    arch: ArchOpt = None,
     show_console: Annotated[bool, typer.Option(
         "--console", rich_help_panel=OUTPUT_PANEL,
         help="Live targets: print the target's output at the end (qemu-user: the program's; qemu-system: "
@@ -946,9 +991,12 @@ def cmd_probe(
     fn_args = parse_call(call) if call is not None else None
     kprobes = [parse_where(k) for k in kprobe or []]
     kretprobes = [(k.strip(), parse_where(k, "--kretprobe")) for k in kretprobe or []]
-    if not kprobes and not kretprobes:
-        raise typer.BadParameter("give at least one --kprobe SYM or --kretprobe SYM", param_hint="--kprobe")
-    if failed and not kretprobes:
+    uprobes = [_file_location(u, "--uprobe") for u in uprobe or []]
+    uretprobes = [_file_location(u, "--uretprobe") for u in uretprobe or []]
+    if not kprobes and not kretprobes and not uprobes and not uretprobes:
+        raise typer.BadParameter("give at least one --kprobe SYM, --kretprobe SYM or --uprobe PATH:SYM",
+                                 param_hint="--kprobe")
+    if failed and not kretprobes and not uretprobes:
         raise typer.BadParameter("--failed filters the returns of --kretprobe probes: add one",
                                  param_hint="--failed")
     if restype not in RESTYPES:
@@ -967,7 +1015,7 @@ def cmd_probe(
     run = ProbeRun(choice, kprobes, kretprobes, list(dict.fromkeys(string_arg or [])), failed, maxactive, post,
                    regs_opt, fn_args, restype, no_optimize,
                    timeout if timeout is not None else (LIVE_TIMEOUT if choice.live else UNICORN_TIMEOUT),
-                   _split_commas(noprobe), show_console, console())
+                   _split_commas(noprobe), show_console, console(), uprobes=uprobes, uretprobes=uretprobes)
     interrupted = False
     try:
         try:
@@ -1081,6 +1129,7 @@ COMMANDS: list[tuple[str, Any, str]] = [
      "kpsdk probe ./prog.elf --kprobe 0x401000 --timeout 1\n"
      "kpsdk probe x86_64 --kretprobe sub --restype int --call sub 3 5     # r sub ret=-2\n"
      "kpsdk probe --target qemu-user:arm --kretprobe add --kprobe fact --console\n"
+     "kpsdk probe ./prog --uprobe ./prog:add --uretprobe ./prog:0x1f9     # by file and offset\n"
      "kpsdk probe --target qemu-user:./myprog --arg=-v --arg in.txt --kretprobe parse --string-arg 0\n"
      "kpsdk probe --target qemu-system:x86_64 --kernel vmlinuz --initrd initrd.img \\\n"
      "    --kretprobe do_sys_openat2 --string-arg 1 --failed       # failed opens, with file names\n"

@@ -285,7 +285,7 @@ class ProbeManager:
         for addr, point in sorted(self.points.items()):
             for p in point.probes:
                 flags = ("[DISABLED]" if p.disabled else "") + ("[OPTIMIZED]" if point.optimized else "")
-                rows.append((addr, p.letter, self.target.symbols.format(addr), flags))
+                rows.append((addr, p.letter, p.label or self.target.symbols.format(addr), flags))
         rows.extend(extra or [])
         rows.sort(key=lambda r: r[0])
         return "".join(f"{a:0{width}x}  {k}  {w}  {f}".rstrip() + "\n" for a, k, w, f in rows)

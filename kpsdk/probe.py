@@ -85,6 +85,8 @@ class Probe:
         self.session: Session | None = None
         #: what ``list()`` and ``profile()`` call the probe
         self.name: str | None = None
+        #: what ``list()`` shows in place of ``sym+0xoff`` (uprobes: ``path:0xOFFSET``)
+        self.label: str | None = None
 
     @property
     def disabled(self) -> bool:
@@ -111,15 +113,26 @@ class ProbeType:
     :param name: the noun of the derived verbs (``kprobe`` -> ``register_kprobe``).
     :param probe_class: instances of it are what ``register_<name>`` accepts.
     :param register: ``(session, probe) -> None``; raise :class:`~kpsdk.errors.KprobeError`.
+        A value it returns (a watchpoint's slot number) is what ``register_<name>`` returns.
     :param unregister: ``(session, probe) -> None``.
     :param exports: names added to the ``kpsdk`` namespace (``{"Kprobe": Kprobe}``).
     :param decorator_field: the handler a decorator's function becomes.
+    :param parse_location: the decorator's location text (``"add+0x4"``, uprobes'
+        ``"prog:add"``) -> the probe class's keyword arguments; raise ValueError.
+    :param set_disabled: ``(session, probe, disabled) -> None`` for a type whose
+        probes are not the probe manager's own (default: ``ProbeManager.set_disabled``).
+    :param held: ``(session) -> [(address, probe), ...]`` for a type whose probes are
+        not the probe manager's own (watchpoints): ``list()`` and ``profile()`` show
+        them too, by their ``letter``, ``label`` (else the address's symbol), ``hits`` and ``nmissed``.
     """
 
     name: str
     probe_class: type
-    register: Callable[[Session, Any], None]
+    register: Callable[[Session, Any], Any]
     unregister: Callable[[Session, Any], None]
     exports: dict[str, Any] = field(default_factory=dict)
     decorator_field: str = "pre_handler"
     description: str = ""
+    parse_location: Callable[[Any], dict[str, Any]] = location_fields
+    set_disabled: Callable[[Session, Any, bool], None] | None = None
+    held: Callable[[Session], list[tuple[int, Any]]] | None = None

@@ -138,6 +138,7 @@ class ShadowStacks:
         self._link = arch.link
         self._read_word = target.read_word
         self._task = target.current_task
+        self._release = target.release_return
         self._thumb_mask = ~1 if arch.has_thumb else ~0
         #: return sp - entry sp: a ``ret`` that pops the return address leaves the caller one word up
         self.ret_sp_offset = 0 if arch.link else arch.word_size
@@ -264,16 +265,29 @@ class ShadowStacks:
             if not at_trampoline and regs.ip & self._thumb_mask != ret & self._thumb_mask:
                 return None
             stack.pop()
-            group = [base]
-        else:
-            found = self._returning(stack, sp, regs.ip if not at_trampoline else None)
-            if found is None:
-                return None
-            group, base, ret = found
+            if at_trampoline:
+                regs.ip = ret
+            rh = base.rethook
+            manager = self.target.manager
+            busy, manager.busy = manager.busy, True  # a handler's own calls into probed code are reentrant (K6)
+            try:
+                if rh.handler is not None:
+                    rh.handler(base, regs)
+            finally:
+                manager.busy = busy
+                self._release(base)
+                rh.recycle(base)
+                if not self.rethooks:
+                    self._maybe_detach()
+            return ret
+        found = self._returning(stack, sp, regs.ip if not at_trampoline else None)
+        if found is None:
+            return None
+        group, base, ret = found
         if at_trampoline:
             regs.ip = ret
         manager = self.target.manager
-        busy, manager.busy = manager.busy, True  # a handler's own calls into probed code are reentrant (K6)
+        busy, manager.busy = manager.busy, True
         try:
             for node in reversed(group):
                 handler = node.rethook.handler
@@ -281,10 +295,9 @@ class ShadowStacks:
                     handler(node, regs)
         finally:
             manager.busy = busy
-            release = self.target.release_return
             for node in group:
                 if not node.chained:
-                    release(node)
+                    self._release(node)
                 node.rethook.recycle(node)
             if not self.rethooks:
                 self._maybe_detach()

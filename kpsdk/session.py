@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from kpsdk.errors import KpsdkError
-from kpsdk.probe import Probe, ProbeType, location_fields
+from kpsdk.probe import Probe, ProbeType
 
 if TYPE_CHECKING:
     from kpsdk.backtrace import Frame
@@ -36,10 +36,14 @@ class Session:
 
     # -- probe registration, for every probe type -------------------------------
 
-    def register(self, probe: Probe) -> Probe:
-        """Register any probe (its type is found from its class)."""
-        self._probe_type(probe).register(self, probe)
-        return probe
+    def register(self, probe: Probe) -> Any:
+        """Register any probe (its type is found from its class).
+
+        Returns what the type's ``register`` returned when it returned something
+        (a watchpoint's slot number, as ``register_kwatch`` did), else the probe.
+        """
+        result = self._probe_type(probe).register(self, probe)
+        return probe if result is None else result
 
     def unregister(self, probe: Probe) -> None:
         self._probe_type(probe).unregister(self, probe)
@@ -63,10 +67,23 @@ class Session:
                 self.unregister(probe)
 
     def enable(self, probe: Probe) -> None:
-        self.target.manager.set_disabled(probe, False)
+        self._set_disabled(probe, False)
 
     def disable(self, probe: Probe) -> None:
-        self.target.manager.set_disabled(probe, True)
+        self._set_disabled(probe, True)
+
+    def _set_disabled(self, probe: Probe, disabled: bool) -> None:
+        pt = self._probe_type_or_none(probe)
+        if pt is not None and pt.set_disabled is not None:
+            pt.set_disabled(self, probe, disabled)
+        else:
+            self.target.manager.set_disabled(probe, disabled)
+
+    def _probe_type_or_none(self, probe: Any) -> ProbeType | None:
+        try:
+            return self._probe_type(probe)
+        except LookupError:
+            return None  # kpsdk's internal probes have no type: the manager's own
 
     def _probe_type(self, probe: Any) -> ProbeType:
         return self.registry.probe_type_for(probe)
@@ -111,13 +128,25 @@ class Session:
     def _decorator(self, pt: ProbeType) -> Callable[..., Any]:
         def make(where: str | int, **fields: Any) -> Callable[[Callable[..., Any]], Any]:
             def wrap(func: Callable[..., Any]) -> Any:
-                probe = pt.probe_class(**location_fields(where), **{pt.decorator_field: func}, **fields)
+                probe = pt.probe_class(**pt.parse_location(where), **{pt.decorator_field: func}, **fields)
                 pt.register(self, probe)
                 return probe
 
             return wrap
 
         return make
+
+    def trace(self, definitions: str | Iterable[str], sink: Any = None, filter: str | None = None  # noqa: A002
+              ) -> Any:
+        """ftrace-style events (``"p:add a=%di"``, ``"r:fact $retval"``): see ``docs/trace.md``.
+
+        Returns a :class:`kpsdk.trace.events.Trace`; each hit gives a
+        ``TraceRecord`` to ``sink`` (a callable or a list; default
+        ``trace.records``).  ``filter`` is a kernel event filter on the fields.
+        """
+        from kpsdk.trace.events import start_trace
+
+        return start_trace(self, definitions, sink=sink, filter=filter)
 
     # -- knobs and reports ------------------------------------------------------------
 
@@ -146,14 +175,22 @@ class Session:
 
     def list(self) -> str:
         """Registered probes in the debugfs ``kprobes/list`` format."""
-        return self.target.manager.list_lines()
+        rows = [(addr, p.letter, p.label or self.symbols.format(addr), "[DISABLED]" if p.disabled else "")
+                for addr, p in self._held()]
+        return self.target.manager.list_lines(rows)
 
     def profile(self) -> str:
         """Hits and misses per probe, in the ``kprobe_profile`` format."""
-        return "".join(f"  {n:<44} {h:>15} {m:>15}\n" for n, h, m in self.target.manager.profile_rows())
+        return "".join(f"  {n:<44} {h:>15} {m:>15}\n" for n, h, m in self.profile_rows())
 
     def profile_rows(self) -> builtins.list[tuple[str, int, int]]:
-        return self.target.manager.profile_rows()
+        held = [(p.name or f"{p.letter}_{(p.label or self.symbols.format(addr)).replace('+', '_')}", p.hits,
+                 p.nmissed) for addr, p in self._held()]
+        return self.target.manager.profile_rows() + held
+
+    def _held(self) -> builtins.list[tuple[int, Any]]:
+        """Registered probes that probe types keep outside the probe manager (watchpoints)."""
+        return [p for pt in self.registry.probe_types.values() if pt.held is not None for p in pt.held(self)]
 
     # -- target access --------------------------------------------------------------
 

@@ -7,21 +7,49 @@ manager only speak to :class:`Target`.
 
 from __future__ import annotations
 
+import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from kpsdk.decode import decode_at
 
 if TYPE_CHECKING:
     from kpsdk.arch import Arch, InstructionSet
+    from kpsdk.elfimage import ElfImage
     from kpsdk.insn import Decoded
     from kpsdk.manager import ProbeManager, ProbePoint
     from kpsdk.regs import PtRegs
     from kpsdk.rethook import RethookNode, ShadowStacks
     from kpsdk.session import Session
     from kpsdk.symbols import Symbol, SymbolTable
+
+
+@dataclass(frozen=True)
+class MappedFile:
+    """An executable file a target runs, and where this run put it (uprobes).
+
+    :param path: the path the target was opened with (informational: files are
+        matched by ``identity``, so a rename or a hard link is the same file).
+    :param identity: ``(st_dev, st_ino)`` of the file when the target opened it.
+    :param bias: what was added to the file's link-time addresses (0 for
+        ``ET_EXEC``; a PIE's load base).
+    :param image: the file as linked (:func:`~kpsdk.elfimage.load_elf`, not relocated):
+        its program headers map a file offset to a link-time address.
+    """
+
+    path: Path
+    identity: tuple[int, int]
+    bias: int
+    image: ElfImage
+
+    @classmethod
+    def of(cls, image: ElfImage, bias: int) -> MappedFile:
+        """Describe ``image`` (as linked) loaded at ``bias``; its identity is read now."""
+        st = os.stat(image.path)
+        return cls(image.path, (st.st_dev, st.st_ino), bias, image)
 
 
 @dataclass(frozen=True)
@@ -213,6 +241,44 @@ class Target(ABC):
         identifies the current one, such as the ``current`` task pointer.
         """
         return 0
+
+    # -- files (uprobes) --------------------------------------------------------------------
+    #
+    # Uprobes are addressed by (file, offset).  A target that runs ELF files says
+    # which, and at which load bias, by setting ``_files`` (or overriding
+    # mapped_files); the uprobes plugin turns a file offset into
+    # ``bias + p_vaddr + (offset - p_offset)`` of the executable PT_LOAD holding it.
+
+    #: what mapped_files() returns; set by the target's opener once the bias is known
+    _files: tuple[MappedFile, ...] = ()
+
+    def mapped_files(self) -> list[MappedFile]:
+        """The executable files this target runs, each with its identity and load bias.
+
+        Empty for a target that runs no file kpsdk knows (a blank Unicorn CPU, a
+        kernel): uprobes then never apply to it.
+        """
+        return list(self._files)
+
+    # -- watchpoints ----------------------------------------------------------------------
+
+    def watch_engine(self) -> Any:
+        """The object that arms this target's watchpoints (made on first use), with:
+
+        * ``emulator``: True where ``strict=False`` may lift the architecture's rules;
+        * ``check(wp)``: raise :class:`~kpsdk.errors.KprobeError` for a watchpoint
+          this target cannot watch (``EOPNOTSUPP``: qemu-user has no hardware ones);
+        * ``arm(wp)`` / ``disarm(wp)``: start and stop watching ``wp.address``,
+          ``wp.length`` for ``wp.type``.
+
+        On an access it calls ``wp.fire(regs, kind, addr, size, value, old, pc)``
+        with the CPU stopped: after a data access, before an executed instruction.
+        Raise :class:`~kpsdk.errors.TargetError` when the target has no watchpoints
+        at all (registration then fails with ``EOPNOTSUPP``).
+        """
+        from kpsdk.errors import TargetError
+
+        raise TargetError(f"watchpoints are not supported by this target ({type(self).__name__})")
 
     def close(self) -> None:  # noqa: B027 - optional: most targets have nothing to release
         """Release the target's resources."""

@@ -63,6 +63,9 @@ class Kretprobe(Probe):
     """
 
     letter = "r"
+    #: the class of this probe's instances (``ri``); a return-probe type built on
+    #: kretprobes (uretprobes) gives its own, whose ``ri.rp`` is the user's object
+    instance_class: type[KretprobeInstance] = KretprobeInstance
 
     def __init__(
         self,
@@ -193,7 +196,7 @@ def register(session: Session, rp: Kretprobe) -> None:
     count = rp.maxactive if rp.maxactive > 0 else max(10, 2 * target.ncpus)
     core = ShadowStacks.of(target)
     try:
-        rh = core.rethook(rp, _return(rp), count, rp.data_size, KretprobeInstance)
+        rh = core.rethook(rp, _return(rp), count, rp.data_size, rp.instance_class)
     except TargetError as e:
         raise KprobeError(errno.EOPNOTSUPP, str(e)) from e
     rp.pre_handler = _entry(rp, rh, core)

@@ -1,1 +1,586 @@
-"""The uprobes probe type (being written)."""
+"""The uprobes probe types: probes on a file at a file offset, in every run of that file.
+
+``Uprobe(path, offset, pre_handler, post_handler, fault_handler)`` and
+``Uretprobe(path, offset, handler, entry_handler, maxactive, data_size)``, or the
+text forms ``PATH:SYMBOL[+OFF]`` and ``PATH:0xOFFSET`` (``Uprobe.parse``,
+``spec=``, the decorators ``s.uprobe("prog:add")``), as seed 004 section 2
+describes: a probe is registered by (file, offset), not by address.
+
+* **File identity** is ``(st_dev, st_ino)``, read when the probe registers: a copy
+  of the file is another file; a rename or a hard link is the same file.
+* **Offset to address**: the executable ``PT_LOAD`` holding the offset gives
+  ``p_vaddr + (offset - p_offset)``, plus the load bias of each run (PIE).
+  Targets say which files they run and at which bias (``Target.mapped_files``).
+* **Scope**: ``kpsdk.register_uprobe(up)`` is system-wide, applied to every open
+  session running that file and to sessions opened later (``kpsdk_session_start``)
+  until ``kpsdk.unregister_uprobe(up)``; ``s.register_uprobe(up)`` is this session's
+  only.  Each session a probe applies to gets its own instance on its probe
+  manager (letter ``u`` in ``list()``, named ``path:0xOFFSET``); handlers get the
+  user's object as ``p`` (uretprobes: ``ri.rp``), and ``up.hits``/``up.nmissed``
+  add up every session's.
+* **Errors** (``KprobeError`` with the kernel's errno, see docs/api.md "Uprobes"):
+  a missing file ``ENOENT``; the same (file, offset) registered twice in one scope
+  ``EEXIST`` (trace_uprobe's "same probe"); the same object twice ``EINVAL``;
+  unregistering one not registered in that scope ``ENOENT``; an offset outside every
+  executable segment, or not aligned to the instruction size ``EINVAL``
+  (``uprobe_register``); inside an instruction ``EILSEQ`` (kprobes' K1 check, with
+  capstone from the function start); a uretprobe not at a function entry ``EINVAL``.
+
+Uretprobes are kretprobes underneath (:mod:`kpsdk.plugins.kretprobes`): the same
+function-entry rule, instance pool and return matching (:mod:`kpsdk.rethook`).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import weakref
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+from kpsdk import hookimpl
+from kpsdk.decode import decode_at
+from kpsdk.elfimage import ElfImage, load_elf
+from kpsdk.errors import KprobeError, KpsdkError, SymbolError, TargetError, TargetFault
+from kpsdk.plugins.kretprobes import Kretprobe, KretprobeInstance, function_entry
+from kpsdk.plugins.kretprobes import register as kretprobe_register
+from kpsdk.plugins.kretprobes import unregister as kretprobe_unregister
+from kpsdk.probe import KPROBE_FLAG_DISABLED, FaultHandler, PostHandler, PreHandler, Probe, ProbeType
+
+if TYPE_CHECKING:
+    from kpsdk.arch import Arch
+    from kpsdk.registry import Registry
+    from kpsdk.regs import PtRegs
+    from kpsdk.session import Session
+    from kpsdk.target import MappedFile
+
+#: a registration's key in its scope: (st_dev, st_ino, offset, is_return)
+Key = tuple[int, int, int, bool]
+#: the scope of a system-wide registration (a session-scope one holds its Session)
+SYSTEM = "system"
+RETURN_SUFFIX = "%return"
+
+
+# -- the text forms -------------------------------------------------------------------------
+
+
+def parse_location(text: str | Any) -> dict[str, Any]:
+    """``"PATH:SYMBOL"``, ``"PATH:SYMBOL+0x4"``, ``"PATH:0xOFFSET"`` -> ``{"path", "offset"}``.
+
+    The offset is a file offset; a symbol is looked up in the file's ``.symtab``
+    and turned into one through the program headers.  Raises ValueError for
+    text of another shape, :class:`KprobeError` ``ENOENT`` for a missing file or
+    symbol, ``EINVAL`` for a symbol outside every executable segment.
+    """
+    if not isinstance(text, str):
+        raise ValueError(f"{text!r}: a uprobe location is text, PATH:SYMBOL or PATH:0xOFFSET")
+    spec = text.strip()
+    if spec.endswith(RETURN_SUFFIX):
+        raise ValueError(f"{text!r}: {RETURN_SUFFIX} makes a Uretprobe (use parse_uprobe or Uretprobe.parse)")
+    path, sep, where = spec.rpartition(":")
+    if not sep or not path or not where.strip():
+        raise ValueError(f"{text!r}: want PATH:SYMBOL, PATH:SYMBOL+0xOFF or PATH:0xOFFSET")
+    where = where.strip()
+    try:
+        return {"path": path, "offset": int(where, 0)}
+    except ValueError:
+        pass
+    image = _read_image(path)
+    try:
+        vaddr = image.symbols.resolve(where)
+    except SymbolError as e:
+        raise KprobeError(errno.ENOENT, f"{path}: {e}") from None
+    offset = image.vaddr_to_offset(vaddr)
+    if offset is None:
+        raise KprobeError(errno.EINVAL, f"{path}:{where} ({vaddr:#x}) is not in an executable segment of the file")
+    return {"path": path, "offset": offset}
+
+
+def parse_uprobe(text: str, **fields: Any) -> Uprobe | Uretprobe:
+    """A probe from its text form: ``PATH:WHERE`` a :class:`Uprobe`, ``PATH:WHERE%return``
+    a :class:`Uretprobe`; ``fields`` are the handlers and options."""
+    spec = text.strip()
+    if spec.endswith(RETURN_SUFFIX):
+        return Uretprobe(**parse_location(spec[: -len(RETURN_SUFFIX)]), **fields)
+    return Uprobe(**parse_location(spec), **fields)
+
+
+# -- the user's objects -----------------------------------------------------------------------
+
+
+class FileProbe:
+    """What Uprobe and Uretprobe share: the (file, offset) location, scope and counts."""
+
+    letter = "u"
+    is_return = False
+
+    def __init__(self, path: str | os.PathLike[str] | None, offset: int | None, spec: str | None,
+                 fault_handler: FaultHandler | None, flags: int) -> None:
+        if spec is not None:
+            if path is not None or offset is not None:
+                raise ValueError("give spec= or path= and offset=, not both")
+            where = parse_location(spec)
+            path, offset = where["path"], where["offset"]
+        if path is None or offset is None:
+            raise ValueError(f"{type(self).__name__} needs path= and offset= (a file offset), or spec='PATH:SYMBOL'")
+        if not isinstance(offset, int) or isinstance(offset, bool):
+            raise TypeError(f"offset must be an int (a file offset), not {type(offset).__name__}")
+        self.path = os.fspath(path)
+        self.offset = offset
+        self.fault_handler = fault_handler
+        self.flags = flags
+        #: ``(st_dev, st_ino)`` of the file, read at registration
+        self.identity: tuple[int, int] | None = None
+        #: None, :data:`SYSTEM`, or the one Session it is registered in
+        self.scope: object = None
+        self._instances: list[tuple[Session, Probe]] = []
+        self._retired = [0, 0]  # hits and nmissed of instances gone with their sessions
+
+    @classmethod
+    def parse(cls, text: str, **fields: Any) -> Any:
+        """``Uprobe.parse("prog:add", pre_handler=h)``: see :func:`parse_location`."""
+        spec = text.strip()
+        if cls.is_return and spec.endswith(RETURN_SUFFIX):
+            spec = spec[: -len(RETURN_SUFFIX)]
+        return cls(**parse_location(spec), **fields)
+
+    @property
+    def label(self) -> str:
+        """``path:0xOFFSET`` (``%return`` for a return probe): its name in ``list()`` and ``profile()``."""
+        return f"{self.path}:{self.offset:#x}" + (RETURN_SUFFIX if self.is_return else "")
+
+    @property
+    def registered(self) -> bool:
+        return self.scope is not None
+
+    @property
+    def system_wide(self) -> bool:
+        return self.scope is SYSTEM
+
+    @property
+    def disabled(self) -> bool:
+        return bool(self.flags & KPROBE_FLAG_DISABLED)
+
+    @property
+    def sessions(self) -> list[Session]:
+        """The sessions the probe is armed in now (those running its file)."""
+        return [s for s, _ in self._instances]
+
+    def address_in(self, session: Session) -> int:
+        """The address the probe has in ``session`` (the file offset through that run's bias)."""
+        for s, inst in self._instances:
+            if s is session:
+                assert inst.addr is not None
+                return inst.addr
+        raise KprobeError(errno.ENOENT, f"{self!r} is not armed in {session!r}")
+
+    @property
+    def hits(self) -> int:
+        """Hits whose handlers ran, over every session (closed ones included)."""
+        return self._retired[0] + sum(inst.hits for _, inst in self._instances)
+
+    @property
+    def nmissed(self) -> int:
+        return self._retired[1] + sum(inst.nmissed for _, inst in self._instances)
+
+    def __repr__(self) -> str:
+        scope = "unregistered" if self.scope is None else "system-wide" if self.scope is SYSTEM else "session"
+        return f"<{type(self).__name__} {self.label} {scope}>"
+
+
+class Uprobe(FileProbe):
+    """A probe on the instruction at file offset ``offset`` of the executable ``path``.
+
+    Handlers as for kprobes: ``pre_handler(p, regs)`` (non-zero with a new
+    ``regs.ip`` changes the path), ``post_handler(p, regs, flags)``,
+    ``fault_handler(p, regs, trapnr)``; ``p`` is this object.
+    """
+
+    def __init__(self, path: str | os.PathLike[str] | None = None, offset: int | None = None,
+                 pre_handler: PreHandler | None = None, post_handler: PostHandler | None = None,
+                 fault_handler: FaultHandler | None = None, *, flags: int = 0, spec: str | None = None) -> None:
+        super().__init__(path, offset, spec, fault_handler, flags)
+        self.pre_handler = pre_handler
+        self.post_handler = post_handler
+
+
+class Uretprobe(FileProbe):
+    """A probe on the return of the function whose entry is at file offset ``offset``.
+
+    As :class:`~kpsdk.plugins.kretprobes.Kretprobe`: ``handler(ri, regs)`` at the
+    return, ``entry_handler(ri, regs) -> int`` at the entry (non-zero: skip this
+    call), ``maxactive`` instances per session, ``ri.data`` of ``data_size`` bytes;
+    ``ri.rp`` is this object.
+    """
+
+    is_return = True
+
+    def __init__(self, path: str | os.PathLike[str] | None = None, offset: int | None = None,
+                 handler: Callable[[Any, PtRegs], Any] | None = None,
+                 entry_handler: Callable[[Any, PtRegs], Any] | None = None, maxactive: int = 0,
+                 data_size: int = 0, *, fault_handler: FaultHandler | None = None, flags: int = 0,
+                 spec: str | None = None) -> None:
+        super().__init__(path, offset, spec, fault_handler, flags)
+        self.handler = handler
+        self.entry_handler = entry_handler
+        self.maxactive = maxactive
+        self.data_size = data_size
+
+
+class UretprobeInstance(KretprobeInstance):
+    """A uretprobe's ``ri``: ``ri.rp`` is the user's :class:`Uretprobe`."""
+
+    __slots__ = ()
+
+    @property
+    def rp(self) -> Any:
+        return self.rethook.owner.owner
+
+
+# -- what one session gets -------------------------------------------------------------------
+
+
+def _bound(handler: Callable[..., Any] | None, owner: FileProbe) -> Callable[..., Any] | None:
+    """The user's handler, called with the user's object instead of the session's instance."""
+    if handler is None:
+        return None
+    return lambda _p, *args: handler(owner, *args)
+
+
+class SessionUprobe(Probe):
+    """A :class:`Uprobe` armed in one session (a plain probe on its manager)."""
+
+    letter = "u"
+
+    def __init__(self, owner: Uprobe) -> None:
+        super().__init__(pre_handler=_bound(owner.pre_handler, owner),
+                         post_handler=_bound(owner.post_handler, owner),
+                         fault_handler=_bound(owner.fault_handler, owner))
+        self.owner = owner
+        self.label = self.name = owner.label
+
+    @property
+    def disabled(self) -> bool:
+        return self.owner.disabled
+
+    def __repr__(self) -> str:
+        return repr(self.owner)
+
+
+class SessionUretprobe(Kretprobe):
+    """A :class:`Uretprobe` armed in one session: a kretprobe whose instances know the owner."""
+
+    letter = "u"
+    instance_class = UretprobeInstance
+
+    def __init__(self, owner: Uretprobe, addr: int) -> None:
+        super().__init__(addr=addr, handler=owner.handler, entry_handler=owner.entry_handler,
+                         maxactive=owner.maxactive, data_size=owner.data_size,
+                         fault_handler=_bound(owner.fault_handler, owner))
+        self.owner = owner
+        self.label = self.name = owner.label
+
+    @property
+    def disabled(self) -> bool:
+        return self.owner.disabled
+
+    def __repr__(self) -> str:
+        return repr(self.owner)
+
+
+# -- checking a probe against its file ---------------------------------------------------------
+
+_images: dict[tuple[int, int, int, int], ElfImage] = {}
+
+
+def _read_image(path: str) -> ElfImage:
+    """The ELF file at ``path``, parsed once per (identity, mtime, size)."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise KprobeError(errno.ENOENT, f"{path}: no such file") from None
+    except OSError as e:
+        raise KprobeError(e.errno or errno.EINVAL, f"{path}: {e.strerror}") from None
+    key = (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
+    image = _images.get(key)
+    if image is None:
+        try:
+            image = load_elf(path)
+        except TargetError as e:
+            raise KprobeError(errno.EINVAL, f"{path} is not an executable ELF file: {e}") from None
+        _images[key] = image
+    return image
+
+
+class FileView:
+    """A file's segments as memory at its link-time addresses: enough of a target
+    for :func:`kpsdk.decode.decode_at` and ``function_entry`` before any run."""
+
+    def __init__(self, image: ElfImage, arch: Arch) -> None:
+        self.image, self.arch, self.symbols = image, arch, image.symbols
+
+    def read_memory(self, addr: int, size: int) -> bytes:
+        for seg in self.image.segments:
+            if seg.vaddr <= addr < seg.vaddr + len(seg.data):
+                return seg.data[addr - seg.vaddr: addr - seg.vaddr + size]
+        raise TargetFault(f"{self.image.path} has no bytes at {addr:#x}", addr)
+
+
+def check_file(up: FileProbe, registry: Registry) -> Key:
+    """Validate ``up`` against its file, as uprobe_register would; its key if good."""
+    if up.registered:
+        raise KprobeError(errno.EINVAL, f"{up!r} is already registered")
+    image = _read_image(up.path)
+    st = os.stat(up.path)
+    if up.offset < 0 or up.offset >= st.st_size:
+        raise KprobeError(errno.EINVAL, f"offset {up.offset:#x} is outside {up.path} ({st.st_size} bytes)")
+    vaddr = image.offset_to_vaddr(up.offset)
+    if vaddr is None:
+        raise KprobeError(errno.EINVAL, f"offset {up.offset:#x} of {up.path} is not inside an executable segment")
+    arch = registry.archs.by_elf(image.machine, image.elf_class, image.endian)
+    view = FileView(image, arch)
+    sym = image.symbols.containing(vaddr)
+    iset = arch.iset_for_address(1) if sym is not None and sym.thumb else arch.isets[0]
+    where = f"{up.path}:{up.offset:#x} ({image.symbols.format(vaddr)})"
+    if vaddr % iset.min_insn:
+        raise KprobeError(errno.EINVAL, f"{where} is not aligned to {iset.min_insn}-byte instructions")
+    start = sym.address if sym is not None and sym.kind == "func" else vaddr
+    insn = decode_at(view, vaddr, start, iset)  # type: ignore[arg-type]  # a FileView reads like a target
+    if insn is None:
+        raise KprobeError(errno.EILSEQ, f"{where} is not on an instruction boundary")
+    if insn.refused:
+        raise KprobeError(errno.EINVAL, f"{where}: {insn.refused}")
+    if isinstance(up, Uretprobe):
+        function_entry(view, SessionUretprobe(up, vaddr), vaddr)
+    return (st.st_dev, st.st_ino, up.offset, up.is_return)
+
+
+# -- applying probes to sessions ----------------------------------------------------------------
+
+#: system-wide registrations, by key
+_system: dict[Key, FileProbe] = {}
+#: session-scope registrations, per session
+_local: weakref.WeakKeyDictionary[Session, dict[Key, FileProbe]] = weakref.WeakKeyDictionary()
+#: the open sessions (those a system-wide registration applies to)
+_sessions: weakref.WeakSet[Session] = weakref.WeakSet()
+
+
+def _files_of(session: Session, identity: tuple[int, int]) -> list[MappedFile]:
+    return [mf for mf in session.target.mapped_files() if mf.identity == identity]
+
+
+def _attach(up: FileProbe, session: Session, mf: MappedFile) -> None:
+    """Arm ``up`` in one session running its file, at the offset's address in that run."""
+    link = mf.image.offset_to_vaddr(up.offset)
+    if link is None:
+        raise KprobeError(errno.EINVAL, f"offset {up.offset:#x} is not executable in {mf.path} as {session!r} runs it")
+    addr = link + mf.bias
+    inst: Probe
+    if isinstance(up, Uretprobe):
+        inst = SessionUretprobe(up, addr)
+        kretprobe_register(session, inst)
+    else:
+        assert isinstance(up, Uprobe)
+        inst = SessionUprobe(up)
+        session.target.manager.add(inst, addr)
+    up._instances.append((session, inst))
+
+
+def _detach(up: FileProbe, session: Session | None = None, since: int = 0, disarm: bool = True) -> None:
+    """Disarm ``up`` in ``session`` (every session when None), only the instances
+    armed after the first ``since``; keep their counts.  ``disarm=False``: the
+    session is closing, its target goes with its probes (and may be dead already)."""
+    keep = up._instances[:since]
+    for s, inst in up._instances[since:]:
+        if session is not None and s is not session:
+            keep.append((s, inst))
+            continue
+        up._retired[0] += inst.hits
+        up._retired[1] += inst.nmissed
+        if disarm and not s.closed:
+            if isinstance(inst, SessionUretprobe):
+                kretprobe_unregister(s, inst)
+            else:
+                s.target.manager.remove(inst)
+    up._instances = keep
+
+
+def _apply(up: FileProbe, sessions: Iterable[Session]) -> None:
+    """Arm ``up`` in each session running its file; all or none."""
+    assert up.identity is not None
+    before = len(up._instances)
+    try:
+        for session in sessions:
+            if not session.closed:
+                for mf in _files_of(session, up.identity):
+                    _attach(up, session, mf)
+    except BaseException:
+        _detach(up, since=before)
+        raise
+
+
+def register_uprobe(up: FileProbe) -> FileProbe:
+    """System-wide: ``up`` applies to every session running its file, now and opened later."""
+    if not isinstance(up, FileProbe):
+        raise TypeError(f"register_uprobe takes a Uprobe or Uretprobe, not {type(up).__name__}")
+    from kpsdk.registry import get_registry
+
+    key = check_file(up, get_registry())
+    if key in _system:
+        raise KprobeError(errno.EEXIST, f"a system-wide uprobe is already registered at {_system[key].label} "
+                          "(the same file and offset)")
+    up.identity, up.scope = (key[0], key[1]), SYSTEM
+    _system[key] = up
+    try:
+        _apply(up, list(_sessions))
+    except BaseException:
+        del _system[key]
+        up.scope = None
+        raise
+    return up
+
+
+def unregister_uprobe(up: FileProbe) -> None:
+    """Undo :func:`register_uprobe`: disarmed in every session; ``ENOENT`` if not registered system-wide."""
+    if not up.system_wide:
+        raise KprobeError(errno.ENOENT, f"{up!r} is not registered system-wide")
+    assert up.identity is not None
+    _detach(up)
+    del _system[(*up.identity, up.offset, up.is_return)]
+    up.scope = None
+
+
+def register_uprobes(probes: Iterable[FileProbe]) -> None:
+    """System-wide batch registration: all, or none (K8)."""
+    done: list[FileProbe] = []
+    try:
+        for up in probes:
+            done.append(register_uprobe(up))
+    except BaseException:
+        for up in reversed(done):
+            unregister_uprobe(up)
+        raise
+
+
+def unregister_uprobes(probes: Iterable[FileProbe]) -> None:
+    """System-wide batch unregistration; ones not registered system-wide are skipped."""
+    for up in probes:
+        if up.system_wide:
+            unregister_uprobe(up)
+
+
+def register_uretprobe(rp: Uretprobe) -> Uretprobe:
+    """System-wide registration of a return probe (the same as :func:`register_uprobe`)."""
+    if not isinstance(rp, Uretprobe):
+        raise TypeError(f"register_uretprobe takes a Uretprobe, not {type(rp).__name__}")
+    register_uprobe(rp)
+    return rp
+
+
+def unregister_uretprobe(rp: Uretprobe) -> None:
+    unregister_uprobe(rp)
+
+
+# -- the session verbs (register_uprobe, unregister_uprobe, enable_, disable_, batches) -----------
+
+
+def session_register(session: Session, up: FileProbe) -> None:
+    """This session only (``s.register_uprobe``)."""
+    if session.closed:
+        raise KpsdkError("the session is closed")
+    key = check_file(up, session.registry)
+    local = _local.setdefault(session, {})
+    if key in local:
+        raise KprobeError(errno.EEXIST, f"a uprobe is already registered at {local[key].label} in this session "
+                          "(the same file and offset)")
+    up.identity, up.scope = (key[0], key[1]), session
+    local[key] = up
+    try:
+        _apply(up, [session])
+    except BaseException:
+        del local[key]
+        up.scope = None
+        raise
+
+
+def session_unregister(session: Session, up: FileProbe) -> None:
+    if up.scope is not session:
+        where = "system-wide: use kpsdk.unregister_uprobe" if up.system_wide else "in this session"
+        raise KprobeError(errno.ENOENT, f"{up!r} is not registered {where}")
+    assert up.identity is not None
+    _detach(up, session)
+    _local.get(session, {}).pop((*up.identity, up.offset, up.is_return), None)
+    up.scope = None
+
+
+def set_disabled(session: Session, up: FileProbe, disabled: bool) -> None:
+    """Enable or disable ``up`` wherever it is armed (the flag is the probe's, as in the kernel)."""
+    if not up.registered:
+        raise KprobeError(errno.EINVAL, f"{up!r} is not registered")
+    up.flags = up.flags | KPROBE_FLAG_DISABLED if disabled else up.flags & ~KPROBE_FLAG_DISABLED
+    for s, inst in up._instances:
+        if not s.closed:
+            s.target.manager.set_disabled(inst, disabled)
+
+
+# -- sessions opened and closed ---------------------------------------------------------------------
+
+
+@hookimpl
+def kpsdk_session_start(session: Session) -> None:
+    """Arm the system-wide uprobes whose file this new session runs."""
+    _sessions.add(session)
+    if not _system:
+        return
+    mine = {mf.identity for mf in session.target.mapped_files()}
+    try:
+        for up in list(_system.values()):
+            if up.identity in mine:
+                _apply(up, [session])
+    except BaseException:
+        session.close()  # nothing half-armed, no target left running
+        raise
+
+
+@hookimpl
+def kpsdk_session_finish(session: Session) -> None:
+    """Disarm everything in a closing session; its own uprobes become unregistered."""
+    _sessions.discard(session)
+    for up in list(_system.values()):
+        _detach(up, session, disarm=False)
+    for up in list(_local.pop(session, {}).values()):
+        _detach(up, session, disarm=False)
+        up.scope = None
+
+
+UPROBE = ProbeType(
+    name="uprobe",
+    probe_class=Uprobe,
+    register=session_register,
+    unregister=session_unregister,
+    exports={"Uprobe": Uprobe, "Uretprobe": Uretprobe, "UretprobeInstance": UretprobeInstance,
+             "register_uprobe": register_uprobe, "unregister_uprobe": unregister_uprobe,
+             "register_uprobes": register_uprobes, "unregister_uprobes": unregister_uprobes,
+             "register_uretprobe": register_uretprobe, "unregister_uretprobe": unregister_uretprobe,
+             "parse_uprobe": parse_uprobe},
+    description="a pre/post handler on a file's instruction, by (file, offset)",
+    parse_location=parse_location,
+    set_disabled=set_disabled,
+)
+
+URETPROBE = ProbeType(
+    name="uretprobe",
+    probe_class=Uretprobe,
+    register=session_register,
+    unregister=session_unregister,
+    decorator_field="handler",
+    description="a handler when a file's function returns, by (file, offset)",
+    parse_location=lambda text: parse_location(text.strip().removesuffix(RETURN_SUFFIX)
+                                               if isinstance(text, str) else text),
+    set_disabled=set_disabled,
+)
+
+
+@hookimpl
+def kpsdk_probe_types() -> list[ProbeType]:
+    return [UPROBE, URETPROBE]

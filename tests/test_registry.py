@@ -40,4 +40,4 @@ def test_session_verbs_come_from_probe_type_names() -> None:
     s = kpsdk.open("unicorn:riscv64")
     assert callable(s.register_kprobes) and callable(s.kprobe)
     with pytest.raises(AttributeError, match="probe types: .*kprobe"):
-        s.register_uprobe  # noqa: B018 - not provided by any loaded plugin yet
+        s.register_nosuchprobe  # noqa: B018 - not provided by any loaded plugin

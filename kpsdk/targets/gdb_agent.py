@@ -187,3 +187,83 @@ class KpsdkBreakpoint(gdb.Breakpoint):
 
 #: what the host calls through MI (``python kpsdk_agent.insert(0x401000, 0)``)
 kpsdk_agent = types.SimpleNamespace(insert=insert, delete=delete, purge=purge, prefetch=prefetch)
+
+
+# -- watchpoints (kpsdk.targets.livewatch) ---------------------------------------------------
+#
+# A hit is reported as ``W ID THREAD KIND OLDHEX NEWHEX`` (``-`` for no bytes), then
+# served exactly like a breakpoint hit (requests, then ``c|s [NAME=VALUE ...]``).
+
+_watches: dict = {}
+
+
+def watch(wid, addr, length, kind, software=0):
+    """Watch ``length`` bytes at ``addr`` (``kind`` w, r, rw; x: a hardware breakpoint).
+
+    ``software``: gdb's software watchpoints (it single-steps the program and
+    compares the value after each instruction), for stubs without Z2-Z4.  gdb
+    decides hardware or software whenever it re-inserts a watchpoint, so the
+    setting stays off for the rest of the session.
+    """
+    if software:
+        gdb.execute("set can-use-hw-watchpoints 0", to_string=True)
+    _watches[wid] = KpsdkWatchpoint(wid, addr, length, kind)
+
+
+def unwatch(wid):
+    wp = _watches.pop(wid, None)
+    if wp is not None:
+        wp.delete()
+
+
+class KpsdkWatchpoint(gdb.Breakpoint):
+    """A kpsdk watchpoint: ``stop()`` reports the bytes before and after to the host.
+
+    gdb does not say what the CPU accessed, so "before" is what this watchpoint saw
+    last (when it was set, then at each hit), and an access watchpoint whose bytes
+    did not change is reported as a read.
+    """
+
+    def __init__(self, wid, addr, length, kind):
+        if kind == "x":
+            super().__init__(f"*{addr:#x}", type=gdb.BP_HARDWARE_BREAKPOINT, internal=True)
+        else:
+            wp_class = {"w": gdb.WP_WRITE, "r": gdb.WP_READ, "rw": gdb.WP_ACCESS}[kind]
+            super().__init__(f"*(unsigned char (*)[{length}]) {addr:#x}", type=gdb.BP_WATCHPOINT,
+                             wp_class=wp_class, internal=True)
+        self.wid, self.addr, self.length, self.kind = wid, addr, length, kind
+        self.last = self._bytes() if kind != "x" else b""
+
+    def _bytes(self):
+        return bytes(gdb.selected_inferior().read_memory(self.addr, self.length))
+
+    def stop(self):
+        global _in_stop
+        _in_stop = True
+        try:
+            thread = gdb.selected_thread()
+            tid = thread.num if thread is not None else 0
+            kind, old, new = "x", b"", b""
+            if self.kind != "x":
+                old, new = self.last, self._bytes()
+                self.last = new
+                kind = "w" if new != old or self.kind == "w" else "r"
+            _send(f"W {self.wid:x} {tid:x} {kind} {old.hex() or '-'} {new.hex() or '-'}")
+            while True:
+                line = _recv_line()
+                if line[:1] in ("c", "s"):
+                    break
+                _send(_serve(line))
+            for word in line[2:].split():
+                if word[0] != "+":
+                    name, _, value = word.partition("=")
+                    _write_register(name, int(value, 16))
+            return line[0] == "s"
+        except EOFError:
+            return True
+        finally:
+            _in_stop = False
+
+
+#: what the host calls through MI for watchpoints (``python kpsdk_watch.watch(1, 0x4c0000, 4, "w")``)
+kpsdk_watch = types.SimpleNamespace(watch=watch, unwatch=unwatch)

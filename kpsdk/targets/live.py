@@ -39,6 +39,7 @@ from kpsdk.regs import PtRegs
 from kpsdk.symbols import SymbolTable
 from kpsdk.target import Target
 from kpsdk.targets.agentlink import AgentLink
+from kpsdk.targets.livewatch import LiveWatch
 from kpsdk.targets.mi import COMMAND_TIMEOUT, GdbError, MiConnection
 
 if TYPE_CHECKING:
@@ -244,6 +245,17 @@ class GdbTarget(Target):
 
     # -- instructions ------------------------------------------------------------------
 
+    # -- watchpoints (kpsdk.targets.livewatch) ----------------------------------------------
+
+    #: the gdbstub takes hardware watchpoints (Z2-Z4); qemu-user's does not
+    hw_watchpoints = True
+    watch: LiveWatch | None = None
+
+    def watch_engine(self) -> LiveWatch:
+        if self.watch is None:
+            self.watch = LiveWatch(self)
+        return self.watch
+
     def can_step(self, point: ProbePoint) -> bool:
         return True  # gdb's stepi steps any instruction
 
@@ -345,7 +357,7 @@ class GdbTarget(Target):
         while True:
             line = link.wait_line(POLL_SECONDS, also=mi.fileno)
             if line is not None:
-                if line.startswith("H "):
+                if line.startswith(("H ", "W ")):
                     self._hit(line)
                 continue
             mi.pump(0)
@@ -406,7 +418,7 @@ class GdbTarget(Target):
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             line = self.link.wait_line(0.05, spin=0, also=self._mi().fileno)
-            if line is not None and line.startswith("H "):
+            if line is not None and line.startswith(("H ", "W ")):
                 self._hit(line)
             self._mi().pump(0)
             stopped = self._take_stopped()
@@ -470,8 +482,14 @@ class GdbTarget(Target):
         self.manager.post(point, self._regs, self.mi_read_register(self._pc.gdb))
 
     def _hit(self, line: str) -> None:
-        """One probe hit reported by the agent; always answers it."""
+        """One probe hit reported by the agent; always answers it.
+
+        ``W ID THREAD KIND OLD NEW`` is a watchpoint's (:mod:`kpsdk.targets.livewatch`).
+        """
         parts = line.split()
+        watch = parts[3:6] if parts[0] == "W" else None
+        if watch is not None:
+            parts = parts[:3]
         addr = int(parts[1], 16)
         io = self._io
         cache = io.cache
@@ -482,11 +500,13 @@ class GdbTarget(Target):
             name, _, value = word.partition("=")
             cache[name] = int(value, 16)
         verdict = "c"
-        point = self.manager.points.get(addr)
+        point = self.manager.points.get(addr) if watch is None else None
         self._thread = int(parts[2], 16)
         self.in_hit = True
         try:
-            if addr in self._return_bps and self.rethook is not None:
+            if watch is not None:
+                self.watch_engine().hit(addr, watch, self._regs)
+            elif addr in self._return_bps and self.rethook is not None:
                 self._regs._reset(addr)
                 resume = self.rethook.on_return(self._regs, False)
                 if resume is not None and resume & ~1 != addr:

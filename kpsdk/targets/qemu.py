@@ -10,6 +10,7 @@ readiness is the socket file appearing, never a probing connect.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -22,7 +23,7 @@ from kpsdk import hookimpl
 from kpsdk.elfimage import load_elf
 from kpsdk.errors import SymbolError, TargetError, ToolMissingError
 from kpsdk.symbols import SymbolTable
-from kpsdk.target import TargetKind
+from kpsdk.target import MappedFile, TargetKind
 from kpsdk.targets.live import GdbTarget, _reap
 
 if TYPE_CHECKING:
@@ -117,8 +118,38 @@ def open_qemu_user(rest: str, registry: Registry, args: list[str] | tuple[str, .
         # reported to gdb as the guest's stop (and gdb does not pass it on)
         os.kill(proc.pid, signal.SIGINT)
 
-    return GdbTarget(arch, str(sock), abi_kind=abi, image=image, processes=[proc], interrupt=interrupt,
-                     hardware_breakpoints=hardware_breakpoints, cleanup=cleanup)
+    target = GdbTarget(arch, str(sock), abi_kind=abi, image=image, processes=[proc], interrupt=interrupt,
+                       hardware_breakpoints=hardware_breakpoints, cleanup=cleanup)
+    target.hw_watchpoints = False  # qemu-user's gdbstub answers Z2/Z3/Z4 as unsupported
+    try:
+        _place(target, image)
+    except BaseException:
+        target.close()
+        raise
+    return target
+
+
+_AT_ENTRY = re.compile(r"^\s*9\s+AT_ENTRY\b.*?(0x[0-9a-fA-F]+)\s*$", re.MULTILINE)
+
+
+def _place(target: GdbTarget, linked: ElfImage) -> None:
+    """Say where qemu-user loaded the program (uprobes map file offsets through it).
+
+    A PIE's load bias is its AT_ENTRY, from the auxiliary vector the program was
+    started with (gdb's ``info auxv``, qemu's qXfer:auxv), minus the file's
+    e_entry; the image and its symbols are then moved by it.  ET_EXEC: 0.
+    """
+    bias = 0
+    if linked.kind == "ET_DYN":
+        text = target._mi().console_command("info auxv")
+        found = _AT_ENTRY.search(text)
+        if found is None:
+            raise TargetError(f"cannot find where qemu-user loaded {linked.path}: gdb's 'info auxv' has no "
+                              f"AT_ENTRY ({text.strip()[:200]!r})")
+        bias = int(found.group(1), 16) - linked.raw_entry
+        target.image = linked.relocated(bias)
+        target.symbols = target.image.symbols
+    target._files = (MappedFile.of(linked, bias),)
 
 
 def open_qemu_system(rest: str, registry: Registry, kernel: str | None = None, initrd: str | None = None,

@@ -25,15 +25,25 @@ The trap encodings differ from the kernel's where Unicorn 2.1.4 would stop
 emulation instead of raising a hookable interrupt; see each arch backend.
 
 Return probes (:mod:`kpsdk.rethook`): a hooked call's return address is
-replaced by a trampoline, a no-op in kpsdk's area with an internal probe on it
-(``kretprobe_trampoline`` in ``list()``; ARM has a second one for Thumb code,
-so each returns in its own state).  The trampoline's own code hook asks the
-core which call returned, and the CPU resumes at its real return address.
+replaced by a trampoline in kpsdk's area with an internal probe on it
+(``kretprobe_trampoline`` in ``list()``; ARM has a second one for Thumb code).
+The trampoline is an indirect jump through a word next to it (the arch
+backend's ``return_jump``).  Its code hook asks the core which call returned
+and writes the real return address into that word, and the jump takes the CPU
+there.  No pc write: a pc written from a hook ends the translation block,
+which cost more than the rest of the return put together.
+
+kpsdk's area and the stack are host memory handed to Unicorn
+(``mem_map_ptr``), so the words a return probe reads and writes on every hit
+(the return address at [sp], the trampoline's word) are plain ``struct``
+accesses, not ``uc_mem_read``/``uc_mem_write`` calls (~1.5 us each).
 """
 
 from __future__ import annotations
 
+import ctypes
 import errno
+import mmap
 import struct
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -49,8 +59,9 @@ from kpsdk.manager import ProbeManager, ProbePoint
 from kpsdk.probe import Probe
 from kpsdk.regs import PtRegs
 from kpsdk.symbols import Symbol, SymbolTable
-from kpsdk.target import Target, TargetKind
+from kpsdk.target import MappedFile, Target, TargetKind
 from kpsdk.targets.ucfast import FastHooks, FastRegs, FastWords
+from kpsdk.targets.ucwatch import UcWatch
 
 if TYPE_CHECKING:
     import capstone
@@ -70,6 +81,9 @@ SLOT_BASE = 0x100  # offset of the first slot in kpsdk's area (the sentinel is a
 STACK_TOP = 0x7FFF0000
 STACK_SIZE = 0x100000
 BLANK_AREA = 0x7E000000
+#: load bases of an ET_DYN (PIE) executable, as Linux with ASLR off (see pie_base)
+PIE_BASE_64 = 0x555555554000
+PIE_BASE_32 = 0x56555000
 _PERMS = {"r": unicorn.UC_PROT_READ, "w": unicorn.UC_PROT_WRITE, "x": unicorn.UC_PROT_EXEC}
 
 
@@ -123,6 +137,14 @@ class UnicornTarget(Target):
         self._tramp_probe: dict[int, Probe] = {}  # by hook address (no Thumb bit): profile() counts returns
         #: code-hook callbacks of kpsdk's internal points, by address (the trampolines')
         self._internal_hooks: dict[int, Any] = {}
+        #: host buffers behind kpsdk's area and the stack (``map(host=True)``), and their ctypes views
+        self._host_views: list[Any] = []
+        self._area_mem: mmap.mmap | None = None
+        self._stack_mem: mmap.mmap | None = None
+        word = "<" if arch.endian == "little" else ">"
+        self._word = struct.Struct(word + ("Q" if arch.word_size == 8 else "I"))
+        #: trampoline hook address -> offset in kpsdk's area of the word its jump goes through
+        self._tramp_word: dict[int, int] = {}
         #: lowest and highest address a breakpoint was ever written at (reads outside skip the overlay)
         self._bp_lo, self._bp_hi = 1 << 64, -1
         self.hooks.intr(self._on_intr)
@@ -133,25 +155,37 @@ class UnicornTarget(Target):
 
     # -- set-up -----------------------------------------------------------------------
 
-    def map(self, addr: int, size: int, perms: str = "rwx") -> None:
-        """Map memory (page-aligned outward)."""
+    def map(self, addr: int, size: int, perms: str = "rwx", host: bool = False) -> mmap.mmap | None:
+        """Map memory (page-aligned outward).
+
+        ``host``: back it with a buffer of ours (``mem_map_ptr``) and return that
+        buffer, for memory kpsdk itself reads and writes on hot paths.  The
+        buffer lives as long as the target (Unicorn never frees it).
+        """
         start, end = addr & ~(PAGE - 1), _align_up(addr + size)
         prot = 0
         for c in perms:
             prot |= _PERMS[c]
+        buf = mmap.mmap(-1, end - start) if host else None
         try:
-            self.uc.mem_map(start, end - start, prot)
+            if buf is None:
+                self.uc.mem_map(start, end - start, prot)
+            else:
+                view = (ctypes.c_char * (end - start)).from_buffer(buf)
+                self.uc.mem_map_ptr(start, end - start, prot, ctypes.addressof(view))
+                self._host_views.append(view)
         except unicorn.UcError as e:
             raise TargetError(f"cannot map {start:#x}-{end:#x}: {e}") from e
+        return buf
 
     def setup_area(self, base: int) -> None:
         """Map kpsdk's own area (blacklisted): a sentinel return address, then slots."""
         self._area = base
-        self.map(base, AREA_SIZE, "rx")
+        self._area_mem = self.map(base, AREA_SIZE, "rx", host=True)
         self._next_slot = base + SLOT_BASE
 
     def setup_stack(self) -> int:
-        self.map(STACK_TOP - STACK_SIZE, STACK_SIZE, "rw")
+        self._stack_mem = self.map(STACK_TOP - STACK_SIZE, STACK_SIZE, "rw", host=True)
         sp = STACK_TOP - 0x1000
         self.uc.mem_write(sp, bytes(8 * self.arch.word_size))  # argc=0, argv=NULL, envp=NULL, AT_NULL
         self.fast.write(self._sp, sp)
@@ -179,6 +213,9 @@ class UnicornTarget(Target):
         return bytes(data)
 
     def read_word(self, addr: int) -> int:
+        off = addr - STACK_TOP + STACK_SIZE
+        if 0 <= off <= STACK_SIZE - self._word.size and self._stack_mem is not None:  # the hot case: [sp]
+            return int(self._word.unpack_from(self._stack_mem, off)[0])
         if self._bp_lo - 4 < addr < self._bp_hi + 4:
             return super().read_word(addr)
         value = self.words.read(addr)
@@ -269,7 +306,7 @@ class UnicornTarget(Target):
             slot = self._alloc_slot()
             code = self._slot_code(point, slot)
             assert code is not None
-            self.uc.mem_write(slot, code)
+            self._write_code(slot, code)
             bp = point.iset.unicorn_breakpoint.for_length(size)
             # the pc written on every hit: the slot, with the Thumb bit where it runs Thumb code
             resume = slot | (1 if point.iset.thumb_bit else 0)
@@ -280,6 +317,15 @@ class UnicornTarget(Target):
             self._slot_points[slot] = point
         point.mechanism, point.optimized = mechanism, optimized
         self.uc.ctl_remove_cache(addr, addr + size)
+
+    def _write_code(self, addr: int, code: bytes) -> None:
+        """Write code into kpsdk's area (a slot reused by another point, a trampoline).
+
+        The area is host memory (``mem_map_ptr``), for which Unicorn 2.1.4's
+        ``uc_mem_write`` does not drop translations of the old bytes: a reused
+        slot then ran its previous occupant's code.  So drop them here."""
+        self.uc.mem_write(addr, code)
+        self.uc.ctl_remove_cache(addr, addr + len(code))
 
     def _disarm(self, point: ProbePoint) -> None:
         addr = point.addr
@@ -451,9 +497,11 @@ class UnicornTarget(Target):
         if not self._trampolines:
             for iset in self.arch.isets:
                 slot = self._alloc_slot()
-                self.uc.mem_write(slot, iset.nop)
+                code, word = self.arch.extra["return_jump"](slot, iset)
+                self._write_code(slot, code)
+                self._tramp_word[slot] = slot + word - self._area
                 name = "kretprobe_trampoline" + ("_thumb" if iset.thumb_bit else "")
-                self.symbols.add(Symbol(name, slot, len(iset.nop), "func", thumb=iset.thumb_bit))
+                self.symbols.add(Symbol(name, slot, word, "func", thumb=iset.thumb_bit))
                 self._trampolines[iset.thumb_bit] = slot | (1 if iset.thumb_bit else 0)
                 self._internal_hooks[slot] = self._on_trampoline
         for addr in self._trampolines.values():
@@ -479,16 +527,25 @@ class UnicornTarget(Target):
             tramp = self._trampolines[thumb]
         if self._link is not None:
             self.fast.write(self._link, tramp)
-        elif not self.words.write(node.frame, tramp):
-            raise TargetFault("cannot write the return address", node.frame)
+        else:
+            self.hijack_word(node.frame, tramp)
         return tramp
+
+    def hijack_word(self, addr: int, value: int) -> None:
+        """Overwrite the return address at ``addr`` (the stack, in host memory, on the hot path)."""
+        off = addr - STACK_TOP + STACK_SIZE
+        if 0 <= off <= STACK_SIZE - self._word.size and self._stack_mem is not None:
+            self._word.pack_into(self._stack_mem, off, value)
+        elif not self.words.write(addr, value):
+            raise TargetFault("cannot write the return address", addr)
 
     def release_return(self, node: RethookNode) -> None:
         """Nothing to undo: the trampoline serves every hooked return."""
 
     def _on_trampoline(self, handle: int, addr: int, size: int, user: int) -> None:
-        """A hooked return arrived: the core runs its handlers, the CPU goes on at
-        the real return address (with its Thumb bit, as the link register had it).
+        """A hooked return arrived: the core runs its handlers, and the trampoline's
+        jump takes the CPU to the real return address (with its Thumb bit, as the
+        link register had it), read from the word this hook writes.
 
         Its own code hook rather than ``_on_code`` and the probe manager: a
         return must never be skipped (not even on a reentrant hit, K6 is for
@@ -500,7 +557,7 @@ class UnicornTarget(Target):
             if ret is None:
                 raise TargetError(f"kretprobe BUG!: a return reached the trampoline with sp={regs.sp:#x} "
                                   "and no hooked call in flight returns there")
-            self.fast.write(self._pc, ret)
+            self._word.pack_into(self._area_mem, self._tramp_word[addr], ret)  # type: ignore[arg-type]
         except BaseException as exc:  # noqa: BLE001 - stored and re-raised by run()/call()
             self._fail(exc)
 
@@ -549,6 +606,15 @@ class UnicornTarget(Target):
             result = -errno.ENOSYS
         self.fast.write(self.arch.register(sys.result), result)
 
+    # -- watchpoints (kpsdk.targets.ucwatch) ------------------------------------------------
+
+    watch: UcWatch | None = None
+
+    def watch_engine(self) -> UcWatch:
+        if self.watch is None:
+            self.watch = UcWatch(self)
+        return self.watch
+
     # -- running -----------------------------------------------------------------------------
 
     def regs(self) -> PtRegs:
@@ -588,7 +654,9 @@ class UnicornTarget(Target):
                 raise pending
             if error is None:
                 return
-            resume = self._instruction_fault(error)
+            resume = self.watch.resume_after_fault() if self.watch is not None else None  # a watched access
+            if resume is None:
+                resume = self._instruction_fault(error)
             if resume is None:
                 pc = self.fast.read(self._pc)
                 raise TargetFault(f"{error}", pc, self.symbols.format(pc)) from error
@@ -655,13 +723,22 @@ class UnicornTarget(Target):
 
 
 
+def pie_base(elf_class: int) -> int:
+    """Where a position-independent executable is loaded: the base Linux gives a PIE
+    with address randomization off (what gdb shows), so addresses look familiar."""
+    return PIE_BASE_64 if elf_class == 64 else PIE_BASE_32
+
+
 def open_elf(rest: str, registry: Registry, abi: str = "user", **options: Any) -> UnicornTarget:
     """``elf:PATH``: load an executable's PT_LOAD segments into Unicorn."""
     if options:
         raise TargetError(f"elf: unknown options {', '.join(options)}")
-    image = load_elf(Path(rest))
-    arch = registry.archs.by_elf(image.machine, image.elf_class, image.endian)
+    linked = load_elf(Path(rest))
+    arch = registry.archs.by_elf(linked.machine, linked.elf_class, linked.endian)
+    bias = pie_base(linked.elf_class) if linked.kind == "ET_DYN" else 0
+    image = linked.relocated(bias)  # a PIE at a Linux-like base, its symbols with it
     target = UnicornTarget(arch, abi_kind=abi)
+    target._files = (MappedFile.of(linked, bias),)
     pages: dict[int, int] = {}
     for seg in image.segments:
         prot = (4 if seg.flags & 4 else 0) | (2 if seg.flags & 2 else 0) | (1 if seg.flags & 1 else 0)

@@ -1,0 +1,388 @@
+"""Trace events on a session: definitions become probes, hits become records.
+
+``s.trace("p:add a=%di b=%si", sink=print)`` parses each definition with the
+session's arch (:mod:`kpsdk.trace.grammar`), binds its fetch arguments
+(:mod:`kpsdk.trace.fetch`) and registers one probe per event, all or none (K8):
+
+======================  =========================================================
+definition              probe
+======================  =========================================================
+``p SYM[+off]|ADDR``    :class:`kpsdk.Kprobe` with a pre_handler
+``r SYM``, ``%return``  :class:`kpsdk.Kretprobe`: entry_handler (time, ``$argN``)
+                        and handler
+``p PATH:OFFSET``       ``kpsdk.Uprobe(path=, offset=, pre_handler=)``
+``r PATH:OFFSET``       ``kpsdk.Uretprobe(path=, offset=, handler=)``
+``-:[GRP/]EVENT``       unregisters an event defined before
+======================  =========================================================
+
+Each hit makes a :class:`TraceRecord` and hands it to the sink (a callable,
+or a list to append to; by default :attr:`Trace.records`).  A return record
+carries its call's entry time, so latency needs no second probe.
+"""
+
+from __future__ import annotations
+
+import errno
+import inspect
+import time
+import weakref
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from kpsdk.errors import KprobeError, KpsdkError
+from kpsdk.trace.fetch import BoundArg, HitContext, Value, format_symbol
+from kpsdk.trace.filter import Filter, parse_filter
+from kpsdk.trace.grammar import Parser, ProbeDef, TraceDefinitionError
+
+if TYPE_CHECKING:
+    from kpsdk.probe import Probe
+    from kpsdk.regs import PtRegs
+    from kpsdk.session import Session
+
+Sink = Callable[["TraceRecord"], Any] | list["TraceRecord"]
+
+
+@dataclass
+class TraceRecord:
+    """One event: what the kernel's trace buffer holds for a hit, as a Python object.
+
+    :param event: the event name (``p_add_0``); ``group`` its group (``kprobes``).
+    :param kind: ``p`` (a probe hit) or ``r`` (a function returned).
+    :param time: seconds since the trace started (``time.perf_counter``).
+    :param ip: the probed address (``p``) or the function's address (``r``).
+    :param where: ``add+0x0/0x14`` (``p``), or ``main+0x1c/0x80 <- add`` (``r``).
+    :param fields: each fetch argument's value by name: an int (signed types
+        negative), a str (strings, ``symbol``), a list (arrays), None (fault).
+    :param caller: ``r``: the return address.  ``entry_time``: ``r``: when that call entered.
+    :param task: a small number per task seen (1, 2...): the program, or a kernel stack.
+    """
+
+    event: str
+    group: str
+    kind: str
+    time: float
+    ip: int
+    where: str
+    fields: dict[str, Value]
+    caller: int | None = None
+    func: str | None = None
+    entry_time: float | None = None
+    task: int = 1
+    definition: ProbeDef | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def duration(self) -> float | None:
+        """Seconds from the call's entry to this return (``r`` records with an entry time)."""
+        return None if self.entry_time is None else self.time - self.entry_time
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (``jsonl`` output)."""
+        out: dict[str, Any] = {"event": self.event, "group": self.group, "kind": self.kind,
+                               "time": round(self.time, 9), "ip": self.ip, "where": self.where,
+                               "task": self.task, "fields": self.fields}
+        if self.kind == "r":
+            out.update(caller=self.caller, func=self.func)
+            if self.entry_time is not None:
+                out.update(entry_time=round(self.entry_time, 9), duration=round(self.time - self.entry_time, 9))
+        return out
+
+
+class TraceEvent:
+    """One defined event: its definition, bound arguments, probe and counts."""
+
+    def __init__(self, trace: Trace, definition: ProbeDef, args: list[BoundArg]) -> None:
+        self.trace = trace
+        self.definition = definition
+        self.args = args
+        self.name = definition.event
+        self.group = definition.group
+        self.probe: Probe | None = None
+        self.recorded = 0
+        self._where: dict[int, str] = {}
+        #: per kretprobe instance in flight: (entry time, the $argN values, the function's address)
+        self._entries: dict[int, tuple[float, dict[int, int] | None, int]] = {}
+        self.filtered = trace.filter is not None and trace.filter.applies_to({a.name for a in args})
+        self._arg_numbers = sorted({n.index for a in definition.args for n in a.fetch.walk() if n.kind == "arg"})
+
+    @property
+    def hits(self) -> int:
+        return int(getattr(self.probe, "hits", 0))
+
+    @property
+    def missed(self) -> int:
+        return int(getattr(self.probe, "nmissed", 0))
+
+    # -- handlers -----------------------------------------------------------------------------
+
+    def _values(self, hit: HitContext) -> dict[str, Value]:
+        return {a.name: a.value(hit) for a in self.args}
+
+    def _emit(self, record: TraceRecord) -> None:
+        trace = self.trace
+        if self.filtered and trace.filter is not None and not trace.filter(record.fields):
+            return
+        self.recorded += 1
+        trace.counts[self.name] += 1
+        trace.deliver(record)
+
+    def on_hit(self, p: Any, regs: PtRegs) -> int:
+        """pre_handler of ``p`` events (kprobes and uprobes)."""
+        now = self.trace.now()
+        ip = int(regs.ip)
+        where = self._where.get(ip)
+        if where is None:
+            where = self._where[ip] = format_symbol(self.trace.session, ip)
+        record = TraceRecord(self.name, self.group, "p", now, ip, where, self._values(HitContext(regs)),
+                             task=self.trace.task_id(), definition=self.definition)
+        self._emit(record)
+        return 0
+
+    def on_entry(self, ri: Any, regs: PtRegs) -> int:
+        """entry_handler of ``r`` events: the entry time and the ``$argN`` a return fetches."""
+        args = {n: int(regs.arg(n - 1)) for n in self._arg_numbers} if self._arg_numbers else None
+        self._entries[id(ri)] = (self.trace.now(), args, int(regs.ip))
+        return 0
+
+    def on_return(self, *handler_args: Any) -> None:
+        """handler of ``r`` events: ``(ri, regs)`` for kretprobes, and what Uretprobe passes."""
+        regs: PtRegs = handler_args[-1]
+        ri = handler_args[0] if len(handler_args) > 1 else None
+        now = self.trace.now()
+        entry_time, entry_args, entry_ip = self._entries.pop(id(ri), (None, None, None))
+        if self._arg_numbers and entry_args is None:
+            entry_args = {}
+        session = self.trace.session
+        caller = getattr(ri, "ret_addr", None)
+        if caller is None:
+            caller = int(regs.ip)
+        func_addr = entry_ip if entry_ip is not None else self.func_addr
+        func = format_symbol(session, func_addr, with_offset=False) if func_addr is not None else "?"
+        where = f"{format_symbol(session, caller)} <- {func}"
+        hit = HitContext(regs, entry_args)
+        record = TraceRecord(self.name, self.group, "r", now, func_addr or 0, where, self._values(hit),
+                             caller=caller, func=func, entry_time=entry_time, task=self.trace.task_id(),
+                             definition=self.definition)
+        self._emit(record)
+
+    @property
+    def func_addr(self) -> int | None:
+        """The probed function's address, once registered."""
+        probe = self.probe
+        if probe is None:
+            return None
+        manager = self.trace.session.target.manager
+        point = manager.point_of(probe)
+        if point is not None:
+            return int(point.addr)
+        addr = getattr(probe, "addr", None)
+        return int(addr) if addr is not None else None
+
+
+#: the events alive on each session, by ``group/event``: EVENT_EXIST and ``-:`` look here
+_ALIVE: weakref.WeakKeyDictionary[Any, dict[str, TraceEvent]] = weakref.WeakKeyDictionary()
+
+
+def alive_events(session: Session) -> dict[str, TraceEvent]:
+    return _ALIVE.setdefault(session, {})
+
+
+class Trace:
+    """Events registered on a session by :meth:`Session.trace`; :meth:`close` removes them."""
+
+    def __init__(self, session: Session, sink: Sink | None = None, filter: str | Filter | None = None  # noqa: A002
+                 ) -> None:
+        self.session = session
+        self.records: list[TraceRecord] = []
+        self.filter: Filter | None = parse_filter(filter) if isinstance(filter, str) else filter
+        self.events: list[TraceEvent] = []
+        self.counts: Counter[str] = Counter()
+        self.start_time = time.perf_counter()
+        self._sink = sink
+        self._tasks: dict[int, int] = {}
+        self._task_of: Callable[[], int] | None = getattr(session.target, "current_task", None)
+
+    # -- the clock and tasks ---------------------------------------------------------------------
+
+    def now(self) -> float:
+        return time.perf_counter() - self.start_time
+
+    def task_id(self) -> int:
+        """A small number per task (kernel stacks on a live kernel; 1 for a program)."""
+        if self._task_of is None:
+            return 1
+        try:
+            raw = int(self._task_of())
+        except KpsdkError:
+            return 1
+        return self._tasks.setdefault(raw, len(self._tasks) + 1)
+
+    def deliver(self, record: TraceRecord) -> None:
+        sink = self._sink
+        if sink is None:
+            self.records.append(record)
+        elif isinstance(sink, list):
+            sink.append(record)
+        else:
+            sink(record)
+
+    # -- definitions ------------------------------------------------------------------------------
+
+    def add(self, definitions: str | Iterable[str]) -> list[TraceEvent]:
+        """Parse, bind and register definitions, all or none; ``-:`` lines remove events."""
+        lines = _lines(definitions)
+        parser = Parser(self.session.arch)
+        alive = alive_events(self.session)
+        pending: list[TraceEvent] = []
+        removals: list[TraceEvent] = []
+        for line in lines:
+            definition = parser.parse(line)
+            if definition.op == "-":
+                found = _find(pending, definition) or _find(list(alive.values()), definition)
+                if found is None:
+                    raise KprobeError(errno.ENOENT, f"{line!r}: no event {definition.event!r} to clear")
+                if found in pending:
+                    pending.remove(found)
+                else:
+                    removals.append(found)
+                continue
+            if definition.full_name in alive or any(e.definition.full_name == definition.full_name
+                                                    for e in pending):
+                raise TraceDefinitionError("EVENT_EXIST", line, line.find(":") + 1 if definition.explicit_event
+                                           else 0, definition.full_name,
+                                           "trace_uprobe" if definition.is_uprobe else "trace_kprobe")
+            pending.append(self._bind(definition))
+        for event in removals:
+            event.trace.remove(event)
+        self._register(pending)
+        return pending
+
+    def _bind(self, definition: ProbeDef) -> TraceEvent:
+        subsystem = "trace_uprobe" if definition.is_uprobe else "trace_kprobe"
+        session = self.session
+        if definition.symbol is not None and definition.symbol not in session.symbols:
+            word = definition.text.split()[1]
+            raise TraceDefinitionError("BAD_PROBE_ADDR", definition.text, definition.text.find(word),
+                                       f"unknown symbol {definition.symbol!r}", subsystem)
+        if definition.addr is not None and any(n.kind == "arg" for a in definition.args for n in a.fetch.walk()):
+            sym = session.symbols.containing(definition.addr & ~1 if session.arch.has_thumb else definition.addr)
+            if sym is not None and not definition.is_return and (definition.addr & ~1) != sym.address:
+                col = next(n.column for a in definition.args for n in a.fetch.walk() if n.kind == "arg")
+                raise TraceDefinitionError("NOFENTRY_ARGS", definition.text, col, subsystem=subsystem)
+        args = [BoundArg(a, session, definition.text, subsystem, definition.path) for a in definition.args]
+        return TraceEvent(self, definition, args)
+
+    def _register(self, events: list[TraceEvent]) -> None:
+        """One probe per event; ``p`` events first, so that at one address their records come first."""
+        session = self.session
+        registry = session.registry
+        probes: list[Probe] = []
+        for event in sorted(events, key=lambda e: e.definition.is_return):
+            event.probe = self._make_probe(registry, event)
+            event.probe.name = event.name
+            probes.append(event.probe)
+        session.register_many(probes)
+        alive = alive_events(session)
+        for event in events:
+            self.events.append(event)
+            alive[event.definition.full_name] = event
+
+    def _make_probe(self, registry: Any, event: TraceEvent) -> Probe:
+        d = event.definition
+        if d.is_uprobe:
+            kind = "uretprobe" if d.is_return else "uprobe"
+            cls = _probe_class(registry, kind)
+            if d.is_return:
+                params = inspect.signature(cls).parameters
+                if "entry_handler" in params:
+                    return cls(path=d.path, offset=d.offset, handler=event.on_return,  # type: ignore[no-any-return]
+                               entry_handler=event.on_entry)
+                if d.needs_entry():
+                    col = next(n.column for a in d.args for n in a.fetch.walk() if n.kind == "arg")
+                    raise TraceDefinitionError("NOFENTRY_ARGS", d.text, col,
+                                               "$argN on a uprobe return is not supported yet (Uretprobe has "
+                                               "no entry_handler)", "trace_uprobe")
+                return cls(path=d.path, offset=d.offset, handler=event.on_return)  # type: ignore[no-any-return]
+            return cls(path=d.path, offset=d.offset, pre_handler=event.on_hit)  # type: ignore[no-any-return]
+        where: dict[str, Any] = {"symbol_name": d.symbol, "offset": d.offset} if d.symbol is not None \
+            else {"addr": d.addr}
+        if d.is_return:
+            cls = _probe_class(registry, "kretprobe")
+            return cls(**where, handler=event.on_return, entry_handler=event.on_entry,  # type: ignore[no-any-return]
+                       maxactive=d.maxactive)
+        cls = _probe_class(registry, "kprobe")
+        return cls(**where, pre_handler=event.on_hit)  # type: ignore[no-any-return]
+
+    def remove(self, event: TraceEvent) -> None:
+        """Unregister one event (``-:EVENT``)."""
+        if event.probe is not None and event.probe.registered:
+            self.session.unregister(event.probe)
+        alive = alive_events(self.session)
+        if alive.get(event.definition.full_name) is event:
+            del alive[event.definition.full_name]
+        if event in self.events:
+            self.events.remove(event)
+
+    def close(self) -> None:
+        """Unregister every event of this trace."""
+        for event in list(self.events):
+            if self.session.closed:
+                self.events.remove(event)
+                continue
+            self.remove(event)
+
+    def __enter__(self) -> Trace:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- reports ------------------------------------------------------------------------------------
+
+    def profile_rows(self) -> list[tuple[str, int, int]]:
+        """``(event, hits, misses)``: the kernel's ``kprobe_profile`` for these events."""
+        return [(e.name, e.hits, e.missed) for e in self.events]
+
+    def profile(self) -> str:
+        """``kprobe_profile`` as the kernel prints it."""
+        return "".join(f"  {n:<44} {h:>15} {m:>15}\n" for n, h, m in self.profile_rows())
+
+
+def _lines(definitions: str | Iterable[str]) -> list[str]:
+    items = definitions.splitlines() if isinstance(definitions, str) else list(definitions)
+    out: list[str] = []
+    for item in items:
+        for line in item.splitlines() or [item]:
+            if line.strip() and not line.lstrip().startswith("#"):
+                out.append(line.strip())
+    if not out:
+        raise TraceDefinitionError("NO_PROBE_POINT", "", 0, "no definition given")
+    return out
+
+
+def _find(events: list[TraceEvent], clear: ProbeDef) -> TraceEvent | None:
+    for event in events:
+        if event.name == clear.event and (not clear.group or event.group == clear.group):
+            return event
+    return None
+
+
+def _probe_class(registry: Any, name: str) -> type:
+    if name not in registry.probe_types:
+        loaded = ", ".join(registry.probe_types) or "none"
+        raise KpsdkError(f"no {name!r} probe type is loaded (probe types: {loaded}); "
+                         f"{'uprobes need the uprobes plugin' if name.startswith('u') else 'drop -p no:' + name + 's'}")
+    return registry.probe_types[name].probe_class  # type: ignore[no-any-return]
+
+
+def start_trace(session: Session, definitions: str | Iterable[str], sink: Sink | None = None,
+                filter: str | Filter | None = None) -> Trace:  # noqa: A002
+    """What :meth:`Session.trace` does: a :class:`Trace` with these events registered."""
+    trace = Trace(session, sink=sink, filter=filter)
+    trace.add(definitions)
+    if trace.filter is not None and trace.events and not any(e.filtered for e in trace.events):
+        trace.close()
+        raise KpsdkError(f"filter {trace.filter.expr!r} names fields ({', '.join(sorted(trace.filter.fields))}) "
+                         "that no event has")
+    return trace

@@ -1,0 +1,866 @@
+"""The ftrace dynamic-event grammar: ``kprobe_events``/``uprobe_events`` lines, parsed for real.
+
+Users already know the kernel's syntax (``Documentation/trace/kprobetrace.rst`` and
+``uprobetracer.rst``), so kpsdk accepts it as written::
+
+    p[:[GRP/]EVENT] [MOD:]SYM[+offs]|MEMADDR [FETCHARGS]
+    r[MAXACTIVE][:[GRP/]EVENT] [MOD:]SYM[+0] [FETCHARGS]
+    p[:[GRP/]EVENT] SYM[+0]%return [FETCHARGS]
+    p|r[:[GRP/]EVENT] PATH:OFFSET[%return] [FETCHARGS]          (uprobes)
+    -:[GRP/]EVENT
+
+A definition is split into words (the kernel's ``argv_split``), and each word
+is read by a small recursive-descent parser over its characters
+(:class:`_Cursor`).  Nothing is ``eval``'d and no regular expression guesses the
+structure.  Every mistake raises :class:`TraceDefinitionError` with the
+kernel's ``error_log`` message and the column it points at, so a user sees the
+same caret they would see in ``/sys/kernel/tracing/error_log``.  The limits
+are the kernel's (``trace_probe.h``, ``trace.h``, ``trace_kprobe.c``).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from kpsdk.errors import KpsdkError
+
+if TYPE_CHECKING:
+    from kpsdk.arch import Arch
+
+#: most fetch arguments per event (trace_probe.h MAX_TRACE_ARGS)
+MAX_TRACE_ARGS = 128
+#: an event or group name must be shorter than this (trace.h MAX_EVENT_NAME_LEN)
+MAX_EVENT_NAME_LEN = 64
+#: longest argument name (trace_probe.h MAX_ARG_NAME_LEN)
+MAX_ARG_NAME_LEN = 32
+#: longest fetch-argument body, type included (trace_probe.h MAX_ARGSTR_LEN)
+MAX_ARGSTR_LEN = 63
+#: most elements of an array type (trace_probe.h MAX_ARRAY_LEN)
+MAX_ARRAY_LEN = 64
+#: most fetch instructions for one argument (trace_probe.h FETCH_INSN_MAX)
+FETCH_INSN_MAX = 16
+#: most kretprobe instances (trace_kprobe.c KRETPROBE_MAXACTIVE_MAX)
+MAXACTIVE_MAX = 4096
+#: largest $stackN / $argN on a kernel (THREAD_SIZE / sizeof(long), 16 KiB stacks, 64-bit)
+PARAM_MAX_STACK = 16384 // 8
+#: the kernel's reserved field names (trace_probe.c reserved_field_names)
+RESERVED_NAMES = frozenset({"common_type", "common_flags", "common_preempt_count", "common_pid", "common_tgid",
+                            "__probe_ip", "__probe_ret_ip", "__probe_func"})
+
+#: the kernel's error_log texts (trace_probe.h ERRORS), by code
+MESSAGES: dict[str, str] = {
+    "FILE_NOT_FOUND": "Failed to find the given file",
+    "NO_REGULAR_FILE": "Not a regular file",
+    "BAD_UPROBE_OFFS": "Invalid uprobe offset",
+    "MAXACT_NO_KPROBE": "Maxactive is not for kprobe",
+    "BAD_MAXACT": "Invalid maxactive number",
+    "MAXACT_TOO_BIG": "Maxactive is too big",
+    "BAD_PROBE_ADDR": "Invalid probed address or symbol",
+    "BAD_RETPROBE": "Retprobe address must be an function entry",
+    "BAD_ADDR_SUFFIX": "Invalid probed address suffix",
+    "NO_GROUP_NAME": "Group name is not specified",
+    "GROUP_TOO_LONG": "Group name is too long",
+    "BAD_GROUP_NAME": "Group name must follow the same rules as C identifiers",
+    "NO_EVENT_NAME": "Event name is not specified",
+    "EVENT_TOO_LONG": "Event name is too long",
+    "BAD_EVENT_NAME": "Event name must follow the same rules as C identifiers",
+    "EVENT_EXIST": "Given group/event name is already used by another event",
+    "RETVAL_ON_PROBE": "$retval is not available on probe",
+    "BAD_STACK_NUM": "Invalid stack number",
+    "BAD_ARG_NUM": "Invalid argument number",
+    "BAD_VAR": "Invalid $-variable specified",
+    "BAD_REG_NAME": "Invalid register name",
+    "BAD_MEM_ADDR": "Invalid memory address",
+    "BAD_IMM": "Invalid immediate value",
+    "IMMSTR_NO_CLOSE": "String is not closed with '\"'",
+    "FILE_ON_KPROBE": "File offset is not available with kprobe",
+    "BAD_FILE_OFFS": "Invalid file offset value",
+    "SYM_ON_UPROBE": "Symbol is not available with uprobe",
+    "TOO_MANY_OPS": "Dereference is too much nested",
+    "DEREF_NEED_BRACE": "Dereference needs a brace",
+    "BAD_DEREF_OFFS": "Invalid dereference offset",
+    "DEREF_OPEN_BRACE": "Dereference brace is not closed",
+    "COMM_CANT_DEREF": "$comm can not be dereferenced",
+    "BAD_FETCH_ARG": "Invalid fetch argument",
+    "ARRAY_NO_CLOSE": "Array is not closed",
+    "BAD_ARRAY_SUFFIX": "Array has wrong suffix",
+    "BAD_ARRAY_NUM": "Invalid array size",
+    "ARRAY_TOO_BIG": "Array number is too big",
+    "BAD_TYPE": "Unknown type is specified",
+    "BAD_STRING": "String accepts only memory argument",
+    "BAD_SYMSTRING": "Symbol String doesn't accept data/userdata",
+    "BAD_BITFIELD": "Invalid bitfield",
+    "ARG_NAME_TOO_LONG": "Argument name is too long",
+    "NO_ARG_NAME": "Argument name is not specified",
+    "BAD_ARG_NAME": "Argument name must follow the same rules as C identifiers",
+    "USED_ARG_NAME": "This argument name is already used",
+    "ARG_TOO_LONG": "Argument expression is too long",
+    "NO_ARG_BODY": "No argument expression",
+    "TOO_MANY_ARGS": "Too many arguments are specified",
+    "NEED_STRING_TYPE": "$comm and immediate-string only accepts string type",
+    "NOFENTRY_ARGS": "$arg* can be used only on function entry or exit",
+    "BAD_INSN_BNDRY": "Probe point is not an instruction boundary",
+    "NO_EVENT_INFO": "This requires both group and event name to attach",
+    "BAD_PROBE_TYPE": "Unknown probe type (want p, r or -)",
+    "NO_PROBE_POINT": "No probe point is specified",
+}
+
+
+class TraceDefinitionError(KpsdkError, ValueError):
+    """A probe definition the kernel would refuse, with where it is wrong.
+
+    ``code`` is the kernel's error name (``BAD_REG_NAME``), ``message`` its
+    ``error_log`` text, ``column`` the 0-based position in ``definition`` the
+    caret points at.  ``str()`` is one line; :attr:`error_log` is the kernel's
+    three-line form (the error, the command, a caret under the column).
+    """
+
+    def __init__(self, code: str, definition: str, column: int, detail: str = "",
+                 subsystem: str = "trace_kprobe") -> None:
+        self.code = code
+        self.message = MESSAGES[code]
+        self.definition = definition
+        self.column = max(0, min(column, len(definition) + 1))
+        self.detail = detail
+        self.subsystem = subsystem
+        extra = f" ({detail})" if detail else ""
+        super().__init__(f"{subsystem}: {self.message}{extra} at column {self.column + 1} of {definition!r}")
+
+    @property
+    def error_log(self) -> str:
+        """The kernel's ``error_log`` entry: message, ``Command:`` line and a caret."""
+        prefix = "  Command: "
+        return (f"{self.subsystem}: error: {self.message}\n"
+                f"{prefix}{self.definition}\n"
+                f"{' ' * (len(prefix) + self.column)}^")
+
+
+# -- the parsed forms ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Fetch:
+    """One fetch operation, a tree for nested dereferences.
+
+    ``kind`` is one of ``reg`` (``name``), ``stack`` (``index``), ``stackp``,
+    ``retval``, ``comm``, ``arg`` (``index``, 1-based), ``imm`` (``value``),
+    ``immstr`` (``text``), ``mem`` (``value``: an address to load from),
+    ``sym`` (``name`` + ``value`` offset: load from the symbol's address),
+    ``foffs`` (``value``: a file offset, uprobes), ``deref`` (``value`` offset
+    added to ``inner``'s value, then loaded; ``user`` for ``+u``).
+    """
+
+    kind: str
+    name: str = ""
+    value: int = 0
+    index: int = 0
+    text: str = ""
+    inner: Fetch | None = None
+    user: bool = False
+    column: int = 0
+
+    @property
+    def is_memory(self) -> bool:
+        """The value is loaded from memory at an address (string types need one)."""
+        return self.kind in ("deref", "mem", "sym", "foffs")
+
+    def walk(self) -> list[Fetch]:
+        """This node and every nested one, outermost first."""
+        out: list[Fetch] = [self]
+        if self.inner is not None:
+            out += self.inner.walk()
+        return out
+
+
+#: basic types: name -> (size in bytes, signed, how printed)
+BASIC_TYPES: dict[str, tuple[int, bool, str]] = {
+    **{f"u{b}": (b // 8, False, "u") for b in (8, 16, 32, 64)},
+    **{f"s{b}": (b // 8, True, "s") for b in (8, 16, 32, 64)},
+    **{f"x{b}": (b // 8, False, "x") for b in (8, 16, 32, 64)},
+    "char": (1, False, "char"),
+}
+STRING_TYPES = ("string", "ustring", "symstr")
+
+
+@dataclass(frozen=True)
+class ArgType:
+    """A fetch argument's type.
+
+    ``name`` as written (``u32``, ``string``, ``b4@2/8``); ``size`` in bytes (0
+    for strings: a string has no fixed size; a word for ``symbol``, known once
+    the arch is); ``display`` is how a value prints (``u``, ``s``, ``x``,
+    ``char``, ``string``, ``symbol``); ``bitfield`` ``(width, offset)``;
+    ``count`` the array length or 0.
+    """
+
+    name: str
+    size: int
+    signed: bool
+    display: str
+    bitfield: tuple[int, int] | None = None
+    count: int = 0
+    default: bool = False
+
+    @property
+    def is_string(self) -> bool:
+        return self.display == "string"
+
+
+@dataclass(frozen=True)
+class FetchArg:
+    """``NAME=FETCHARG[:TYPE]``: one field of an event."""
+
+    name: str
+    fetch: Fetch
+    type: ArgType
+    text: str
+    column: int
+
+
+@dataclass(frozen=True)
+class ProbeDef:
+    """One parsed definition line.
+
+    ``op`` is ``p`` (a probe), ``r`` (a return probe, also ``p ...%return``) or
+    ``-`` (clear an event).  Exactly one of ``symbol`` (+``offset``), ``addr``
+    and ``path`` (+``offset``, a uprobe) is set for ``p``/``r``.
+    """
+
+    op: str
+    group: str
+    event: str
+    text: str
+    symbol: str | None = None
+    module: str | None = None
+    offset: int = 0
+    addr: int | None = None
+    path: str | None = None
+    maxactive: int = 0
+    args: tuple[FetchArg, ...] = field(default=())
+    explicit_event: bool = False
+
+    @property
+    def is_return(self) -> bool:
+        return self.op == "r"
+
+    @property
+    def is_uprobe(self) -> bool:
+        return self.path is not None
+
+    @property
+    def full_name(self) -> str:
+        return f"{self.group}/{self.event}"
+
+    @property
+    def location(self) -> str:
+        """The probe point as written back: ``SYM+OFF``, ``0xADDR`` or ``PATH:0xOFF``."""
+        if self.path is not None:
+            return f"{self.path}:{self.offset:#x}"
+        if self.symbol is not None:
+            return f"{self.symbol}+{self.offset}" if self.offset else self.symbol
+        return f"{self.addr:#x}"
+
+    def needs_entry(self) -> bool:
+        """A return probe that fetches ``$argN`` must keep them from the function's entry."""
+        return self.is_return and any(n.kind == "arg" for a in self.args for n in a.fetch.walk())
+
+
+# -- words and characters ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Word:
+    """A whitespace-separated word and where it starts in the definition."""
+
+    text: str
+    start: int
+
+
+def split_words(text: str) -> list[Word]:
+    """The kernel's ``argv_split``: words separated by spaces and tabs, with their columns."""
+    words: list[Word] = []
+    i, n = 0, len(text)
+    while i < n:
+        while i < n and text[i].isspace():
+            i += 1
+        if i >= n:
+            break
+        start = i
+        while i < n and not text[i].isspace():
+            i += 1
+        words.append(Word(text[start:i], start))
+    return words
+
+
+def _is_ident_start(c: str) -> bool:
+    return c.isascii() and (c.isalpha() or c == "_")
+
+
+def _is_ident_char(c: str) -> bool:
+    return c.isascii() and (c.isalnum() or c == "_")
+
+
+def is_good_name(name: str) -> bool:
+    """The kernel's ``is_good_name``: a C identifier."""
+    return bool(name) and _is_ident_start(name[0]) and all(_is_ident_char(c) for c in name[1:])
+
+
+def parse_uint(text: str) -> int | None:
+    """``kstrtoul(text, 0)``: ``0x`` hex, leading ``0`` octal, else decimal; None if not all digits."""
+    if not text:
+        return None
+    lower = text.lower()
+    if lower.startswith("0x"):
+        digits, base = lower[2:], 16
+    elif len(lower) > 1 and lower.startswith("0"):
+        digits, base = lower[1:], 8
+    else:
+        digits, base = lower, 10
+    allowed = "0123456789abcdef"[:base]
+    if not digits or any(c not in allowed for c in digits):
+        return None
+    return int(digits, base)
+
+
+def parse_int(text: str) -> int | None:
+    """``kstrtol(text, 0)``: an optional sign, then :func:`parse_uint`."""
+    if text[:1] in ("+", "-"):
+        value = parse_uint(text[1:])
+        return None if value is None else (-value if text[0] == "-" else value)
+    return parse_uint(text)
+
+
+class _Cursor:
+    """A position in one word, for the recursive-descent parsers below.
+
+    Columns it reports are absolute: the word's start in the definition plus
+    the offset inside the word.
+    """
+
+    def __init__(self, text: str, base: int) -> None:
+        self.text, self.base, self.pos = text, base, 0
+
+    @property
+    def column(self) -> int:
+        return self.base + self.pos
+
+    def peek(self, k: int = 0) -> str:
+        i = self.pos + k
+        return self.text[i] if i < len(self.text) else ""
+
+    def at_end(self) -> bool:
+        return self.pos >= len(self.text)
+
+    def take(self, pred: object) -> str:
+        """Consume the longest run of characters for which ``pred(c)`` holds."""
+        start = self.pos
+        while self.pos < len(self.text) and pred(self.text[self.pos]):  # type: ignore[operator]
+            self.pos += 1
+        return self.text[start:self.pos]
+
+    def accept(self, s: str) -> bool:
+        if self.text.startswith(s, self.pos):
+            self.pos += len(s)
+            return True
+        return False
+
+
+def _number_char(c: str) -> bool:
+    return c.isascii() and (c.isalnum())
+
+
+def _symbol_char(c: str) -> bool:
+    return c.isascii() and (c.isalnum() or c in "_.$")
+
+
+# -- the parser --------------------------------------------------------------------------------
+
+
+@dataclass
+class ParseContext:
+    """What the argument parser needs to know about the probe it belongs to."""
+
+    definition: str
+    subsystem: str
+    is_return: bool
+    is_uprobe: bool
+    arch: Arch | None
+    word_bits: int
+    #: ``$argN`` is allowed: the probe is on a function entry, or a return
+    function_entry: bool = True
+
+    def error(self, code: str, column: int, detail: str = "") -> TraceDefinitionError:
+        return TraceDefinitionError(code, self.definition, column, detail, self.subsystem)
+
+
+class Parser:
+    """Parses definitions; ``arch`` (when known) checks register names and sets the word size.
+
+    >>> Parser().parse("p:myprobe do_sys_open dfd=%ax filename=%dx").event
+    'myprobe'
+    """
+
+    def __init__(self, arch: Arch | None = None, word_bits: int | None = None) -> None:
+        self.arch = arch
+        self.word_bits = word_bits or (arch.bits if arch is not None else 64)
+
+    def parse(self, definition: str) -> ProbeDef:
+        text = definition.rstrip("\n")
+        words = split_words(text)
+        if not words:
+            raise TraceDefinitionError("NO_PROBE_POINT", text, 0, "empty definition")
+        head = words[0]
+        kind = head.text[0]
+        if kind == "-":
+            return self._parse_clear(text, words)
+        if kind not in ("p", "r"):
+            raise TraceDefinitionError("BAD_PROBE_TYPE", text, head.start, f"{head.text[0]!r}")
+        if len(words) < 2:
+            raise TraceDefinitionError("NO_PROBE_POINT", text, len(text) + 1, "give SYM[+offs], MEMADDR or "
+                                       "PATH:OFFSET after the event")
+        where = words[1]
+        uprobe = _looks_like_uprobe(where.text)
+        subsystem = "trace_uprobe" if uprobe else "trace_kprobe"
+        is_return = kind == "r"
+        # r[MAXACTIVE][:[GRP/]EVENT]
+        cur = _Cursor(head.text, head.start)
+        cur.pos = 1
+        maxactive = 0
+        digits = cur.take(_number_char) if cur.peek().isdigit() else ""
+        if digits:
+            if not is_return or uprobe:
+                raise TraceDefinitionError("MAXACT_NO_KPROBE", text, head.start + 1, subsystem=subsystem)
+            value = parse_uint(digits)
+            if value is None or value == 0 or len(digits) > MAX_EVENT_NAME_LEN - 1:
+                raise TraceDefinitionError("BAD_MAXACT", text, head.start + 1, subsystem=subsystem)
+            if value > MAXACTIVE_MAX:
+                raise TraceDefinitionError("MAXACT_TOO_BIG", text, head.start + 1, f"at most {MAXACTIVE_MAX}",
+                                           subsystem=subsystem)
+            maxactive = value
+        group: str | None = None
+        event: str | None = None
+        if cur.accept(":"):
+            group, event = _event_name(text, cur, subsystem, allow_empty=True)
+        elif not cur.at_end():
+            raise TraceDefinitionError("BAD_PROBE_TYPE", text, cur.column,
+                                       f"{head.text!r}: want p, r, rMAXACTIVE, then an optional :[GRP/]EVENT",
+                                       subsystem=subsystem)
+        # the probe point
+        fields: dict[str, object] = {}
+        if uprobe:
+            path, offset, ret = self._parse_uprobe_point(text, where)
+            fields.update(path=path, offset=offset)
+            is_return = is_return or ret
+            default_event = f"p_{_uprobe_tail(path)}_{offset:#x}"
+        else:
+            symbol, module, offset, addr, ret = self._parse_kprobe_point(text, where, is_return)
+            if ret:
+                is_return = True
+            fields.update(symbol=symbol, module=module, offset=offset, addr=addr)
+            letter = "r" if is_return else "p"
+            default_event = (f"{letter}_{symbol}_{offset}" if symbol is not None else f"{letter}_{addr:#x}")
+        default_event = "".join(c if _is_ident_char(c) else "_" for c in default_event)[:MAX_EVENT_NAME_LEN - 1]
+        ctx = ParseContext(text, subsystem, is_return, uprobe, self.arch, self.word_bits,
+                           function_entry=is_return or (fields.get("offset", 0) == 0 and not uprobe
+                                                        and fields.get("addr") is None) or uprobe)
+        arg_words = words[2:]
+        if len(arg_words) > MAX_TRACE_ARGS:
+            raise ctx.error("TOO_MANY_ARGS", arg_words[MAX_TRACE_ARGS].start, f"at most {MAX_TRACE_ARGS}")
+        args: list[FetchArg] = []
+        for i, word in enumerate(arg_words):
+            args.append(self._parse_arg(ctx, word, i, args))
+        return ProbeDef(
+            op="r" if is_return else "p",
+            group=group or ("uprobes" if uprobe else "kprobes"),
+            event=event or default_event,
+            text=text,
+            maxactive=maxactive,
+            args=tuple(args),
+            explicit_event=event is not None,
+            **fields,  # type: ignore[arg-type]
+        )
+
+    # -- -:[GRP/]EVENT ------------------------------------------------------------------------
+
+    def _parse_clear(self, text: str, words: list[Word]) -> ProbeDef:
+        head = words[0]
+        cur = _Cursor(head.text, head.start)
+        cur.pos = 1
+        if not cur.accept(":"):
+            raise TraceDefinitionError("NO_EVENT_NAME", text, cur.column, "write -:[GRP/]EVENT")
+        group, event = _event_name(text, cur, "trace_kprobe", allow_empty=False)
+        if len(words) > 1:
+            raise TraceDefinitionError("BAD_PROBE_TYPE", text, words[1].start, "-: takes only the event name")
+        return ProbeDef(op="-", group=group or "", event=event or "", text=text, explicit_event=True)
+
+    # -- probe points -------------------------------------------------------------------------------
+
+    def _parse_kprobe_point(self, text: str, word: Word, is_return: bool
+                            ) -> tuple[str | None, str | None, int, int | None, bool]:
+        """``[MOD:]SYM[+offs][%return]`` or ``MEMADDR[%return]``."""
+        body, pct, suffix = word.text.partition("%")
+        ret = False
+        if pct:
+            if suffix != "return":
+                raise TraceDefinitionError("BAD_ADDR_SUFFIX", text, word.start + len(body), f"%{suffix}")
+            if is_return:
+                raise TraceDefinitionError("BAD_ADDR_SUFFIX", text, word.start + len(body),
+                                           "%return goes with p, r is a return probe already")
+            ret = True
+        addr = parse_uint(body)
+        if addr is not None:
+            return None, None, 0, addr, ret
+        cur = _Cursor(body, word.start)
+        module = None
+        first = cur.take(_symbol_char)
+        if cur.accept(":"):
+            module, first = first, cur.take(_symbol_char)
+        if not first or not (_is_ident_start(first[0]) or first[0] == "."):
+            raise TraceDefinitionError("BAD_PROBE_ADDR", text, word.start, f"{body!r}")
+        offset = 0
+        if not cur.at_end():
+            sign_col = cur.column
+            sign = cur.peek()
+            rest = body[cur.pos:]
+            value = parse_int(rest) if sign in "+-" else None
+            if value is None or value < 0 or value > 0xFFFFFFFF:
+                raise TraceDefinitionError("BAD_PROBE_ADDR", text, word.start,
+                                           f"bad offset {rest!r} at column {sign_col + 1}")
+            offset = value
+        if (is_return or ret) and offset != 0:
+            raise TraceDefinitionError("BAD_RETPROBE", text, word.start)
+        return first, module, offset, None, ret
+
+    def _parse_uprobe_point(self, text: str, word: Word) -> tuple[str, int, bool]:
+        """``PATH:OFFSET[%return]`` (the last ``:`` splits, as in the kernel)."""
+        colon = word.text.rindex(":")
+        path, spec = word.text[:colon], word.text[colon + 1:]
+        spec_col = word.start + colon + 1
+        if "(" in spec:
+            raise TraceDefinitionError("BAD_UPROBE_OFFS", text, spec_col + spec.index("("),
+                                       "reference counters (OFFSET(REF_CTR)) are not supported", "trace_uprobe")
+        body, pct, suffix = spec.partition("%")
+        ret = False
+        if pct:
+            if suffix != "return":
+                raise TraceDefinitionError("BAD_ADDR_SUFFIX", text, spec_col + len(body), f"%{suffix}",
+                                           "trace_uprobe")
+            ret = True
+        offset = parse_uint(body)
+        if offset is None:
+            raise TraceDefinitionError("BAD_UPROBE_OFFS", text, spec_col, f"{body!r}", "trace_uprobe")
+        if not os.path.exists(path):
+            raise TraceDefinitionError("FILE_NOT_FOUND", text, word.start, path, "trace_uprobe")
+        if not os.path.isfile(path):
+            raise TraceDefinitionError("NO_REGULAR_FILE", text, word.start, path, "trace_uprobe")
+        return path, offset, ret
+
+    # -- fetch arguments ----------------------------------------------------------------------------
+
+    def _parse_arg(self, ctx: ParseContext, word: Word, index: int, done: list[FetchArg]) -> FetchArg:
+        eq = word.text.find("=")
+        if eq >= 0:
+            name = word.text[:eq]
+            if eq > MAX_ARG_NAME_LEN:
+                raise ctx.error("ARG_NAME_TOO_LONG", word.start, f"at most {MAX_ARG_NAME_LEN} characters")
+            if eq == 0:
+                raise ctx.error("NO_ARG_NAME", word.start)
+            body_start = eq + 1
+        else:
+            name = f"arg{index + 1}"
+            body_start = 0
+        if not is_good_name(name):
+            raise ctx.error("BAD_ARG_NAME", word.start)
+        if name in RESERVED_NAMES or any(a.name == name for a in done):
+            raise ctx.error("USED_ARG_NAME", word.start, name)
+        body = word.text[body_start:]
+        col = word.start + body_start
+        if len(body) > MAX_ARGSTR_LEN:
+            raise ctx.error("ARG_TOO_LONG", col, f"at most {MAX_ARGSTR_LEN} characters")
+        if not body:
+            raise ctx.error("NO_ARG_BODY", col)
+        cur = _Cursor(body, col)
+        fetch = self._parse_fetch(ctx, cur, depth=0)
+        type_text = ""
+        type_col = cur.column
+        if cur.accept(":"):
+            type_col = cur.column - 1
+            type_text = body[cur.pos:]
+            argtype = self._parse_type(ctx, type_text, cur.column, type_col)
+        elif not cur.at_end():
+            raise ctx.error("BAD_FETCH_ARG", cur.column, f"unexpected {cur.peek()!r}")
+        elif fetch.kind in ("comm", "immstr"):
+            argtype = ArgType("string", 0, False, "string")
+        else:
+            argtype = _default_type(self.word_bits)
+        self._check_combination(ctx, fetch, argtype, type_col)
+        return FetchArg(name=name, fetch=fetch, type=argtype, text=body, column=col)
+
+    def _parse_fetch(self, ctx: ParseContext, cur: _Cursor, depth: int) -> Fetch:
+        """FETCHARG, recursively: ``%REG @ADDR @SYM[+-off] @+FOFFS $var +|-[u]OFFS(FETCHARG) \\IMM``."""
+        col = cur.column
+        c = cur.peek()
+        if c == "%":
+            cur.pos += 1
+            name = cur.take(_is_ident_char)
+            if not name or (ctx.arch is not None and not ctx.arch.has_register(name)):
+                raise ctx.error("BAD_REG_NAME", col, _register_hint(ctx.arch, name))
+            return Fetch("reg", name=name, column=col)
+        if c == "@":
+            cur.pos += 1
+            if cur.peek().isdigit():
+                raw = cur.take(_number_char)
+                value = parse_uint(raw)
+                if value is None:
+                    raise ctx.error("BAD_MEM_ADDR", col, raw)
+                return Fetch("mem", value=value, column=col)
+            if cur.peek() == "+":
+                if not ctx.is_uprobe:
+                    raise ctx.error("FILE_ON_KPROBE", col)
+                cur.pos += 1
+                raw = cur.take(_number_char)
+                value = parse_uint(raw)
+                if value is None:
+                    raise ctx.error("BAD_FILE_OFFS", col, raw)
+                return Fetch("foffs", value=value, column=col)
+            if ctx.is_uprobe:
+                raise ctx.error("SYM_ON_UPROBE", col)
+            sym = cur.take(_symbol_char)
+            if not sym or not (_is_ident_start(sym[0]) or sym[0] == "."):
+                raise ctx.error("BAD_MEM_ADDR", col, "want @ADDR or @SYM[+|-offs]")
+            offset = 0
+            if cur.peek() in ("+", "-"):
+                sign = cur.peek()
+                cur.pos += 1
+                raw = cur.take(_number_char)
+                value = parse_uint(raw)
+                if value is None:
+                    raise ctx.error("BAD_MEM_ADDR", col, f"bad offset {sign}{raw!r}")
+                offset = -value if sign == "-" else value
+            return Fetch("sym", name=sym, value=offset, column=col)
+        if c == "$":
+            return self._parse_var(ctx, cur)
+        if c in ("+", "-"):
+            sign = c
+            cur.pos += 1
+            user = cur.accept("u")
+            raw = cur.take(_number_char)
+            if cur.peek() != "(":
+                if "(" not in cur.text[cur.pos:]:
+                    raise ctx.error("DEREF_NEED_BRACE", col)
+                raise ctx.error("BAD_DEREF_OFFS", col, f"{sign}{'u' if user else ''}{raw}")
+            value = parse_uint(raw)
+            if value is None:
+                raise ctx.error("BAD_DEREF_OFFS", col, f"{sign}{'u' if user else ''}{raw}")
+            cur.pos += 1
+            inner_col = cur.column
+            if cur.at_end() or cur.peek() == ")":
+                raise ctx.error("BAD_FETCH_ARG", inner_col, "nothing to dereference")
+            inner = self._parse_fetch(ctx, cur, depth + 1)
+            if not cur.accept(")"):
+                if cur.at_end() or cur.peek() == ":":
+                    raise ctx.error("DEREF_OPEN_BRACE", cur.column)
+                raise ctx.error("BAD_FETCH_ARG", cur.column, f"unexpected {cur.peek()!r}")
+            if inner.kind in ("comm", "immstr"):
+                raise ctx.error("COMM_CANT_DEREF", inner_col)
+            return Fetch("deref", value=-value if sign == "-" else value, inner=inner, user=user, column=col)
+        if c == "\\":
+            cur.pos += 1
+            if cur.peek() == '"':
+                end = cur.text.find('"', cur.pos + 1)
+                if end < 0:
+                    raise ctx.error("IMMSTR_NO_CLOSE", cur.base + len(cur.text))
+                literal = cur.text[cur.pos + 1:end]
+                cur.pos = end + 1
+                return Fetch("immstr", text=literal, column=col)
+            raw_start = cur.pos
+            if cur.peek() in ("+", "-"):
+                cur.pos += 1
+            cur.take(_number_char)
+            raw = cur.text[raw_start:cur.pos]
+            value = parse_int(raw) if raw[:1] in ("+", "-") or raw[:1].isdigit() else None
+            if value is None:
+                raise ctx.error("BAD_IMM", col + 1, raw)
+            return Fetch("imm", value=value & ((1 << self.word_bits) - 1), column=col)
+        raise ctx.error("BAD_FETCH_ARG", col, f"want %REG, @ADDR, @SYM, $VAR, +|-OFFS(...) or \\IMM, not {c!r}"
+                        if c else "empty")
+
+    def _parse_var(self, ctx: ParseContext, cur: _Cursor) -> Fetch:
+        col = cur.column
+        cur.pos += 1
+        name = cur.take(_is_ident_char)
+        if name == "retval":
+            if not ctx.is_return:
+                raise ctx.error("RETVAL_ON_PROBE", col)
+            return Fetch("retval", column=col)
+        if name.startswith("stack"):
+            rest = name[len("stack"):]
+            if not rest:
+                return Fetch("stackp", column=col)
+            if not rest.isdigit():
+                raise ctx.error("BAD_VAR", col, f"${name}")
+            n = int(rest, 10)
+            if not ctx.is_uprobe and n > PARAM_MAX_STACK:
+                raise ctx.error("BAD_STACK_NUM", col, f"at most {PARAM_MAX_STACK}")
+            return Fetch("stack", index=n, column=col)
+        if name in ("comm", "COMM"):
+            return Fetch("comm", column=col)
+        if name.startswith("arg"):
+            rest = name[len("arg"):]
+            if not rest.isdigit():
+                raise ctx.error("BAD_VAR", col, f"${name}")
+            n = int(rest, 10)
+            if n == 0 or n > PARAM_MAX_STACK:
+                raise ctx.error("BAD_ARG_NUM", col, "$argN counts from 1")
+            if not ctx.function_entry:
+                raise ctx.error("NOFENTRY_ARGS", col)
+            return Fetch("arg", index=n, column=col)
+        raise ctx.error("BAD_VAR", col, f"${name}: want $retval, $stack, $stackN, $argN or $comm")
+
+    def _parse_type(self, ctx: ParseContext, text: str, col: int, colon_col: int) -> ArgType:
+        """TYPE[N]: a basic type, a string type, ``symbol``, or ``b<width>@<offset>/<size>``."""
+        count = 0
+        base = text
+        bracket = text.find("[")
+        if bracket >= 0:
+            base = text[:bracket]
+            close = text.find("]", bracket)
+            if close < 0:
+                raise ctx.error("ARRAY_NO_CLOSE", col + len(text))
+            if close != len(text) - 1:
+                raise ctx.error("BAD_ARRAY_SUFFIX", col + close + 1)
+            raw = text[bracket + 1:close]
+            n = parse_uint(raw)
+            if n is None or n == 0:
+                raise ctx.error("BAD_ARRAY_NUM", col + bracket + 1, raw)
+            if n > MAX_ARRAY_LEN:
+                raise ctx.error("ARRAY_TOO_BIG", col + bracket + 1, f"at most {MAX_ARRAY_LEN}")
+            count = n
+        if base in BASIC_TYPES:
+            size, signed, display = BASIC_TYPES[base]
+            return ArgType(base, size, signed, display, count=count)
+        if base in ("string", "ustring", "symstr"):
+            if base == "symstr" and ctx.is_uprobe:
+                raise ctx.error("BAD_TYPE", colon_col, "symstr is not available with uprobe")
+            return ArgType(base, 0, False, "string", count=count)
+        if base == "symbol":
+            if ctx.is_uprobe:
+                raise ctx.error("BAD_TYPE", colon_col, "symbol is not available with uprobe")
+            return ArgType(base, self.word_bits // 8, False, "symbol", count=count)
+        if base.startswith("b"):
+            return self._parse_bitfield(ctx, base, count, colon_col)
+        raise ctx.error("BAD_TYPE", colon_col, f"{base!r}: want u8-u64, s8-s64, x8-x64, char, string, ustring, "
+                        "symbol, symstr or b<width>@<offset>/<size>")
+
+    def _parse_bitfield(self, ctx: ParseContext, text: str, count: int, colon_col: int) -> ArgType:
+        cur = _Cursor(text, colon_col + 1)
+        cur.pos = 1
+        width = parse_uint(cur.take(str.isdigit))
+        if width is None or width == 0 or not cur.accept("@"):
+            raise ctx.error("BAD_BITFIELD", colon_col, "want b<width>@<offset>/<size>")
+        offset = parse_uint(cur.take(str.isdigit))
+        if offset is None or not cur.accept("/"):
+            raise ctx.error("BAD_BITFIELD", colon_col, "want b<width>@<offset>/<size>")
+        size_bits = parse_uint(cur.text[cur.pos:])
+        if size_bits not in (8, 16, 32, 64):
+            if parse_uint(cur.text[cur.pos:]) is None:
+                raise ctx.error("BAD_TYPE", colon_col, "the container size is 8, 16, 32 or 64")
+            raise ctx.error("BAD_TYPE", colon_col, "the container size is 8, 16, 32 or 64")
+        assert size_bits is not None
+        if width + offset > size_bits:
+            raise ctx.error("BAD_BITFIELD", colon_col, f"{width}+{offset} bits do not fit in {size_bits}")
+        return ArgType(text, size_bits // 8, False, "u", bitfield=(width, offset), count=count)
+
+    def _check_combination(self, ctx: ParseContext, fetch: Fetch, argtype: ArgType, type_col: int) -> None:
+        """The kernel's finalize_fetch_insn checks: which fetches a string or array type accepts."""
+        if fetch.kind in ("comm", "immstr"):
+            if argtype.name != "string" or argtype.count:
+                if argtype.default:
+                    return
+                raise ctx.error("NEED_STRING_TYPE", type_col)
+            return
+        if argtype.is_string:
+            if argtype.name == "symstr":
+                if fetch.kind not in ("reg", "stack", "retval", "arg", "deref", "mem", "sym"):
+                    raise ctx.error("BAD_SYMSTRING", type_col)
+            elif not (fetch.is_memory or fetch.kind == "imm"):
+                raise ctx.error("BAD_STRING", type_col, "a string is read from memory: +0(%REG):string")
+        if argtype.count and not fetch.is_memory:
+            raise ctx.error("BAD_STRING", type_col, "an array is read from memory: +0(%REG):u8[4]")
+        # fetch_insn slots: the load (two for @SYM), one per dereference (the last one becomes the
+        # store when the value comes from memory), a store otherwise, bitfield, array, end
+        ops = len(fetch.walk()) + (1 if any(n.kind == "sym" for n in fetch.walk()) else 0)
+        ops += (0 if fetch.is_memory else 1) + (1 if argtype.bitfield else 0) + (1 if argtype.count else 0) + 1
+        if ops > FETCH_INSN_MAX:
+            raise ctx.error("TOO_MANY_OPS", fetch.column, f"at most {FETCH_INSN_MAX - 4} nested dereferences")
+
+
+def _default_type(word_bits: int) -> ArgType:
+    """No type: ``x32``/``x64`` by the word size (the kernel's DEFAULT_FETCH_TYPE)."""
+    return ArgType(f"x{word_bits}", word_bits // 8, False, "x", default=True)
+
+
+def _register_hint(arch: Arch | None, name: str) -> str:
+    if arch is None:
+        return f"%{name}"
+    return f"%{name}: {arch.name} has " + ", ".join(sorted(arch.by_name))
+
+
+def _event_name(text: str, cur: _Cursor, subsystem: str, allow_empty: bool) -> tuple[str | None, str | None]:
+    """``[GRP/][EVENT]`` (the kernel's traceprobe_parse_event_name; ``.`` also separates)."""
+    rest = cur.text[cur.pos:]
+    col = cur.column
+    slash = rest.find("/")
+    if slash < 0:
+        slash = rest.find(".")
+    group = None
+    if slash >= 0:
+        if slash == 0:
+            raise TraceDefinitionError("NO_GROUP_NAME", text, col, subsystem=subsystem)
+        if slash + 1 > MAX_EVENT_NAME_LEN:
+            raise TraceDefinitionError("GROUP_TOO_LONG", text, col, f"at most {MAX_EVENT_NAME_LEN - 1} characters",
+                                       subsystem=subsystem)
+        group = rest[:slash]
+        if not is_good_name(group):
+            raise TraceDefinitionError("BAD_GROUP_NAME", text, col, subsystem=subsystem)
+        col += slash + 1
+        rest = rest[slash + 1:]
+    cur.pos = len(cur.text)
+    if not rest:
+        if slash >= 0 and allow_empty:
+            return group, None
+        raise TraceDefinitionError("NO_EVENT_NAME", text, col, subsystem=subsystem)
+    if len(rest) >= MAX_EVENT_NAME_LEN:
+        raise TraceDefinitionError("EVENT_TOO_LONG", text, col, f"at most {MAX_EVENT_NAME_LEN - 1} characters",
+                                   subsystem=subsystem)
+    if not is_good_name(rest):
+        raise TraceDefinitionError("BAD_EVENT_NAME", text, col, subsystem=subsystem)
+    return group, rest
+
+
+def _looks_like_uprobe(where: str) -> bool:
+    """The kernel's test: a ``/`` in the word and a digit after its last ``:``."""
+    colon = where.rfind(":")
+    return "/" in where and colon >= 0 and where[colon + 1:colon + 2].isdigit()
+
+
+def _uprobe_tail(path: str) -> str:
+    """The default uprobe event name's file part: the basename up to its first ``.``, ``-`` or ``_``."""
+    base = os.path.basename(path)
+    for i, c in enumerate(base):
+        if c in ".-_":
+            return base[:i]
+    return base
+
+
+def parse(definition: str, arch: Arch | None = None) -> ProbeDef:
+    """Parse one definition line (see :class:`Parser`)."""
+    return Parser(arch).parse(definition)
+
+
+def parse_lines(text: str, arch: Arch | None = None) -> list[ProbeDef]:
+    """Every definition in a file's text: one a line; blank lines and ``#`` comments skipped."""
+    parser = Parser(arch)
+    return [parser.parse(line) for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]

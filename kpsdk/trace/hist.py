@@ -1,0 +1,124 @@
+"""Histograms the way bpftrace prints them: ``--hist FIELD`` and ``--latency``.
+
+Values go into power-of-two buckets (bpftrace's ``hist()``): ``(..., 0)`` for
+negative values, ``[0]``, ``[1]``, then ``[2, 4)``, ``[4, 8)``... with K, M, G
+for powers of 1024, and a bar of ``@`` scaled to the fullest bucket.
+``--latency`` makes one histogram per return event from the time between each
+call's entry and its return, in microseconds.  ``--plot out.png`` draws the
+same buckets with matplotlib (the optional extra ``kpsdk[plot]``).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from kpsdk.errors import KpsdkError
+
+if TYPE_CHECKING:
+    from kpsdk.trace.events import TraceRecord
+
+BAR_WIDTH = 52
+NEGATIVE = -1
+
+
+def log2_bucket(value: int) -> int:
+    """The bucket of a value: -1 below zero, 0 for 0, 1 for 1, k+1 for [2**k, 2**(k+1))."""
+    if value < 0:
+        return NEGATIVE
+    return value.bit_length()
+
+
+def _size(n: int) -> str:
+    for suffix, shift in (("E", 60), ("P", 50), ("T", 40), ("G", 30), ("M", 20), ("K", 10)):
+        if n >= 1 << shift and n % (1 << shift) == 0:
+            return f"{n >> shift}{suffix}"
+    return str(n)
+
+
+def bucket_label(bucket: int) -> str:
+    """``(..., 0)``, ``[0]``, ``[1]``, ``[2, 4)``, ``[1K, 2K)``."""
+    if bucket == NEGATIVE:
+        return "(..., 0)"
+    if bucket <= 1:
+        return f"[{bucket}]"
+    low = 1 << (bucket - 1)
+    return f"[{_size(low)}, {_size(low * 2)})"
+
+
+@dataclass
+class Histogram:
+    """Counts per log2 bucket for one key (an event, a function)."""
+
+    title: str
+    buckets: Counter[int] = field(default_factory=Counter)
+    total: int = 0
+
+    def add(self, value: int) -> None:
+        self.buckets[log2_bucket(value)] += 1
+        self.total += 1
+
+    def rows(self) -> list[tuple[str, int]]:
+        """Every bucket from the lowest to the highest seen, empty ones included (as bpftrace)."""
+        if not self.buckets:
+            return []
+        low, high = min(self.buckets), max(self.buckets)
+        return [(bucket_label(b), self.buckets.get(b, 0)) for b in range(low, high + 1)]
+
+    def render(self) -> str:
+        rows = self.rows()
+        top = max((c for _, c in rows), default=0)
+        lines = [f"{self.title}:"]
+        for label, count in rows:
+            bar = "@" * (count * BAR_WIDTH // top if top else 0)
+            lines.append(f"{label:<20}{count:>8} |{bar:<{BAR_WIDTH}}|")
+        return "\n".join(lines) + "\n"
+
+
+def field_histograms(records: Iterable[TraceRecord], field_name: str) -> list[Histogram]:
+    """``--hist FIELD``: one histogram per event that has the field (integer values only)."""
+    hists: dict[str, Histogram] = {}
+    for record in records:
+        value = record.fields.get(field_name)
+        values = value if isinstance(value, list) else [value]
+        for v in values:
+            if isinstance(v, int) and not isinstance(v, bool):
+                hists.setdefault(record.event, Histogram(f"@{field_name}[{record.event}]")).add(v)
+    return list(hists.values())
+
+
+def latency_histograms(records: Iterable[TraceRecord]) -> list[Histogram]:
+    """``--latency``: per return event, entry-to-return time in microseconds."""
+    hists: dict[str, Histogram] = {}
+    for record in records:
+        if record.kind == "r" and record.duration is not None:
+            key = f"{record.event}" if record.func is None else f"{record.func}"
+            hists.setdefault(key, Histogram(f"@latency_us[{key}]")).add(int(record.duration * 1e6))
+    return list(hists.values())
+
+
+def plot(histograms: list[Histogram], path: str, xlabel: str = "value") -> None:
+    """Save the histograms as bar charts in one PNG (needs matplotlib: ``pip install 'kpsdk[plot]'``)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as exc:
+        raise KpsdkError("--plot needs matplotlib: pip install 'kpsdk[plot]'") from exc
+    if not histograms:
+        raise KpsdkError(f"nothing to plot into {path}: no event had a value for the histogram")
+    fig, axes = plt.subplots(len(histograms), 1, figsize=(9, 2.8 * len(histograms)), squeeze=False)
+    for ax, hist in zip(axes[:, 0], histograms, strict=True):
+        rows = hist.rows()
+        ax.bar(range(len(rows)), [c for _, c in rows], color="#4c72b0")
+        ax.set_xticks(range(len(rows)))
+        ax.set_xticklabels([label for label, _ in rows], rotation=30, ha="right", fontsize=8)
+        ax.set_title(f"{hist.title} ({hist.total} values)")
+        ax.set_ylabel("count")
+        ax.set_xlabel(xlabel)
+    fig.tight_layout()
+    fig.savefig(path, format="png")
+    plt.close(fig)

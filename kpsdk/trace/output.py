@@ -1,0 +1,167 @@
+"""Output formats for trace records: ftrace text, JSON lines, a Perfetto (Chrome JSON) trace.
+
+- ``text``: the kernel's trace line, ``EVENT: (sym+0x0/0xSIZE) name=value ...``
+  and for returns ``EVENT: (caller+0xOFF/0xSIZE <- sym) ...``, values printed
+  the way ``trace_probe.c`` prints each type (``%u``, ``%d``, ``0x%x``,
+  ``'c'``, ``"string"``, ``{a,b}`` for arrays, ``(fault)``).
+- ``jsonl``: one JSON object per record (:meth:`TraceRecord.as_dict`).
+- ``perfetto``: the Trace Event Format that ui.perfetto.dev and
+  chrome://tracing load.  A return with its entry time is a complete slice
+  (``"ph": "X"``) named after the function, its arguments those of the return
+  event and, when a ``p`` event on the same function fired at that call, the
+  entry's too; other ``p`` hits are instant events (``"ph": "i"``).  Each task
+  is a thread.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import IO, TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from kpsdk.trace.events import TraceRecord
+    from kpsdk.trace.grammar import ArgType
+
+FORMATS = ("text", "jsonl", "perfetto")
+FAULT = "(fault)"
+
+
+def format_value(value: Any, argtype: ArgType | None) -> str:
+    """One field as the kernel prints it."""
+    if isinstance(value, list):
+        return "{" + ",".join(_scalar(v, argtype) for v in value) + "}"
+    return _scalar(value, argtype)
+
+
+def _scalar(value: Any, argtype: ArgType | None) -> str:
+    if value is None:
+        return FAULT
+    display = argtype.display if argtype is not None else "x"
+    if isinstance(value, str):
+        if display == "symbol":
+            return value
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+    if display == "x":
+        return f"{value:#x}"
+    if display == "char":
+        char = chr(value)
+        return f"'{char}'" if char.isprintable() else f"'\\x{value:02x}'"
+    return str(value)
+
+
+def format_text(record: TraceRecord) -> str:
+    """The ftrace line for one record."""
+    types = {a.name: a.type for a in record.definition.args} if record.definition is not None else {}
+    fields = "".join(f" {name}={format_value(value, types.get(name))}" for name, value in record.fields.items())
+    return f"{record.event}: ({record.where}){fields}"
+
+
+class Writer:
+    """Base: ``write(record)`` for each record, ``close()`` at the end."""
+
+    def write(self, record: TraceRecord) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Nothing to finish by default (text and JSON lines are written as they come)."""
+
+
+class TextWriter(Writer):
+    def __init__(self, stream: IO[str]) -> None:
+        self.stream = stream
+
+    def write(self, record: TraceRecord) -> None:
+        self.stream.write(format_text(record) + "\n")
+        self.stream.flush()
+
+
+class JsonlWriter(Writer):
+    def __init__(self, stream: IO[str]) -> None:
+        self.stream = stream
+
+    def write(self, record: TraceRecord) -> None:
+        self.stream.write(json.dumps(record.as_dict(), ensure_ascii=False) + "\n")
+        self.stream.flush()
+
+
+class PerfettoWriter(Writer):
+    """Collects records, then writes one Trace Event Format JSON object."""
+
+    def __init__(self, stream: IO[str], process_name: str = "kpsdk trace") -> None:
+        self.stream = stream
+        self.process_name = process_name
+        self.records: list[TraceRecord] = []
+
+    def write(self, record: TraceRecord) -> None:
+        self.records.append(record)
+
+    def close(self) -> None:
+        json.dump(perfetto_trace(self.records, self.process_name), self.stream, ensure_ascii=False)
+        self.stream.write("\n")
+        self.stream.flush()
+
+
+def _us(seconds: float) -> float:
+    return round(seconds * 1e6, 3)
+
+
+def _json_args(fields: dict[str, Any]) -> dict[str, Any]:
+    """Fields as Perfetto args: values kept, faults spelled out."""
+    return {k: (FAULT if v is None else v) for k, v in fields.items()}
+
+
+def perfetto_trace(records: list[TraceRecord], process_name: str = "kpsdk trace") -> dict[str, Any]:
+    """The Trace Event Format object (``{"traceEvents": [...]}``) for these records."""
+    pid = 1
+    events: list[dict[str, Any]] = [
+        {"ph": "M", "pid": pid, "tid": 0, "name": "process_name", "args": {"name": process_name}},
+    ]
+    tasks = sorted({r.task for r in records})
+    for task in tasks:
+        events.append({"ph": "M", "pid": pid, "tid": task, "name": "thread_name", "args": {"name": f"task {task}"}})
+    # p records at a function's entry, waiting for that call's return: (task, ip) -> stack
+    open_entries: dict[tuple[int, int], list[TraceRecord]] = {}
+    returns_for = {r.ip for r in records if r.kind == "r"}
+    body: list[dict[str, Any]] = []
+    paired: set[int] = set()
+    for record in records:
+        if record.kind == "p" and record.ip in returns_for:
+            open_entries.setdefault((record.task, record.ip), []).append(record)
+            continue
+        if record.kind == "r" and record.entry_time is not None:
+            args: dict[str, Any] = {"return": {"event": record.event, "caller": record.where.split(" <- ")[0],
+                                               **_json_args(record.fields)}}
+            stack = open_entries.get((record.task, record.ip), [])
+            while stack and stack[-1].time > record.entry_time:
+                stack.pop()  # an entry later than this call's: its return was never seen
+            if stack:
+                entry = stack.pop()
+                paired.add(id(entry))
+                args["entry"] = {"event": entry.event, **_json_args(entry.fields)}
+            body.append({"ph": "X", "name": record.func or record.event, "cat": record.group, "pid": pid,
+                         "tid": record.task, "ts": _us(record.entry_time), "dur": _us(record.time - record.entry_time),
+                         "args": args})
+            continue
+        body.append(_instant(record, pid))
+    for stack in open_entries.values():
+        for entry in stack:
+            if id(entry) not in paired:
+                body.append(_instant(entry, pid))
+    body.sort(key=lambda e: e["ts"])
+    return {"traceEvents": events + body, "displayTimeUnit": "ns",
+            "otherData": {"generator": "kpsdk trace", "records": len(records)}}
+
+
+def _instant(record: TraceRecord, pid: int) -> dict[str, Any]:
+    return {"ph": "i", "s": "t", "name": record.event, "cat": record.group, "pid": pid, "tid": record.task,
+            "ts": _us(record.time), "args": {"where": record.where, **_json_args(record.fields)}}
+
+
+def make_writer(fmt: str, stream: IO[str], process_name: str = "kpsdk trace") -> Writer:
+    if fmt == "text":
+        return TextWriter(stream)
+    if fmt == "jsonl":
+        return JsonlWriter(stream)
+    if fmt == "perfetto":
+        return PerfettoWriter(stream, process_name)
+    raise ValueError(f"unknown output format {fmt!r}; want one of {', '.join(FORMATS)}")

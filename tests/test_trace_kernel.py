@@ -1,0 +1,54 @@
+"""The real-kernel test as one ``kpsdk trace`` command: Debian's amd64 kernel under
+qemu-system-x86_64, file names and failed opens from ``do_sys_openat2``.
+
+The workload's own ``KPSDK open path=... ret=...`` lines on the serial console are the truth
+(see :mod:`kpsdk.fixtures.kernel`); the trace must show each file name, and exactly the failed
+ones with their negative errno (-2 ENOENT, -20 ENOTDIR).
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from kpsdk.cli import app
+from kpsdk.fixtures import kernel
+from tests.conftest import require_tool
+
+pytestmark = pytest.mark.kernel
+
+
+def test_kpsdk_trace_on_a_real_kernel(debian_kernel: Path, kernel_initramfs: Callable[..., Path]) -> None:
+    require_tool("gdb-multiarch", "gdb-multiarch")
+    initrd = kernel_initramfs()
+    result = CliRunner().invoke(app, [
+        "trace", "qemu-system:x86_64", "--kernel", str(debian_kernel), "--initrd", str(initrd), "--console",
+        "--duration", "300", "--output", "jsonl", "--filter", "ret < 0",
+        # (int dfd, const char __user *filename, struct open_how *how): the name at the entry, and again at
+        # the return, when the kernel has read it and its page is surely present
+        "-e", "p:open do_sys_openat2 dfd=$arg1:s32 name=+0($arg2):ustring",
+        "-e", "r:openret do_sys_openat2 name=+0($arg2):ustring ret=$retval:s64",
+    ])
+    assert result.exit_code == 0, result.output[-3000:]
+    records = [json.loads(line) for line in result.stdout.splitlines()]
+    markers = kernel.parse_markers(result.stderr)
+    assert "BEGIN" in [m.action for m in markers] and "POWEROFF" in [m.action for m in markers], result.stderr[-2000:]
+    opens = {m.fields["path"]: m.fields["ret"] for m in markers if m.action == "open"}
+    assert opens == {"/etc/kpsdk-hello": "ok", "/kpsdk-missing": "-2", "/etc/kpsdk-hello/sub": "-20"}
+    names = {r["fields"]["name"] for r in records if r["event"] == "open"}
+    failed = {(r["fields"]["name"], r["fields"]["ret"]) for r in records if r["event"] == "openret"}
+    assert all(r["fields"]["ret"] < 0 for r in records if r["event"] == "openret")  # --filter 'ret < 0'
+    for path, ret in opens.items():
+        assert path in names
+        if ret == "ok":
+            assert all(name != path for name, _ in failed)
+        else:
+            assert (path, int(ret)) in failed
+    assert ("/kpsdk-missing", -errno.ENOENT) in failed and ("/etc/kpsdk-hello/sub", -errno.ENOTDIR) in failed
+    first = next(r for r in records if r["event"] == "openret")
+    assert first["func"] == "do_sys_openat2" and first["where"].endswith(" <- do_sys_openat2")
