@@ -142,7 +142,6 @@ ARM_ISET = InstructionSet(
     unicorn_breakpoint=Breakpoint({4: struct.pack("<I", 0xE1200070)}, intno=7, pc_adjust=0),
     min_insn=4,
     length_rule=lambda code: 4,
-    nop=struct.pack("<I", 0xE320F000),
     # GCC's ARM frames: ``push {..., fp, lr}; add fp, sp, #N`` leaves fp at the saved lr, the
     # caller's fp one word below; a leaf pushes fp alone (``push {fp}; add fp, sp, #0``)
     frame_record=FrameRecord(fp="fp", saved_fp=-4, saved_ret=0, sets_fp=r"add fp, sp, ",
@@ -158,7 +157,6 @@ THUMB_ISET = InstructionSet(
     thumb_bit=True,
     # a first halfword of 0b11101, 0b11110 or 0b11111 in its top bits starts a 32-bit instruction
     length_rule=lambda code: 4 if int.from_bytes(code[:2], "little") >= 0xE800 else 2,
-    nop=struct.pack("<H", 0xBF00),
     # no frame record: GCC's Thumb frame pointer r7 points below the locals, at a different
     # distance from the saved lr in every function, so Thumb backtraces scan the stack
 )

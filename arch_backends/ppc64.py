@@ -84,7 +84,6 @@ PPC64_ISET = InstructionSet(
     min_insn=4,
     # ISA 3.1 prefixed instructions (primary opcode 1) are 8 bytes
     length_rule=lambda code: 8 if code[0] >> 2 == 1 else 4,
-    nop=struct.pack(">I", 0x60000000),  # ori 0,0,0
 )
 
 PPC64 = Arch(

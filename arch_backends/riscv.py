@@ -105,7 +105,6 @@ RISCV_ISET = InstructionSet(
     unicorn_breakpoint=Breakpoint({4: b"\0\0\0\0", 2: b"\0\0"}, intno=2, pc_adjust=-4),
     min_insn=2,
     length_rule=lambda code: insn_length(int.from_bytes(code[:2], "little")),
-    nop=struct.pack("<I", 0x00000013),  # addi x0, x0, 0
     # the psABI frame: s0 is the caller's sp, ra at s0-8 and the caller's s0 at s0-16; a leaf
     # saves s0 alone, at s0-8, and keeps its return address in ra
     frame_record=FrameRecord(fp="s0", saved_fp=-16, saved_ret=-8, sets_fp=r"(c\.addi4spn|addi) s0, sp, ",

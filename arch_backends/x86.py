@@ -125,7 +125,6 @@ def _iset(name: str, cs_mode: int, ks_mode: int, frame: FrameRecord) -> Instruct
         kernel_breakpoints={1: INT3},
         unicorn_breakpoint=Breakpoint({1: INT3}, intno=3, pc_adjust=-1),
         min_insn=1,
-        nop=b"\x90",
         frame_record=frame,
     )
 

@@ -131,7 +131,6 @@ class InstructionSet:
     :param min_insn: the shortest instruction, in bytes.
     :param thumb_bit: address bit 0 marks this set (Thumb).
     :param length_rule: the instruction length from its first bytes.
-    :param nop: a no-op instruction (the kretprobe trampoline's code on Unicorn).
     :param frame_record: the frame-pointer chain of code compiled with frame
         pointers, or None where backtraces scan the stack.
     """
@@ -146,7 +145,6 @@ class InstructionSet:
     #: the length rule: instruction bytes -> length, or None where only a
     #: decoder can tell (x86's 1-15 bytes)
     length_rule: Callable[[bytes], int | None] = lambda code: None
-    nop: bytes = b""
     frame_record: FrameRecord | None = None
 
 
