@@ -247,7 +247,21 @@ def _bound(handler: Callable[..., Any] | None, owner: FileProbe) -> Callable[...
     return lambda _p, *args: handler(owner, *args)
 
 
-class SessionUprobe(Probe):
+class _Armed:
+    """What a probe armed in one session for a user's :class:`FileProbe` shares: it is
+    enabled and shown as its owner."""
+
+    owner: FileProbe
+
+    @property
+    def disabled(self) -> bool:
+        return self.owner.disabled
+
+    def __repr__(self) -> str:
+        return repr(self.owner)
+
+
+class SessionUprobe(_Armed, Probe):
     """A :class:`Uprobe` armed in one session (a plain probe on its manager)."""
 
     letter = "u"
@@ -259,15 +273,8 @@ class SessionUprobe(Probe):
         self.owner = owner
         self.label = self.name = owner.label
 
-    @property
-    def disabled(self) -> bool:
-        return self.owner.disabled
 
-    def __repr__(self) -> str:
-        return repr(self.owner)
-
-
-class SessionUretprobe(Kretprobe):
+class SessionUretprobe(_Armed, Kretprobe):
     """A :class:`Uretprobe` armed in one session: a kretprobe whose instances know the owner."""
 
     letter = "u"
@@ -279,13 +286,6 @@ class SessionUretprobe(Kretprobe):
                          fault_handler=_bound(owner.fault_handler, owner))
         self.owner = owner
         self.label = self.name = owner.label
-
-    @property
-    def disabled(self) -> bool:
-        return self.owner.disabled
-
-    def __repr__(self) -> str:
-        return repr(self.owner)
 
 
 # -- checking a probe against its file ---------------------------------------------------------

@@ -146,6 +146,28 @@ def _serve(cmd):
         return "e " + str(exc).replace("\n", " ")
 
 
+def _converse(report, prefetch):
+    """Send a hit's report, serve the host's requests until its final ``c|s`` line,
+    apply the register writes that line carries and say whether to stop.
+
+    ``+NAME`` words ask for that register with the point's later hits (``prefetch``,
+    a breakpoint's list; None for watchpoints, which send no registers)."""
+    _send(report)
+    while True:
+        line = _recv_line()
+        if line[:1] in ("c", "s"):
+            break
+        _send(_serve(line))
+    for word in line[2:].split():
+        if word[0] == "+":
+            if prefetch is not None and word[1:] not in prefetch:
+                prefetch.append(word[1:])
+        else:
+            name, _, value = word.partition("=")
+            _write_register(name, int(value, 16))
+    return line[0] == "s"
+
+
 class KpsdkBreakpoint(gdb.Breakpoint):
     """A kpsdk probe point: ``stop()`` hands the hit to the host."""
 
@@ -165,20 +187,7 @@ class KpsdkBreakpoint(gdb.Breakpoint):
             thread = gdb.selected_thread()
             tid = thread.num if thread is not None else 0
             regs = " ".join(f"{n}={_read_register(n):x}" for n in self.prefetch)
-            _send(f"H {self.addr:x} {tid:x} {regs}")
-            while True:
-                line = _recv_line()
-                if line[:1] in ("c", "s"):
-                    break
-                _send(_serve(line))
-            for word in line[2:].split():
-                if word[0] == "+":
-                    if word[1:] not in self.prefetch:
-                        self.prefetch.append(word[1:])
-                else:
-                    name, _, value = word.partition("=")
-                    _write_register(name, int(value, 16))
-            return line[0] == "s"
+            return _converse(f"H {self.addr:x} {tid:x} {regs}", self.prefetch)
         except EOFError:
             return True
         finally:
@@ -248,17 +257,7 @@ class KpsdkWatchpoint(gdb.Breakpoint):
                 old, new = self.last, self._bytes()
                 self.last = new
                 kind = "w" if new != old or self.kind == "w" else "r"
-            _send(f"W {self.wid:x} {tid:x} {kind} {old.hex() or '-'} {new.hex() or '-'}")
-            while True:
-                line = _recv_line()
-                if line[:1] in ("c", "s"):
-                    break
-                _send(_serve(line))
-            for word in line[2:].split():
-                if word[0] != "+":
-                    name, _, value = word.partition("=")
-                    _write_register(name, int(value, 16))
-            return line[0] == "s"
+            return _converse(f"W {self.wid:x} {tid:x} {kind} {old.hex() or '-'} {new.hex() or '-'}", None)
         except EOFError:
             return True
         finally:
