@@ -104,7 +104,7 @@ PPC64 = Arch(
         "Unicorn 2.1.4 cannot run ppc64: its explicit PPC64 CPU models map to 32-bit ones and the "
         "default POWER10 model raises an unhandled CPU exception on the first instruction "
         "(checked: two nops fail with UC_ERR_EXCEPTION). Run ppc64 code under QEMU instead "
-        "(qemu-user:PROG or qemu-system:ppc64, once the live targets land)"
+        "(kpsdk.open(\"qemu-user:PROG\"))"
     ),
     gdb_arch="powerpc:common64",
     elf_machine="EM_PPC64",

@@ -21,10 +21,13 @@ with the next hits, so a steady-state hit is one round trip.
 
 from __future__ import annotations
 
+import array
 import atexit
+import fcntl
 import os
 import signal
 import subprocess
+import termios
 import threading
 import time
 import weakref
@@ -94,6 +97,13 @@ class LiveRegs:
         self.cache[reg.gdb] = value
 
 
+def _pipe_pending(fd: int) -> int:
+    """Bytes waiting in a pipe (``FIONREAD``)."""
+    buf = array.array("i", [0])
+    fcntl.ioctl(fd, termios.FIONREAD, buf)
+    return buf[0]
+
+
 class GdbTarget(Target):
     """A CPU behind a gdbstub, driven by gdb-multiarch."""
 
@@ -130,8 +140,10 @@ class GdbTarget(Target):
         self.link = AgentLink()
         self.mi: MiConnection | None = None
         _open_targets.add(self)
+        self._streams = [stream for proc in self.processes for stream in (proc.stdout, proc.stderr)
+                         if stream is not None]
         self._readers = [threading.Thread(target=self._collect, args=(stream,), daemon=True)
-                         for proc in self.processes for stream in (proc.stdout, proc.stderr) if stream is not None]
+                         for stream in self._streams]
         for reader in self._readers:
             reader.start()
         try:
@@ -175,6 +187,25 @@ class GdbTarget(Target):
                 return
         for reader in self._readers:
             reader.join(timeout=2)
+
+    @property
+    def console(self) -> str:
+        """What QEMU printed so far, including what it wrote just before it stopped."""
+        self._settle_output()
+        return self._console.decode("utf-8", "replace")
+
+    def _settle_output(self, limit: float = 0.5) -> None:
+        """Wait (at most ``limit`` s) until the reader threads have taken everything QEMU
+        wrote into its pipes: a program stopped right after a ``write`` has its output
+        in the pipe, not yet in ``console``."""
+        deadline = time.monotonic() + limit
+        for stream in self._streams:
+            try:
+                while _pipe_pending(stream.fileno()) and time.monotonic() < deadline:
+                    time.sleep(0.001)
+            except (OSError, ValueError):
+                continue  # the pipe is closed: its reader has finished
+        time.sleep(0.002)  # the reader appends what its last read returned
 
     def _collect(self, stream: Any) -> None:
         """Copy a QEMU output stream into ``console`` (a thread per stream)."""
