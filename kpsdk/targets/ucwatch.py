@@ -217,21 +217,16 @@ class UcWatch:
         insn = self._insns.get((pc, code))
         if insn is None:
             insn = self._insns[(pc, code)] = next(arch.disassembler(iset).disasm(code, pc, 1))
-        succ = arch.extra["successors"](insn, lambda name: fast.read(arch.register(name)),
-                                        lambda a, n: bytes(self.uc.mem_read(a, n)), arch.word_size)
-        if succ is None:
+        if self._step is not None:  # left over from a run that ended inside a step
+            for h in self._step.hooks:
+                t.hooks.delete(h)
+            self._step = None
+        hooks = t.successor_hooks(insn, self._on_after)
+        if hooks is None:
             from kpsdk.errors import TargetError
 
             raise TargetError(f"a watched access by {insn.mnemonic} {insn.op_str} at {t.symbols.format(pc)} "
                               "cannot be followed to its next instruction (a trap)")
-        if self._step is not None:  # left over from a run that ended inside a step
-            for h in self._step.hooks:
-                t.hooks.delete(h)
-        hooks = []
-        for target in succ:
-            a = target & ~1 if arch.has_thumb else target
-            hooks.append(t.hooks.code(self._on_after, a, a))
-            self.uc.ctl_remove_cache(a, a + 1)
         self.uc.ctl_remove_cache(pc, pc + insn.size)
         self._step = _Step(pc, hooks)
         point = t._hook_points.get(pc)
@@ -242,14 +237,11 @@ class UcWatch:
     def _unslot(self, addr: int) -> int:
         """The program's address for one in a kprobe booster slot (the copy of a probed
         instruction, then its jump back): the accessing instruction may run from there."""
-        from kpsdk.targets.unicorn import SLOT_BASE, SLOT_SIZE
-
-        t = self.t
-        if not t.is_reserved(addr) or addr < t._area + SLOT_BASE:
+        point = self.t.slot_point(addr)
+        if point is None:
             return addr
-        slot = addr - (addr - t._area - SLOT_BASE) % SLOT_SIZE
-        point = t._slot_points.get(slot)
-        return addr if point is None else point.addr + min(addr - slot, point.insn.size)
+        slot = point.state["slot"]
+        return point.addr + min(addr - slot, point.insn.size)  # type: ignore[operator]
 
     def _on_after(self, handle: int, addr: int, size: int, user: int) -> None:
         """Step 4: the accessing instruction is done; run the handlers of what it accessed."""

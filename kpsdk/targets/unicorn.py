@@ -442,17 +442,34 @@ class UnicornTarget(Target):
         arch = self.arch
         return bool(arch.extra["condition_passes"](point.insn.condition, lambda n: self.fast.read(arch.register(n))))
 
-    def _start_step(self, point: ProbePoint) -> None:
+    def successor_hooks(self, insn: capstone.CsInsn, callback: Any) -> list[int] | None:
+        """One-shot code hooks (``callback``) wherever ``insn``, about to run with the
+        current registers, can go next: kpsdk's software single-step.  Cached
+        translations there are dropped so the hooks are seen.  Returns the hook
+        handles (the caller deletes them at the first one reached), or None when
+        the arch backend cannot follow the instruction (a trap)."""
         fast, arch = self.fast, self.arch
-        succ = arch.extra["successors"](
-            self._cs_insn(point), lambda name: fast.read(arch.register(name)),
-            lambda a, n: bytes(self.uc.mem_read(a, n)), arch.word_size,
-        )
+        succ = arch.extra["successors"](insn, lambda name: fast.read(arch.register(name)),
+                                        lambda a, n: bytes(self.uc.mem_read(a, n)), arch.word_size)
+        if succ is None:
+            return None
         handles = []
         for target in succ:
-            a = target & ~1 if self.arch.has_thumb else target
-            handles.append(self.hooks.code(self._on_step, a, a))
+            a = target & ~1 if arch.has_thumb else target
+            handles.append(self.hooks.code(callback, a, a))
             self.uc.ctl_remove_cache(a, a + 1)
+        return handles
+
+    def slot_point(self, addr: int) -> ProbePoint | None:
+        """The probe point whose booster slot holds ``addr`` (its copied instruction
+        or the jump back), or None."""
+        if not self.is_reserved(addr) or addr < self._area + SLOT_BASE:
+            return None
+        return self._slot_points.get(addr - (addr - self._area - SLOT_BASE) % SLOT_SIZE)
+
+    def _start_step(self, point: ProbePoint) -> None:
+        handles = self.successor_hooks(self._cs_insn(point), self._on_step)
+        assert handles is not None, "registration refuses post_handlers where can_step() is False"
         self._step = (point, handles)
         # leave the current translation block so the new hooks are seen, and
         # re-enter this instruction without running its handlers again
@@ -665,10 +682,7 @@ class UnicornTarget(Target):
     def _instruction_fault(self, error: unicorn.UcError) -> int | None:
         """K4 for the probed instruction itself: its probes' fault_handlers may handle it."""
         pc = self.fast.read(self._pc)
-        point = self._hook_points.get(pc)
-        if point is None and self.is_reserved(pc) and pc >= self._area + SLOT_BASE:
-            slot = pc - (pc - self._area - SLOT_BASE) % SLOT_SIZE
-            point = self._slot_points.get(slot)
+        point = self._hook_points.get(pc) or self.slot_point(pc)
         if point is None or not self.manager.instruction_fault(point, self._regs, error.errno):
             return None
         new = self._regs.new_ip
