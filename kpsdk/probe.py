@@ -9,7 +9,7 @@ decorator ``s.kprobe(...)``), and ``kpsdk`` exports its public classes.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -51,6 +51,20 @@ def location_fields(where: str | int) -> dict[str, Any]:
     except ValueError:
         raise ValueError(f"{where!r}: the offset must be a number (add+0x4)") from None
     return {"symbol_name": sym.strip(), "offset": offset}
+
+
+def register_all(probes: Iterable[Any], register: Callable[[Any], Any], unregister: Callable[[Any], None]) -> None:
+    """K8: register each of ``probes``, or none: on an error the ones already
+    registered are unregistered, newest first, and the error goes on."""
+    done: list[Any] = []
+    try:
+        for probe in probes:
+            register(probe)
+            done.append(probe)
+    except BaseException:
+        for probe in reversed(done):
+            unregister(probe)
+        raise
 
 
 class Probe:

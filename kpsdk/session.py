@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from kpsdk.errors import KpsdkError
-from kpsdk.probe import Probe, ProbeType
+from kpsdk.probe import Probe, ProbeType, register_all
 
 if TYPE_CHECKING:
     from kpsdk.backtrace import Frame
@@ -50,15 +50,7 @@ class Session:
 
     def register_many(self, probes: Iterable[Probe]) -> None:
         """K8: register all, or none (the ones done are rolled back on error)."""
-        done: list[Probe] = []
-        try:
-            for probe in probes:
-                self.register(probe)
-                done.append(probe)
-        except BaseException:
-            for probe in reversed(done):
-                self.unregister(probe)
-            raise
+        register_all(probes, self.register, self.unregister)
 
     def unregister_many(self, probes: Iterable[Probe]) -> None:
         """Unregister each; ones not registered are skipped, as in the kernel."""

@@ -45,7 +45,15 @@ from kpsdk.errors import KprobeError, KpsdkError, SymbolError, TargetError, Targ
 from kpsdk.plugins.kretprobes import Kretprobe, KretprobeInstance, function_entry
 from kpsdk.plugins.kretprobes import register as kretprobe_register
 from kpsdk.plugins.kretprobes import unregister as kretprobe_unregister
-from kpsdk.probe import KPROBE_FLAG_DISABLED, FaultHandler, PostHandler, PreHandler, Probe, ProbeType
+from kpsdk.probe import (
+    KPROBE_FLAG_DISABLED,
+    FaultHandler,
+    PostHandler,
+    PreHandler,
+    Probe,
+    ProbeType,
+    register_all,
+)
 
 if TYPE_CHECKING:
     from kpsdk.arch import Arch
@@ -425,18 +433,8 @@ def register_uprobe(up: FileProbe) -> FileProbe:
         raise TypeError(f"register_uprobe takes a Uprobe or Uretprobe, not {type(up).__name__}")
     from kpsdk.registry import get_registry
 
-    key = check_file(up, get_registry())
-    if key in _system:
-        raise KprobeError(errno.EEXIST, f"a system-wide uprobe is already registered at {_system[key].label} "
-                          "(the same file and offset)")
-    up.identity, up.scope = (key[0], key[1]), SYSTEM
-    _system[key] = up
-    try:
-        _apply(up, list(_sessions))
-    except BaseException:
-        del _system[key]
-        up.scope = None
-        raise
+    _register_in(_system, SYSTEM, up, check_file(up, get_registry()), list(_sessions),
+                 "a system-wide uprobe is already registered at {}")
     return up
 
 
@@ -452,14 +450,7 @@ def unregister_uprobe(up: FileProbe) -> None:
 
 def register_uprobes(probes: Iterable[FileProbe]) -> None:
     """System-wide batch registration: all, or none (K8)."""
-    done: list[FileProbe] = []
-    try:
-        for up in probes:
-            done.append(register_uprobe(up))
-    except BaseException:
-        for up in reversed(done):
-            unregister_uprobe(up)
-        raise
+    register_all(probes, register_uprobe, unregister_uprobe)
 
 
 def unregister_uprobes(probes: Iterable[FileProbe]) -> None:
@@ -488,17 +479,22 @@ def session_register(session: Session, up: FileProbe) -> None:
     """This session only (``s.register_uprobe``)."""
     if session.closed:
         raise KpsdkError("the session is closed")
-    key = check_file(up, session.registry)
-    local = _local.setdefault(session, {})
-    if key in local:
-        raise KprobeError(errno.EEXIST, f"a uprobe is already registered at {local[key].label} in this session "
-                          "(the same file and offset)")
-    up.identity, up.scope = (key[0], key[1]), session
-    local[key] = up
+    _register_in(_local.setdefault(session, {}), session, up, check_file(up, session.registry), [session],
+                 "a uprobe is already registered at {} in this session")
+
+
+def _register_in(table: dict[Key, FileProbe], scope: Any, up: FileProbe, key: Key, sessions: list[Session],
+                 taken: str) -> None:
+    """Record ``up`` under ``key`` in a scope's table and arm it in ``sessions``, or leave
+    no trace; ``EEXIST`` (``taken``, formatted with the holder's label) when the key is held."""
+    if key in table:
+        raise KprobeError(errno.EEXIST, taken.format(table[key].label) + " (the same file and offset)")
+    up.identity, up.scope = (key[0], key[1]), scope
+    table[key] = up
     try:
-        _apply(up, [session])
+        _apply(up, sessions)
     except BaseException:
-        del local[key]
+        del table[key]
         up.scope = None
         raise
 
