@@ -248,7 +248,8 @@ def read_reg(regs: PtRegs, name: str) -> int:
     return int(getattr(regs, name))
 
 
-def _split_commas(values: list[str] | None) -> list[str]:
+def split_commas(values: list[str] | None) -> list[str]:
+    """Repeatable NAME[,NAME] options (``--noprobe a,b --noprobe c``) as one list."""
     return [x.strip() for v in values or [] for x in v.split(",") if x.strip()]
 
 
@@ -425,7 +426,7 @@ def cmd_list(
     from kpsdk.elfimage import load_elf
 
     image = load_elf(elf_path(elf))
-    blocked = set(_split_commas(noprobe))
+    blocked = set(split_commas(noprobe))
     try:
         arch_name = kpsdk.get_registry().archs.by_elf(image.machine, image.elf_class, image.endian).name
     except UnknownNameError:
@@ -575,6 +576,10 @@ class TargetChoice:
     @property
     def live(self) -> bool:
         return self.kind is not None
+
+    def run_timeout(self, given: float | None) -> float:
+        """``given`` seconds, else the default for this kind of target."""
+        return given if given is not None else (LIVE_TIMEOUT if self.live else UNICORN_TIMEOUT)
 
 
 def choose_target(elf: str | None, target: str | None, given: dict[str, Any]) -> TargetChoice:
@@ -1014,8 +1019,8 @@ def cmd_probe(
         probe_class(reg, "kretprobe")
     run = ProbeRun(choice, kprobes, kretprobes, list(dict.fromkeys(string_arg or [])), failed, maxactive, post,
                    regs_opt, fn_args, restype, no_optimize,
-                   timeout if timeout is not None else (LIVE_TIMEOUT if choice.live else UNICORN_TIMEOUT),
-                   _split_commas(noprobe), show_console, console(), uprobes=uprobes, uretprobes=uretprobes)
+                   choice.run_timeout(timeout),
+                   split_commas(noprobe), show_console, console(), uprobes=uprobes, uretprobes=uretprobes)
     interrupted = False
     try:
         try:

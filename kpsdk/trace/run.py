@@ -37,6 +37,7 @@ from kpsdk.cli import (
     close_session,
     console,
     parse_call,
+    split_commas,
 )
 from kpsdk.errors import KpsdkError
 from kpsdk.trace.output import FORMATS, make_writer
@@ -222,7 +223,7 @@ def cmd_trace(
                                  param_hint="--call")
     if plot is not None and not (hist or latency):
         raise typer.BadParameter("--plot draws the --hist FIELD or --latency histograms: add one", param_hint="--plot")
-    limit = duration if duration is not None else (LIVE_TIMEOUT if choice.live else UNICORN_TIMEOUT)
+    limit = choice.run_timeout(duration)
     import kpsdk
 
     session: Session | None = None
@@ -235,7 +236,7 @@ def cmd_trace(
         records: list[TraceRecord] = []
         try:
             try:
-                session = kpsdk.open(choice.spec, noprobe=[n for v in noprobe or [] for n in v.split(",") if n],
+                session = kpsdk.open(choice.spec, noprobe=split_commas(noprobe),
                                      **choice.options)
                 limits = _Limits(session, count)
 
