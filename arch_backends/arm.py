@@ -17,7 +17,7 @@ from capstone import arm_const as ca
 from unicorn import arm_const as ua
 
 from kpsdk import hookimpl
-from kpsdk.arch import Abi, Arch, Breakpoint, FrameRecord, InstructionSet, Register, Syscalls, WatchRules
+from kpsdk.arch import Abi, Arch, Breakpoint, EntryDetour, FrameRecord, InstructionSet, Register, Syscalls, WatchRules
 from kpsdk.insn import ReadMem, ReadReg, changes_flow
 
 _PC_IDS = frozenset({ca.ARM_REG_PC})
@@ -127,6 +127,57 @@ def jump_back(at: int, target: int, iset: InstructionSet) -> bytes:
     return pad + struct.pack("<HHI", 0xF8DF, 0xF000, target | 1)
 
 
+def near_jump(at: int, target: int, iset: InstructionSet) -> bytes | None:
+    """``b`` (ARM, +-32 MiB) or ``b.w`` (Thumb, +-16 MiB), 4 bytes: the jump a return
+    probe's detour writes over a function entry; None out of range."""
+    off = target - (at + (4 if iset.thumb_bit else 8))
+    if not -(1 << (24 if iset.thumb_bit else 25)) <= off < (1 << (24 if iset.thumb_bit else 25)) or off & 1:
+        return None
+    ks = keystone.Ks(*iset.keystone)  # type: ignore[misc]
+    return bytes(ks.asm(f"{'b.w' if iset.thumb_bit else 'b'} #{target:#x}", at)[0])
+
+
+def _movw_movt(reg: str, value: int) -> str:
+    return f"movw {reg}, #{value & 0xFFFF:#x}\nmovt {reg}, #{value >> 16:#x}"
+
+
+def entry_detour(at: int, iset: InstructionSet, d: EntryDetour) -> tuple[bytes, int]:
+    """The return probes' fast entry (:class:`~kpsdk.arch.EntryDetour`), ARM or Thumb-2:
+    r0-r3 are saved on the stack (the entry sp is 16 bytes up), the flags in r3."""
+    b = "b.w" if iset.thumb_bit else "b"
+    head = f"""
+        push {{r0, r1, r2, r3}}
+        mrs r3, apsr
+        {_movw_movt("r0", d.data)}
+        ldr r1, [r0]
+        cmp r1, #0
+        bne slow
+        ldr r1, [r0, #{d.avail - d.data}]
+        cmp r1, #0
+        beq slow
+        sub r1, r1, #1
+        str r1, [r0, #{d.avail - d.data}]
+        ldr r1, [r0, #4]
+        add r2, r1, #12
+        str r2, [r0, #4]
+        str lr, [r1]
+        add r2, sp, #16
+        str r2, [r1, #4]
+        movw r2, #{d.index}
+        str r2, [r1, #8]
+        {_movw_movt("lr", d.tramp)}
+        msr apsr_nzcvq, r3
+        pop {{r0, r1, r2, r3}}
+        {b} #{d.resume:#x}
+    slow:
+        msr apsr_nzcvq, r3
+        pop {{r0, r1, r2, r3}}
+    """
+    ks = keystone.Ks(*iset.keystone)  # type: ignore[misc]
+    hook = len(bytes(ks.asm(head, at)[0]))
+    return bytes(ks.asm(head + f"{b} #{d.resume:#x}", at)[0]), hook
+
+
 def return_jump(at: int, iset: InstructionSet) -> tuple[bytes, int]:
     """:func:`jump_back` through a literal kpsdk rewrites per return (the kretprobe
     trampoline): ``ldr pc`` interworks, so the literal's bit 0 picks ARM or Thumb."""
@@ -198,6 +249,7 @@ ARM = Arch(
     watch=WATCH,
     cross_gcc_package="gcc-arm-linux-gnueabihf",
     extra={"classify": classify, "successors": successors, "jump_back": jump_back, "return_jump": return_jump,
+           "near_jump": near_jump, "entry_detour": entry_detour,
            "condition": condition, "condition_passes": condition_passes, "unicorn_setup": unicorn_setup},
 )
 

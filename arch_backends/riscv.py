@@ -17,7 +17,7 @@ import unicorn
 from unicorn import riscv_const as ur
 
 from kpsdk import hookimpl
-from kpsdk.arch import Abi, Arch, Breakpoint, FrameRecord, InstructionSet, Register, Syscalls, WatchRules
+from kpsdk.arch import Abi, Arch, Breakpoint, EntryDetour, FrameRecord, InstructionSet, Register, Syscalls, WatchRules
 from kpsdk.insn import ReadMem, ReadReg, sign_extend
 
 _ABI_NAMES = (
@@ -90,6 +90,73 @@ def jump_back(at: int, target: int, iset: InstructionSet) -> bytes | None:
     return struct.pack("<I", enc)
 
 
+def _i(op: int, f3: int, rd: int, rs1: int, imm: int) -> int:
+    """I-type (``addi``, ``ld``)."""
+    return (imm & 0xFFF) << 20 | rs1 << 15 | f3 << 12 | rd << 7 | op
+
+
+def _s(rs1: int, rs2: int, imm: int) -> int:
+    """``sd rs2, imm(rs1)``."""
+    return (imm >> 5 & 0x7F) << 25 | rs2 << 20 | rs1 << 15 | 3 << 12 | (imm & 0x1F) << 7 | 0x23
+
+
+def _b(f3: int, rs1: int, off: int) -> int:
+    """``beq``/``bne rs1, zero, off``."""
+    return ((off >> 12 & 1) << 31 | (off >> 5 & 0x3F) << 25 | rs1 << 15 | f3 << 12
+            | (off >> 1 & 0xF) << 8 | (off >> 11 & 1) << 7 | 0x63)
+
+
+_RA, _SP, _T0, _T1, _T2 = 1, 2, 5, 6, 7
+
+
+def _addi(rd: int, rs1: int, imm: int) -> int:
+    return _i(0x13, 0, rd, rs1, imm)
+
+
+def _ld(rd: int, rs1: int, imm: int) -> int:
+    return _i(0x03, 3, rd, rs1, imm)
+
+
+def _jal0(at: int, target: int) -> int:
+    code = jump_back(at, target, RISCV_ISET)
+    assert code is not None, "a detour's jumps stay inside its block"
+    return int(struct.unpack("<I", code)[0])
+
+
+def entry_detour(at: int, iset: InstructionSet, d: EntryDetour) -> tuple[bytes, int]:
+    """The return probes' fast entry (:class:`~kpsdk.arch.EntryDetour`), hand-encoded
+    (keystone has no RISC-V).  t0-t2 are saved below sp (the entry sp is 32 bytes
+    up); ``data`` and ``tramp`` are doublewords after the code, read with auipc."""
+    av = d.avail - d.data
+    restore = [_ld(_T0, _SP, 0), _ld(_T1, _SP, 8), _ld(_T2, _SP, 16), _addi(_SP, _SP, 32)]
+    fast = [
+        _addi(_SP, _SP, -32), _s(_SP, _T0, 0), _s(_SP, _T1, 8), _s(_SP, _T2, 16),
+        0x00000297,  # 16: auipc t0, 0
+        None,  # 20: ld t0, DATA-16(t0)
+        _ld(_T1, _T0, 0), None,  # 28: bnez t1, slow
+        _ld(_T1, _T0, av), None,  # 36: beqz t1, slow
+        _addi(_T1, _T1, -1), _s(_T0, _T1, av),
+        _ld(_T1, _T0, 8), _addi(_T2, _T1, 24), _s(_T0, _T2, 8),
+        _s(_T1, _RA, 0), _addi(_T2, _SP, 32), _s(_T1, _T2, 8), _addi(_T2, 0, d.index), _s(_T1, _T2, 16),
+        0x00000397,  # 80: auipc t2, 0
+        None,  # 84: ld ra, TRAMP-80(t2)
+        *restore,
+        None,  # 104: j resume
+    ]
+    slow = 4 * len(fast)
+    hook = slow + 4 * len(restore)
+    lit = hook + 4 + (-(hook + 4) % 8)
+    fast[5] = _ld(_T0, _T0, lit - 16)
+    fast[7] = _b(1, _T1, slow - 28)
+    fast[9] = _b(0, _T1, slow - 36)
+    fast[21] = _ld(_RA, _T2, lit + 8 - 80)
+    fast[-1] = _jal0(at + slow - 4, d.resume)
+    words = [w for w in fast if w is not None] + restore + [_jal0(at + hook, d.resume)]
+    assert len(words) * 4 == hook + 4
+    code = struct.pack(f"<{len(words)}I", *words)
+    return code + bytes(lit - len(code)) + struct.pack("<QQ", d.data, d.tramp), hook
+
+
 def return_jump(at: int, iset: InstructionSet) -> tuple[bytes, int]:
     """``auipc ra, 0; ld ra, 16(ra); jr ra`` through the doubleword at +16 (the kretprobe
     trampoline).  It leaves ``ra`` holding the real return address, as a plain ``ret``
@@ -141,7 +208,7 @@ RISCV64 = Arch(
                      exec_lengths=(2, 4), source="RISC-V debug spec 0.13 (mcontrol); QEMU target/riscv/debug.c"),
     cross_gcc_package="gcc-riscv64-linux-gnu",
     extra={"classify": classify, "successors": successors, "jump_back": jump_back,
-           "return_jump": return_jump},
+           "return_jump": return_jump, "near_jump": jump_back, "entry_detour": entry_detour},
 )
 
 

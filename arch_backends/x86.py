@@ -16,7 +16,17 @@ from capstone import x86_const as cx
 from unicorn import x86_const as ux
 
 from kpsdk import hookimpl
-from kpsdk.arch import Abi, Arch, Breakpoint, FrameRecord, InstructionSet, Register, Syscalls, WatchRules
+from kpsdk.arch import (
+    Abi,
+    Arch,
+    Breakpoint,
+    EntryDetour,
+    FrameRecord,
+    InstructionSet,
+    Register,
+    Syscalls,
+    WatchRules,
+)
 from kpsdk.insn import ReadMem, ReadReg, changes_flow
 
 INT3 = b"\xcc"
@@ -103,6 +113,63 @@ def return_jump_32(at: int, iset: InstructionSet) -> tuple[bytes, int]:
     return b"\xff\x25" + struct.pack("<I", at + 6) + bytes(4), 6
 
 
+def near_jump(at: int, target: int, iset: InstructionSet) -> bytes | None:
+    """``jmp rel32`` (5 bytes), the jump a return probe's detour writes over a function
+    entry; None where the target is beyond +-2 GiB (x86_64)."""
+    off = target - (at + 5)
+    if not -(1 << 31) <= off < (1 << 31) and iset.name == "x86_64":
+        return None
+    return b"\xe9" + struct.pack("<I", off & 0xFFFFFFFF)
+
+
+def _detour_text(d: EntryDetour, wide: bool) -> tuple[str, str]:
+    """The :class:`~kpsdk.arch.EntryDetour` code as assembly: up to the hooked
+    instruction, and that instruction.  Scratch registers and flags are saved on
+    the stack, so the entry sp is 3 words up."""
+    w, q = (8, "qword") if wide else (4, "dword")
+    a, c, f = ("rax", "rcx", "q") if wide else ("eax", "ecx", "d")
+    sp = "rsp" if wide else "esp"
+    tramp = (f"movabs {c}, {d.tramp:#x}\nmov {q} ptr [{sp} + {3 * w}], {c}" if wide
+             else f"mov {q} ptr [{sp} + {3 * w}], {d.tramp:#x}")
+    av = d.avail - d.data
+    head = f"""
+        push {c}
+        push {a}
+        pushf{f}
+        {"movabs" if wide else "mov"} {c}, {d.data:#x}
+        cmp {q} ptr [{c}], 0
+        jne slow
+        cmp {q} ptr [{c} + {av:#x}], 0
+        je slow
+        dec {q} ptr [{c} + {av:#x}]
+        mov {a}, {q} ptr [{c} + {w}]
+        add {q} ptr [{c} + {w}], {3 * w}
+        mov {q} ptr [{a} + {2 * w}], {d.index}
+        lea {c}, [{sp} + {3 * w}]
+        mov {q} ptr [{a} + {w}], {c}
+        mov {c}, {q} ptr [{sp} + {3 * w}]
+        mov {q} ptr [{a}], {c}
+        {tramp}
+        popf{f}
+        pop {a}
+        pop {c}
+        jmp {d.resume:#x}
+    slow:
+        popf{f}
+        pop {a}
+        pop {c}
+    """
+    return head, f"jmp {d.resume:#x}"
+
+
+def entry_detour(at: int, iset: InstructionSet, d: EntryDetour) -> tuple[bytes, int]:
+    """The return probes' fast entry (:class:`~kpsdk.arch.EntryDetour`) at ``at``."""
+    head, hooked = _detour_text(d, iset.name == "x86_64")
+    ks = keystone.Ks(*iset.keystone)  # type: ignore[misc]
+    hook = len(bytes(ks.asm(head, at)[0]))
+    return bytes(ks.asm(head + hooked, at)[0]), hook
+
+
 def _frame_record(fp: str, sp: str, word: int) -> FrameRecord:
     """``push rbp; mov rbp, rsp``: [rbp] is the caller's rbp, [rbp+word] the return address."""
     return FrameRecord(fp=fp, saved_fp=0, saved_ret=word, sets_fp=rf"mov {fp}, {sp}$",
@@ -157,7 +224,7 @@ X86_64 = Arch(
     watch=_watch(8),
     cross_gcc_package="gcc-x86-64-linux-gnu",
     extra={"classify": classify, "successors": successors, "jump_back": jump_back_64,
-           "return_jump": return_jump_64},
+           "return_jump": return_jump_64, "near_jump": near_jump, "entry_detour": entry_detour},
 )
 
 I386 = Arch(
@@ -189,7 +256,7 @@ I386 = Arch(
     watch=_watch(4),
     cross_gcc_package="gcc-i686-linux-gnu",
     extra={"classify": classify, "successors": successors, "jump_back": jump_back_32,
-           "return_jump": return_jump_32},
+           "return_jump": return_jump_32, "near_jump": near_jump, "entry_detour": entry_detour},
 )
 
 

@@ -149,6 +149,37 @@ class InstructionSet:
 
 
 @dataclass(frozen=True)
+class EntryDetour:
+    """What an arch backend's ``entry_detour`` writes: the guest code that hooks a
+    call's return at a function entry without leaving the emulated CPU (the
+    return probes' fast entry on Unicorn, see ``kpsdk/targets/ucdetour.py``).
+
+    The code runs with the registers of the function entry and leaves them as it
+    found them (flags included).  It reads two words at ``data``: the *gate* at
+    ``data`` and the *log top* (the address of the next free record) one word
+    up, and this detour's *available instances* word at ``avail``.  When the
+    gate is 0 and an instance is available it takes one, appends the record
+    ``(return address, stack pointer at entry, index)`` (three words) at the log
+    top, points the return address at ``tramp`` and jumps to ``resume``.
+    Otherwise it restores everything and reaches the instruction at the hook
+    offset it returns, which jumps to ``resume``: kpsdk hooks that one
+    instruction, so only calls it must look at leave the guest.
+
+    :param data: address of the gate word (the log top is the next word).
+    :param avail: address of this detour's available-instances word.
+    :param index: this detour's number, stored in its records.
+    :param tramp: the value the return address gets (Thumb bit included).
+    :param resume: where both paths go on: the displaced instructions.
+    """
+
+    data: int
+    avail: int
+    index: int
+    tramp: int
+    resume: int
+
+
+@dataclass(frozen=True)
 class WatchRules:
     """What the architecture's debug hardware allows a watchpoint (arch-facts.md).
 

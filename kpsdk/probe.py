@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from kpsdk.regs import PtRegs
+    from kpsdk.rethook import Rethook
     from kpsdk.session import Session
 
 PreHandler = Callable[["Probe", "PtRegs"], Any]
@@ -101,6 +102,10 @@ class Probe:
         self.name: str | None = None
         #: what ``list()`` shows in place of ``sym+0xoff`` (uprobes: ``path:0xOFFSET``)
         self.label: str | None = None
+        #: set by a return-probe type whose pre_handler does nothing but hook the
+        #: call's return into this rethook (no entry handler): a target may then
+        #: do that in guest code without stopping (see Target.settle_returns)
+        self.entry_rethook: Rethook | None = None
 
     @property
     def disabled(self) -> bool:

@@ -101,6 +101,9 @@ class Rethook:
         self.count = count
         self.free_nodes: list[RethookNode] = [node_class(self, data_size) for _ in range(count)]
         self.freed = False
+        #: told of every node given back, where the target keeps its own count of
+        #: free nodes (entries hooked by guest code, :meth:`ShadowStacks.entered`)
+        self.mirror: Callable[[Rethook], None] | None = None
 
     def try_get(self) -> RethookNode | None:
         """A free node, or None when all ``count`` are in flight."""
@@ -110,6 +113,8 @@ class Rethook:
         """Give a node back; the nodes of a freed rethook just go away."""
         if not self.freed:
             self.free_nodes.append(node)
+            if self.mirror is not None:
+                self.mirror(self)
 
     def free(self) -> None:
         """The user unregistered: no handler runs from now on, in-flight nodes
@@ -121,6 +126,7 @@ class Rethook:
 
     @property
     def in_flight(self) -> int:
+        self.shadow.settle()
         return sum(1 for stack in self.shadow.stacks.values() for n in stack if n.rethook is self)
 
 
@@ -139,6 +145,8 @@ class ShadowStacks:
         self._read_word = target.read_word
         self._task = target.current_task
         self._release = target.release_return
+        #: puts calls the target hooked by itself on the stacks (see :meth:`entered`)
+        self.settle = target.settle_returns
         self._thumb_mask = ~1 if arch.has_thumb else ~0
         #: return sp - entry sp: a ``ret`` that pops the return address leaves the caller one word up
         self.ret_sp_offset = 0 if arch.link else arch.word_size
@@ -191,14 +199,14 @@ class ShadowStacks:
         tail call into this function, or another return probe on it), the node
         is chained to that call and takes its real return address.
         """
+        sp = regs.sp
+        self._prepare(node, sp, getattr(regs, self._link) if self._link is not None else self._read_word(sp))
+
+    def _prepare(self, node: RethookNode, frame: int, ra: int) -> None:
         node.task = task = self._task()
-        node.frame = sp = regs.sp
-        if self._link is not None:
-            ra = getattr(regs, self._link)
-        else:
-            ra = self._read_word(sp)
+        node.frame = frame
         stack = self.stacks.get(task)
-        if stack and stack[-1].frame == sp and stack[-1].slot == ra:
+        if stack and stack[-1].frame == frame and stack[-1].slot == ra:
             top = stack[-1]
             node.chained, node.ret_addr, node.slot = True, top.ret_addr, top.slot
         else:
@@ -216,7 +224,7 @@ class ShadowStacks:
         while stack and (stack[-1].frame < sp or (stack[-1].frame == sp and stack[-1].slot != ra)):
             self._drop(stack.pop())
 
-    def push(self, node: RethookNode, regs: PtRegs) -> None:
+    def push(self, node: RethookNode, regs: PtRegs | None, slot: int | None = None) -> None:
         """Hook a prepared node's return and put it on its task's shadow stack.
 
         Nodes on top whose frame is at or below this entry's sp were left
@@ -231,10 +239,24 @@ class ShadowStacks:
             frame = node.frame
             while stack and stack[-1].frame <= frame:
                 self._drop(stack.pop())
-            node.slot = slot = self.target.hijack_return(regs, node)
+            if slot is None:
+                assert regs is not None
+                slot = self.target.hijack_return(regs, node)
+            node.slot = slot
             if slot != node.ret_addr:
                 self.trampolines.add(slot)
         stack.append(node)
+
+    def entered(self, node: RethookNode, frame: int, ra: int, slot: int) -> None:
+        """A call whose return the target hooked by itself: guest code at the
+        function entry took a node's place in the target's own count, saved the
+        return address ``ra`` and the entry sp ``frame``, and wrote ``slot`` (a
+        trampoline) over the return address.  The target reports it from
+        :meth:`Target.settle_returns <kpsdk.target.Target.settle_returns>`, in
+        entry order and before any return is looked at, so this does what
+        :meth:`prepare` and :meth:`push` would have done at the entry."""
+        self._prepare(node, frame, ra)
+        self.push(node, None, slot)
 
     # -- return -------------------------------------------------------------------------
 
@@ -242,7 +264,8 @@ class ShadowStacks:
         """A hooked return may have happened: run its handlers, give the address to resume at.
 
         Targets call this when their trampoline (``at_trampoline=True``) or a
-        return-address breakpoint is hit, with the registers of that moment.
+        return-address breakpoint is hit, with the registers of that moment,
+        after settling the calls they hooked by themselves (:meth:`entered`).
         The returning call is the shallowest node on top of the task's shadow
         stack whose return sp is at or below the current sp (newer nodes
         above it are deeper frames, left without returning: dropped).  At a
@@ -340,6 +363,7 @@ class ShadowStacks:
         run left that part of the stack); None: all (the program ended).
         ``task`` None: every task.
         """
+        self.settle()
         for t in list(self.stacks):
             if task is not None and t != task:
                 continue
@@ -357,6 +381,7 @@ class ShadowStacks:
 
     def in_flight(self, task: int | None = None) -> list[RethookNode]:
         """The hooked calls in flight, oldest first (of one task, or of all)."""
+        self.settle()
         if task is not None:
             return list(self.stacks.get(task, ()))
         return [n for stack in self.stacks.values() for n in stack]
@@ -368,6 +393,7 @@ class ShadowStacks:
         of the frame that read it; the innermost hooked call whose frame is at
         or above it is the one.  None: the innermost hooked call.
         """
+        self.settle()
         if addr not in self.trampolines:
             return addr
         stack = self.stacks.get(self._task() if task is None else task, [])

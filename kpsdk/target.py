@@ -233,6 +233,17 @@ class Target(ABC):
 
         raise TargetError(f"return probes are not supported by this target ({type(self).__name__})")
 
+    def settle_returns(self) -> None:  # noqa: B027 - optional: only targets with guest-code entries
+        """Report the calls this target hooked by itself since it last did.
+
+        A target may hook a return probe's entries without stopping for them
+        (Unicorn: guest code at the function entry, for a probe whose
+        :attr:`~kpsdk.probe.Probe.entry_rethook` is set).  It then owes the core
+        those calls, oldest first, through ``core.entered(...)``; the core asks
+        for them here before it looks at its shadow stacks, and the target
+        settles before each ``core.on_return``.
+        """
+
     def current_task(self) -> int:
         """The task (thread, process) running now: each has its own hooked calls.
 

@@ -200,17 +200,20 @@ def register(session: Session, rp: Kretprobe) -> None:
     except TargetError as e:
         raise KprobeError(errno.EOPNOTSUPP, str(e)) from e
     rp.pre_handler = _entry(rp, rh, core)
+    # without an entry_handler the entry only hooks the return: a target may do that in guest code
+    rp.entry_rethook = rh if rp.entry_handler is None else None
     try:
         manager.add(rp, addr)
     except BaseException:
         rh.free()
-        rp.pre_handler = None
+        rp.pre_handler = rp.entry_rethook = None
         raise
     rp.rethook = rh
 
 
 def unregister(session: Session, rp: Kretprobe) -> None:
     session.target.manager.remove(rp)
+    rp.entry_rethook = None
     if rp.rethook is not None:
         rp.rethook.free()
         rp.rethook = None

@@ -51,6 +51,9 @@ class LiveLike:
     def current_task(self) -> int:
         return self.task
 
+    def settle_returns(self) -> None:
+        """A live target hooks no entry by itself: nothing to report."""
+
     def read_word(self, addr: int) -> int:
         return self.memory[addr]
 

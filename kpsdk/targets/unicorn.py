@@ -60,6 +60,7 @@ from kpsdk.probe import Probe
 from kpsdk.regs import PtRegs
 from kpsdk.symbols import Symbol, SymbolTable
 from kpsdk.target import MappedFile, Target, TargetKind
+from kpsdk.targets.ucdetour import DATA_SIZE, DetourEngine
 from kpsdk.targets.ucfast import FastHooks, FastRegs, FastWords
 from kpsdk.targets.ucwatch import UcWatch
 
@@ -75,7 +76,7 @@ OPT_LIMIT = 32
 #: a breakpoint-path point hit this often asks for the hook path, taking the
 #: slot of the coldest optimized point when all are taken (kpsdk's optimizer)
 PROMOTE_EVERY = 256
-AREA_SIZE = 0x200000  # kpsdk's own area: sentinel + out-of-line slots
+AREA_SIZE = 0x200000  # kpsdk's own area: sentinel + out-of-line slots, then DATA_SIZE the guest writes
 SLOT_SIZE = 32
 SLOT_BASE = 0x100  # offset of the first slot in kpsdk's area (the sentinel is at 0)
 STACK_TOP = 0x7FFF0000
@@ -145,8 +146,10 @@ class UnicornTarget(Target):
         self._word = struct.Struct(word + ("Q" if arch.word_size == 8 else "I"))
         #: trampoline hook address -> offset in kpsdk's area of the word its jump goes through
         self._tramp_word: dict[int, int] = {}
-        #: lowest and highest address a breakpoint was ever written at (reads outside skip the overlay)
+        #: lowest and highest address kpsdk ever patched (reads outside skip the overlay)
         self._bp_lo, self._bp_hi = 1 << 64, -1
+        #: return probes' entries done in guest code (made with kpsdk's area)
+        self.detours: DetourEngine | None = None
         self.hooks.intr(self._on_intr)
         if self._sys is not None and self._sys.intno is None and arch.name == "x86_64":
             self.uc.hook_add(  # type: ignore[call-arg]  # mypy sees the py2 binding's signature
@@ -181,7 +184,11 @@ class UnicornTarget(Target):
     def setup_area(self, base: int) -> None:
         """Map kpsdk's own area (blacklisted): a sentinel return address, then slots."""
         self._area = base
-        self._area_mem = self.map(base, AREA_SIZE, "rx", host=True)
+        self._area_mem = self.map(base, AREA_SIZE - DATA_SIZE, "rx", host=True)
+        data = base + AREA_SIZE - DATA_SIZE
+        mem = self.map(data, DATA_SIZE, "rw", host=True)
+        assert mem is not None
+        self.detours = DetourEngine(self, data, mem)
         self._next_slot = base + SLOT_BASE
 
     def setup_stack(self) -> int:
@@ -205,11 +212,10 @@ class UnicornTarget(Target):
             raise TargetFault(f"cannot read {size} bytes: {e}", addr, self.symbols.format(addr)) from e
         if self._bp_points:
             for point in self._overlapping(addr, size):
-                orig = point.insn.raw[: point.state["bp_len"]]  # type: ignore[index]
-                for i, byte in enumerate(orig):
-                    j = point.addr + i - addr
-                    if 0 <= j < size:
-                        data[j] = byte
+                _put_back(data, addr, point.addr, point.insn.raw[: point.state["bp_len"]])  # type: ignore[index]
+        if self.detours is not None and self.detours.by_addr:
+            for det in self.detours.covering(addr, size):
+                _put_back(data, addr, det.point.addr, det.original)
         return bytes(data)
 
     def read_word(self, addr: int) -> int:
@@ -229,10 +235,12 @@ class UnicornTarget(Target):
         return [p for a, p in self._bp_points.items() if a + 4 > addr and a < addr + size]
 
     def write_memory(self, addr: int, data: bytes) -> None:
-        for a in list(self._bp_points) + list(self._hook_points):
-            if a + 4 > addr and a < addr + len(data):
-                where = self.symbols.format(a)
-                raise KprobeError(errno.EBUSY, f"{where} is probed; unregister before writing code there")
+        probed = [a for a in list(self._bp_points) + list(self._hook_points) if a + 4 > addr and a < addr + len(data)]
+        if self.detours is not None:  # a detoured entry: the whole of its displaced instructions
+            probed += [d.point.addr for d in self.detours.covering(addr, len(data))]
+        if probed:
+            where = self.symbols.format(probed[0])
+            raise KprobeError(errno.EBUSY, f"{where} is probed; unregister before writing code there")
         try:
             self.uc.mem_write(addr, bytes(data))
         except unicorn.UcError as e:
@@ -278,6 +286,9 @@ class UnicornTarget(Target):
             return None
         if point.internal:  # kpsdk's own point: its own code hook, outside the OPT_LIMIT budget
             return ("hook", False)
+        if (self.detours is not None and self.manager.optimization and len(point.active) == 1
+                and point.active[0].entry_rethook is not None and self.detours.plan(point) is not None):
+            return ("detour", True)
         if point.needs_step or not point.insn.boostable:
             return ("hook", False)
         if self.manager.optimization and (point.optimized or self._n_optimized < OPT_LIMIT):
@@ -294,6 +305,10 @@ class UnicornTarget(Target):
         self._disarm(point)
         if want is not None:
             self._arm(point, *want)
+        if self.detours is not None and self.detours.by_addr:  # a probe inside a detoured entry's bytes
+            clash = self.detours.clashing(point)
+            if clash is not None:
+                self.sync_point(clash, force=True)
 
     def _arm(self, point: ProbePoint, mechanism: str, optimized: bool) -> None:
         addr, size = point.addr, point.insn.size
@@ -302,6 +317,11 @@ class UnicornTarget(Target):
             self._hook_points[addr] = point
             if optimized:
                 self._n_optimized += 1
+        elif mechanism == "detour":
+            assert self.detours is not None
+            length = int(point.state["detour_plan"])  # type: ignore[call-overload]
+            self.detours.arm(point, length)
+            self._bp_lo, self._bp_hi = min(self._bp_lo, addr), max(self._bp_hi, addr + length)
         else:
             slot = self._alloc_slot()
             code = self._slot_code(point, slot)
@@ -342,6 +362,9 @@ class UnicornTarget(Target):
             self._slot_points.pop(slot, None)
             self._free_slots.append(slot)
             self._bp_points.pop(addr, None)
+        elif point.mechanism == "detour":
+            assert self.detours is not None
+            self.detours.disarm(point)
         else:
             return
         point.mechanism, point.optimized = None, False
@@ -380,11 +403,19 @@ class UnicornTarget(Target):
     def _alloc_slot(self) -> int:
         if self._free_slots:
             return self._free_slots.pop()
-        slot = self._next_slot
-        if slot + SLOT_SIZE > self._area + AREA_SIZE:
+        return self._alloc_block(SLOT_SIZE)
+
+    def _peek_block(self, size: int) -> int:
+        return self._next_slot
+
+    def _alloc_block(self, size: int) -> int:
+        """``size`` bytes of kpsdk's area for code (a multiple of SLOT_SIZE), never given back:
+        their owner keeps its own free list (slots, detours)."""
+        block = self._next_slot
+        if block + size > self._area + AREA_SIZE - DATA_SIZE:
             raise KprobeError(errno.ENOMEM, "kpsdk's out-of-line slot area is full")
-        self._next_slot += SLOT_SIZE
-        return slot
+        self._next_slot += size
+        return block
 
     def _slot_code(self, point: ProbePoint, slot: int) -> bytes | None:
         """The booster: the original instruction, then a jump back after it."""
@@ -533,15 +564,19 @@ class UnicornTarget(Target):
         while self._tramp_probes:
             self.manager.remove(self._tramp_probes.pop())
 
+    def trampoline_for(self, entry: int) -> int:
+        """The trampoline a function starting at ``entry`` returns through: the one of its
+        instruction set (from its symbol, cached: no cpsr read per hit)."""
+        if not self.arch.has_thumb:
+            return self._trampolines[False]
+        thumb = self._thumb_entry.get(entry)
+        if thumb is None:
+            thumb = self._thumb_entry[entry] = self.iset_at(entry, self.symbols.containing(entry)).thumb_bit
+        return self._trampolines[thumb]
+
     def hijack_return(self, regs: PtRegs, node: RethookNode) -> int:
         """Point the return address (link register, or the word at sp) at the trampoline."""
-        tramp = self._trampolines[False]
-        if self.arch.has_thumb:  # the probed function's state, from its symbol (cached: no cpsr read per hit)
-            entry = regs.ip
-            thumb = self._thumb_entry.get(entry)
-            if thumb is None:
-                thumb = self._thumb_entry[entry] = self.iset_at(entry, self.symbols.containing(entry)).thumb_bit
-            tramp = self._trampolines[thumb]
+        tramp = self.trampoline_for(regs.ip)
         if self._link is not None:
             self.fast.write(self._link, tramp)
         else:
@@ -559,6 +594,25 @@ class UnicornTarget(Target):
     def release_return(self, node: RethookNode) -> None:
         """Nothing to undo: the trampoline serves every hooked return."""
 
+    def settle_returns(self) -> None:
+        if self.detours is not None:
+            self.detours.settle()
+
+    def _on_detour_slow(self, handle: int, addr: int, size: int, user: int) -> None:
+        """A detoured entry the guest code left to Python (no instance left, or the gate
+        shut): a normal hit of the entry's probe, with the registers of the entry."""
+        try:
+            detours = self.detours
+            assert detours is not None
+            det = detours.slow(addr)
+            detours.settle()
+            new = self.manager.pre(det.point, self._regs)
+            detours.mirror(det)
+            if new is not None:
+                self._set_pc(new, det.point)
+        except BaseException as exc:  # noqa: BLE001 - stored and re-raised by run()/call()
+            self._fail(exc)
+
     def _on_trampoline(self, handle: int, addr: int, size: int, user: int) -> None:
         """A hooked return arrived: the core runs its handlers, and the trampoline's
         jump takes the CPU to the real return address (with its Thumb bit, as the
@@ -570,6 +624,7 @@ class UnicornTarget(Target):
         try:
             self._tramp_probe[addr].hits += 1
             regs = self._regs  # no _reset: on_return sets regs.ip, the only per-hit state handlers read
+            self.detours.settle()  # type: ignore[union-attr]  # calls entered through a detour first
             ret = self.rethook.on_return(regs, True)  # type: ignore[union-attr]
             if ret is None:
                 raise TargetError(f"kretprobe BUG!: a return reached the trampoline with sp={regs.sp:#x} "
@@ -655,6 +710,20 @@ class UnicornTarget(Target):
         return self._exit_status
 
     def _emu(self, begin: int, until: int, timeout: float | None) -> None:
+        detours = self.detours
+        if detours is None:
+            self._emu_loop(begin, until, timeout)
+            return
+        if not self._depth:
+            detours.recycle_blocks()
+        gate = detours.set_gate(self.manager.busy)  # code a handler runs: its entries are reentrant (K6)
+        try:
+            self._emu_loop(begin, until, timeout)
+        finally:
+            detours.restore_gate(gate)
+            detours.settle()
+
+    def _emu_loop(self, begin: int, until: int, timeout: float | None) -> None:
         usec = int(timeout * 1e6) if timeout else 0
         while True:
             self._depth += 1
@@ -735,6 +804,14 @@ class UnicornTarget(Target):
             value -= 1 << bits
         return value
 
+
+
+def _put_back(data: bytearray, addr: int, at: int, original: bytes) -> None:
+    """Show ``original`` (bytes kpsdk replaced at ``at``) in ``data``, read from ``addr`` (K10)."""
+    for i, byte in enumerate(original):
+        j = at + i - addr
+        if 0 <= j < len(data):
+            data[j] = byte
 
 
 def pie_base(elf_class: int) -> int:
