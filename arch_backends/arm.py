@@ -178,11 +178,16 @@ def entry_detour(at: int, iset: InstructionSet, d: EntryDetour) -> tuple[bytes, 
     return bytes(ks.asm(head + f"{b} #{d.resume:#x}", at)[0]), hook
 
 
-def return_jump(at: int, iset: InstructionSet) -> tuple[bytes, int]:
-    """:func:`jump_back` through a literal kpsdk rewrites per return (the kretprobe
-    trampoline): ``ldr pc`` interworks, so the literal's bit 0 picks ARM or Thumb."""
-    code = jump_back(at, 0, iset)
-    return code, len(code) - 4
+def return_jump(at: int, iset: InstructionSet, sp_word: int) -> tuple[bytes, int, int]:
+    """The kretprobe trampoline: ``str sp`` to ``sp_word`` through ``ip`` (r12, the
+    scratch register a call may clobber anyway), so kpsdk reads the stack pointer of
+    the return without a register read; then :func:`jump_back` through a literal
+    kpsdk rewrites per return: ``ldr pc`` interworks, so the literal's bit 0 picks
+    ARM or Thumb.  Returns the code, the offset of the jump (hooked) and of the word."""
+    ks = keystone.Ks(*iset.keystone)  # type: ignore[misc]
+    store = bytes(ks.asm(f"{_movw_movt('ip', sp_word)}\nstr{'.w' if iset.thumb_bit else ''} sp, [ip]", at)[0])
+    code = store + jump_back(at + len(store), 0, iset)
+    return code, len(store), len(code) - 4
 
 
 ARM_ISET = InstructionSet(

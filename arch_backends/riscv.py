@@ -157,11 +157,17 @@ def entry_detour(at: int, iset: InstructionSet, d: EntryDetour) -> tuple[bytes, 
     return code + bytes(lit - len(code)) + struct.pack("<QQ", d.data, d.tramp), hook
 
 
-def return_jump(at: int, iset: InstructionSet) -> tuple[bytes, int]:
-    """``auipc ra, 0; ld ra, 16(ra); jr ra`` through the doubleword at +16 (the kretprobe
-    trampoline).  It leaves ``ra`` holding the real return address, as a plain ``ret``
-    would have: no other register changes."""
-    return struct.pack("<IIII", 0x00000097, 0x0100B083, 0x00008067, 0x00000013) + bytes(8), 16
+def return_jump(at: int, iset: InstructionSet, sp_word: int) -> tuple[bytes, int, int]:
+    """The kretprobe trampoline: ``auipc t0; sd sp`` to ``sp_word`` (t0 is a temporary
+    a call may clobber anyway), so kpsdk reads the stack pointer of the return
+    without a register read; then ``auipc ra, 0; ld ra, 16(ra); jr ra`` through the
+    doubleword 16 bytes on.  It leaves ``ra`` holding the real return address, as a
+    plain ``ret`` would have.  Returns the code, the offset of the jump (hooked) and
+    of the doubleword."""
+    off = sp_word - at
+    hi = (off + 0x800) >> 12
+    store = struct.pack("<II", (hi & 0xFFFFF) << 12 | _T0 << 7 | 0x17, _s(_T0, _SP, off - (hi << 12)))
+    return store + struct.pack("<IIII", 0x00000097, 0x0100B083, 0x00008067, 0x00000013) + bytes(8), 8, 24
 
 
 RISCV_ISET = InstructionSet(

@@ -102,15 +102,20 @@ def jump_back_32(at: int, target: int, iset: InstructionSet) -> bytes:
     return b"\xe9" + struct.pack("<I", (target - (at + 5)) & 0xFFFFFFFF)
 
 
-def return_jump_64(at: int, iset: InstructionSet) -> tuple[bytes, int]:
-    """``jmp [rip+0]``: goes wherever the word after it says when it runs (the kretprobe
-    trampoline; kpsdk writes that word, so resuming needs no pc write)."""
-    return jump_back_64(at, 0, iset), 6
+def return_jump_64(at: int, iset: InstructionSet, sp_word: int) -> tuple[bytes, int, int]:
+    """The kretprobe trampoline: ``mov [rip+d], rsp`` (kpsdk reads the stack pointer of
+    the return from ``sp_word`` without a register read), then ``jmp [rip+0]``, which
+    goes wherever the word after it says when it runs (kpsdk writes that word, so
+    resuming needs no pc write).  Returns the code, the offset of the jump (the
+    instruction kpsdk hooks) and of the word (aligned: kpsdk writes it as a word)."""
+    store = b"\x48\x89\x25" + struct.pack("<i", sp_word - (at + 7)) + b"\x90"  # nop: the word lands aligned
+    return store + b"\xff\x25\x02\x00\x00\x00" + bytes(2) + bytes(8), 8, 16  # jmp [rip+2]
 
 
-def return_jump_32(at: int, iset: InstructionSet) -> tuple[bytes, int]:
-    """``jmp [abs32]`` through the word right after it (see :func:`return_jump_64`)."""
-    return b"\xff\x25" + struct.pack("<I", at + 6) + bytes(4), 6
+def return_jump_32(at: int, iset: InstructionSet, sp_word: int) -> tuple[bytes, int, int]:
+    """``mov [sp_word], esp`` then ``jmp [abs32]`` through the word right after it (see
+    :func:`return_jump_64`)."""
+    return b"\x89\x25" + struct.pack("<I", sp_word) + b"\xff\x25" + struct.pack("<I", at + 12) + bytes(4), 6, 12
 
 
 def near_jump(at: int, target: int, iset: InstructionSet) -> bytes | None:

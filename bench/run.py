@@ -652,17 +652,18 @@ class Both:
 class RawReturnHook:
     """The floor of the trampoline mechanism, by hand on the session's own Unicorn: a raw ctypes
     code hook at the function reads sp and the return address and writes the trampoline address
-    over it; one at the trampoline reads sp and writes the saved address into the word its jump
-    goes through (host memory, as kpsdk does).  The register and memory accesses a kretprobe hit
-    cannot do without, and nothing else."""
+    over it; one at the trampoline reads the sp the trampoline stored and writes the saved address
+    into the word its jump goes through (host memory, as kpsdk does).  The register and memory
+    accesses a kretprobe hit on the hook path cannot do without, and nothing else."""
 
     def __init__(self, s: Any, func: str) -> None:
         t = s.target
         self.t, self.func = t, s.symbols.resolve(func)
         self.tramp = t._alloc_slot()  # a free slot of kpsdk's area
-        code, word = t.arch.extra["return_jump"](self.tramp, t.arch.isets[0])
+        code, hook, word = t.arch.extra["return_jump"](self.tramp, t.arch.isets[0], t.detours.sp_word)
         t._write_code(self.tramp, code)
-        self.word = self.tramp + word - t._area
+        self.hook_at = self.tramp + hook
+        self.word = (self.tramp + word - t._area) // t.arch.word_size
         self.hooks = FastHooks(t.uc)
         self.handles: list[int] = []
         self.saved: list[int] = []
@@ -671,7 +672,7 @@ class RawReturnHook:
         t, fast, saved, tramp, word = self.t, self.t.fast, self.saved, self.tramp, self.word
         sp = t._sp
         link = t.arch.register(t.arch.link) if t.arch.link else None
-        read_word, pack, area = t.read_word, t._word.pack_into, t._area_mem
+        read_word, area = t.read_word, t._area_words
 
         def entry(handle: int, addr: int, size: int, user: int) -> None:
             at = fast.read(sp)
@@ -682,11 +683,14 @@ class RawReturnHook:
                 saved.append(read_word(at))
                 t.hijack_word(at, tramp)
 
-        def back(handle: int, addr: int, size: int, user: int) -> None:
-            fast.read(sp)
-            pack(area, word, saved.pop())
+        data, sp_at = t.detours.words, (t.detours.sp_word - t.detours.data) // t.arch.word_size
 
-        self.handles = [self.hooks.code(entry, self.func, self.func), self.hooks.code(back, tramp, tramp)]
+        def back(handle: int, addr: int, size: int, user: int) -> None:
+            data[sp_at]  # the sp the trampoline stored
+            area[word] = saved.pop()
+
+        self.handles = [self.hooks.code(entry, self.func, self.func),
+                        self.hooks.code(back, self.hook_at, self.hook_at)]
         t.uc.ctl_remove_cache(self.func, self.func + 4)
 
     def off(self) -> None:

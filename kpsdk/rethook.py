@@ -290,18 +290,7 @@ class ShadowStacks:
             stack.pop()
             if at_trampoline:
                 regs.ip = ret
-            rh = base.rethook
-            manager = self.target.manager
-            busy, manager.busy = manager.busy, True  # a handler's own calls into probed code are reentrant (K6)
-            try:
-                if rh.handler is not None:
-                    rh.handler(base, regs)
-            finally:
-                manager.busy = busy
-                self._release(base)
-                rh.recycle(base)
-                if not self.rethooks:
-                    self._maybe_detach()
+            self._finish(base, regs)
             return ret
         found = self._returning(stack, sp, regs.ip if not at_trampoline else None)
         if found is None:
@@ -325,6 +314,22 @@ class ShadowStacks:
             if not self.rethooks:
                 self._maybe_detach()
         return ret
+
+    def _finish(self, node: RethookNode, regs: PtRegs) -> None:
+        """Run the handler of a returning node that is off the stack and chains nothing,
+        and give the node back."""
+        rh = node.rethook
+        manager = self.target.manager
+        busy, manager.busy = manager.busy, True  # a handler's own calls into probed code are reentrant (K6)
+        try:
+            if rh.handler is not None:
+                rh.handler(node, regs)
+        finally:
+            manager.busy = busy
+            self._release(node)
+            rh.recycle(node)
+            if not self.rethooks:
+                self._maybe_detach()
 
     def _returning(self, stack: list[RethookNode], sp: int,
                    pc: int | None) -> tuple[list[RethookNode], RethookNode, int] | None:

@@ -158,7 +158,7 @@ def test_kprobe_and_kretprobe_on_one_function_both_fire_in_any_order(session: kp
         s.register_many([kp, rp] if kprobe_first else [rp, kp])
         lines = s.list().splitlines()
         assert sum(bool(re.search(r"  [kr]  fact\+0x0", ln)) for ln in lines) == 2
-        assert any(re.search(r"  k  kretprobe_trampoline\+0x0", ln) for ln in lines)
+        assert any(re.search(r"  k  kretprobe_trampoline\+0x[0-9a-f]+", ln) for ln in lines)
         assert s.call("fact", 5) == 120
         assert entries == [5, 4, 3, 2, 1] and returns == [1, 2, 6, 24, 120]
         s.unregister_many([kp, rp])
@@ -382,7 +382,7 @@ def test_list_profile_decorator_and_unregister(session: kpsdk.Session) -> None:
     width = s.arch.word_size * 2
     lines = s.list().splitlines()
     assert any(re.fullmatch(rf"[0-9a-f]{{{width}}}  r  fact\+0x0(  \[OPTIMIZED\])?", ln) for ln in lines), lines
-    assert any(re.fullmatch(rf"[0-9a-f]{{{width}}}  k  kretprobe_trampoline\+0x0", ln) for ln in lines), lines
+    assert any(re.fullmatch(rf"[0-9a-f]{{{width}}}  k  kretprobe_trampoline\+0x[0-9a-f]+", ln) for ln in lines), lines
     assert s.run(timeout=10) == 0
     assert values == [2, 6, 24, 120]  # fact(1), the fifth call in flight, found no instance
     rows = {name: (hits, missed) for name, hits, missed in s.profile_rows()}

@@ -43,7 +43,7 @@ sends the entry back to the hook path.  Reads never show the jump (K10).
 
 from __future__ import annotations
 
-import struct
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -84,6 +84,8 @@ class Detour:
     #: the entry bytes the jump replaced (reads show these)
     original: bytes
     tramp: int
+    #: index of its available-instances word in the guest data's words
+    avail_at: int = 0
     #: the slow path's hooked instruction, and the hook's handle
     hook_addr: int = 0
     hook: int = 0
@@ -95,16 +97,20 @@ class DetourEngine:
     def __init__(self, target: UnicornTarget, data: int, mem: mmap.mmap) -> None:
         self.target = target
         self.data = data
-        self.mem = mem
         arch = target.arch
         w = arch.word_size
-        order = "<" if arch.endian == "little" else ">"
-        self._word = struct.Struct(order + ("Q" if w == 8 else "I"))
-        self._record = struct.Struct(order + ("QQQ" if w == 8 else "III"))
         self._w = w
+        #: the data as an array of native words: the fastest access Python has (the
+        #: short way reads and writes five of them per return); detours need the
+        #: target's byte order to be the host's (``plan``)
+        self.words = memoryview(mem).cast("Q" if w == 8 else "I")
+        self._native = arch.endian == sys.byteorder
         self.log_base = data + _LOG_AT
-        self.capacity = (DATA_SIZE - _LOG_AT) // self._record.size
-        self._word.pack_into(mem, w, self.log_base)
+        self._one_record = self.log_base + 3 * w  # a record: return address, entry sp, detour index
+        #: where the trampolines store the stack pointer of each return (word 2)
+        self.sp_word = data + 2 * w
+        self.capacity = (DATA_SIZE - _LOG_AT) // (3 * w)
+        self.words[1] = self.log_base
         #: armed detours by entry address, and by index
         self.by_addr: dict[int, Detour] = {}
         self._by_index: dict[int, Detour] = {}
@@ -112,6 +118,8 @@ class DetourEngine:
         self._free_blocks: list[int] = []
         #: blocks of detours disarmed during a run: the CPU may still be in one
         self._retired: list[int] = []
+        #: the return hook's short way (:meth:`_short_way`), made with the first detour
+        self.short_way: Callable[[], int | None] = lambda: None
         #: lowest and highest byte any detour ever patched (cheap read-overlay test)
         self.lo, self.hi = 1 << 64, -1
 
@@ -122,7 +130,7 @@ class DetourEngine:
         cannot have one (see the module docstring).  The caller checked that the
         point's one active probe has an ``entry_rethook``."""
         arch, entry = self.target.arch, point.addr
-        if "entry_detour" not in arch.extra:
+        if "entry_detour" not in arch.extra or not self._native:
             return None
         if "detour_plan" not in point.state:
             point.state["detour_plan"] = self._region(point)
@@ -201,10 +209,12 @@ class DetourEngine:
         rh = point.active[0].entry_rethook
         assert rh is not None
         self.settle()
+        if not self.by_addr:
+            self.short_way = self._short_way()
         block = self._free_blocks.pop() if self._free_blocks else t._alloc_block(BLOCK_SIZE)
         index = min(set(range(MAX_DETOURS)) - set(self._by_index))
         tramp = t.trampoline_for(entry)
-        avail = self.data + (2 + index) * self._w
+        avail = self.data + (3 + index) * self._w
         resume = block + RESUME_AT
         code, hook = arch.extra["entry_detour"](block, iset, EntryDetour(self.data, avail, index, tramp, resume))
         original = t.read_memory(entry, length)
@@ -212,7 +222,8 @@ class DetourEngine:
         assert back is not None and len(code) <= RESUME_AT and length + len(back) <= BLOCK_SIZE - RESUME_AT
         t._write_code(block, code)
         t._write_code(resume, original + back)
-        det = Detour(point, point.active[0], rh, index, block, original, tramp, block + hook)
+        det = Detour(point, point.active[0], rh, index, block, original, tramp, (avail - self.data) // self._w,
+                     block + hook)
         det.hook = t.hooks.code(t._on_detour_slow, det.hook_addr, det.hook_addr)
         self.by_addr[entry] = self._by_index[index] = self._by_hook[det.hook_addr] = det
         rh.mirror = mirror = self._mirror_for(avail)
@@ -223,10 +234,10 @@ class DetourEngine:
         t.uc.ctl_remove_cache(entry, entry + length)
 
     def _mirror_for(self, avail: int) -> Callable[[Rethook], None]:
-        pack, mem, off = self._word.pack_into, self.mem, avail - self.data
+        words, at = self.words, (avail - self.data) // self._w
 
         def mirror(rh: Rethook) -> None:
-            pack(mem, off, len(rh.free_nodes))
+            words[at] = len(rh.free_nodes)
 
         return mirror
 
@@ -239,7 +250,7 @@ class DetourEngine:
         t.uc.ctl_remove_cache(point.addr, point.addr + len(det.original))
         t.hooks.delete(det.hook)
         det.rethook.mirror = None
-        self._word.pack_into(self.mem, (2 + det.index) * self._w, 0)
+        self.words[det.avail_at] = 0
         del self._by_index[det.index]
         del self._by_hook[det.hook_addr]
         self._retired.append(det.block)
@@ -270,30 +281,87 @@ class DetourEngine:
 
     def set_gate(self, shut: bool) -> int:
         """Shut (send every entry to the slow path) or open the gate; returns the old value."""
-        old = int(self._word.unpack_from(self.mem, 0)[0])
-        self._word.pack_into(self.mem, 0, 1 if shut else 0)
+        old = int(self.words[0])
+        self.words[0] = 1 if shut else 0
         return old
 
     def restore_gate(self, old: int) -> None:
-        self._word.pack_into(self.mem, 0, old)
+        self.words[0] = old
 
     def recycle_blocks(self) -> None:
         """Between runs no CPU is inside a disarmed detour: its block may be reused."""
         self._free_blocks += self._retired
         self._retired.clear()
 
+    def _short_way(self) -> Callable[[], int | None]:
+        """The return hook's short way, for the usual kretprobe hit of a leaf function:
+        a return reaches the trampoline while exactly one detoured entry is
+        unsettled, and it is that call returning (the sp the trampoline stored
+        is the entry's plus the core's ``ret_sp_offset``), with no older hooked
+        call at or below its frame.  It does what ``core.entered`` then
+        ``core.on_return`` would (the node never goes on the shadow stack) and
+        returns the address to resume at; otherwise it changes nothing and
+        returns None (settle, then ``core.on_return``).
+
+        One flat closure, because this is half of every such hit and every
+        Python call costs here: it must stay in step with
+        ``ShadowStacks._finish`` (K6 busy flag, give the node back unless its
+        pool was freed, detach when no rethook is left)."""
+        core = self.target.rethook
+        assert core is not None
+        words, w = self.words, self._w
+        one, base, rec = self._one_record, self.log_base, _LOG_AT // w
+        sp_at, ret_sp_offset, stacks, by_index = (self.sp_word - self.data) // w, core.ret_sp_offset, core.stacks, \
+            self._by_index
+        task = self.target.current_task()  # Unicorn runs one task
+        manager, regs = self.target.manager, self.target._regs
+        hit = regs._hit
+
+        def short_way() -> int | None:
+            if words[1] != one:
+                return None
+            frame = words[rec + 1]
+            if words[sp_at] != frame + ret_sp_offset:
+                return None
+            stack = stacks.get(task)
+            if stack and stack[-1].frame <= frame:  # stale frames to drop, or a chain: the general path
+                return None
+            words[1] = base
+            ra = words[rec]
+            det = by_index[words[rec + 2]]
+            det.probe.hits += 1
+            rh = det.rethook
+            node = rh.free_nodes.pop()
+            node.task, node.frame, node.ret_addr, node.chained, node.slot = task, frame, ra, False, det.tramp
+            hit[0] = ra  # regs.ip: the real return address
+            busy, manager.busy = manager.busy, True
+            try:
+                handler = rh.handler
+                if handler is not None:
+                    handler(node, regs)
+            finally:
+                manager.busy = busy
+                if not rh.freed:
+                    free = rh.free_nodes
+                    free.append(node)
+                    words[det.avail_at] = len(free)
+                if not core.rethooks:
+                    core._maybe_detach()
+            return ra
+
+        return short_way
+
     def settle(self) -> None:
         """Put the entries the guest logged on the shadow stacks, oldest first."""
-        mem, w = self.mem, self._w
-        top = self._word.unpack_from(mem, w)[0]
+        words = self.words
+        top = words[1]
         if top == self.log_base:
             return
         core = self.target.rethook
         assert core is not None, "detours exist only while return probes are attached"
-        unpack, size, by_index = self._record.unpack_from, self._record.size, self._by_index
-        self._word.pack_into(mem, w, self.log_base)
-        for off in range(_LOG_AT, top - self.data, size):
-            ra, frame, index = unpack(mem, off)
-            det = by_index[index]
+        words[1] = self.log_base
+        by_index, w = self._by_index, self._w
+        for i in range(_LOG_AT // w, (top - self.data) // w, 3):
+            det = by_index[words[i + 2]]
             det.probe.hits += 1
-            core.entered(det.rethook.free_nodes.pop(), frame, ra, det.tramp)
+            core.entered(det.rethook.free_nodes.pop(), words[i + 1], words[i], det.tramp)

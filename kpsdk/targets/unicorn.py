@@ -45,6 +45,7 @@ import ctypes
 import errno
 import mmap
 import struct
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -134,6 +135,7 @@ class UnicornTarget(Target):
         self._link = arch.register(arch.link) if arch.link else None
         self._thumb_entry: dict[int, bool] = {}  # probed function entry -> runs Thumb code
         self._trampolines: dict[bool, int] = {}
+        self._tramp_hooks: list[int] = []  # the hooked instruction of each trampoline (Thumb bit included)
         self._tramp_probes: list[Probe] = []
         self._tramp_probe: dict[int, Probe] = {}  # by hook address (no Thumb bit): profile() counts returns
         #: code-hook callbacks of kpsdk's internal points, by address (the trampolines')
@@ -144,8 +146,6 @@ class UnicornTarget(Target):
         self._stack_mem: mmap.mmap | None = None
         word = "<" if arch.endian == "little" else ">"
         self._word = struct.Struct(word + ("Q" if arch.word_size == 8 else "I"))
-        #: trampoline hook address -> offset in kpsdk's area of the word its jump goes through
-        self._tramp_word: dict[int, int] = {}
         #: lowest and highest address kpsdk ever patched (reads outside skip the overlay)
         self._bp_lo, self._bp_hi = 1 << 64, -1
         #: return probes' entries done in guest code (made with kpsdk's area)
@@ -185,6 +185,8 @@ class UnicornTarget(Target):
         """Map kpsdk's own area (blacklisted): a sentinel return address, then slots."""
         self._area = base
         self._area_mem = self.map(base, AREA_SIZE - DATA_SIZE, "rx", host=True)
+        assert self._area_mem is not None
+        self._area_words = memoryview(self._area_mem).cast("Q" if self.arch.word_size == 8 else "I")
         data = base + AREA_SIZE - DATA_SIZE
         mem = self.map(data, DATA_SIZE, "rw", host=True)
         assert mem is not None
@@ -540,24 +542,31 @@ class UnicornTarget(Target):
         One per instruction set: a Thumb function returns through the Thumb
         one with bit 0 set, an ARM one through the ARM one, so the CPU arrives
         in the state the trampoline's code is in, whatever the return
-        instruction (``bx lr``, ``pop {pc}``, ``mov pc, lr``).
+        instruction (``bx lr``, ``pop {pc}``, ``mov pc, lr``).  Its first
+        instruction(s) store sp where the return hook reads it cheaply; the
+        hook (the internal probe) is on the jump after them.
         """
+        assert self.detours is not None
         if not self._trampolines:
             for iset in self.arch.isets:
                 slot = self._alloc_slot()
-                code, word = self.arch.extra["return_jump"](slot, iset)
+                code, hook, word = self.arch.extra["return_jump"](slot, iset, self.detours.sp_word)
                 self._write_code(slot, code)
-                self._tramp_word[slot] = slot + word - self._area
+                assert word % self.arch.word_size == 0, "kpsdk writes the trampoline's word as a word"
                 name = "kretprobe_trampoline" + ("_thumb" if iset.thumb_bit else "")
                 self.symbols.add(Symbol(name, slot, word, "func", thumb=iset.thumb_bit))
-                self._trampolines[iset.thumb_bit] = slot | (1 if iset.thumb_bit else 0)
-                self._internal_hooks[slot] = self._on_trampoline
-        for addr in self._trampolines.values():
+                thumb = 1 if iset.thumb_bit else 0
+                self._trampolines[iset.thumb_bit] = slot | thumb
+                self._tramp_hooks.append((slot + hook) | thumb)
+                self._internal_hooks[slot + hook] = self._trampoline_hook(
+                    slot + hook, (slot + word - self._area) // self.arch.word_size)
+        for addr in self._tramp_hooks:
             probe = Probe(addr=addr)
-            probe.name = self.symbols.format(addr & ~1).partition("+")[0]
+            plain = addr & ~1 if self.arch.has_thumb else addr
+            probe.name = self.symbols.format(plain).partition("+")[0]
             self.manager.add(probe, addr, internal=True)
             self._tramp_probes.append(probe)
-            self._tramp_probe[addr & ~1] = probe
+            self._tramp_probe[plain] = probe
 
     def detach_rethook(self) -> None:
         """Unregister the trampolines' probes (their code and symbols stay for the next attach)."""
@@ -613,25 +622,35 @@ class UnicornTarget(Target):
         except BaseException as exc:  # noqa: BLE001 - stored and re-raised by run()/call()
             self._fail(exc)
 
-    def _on_trampoline(self, handle: int, addr: int, size: int, user: int) -> None:
-        """A hooked return arrived: the core runs its handlers, and the trampoline's
-        jump takes the CPU to the real return address (with its Thumb bit, as the
-        link register had it), read from the word this hook writes.
+    def _trampoline_hook(self, at: int, word: int) -> Callable[[int, int, int, int], None]:
+        """The code hook of the trampoline whose jump is at ``at`` and goes through word
+        ``word`` of kpsdk's area.  A hooked return arrived: the core runs its
+        handlers, and the trampoline's jump takes the CPU to the real return
+        address (with its Thumb bit, as the link register had it), read from the
+        word this hook writes.
 
         Its own code hook rather than ``_on_code`` and the probe manager: a
         return must never be skipped (not even on a reentrant hit, K6 is for
-        entries), and this is half of every kretprobe hit."""
-        try:
-            self._tramp_probe[addr].hits += 1
-            regs = self._regs  # no _reset: on_return sets regs.ip, the only per-hit state handlers read
-            self.detours.settle()  # type: ignore[union-attr]  # calls entered through a detour first
-            ret = self.rethook.on_return(regs, True)  # type: ignore[union-attr]
-            if ret is None:
-                raise TargetError(f"kretprobe BUG!: a return reached the trampoline with sp={regs.sp:#x} "
-                                  "and no hooked call in flight returns there")
-            self._word.pack_into(self._area_mem, self._tramp_word[addr], ret)  # type: ignore[arg-type]
-        except BaseException as exc:  # noqa: BLE001 - stored and re-raised by run()/call()
-            self._fail(exc)
+        entries), and this is half of every kretprobe hit (hence a closure
+        over what it needs)."""
+        detours, regs, area, probes = self.detours, self._regs, self._area_words, self._tramp_probe
+        assert detours is not None
+
+        def on_trampoline(handle: int, addr: int, size: int, user: int) -> None:
+            try:
+                probes[at].hits += 1
+                ret = detours.short_way()  # a detoured leaf call returning
+                if ret is None:
+                    detours.settle()  # calls entered through a detour go on the shadow stack first
+                    ret = self.rethook.on_return(regs, True)  # type: ignore[union-attr]
+                if ret is None:
+                    raise TargetError(f"kretprobe BUG!: a return reached the trampoline with sp={regs.sp:#x} "
+                                      "and no hooked call in flight returns there")
+                area[word] = ret
+            except BaseException as exc:  # noqa: BLE001 - stored and re-raised by run()/call()
+                self._fail(exc)
+
+        return on_trampoline
 
     def _begin_at(self, addr: int, point: ProbePoint | None = None) -> int:
         """Set the pc to ``addr`` and return it as ``emu_start`` wants it: with
