@@ -9,6 +9,7 @@ the program computes, the counts, and the way back to the hook path.
 from __future__ import annotations
 
 import errno
+from collections.abc import Iterator
 
 import pytest
 
@@ -48,8 +49,10 @@ def raw(s: kpsdk.Session, name: str, n: int) -> bytes:
 
 
 @pytest.fixture
-def s(arch: str) -> kpsdk.Session:
-    return kpsdk.open(f"elf:{fixtures.path(arch)}")
+def s(arch: str) -> Iterator[kpsdk.Session]:
+    session = kpsdk.open(f"elf:{fixtures.path(arch)}")
+    yield session
+    session.close()
 
 
 def test_which_functions_get_a_detour(s: kpsdk.Session, arch: str) -> None:

@@ -201,7 +201,7 @@ class DetourEngine:
     def _peek_block(self) -> int:
         if self._free_blocks:
             return self._free_blocks[-1]
-        return self.target._peek_block(BLOCK_SIZE)
+        return self.target._peek_block()
 
     def arm(self, point: ProbePoint, length: int) -> None:
         """Write the detour for ``point`` (planned: :meth:`plan` gave ``length``)."""
@@ -214,27 +214,27 @@ class DetourEngine:
         block = self._free_blocks.pop() if self._free_blocks else t._alloc_block(BLOCK_SIZE)
         index = min(set(range(MAX_DETOURS)) - set(self._by_index))
         tramp = t.trampoline_for(entry)
-        avail = self.data + (3 + index) * self._w
+        avail_at = 3 + index  # after the gate, the log top and the trampolines' sp
         resume = block + RESUME_AT
-        code, hook = arch.extra["entry_detour"](block, iset, EntryDetour(self.data, avail, index, tramp, resume))
+        code, hook = arch.extra["entry_detour"](
+            block, iset, EntryDetour(self.data, self.data + avail_at * self._w, index, tramp, resume))
         original = t.read_memory(entry, length)
         back = arch.extra["jump_back"](resume + length, entry + length, iset)
         assert back is not None and len(code) <= RESUME_AT and length + len(back) <= BLOCK_SIZE - RESUME_AT
         t._write_code(block, code)
         t._write_code(resume, original + back)
-        det = Detour(point, point.active[0], rh, index, block, original, tramp, (avail - self.data) // self._w,
-                     block + hook)
+        det = Detour(point, point.active[0], rh, index, block, original, tramp, avail_at, block + hook)
         det.hook = t.hooks.code(t._on_detour_slow, det.hook_addr, det.hook_addr)
         self.by_addr[entry] = self._by_index[index] = self._by_hook[det.hook_addr] = det
-        rh.mirror = mirror = self._mirror_for(avail)
+        rh.mirror = mirror = self._mirror_for(avail_at)
         mirror(rh)
         jump = arch.extra["near_jump"](entry, block, iset)
         self.lo, self.hi = min(self.lo, entry), max(self.hi, entry + length)
         t.uc.mem_write(entry, jump)
         t.uc.ctl_remove_cache(entry, entry + length)
 
-    def _mirror_for(self, avail: int) -> Callable[[Rethook], None]:
-        words, at = self.words, (avail - self.data) // self._w
+    def _mirror_for(self, at: int) -> Callable[[Rethook], None]:
+        words = self.words
 
         def mirror(rh: Rethook) -> None:
             words[at] = len(rh.free_nodes)

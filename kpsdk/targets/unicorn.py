@@ -407,7 +407,8 @@ class UnicornTarget(Target):
             return self._free_slots.pop()
         return self._alloc_block(SLOT_SIZE)
 
-    def _peek_block(self, size: int) -> int:
+    def _peek_block(self) -> int:
+        """Where the next :meth:`_alloc_block` starts."""
         return self._next_slot
 
     def _alloc_block(self, size: int) -> int:
