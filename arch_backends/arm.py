@@ -17,7 +17,18 @@ from capstone import arm_const as ca
 from unicorn import arm_const as ua
 
 from kpsdk import hookimpl
-from kpsdk.arch import Abi, Arch, Breakpoint, EntryDetour, FrameRecord, InstructionSet, Register, Syscalls, WatchRules
+from kpsdk.arch import (
+    Abi,
+    Arch,
+    Breakpoint,
+    EntryDetour,
+    FrameRecord,
+    InstructionSet,
+    Register,
+    ReturnDetour,
+    Syscalls,
+    WatchRules,
+)
 from kpsdk.insn import ReadMem, ReadReg, changes_flow
 
 _PC_IDS = frozenset({ca.ARM_REG_PC})
@@ -63,6 +74,11 @@ def condition(insn: capstone.CsInsn) -> int | None:
     """
     cc = insn.cc
     return None if cc in (ca.ARM_CC_AL, ca.ARM_CC_INVALID) or changes_flow(insn, _PC_IDS) else cc
+
+
+def reads_flags(insn: capstone.CsInsn, reads: set[str]) -> bool:
+    """Whether ``insn`` reads NZCV: it names cpsr, or it is conditional (branches too)."""
+    return "cpsr" in reads or insn.cc not in (ca.ARM_CC_AL, ca.ARM_CC_INVALID)
 
 
 def condition_passes(cc: int, reg: ReadReg) -> bool:
@@ -142,40 +158,62 @@ def _movw_movt(reg: str, value: int) -> str:
 
 
 def entry_detour(at: int, iset: InstructionSet, d: EntryDetour) -> tuple[bytes, int]:
-    """The return probes' fast entry (:class:`~kpsdk.arch.EntryDetour`), ARM or Thumb-2:
-    r0-r3 are saved on the stack (the entry sp is 16 bytes up), the flags in r3."""
+    """The return probes' fast entry (:class:`~kpsdk.arch.EntryDetour`), ARM or Thumb-2.
+    It uses ip (r12, which AAPCS leaves to veneers at a call) and the flags, and
+    spills r0 (one store: guest stores are what a detour costs); the entry sp
+    is one word up from where it runs.  lr is free once written to the record."""
     b = "b.w" if iset.thumb_bit else "b"
     head = f"""
-        push {{r0, r1, r2, r3}}
-        mrs r3, apsr
-        {_movw_movt("r0", d.data)}
-        ldr r1, [r0]
-        cmp r1, #0
+        push {{r0}}
+        {_movw_movt("r0", d.gate)}
+        ldr ip, [r0]
+        cmp ip, #0
         bne slow
-        ldr r1, [r0, #{d.avail - d.data}]
-        cmp r1, #0
-        beq slow
-        sub r1, r1, #1
-        str r1, [r0, #{d.avail - d.data}]
-        ldr r1, [r0, #4]
-        add r2, r1, #12
-        str r2, [r0, #4]
-        str lr, [r1]
-        add r2, sp, #16
-        str r2, [r1, #4]
-        movw r2, #{d.index}
-        str r2, [r1, #8]
+        {_movw_movt("r0", d.avail)}
+        ldr ip, [r0]
+        subs ip, ip, #1
+        bmi slow
+        str ip, [r0]
+        {_movw_movt("r0", d.records)}
+        add r0, r0, ip, lsl #3
+        str lr, [r0]
+        add ip, sp, #4
+        str ip, [r0, #4]
         {_movw_movt("lr", d.tramp)}
-        msr apsr_nzcvq, r3
-        pop {{r0, r1, r2, r3}}
+        pop {{r0}}
         {b} #{d.resume:#x}
     slow:
-        msr apsr_nzcvq, r3
-        pop {{r0, r1, r2, r3}}
+        pop {{r0}}
     """
     ks = keystone.Ks(*iset.keystone)  # type: ignore[misc]
     hook = len(bytes(ks.asm(head, at)[0]))
     return bytes(ks.asm(head + f"{b} #{d.resume:#x}", at)[0]), hook
+
+
+def return_detour(at: int, iset: InstructionSet, r: ReturnDetour) -> tuple[bytes, int, int]:
+    """The return half (:class:`~kpsdk.arch.ReturnDetour`): ip and lr (which holds this
+    code's own address) and the flags are free after a return; r0-r3 are kept.
+    ``ldr pc`` interworks, so the record's bit 0 picks ARM or Thumb."""
+    ldr = "ldr.w" if iset.thumb_bit else "ldr"
+    head = f"""
+        {_movw_movt("ip", r.avail)}
+        ldr lr, [ip]
+        ldr ip, [ip, #4]
+        cmp lr, ip
+        bhs general
+        {_movw_movt("ip", r.records)}
+        add ip, ip, lr, lsl #3
+        ldr lr, [ip, #4]
+        {"add lr, lr, #" + str(r.ret_sp) if r.ret_sp else ""}
+        cmp sp, lr
+        bne general
+    """
+    short = f"{ldr} pc, [ip]\n"
+    general = f"general:\n{_movw_movt('ip', r.avail + 8)}\n"
+    ks = keystone.Ks(*iset.keystone)  # type: ignore[misc]
+    at_short = len(bytes(ks.asm(head + "general:\n", at)[0]))
+    at_general = len(bytes(ks.asm(head + short + general, at)[0]))
+    return bytes(ks.asm(head + short + general + short, at)[0]), at_short, at_general
 
 
 def return_jump(at: int, iset: InstructionSet, sp_word: int) -> tuple[bytes, int, int]:
@@ -254,7 +292,9 @@ ARM = Arch(
     watch=WATCH,
     cross_gcc_package="gcc-arm-linux-gnueabihf",
     extra={"classify": classify, "successors": successors, "jump_back": jump_back, "return_jump": return_jump,
-           "near_jump": near_jump, "entry_detour": entry_detour,
+           "near_jump": near_jump, "entry_detour": entry_detour, "return_detour": return_detour,
+           "detour_scratch": ("ip",), "detour_flags": "cpsr", "reads_flags": reads_flags,
+           "writes_flags": lambda insn, writes: "cpsr" in writes or bool(insn.update_flags),
            "condition": condition, "condition_passes": condition_passes, "unicorn_setup": unicorn_setup},
 )
 

@@ -17,7 +17,18 @@ import unicorn
 from unicorn import riscv_const as ur
 
 from kpsdk import hookimpl
-from kpsdk.arch import Abi, Arch, Breakpoint, EntryDetour, FrameRecord, InstructionSet, Register, Syscalls, WatchRules
+from kpsdk.arch import (
+    Abi,
+    Arch,
+    Breakpoint,
+    EntryDetour,
+    FrameRecord,
+    InstructionSet,
+    Register,
+    ReturnDetour,
+    Syscalls,
+    WatchRules,
+)
 from kpsdk.insn import ReadMem, ReadReg, sign_extend
 
 _ABI_NAMES = (
@@ -123,38 +134,99 @@ def _jal0(at: int, target: int) -> int:
     return int(struct.unpack("<I", code)[0])
 
 
+def regs_access(insn: capstone.CsInsn) -> tuple[set[str], set[str]]:
+    """The registers ``insn`` reads and writes, from its operands (capstone's
+    ``regs_access`` has no RISC-V): stores and branches only read; otherwise
+    the first register operand is written and the others read."""
+    names = [insn.reg_name(op.reg) for op in insn.operands if op.type == capstone.CS_OP_REG]
+    names += [insn.reg_name(op.mem.base) for op in insn.operands if op.type == capstone.CS_OP_MEM]
+    m = insn.mnemonic.removeprefix("c.")
+    if m[0] in "sb" and m not in ("sub", "subw", "sll", "slli", "sllw", "slliw", "slt", "slti", "sltu", "sltiu",
+                                  "sra", "srai", "sraw", "sraiw", "srl", "srli", "srlw", "srliw", "slli64"):
+        return set(names), set()
+    if not names:
+        return set(), set()
+    reads = set(names[1:])
+    if insn.mnemonic.startswith("c.") and m not in ("li", "lui", "mv") and m[0] != "l":
+        reads.add(names[0])  # c.add rd, rs2, c.addi rd, imm ...: rd is a source too
+    return reads, {names[0]}
+
+
+def _br(f3: int, rs1: int, rs2: int, off: int) -> int:
+    """B-type: ``bne``/``bgeu``/... ``rs1, rs2, off``."""
+    return ((off >> 12 & 1) << 31 | (off >> 5 & 0x3F) << 25 | rs2 << 20 | rs1 << 15 | f3 << 12
+            | (off >> 1 & 0xF) << 8 | (off >> 11 & 1) << 7 | 0x63)
+
+
+def _auipc(rd: int) -> int:
+    return rd << 7 | 0x17
+
+
+def _slli(rd: int, rs1: int, shamt: int) -> int:
+    return _i(0x13, 1, rd, rs1, shamt)
+
+
+def _add(rd: int, rs1: int, rs2: int) -> int:
+    return rs2 << 20 | rs1 << 15 | rd << 7 | 0x33
+
+
+def _jr(rs1: int) -> int:
+    return _i(0x67, 0, 0, rs1, 0)
+
+
+def _with_literals(at: int, words: list[int], literals: list[int]) -> tuple[bytes, int]:
+    """The code, then the doublewords ``literals`` 8-aligned after it; and where they start."""
+    lit = 4 * len(words) + (-(at + 4 * len(words)) % 8)
+    return struct.pack(f"<{len(words)}I", *words) + bytes(lit - 4 * len(words)) + struct.pack(
+        f"<{len(literals)}Q", *literals), lit
+
+
 def entry_detour(at: int, iset: InstructionSet, d: EntryDetour) -> tuple[bytes, int]:
     """The return probes' fast entry (:class:`~kpsdk.arch.EntryDetour`), hand-encoded
-    (keystone has no RISC-V).  t0-t2 are saved below sp (the entry sp is 32 bytes
-    up); ``data`` and ``tramp`` are doublewords after the code, read with auipc."""
-    av = d.avail - d.data
-    restore = [_ld(_T0, _SP, 0), _ld(_T1, _SP, 8), _ld(_T2, _SP, 16), _addi(_SP, _SP, 32)]
-    fast = [
-        _addi(_SP, _SP, -32), _s(_SP, _T0, 0), _s(_SP, _T1, 8), _s(_SP, _T2, 16),
-        0x00000297,  # 16: auipc t0, 0
-        None,  # 20: ld t0, DATA-16(t0)
-        _ld(_T1, _T0, 0), None,  # 28: bnez t1, slow
-        _ld(_T1, _T0, av), None,  # 36: beqz t1, slow
-        _addi(_T1, _T1, -1), _s(_T0, _T1, av),
-        _ld(_T1, _T0, 8), _addi(_T2, _T1, 24), _s(_T0, _T2, 8),
-        _s(_T1, _RA, 0), _addi(_T2, _SP, 32), _s(_T1, _T2, 8), _addi(_T2, 0, d.index), _s(_T1, _T2, 16),
-        0x00000397,  # 80: auipc t2, 0
-        None,  # 84: ld ra, TRAMP-80(t2)
-        *restore,
-        None,  # 104: j resume
+    (keystone has no RISC-V).  It uses t1 (``tail`` and PLT stubs clobber it at
+    a call) and spills t2 below sp (one store: guest stores are what a detour
+    costs; the entry sp is 16 bytes up); ra is free once written to the record.
+    Addresses are doublewords after the code, read with auipc."""
+    lits = 112  # the literals' offset from the code's start: gate, avail, records, tramp
+    words = [
+        _addi(_SP, _SP, -16), _s(_SP, _T2, 0),
+        _auipc(_T1), _ld(_T1, _T1, lits - 8),  # 8: gate
+        _ld(_T2, _T1, 0), 0,  # 20: bnez t2, slow
+        _auipc(_T1), _ld(_T1, _T1, lits + 8 - 24),  # 24: avail
+        _ld(_T2, _T1, 0), 0,  # 36: beqz t2, slow
+        _addi(_T2, _T2, -1), _s(_T1, _T2, 0),
+        _auipc(_T1), _ld(_T1, _T1, lits + 16 - 48),  # 48: records
+        _slli(_T2, _T2, 4), _add(_T1, _T1, _T2),
+        _s(_T1, _RA, 0), _addi(_T2, _SP, 16), _s(_T1, _T2, 8),
+        _auipc(_RA), _ld(_RA, _RA, lits + 24 - 76),  # 76: tramp
+        _ld(_T2, _SP, 0), _addi(_SP, _SP, 16), _jal0(at + 92, d.resume),
+        _ld(_T2, _SP, 0), _addi(_SP, _SP, 16), _jal0(at + 104, d.resume),  # 96: slow
     ]
-    slow = 4 * len(fast)
-    hook = slow + 4 * len(restore)
-    lit = hook + 4 + (-(hook + 4) % 8)
-    fast[5] = _ld(_T0, _T0, lit - 16)
-    fast[7] = _b(1, _T1, slow - 28)
-    fast[9] = _b(0, _T1, slow - 36)
-    fast[21] = _ld(_RA, _T2, lit + 8 - 80)
-    fast[-1] = _jal0(at + slow - 4, d.resume)
-    words = [w for w in fast if w is not None] + restore + [_jal0(at + hook, d.resume)]
-    assert len(words) * 4 == hook + 4
-    code = struct.pack(f"<{len(words)}I", *words)
-    return code + bytes(lit - len(code)) + struct.pack("<QQ", d.data, d.tramp), hook
+    slow, hook = 96, 104
+    words[5] = _b(1, _T2, slow - 20)
+    words[9] = _b(0, _T2, slow - 36)
+    code, lit = _with_literals(at, words, [d.gate, d.avail, d.records, d.tramp])
+    assert lit == lits and at % 8 == 0
+    return code, hook
+
+
+def return_detour(at: int, iset: InstructionSet, r: ReturnDetour) -> tuple[bytes, int, int]:
+    """The return half (:class:`~kpsdk.arch.ReturnDetour`): t0-t2 are free after a
+    return (a0 and a1 hold the value)."""
+    words = [
+        _auipc(_T0), _ld(_T0, _T0, 64),  # the literals at 64: avail, records
+        _ld(_T1, _T0, 0), _ld(_T2, _T0, 8),
+        _br(7, _T1, _T2, 56 - 16),  # 16: bgeu t1, t2, general
+        _auipc(_T2), _ld(_T2, _T2, 72 - 20),
+        _slli(_T1, _T1, 4), _add(_T1, _T1, _T2),
+        _ld(_T2, _T1, 8), _addi(_T2, _T2, r.ret_sp),
+        _br(1, _T2, _SP, 56 - 44),  # 44: bne t2, sp, general
+        _ld(_T1, _T1, 0), _jr(_T1),  # 48: short
+        _ld(_T1, _T0, 16), _jr(_T1),  # 56: general
+    ]
+    code, lit = _with_literals(at, words, [r.avail, r.records])
+    assert lit == 64 and at % 8 == 0
+    return code, 48, 56
 
 
 def return_jump(at: int, iset: InstructionSet, sp_word: int) -> tuple[bytes, int, int]:
@@ -214,7 +286,8 @@ RISCV64 = Arch(
                      exec_lengths=(2, 4), source="RISC-V debug spec 0.13 (mcontrol); QEMU target/riscv/debug.c"),
     cross_gcc_package="gcc-riscv64-linux-gnu",
     extra={"classify": classify, "successors": successors, "jump_back": jump_back,
-           "return_jump": return_jump, "near_jump": jump_back, "entry_detour": entry_detour},
+           "return_jump": return_jump, "near_jump": jump_back, "entry_detour": entry_detour,
+           "return_detour": return_detour, "detour_scratch": ("t1",), "regs_access": regs_access},
 )
 
 

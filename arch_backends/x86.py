@@ -24,6 +24,7 @@ from kpsdk.arch import (
     FrameRecord,
     InstructionSet,
     Register,
+    ReturnDetour,
     Syscalls,
     WatchRules,
 )
@@ -127,52 +128,127 @@ def near_jump(at: int, target: int, iset: InstructionSet) -> bytes | None:
     return b"\xe9" + struct.pack("<I", off & 0xFFFFFFFF)
 
 
-def _detour_text(d: EntryDetour, wide: bool) -> tuple[str, str]:
+def _entry_detour_text(d: EntryDetour, wide: bool) -> tuple[str, str]:
     """The :class:`~kpsdk.arch.EntryDetour` code as assembly: up to the hooked
-    instruction, and that instruction.  Scratch registers and flags are saved on
-    the stack, so the entry sp is 3 words up."""
-    w, q = (8, "qword") if wide else (4, "dword")
-    a, c, f = ("rax", "rcx", "q") if wide else ("eax", "ecx", "d")
-    sp = "rsp" if wide else "esp"
-    tramp = (f"movabs {c}, {d.tramp:#x}\nmov {q} ptr [{sp} + {3 * w}], {c}" if wide
-             else f"mov {q} ptr [{sp} + {3 * w}], {d.tramp:#x}")
-    av = d.avail - d.data
-    head = f"""
-        push {c}
-        push {a}
-        pushf{f}
-        {"movabs" if wide else "mov"} {c}, {d.data:#x}
-        cmp {q} ptr [{c}], 0
-        jne slow
-        cmp {q} ptr [{c} + {av:#x}], 0
-        je slow
-        dec {q} ptr [{c} + {av:#x}]
-        mov {a}, {q} ptr [{c} + {w}]
-        add {q} ptr [{c} + {w}], {3 * w}
-        mov {q} ptr [{a} + {2 * w}], {d.index}
-        lea {c}, [{sp} + {3 * w}]
-        mov {q} ptr [{a} + {w}], {c}
-        mov {c}, {q} ptr [{sp} + {3 * w}]
-        mov {q} ptr [{a}], {c}
-        {tramp}
-        popf{f}
-        pop {a}
-        pop {c}
-        jmp {d.resume:#x}
-    slow:
-        popf{f}
-        pop {a}
-        pop {c}
-    """
-    return head, f"jmp {d.resume:#x}"
+    instruction, and that instruction.
+
+    Every guest store here goes through Unicorn's slow store path (about as dear
+    as a dozen other instructions), so the code makes four (x86_64) or five
+    (i386): the count, the record's two words, the return address.  x86_64
+    uses r11, which the psABI leaves free at a call (PLT stubs clobber it);
+    i386 has no such register and spills eax.  Both clobber the status flags,
+    which no calling convention passes.  The record is written by pointing
+    the stack at it and pushing, which needs no second register."""
+    if wide:
+        head = """
+            mov r11, qword ptr [rip + lit_gate]
+            cmp qword ptr [r11], 0
+            jne slow
+            mov r11, qword ptr [rip + lit_avail]
+            cmp qword ptr [r11], 0
+            je slow
+            dec qword ptr [r11]
+            mov r11, qword ptr [r11]
+            shl r11, 4
+            add r11, qword ptr [rip + lit_end]
+            xchg rsp, r11
+            push r11
+            push qword ptr [r11]
+            mov rsp, r11
+            mov r11, qword ptr [rip + lit_tramp]
+            mov qword ptr [rsp], r11
+            jmp resume
+        slow:
+        """
+        tail = f"""
+            jmp resume
+        lit_gate: .quad {d.gate:#x}
+        lit_avail: .quad {d.avail:#x}
+        lit_end: .quad {d.records + 16:#x}
+        lit_tramp: .quad {d.tramp:#x}
+        """
+    else:
+        head = f"""
+            cmp dword ptr [{d.gate:#x}], 0
+            jne slow
+            cmp dword ptr [{d.avail:#x}], 0
+            je slow
+            dec dword ptr [{d.avail:#x}]
+            push eax
+            mov eax, dword ptr [{d.avail:#x}]
+            lea eax, [eax * 8 + {d.records + 8:#x}]
+            xchg esp, eax
+            lea eax, [eax + 4]
+            push eax
+            push dword ptr [eax]
+            lea esp, [eax - 4]
+            mov dword ptr [esp + 4], {d.tramp:#x}
+            pop eax
+            jmp resume
+        slow:
+        """
+        tail = "jmp resume"
+    return head, tail.replace("resume", f"{d.resume:#x}")
+
+
+def _offsets(code: bytes, at: int, iset: InstructionSet, mnemonic: str, op_str: str) -> list[int]:
+    """Offsets in ``code`` of the instructions spelled ``mnemonic op_str`` (how the
+    hooked instructions are found: keystone reports no label addresses)."""
+    md = capstone.Cs(*iset.capstone)
+    return [i.address - at for i in md.disasm(code, at) if i.mnemonic == mnemonic and i.op_str == op_str]
 
 
 def entry_detour(at: int, iset: InstructionSet, d: EntryDetour) -> tuple[bytes, int]:
     """The return probes' fast entry (:class:`~kpsdk.arch.EntryDetour`) at ``at``."""
-    head, hooked = _detour_text(d, iset.name == "x86_64")
+    head, tail = _entry_detour_text(d, iset.name == "x86_64")
     ks = keystone.Ks(*iset.keystone)  # type: ignore[misc]
-    hook = len(bytes(ks.asm(head, at)[0]))
-    return bytes(ks.asm(head + hooked, at)[0]), hook
+    code = bytes(ks.asm(head.replace("jmp resume", f"jmp {d.resume:#x}") + tail, at)[0])
+    return code, _offsets(code, at, iset, "jmp", f"{d.resume:#x}")[-1]
+
+
+def return_detour(at: int, iset: InstructionSet, r: ReturnDetour) -> tuple[bytes, int, int]:
+    """The return half (:class:`~kpsdk.arch.ReturnDetour`) at ``at``: r11 and rcx
+    (x86_64) or ecx (i386) and the flags are free when a function has returned.
+    The stack pointer is compared by moving it with ``lea``, which keeps the flags."""
+    if iset.name == "x86_64":
+        text = """
+            mov r11, qword ptr [rip + lit_avail]
+            mov rcx, qword ptr [r11]
+            cmp rcx, qword ptr [r11 + 8]
+            jae general
+            shl rcx, 4
+            add rcx, qword ptr [rip + lit_records]
+            lea rsp, [rsp - RET_SP]
+            cmp qword ptr [rcx + 8], rsp
+            lea rsp, [rsp + RET_SP]
+            jne general
+        short:
+            jmp qword ptr [rcx]
+        general:
+            jmp qword ptr [r11 + 16]
+        lit_avail: .quad AVAIL
+        lit_records: .quad RECORDS
+        """
+    else:
+        text = """
+            mov ecx, dword ptr [AVAIL]
+            cmp ecx, dword ptr [AVAIL + 4]
+            jae general
+            lea ecx, [ecx * 8 + RECORDS]
+            lea esp, [esp - RET_SP]
+            cmp dword ptr [ecx + 4], esp
+            lea esp, [esp + RET_SP]
+            jne general
+        short:
+            jmp dword ptr [ecx]
+        general:
+            jmp dword ptr [AVAIL + 8]
+        """
+    text = text.replace("AVAIL", f"{r.avail:#x}").replace("RECORDS", f"{r.records:#x}").replace("RET_SP", str(r.ret_sp))
+    ks = keystone.Ks(*iset.keystone)  # type: ignore[misc]
+    code = bytes(ks.asm(text, at)[0])
+    short = _offsets(code, at, iset, "jmp", "qword ptr [rcx]" if iset.name == "x86_64" else "dword ptr [ecx]")[0]
+    return code, short, short + 2
 
 
 def _frame_record(fp: str, sp: str, word: int) -> FrameRecord:
@@ -229,7 +305,8 @@ X86_64 = Arch(
     watch=_watch(8),
     cross_gcc_package="gcc-x86-64-linux-gnu",
     extra={"classify": classify, "successors": successors, "jump_back": jump_back_64,
-           "return_jump": return_jump_64, "near_jump": near_jump, "entry_detour": entry_detour},
+           "return_jump": return_jump_64, "near_jump": near_jump, "entry_detour": entry_detour,
+           "return_detour": return_detour, "detour_scratch": ("r11",), "detour_flags": "rflags"},
 )
 
 I386 = Arch(
@@ -261,7 +338,8 @@ I386 = Arch(
     watch=_watch(4),
     cross_gcc_package="gcc-i686-linux-gnu",
     extra={"classify": classify, "successors": successors, "jump_back": jump_back_32,
-           "return_jump": return_jump_32, "near_jump": near_jump, "entry_detour": entry_detour},
+           "return_jump": return_jump_32, "near_jump": near_jump, "entry_detour": entry_detour,
+           "return_detour": return_detour, "detour_scratch": (), "detour_flags": "eflags"},
 )
 
 

@@ -154,29 +154,54 @@ class EntryDetour:
     call's return at a function entry without leaving the emulated CPU (the
     return probes' fast entry on Unicorn, see ``kpsdk/targets/ucdetour.py``).
 
-    The code runs with the registers of the function entry and leaves them as it
-    found them (flags included).  It reads two words at ``data``: the *gate* at
-    ``data`` and the *log top* (the address of the next free record) one word
-    up, and this detour's *available instances* word at ``avail``.  When the
-    gate is 0 and an instance is available it takes one, appends the record
-    ``(return address, stack pointer at entry, index)`` (three words) at the log
-    top, points the return address at ``tramp`` and jumps to ``resume``.
-    Otherwise it restores everything and reaches the instruction at the hook
-    offset it returns, which jumps to ``resume``: kpsdk hooks that one
+    The code runs at a function entry, where every psABI leaves the status
+    flags and the backend's ``detour_scratch`` registers without meaning (PLT
+    stubs and veneers clobber them); it may clobber those and keeps every
+    other register.  When the word at ``gate`` is 0 and the count at ``avail``
+    is not, it decrements the count to ``n``, writes the record ``(return
+    address, stack pointer at entry)`` (two words) at ``records + n * 2 *
+    word``, points the return address at ``tramp`` and jumps to ``resume``.
+    Otherwise it reaches the instruction at the hook offset it returns, which
+    jumps to ``resume`` with the entry's registers: kpsdk hooks that one
     instruction, so only calls it must look at leave the guest.
 
-    :param data: address of the gate word (the log top is the next word).
-    :param avail: address of this detour's available-instances word.
-    :param index: this detour's number, stored in its records.
-    :param tramp: the value the return address gets (Thumb bit included).
+    :param gate: address of the gate word, shared by every detour.
+    :param avail: address of this detour's available-instances count.
+    :param records: address of this detour's records, one per instance.
+    :param tramp: the value the return address gets (Thumb bit included): the
+        detour's :class:`ReturnDetour` code.
     :param resume: where both paths go on: the displaced instructions.
     """
 
-    data: int
+    gate: int
     avail: int
-    index: int
+    records: int
     tramp: int
     resume: int
+
+
+@dataclass(frozen=True)
+class ReturnDetour:
+    """What an arch backend's ``return_detour`` writes: where a call an
+    :class:`EntryDetour` hooked returns to.  With the return value's registers
+    kept (the caller-saved scratch registers and flags are free there), it
+    decides whether the return is the detour's newest call: the count ``n`` at
+    ``avail`` is below the word after it (the free instances kpsdk holds, so
+    there is an unsettled record) and record ``n``'s stack pointer plus
+    ``ret_sp`` is the stack pointer now.  If so it reaches the *short*
+    instruction, which jumps through the record's first word (the return
+    address, or what kpsdk wrote there); else the *general* one, which jumps
+    through the word two after ``avail``.  Both are hooked.  Returns the code
+    and the offsets of the two instructions.
+
+    :param avail: the detour's count; the free count and the jump word follow.
+    :param records: the detour's records.
+    :param ret_sp: the stack pointer after a return minus the one at entry.
+    """
+
+    avail: int
+    records: int
+    ret_sp: int
 
 
 @dataclass(frozen=True)

@@ -192,3 +192,98 @@ def test_nested_code_run_by_a_handler_is_missed_k6(s: kpsdk.Session, arch: str) 
     s.call("check", 50)
     assert len(seen) == 1 and seen[0] != -1  # the nested call ran, its kretprobe did not
     assert inner.hits == 0 and inner.nmissed >= 1
+
+
+# -- the scratch register and flags a detour clobbers ------------------------------------------
+
+#: per arch: a function that takes an argument in the detour's scratch register or in
+#: the flags (a hand-written thunk), one shaped like it that does not, and a caller
+#: that sets the scratch register and the carry flag, calls, and returns what it got
+THUNKS = {
+    "x86_64": ("lea rax, [r11 + 1]\nnop\nnop\nnop\nret", "lea rax, [rdi + 1]\nnop\nnop\nnop\nret",
+               "mov r11, 41\nmov edi, 9\nstc\ncall {f}\nret"),
+    "i386": ("setc al\nmovzx eax, al\nnop\nnop\nret", "xor eax, eax\nnop\nnop\nnop\nnop\nret",
+             "stc\ncall {f}\nret"),
+    "arm": ("add r0, ip, #1\nnop\nbx lr", "add r0, r0, #1\nnop\nbx lr",
+            "push {{lr}}\nmov ip, #41\nmov r0, #9\nbl {f}\npop {{pc}}"),
+}
+THUNK_RESULTS = {"x86_64": (42, 10), "i386": (1, 0), "arm": (42, 10)}
+
+
+@pytest.mark.parametrize("isa", sorted(THUNKS))
+def test_a_thunk_taking_the_scratch_register_or_flags_keeps_the_hook_path(isa: str) -> None:
+    s = kpsdk.open(f"unicorn:{isa}")
+    try:
+        code = s.target._area - 0x10000  # type: ignore[attr-defined]  # near kpsdk's area: ARM's b reaches 32 MiB
+        caller_at = code + 0x800
+        s.target.map(code, 0x1000, "rx")  # type: ignore[attr-defined]
+        thunk, plain, caller = THUNKS[isa]
+        got: dict[str, str] = {}
+        for name, text, at in (("thunk", thunk, code), ("plain", plain, code + 0x100)):
+            body = s.arch.assemble(text, at)
+            s.target.uc.mem_write(at, body)  # type: ignore[attr-defined]
+            s.symbols.add(kpsdk.symbols.Symbol(name, at, len(body), "func"))
+        for name, want, at in zip(("thunk", "plain"), THUNK_RESULTS[isa], (code, code + 0x100), strict=True):
+            returns: list[int] = []
+            rp = kpsdk.Kretprobe(symbol_name=name, handler=lambda ri, regs, out=returns: out.append(regs.return_value))
+            s.register_kretprobe(rp)
+            got[name] = str(point(s, name).mechanism)
+            stub = s.arch.assemble(caller.format(f=hex(at)), caller_at)
+            s.target.uc.mem_write(caller_at, stub)  # type: ignore[attr-defined]
+            s.target.uc.ctl_remove_cache(caller_at, caller_at + len(stub))  # type: ignore[attr-defined]
+            assert s.call(caller_at) == want, name
+            assert returns == [want], name
+            s.unregister_kretprobe(rp)
+        assert got == {"thunk": "hook", "plain": "detour"}
+    finally:
+        s.close()
+
+
+# -- calls in flight when a detour goes ---------------------------------------------------------
+
+
+def test_a_detour_unregistered_mid_call_returns_through_its_code_and_its_block_waits(arch: str) -> None:
+    """loop's detour goes while loop runs (a kprobe on inc unregisters it) and a
+    kretprobe on add gets a detour in the same run: loop's call comes back through
+    its old return code (now a jump to the shared trampoline, where the core
+    finds it), and its block is reused only once nothing can return there."""
+    s = kpsdk.open(f"elf:{fixtures.path(arch)}")
+    try:
+        outer: list[int] = []
+        adds: list[int] = []
+        rp = kpsdk.Kretprobe(symbol_name="loop", handler=lambda ri, r: outer.append(r.return_value))
+        later = kpsdk.Kretprobe(symbol_name="add", handler=lambda ri, r: adds.append(r.return_value))
+
+        def on_inc(p: kpsdk.Probe, regs: PtRegs) -> int:
+            if rp.registered:
+                s.unregister_kretprobe(rp)
+                s.register_kretprobe(later)
+            return 0
+
+        s.register_kprobe(kpsdk.Kprobe(symbol_name="inc", pre_handler=on_inc))
+        s.register_kretprobe(rp)
+        assert point(s, "loop").mechanism == "detour"
+        old_block = s.target.detours.by_addr[s.symbols.resolve("loop")].block  # type: ignore[attr-defined]
+        assert s.call("loop", 10) == sum(range(1, 11))
+        assert outer == [] and s.target.rethook.in_flight() == []  # type: ignore[union-attr]
+        if point(s, "add").mechanism == "detour":
+            assert s.target.detours.by_addr[s.symbols.resolve("add")].block != old_block  # type: ignore[attr-defined]
+        assert s.call("add", 2, 3) == 5 and adds == [5]
+    finally:
+        s.close()
+
+
+def test_records_of_tail_calls_at_one_frame_settle_in_call_order() -> None:
+    """Three detoured functions tail-calling each other share one frame; each
+    entry found the previous one's return code as its return address.  Settling
+    pushes them in that order whatever order they are read in."""
+    from kpsdk.targets.ucdetour import _oldest_first
+
+    class D:
+        def __init__(self, tramp: int) -> None:
+            self.tramp = tramp
+
+    a, b, c, deeper = D(0x100), D(0x200), D(0x300), D(0x400)
+    recs = [(0x7000, 0x200, 5, c), (0x7000, 0x1234, 3, a), (0x6F00, 0x1240, 2, deeper), (0x7000, 0x100, 4, b)]
+    order = _oldest_first(recs)  # type: ignore[arg-type]
+    assert [rec[3] for rec in order] == [a, b, c, deeper]

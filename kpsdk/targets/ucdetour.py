@@ -11,22 +11,35 @@ breakpoint by a jump to a detour buffer, kpsdk replaces the first instructions
 of such a function by a jump to a *detour* in its own area:
 
 * the detour (the arch backend's ``entry_detour``, :class:`kpsdk.arch.EntryDetour`)
-  takes an instance from a count kept in guest memory, appends the record
-  ``(return address, entry sp, detour index)`` to a log, points the return
-  address at the trampoline, and jumps to
+  takes an instance from a count kept in guest memory, writes the record
+  ``(return address, entry sp)`` in the detour's own record array at the
+  count's new value, points the return address at the detour's *return code*
+  and jumps to
 * the displaced instructions, copied out of line (each boostable, as a booster
   slot's), followed by a jump back to the function after them.
 
-Python learns of the entries later, from the log (:meth:`DetourEngine.settle`,
-called before every return the trampoline reports, when a run stops and
-before any look at the shadow stacks): each record becomes a node on the
-shadow stack exactly as :meth:`kpsdk.rethook.ShadowStacks.push` would have
-made it at the entry.  The count of available instances is kept equal to the
+The return code (the backend's ``return_detour``, :class:`kpsdk.arch.ReturnDetour`)
+is the detour's own trampoline.  In guest code it checks that the return is
+the detour's newest unsettled call (the count is below the free instances
+kpsdk holds, and that record's sp matches) and then reaches its *short* hook:
+Python runs the handler and gives the instance back by bumping the count, and
+nothing else (no shadow-stack node, no register read).  Anything else takes
+the *general* hook: the records become shadow-stack nodes first
+(:meth:`DetourEngine.settle`, which also runs when a run stops and before any
+look at the shadow stacks) and the core's ``on_return`` decides, exactly as
+for the shared trampoline of the hook path.  The count is kept equal to the
 pool's free nodes minus the unsettled records: the guest decrements it, the
-pool's ``mirror`` sets it when a node comes back.
+short hook and the pool's ``mirror`` raise it.
 
-Whenever the guest code cannot decide alone it leaves every register as it
-found them and reaches one hooked instruction (the *slow path*): no instance
+Guest stores are the dear part of the guest code (each takes Unicorn's slow
+store path, about a sixth of a Python callback): the entry makes four (five
+on i386) and the return code none.  That is why the detour clobbers the flags
+and one scratch register the psABI leaves free at a call (r11, ip, t1), why
+records are per detour (no shared log top to bump) and why the return code,
+not a shared trampoline, knows its detour.
+
+Whenever the guest code cannot decide alone it reaches one hooked instruction
+(the *slow path*) with the entry's registers: no instance
 left (Python may reclaim nodes left by a ``longjmp``, else counts ``nmissed``)
 or the *gate* is shut, which kpsdk does while a handler runs nested code (K6:
 such entries are missed).  That hook runs the probe's pre_handler as a normal
@@ -35,8 +48,10 @@ hit at the function entry.
 A function gets a detour only when it is safe, as the kernel checks for
 optprobes: the jump fits in whole boostable instructions inside the function,
 no direct branch of the function lands inside them and, when more than one
-instruction moves, the function has no indirect jump; the kretprobe is the
-only active probe at the entry; ``kprobes_optimization`` is on.  Otherwise the
+instruction moves, the function has no indirect jump; the function does not
+read the scratch register before writing it, nor the flags before its first
+flag-setting instruction or branch (a thunk taking an argument there); the
+kretprobe is the only active probe at the entry; ``kprobes_optimization`` is on.  Otherwise the
 entry stays on the hook path.  A probe later placed inside a detoured region
 sends the entry back to the hook path.  Reads never show the jump (K10).
 """
@@ -50,7 +65,8 @@ from typing import TYPE_CHECKING
 
 import capstone
 
-from kpsdk.arch import EntryDetour
+from kpsdk.arch import EntryDetour, ReturnDetour
+from kpsdk.errors import TargetError
 
 if TYPE_CHECKING:
     import mmap
@@ -60,16 +76,20 @@ if TYPE_CHECKING:
     from kpsdk.rethook import Rethook
     from kpsdk.targets.unicorn import UnicornTarget
 
-#: the guest-writable part of kpsdk's area: gate, log top, available counts, log
+#: the guest-writable part of kpsdk's area: the gate, the shared trampolines' sp,
+#: three words per detour, the records
 DATA_SIZE = 0x40000
-#: most detours at once (their index must fit every arch's immediate forms)
+#: most detours at once
 MAX_DETOURS = 240
 #: one detour's code: the guest entry code, then (at RESUME_AT) the displaced
-#: instructions and the jump back
-BLOCK_SIZE = 256
+#: instructions and the jump back, then (at RETURN_AT) the return code
+BLOCK_SIZE = 384
 RESUME_AT = 192
-#: the log starts after the header words
-_LOG_AT = 0x1000
+RETURN_AT = 256
+#: the records start after the header words
+_RECORDS_AT = 0x2000
+#: word 0 is the gate, word 2 the shared trampolines' sp; detour i's words start here
+_WORDS_AT = 3
 
 
 @dataclass
@@ -83,12 +103,16 @@ class Detour:
     block: int
     #: the entry bytes the jump replaced (reads show these)
     original: bytes
+    #: the return code's address (Thumb bit included): what return addresses become
     tramp: int
-    #: index of its available-instances word in the guest data's words
-    avail_at: int = 0
-    #: the slow path's hooked instruction, and the hook's handle
+    #: word indexes (in the guest data) of its count (the free count and the jump word
+    #: follow) and of its first record; its records are ``count`` pairs of words
+    avail_at: int
+    records_at: int
+    count: int
+    #: the slow path's hooked instruction; the hooks' handles (slow, short, general)
     hook_addr: int = 0
-    hook: int = 0
+    hooks: tuple[int, ...] = ()
 
 
 class DetourEngine:
@@ -101,25 +125,23 @@ class DetourEngine:
         w = arch.word_size
         self._w = w
         #: the data as an array of native words: the fastest access Python has (the
-        #: short way reads and writes five of them per return); detours need the
-        #: target's byte order to be the host's (``plan``)
+        #: short hook reads three of them and writes one per return); detours need
+        #: the target's byte order to be the host's (``plan``)
         self.words = memoryview(mem).cast("Q" if w == 8 else "I")
         self._native = arch.endian == sys.byteorder
-        self.log_base = data + _LOG_AT
-        self._one_record = self.log_base + 3 * w  # a record: return address, entry sp, detour index
-        #: where the trampolines store the stack pointer of each return (word 2)
+        #: where the shared trampolines store the stack pointer of each return (word 2)
         self.sp_word = data + 2 * w
-        self.capacity = (DATA_SIZE - _LOG_AT) // (3 * w)
-        self.words[1] = self.log_base
-        #: armed detours by entry address, and by index
+        #: free runs of record pairs, as (first word index, pairs)
+        self._holes: list[tuple[int, int]] = [(_RECORDS_AT // w, (DATA_SIZE - _RECORDS_AT) // (2 * w))]
+        #: armed detours by entry address, and by slow-path hook address
         self.by_addr: dict[int, Detour] = {}
-        self._by_index: dict[int, Detour] = {}
         self._by_hook: dict[int, Detour] = {}
         self._free_blocks: list[int] = []
-        #: blocks of detours disarmed during a run: the CPU may still be in one
-        self._retired: list[int] = []
-        #: the return hook's short way (:meth:`_short_way`), made with the first detour
-        self.short_way: Callable[[], int | None] = lambda: None
+        #: detours disarmed: their blocks and records come back when nothing can use them
+        self._retired: list[Detour] = []
+        #: every address a return address may hold instead of a real one (the shared
+        #: trampolines and every detour's return code): the short hook's chain test
+        self.traps: set[int] = set()
         #: lowest and highest byte any detour ever patched (cheap read-overlay test)
         self.lo, self.hi = 1 << 64, -1
 
@@ -144,12 +166,9 @@ class DetourEngine:
             return length
         rh = point.active[0].entry_rethook
         assert rh is not None
-        if len(self.by_addr) >= MAX_DETOURS or self._reserved() + rh.count > self.capacity:
+        if len(self.by_addr) >= MAX_DETOURS or not any(n >= rh.count for _, n in self._holes):
             return None
         return length if arch.extra["near_jump"](entry, self._peek_block(), point.iset) is not None else None
-
-    def _reserved(self) -> int:
-        return sum(d.rethook.count for d in self.by_addr.values())
 
     def _region(self, point: ProbePoint) -> int | None:
         t, arch, entry, iset = self.target, self.target.arch, point.addr, point.iset
@@ -174,6 +193,9 @@ class DetourEngine:
         if count > 1:
             if sym is None or end is None or not self._no_branch_into(md, sym.address, end, entry, length):
                 return None
+        whole = t.read_memory(entry, end - entry) if end is not None and sym is not None else code
+        if not self._scratch_is_free(md, whole, entry):
+            return None
         return length
 
     def _no_branch_into(self, md: capstone.Cs, start: int, end: int, entry: int, length: int) -> bool:
@@ -196,6 +218,34 @@ class DetourEngine:
                     return False
         return True
 
+    def _scratch_is_free(self, md: capstone.Cs, code: bytes, entry: int) -> bool:
+        """The function neither reads the detour's scratch register before it writes
+        it (in address order) nor reads the flags before its first instruction
+        that sets them or transfers control: the psABIs give them no meaning at a
+        call, but a hand-written thunk may take an argument there."""
+        arch = self.target.arch
+        scratch = set(arch.extra.get("detour_scratch", ()))
+        flags = arch.extra.get("detour_flags")
+        reads_flags: Callable[[capstone.CsInsn, set[str]], bool] = arch.extra.get(
+            "reads_flags", lambda insn, reads: flags in reads)
+        writes_flags: Callable[[capstone.CsInsn, set[str]], bool] = arch.extra.get(
+            "writes_flags", lambda insn, writes: flags in writes)
+        watch_flags = flags is not None
+        access: Callable[[capstone.CsInsn], tuple[set[str], set[str]]] = arch.extra.get("regs_access", _regs_access)
+        for insn in md.disasm(code, entry):
+            reads, writes = access(insn)
+            if watch_flags and reads_flags(insn, reads):
+                return False
+            if scratch & reads:
+                return False
+            scratch -= writes
+            transfers = any(insn.group(g) for g in (capstone.CS_GRP_JUMP, capstone.CS_GRP_CALL, capstone.CS_GRP_RET))
+            if watch_flags and (writes_flags(insn, writes) or transfers):
+                watch_flags = False
+            if not scratch and not watch_flags:
+                break
+        return True
+
     # -- arming --------------------------------------------------------------------------
 
     def _peek_block(self) -> int:
@@ -203,29 +253,58 @@ class DetourEngine:
             return self._free_blocks[-1]
         return self.target._peek_block()
 
+    def _take_records(self, count: int) -> int:
+        for i, (at, n) in enumerate(self._holes):
+            if n >= count:
+                self._holes[i] = (at + 2 * count, n - count)
+                return at
+        raise AssertionError("plan() checked that the records fit")
+
+    def _give_records(self, at: int, count: int) -> None:
+        holes = sorted([*self._holes, (at, count)])
+        merged: list[tuple[int, int]] = []
+        for start, n in holes:
+            if merged and merged[-1][0] + 2 * merged[-1][1] == start:
+                merged[-1] = (merged[-1][0], merged[-1][1] + n)
+            elif n:
+                merged.append((start, n))
+        self._holes = merged
+
     def arm(self, point: ProbePoint, length: int) -> None:
         """Write the detour for ``point`` (planned: :meth:`plan` gave ``length``)."""
-        t, arch, iset, entry = self.target, self.target.arch, point.iset, point.addr
+        t, arch, iset, entry, w = self.target, self.target.arch, point.iset, point.addr, self._w
         rh = point.active[0].entry_rethook
         assert rh is not None
         self.settle()
-        if not self.by_addr:
-            self.short_way = self._short_way()
         block = self._free_blocks.pop() if self._free_blocks else t._alloc_block(BLOCK_SIZE)
-        index = min(set(range(MAX_DETOURS)) - set(self._by_index))
-        tramp = t.trampoline_for(entry)
-        avail_at = 3 + index  # after the gate, the log top and the trampolines' sp
+        index = min(set(range(MAX_DETOURS)) - {d.index for d in self.by_addr.values()}
+                    - {d.index for d in self._retired})
+        avail_at = _WORDS_AT + 3 * index
+        records_at = self._take_records(rh.count)
+        thumb = 1 if iset.thumb_bit else 0
+        tramp = (block + RETURN_AT) | thumb
         resume = block + RESUME_AT
+        data = self.data
         code, hook = arch.extra["entry_detour"](
-            block, iset, EntryDetour(self.data, self.data + avail_at * self._w, index, tramp, resume))
+            block, iset, EntryDetour(data, data + avail_at * w, data + records_at * w, tramp, resume))
+        ret_code, short, general = arch.extra["return_detour"](
+            block + RETURN_AT, iset, ReturnDetour(data + avail_at * w, data + records_at * w,
+                                                  0 if arch.link else w))
         original = t.read_memory(entry, length)
         back = arch.extra["jump_back"](resume + length, entry + length, iset)
-        assert back is not None and len(code) <= RESUME_AT and length + len(back) <= BLOCK_SIZE - RESUME_AT
+        assert back is not None and len(code) <= RESUME_AT and length + len(back) <= RETURN_AT - RESUME_AT
+        assert len(ret_code) <= BLOCK_SIZE - RETURN_AT
         t._write_code(block, code)
         t._write_code(resume, original + back)
-        det = Detour(point, point.active[0], rh, index, block, original, tramp, avail_at, block + hook)
-        det.hook = t.hooks.code(t._on_detour_slow, det.hook_addr, det.hook_addr)
-        self.by_addr[entry] = self._by_index[index] = self._by_hook[det.hook_addr] = det
+        t._write_code(block + RETURN_AT, ret_code)
+        det = Detour(point, point.active[0], rh, index, block, original, tramp, avail_at, records_at, rh.count,
+                     block + hook)
+        det.hooks = (t.hooks.code(t._on_detour_slow, det.hook_addr, det.hook_addr),
+                     t.hooks.code(self._short_hook(det), block + RETURN_AT + short, block + RETURN_AT + short),
+                     t.hooks.code(self._general_hook(det), block + RETURN_AT + general,
+                                  block + RETURN_AT + general))
+        self.by_addr[entry] = self._by_hook[det.hook_addr] = det
+        self.traps.add(tramp)
         rh.mirror = mirror = self._mirror_for(avail_at)
         mirror(rh)
         jump = arch.extra["near_jump"](entry, block, iset)
@@ -237,30 +316,36 @@ class DetourEngine:
         words = self.words
 
         def mirror(rh: Rethook) -> None:
-            words[at] = len(rh.free_nodes)
+            words[at] = words[at + 1] = len(rh.free_nodes)
 
         return mirror
 
     def disarm(self, point: ProbePoint) -> None:
-        """Put the entry's bytes back; calls it already hooked keep their nodes."""
-        det = self.by_addr.pop(point.addr)
+        """Put the entry's bytes back.  Calls it already hooked keep their nodes; their
+        returns still come to its return code, which now jumps to the shared
+        trampoline (the core finds them by sp), so the block is retired until no
+        node points there."""
         self.settle()
+        det = self.by_addr.pop(point.addr)
         t = self.target
         t.uc.mem_write(point.addr, det.original)
         t.uc.ctl_remove_cache(point.addr, point.addr + len(det.original))
-        t.hooks.delete(det.hook)
+        for handle in det.hooks:
+            t.hooks.delete(handle)
+        ret_at = det.block + RETURN_AT
+        shared = t.trampoline_for(point.addr)
+        t._write_code(ret_at, t.arch.extra["near_jump"](ret_at, shared & ~1, point.iset))
         det.rethook.mirror = None
-        self.words[det.avail_at] = 0
-        del self._by_index[det.index]
+        self.words[det.avail_at] = self.words[det.avail_at + 1] = 0
         del self._by_hook[det.hook_addr]
-        self._retired.append(det.block)
+        self._retired.append(det)
 
     def slow(self, hook_addr: int) -> Detour:
         """The detour whose slow-path instruction is at ``hook_addr``."""
         return self._by_hook[hook_addr]
 
     def mirror(self, det: Detour) -> None:
-        """Set the guest's available count from the pool (after Python took a node)."""
+        """Set the guest's counts from the pool (after Python took a node)."""
         if det.rethook.mirror is not None:
             det.rethook.mirror(det.rethook)
 
@@ -289,79 +374,152 @@ class DetourEngine:
         self.words[0] = old
 
     def recycle_blocks(self) -> None:
-        """Between runs no CPU is inside a disarmed detour: its block may be reused."""
-        self._free_blocks += self._retired
-        self._retired.clear()
-
-    def _short_way(self) -> Callable[[], int | None]:
-        """The return hook's short way, for the usual kretprobe hit of a leaf function:
-        a return reaches the trampoline while exactly one detoured entry is
-        unsettled, and it is that call returning (the sp the trampoline stored
-        is the entry's plus the core's ``ret_sp_offset``), with no older hooked
-        call at or below its frame.  It does what ``core.entered`` then
-        ``core.on_return`` would (the node never goes on the shadow stack) and
-        returns the address to resume at; otherwise it changes nothing and
-        returns None (settle, then ``core.on_return``).
-
-        One flat closure, because this is half of every such hit and every
-        Python call costs here: it must stay in step with
-        ``ShadowStacks._finish`` (K6 busy flag, give the node back unless its
-        pool was freed, detach when no rethook is left)."""
+        """Between runs no CPU is inside a disarmed detour's entry code: its block and
+        records come back once no hooked call in flight returns to its code."""
         core = self.target.rethook
+        live = {n.slot for stack in core.stacks.values() for n in stack} if core is not None else set()
+        keep = []
+        for det in self._retired:
+            if det.tramp in live:
+                keep.append(det)
+            else:
+                self._free_blocks.append(det.block)
+                self._give_records(det.records_at, det.count)
+        self._retired = keep
+
+    def _short_hook(self, det: Detour) -> Callable[[int, int, int, int], None]:
+        """The code hook of ``det``'s short instruction: its newest unsettled call
+        returns (the guest checked).  Runs the handler on a free node of the pool,
+        which stays in the pool (the call never became a shadow-stack node), and
+        gives the instance back by bumping the guest count.  The node is the
+        pool's first: anything the handler does that settles records takes nodes
+        from the end, and never all of them (this call's instance is among them).
+
+        When the return is not that simple (the return address is itself a
+        trampoline: a tail call into a hooked function; or the shadow stack holds
+        deeper calls, left by a ``longjmp``, that this return drops) it takes the
+        general way and writes the address to go on at into the record's first
+        word, which the short instruction jumps through.
+
+        One flat closure, because this is half of every such hit and every Python
+        operation costs here: it must stay in step with ``ShadowStacks._finish``
+        (K6 busy flag, detach when no rethook is left)."""
+        t = self.target
+        core = t.rethook
         assert core is not None
-        words, w = self.words, self._w
-        one, base, rec = self._one_record, self.log_base, _LOG_AT // w
-        sp_at, ret_sp_offset, stacks, by_index = (self.sp_word - self.data) // w, core.ret_sp_offset, core.stacks, \
-            self._by_index
-        task = self.target.current_task()  # Unicorn runs one task
-        manager, regs = self.target.manager, self.target._regs
-        hit = regs._hit
+        words, traps, stacks, manager, regs = self.words, self.traps, core.stacks, t.manager, t._regs
+        hit, task, fail = regs._hit, t.current_task(), t._fail  # Unicorn runs one task
+        av, rb, probe, rh = det.avail_at, det.records_at, det.probe, det.rethook
+        returns = t.trampoline_probe(det.point.addr)  # list() counts hooked returns on the trampoline
+        free, handler = rh.free_nodes, rh.handler
 
-        def short_way() -> int | None:
-            if words[1] != one:
-                return None
-            frame = words[rec + 1]
-            if words[sp_at] != frame + ret_sp_offset:
-                return None
-            stack = stacks.get(task)
-            if stack and stack[-1].frame <= frame:  # stale frames to drop, or a chain: the general path
-                return None
-            words[1] = base
-            ra = words[rec]
-            det = by_index[words[rec + 2]]
-            det.probe.hits += 1
-            rh = det.rethook
-            node = rh.free_nodes.pop()
-            node.task, node.frame, node.ret_addr, node.chained, node.slot = task, frame, ra, False, det.tramp
-            hit[0] = ra  # regs.ip: the real return address
-            busy, manager.busy = manager.busy, True
+        def on_short(handle: int, addr: int, size: int, user: int) -> None:
             try:
-                handler = rh.handler
-                if handler is not None:
-                    handler(node, regs)
-            finally:
-                manager.busy = busy
-                if not rh.freed:
-                    free = rh.free_nodes
-                    free.append(node)
-                    words[det.avail_at] = len(free)
-                if not core.rethooks:
-                    core._maybe_detach()
-            return ra
+                returns.hits += 1
+                n = words[av]
+                r = rb + 2 * n
+                ra = words[r]
+                stack = stacks.get(task)
+                if ra in traps or (stack and stack[-1].frame <= words[r + 1]):
+                    words[r] = self._general_return()
+                    return
+                words[av] = n + 1
+                probe.hits += 1
+                node = free[0]
+                node.ret_addr = hit[0] = ra
+                node.frame = words[r + 1]
+                busy, manager.busy = manager.busy, True
+                try:
+                    if handler is not None:
+                        handler(node, regs)
+                finally:
+                    manager.busy = busy
+                    if not core.rethooks:
+                        core._maybe_detach()
+            except BaseException as exc:  # noqa: BLE001 - stored and re-raised by run()/call()
+                fail(exc)
 
-        return short_way
+        return on_short
+
+    def _general_hook(self, det: Detour) -> Callable[[int, int, int, int], None]:
+        """The code hook of ``det``'s general instruction, which jumps through the
+        detour's jump word: the core decides, as at the shared trampoline."""
+        words, at, fail = self.words, det.avail_at + 2, self.target._fail
+        returns = self.target.trampoline_probe(det.point.addr)
+
+        def on_general(handle: int, addr: int, size: int, user: int) -> None:
+            try:
+                returns.hits += 1
+                words[at] = self._general_return()
+            except BaseException as exc:  # noqa: BLE001 - stored and re-raised by run()/call()
+                fail(exc)
+
+        return on_general
+
+    def _general_return(self) -> int:
+        """Settle, then let the core run the returning call's handlers; the real
+        return address to go on at."""
+        self.settle()
+        t = self.target
+        assert t.rethook is not None
+        ret = t.rethook.on_return(t._regs, True)
+        if ret is None:
+            raise TargetError(f"kretprobe BUG!: a return reached a detour's return code with sp={t._regs.sp:#x} "
+                              "and no hooked call in flight returns there")
+        return ret
 
     def settle(self) -> None:
-        """Put the entries the guest logged on the shadow stacks, oldest first."""
+        """Put the entries the guest recorded on the shadow stacks, oldest first: by
+        entry sp, highest first (the live calls of one task nest), and calls
+        at one sp (tail calls) in the order their return addresses chain."""
         words = self.words
-        top = words[1]
-        if top == self.log_base:
+        pending: list[tuple[int, int, int, Detour]] = []
+        for det in self.by_addr.values():
+            n, m = words[det.avail_at], words[det.avail_at + 1]
+            if n < m:
+                rb = det.records_at
+                pending += [(words[rb + 2 * j + 1], words[rb + 2 * j], j, det) for j in range(m - 1, n - 1, -1)]
+        if not pending:
             return
         core = self.target.rethook
         assert core is not None, "detours exist only while return probes are attached"
-        words[1] = self.log_base
-        by_index, w = self._by_index, self._w
-        for i in range(_LOG_AT // w, (top - self.data) // w, 3):
-            det = by_index[words[i + 2]]
+        for frame, ra, _, det in _oldest_first(pending):
             det.probe.hits += 1
-            core.entered(det.rethook.free_nodes.pop(), words[i + 1], words[i], det.tramp)
+            core.entered(det.rethook.free_nodes.pop(), frame, ra, det.tramp)
+        for det in self.by_addr.values():
+            self.mirror(det)
+
+
+def _regs_access(insn: capstone.CsInsn) -> tuple[set[str], set[str]]:
+    """Names of the registers ``insn`` reads and writes, explicit and implicit."""
+    read, written = insn.regs_access()
+    return {insn.reg_name(r) for r in read}, {insn.reg_name(r) for r in written}
+
+
+def _oldest_first(pending: list[tuple[int, int, int, Detour]]) -> list[tuple[int, int, int, Detour]]:
+    """Records (frame, return address, position, detour) in the order the calls
+    began: frames from the highest; at one frame (a chain of tail calls, each
+    entry finding the previous one's return code as its return address) the
+    one with a real return address first, then each whose return address is the
+    previous one's return code (of one detour, the older record first)."""
+    pending.sort(key=lambda rec: -rec[0])
+    out: list[tuple[int, int, int, Detour]] = []
+    i = 0
+    while i < len(pending):
+        j = i
+        while j < len(pending) and pending[j][0] == pending[i][0]:
+            j += 1
+        group = pending[i:j]
+        if len(group) > 1:
+            tramps = {rec[3].tramp for rec in group}
+            ordered = [rec for rec in group if rec[1] not in tramps][:1] or group[:1]
+            rest = [rec for rec in group if rec is not ordered[0]]
+            while rest:
+                nxt = [rec for rec in rest if rec[1] == ordered[-1][3].tramp] or rest
+                pick = max(nxt, key=lambda rec: rec[2])
+                ordered.append(pick)
+                rest.remove(pick)
+            group = ordered
+        out += group
+        i = j
+    return out

@@ -31,7 +31,9 @@ The trampoline is an indirect jump through a word next to it (the arch
 backend's ``return_jump``).  Its code hook asks the core which call returned
 and writes the real return address into that word, and the jump takes the CPU
 there.  No pc write: a pc written from a hook ends the translation block,
-which cost more than the rest of the return put together.
+which cost more than the rest of the return put together.  A kretprobe whose
+entry is detoured (:mod:`kpsdk.targets.ucdetour`) returns through its detour's
+own return code instead, which counts on the same trampoline probe.
 
 kpsdk's area and the stack are host memory handed to Unicorn
 (``mem_map_ptr``), so the words a return probe reads and writes on every hit
@@ -558,6 +560,7 @@ class UnicornTarget(Target):
                 self.symbols.add(Symbol(name, slot, word, "func", thumb=iset.thumb_bit))
                 thumb = 1 if iset.thumb_bit else 0
                 self._trampolines[iset.thumb_bit] = slot | thumb
+                self.detours.traps.add(slot | thumb)
                 self._tramp_hooks.append((slot + hook) | thumb)
                 self._internal_hooks[slot + hook] = self._trampoline_hook(
                     slot + hook, (slot + word - self._area) // self.arch.word_size)
@@ -583,6 +586,12 @@ class UnicornTarget(Target):
         if thumb is None:
             thumb = self._thumb_entry[entry] = self.iset_at(entry, self.symbols.containing(entry)).thumb_bit
         return self._trampolines[thumb]
+
+    def trampoline_probe(self, entry: int) -> Probe:
+        """The internal probe of :meth:`trampoline_for` ``(entry)``: its hits count the
+        hooked returns of that instruction set (detoured ones included)."""
+        base = self.trampoline_for(entry) & ~1
+        return next(p for hook, p in self._tramp_probe.items() if base <= hook < base + SLOT_SIZE)
 
     def hijack_return(self, regs: PtRegs, node: RethookNode) -> int:
         """Point the return address (link register, or the word at sp) at the trampoline."""
@@ -640,10 +649,8 @@ class UnicornTarget(Target):
         def on_trampoline(handle: int, addr: int, size: int, user: int) -> None:
             try:
                 probes[at].hits += 1
-                ret = detours.short_way()  # a detoured leaf call returning
-                if ret is None:
-                    detours.settle()  # calls entered through a detour go on the shadow stack first
-                    ret = self.rethook.on_return(regs, True)  # type: ignore[union-attr]
+                detours.settle()  # calls entered through a detour go on the shadow stack first
+                ret = self.rethook.on_return(regs, True)  # type: ignore[union-attr]
                 if ret is None:
                     raise TargetError(f"kretprobe BUG!: a return reached the trampoline with sp={regs.sp:#x} "
                                       "and no hooked call in flight returns there")
