@@ -111,12 +111,6 @@ def _s(rs1: int, rs2: int, imm: int) -> int:
     return (imm >> 5 & 0x7F) << 25 | rs2 << 20 | rs1 << 15 | 3 << 12 | (imm & 0x1F) << 7 | 0x23
 
 
-def _b(f3: int, rs1: int, off: int) -> int:
-    """``beq``/``bne rs1, zero, off``."""
-    return ((off >> 12 & 1) << 31 | (off >> 5 & 0x3F) << 25 | rs1 << 15 | f3 << 12
-            | (off >> 1 & 0xF) << 8 | (off >> 11 & 1) << 7 | 0x63)
-
-
 _RA, _SP, _T0, _T1, _T2 = 1, 2, 5, 6, 7
 
 
@@ -203,8 +197,8 @@ def entry_detour(at: int, iset: InstructionSet, d: EntryDetour) -> tuple[bytes, 
         _ld(_T2, _SP, 0), _addi(_SP, _SP, 16), _jal0(at + 104, d.resume),  # 96: slow
     ]
     slow, hook = 96, 104
-    words[5] = _b(1, _T2, slow - 20)
-    words[9] = _b(0, _T2, slow - 36)
+    words[5] = _br(1, _T2, 0, slow - 20)  # bnez
+    words[9] = _br(0, _T2, 0, slow - 36)  # beqz
     code, lit = _with_literals(at, words, [d.gate, d.avail, d.records, d.tramp])
     assert lit == lits and at % 8 == 0
     return code, hook

@@ -106,10 +106,9 @@ class Detour:
     #: the return code's address (Thumb bit included): what return addresses become
     tramp: int
     #: word indexes (in the guest data) of its count (the free count and the jump word
-    #: follow) and of its first record; its records are ``count`` pairs of words
+    #: follow) and of its first record; its records are ``rethook.count`` pairs of words
     avail_at: int
     records_at: int
-    count: int
     #: the slow path's hooked instruction; the hooks' handles (slow, short, general)
     hook_addr: int = 0
     hooks: tuple[int, ...] = ()
@@ -297,8 +296,7 @@ class DetourEngine:
         t._write_code(block, code)
         t._write_code(resume, original + back)
         t._write_code(block + RETURN_AT, ret_code)
-        det = Detour(point, point.active[0], rh, index, block, original, tramp, avail_at, records_at, rh.count,
-                     block + hook)
+        det = Detour(point, point.active[0], rh, index, block, original, tramp, avail_at, records_at, block + hook)
         det.hooks = (t.hooks.code(t._on_detour_slow, det.hook_addr, det.hook_addr),
                      t.hooks.code(self._short_hook(det), block + RETURN_AT + short, block + RETURN_AT + short),
                      t.hooks.code(self._general_hook(det), block + RETURN_AT + general,
@@ -384,7 +382,7 @@ class DetourEngine:
                 keep.append(det)
             else:
                 self._free_blocks.append(det.block)
-                self._give_records(det.records_at, det.count)
+                self._give_records(det.records_at, det.rethook.count)
         self._retired = keep
 
     def _short_hook(self, det: Detour) -> Callable[[int, int, int, int], None]:
@@ -421,7 +419,7 @@ class DetourEngine:
                 ra = words[r]
                 stack = stacks.get(task)
                 if ra in traps or (stack and stack[-1].frame <= words[r + 1]):
-                    words[r] = self._general_return()
+                    words[r] = self.general_return("a detour's return code")
                     return
                 words[av] = n + 1
                 probe.hits += 1
@@ -450,21 +448,22 @@ class DetourEngine:
         def on_general(handle: int, addr: int, size: int, user: int) -> None:
             try:
                 returns.hits += 1
-                words[at] = self._general_return()
+                words[at] = self.general_return("a detour's return code")
             except BaseException as exc:  # noqa: BLE001 - stored and re-raised by run()/call()
                 fail(exc)
 
         return on_general
 
-    def _general_return(self) -> int:
-        """Settle, then let the core run the returning call's handlers; the real
+    def general_return(self, where: str) -> int:
+        """A hooked return reached ``where`` (a trampoline, a detour's return code):
+        settle, then let the core run the returning call's handlers; the real
         return address to go on at."""
         self.settle()
         t = self.target
         assert t.rethook is not None
         ret = t.rethook.on_return(t._regs, True)
         if ret is None:
-            raise TargetError(f"kretprobe BUG!: a return reached a detour's return code with sp={t._regs.sp:#x} "
+            raise TargetError(f"kretprobe BUG!: a return reached {where} with sp={t._regs.sp:#x} "
                               "and no hooked call in flight returns there")
         return ret
 
@@ -486,7 +485,7 @@ class DetourEngine:
         for frame, ra, _, det in _oldest_first(pending):
             det.probe.hits += 1
             core.entered(det.rethook.free_nodes.pop(), frame, ra, det.tramp)
-        for det in self.by_addr.values():
+        for det in {rec[3].index: rec[3] for rec in pending}.values():
             self.mirror(det)
 
 

@@ -643,18 +643,13 @@ class UnicornTarget(Target):
         return must never be skipped (not even on a reentrant hit, K6 is for
         entries), and this is half of every kretprobe hit (hence a closure
         over what it needs)."""
-        detours, regs, area, probes = self.detours, self._regs, self._area_words, self._tramp_probe
+        detours, area, probes = self.detours, self._area_words, self._tramp_probe
         assert detours is not None
 
         def on_trampoline(handle: int, addr: int, size: int, user: int) -> None:
             try:
                 probes[at].hits += 1
-                detours.settle()  # calls entered through a detour go on the shadow stack first
-                ret = self.rethook.on_return(regs, True)  # type: ignore[union-attr]
-                if ret is None:
-                    raise TargetError(f"kretprobe BUG!: a return reached the trampoline with sp={regs.sp:#x} "
-                                      "and no hooked call in flight returns there")
-                area[word] = ret
+                area[word] = detours.general_return("the trampoline")  # settles detoured calls first
             except BaseException as exc:  # noqa: BLE001 - stored and re-raised by run()/call()
                 self._fail(exc)
 
