@@ -198,7 +198,12 @@ class ShadowStacks:
         sp.  When it is already hooked, by the same slot at the same frame (a
         tail call into this function, or another return probe on it), the node
         is chained to that call and takes its real return address.
+
+        Calls the target hooked by itself come first (:meth:`entered`): an
+        entry on the hook path nested in a detoured call must find that call
+        below it on the stack, not after it.
         """
+        self.settle()
         sp = regs.sp
         self._prepare(node, sp, getattr(regs, self._link) if self._link is not None else self._read_word(sp))
 
@@ -216,6 +221,7 @@ class ShadowStacks:
         """Drop the current task's stale nodes, as an entry with these registers
         would (see :meth:`push`): a pool that seems empty may be held by frames
         a ``longjmp`` left.  Called at an entry that found no free node."""
+        self.settle()
         stack = self.stacks.get(self._task())
         if not stack:
             return
