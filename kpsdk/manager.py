@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from kpsdk.errors import KprobeError, ProbeHandlerError, SymbolError
 from kpsdk.insn import Decoded
-from kpsdk.probe import TRAP_HANDLER_EXCEPTION, Probe
+from kpsdk.probe import TRAP_HANDLER_EXCEPTION, Probe, fault_claimed
 
 if TYPE_CHECKING:
     from kpsdk.arch import InstructionSet
@@ -49,6 +49,10 @@ class ProbePoint:
     #: kpsdk's own point (the kretprobe trampoline): in its reserved area, and
     #: armed whatever the knobs say (a disarmed trampoline would lose returns)
     internal: bool = False
+
+
+#: the largest ``offset`` a probe may have (``struct kprobe``'s is an ``unsigned int``)
+OFFSET_MAX = 0xFFFFFFFF
 
 
 class ProbeManager:
@@ -94,16 +98,26 @@ class ProbeManager:
     # -- registration ------------------------------------------------------
 
     def resolve(self, probe: Probe) -> int:
-        """The address a probe asks for: ``addr``, or ``symbol_name`` + ``offset`` (K1)."""
+        """The address a probe asks for: ``addr`` or ``symbol_name``, plus ``offset`` (K1).
+
+        As the kernel's ``_kprobe_addr``: exactly one of the two (``EINVAL``), an
+        unknown symbol is ``ENOENT``, and the offset, an ``unsigned int`` in
+        ``struct kprobe``, is added to either; a negative one is ``EINVAL``.
+        """
         if (probe.addr is None) == (probe.symbol_name is None):
             raise KprobeError(errno.EINVAL, "give exactly one of symbol_name and addr")
+        if not 0 <= probe.offset <= OFFSET_MAX:
+            raise KprobeError(errno.EINVAL, f"offset {probe.offset} is outside 0..{OFFSET_MAX:#x} "
+                              "(the kernel's offset is an unsigned int, added to addr or the symbol)")
         if probe.symbol_name is not None:
             try:
-                return self.target.symbols.get(probe.symbol_name).address + probe.offset
+                base = self.target.symbols.get(probe.symbol_name).address
             except SymbolError:
                 raise KprobeError(errno.ENOENT, f"no symbol {probe.symbol_name!r} in the target") from None
-        assert probe.addr is not None
-        return probe.addr + (probe.offset if probe.symbol_name else 0)
+        else:
+            assert probe.addr is not None
+            base = probe.addr
+        return base + probe.offset
 
     def check_address(self, addr: int, internal: bool = False) -> tuple[int, InstructionSet, Decoded]:
         """Validate a probe address (K1) and decode the instruction there.
@@ -148,7 +162,8 @@ class ProbeManager:
                 errno.EINVAL, f"a post_handler cannot follow {insn} at {self.target.symbols.format(addr)}"
             )
         self.points[addr] = point
-        probe.addr = addr if probe.symbol_name is None else probe.addr
+        if probe.symbol_name is None and not probe.offset:  # addr as registered (no Thumb bit)
+            probe.addr = addr
         probe.session = self.target.session
         point.probes.append(probe)
         self._point_of[id(probe)] = point
@@ -222,18 +237,18 @@ class ProbeManager:
                 handler = p.pre_handler
                 if handler is None:
                     continue
-                try:
-                    ret = handler(p, regs)
+                try:  # the truth test is the handler's too: a return value whose bool() raises
+                    if not handler(p, regs):
+                        continue
                 except Exception as exc:  # noqa: BLE001 - handed to fault_handler or re-raised with context
                     self._fault(p, point, regs, exc, "pre_handler")
                     continue
-                if ret:
-                    if hit[0] is None:
-                        raise ProbeHandlerError(
-                            p, point.addr, self.target.symbols.format(point.addr), "pre_handler",
-                            ValueError("returned non-zero without setting regs.ip: it would loop forever"),
-                        )
-                    return hit[0]
+                if hit[0] is None:
+                    raise ProbeHandlerError(
+                        p, point.addr, self.target.symbols.format(point.addr), "pre_handler",
+                        ValueError("returned non-zero without setting regs.ip: it would loop forever"),
+                    )
+                return hit[0]
             return None
         finally:
             self.busy = False
@@ -264,17 +279,16 @@ class ProbeManager:
         """
         if isinstance(exc, ProbeHandlerError) and exc.probe is p:
             raise exc
-        if p.fault_handler is not None and p.fault_handler(p, regs, TRAP_HANDLER_EXCEPTION):
+        where = self.target.symbols.format(point.addr)
+        if fault_claimed(p, regs, TRAP_HANDLER_EXCEPTION, point.addr, where):
             return
-        raise ProbeHandlerError(p, point.addr, self.target.symbols.format(point.addr), phase, exc) from exc
+        raise ProbeHandlerError(p, point.addr, where, phase, exc) from exc
 
     def instruction_fault(self, point: ProbePoint, regs: PtRegs, trapnr: int) -> bool:
         """K4: the probed instruction itself faulted; True if a fault_handler handled it."""
         regs._reset(point.addr)
-        for p in point.active:
-            if p.fault_handler is not None and p.fault_handler(p, regs, trapnr):
-                return True
-        return False
+        where = self.target.symbols.format(point.addr)
+        return any(fault_claimed(p, regs, trapnr, point.addr, where) for p in point.active)
 
     # -- reports --------------------------------------------------------------
 

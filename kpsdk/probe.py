@@ -13,6 +13,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from kpsdk.errors import ProbeHandlerError
+
 if TYPE_CHECKING:
     from kpsdk.regs import PtRegs
     from kpsdk.rethook import Rethook
@@ -52,6 +54,23 @@ def location_fields(where: str | int) -> dict[str, Any]:
     except ValueError:
         raise ValueError(f"{where!r}: the offset must be a number (add+0x4)") from None
     return {"symbol_name": sym.strip(), "offset": offset}
+
+
+def fault_claimed(probe: Any, regs: PtRegs, trapnr: int, address: int, where: str) -> bool:
+    """K4: whether ``probe``'s fault_handler handles ``trapnr`` (returns non-zero).
+
+    A fault_handler that raises, or returns a value whose truth cannot be
+    told, is itself a failed handler: a :class:`~kpsdk.errors.ProbeHandlerError`
+    of phase ``fault_handler`` at ``address`` (``where``), the exception as
+    its cause, never the bare exception.
+    """
+    handler = probe.fault_handler
+    if handler is None:
+        return False
+    try:
+        return bool(handler(probe, regs, trapnr))
+    except Exception as exc:  # noqa: BLE001 - re-raised with the probe's context
+        raise ProbeHandlerError(probe, address, where, "fault_handler", exc) from exc
 
 
 def register_all(probes: Iterable[Any], register: Callable[[Any], Any], unregister: Callable[[Any], None]) -> None:
@@ -116,9 +135,11 @@ class Probe:
         return self.session is not None
 
     def where(self) -> str:
+        """``sym+0xoff``, ``0xaddr`` or ``0xaddr+0xoff``: the location as given."""
         if self.symbol_name:
             return f"{self.symbol_name}+{self.offset:#x}"
-        return f"{self.addr:#x}" if self.addr is not None else "?"
+        base = f"{self.addr:#x}" if isinstance(self.addr, int) else "?"
+        return f"{base}+{self.offset:#x}" if self.offset else base
 
     def __repr__(self) -> str:
         state = "registered" if self.registered else "unregistered"

@@ -170,11 +170,16 @@ class ShadowStacks:
     def rethook(self, owner: object, handler: ReturnHandler | None, count: int, data_size: int,
                 node_class: type[RethookNode] = RethookNode) -> Rethook:
         """A new pool for ``owner``; attaches to the target first if needed (it may refuse
-        with :class:`~kpsdk.errors.TargetError`)."""
-        if not self.attached:
-            self.target.attach_rethook(self)
-            self.attached = True
+        with :class:`~kpsdk.errors.TargetError`).  The pool is made before anything
+        is attached, so a pool that cannot be made leaves the target as it was."""
         rh = Rethook(self, owner, handler, count, data_size, node_class)
+        if not self.attached:
+            try:
+                self.target.attach_rethook(self)
+            except BaseException:
+                self.target.detach_rethook()  # what it set up before it failed
+                raise
+            self.attached = True
         self.rethooks.append(rh)
         return rh
 

@@ -254,8 +254,13 @@ class Session:
         return value if rethook is None else rethook.real_return_address(value, sp)
 
     def run(self, timeout: float | None = None) -> int | None:
-        """Run until the program exits (its status is returned), ``stop()`` or ``timeout`` seconds."""
+        """Run until the program exits (its status is returned), ``stop()`` or ``timeout`` seconds.
+
+        Not from a handler: the target is running it.  A handler calls
+        :meth:`stop` to end the run, or :meth:`call` to run target code.
+        """
         self._check_open()
+        self._check_not_in_handler("run()", "s.stop() ends the run; s.call() runs target code from a handler")
         return self.target.run(timeout)
 
     def stop(self) -> None:
@@ -272,6 +277,12 @@ class Session:
         return self.target.call(addr, tuple(args), restype)
 
     def close(self) -> None:
+        """Release the target (and its processes); unregisters nothing, runs nothing more.
+
+        Not from a handler: the target is running it (``s.stop()`` ends the
+        run, then close).
+        """
+        self._check_not_in_handler("close()", "call s.stop() there and close the session after run() returns")
         if not self.closed:
             self.registry.pm.hook.kpsdk_session_finish(session=self)
             self.target.close()
@@ -280,6 +291,12 @@ class Session:
     def _check_open(self) -> None:
         if self.closed:
             raise KpsdkError("the session is closed")
+
+    def _check_not_in_handler(self, what: str, instead: str) -> None:
+        """Refuse what cannot happen while the target is stopped inside a hit: a
+        nested run would restart the emulator (or gdb) under the hit's own feet."""
+        if self.target.manager.busy or self.target.running:
+            raise KpsdkError(f"{what} was called while the target is running (from a probe handler?): {instead}")
 
     def __enter__(self) -> Session:
         return self

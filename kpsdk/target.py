@@ -80,6 +80,13 @@ class Target(ABC):
     #: the return-probe core, set by :meth:`kpsdk.rethook.ShadowStacks.of` on first use
     rethook: ShadowStacks | None = None
 
+    @property
+    def running(self) -> bool:
+        """True while target code runs on this thread's behalf: what runs then (a hook,
+        a handler) may not start a run of its own.  Handlers are also known by the
+        probe manager's ``busy``; this covers code kpsdk did not call (a user's raw hook)."""
+        return False
+
     # -- memory -------------------------------------------------------------
     @abstractmethod
     def read_memory(self, addr: int, size: int) -> bytes:

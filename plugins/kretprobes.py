@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from kpsdk import hookimpl
 from kpsdk.errors import KprobeError, ProbeHandlerError, TargetError
-from kpsdk.probe import TRAP_HANDLER_EXCEPTION, FaultHandler, Probe, ProbeType
+from kpsdk.probe import TRAP_HANDLER_EXCEPTION, FaultHandler, Probe, ProbeType, fault_claimed
 from kpsdk.rethook import Rethook, RethookNode, ShadowStacks
 
 if TYPE_CHECKING:
@@ -39,6 +39,9 @@ if TYPE_CHECKING:
 
 #: the most instances one kretprobe may ask for (the kernel's KRETPROBE_MAXACTIVE_MAX)
 MAXACTIVE_MAX = 4096
+#: the most ``ri.data`` bytes one kretprobe's instances may take together (the kernel
+#: allocates them up front and says ENOMEM when it cannot; kpsdk refuses before trying)
+INSTANCE_DATA_MAX = 64 << 20
 
 
 class KretprobeInstance(RethookNode):
@@ -141,8 +144,8 @@ def _entry(rp: Kretprobe, rh: Rethook, core: ShadowStacks) -> Callable[[Probe, P
         if handler is None:
             push(ri, regs)
             return 0
-        try:
-            veto = handler(cast(KretprobeInstance, ri), regs)
+        try:  # the truth test is the handler's too: a return value whose bool() raises
+            veto = bool(handler(cast(KretprobeInstance, ri), regs))
         except Exception as exc:  # noqa: BLE001 - handed to fault_handler or re-raised with context
             recycle(ri)
             _fault(rp, regs, exc, "entry_handler")
@@ -173,13 +176,12 @@ def _return(rp: Kretprobe) -> Callable[[RethookNode, PtRegs], None]:
 
 def _fault(rp: Kretprobe, regs: PtRegs, exc: Exception, phase: str) -> None:
     """K4 for the kretprobe's own handlers: its fault_handler may claim the exception."""
-    if rp.fault_handler is not None and rp.fault_handler(rp, regs, TRAP_HANDLER_EXCEPTION):
-        return
     session = rp.session
-    addr = rp.addr if rp.addr is not None else 0
-    if session is not None and rp.symbol_name is not None:
-        addr = session.symbols.resolve(rp.symbol_name) + rp.offset
+    point = session.target.manager.point_of(rp) if session is not None else None
+    addr = point.addr if point is not None else rp.addr or 0
     where = session.symbols.format(addr) if session is not None else rp.where()
+    if fault_claimed(rp, regs, TRAP_HANDLER_EXCEPTION, addr, where):
+        return
     raise ProbeHandlerError(rp, addr, where, phase, exc) from exc
 
 
@@ -194,6 +196,9 @@ def register(session: Session, rp: Kretprobe) -> None:
         raise KprobeError(errno.EINVAL, f"data_size {rp.data_size} is negative")
     addr = function_entry(target, rp, manager.resolve(rp))
     count = rp.maxactive if rp.maxactive > 0 else max(10, 2 * target.ncpus)
+    if count * rp.data_size > INSTANCE_DATA_MAX:
+        raise KprobeError(errno.ENOMEM, f"{count} instances of data_size {rp.data_size} would take "
+                          f"{count * rp.data_size} bytes; kpsdk allows {INSTANCE_DATA_MAX} per kretprobe")
     core = ShadowStacks.of(target)
     try:
         rh = core.rethook(rp, _return(rp), count, rp.data_size, rp.instance_class)

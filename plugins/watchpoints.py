@@ -40,8 +40,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from kpsdk import hookimpl
-from kpsdk.errors import KprobeError, ProbeHandlerError, SymbolError, TargetError
-from kpsdk.probe import KPROBE_FLAG_DISABLED, TRAP_HANDLER_EXCEPTION, FaultHandler, Probe, ProbeType
+from kpsdk.errors import KprobeError, ProbeHandlerError, TargetError
+from kpsdk.probe import KPROBE_FLAG_DISABLED, TRAP_HANDLER_EXCEPTION, FaultHandler, Probe, ProbeType, fault_claimed
 from kpsdk.wpslots import SlotTable
 
 if TYPE_CHECKING:
@@ -161,10 +161,11 @@ class Watchpoint(Probe):
             try:
                 self.handler(self, regs, access)
             except Exception as exc:  # noqa: BLE001 - handed to fault_handler or re-raised with context
-                if self.fault_handler is not None and self.fault_handler(self, regs, TRAP_HANDLER_EXCEPTION):
-                    return
                 at = self.address if self.address is not None else addr
-                raise ProbeHandlerError(self, at, session.symbols.format(at), "handler", exc) from exc
+                where = session.symbols.format(at)
+                if fault_claimed(self, regs, TRAP_HANDLER_EXCEPTION, at, where):
+                    return
+                raise ProbeHandlerError(self, at, where, "handler", exc) from exc
         finally:
             manager.busy = False
 
@@ -241,18 +242,6 @@ def check_rules(rules: WatchRules | None, arch: str, wp: Watchpoint, addr: int, 
                           "debug hardware cannot watch")
 
 
-def _resolve(session: Session, wp: Watchpoint) -> int:
-    if (wp.addr is None) == (wp.symbol_name is None):
-        raise KprobeError(errno.EINVAL, "give exactly one of symbol_name and addr")
-    if wp.symbol_name is not None:
-        try:
-            return session.symbols.get(wp.symbol_name).address + wp.offset
-        except SymbolError:
-            raise KprobeError(errno.ENOENT, f"no symbol {wp.symbol_name!r} in the target") from None
-    assert wp.addr is not None
-    return wp.addr
-
-
 # -- register / unregister -----------------------------------------------------------------
 
 
@@ -262,7 +251,7 @@ def register(session: Session, wp: Watchpoint) -> int:
         raise KprobeError(errno.EINVAL, f"{wp!r} is already registered")
     if wp.type not in TYPES:
         raise KprobeError(errno.EINVAL, f"watchpoint type {wp.type!r}: want one of {', '.join(TYPES)}")
-    addr = _resolve(session, wp)
+    addr = session.target.manager.resolve(wp)
     rules = session.arch.watch
     if wp.type == "x" and session.arch.has_thumb:
         addr &= ~1

@@ -287,3 +287,87 @@ def test_records_of_tail_calls_at_one_frame_settle_in_call_order() -> None:
     recs = [(0x7000, 0x200, 5, c), (0x7000, 0x1234, 3, a), (0x6F00, 0x1240, 2, deeper), (0x7000, 0x100, 4, b)]
     order = _oldest_first(recs)  # type: ignore[arg-type]
     assert [rec[3] for rec in order] == [a, b, c, deeper]
+
+
+# -- detours come and go: blocks and indexes are reused -----------------------------------------
+
+
+def test_register_unregister_cycles_reuse_retired_detours() -> None:
+    """Each unregistration retires a detour (its block may still have a call
+    returning there); with no call in flight the next registration takes it
+    back, however many cycles run between runs (once, 241 cycles ran out)."""
+    s = kpsdk.open(f"elf:{fixtures.path('x86_64')}")
+    for _ in range(300):
+        rp = kpsdk.Kretprobe(symbol_name="fact", handler=lambda ri, regs: None)
+        s.register_kretprobe(rp)
+        assert point(s, "fact").mechanism == "detour"
+        s.unregister_kretprobe(rp)
+    seen: list[int] = []
+    s.register_kretprobe(kpsdk.Kretprobe(symbol_name="fact", handler=lambda ri, regs: seen.append(regs.return_value)))
+    assert s.run(timeout=10) == 0 and seen == [1, 2, 6, 24, 120]
+
+
+def _functions(s: kpsdk.Session, count: int) -> list[int]:
+    """``count`` functions of the blank x86_64 target, each ``push rbp; mov rbp, rsp;
+    lea rax, [rdi + 1]; pop rbp; ret`` (their first 5 bytes fit a detour's jump)."""
+    base = s.target._area - 0x100000  # type: ignore[attr-defined]  # within a rel32 jump of kpsdk's area
+    s.target.map(base, 0x10000, "rx")  # type: ignore[attr-defined]
+    body = s.arch.assemble("push rbp; mov rbp, rsp; lea rax, [rdi + 1]; pop rbp; ret", 0)
+    entries = [base + 16 * i for i in range(count)]
+    for i, at in enumerate(entries):
+        s.target.uc.mem_write(at, body)  # type: ignore[attr-defined]
+        s.symbols.add(kpsdk.symbols.Symbol(f"f{i}", at, len(body), "func"))
+    return entries
+
+
+def test_when_every_detour_is_in_use_the_next_kretprobe_takes_the_hook_path() -> None:
+    from kpsdk.targets.ucdetour import MAX_DETOURS
+
+    s = kpsdk.open("unicorn:x86_64")
+    entries = _functions(s, MAX_DETOURS + 10)
+    returns: list[int] = []
+    probes = [kpsdk.Kretprobe(addr=at, maxactive=1, handler=lambda ri, regs: returns.append(regs.return_value))
+              for at in entries]
+    s.register_kretprobes(probes)
+    mechanisms = [s.target.manager.points[at].mechanism for at in entries]
+    assert mechanisms == ["detour"] * MAX_DETOURS + ["hook"] * 10
+    for i, at in enumerate(entries):
+        assert s.call(at, i) == i + 1
+    assert returns == [i + 1 for i in range(len(entries))]
+    s.unregister_kretprobes(probes)
+    s.register_kretprobe(probes[-1])  # the retired detours came back
+    assert s.target.manager.points[entries[-1]].mechanism == "detour"
+
+
+def test_detours_retired_during_a_run_wait_for_its_end() -> None:
+    """A handler that unregisters and registers a kretprobe over and over retires a
+    detour each time; while the CPU runs none can be reused (the code may be
+    executing), so past MAX_DETOURS the probe takes the hook path, and every
+    return is still seen.  After the run they are free again."""
+    from kpsdk.targets.ucdetour import MAX_DETOURS
+
+    s = kpsdk.open("unicorn:x86_64")
+    f, = _functions(s, 1)
+    caller = f + 0x1000
+    cycles = MAX_DETOURS + 20
+    s.target.uc.mem_write(caller, s.arch.assemble(  # type: ignore[attr-defined]
+        f"mov rbx, {cycles}; again: mov rdi, rbx; call {f:#x}; dec rbx; jnz again; ret", caller))
+    returns: list[int] = []
+    rp = kpsdk.Kretprobe(addr=f, handler=lambda ri, regs: returns.append(regs.return_value))
+    mechanisms: list[str | None] = []
+
+    def cycle(p: kpsdk.Probe, regs: PtRegs) -> int:  # on the call: the kretprobe comes back fresh for it
+        if rp.registered:
+            s.unregister_kretprobe(rp)
+        s.register_kretprobe(rp)
+        mechanisms.append(s.target.manager.points[f].mechanism)
+        return 0
+
+    s.register_kprobe(kpsdk.Kprobe(addr=caller + len(s.arch.assemble(f"mov rbx, {cycles}; mov rdi, rbx", 0)),
+                                   pre_handler=cycle))
+    s.call(caller)
+    assert returns == list(range(cycles + 1, 1, -1))
+    assert mechanisms == ["detour"] * MAX_DETOURS + ["hook"] * 20
+    s.unregister_kretprobe(rp)
+    s.register_kretprobe(rp)
+    assert s.target.manager.points[f].mechanism == "detour"

@@ -165,9 +165,20 @@ class DetourEngine:
             return length
         rh = point.active[0].entry_rethook
         assert rh is not None
-        if len(self.by_addr) >= MAX_DETOURS or not any(n >= rh.count for _, n in self._holes):
+        if not self.target.running:
+            self.recycle_blocks()
+        if self._free_index() is None or not any(n >= rh.count for _, n in self._holes):
+            return None  # every detour in use (or retired with calls in flight): the hook path serves
+        block = self._peek_block()
+        if block is None:
             return None
-        return length if arch.extra["near_jump"](entry, self._peek_block(), point.iset) is not None else None
+        return length if arch.extra["near_jump"](entry, block, point.iset) is not None else None
+
+    def _free_index(self) -> int | None:
+        """The lowest detour index neither armed nor retired, or None when all
+        :data:`MAX_DETOURS` are taken."""
+        taken = {d.index for d in self.by_addr.values()} | {d.index for d in self._retired}
+        return next((i for i in range(MAX_DETOURS) if i not in taken), None)
 
     def _region(self, point: ProbePoint) -> int | None:
         t, arch, entry, iset = self.target, self.target.arch, point.addr, point.iset
@@ -247,10 +258,11 @@ class DetourEngine:
 
     # -- arming --------------------------------------------------------------------------
 
-    def _peek_block(self) -> int:
+    def _peek_block(self) -> int | None:
+        """Where the next detour's block goes, or None when kpsdk's area has no room."""
         if self._free_blocks:
             return self._free_blocks[-1]
-        return self.target._peek_block()
+        return self.target._peek_block(BLOCK_SIZE)
 
     def _take_records(self, count: int) -> int:
         for i, (at, n) in enumerate(self._holes):
@@ -276,8 +288,8 @@ class DetourEngine:
         assert rh is not None
         self.settle()
         block = self._free_blocks.pop() if self._free_blocks else t._alloc_block(BLOCK_SIZE)
-        index = min(set(range(MAX_DETOURS)) - {d.index for d in self.by_addr.values()}
-                    - {d.index for d in self._retired})
+        index = self._free_index()
+        assert index is not None, "plan() checked that an index is free"
         avail_at = _WORDS_AT + 3 * index
         records_at = self._take_records(rh.count)
         thumb = 1 if iset.thumb_bit else 0
@@ -374,6 +386,7 @@ class DetourEngine:
     def recycle_blocks(self) -> None:
         """Between runs no CPU is inside a disarmed detour's entry code: its block and
         records come back once no hooked call in flight returns to its code."""
+        self.settle()
         core = self.target.rethook
         live = {n.slot for stack in core.stacks.values() for n in stack} if core is not None else set()
         keep = []

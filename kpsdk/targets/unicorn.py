@@ -88,6 +88,8 @@ BLANK_AREA = 0x7E000000
 #: load bases of an ET_DYN (PIE) executable, as Linux with ASLR off (see pie_base)
 PIE_BASE_64 = 0x555555554000
 PIE_BASE_32 = 0x56555000
+#: the most one read or write moves (Linux's MAX_RW_COUNT: INT_MAX rounded down to a page)
+MAX_RW_COUNT = 0x7FFFF000
 _PERMS = {"r": unicorn.UC_PROT_READ, "w": unicorn.UC_PROT_WRITE, "x": unicorn.UC_PROT_EXEC}
 
 
@@ -409,9 +411,9 @@ class UnicornTarget(Target):
             return self._free_slots.pop()
         return self._alloc_block(SLOT_SIZE)
 
-    def _peek_block(self) -> int:
-        """Where the next :meth:`_alloc_block` starts."""
-        return self._next_slot
+    def _peek_block(self, size: int) -> int | None:
+        """Where the next :meth:`_alloc_block` of ``size`` bytes starts, or None when it would not fit."""
+        return self._next_slot if self._next_slot + size <= self._area + AREA_SIZE - DATA_SIZE else None
 
     def _alloc_block(self, size: int) -> int:
         """``size`` bytes of kpsdk's area for code (a multiple of SLOT_SIZE), never given back:
@@ -685,10 +687,12 @@ class UnicornTarget(Target):
         calls = sys.calls
         if nr == calls["write"]:
             fd, buf, count = (read(r) for r in sys.args[:3])
-            data = bytes(self.uc.mem_read(buf, count))
-            if fd in (1, 2):
+            if fd not in (1, 2):
+                result = -errno.EBADF  # nothing else is open
+            else:
+                data = self._user_bytes(buf, min(count, MAX_RW_COUNT))
                 self._console += data
-            result = count
+                result = len(data) if data or not count else -errno.EFAULT
         elif nr in (calls["exit"], calls["exit_group"]):
             status = read(sys.args[0]) & 0xFF
             self._exit_status = status
@@ -700,6 +704,21 @@ class UnicornTarget(Target):
             result = -errno.ENOSYS
         self.fast.write(self.arch.register(sys.result), result)
 
+    def _user_bytes(self, addr: int, count: int) -> bytes:
+        """Up to ``count`` bytes the program passed a system call, as Linux copies them:
+        page by page, stopping at the first page that is not mapped (a short
+        write; none at all is ``-EFAULT``).  Never more than is mapped, so a
+        huge count allocates nothing."""
+        out = bytearray()
+        while len(out) < count:
+            at = addr + len(out)
+            chunk = min(count - len(out), PAGE - at % PAGE)
+            try:
+                out += self.uc.mem_read(at, chunk)
+            except unicorn.UcError:
+                break
+        return bytes(out)
+
     # -- watchpoints (kpsdk.targets.ucwatch) ------------------------------------------------
 
     watch: UcWatch | None = None
@@ -710,6 +729,13 @@ class UnicornTarget(Target):
         return self.watch
 
     # -- running -----------------------------------------------------------------------------
+
+    @property
+    def running(self) -> bool:
+        """Inside ``emu_start`` (a hook or handler runs): Unicorn 2.1.4 cannot nest a
+        timed ``emu_start`` (it joins the outer run's timer thread twice and aborts
+        the process), and a nested untimed run would start over at the entry."""
+        return self._depth > 0
 
     def regs(self) -> PtRegs:
         self._regs._reset(self.fast.read(self._pc))
