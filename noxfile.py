@@ -1,4 +1,5 @@
-"""nox sessions: ``nox -s tests``, ``nox -s lint``, ``nox -s bench``, ``nox -s fixtures``, ``nox -s kernel``.
+"""nox sessions: ``nox -s tests``, ``nox -s lint``, ``nox -s bench``, ``nox -s soak``, ``nox -s fixtures``,
+``nox -s kernel``.
 
 ``nox`` alone runs tests and lint.  Extra arguments after ``--`` go to the
 tool: ``nox -s tests -- -k scale``, ``nox -s bench -- --quick``.
@@ -52,6 +53,14 @@ def bench(session: nox.Session) -> None:
     session.run("python", "bench/run.py", *session.posargs)
     # live targets: hits/s on qemu-user against gdb's own loop and a plain pygdbmi loop
     session.run("python", "bench/live.py", "--out", "bench/results/live.md")
+
+
+@nox.session
+def soak(session: nox.Session) -> None:
+    """Long runs whose memory must stay flat: 1M kprobe hits, 200k kretprobe returns, and
+    register/hit/unregister cycles next to a bare Unicorn hook's (``bench/soak.py``)."""
+    session.install("-e", ".")
+    session.run("python", "bench/soak.py", "--out", "bench/results/soak.md", *session.posargs)
 
 
 @nox.session
