@@ -21,6 +21,7 @@ from kpsdk.errors import (
     TargetError,
     TargetExited,
     TargetFault,
+    TargetStalled,
     ToolMissingError,
     UnknownNameError,
     UnsupportedTargetError,
@@ -34,8 +35,8 @@ __version__ = "0.1.0"
 __all__ = [
     "KPROBE_FLAG_DISABLED", "KPROBE_FLAG_GONE", "TRAP_HANDLER_EXCEPTION",
     "KpsdkError", "KprobeError", "ProbeHandlerError", "SymbolError", "TargetError", "TargetFault",
-    "TargetExited", "ToolMissingError", "UnknownNameError", "UnsupportedTargetError", "Probe", "ProbeType", "Session",
-    "hookimpl", "open", "get_registry",
+    "TargetExited", "TargetStalled", "ToolMissingError", "UnknownNameError", "UnsupportedTargetError", "Probe",
+    "ProbeType", "Session", "hookimpl", "open", "get_registry",
 ]
 
 

@@ -67,6 +67,16 @@ class TargetExited(TargetError):
     """The target went away (process killed, connection closed) while kpsdk needed it."""
 
 
+class TargetStalled(TargetError):
+    """A live target stopped making progress for longer than its stall limit.
+
+    QEMU was stopped (``SIGSTOP``), or gdb stopped answering because it was stuck
+    talking to the gdbstub, or the target could not be halted for ``run(timeout=...)``
+    or ``stop()``.  gdb has been killed and the session closed: a gdb that lost
+    step with its stub cannot be trusted with the next hit.
+    """
+
+
 class TargetFault(TargetError):
     """The emulated or live CPU faulted while running target code.
 

@@ -13,7 +13,7 @@ import select
 import socket
 import time
 
-from kpsdk.errors import TargetError, TargetExited, TargetFault
+from kpsdk.errors import TargetError, TargetExited, TargetFault, TargetStalled
 
 #: how long a wait spins before it blocks in select()
 SPIN_SECONDS = 0.002
@@ -22,12 +22,20 @@ REQUEST_TIMEOUT = 20.0
 
 
 class AgentLink:
-    """Line-oriented messages to and from the agent."""
+    """Line-oriented messages to and from the agent.
 
-    def __init__(self) -> None:
+    A request the agent does not answer within ``request_timeout`` leaves the
+    conversation out of step (a late answer would be taken for the next
+    one's): the link is then ``broken`` for good, and its owner ends the
+    session.
+    """
+
+    def __init__(self, request_timeout: float = REQUEST_TIMEOUT) -> None:
         self.sock, self.peer = socket.socketpair()
         self.sock.setblocking(False)
         self._buf = b""
+        self.request_timeout = request_timeout
+        self.broken: TargetStalled | None = None
 
     @property
     def fileno(self) -> int:
@@ -96,10 +104,14 @@ class AgentLink:
         An ``e MESSAGE`` answer raises :class:`TargetFault` (a memory or
         register access gdb refused).
         """
+        if self.broken is not None:
+            raise self.broken
         self.send(text)
-        line = self.wait_line(REQUEST_TIMEOUT)
+        line = self.wait_line(self.request_timeout)
         if line is None:
-            raise TargetError(f"the gdb agent did not answer {text.split()[0]!r} within {REQUEST_TIMEOUT:g} s")
+            self.broken = TargetStalled(f"gdb did not answer the request {text.split()[0]!r} within "
+                                        f"{self.request_timeout:g} s: it is stuck talking to the gdbstub")
+            raise self.broken
         if line.startswith("e "):
             raise TargetFault(f"gdb: {line[2:]} (request {text[:40]!r})")
         return line[2:]

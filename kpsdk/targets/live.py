@@ -17,6 +17,17 @@ How one hit flows::
 
 The agent learns which registers each point's handlers read and sends them
 with the next hits, so a steady-state hit is one round trip.
+
+A run never waits forever (design: every wait is bounded).  Whenever no hit
+came for ``POLL_SECONDS``, and only then (nothing is added to a hit), the run
+loop checks that the run can go on: a QEMU that stays stopped (``SIGSTOP``),
+a gdb that stops answering a harmless MI question (it is stuck waiting for the
+gdbstub), a request the agent does not answer, each for longer than the
+session's ``stall_limit``, or gdb saying that it lost step with the stub,
+ends the run with a typed error, gdb killed and the session closed.  gdb's
+``remotetimeout`` is raised to the stall limit once attached, so a stub that
+freezes for less than that resumes cleanly instead of being sent the same
+packet again (which put gdb out of step with qemu-user after a freeze).
 """
 
 from __future__ import annotations
@@ -24,7 +35,9 @@ from __future__ import annotations
 import array
 import atexit
 import fcntl
+import math
 import os
+import re
 import signal
 import subprocess
 import termios
@@ -36,26 +49,38 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kpsdk.arch import Arch, Register
-from kpsdk.errors import TargetError, TargetExited, TargetFault
+from kpsdk.errors import KpsdkError, TargetError, TargetExited, TargetFault, TargetStalled
 from kpsdk.manager import ProbeManager, ProbePoint
 from kpsdk.regs import PtRegs
 from kpsdk.symbols import SymbolTable
 from kpsdk.target import Target
 from kpsdk.targets.agentlink import AgentLink
 from kpsdk.targets.livewatch import LiveWatch
-from kpsdk.targets.mi import COMMAND_TIMEOUT, GdbError, MiConnection
+from kpsdk.targets.mi import GdbError, MiConnection, c_string
 
 if TYPE_CHECKING:
     from kpsdk.elfimage import ElfImage
     from kpsdk.rethook import RethookNode, ShadowStacks
 
 AGENT = Path(__file__).with_name("gdb_agent.py")
-#: how long stop()/timeouts wait for the target to report that it stopped
-STOP_TIMEOUT = 10.0
+#: how long stop()/timeouts wait for the target to report that it stopped: a
+#: healthy one does in milliseconds, so a timeout is kept to within a second or two
+HALT_TIMEOUT = 1.5
 #: a gdbstub that does not complete the handshake within this is not one
 ATTACH_TIMEOUT = 8.0
-#: the run loop wakes at least this often to notice a dead QEMU
+#: the run loop wakes at least this often to notice a dead or stalled target
 POLL_SECONDS = 0.5
+#: default ``stall_limit``: how long QEMU may stay stopped, or gdb stuck on the stub,
+#: before a run ends with TargetStalled (the same bound as one MI command's)
+STALL_LIMIT = 20.0
+#: gdb waits this much longer for a stub's reply than kpsdk waits for gdb
+STALL_MARGIN = 5.0
+#: while no hit comes, the run loop asks gdb a harmless question at most this often
+PING_SECONDS = 1.0
+#: what gdb may be given as an architecture, a register name, a remote
+_GDB_ARCH = re.compile(r"[\w:.+-]+")
+_GDB_REGISTER = re.compile(r"\w+")
+_REMOTE = re.compile(r"[\w.:/+\[\]-]+")
 
 _open_targets: weakref.WeakSet[GdbTarget] = weakref.WeakSet()
 
@@ -110,7 +135,8 @@ class GdbTarget(Target):
     def __init__(self, arch: Arch, remote: str, *, abi_kind: str = "user", symbols: SymbolTable | None = None,
                  image: ElfImage | None = None, processes: list[subprocess.Popen[bytes]] | None = None,
                  interrupt: Callable[[], None] | None = None, hardware_breakpoints: bool = False,
-                 cleanup: Callable[[], None] | None = None) -> None:
+                 cleanup: Callable[[], None] | None = None, stall_limit: float = STALL_LIMIT) -> None:
+        self.stall_limit = STALL_LIMIT
         self.arch = arch
         self.abi_kind = abi_kind
         self.symbols = symbols if symbols is not None else (image.symbols if image else SymbolTable())
@@ -137,6 +163,7 @@ class GdbTarget(Target):
         self._thread = 0  # gdb's thread (vCPU) of the current hit
         self._return_bps: dict[int, int] = {}  # return address -> hooked calls returning there
         self._dormant = False  # breakpoints removed during a hit wait for a purge
+        self._frozen_since: float | None = None  # when the run loop first saw a QEMU stopped
         self.link = AgentLink()
         self.mi: MiConnection | None = None
         _open_targets.add(self)
@@ -146,7 +173,8 @@ class GdbTarget(Target):
                          for stream in self._streams]
         for reader in self._readers:
             reader.start()
-        try:
+        try:  # from here on a failure reaps what the launcher started
+            self.stall_limit = self.link.request_timeout = _positive_seconds(stall_limit, "stall_limit")
             self._connect(remote)
         except BaseException:
             self.close()
@@ -155,6 +183,7 @@ class GdbTarget(Target):
     # -- connection -----------------------------------------------------------------
 
     def _connect(self, remote: str) -> None:
+        self._check_gdb_words(remote)
         self.mi = mi = MiConnection(pass_fds=(self.link.peer.fileno(),),
                                     env={"KPSDK_AGENT_FD": str(self.link.peer.fileno())})
         self.link.peer.close()
@@ -165,7 +194,8 @@ class GdbTarget(Target):
         if self.arch.endian == "big":
             mi.command("-gdb-set endian big")
         if self.image is not None:
-            mi.command(f"-file-exec-and-symbols {self.image.path}")
+            path = os.path.abspath(self.image.path)  # gdb would expand a leading ~
+            mi.command(f"-file-exec-and-symbols {c_string(path, 'the program file')}")
         try:
             mi.command(f"-target-select remote {remote}", timeout=ATTACH_TIMEOUT)
         except GdbError as exc:
@@ -173,10 +203,24 @@ class GdbTarget(Target):
         except TargetError as exc:
             raise TargetError(f"cannot attach to the gdbstub at {remote}: it does not answer the gdb remote "
                               f"protocol ({exc})") from exc
+        # attached: from now on a stub that freezes is waited for, not sent the packet again
+        # (which puts gdb out of step with it), until kpsdk's own stall checks have acted
+        mi.command(f"-gdb-set remotetimeout {math.ceil(self.stall_limit + STALL_MARGIN)}")
         mi.console_command(f"source {AGENT}")
         names = mi.command("-data-list-register-names").get("register-names", [])
         self._reg_numbers = {n: i for i, n in enumerate(names) if n}
         mi.events.clear()
+        mi.trouble = None  # what the handshake said is past: runs watch for new complaints
+
+    def _check_gdb_words(self, remote: str) -> None:
+        """What goes into gdb commands unquoted is a plain word (a backstop: launchers check
+        user input with better messages, and arch plugins supply the names)."""
+        bad = [f"remote {remote!r}"] if not _REMOTE.fullmatch(remote) else []
+        if not _GDB_ARCH.fullmatch(self.arch.gdb_arch):
+            bad.append(f"gdb architecture {self.arch.gdb_arch!r}")
+        bad += [f"register {r.gdb!r}" for r in self.arch.registers if not _GDB_REGISTER.fullmatch(r.gdb)]
+        if bad:
+            raise TargetError(f"cannot give gdb {', '.join(bad)}: not a plain name")
 
     def _drain_output(self) -> None:
         """After an exit: wait (briefly) until QEMU's last output is in ``console``."""
@@ -380,6 +424,7 @@ class GdbTarget(Target):
         mi = self._mi()
         self._stop_requested = self._stopping = False
         self._deadline = time.monotonic() + timeout if timeout else None
+        self._frozen_since = None
         if self._dormant:
             self._dormant = False
             mi.console_command("python kpsdk_agent.purge()")
@@ -391,20 +436,26 @@ class GdbTarget(Target):
                 if line.startswith(("H ", "W ")):
                     self._hit(line)
                 continue
-            mi.pump(0)
-            stopped = self._take_stopped()
-            if stopped is not None:
-                result = self._on_stopped(stopped)
-                if result is not _RUNNING:
-                    return result  # type: ignore[return-value]
-                continue
-            self._check_alive()
-            if self._stopping:
-                continue  # a hit told gdb to stop: its *stopped is on the way
-            if self._deadline is not None and time.monotonic() >= self._deadline:
-                return self._halt("the timeout")
-            if self._stop_requested:
-                return self._halt("stop()")
+            result = self._between_hits()
+            if result is not _RUNNING:
+                return result  # type: ignore[return-value]
+
+    def _between_hits(self) -> object:
+        """The run loop's work when no hit came: a stop to handle, a target that died or
+        stalled, the timeout or stop().  ``_RUNNING`` while the run goes on."""
+        self._mi().pump(0)
+        stopped = self._take_stopped()
+        if stopped is not None:
+            return self._on_stopped(stopped)
+        self._check_alive()
+        self._check_progress()
+        if self._stopping:
+            return _RUNNING  # a hit told gdb to stop: its *stopped is on the way
+        if self._deadline is not None and time.monotonic() >= self._deadline:
+            return self._halt("the timeout")
+        if self._stop_requested:
+            return self._halt("stop()")
+        return _RUNNING
 
     def run_to(self, addr: int, timeout: float) -> None:
         """Run until the CPU reaches ``addr`` (probes fire on the way); TargetError if it does not."""
@@ -456,14 +507,20 @@ class GdbTarget(Target):
             if stopped is not None:
                 return stopped
             self._check_alive()
+            self._check_progress()
         return None
 
     def _halt(self, why: str) -> int | None:
-        """Interrupt a running target and wait until it reports the stop."""
+        """Interrupt a running target and wait (briefly: a healthy one stops in
+        milliseconds) until it reports the stop; a target that cannot be halted
+        ends the session, so ``run(timeout=...)`` returns or raises on time."""
+        frozen = self._frozen_process()
+        if frozen is not None:
+            raise self._abandon(TargetStalled(f"{frozen} is stopped (SIGSTOP?): it cannot be halted for {why}"))
         self._interrupt()
-        stopped = self._await_stop(STOP_TIMEOUT)
+        stopped = self._await_stop(HALT_TIMEOUT)
         if stopped is None:
-            raise TargetError(f"the target did not stop within {STOP_TIMEOUT:g} s after {why}")
+            raise self._abandon(TargetStalled(f"the target did not stop within {HALT_TIMEOUT:g} s after {why}"))
         result = self._on_stopped(stopped, halting=True)
         return None if result is _RUNNING else result  # type: ignore[return-value]
 
@@ -504,9 +561,10 @@ class GdbTarget(Target):
     def _step_and_post(self, point: ProbePoint) -> None:
         """K3 on a live target: execute the probed instruction with ``stepi``, then the post_handlers."""
         self._resume("-exec-step-instruction")
-        stopped = self._await_stop(COMMAND_TIMEOUT)
+        stopped = self._await_stop(self.stall_limit)
         if stopped is None:
-            raise TargetError(f"single-stepping {self.symbols.format(point.addr)} did not finish")
+            raise self._abandon(TargetStalled(f"single-stepping {self.symbols.format(point.addr)} did not finish "
+                                              f"within {self.stall_limit:g} s"))
         if str(stopped.get("reason", "")).startswith("exited"):
             self._on_stopped(stopped)
             return
@@ -598,6 +656,69 @@ class GdbTarget(Target):
                 self._drain_output()
             raise _Ended(self._exit_status)
 
+    # -- stalls: checked between hits, never on a hit's path ---------------------------------
+
+    def _check_progress(self) -> None:
+        """Raise (gdb killed, session closed) when the run cannot go on although gdb and QEMU live.
+
+        A broken agent conversation, gdb's word that it lost step with the stub,
+        a QEMU stopped for longer than ``stall_limit``, or gdb not answering a
+        ping for that long (it is waiting for a stub that does not reply).
+        """
+        mi = self._mi()
+        if self.link.broken is not None:
+            raise self._abandon(self.link.broken)
+        if mi.trouble is not None:
+            self._lost_step(mi.trouble)
+        self._check_frozen()
+        mi.ping(PING_SECONDS)
+        if mi.unanswered_for() > self.stall_limit:
+            mi.pump(HALT_TIMEOUT)  # an answer held back by a handler that ran long arrives now
+            if mi.unanswered_for() > self.stall_limit:
+                raise self._abandon(TargetStalled(f"gdb has not answered for {self.stall_limit:g} s (stall_limit): "
+                                                  "it is stuck waiting for the gdbstub"))
+
+    def _lost_step(self, message: str) -> None:
+        """gdb complained about the remote protocol.  A QEMU that exited closes the
+        connection too, and its exit is the news; otherwise the session is over."""
+        for proc in self.processes:
+            try:
+                proc.wait(timeout=HALT_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                continue
+        self._check_alive()
+        if "connection closed" in message.lower():
+            raise self._abandon(TargetExited(f"the gdbstub closed the connection: {message}"))
+        raise self._abandon(TargetError(f"gdb lost step with the gdbstub ({message}); what it would report "
+                                        "next cannot be trusted, so the session was closed"))
+
+    def _check_frozen(self) -> None:
+        frozen = self._frozen_process()
+        if frozen is None:
+            self._frozen_since = None
+            return
+        now = time.monotonic()
+        if self._frozen_since is None:
+            self._frozen_since = now
+        elif now - self._frozen_since > self.stall_limit:
+            raise self._abandon(TargetStalled(f"{frozen} has been stopped (SIGSTOP?) for more than "
+                                              f"{self.stall_limit:g} s (stall_limit)"))
+
+    def _frozen_process(self) -> str | None:
+        """The first process of this target that is stopped by a signal, as ``name (pid N)``."""
+        for proc in self.processes:
+            if _job_stopped(proc.pid):
+                return f"{Path(str(proc.args[0])).name} (pid {proc.pid})"  # type: ignore[index]
+        return None
+
+    def _abandon(self, error: KpsdkError) -> KpsdkError:
+        """End a session that cannot go on and return ``error`` to raise: gdb is killed at
+        once (a stuck or spinning gdb would not answer ``-gdb-exit``), QEMU reaped."""
+        if self.mi is not None:
+            self.mi.kill()
+        self.close()
+        return error
+
     # -- teardown ---------------------------------------------------------------------
 
     def close(self) -> None:
@@ -618,10 +739,12 @@ class GdbTarget(Target):
 
 
 def _reap(proc: subprocess.Popen[bytes]) -> None:
-    """Terminate, then kill, and always wait: no zombie, no orphan."""
+    """Terminate, then kill, and always wait: no zombie, no orphan.  A stopped
+    process is continued, or it would not act on the SIGTERM."""
     if proc.poll() is None:
         try:
             os.killpg(proc.pid, signal.SIGTERM)
+            os.killpg(proc.pid, signal.SIGCONT)
         except ProcessLookupError:
             pass
         try:
@@ -632,6 +755,23 @@ def _reap(proc: subprocess.Popen[bytes]) -> None:
             except ProcessLookupError:
                 pass
             proc.wait(timeout=5)
+
+
+def _job_stopped(pid: int) -> bool:
+    """Whether a process is stopped by a signal (``T``) or a tracer (``t``)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            state = f.read().rsplit(b")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state in (b"T", b"t")
+
+
+def _positive_seconds(value: object, name: str) -> float:
+    """A finite number of seconds above 0, or a TargetError naming the option."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+        raise TargetError(f"{name} must be a positive number of seconds, not {value!r}")
+    return float(value)
 
 
 class _Ended(Exception):  # noqa: N818 - control flow, never seen by users

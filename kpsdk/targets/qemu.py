@@ -1,20 +1,27 @@
 """Launchers for live targets: ``qemu-user:``, ``qemu-system:`` and ``gdb://``.
 
 Each starts what it needs (QEMU with its gdbstub on a unix socket in a private
-temporary directory: nothing listens on the network, no port can be taken),
-then hands over to :class:`~kpsdk.targets.live.GdbTarget`, which owns and
-reaps the processes.  qemu-user's gdbstub accepts exactly one connection, so
-readiness is the socket file appearing, never a probing connect.
+temporary directory, :mod:`kpsdk.targets.sockdir`: nothing listens on the
+network, no port can be taken), then hands over to
+:class:`~kpsdk.targets.live.GdbTarget`, which owns and reaps the processes.
+qemu-user's gdbstub accepts exactly one connection, so readiness is the socket
+file appearing, never a probing connect.
+
+What a user passes travels as data, never as a command: QEMU gets an argv list
+(no shell), gdb gets files as quoted MI arguments, and a ``gdb://`` remote is
+checked to be exactly ``HOST:PORT`` before gdb sees it (gdb's ``target remote``
+would run ``|cmd`` in a shell).  Whatever cannot be carried that way is refused
+with a TargetError that names it.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 import shutil
 import signal
 import subprocess
-import tempfile
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -24,7 +31,9 @@ from kpsdk.elfimage import load_elf
 from kpsdk.errors import SymbolError, TargetError, ToolMissingError
 from kpsdk.symbols import SymbolTable
 from kpsdk.target import MappedFile, TargetKind
-from kpsdk.targets.live import GdbTarget, _reap
+from kpsdk.targets.live import STALL_LIMIT, GdbTarget, _reap
+from kpsdk.targets.mi import check_text
+from kpsdk.targets.sockdir import private_dir
 
 if TYPE_CHECKING:
     from kpsdk.elfimage import ElfImage
@@ -64,11 +73,6 @@ def _start(cmd: list[str], sock: Path) -> subprocess.Popen[bytes]:
     return proc
 
 
-def _private_dir() -> tuple[Path, Any]:
-    tmp = tempfile.mkdtemp(prefix="kpsdk-")
-    return Path(tmp), lambda: shutil.rmtree(tmp, ignore_errors=True)
-
-
 def load_symbols(path: str | Path) -> tuple[SymbolTable, ElfImage | None]:
     """Symbols from a file of any kind kpsdk reads, and the ELF image when it is one.
 
@@ -92,23 +96,24 @@ def load_symbols(path: str | Path) -> tuple[SymbolTable, ElfImage | None]:
 
 def open_qemu_user(rest: str, registry: Registry, args: list[str] | tuple[str, ...] = (), abi: str = "user",
                    hardware_breakpoints: bool = False, env: dict[str, str] | None = None,
-                   **options: Any) -> GdbTarget:
+                   stall_limit: float = STALL_LIMIT, **options: Any) -> GdbTarget:
     """``qemu-user:PROG``: run PROG under ``qemu-<arch>`` (picked from its ELF header) and attach."""
     if options:
         raise TargetError(f"qemu-user: unknown options {', '.join(options)} (known: args, abi, "
-                          "hardware_breakpoints, env)")
+                          "hardware_breakpoints, env, stall_limit)")
     prog = Path(rest)
+    check_text(os.path.abspath(prog), "the program file")  # gdb is given it, and cannot take a line break
     image = load_elf(prog)
     arch = registry.archs.by_elf(image.machine, image.elf_class, image.endian)
     qemu = _need(arch.qemu_user, "qemu-user")
     _need("gdb-multiarch", "gdb-multiarch")
-    tmp, cleanup = _private_dir()
+    cmd = [qemu, *_env_options(env or {})]
+    tmp, cleanup = private_dir()
     sock = tmp / "gdb.sock"
-    cmd = [qemu, "-g", str(sock)]
-    for key, value in (env or {}).items():
-        cmd += ["-E", f"{key}={value}"]
+    # a program named like an option would be taken for one by qemu-user
+    program = f"./{prog}" if str(prog).startswith("-") else str(prog)
     try:
-        proc = _start([*cmd, str(prog), *map(str, args)], sock)
+        proc = _start([*cmd, "-g", str(sock), program, *map(str, args)], sock)
     except BaseException:
         cleanup()
         raise
@@ -119,7 +124,7 @@ def open_qemu_user(rest: str, registry: Registry, args: list[str] | tuple[str, .
         os.kill(proc.pid, signal.SIGINT)
 
     target = GdbTarget(arch, str(sock), abi_kind=abi, image=image, processes=[proc], interrupt=interrupt,
-                       hardware_breakpoints=hardware_breakpoints, cleanup=cleanup)
+                       hardware_breakpoints=hardware_breakpoints, cleanup=cleanup, stall_limit=stall_limit)
     target.hw_watchpoints = False  # qemu-user's gdbstub answers Z2/Z3/Z4 as unsupported
     try:
         _place(target, image)
@@ -127,6 +132,19 @@ def open_qemu_user(rest: str, registry: Registry, args: list[str] | tuple[str, .
         target.close()
         raise
     return target
+
+
+def _env_options(env: dict[str, str]) -> list[str]:
+    """qemu-user's ``-E NAME=VALUE`` options, which it splits at commas: a comma (or a NUL,
+    which no argv carries) cannot be passed, and is refused rather than set other variables."""
+    options = []
+    for key, value in env.items():
+        if not (isinstance(key, str) and isinstance(value, str)) or "=" in key or not key \
+                or any(c in key + value for c in ",\0"):
+            raise TargetError(f"qemu-user: cannot set the environment variable {key!r}={value!r}: a name must be "
+                              "non-empty text without '=', and neither may hold ',' (qemu-user's -E splits there)")
+        options += ["-E", f"{key}={value}"]
+    return options
 
 
 _AT_ENTRY = re.compile(r"^\s*9\s+AT_ENTRY\b.*?(0x[0-9a-fA-F]+)\s*$", re.MULTILINE)
@@ -156,7 +174,8 @@ def open_qemu_system(rest: str, registry: Registry, kernel: str | None = None, i
                      append: str = DEFAULT_APPEND, symbols: str | None = None, memory: str = "512M",
                      smp: int = 1, qemu_args: list[str] | tuple[str, ...] = (), abi: str = "kernel",
                      hardware_breakpoints: bool = False, ready_symbol: str | None = KERNEL_READY_SYMBOL,
-                     boot_timeout: float = BOOT_TIMEOUT, **options: Any) -> GdbTarget:
+                     boot_timeout: float = BOOT_TIMEOUT, stall_limit: float = STALL_LIMIT,
+                     **options: Any) -> GdbTarget:
     """``qemu-system:ARCH``: boot a kernel under TCG and attach.
 
     Symbols come from ``symbols`` (ELF, vmlinux, System.map, kallsyms dump) or
@@ -173,7 +192,7 @@ def open_qemu_system(rest: str, registry: Registry, kernel: str | None = None, i
     _need("gdb-multiarch", "gdb-multiarch")
     source = symbols or kernel
     table = load_symbols(source)[0] if source else SymbolTable()
-    tmp, cleanup = _private_dir()
+    tmp, cleanup = private_dir()
     sock = tmp / "gdb.sock"
     cmd = [qemu, "-accel", "tcg", "-m", memory, "-smp", str(smp), "-display", "none", "-monitor", "none",
            "-serial", "stdio", "-no-reboot", "-S", "-gdb", f"unix:{sock},server=on,wait=off"]
@@ -188,7 +207,7 @@ def open_qemu_system(rest: str, registry: Registry, kernel: str | None = None, i
         cleanup()
         raise
     target = GdbTarget(arch, str(sock), abi_kind=abi, symbols=table, processes=[proc],
-                       hardware_breakpoints=hardware_breakpoints, cleanup=cleanup)
+                       hardware_breakpoints=hardware_breakpoints, cleanup=cleanup, stall_limit=stall_limit)
     if kernel and ready_symbol and ready_symbol in table:
         try:
             target.run_to(table.get(ready_symbol).address, boot_timeout)
@@ -199,11 +218,12 @@ def open_qemu_system(rest: str, registry: Registry, kernel: str | None = None, i
 
 
 def open_gdb(rest: str, registry: Registry, arch: str | None = None, symbols: str | None = None,
-             abi: str = "kernel", hardware_breakpoints: bool = False, **options: Any) -> GdbTarget:
+             abi: str = "kernel", hardware_breakpoints: bool = False, stall_limit: float = STALL_LIMIT,
+             **options: Any) -> GdbTarget:
     """``gdb://HOST:PORT``: attach to a gdbstub that is already running (not started, not killed by kpsdk)."""
     if options:
         raise TargetError(f"gdb: unknown options {', '.join(options)}")
-    remote = rest.removeprefix("//")
+    remote = parse_remote(rest)
     table, image = load_symbols(symbols) if symbols else (SymbolTable(), None)
     if arch is None:
         if image is None:
@@ -213,7 +233,43 @@ def open_gdb(rest: str, registry: Registry, arch: str | None = None, symbols: st
         the_arch = registry.arch(arch)
     _need("gdb-multiarch", "gdb-multiarch")
     return GdbTarget(the_arch, remote, abi_kind=abi, symbols=table, image=image,
-                     hardware_breakpoints=hardware_breakpoints)
+                     hardware_breakpoints=hardware_breakpoints, stall_limit=stall_limit)
+
+
+_PORT = re.compile(r"[0-9]{1,5}")
+_HOST_LABEL = re.compile(r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
+
+
+def parse_remote(rest: str) -> str:
+    """``gdb://HOST:PORT``'s remote, checked to be exactly that, as gdb's ``target remote`` takes it.
+
+    HOST is a host name, an IPv4 address or a bracketed IPv6 address (no
+    ``%zone``); PORT is 1-65535.  Anything else is refused: gdb would run
+    ``|cmd`` in a shell, and a line break would end gdb's command.
+    """
+    spec = rest.removeprefix("//")
+    host, sep, port = spec.rpartition(":")
+    if not sep or not _PORT.fullmatch(port) or not 1 <= int(port) <= 65535 or not _plain_host(host):
+        raise TargetError(f"gdb:// wants HOST:PORT, not {spec!r} (HOST: a host name, an IPv4 address or an "
+                          "[IPv6] address; PORT: 1-65535)")
+    return f"{host}:{int(port)}"
+
+
+def _plain_host(host: str) -> bool:
+    if host.startswith("[") and host.endswith("]"):
+        try:
+            ipaddress.IPv6Address(host[1:-1])
+        except ValueError:
+            return False
+        return "%" not in host
+    if re.fullmatch(r"[0-9.]+", host):
+        try:
+            ipaddress.IPv4Address(host)
+        except ValueError:
+            return False
+        return True
+    labels = host.removesuffix(".").split(".")
+    return len(host) <= 253 and all(_HOST_LABEL.fullmatch(label) for label in labels)
 
 
 @hookimpl
