@@ -2,7 +2,8 @@
 
 This is the part of kprobes that does not depend on how a target traps: the
 hash of probe points (``points``, O(1) by address), aggregate probes (several
-probes on one address, handlers in registration order, seed 002 section 4.2),
+probes on one address, handlers newest first as in the kernel, K5 in
+docs/semantics.md),
 reentrancy (a hit while handlers run only counts ``nmissed``, section 4.4),
 fault handling and the two global knobs.  Targets call :meth:`ProbeManager.pre`
 and :meth:`ProbeManager.post` from their trap or hook; the manager calls
@@ -165,7 +166,7 @@ class ProbeManager:
         if probe.symbol_name is None and not probe.offset:  # addr as registered (no Thumb bit)
             probe.addr = addr
         probe.session = self.target.session
-        point.probes.append(probe)
+        point.probes.insert(0, probe)  # K5: the newest first, as the kernel's add_new_kprobe
         self._point_of[id(probe)] = point
         probe.nmissed = 0
         try:

@@ -131,8 +131,8 @@ def test_jprobe_gets_the_arguments(site: Path, arch: str) -> None:
     assert out["seen"] == [
         ["add", 2, 3],
         [1, 2, 3, 4, 5, 6, 7],
+        ["signed", -1, -2 & mask, 2],  # two jprobes on sum7: the newest first (K5)
         [-1 & mask, -2 & mask, 0, 0, 0, 0, 0],
-        ["signed", -1, -2 & mask, 2],
     ]
     assert out["status"] == 0 and out["console"] == EXPECTED_OUTPUT
     assert out["ret"] == -1 - 4

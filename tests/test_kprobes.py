@@ -119,18 +119,24 @@ def test_k4_fault_handler_can_claim_the_fault(session: kpsdk.Session) -> None:
     assert trapnrs == [kpsdk.TRAP_HANDLER_EXCEPTION]
 
 
-def test_k5_aggregate_probes_run_in_registration_order(session: kpsdk.Session) -> None:
+def test_k5_aggregate_probes_run_newest_first(session: kpsdk.Session) -> None:
+    """The kernel adds a probe at the head of the aggregate's list (add_new_kprobe's
+    list_add_rcu), so the one registered last runs first; list() shows them so too."""
     order = []
     probes = [kpsdk.Kprobe(symbol_name="add", pre_handler=lambda p, r, n=n: order.append(n)) for n in range(3)]
     for kp in probes:
         session.register_kprobe(kp)
     session.disable_kprobe(probes[1])
     session.call("add", 1, 2)
-    assert order == [0, 2]
+    assert order == [2, 0]
     session.enable_kprobe(probes[1])
     session.unregister_kprobe(probes[0])
     session.call("add", 1, 2)
-    assert order == [0, 2, 1, 2]
+    assert order == [2, 0, 2, 1]
+    stop_early = kpsdk.Kprobe(symbol_name="add", pre_handler=lambda p, r: order.append(3) or 0)
+    session.register_kprobe(stop_early)
+    session.call("add", 1, 2)
+    assert order[-3:] == [3, 2, 1]
 
 
 def test_k6_reentrant_hit_is_counted_in_nmissed(session: kpsdk.Session) -> None:

@@ -165,7 +165,10 @@ def test_kprobe_and_kretprobe_on_one_function_both_fire_in_any_order(session: kp
         assert s.list() == ""
 
 
-def test_two_kretprobes_on_one_function_return_newest_first(session: kpsdk.Session) -> None:
+def test_two_kretprobes_on_one_function_return_in_reverse_entry_order(session: kpsdk.Session) -> None:
+    """As in the kernel: the newest probe's entry runs first (K5) and hooks the return;
+    the older one's entry chains to it, and the return runs the chain newest first,
+    so the handlers run in registration order."""
     s = session
     order: list[tuple[str, int, int]] = []
     first = kpsdk.Kretprobe(symbol_name="add", handler=lambda ri, r: order.append(("first", r.return_value,
@@ -174,7 +177,7 @@ def test_two_kretprobes_on_one_function_return_newest_first(session: kpsdk.Sessi
                                                                                     ri.ret_addr)))
     s.register_kretprobes([first, second])
     assert s.call("add", 40, 2) == 42
-    assert [(n, v) for n, v, _ in order] == [("second", 42), ("first", 42)]
+    assert [(n, v) for n, v, _ in order] == [("first", 42), ("second", 42)]
     assert order[0][2] == order[1][2] == s.target.sentinel  # both see the real return address
     assert_nothing_in_flight(s, first, second)
 
@@ -304,8 +307,8 @@ def test_backtrace_reports_real_return_addresses(session: kpsdk.Session) -> None
     s.unregister_kprobe(kp)
     label = "kretprobe"
     rp = kpsdk.Kretprobe(symbol_name="fact", handler=lambda ri, r: traces.setdefault("return", s.backtrace(r)))
-    s.register_kretprobes([rp])
-    s.register_kprobe(kp)  # after the kretprobe: its handler runs once fact(1)'s return is hooked
+    s.register_kprobe(kp)
+    s.register_kretprobes([rp])  # the newest runs first (K5): kp's handler sees fact(1)'s return hooked
     assert s.call("fact", 5) == 120
 
     plain, hooked = traces["plain"], traces["kretprobe"]

@@ -57,6 +57,9 @@ class TraceRecord:
         negative), a str (strings, ``symbol``), a list (arrays), None (fault).
     :param caller: ``r``: the return address.  ``entry_time``: ``r``: when that call entered.
     :param task: a small number per task seen (1, 2...): the program, or a kernel stack.
+    :param entry_sp: the stack pointer at the function's entry: of the hit (``p``), of the
+        returning call's entry (``r``).  It tells which ``p`` record a return belongs to
+        (``perfetto`` slices), whatever order the handlers of one hit ran in.
     """
 
     event: str
@@ -71,6 +74,7 @@ class TraceRecord:
     entry_time: float | None = None
     task: int = 1
     definition: ProbeDef | None = field(default=None, repr=False, compare=False)
+    entry_sp: int | None = field(default=None, repr=False, compare=False)
 
     @property
     def duration(self) -> float | None:
@@ -135,7 +139,7 @@ class TraceEvent:
         if where is None:
             where = self._where[ip] = format_symbol(self.trace.session, ip)
         record = TraceRecord(self.name, self.group, "p", now, ip, where, self._values(HitContext(regs)),
-                             task=self.trace.task_id(), definition=self.definition)
+                             task=self.trace.task_id(), definition=self.definition, entry_sp=int(regs.sp))
         self._emit(record)
         return 0
 
@@ -163,7 +167,7 @@ class TraceEvent:
         hit = HitContext(regs, entry_args)
         record = TraceRecord(self.name, self.group, "r", now, func_addr or 0, where, self._values(hit),
                              caller=caller, func=func, entry_time=entry_time, task=self.trace.task_id(),
-                             definition=self.definition)
+                             definition=self.definition, entry_sp=getattr(ri, "frame", None))
         self._emit(record)
 
     @property

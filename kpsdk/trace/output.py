@@ -131,11 +131,8 @@ def perfetto_trace(records: list[TraceRecord], process_name: str = "kpsdk trace"
         if record.kind == "r" and record.entry_time is not None:
             args: dict[str, Any] = {"return": {"event": record.event, "caller": record.where.split(" <- ")[0],
                                                **_json_args(record.fields)}}
-            stack = open_entries.get((record.task, record.ip), [])
-            while stack and stack[-1].time > record.entry_time:
-                stack.pop()  # an entry later than this call's: its return was never seen
-            if stack:
-                entry = stack.pop()
+            entry = _entry_of(record, open_entries.get((record.task, record.ip), []))
+            if entry is not None:
                 paired.add(id(entry))
                 args["entry"] = {"event": entry.event, **_json_args(entry.fields)}
             body.append({"ph": "X", "name": record.func or record.event, "cat": record.group, "pid": pid,
@@ -150,6 +147,20 @@ def perfetto_trace(records: list[TraceRecord], process_name: str = "kpsdk trace"
     body.sort(key=lambda e: e["ts"])
     return {"traceEvents": events + body, "displayTimeUnit": "ns",
             "otherData": {"generator": "kpsdk trace", "records": len(records)}}
+
+
+def _entry_of(ret: TraceRecord, stack: list[TraceRecord]) -> TraceRecord | None:
+    """The ``p`` record of the call ``ret`` returns from, taken off ``stack`` (the entries
+    at that function, oldest first) with the entries above it: deeper calls whose
+    return was never seen (``longjmp``).  The call is the newest entry at its entry
+    stack pointer; the handlers of one hit run in whatever order the probes were
+    registered (K5), so times alone cannot tell it from a deeper one."""
+    for i in range(len(stack) - 1, -1, -1):
+        if stack[i].entry_sp == ret.entry_sp:
+            entry = stack[i]
+            del stack[i:]
+            return entry
+    return None
 
 
 def _instant(record: TraceRecord, pid: int) -> dict[str, Any]:
