@@ -16,7 +16,7 @@ import unicorn
 from unicorn import ppc_const as up
 
 from kpsdk import hookimpl
-from kpsdk.arch import Abi, Arch, Breakpoint, InstructionSet, Register, Syscalls, WatchRules
+from kpsdk.arch import Abi, Arch, Breakpoint, InsnRules, InstructionSet, OutOfLine, Register, Syscalls, WatchRules
 from kpsdk.insn import ReadMem, ReadReg, changes_flow, immediate_targets
 
 TRAP = struct.pack(">I", 0x7FE00008)  # tw 31,0,0
@@ -99,6 +99,7 @@ PPC64 = Arch(
     kernel_abi=Abi(tuple(f"r{i}" for i in range(3, 11)), stack_args_offset=112),
     user_abi=Abi(tuple(f"r{i}" for i in range(3, 11)), stack_args_offset=112),
     isets=(PPC64_ISET,),
+    insn=InsnRules(classify, successors),
     unicorn=(unicorn.UC_ARCH_PPC, unicorn.UC_MODE_PPC64 | unicorn.UC_MODE_BIG_ENDIAN),
     unicorn_unsupported=(
         "Unicorn 2.1.4 cannot run ppc64: its explicit PPC64 CPU models map to 32-bit ones and the "
@@ -120,7 +121,8 @@ PPC64 = Arch(
     watch=WatchRules(slots=1, types=frozenset({"w", "r", "rw"}), lengths=tuple(range(1, 513)), aligned=False,
                      window=512, source="Power ISA 3.0 DAWR0; Linux arch/powerpc/kernel/hw_breakpoint.c"),
     cross_gcc_package="gcc-powerpc64-linux-gnu",
-    extra={"classify": classify, "successors": successors, "jump_back": jump_back, "local_entry": local_entry},
+    out_of_line=OutOfLine(jump_back),
+    local_entry=local_entry,
 )
 
 

@@ -21,9 +21,12 @@ from kpsdk.arch import (
     Abi,
     Arch,
     Breakpoint,
+    DetourCode,
     EntryDetour,
     FrameRecord,
+    InsnRules,
     InstructionSet,
+    OutOfLine,
     Register,
     ReturnDetour,
     Syscalls,
@@ -263,6 +266,7 @@ RISCV64 = Arch(
     kernel_abi=Abi(tuple(f"a{i}" for i in range(8)), stack_args_offset=0),
     user_abi=Abi(tuple(f"a{i}" for i in range(8)), stack_args_offset=0),
     isets=(RISCV_ISET,),
+    insn=InsnRules(classify, successors),
     unicorn=(unicorn.UC_ARCH_RISCV, unicorn.UC_MODE_RISCV64),
     unicorn_unsupported=None,
     gdb_arch="riscv:rv64",
@@ -279,9 +283,8 @@ RISCV64 = Arch(
     watch=WatchRules(slots=2, types=frozenset({"x", "w", "r", "rw"}), lengths=(1, 2, 4, 8),
                      exec_lengths=(2, 4), source="RISC-V debug spec 0.13 (mcontrol); QEMU target/riscv/debug.c"),
     cross_gcc_package="gcc-riscv64-linux-gnu",
-    extra={"classify": classify, "successors": successors, "jump_back": jump_back,
-           "return_jump": return_jump, "near_jump": jump_back, "entry_detour": entry_detour,
-           "return_detour": return_detour, "detour_scratch": ("t1",), "regs_access": regs_access},
+    out_of_line=OutOfLine(jump_back, return_jump),
+    detours=DetourCode(jump_back, entry_detour, return_detour, scratch=("t1",), regs_access=regs_access),
 )
 
 

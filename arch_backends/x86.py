@@ -20,9 +20,12 @@ from kpsdk.arch import (
     Abi,
     Arch,
     Breakpoint,
+    DetourCode,
     EntryDetour,
     FrameRecord,
+    InsnRules,
     InstructionSet,
+    OutOfLine,
     Register,
     ReturnDetour,
     Syscalls,
@@ -277,6 +280,8 @@ def _iset(name: str, cs_mode: int, ks_mode: int, frame: FrameRecord) -> Instruct
     )
 
 
+INSN_RULES = InsnRules(classify, successors)
+
 X86_64 = Arch(
     name="x86_64",
     aliases=("amd64", "x86-64"),
@@ -290,13 +295,14 @@ X86_64 = Arch(
     kernel_abi=Abi(("rdi", "rsi", "rdx", "rcx", "r8", "r9"), stack_args_offset=8),
     user_abi=Abi(("rdi", "rsi", "rdx", "rcx", "r8", "r9"), stack_args_offset=8),
     isets=(_iset("x86_64", capstone.CS_MODE_64, keystone.KS_MODE_64, _frame_record("rbp", "rsp", 8)),),
+    insn=INSN_RULES,
     unicorn=(unicorn.UC_ARCH_X86, unicorn.UC_MODE_64),
     unicorn_unsupported=None,
     gdb_arch="i386:x86-64",
     elf_machine="EM_X86_64",
     elf_class=64,
     syscalls=Syscalls("rax", ("rdi", "rsi", "rdx", "r10", "r8", "r9"), "rax", None,
-                      {"write": 1, "exit": 60, "exit_group": 231}),
+                      {"write": 1, "exit": 60, "exit_group": 231}, unicorn_insn=ux.UC_X86_INS_SYSCALL),
     stack_alignment=16,
     qemu_user="qemu-x86_64",
     qemu_system="qemu-system-x86_64",
@@ -304,9 +310,8 @@ X86_64 = Arch(
     gdb_break_adjusts_pc=True,
     watch=_watch(8),
     cross_gcc_package="gcc-x86-64-linux-gnu",
-    extra={"classify": classify, "successors": successors, "jump_back": jump_back_64,
-           "return_jump": return_jump_64, "near_jump": near_jump, "entry_detour": entry_detour,
-           "return_detour": return_detour, "detour_scratch": ("r11",), "detour_flags": "rflags"},
+    out_of_line=OutOfLine(jump_back_64, return_jump_64),
+    detours=DetourCode(near_jump, entry_detour, return_detour, scratch=("r11",), flags="rflags"),
 )
 
 I386 = Arch(
@@ -322,6 +327,7 @@ I386 = Arch(
     kernel_abi=Abi(("eax", "edx", "ecx"), stack_args_offset=4),
     user_abi=Abi((), stack_args_offset=4),
     isets=(_iset("i386", capstone.CS_MODE_32, keystone.KS_MODE_32, _frame_record("ebp", "esp", 4)),),
+    insn=INSN_RULES,
     unicorn=(unicorn.UC_ARCH_X86, unicorn.UC_MODE_32),
     unicorn_unsupported=None,
     gdb_arch="i386",
@@ -337,9 +343,8 @@ I386 = Arch(
     gdb_break_adjusts_pc=True,
     watch=_watch(4),
     cross_gcc_package="gcc-i686-linux-gnu",
-    extra={"classify": classify, "successors": successors, "jump_back": jump_back_32,
-           "return_jump": return_jump_32, "near_jump": near_jump, "entry_detour": entry_detour,
-           "return_detour": return_detour, "detour_scratch": (), "detour_flags": "eflags"},
+    out_of_line=OutOfLine(jump_back_32, return_jump_32),
+    detours=DetourCode(near_jump, entry_detour, return_detour, scratch=(), flags="eflags"),
 )
 
 

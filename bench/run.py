@@ -660,7 +660,8 @@ class RawReturnHook:
         t = s.target
         self.t, self.func = t, s.symbols.resolve(func)
         self.tramp = t._alloc_slot()  # a free slot of kpsdk's area
-        code, hook, word = t.arch.extra["return_jump"](self.tramp, t.arch.isets[0], t.detours.sp_word)
+        code, hook, word = t.arch.require("out_of_line.return_jump", "the bench's trampoline")(
+            self.tramp, t.arch.isets[0], t.detours.sp_word)
         t._write_code(self.tramp, code)
         self.hook_at = self.tramp + hook
         self.word = (self.tramp + word - t._area) // t.arch.word_size

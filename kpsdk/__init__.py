@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from kpsdk.errors import (
+    CapabilityError,
     KprobeError,
     KpsdkError,
     ProbeHandlerError,
@@ -34,7 +35,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "KPROBE_FLAG_DISABLED", "KPROBE_FLAG_GONE", "TRAP_HANDLER_EXCEPTION",
-    "KpsdkError", "KprobeError", "ProbeHandlerError", "SymbolError", "TargetError", "TargetFault",
+    "CapabilityError", "KpsdkError", "KprobeError", "ProbeHandlerError", "SymbolError", "TargetError", "TargetFault",
     "TargetExited", "TargetStalled", "ToolMissingError", "UnknownNameError", "UnsupportedTargetError", "Probe",
     "ProbeType", "Session", "hookimpl", "open", "get_registry",
 ]

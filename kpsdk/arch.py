@@ -12,14 +12,23 @@ created lazily because importing keystone alone costs tens of milliseconds.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Literal
 
-from kpsdk.errors import UnknownNameError
+from kpsdk.errors import CapabilityError, UnknownNameError
 
 if TYPE_CHECKING:
     import capstone
+
+    from kpsdk.insn import ReadMem, ReadReg
+
+#: ``classify(insn) -> (boostable, refused reason or None)``
+Classify = Callable[["capstone.CsInsn"], tuple[bool, "str | None"]]
+#: ``successors(insn, read_reg, read_mem, word_size) -> addresses, or None where it cannot be followed``
+Successors = Callable[["capstone.CsInsn", "ReadReg", "ReadMem", int], "set[int] | None"]
+#: ``jump(at, target, iset) -> code, or None where ``target`` is out of its reach``
+Jump = Callable[[int, int, "InstructionSet"], "bytes | None"]
 
 
 @dataclass(frozen=True)
@@ -77,6 +86,8 @@ class Syscalls:
         trap is an instruction hook (x86_64 ``syscall``).
     :param calls: Linux numbers of the calls kpsdk emulates (``write``,
         ``exit``, ``exit_group``).
+    :param unicorn_insn: Unicorn's instruction id to hook (``UC_HOOK_INSN``) where
+        the trap is an instruction rather than an interrupt (x86_64's ``syscall``).
     """
 
     number: str
@@ -84,6 +95,7 @@ class Syscalls:
     result: str
     intno: int | None
     calls: dict[str, int]
+    unicorn_insn: int | None = None
 
 
 @dataclass(frozen=True)
@@ -236,6 +248,95 @@ class WatchRules:
 
 
 @dataclass(frozen=True)
+class InsnRules:
+    """How kpsdk judges and follows an instruction: every backend gives these two.
+
+    :param classify: whether a copy of the instruction may run out of line
+        (*boostable*: it neither reads nor writes the pc), and why the kernel
+        would refuse to probe it (``None``: it would not).
+    :param successors: where execution can go right after the instruction,
+        given the registers now (branch targets, return addresses): kpsdk's
+        software single-step for post_handlers and watchpoints; ``None`` where
+        the backend cannot tell (a trap).
+    """
+
+    classify: Classify
+    successors: Successors
+
+
+@dataclass(frozen=True)
+class Conditions:
+    """Conditional execution (ARM): an instruction whose condition fails is skipped,
+    handlers and all, as the kernel's ARM kprobe_handler does.
+
+    :param of: the instruction's condition code, ``None`` when it always executes.
+    :param passes: ``(condition, read_reg) -> bool`` with the CPU's flags now.
+    """
+
+    of: Callable[[capstone.CsInsn], int | None]
+    passes: Callable[[int, ReadReg], bool]
+
+
+@dataclass(frozen=True)
+class OutOfLine:
+    """Code kpsdk writes into its own area of an emulated target (Unicorn).
+
+    :param jump_back: a jump from ``at`` to ``target`` that reaches anywhere (or
+        ``None``): what follows an instruction copied out of line, the kprobe
+        booster.  Without it every probe runs through a code hook.
+    :param return_jump: ``(at, iset, sp_word) -> (code, hook offset, word offset)``:
+        the kretprobe trampoline, which stores sp at ``sp_word`` and jumps
+        through the word at the returned offset (see ``kpsdk/targets/unicorn.py``).
+        Without it, return probes on Unicorn are refused.
+    """
+
+    jump_back: Jump
+    return_jump: Callable[[int, InstructionSet, int], tuple[bytes, int, int]] | None = None
+
+
+@dataclass(frozen=True)
+class DetourCode:
+    """Return probes' entries in guest code on Unicorn (``kpsdk/targets/ucdetour.py``).
+
+    :param near_jump: the short jump written over a function entry (``None`` out of reach).
+    :param entry: ``(at, iset, EntryDetour) -> (code, hook offset)``, see :class:`EntryDetour`.
+    :param ret: ``(at, iset, ReturnDetour) -> (code, short offset, general offset)``,
+        see :class:`ReturnDetour`.
+    :param scratch: registers the entry code clobbers, which the psABI leaves free at a call.
+    :param flags: the status-flags register the code clobbers (``None``: the planner does
+        not watch the flags).
+    :param reads_flags: ``(insn, registers read) -> bool`` when reading the flags is more
+        than naming ``flags`` (ARM's conditional instructions).
+    :param writes_flags: likewise for writing them.
+    :param regs_access: ``insn -> (registers read, registers written)`` by name, where
+        capstone's own ``regs_access`` is not enough.
+    """
+
+    near_jump: Jump
+    entry: Callable[[int, InstructionSet, EntryDetour], tuple[bytes, int]]
+    ret: Callable[[int, InstructionSet, ReturnDetour], tuple[bytes, int, int]]
+    scratch: tuple[str, ...] = ()
+    flags: str | None = None
+    reads_flags: Callable[[capstone.CsInsn, set[str]], bool] | None = None
+    writes_flags: Callable[[capstone.CsInsn, set[str]], bool] | None = None
+    regs_access: Callable[[capstone.CsInsn], tuple[set[str], set[str]]] | None = None
+
+
+@dataclass(frozen=True)
+class ModeBit:
+    """A bit of a register that says which instruction set the CPU runs (ARM's CPSR.T).
+
+    :param register: the register's name.
+    :param mask: the bit.
+    :param iset: the instruction set it selects when set.
+    """
+
+    register: str
+    mask: int
+    iset: str
+
+
+@dataclass(frozen=True)
 class Abi:
     """A calling convention.
 
@@ -254,6 +355,23 @@ class Arch:
 
     Backends construct one and return it from the ``kpsdk_archs`` hook.  Only the
     fields are data; engines and lookups are derived on first use.
+
+    Behaviour beyond data comes as typed capabilities.  ``insn`` is required
+    (nothing works without it); the others are optional, and a feature that
+    needs one the backend lacks says so by name when it is asked for
+    (:meth:`require`: a :class:`~kpsdk.errors.CapabilityError` at registration):
+
+    ====================  ================================================================
+    ``insn``              classify and follow instructions (every probe)
+    ``conditions``        conditional execution (ARM): skip a probe whose condition fails
+    ``out_of_line``       Unicorn's booster (``jump_back``) and kretprobe trampoline
+                          (``return_jump``); without it probes run through code hooks
+                          and kretprobes on Unicorn are refused
+    ``detours``           kretprobe entries in guest code on Unicorn (else the hook path)
+    ``mode_bit``          the register bit that says which instruction set runs (ARM's T)
+    ``unicorn_setup``     CPU state a new Unicorn engine needs (ARM's VFP)
+    ``local_entry``       ELFv2 local entry points (ppc64): where a kretprobe by name lands
+    ====================  ================================================================
     """
 
     name: str
@@ -267,6 +385,7 @@ class Arch:
     kernel_abi: Abi
     user_abi: Abi
     isets: tuple[InstructionSet, ...]
+    insn: InsnRules
     unicorn: tuple[int, int] | None
     unicorn_unsupported: str | None
     gdb_arch: str
@@ -292,7 +411,24 @@ class Arch:
     #: the debug hardware's watchpoint rules (slots, lengths, alignment, types)
     watch: WatchRules | None = None
     aliases: tuple[str, ...] = ()
-    extra: dict[str, Any] = field(default_factory=dict)
+    conditions: Conditions | None = None
+    out_of_line: OutOfLine | None = None
+    detours: DetourCode | None = None
+    mode_bit: ModeBit | None = None
+    unicorn_setup: Callable[[Any], None] | None = None
+    local_entry: Callable[[bytes], int] | None = None
+
+    def require(self, capability: str, feature: str) -> Any:
+        """The capability named ``capability`` (an attribute of this class, or of its
+        ``out_of_line`` as ``out_of_line.return_jump``), or a
+        :class:`~kpsdk.errors.CapabilityError` naming the architecture, the
+        capability and the ``feature`` that needs it."""
+        value: Any = self
+        for part in capability.split("."):
+            value = getattr(value, part, None)
+            if value is None:
+                raise CapabilityError(self.name, capability, feature)
+        return value
 
     # -- derived lookups -------------------------------------------------
 
@@ -359,15 +495,26 @@ class Arch:
     def disassembler(self, iset: InstructionSet | None = None) -> capstone.Cs:
         """A capstone disassembler with details on (cached per instruction set)."""
         iset = iset or self.isets[0]
-        cache: dict[str, Any] = self.extra.setdefault("_cs", {})
-        md = cache.get(iset.name)
+        md = self._disassemblers.get(iset.name)
         if md is None:
             import capstone
 
             md = capstone.Cs(*iset.capstone)
             md.detail = True
-            cache[iset.name] = md
+            self._disassemblers[iset.name] = md
         return md
+
+    @cached_property
+    def _disassemblers(self) -> dict[str, capstone.Cs]:
+        return {}
+
+    def running_iset(self, read: Callable[[str], int]) -> InstructionSet:
+        """The instruction set the CPU runs now, from ``mode_bit`` (``read`` reads a
+        register by name); the first one where there is no such bit."""
+        bit = self.mode_bit
+        if bit is not None and read(bit.register) & bit.mask:
+            return self.iset(bit.iset)
+        return self.isets[0]
 
     def assemble(self, source: str, address: int = 0, iset: InstructionSet | None = None) -> bytes:
         """Assemble with keystone; a clear error where keystone lacks the arch."""

@@ -497,7 +497,7 @@ def cmd_disasm(
     iset = arch.iset("thumb") if func.thumb else arch.isets[0]
     end = func.address + func.size if func.size else start + 64 * iset.min_insn * 4
     code = _image_bytes(image, start, end - start)
-    classify = arch.extra["classify"]
+    classify = arch.insn.classify
     con = console()
     con.print(Text.assemble((func.name, "bold"), f" at {func.address:#x}, {func.size} bytes, ",
                             f"{arch.name} ({iset.name} instructions), {image.path.name}"), soft_wrap=True)

@@ -48,7 +48,7 @@ def decode_at(target: Target, addr: int, start: int, iset: InstructionSet) -> De
         if start == addr:
             return None
         return decode_at(target, addr, addr, iset)
-    boostable, refused = arch.extra["classify"](found)
-    cond = arch.extra["condition"](found) if "condition" in arch.extra else None
+    boostable, refused = arch.insn.classify(found)
+    cond = arch.conditions.of(found) if arch.conditions is not None else None
     return Decoded(found.address, found.size, found.mnemonic, found.op_str, bytes(found.bytes),
                    boostable, refused, cond)

@@ -113,10 +113,10 @@ def find_conditional_branch(s: Session, func: str) -> tuple[int, int, int, str]:
     iset = arch.iset("thumb") if sym.thumb else arch.isets[0]
     code = s.read_memory(sym.address, sym.size)
     for insn in arch.disassembler(iset).disasm(code, sym.address):
-        succ = arch.extra["successors"](insn, lambda name: 0, lambda a, n: bytes(n), arch.word_size)
+        succ = arch.insn.successors(insn, lambda name: 0, lambda a, n: bytes(n), arch.word_size)
         nxt = insn.address + insn.size
         others = {a & ~1 if iset.thumb_bit else a for a in succ or ()} - {nxt}
-        if succ and len(succ) == 2 and len(others) == 1 and not arch.extra["classify"](insn)[0]:
+        if succ and len(succ) == 2 and len(others) == 1 and not arch.insn.classify(insn)[0]:
             return insn.address, nxt, others.pop(), f"{insn.mnemonic} {insn.op_str}".strip()
     raise KpsdkError(f"no conditional branch found in {func}")
 

@@ -52,6 +52,22 @@ class UnsupportedTargetError(TargetError):
     """
 
 
+class CapabilityError(KprobeError, UnsupportedTargetError):
+    """A feature needs something the architecture's backend does not provide.
+
+    ``arch`` and ``capability`` name them (``out_of_line.return_jump``: the
+    kretprobe trampoline on Unicorn); raised when the feature is asked for (a
+    probe's registration, with ``errno`` ``EOPNOTSUPP``), never in the middle
+    of a run.  A backend author reads the optional capabilities off
+    :class:`kpsdk.arch.Arch`.
+    """
+
+    def __init__(self, arch: str, capability: str, feature: str) -> None:
+        self.arch, self.capability, self.feature = arch, capability, feature
+        KprobeError.__init__(self, _errno.EOPNOTSUPP,
+                             f"{feature} needs the {capability!r} capability, which the {arch} backend lacks")
+
+
 class ToolMissingError(TargetError):
     """A program kpsdk needs (gdb, QEMU, a compiler) is not installed.
 

@@ -114,7 +114,7 @@ def function_entry(target: Target, rp: Kretprobe, addr: int) -> int:
     if sym is None:
         return addr
     entries = {0}
-    local_entry = arch.extra.get("local_entry")  # ppc64 ELFv2: the entry after the TOC set-up
+    local_entry = arch.local_entry  # ppc64 ELFv2: the entry after the TOC set-up
     if local_entry is not None and sym.kind == "func":
         local = local_entry(target.read_memory(sym.address, 8))
         if local:
@@ -202,6 +202,8 @@ def register(session: Session, rp: Kretprobe) -> None:
     core = ShadowStacks.of(target)
     try:
         rh = core.rethook(rp, _return(rp), count, rp.data_size, rp.instance_class)
+    except KprobeError:
+        raise  # already says why, with its errno (a capability the arch lacks)
     except TargetError as e:
         raise KprobeError(errno.EOPNOTSUPP, str(e)) from e
     rp.pre_handler = _entry(rp, rh, core)

@@ -625,7 +625,9 @@ class GdbTarget(Target):
 
     def _condition_passes(self, point: ProbePoint) -> bool:
         arch = self.arch
-        return bool(arch.extra["condition_passes"](point.insn.condition, lambda n: self._io.read(arch.register(n))))
+        cond = point.insn.condition
+        assert arch.conditions is not None and cond is not None, "only conditional instructions get here"
+        return bool(arch.conditions.passes(cond, lambda n: self._io.read(arch.register(n))))
 
     def _check_alive(self) -> None:
         """Raise when gdb or QEMU died; return quietly while both live.

@@ -65,7 +65,7 @@ from typing import TYPE_CHECKING
 
 import capstone
 
-from kpsdk.arch import EntryDetour, ReturnDetour
+from kpsdk.arch import DetourCode, EntryDetour, ReturnDetour
 from kpsdk.errors import TargetError
 
 if TYPE_CHECKING:
@@ -151,7 +151,7 @@ class DetourEngine:
         cannot have one (see the module docstring).  The caller checked that the
         point's one active probe has an ``entry_rethook``."""
         arch, entry = self.target.arch, point.addr
-        if "entry_detour" not in arch.extra or not self._native:
+        if arch.detours is None or arch.out_of_line is None or not self._native:
             return None
         if "detour_plan" not in point.state:
             point.state["detour_plan"] = self._region(point)
@@ -172,7 +172,12 @@ class DetourEngine:
         block = self._peek_block()
         if block is None:
             return None
-        return length if arch.extra["near_jump"](entry, block, point.iset) is not None else None
+        return length if arch.detours.near_jump(entry, block, point.iset) is not None else None
+
+    def _code(self) -> DetourCode:
+        """The arch backend's detour code (plan() gives no detour to an arch without it)."""
+        code: DetourCode = self.target.arch.require("detours", "a detoured kretprobe entry")
+        return code
 
     def _free_index(self) -> int | None:
         """The lowest detour index neither armed nor retired, or None when all
@@ -182,7 +187,7 @@ class DetourEngine:
 
     def _region(self, point: ProbePoint) -> int | None:
         t, arch, entry, iset = self.target, self.target.arch, point.addr, point.iset
-        need = len(arch.extra["near_jump"](entry, entry, iset) or b"")
+        need = len(self._code().near_jump(entry, entry, iset) or b"")
         if not need or point.insn.condition is not None:
             return None
         sym = t.symbols.containing(entry)
@@ -192,7 +197,7 @@ class DetourEngine:
         code = t.read_memory(entry, 32 if end is None else max(0, min(32, end - entry)))
         length, count = 0, 0
         for insn in md.disasm(code, entry):
-            if not arch.extra["classify"](insn)[0]:
+            if not arch.insn.classify(insn)[0]:
                 return None
             length += insn.size
             count += 1
@@ -233,15 +238,13 @@ class DetourEngine:
         it (in address order) nor reads the flags before its first instruction
         that sets them or transfers control: the psABIs give them no meaning at a
         call, but a hand-written thunk may take an argument there."""
-        arch = self.target.arch
-        scratch = set(arch.extra.get("detour_scratch", ()))
-        flags = arch.extra.get("detour_flags")
-        reads_flags: Callable[[capstone.CsInsn, set[str]], bool] = arch.extra.get(
-            "reads_flags", lambda insn, reads: flags in reads)
-        writes_flags: Callable[[capstone.CsInsn, set[str]], bool] = arch.extra.get(
-            "writes_flags", lambda insn, writes: flags in writes)
+        code_of = self._code()
+        scratch = set(code_of.scratch)
+        flags = code_of.flags
+        reads_flags = code_of.reads_flags or (lambda insn, reads: flags in reads)
+        writes_flags = code_of.writes_flags or (lambda insn, writes: flags in writes)
         watch_flags = flags is not None
-        access: Callable[[capstone.CsInsn], tuple[set[str], set[str]]] = arch.extra.get("regs_access", _regs_access)
+        access = code_of.regs_access or _regs_access
         for insn in md.disasm(code, entry):
             reads, writes = access(insn)
             if watch_flags and reads_flags(insn, reads):
@@ -296,13 +299,14 @@ class DetourEngine:
         tramp = (block + RETURN_AT) | thumb
         resume = block + RESUME_AT
         data = self.data
-        code, hook = arch.extra["entry_detour"](
+        code_of = self._code()
+        code, hook = code_of.entry(
             block, iset, EntryDetour(data, data + avail_at * w, data + records_at * w, tramp, resume))
-        ret_code, short, general = arch.extra["return_detour"](
+        ret_code, short, general = code_of.ret(
             block + RETURN_AT, iset, ReturnDetour(data + avail_at * w, data + records_at * w,
                                                   0 if arch.link else w))
         original = t.read_memory(entry, length)
-        back = arch.extra["jump_back"](resume + length, entry + length, iset)
+        back = arch.require("out_of_line", "a detour").jump_back(resume + length, entry + length, iset)
         assert back is not None and len(code) <= RESUME_AT and length + len(back) <= RETURN_AT - RESUME_AT
         assert len(ret_code) <= BLOCK_SIZE - RETURN_AT
         t._write_code(block, code)
@@ -317,7 +321,7 @@ class DetourEngine:
         self.traps.add(tramp)
         rh.mirror = mirror = self._mirror_for(avail_at)
         mirror(rh)
-        jump = arch.extra["near_jump"](entry, block, iset)
+        jump = code_of.near_jump(entry, block, iset)
         self.lo, self.hi = min(self.lo, entry), max(self.hi, entry + length)
         t.uc.mem_write(entry, jump)
         t.uc.ctl_remove_cache(entry, entry + length)
@@ -344,7 +348,9 @@ class DetourEngine:
             t.hooks.delete(handle)
         ret_at = det.block + RETURN_AT
         shared = t.trampoline_for(point.addr)
-        t._write_code(ret_at, t.arch.extra["near_jump"](ret_at, shared & ~1, point.iset))
+        jump = self._code().near_jump(ret_at, shared & ~1, point.iset)
+        assert jump is not None, "the shared trampoline is in kpsdk's area, as the block"
+        t._write_code(ret_at, jump)
         det.rethook.mirror = None
         self.words[det.avail_at] = self.words[det.avail_at + 1] = 0
         del self._by_hook[det.hook_addr]

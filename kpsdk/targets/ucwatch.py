@@ -127,7 +127,7 @@ class UcWatch:
         t = self.t
         if not t._depth and t._pending is None:
             pc = t.fast.read(t._pc)
-            thumb = t.arch.has_thumb and bool(t.fast.read(t.arch.register("cpsr")) & 0x20)
+            thumb = t._running_iset().thumb_bit
             try:
                 self.uc.emu_start(pc | thumb, pc)
             except unicorn.UcError:
@@ -210,9 +210,7 @@ class UcWatch:
             self.uc.mem_protect(start, length, perms)
         t = self.t
         arch = t.arch
-        fast = t.fast
-        thumb = arch.has_thumb and bool(fast.read(arch.register("cpsr")) & 0x20)
-        iset = arch.iset_for_address(1 if thumb else 0)
+        iset = t._running_iset()
         code = bytes(self.uc.mem_read(pc, 16))
         insn = self._insns.get((pc, code))
         if insn is None:
@@ -232,7 +230,7 @@ class UcWatch:
         point = t._hook_points.get(pc)
         if point is not None:  # its kprobe ran before the access: do not run it again
             point.resuming = True
-        return t._begin_at(pc | (1 if thumb else 0))
+        return t._begin_at(pc | (1 if iset.thumb_bit else 0))
 
     def _unslot(self, addr: int) -> int:
         """The program's address for one in a kprobe booster slot (the copy of a probed

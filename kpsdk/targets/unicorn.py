@@ -52,10 +52,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import unicorn
-from unicorn import x86_const
 
 from kpsdk import hookimpl
-from kpsdk.arch import Arch
+from kpsdk.arch import Arch, InstructionSet
 from kpsdk.elfimage import load_elf
 from kpsdk.errors import KprobeError, TargetError, TargetFault, UnsupportedTargetError
 from kpsdk.manager import ProbeManager, ProbePoint
@@ -106,8 +105,8 @@ class UnicornTarget(Target):
         self.arch = arch
         self.abi_kind = abi_kind
         self.uc = unicorn.Uc(*arch.unicorn)
-        if "unicorn_setup" in arch.extra:  # CPU state Unicorn leaves off that programs expect (ARM's VFP)
-            arch.extra["unicorn_setup"](self.uc)
+        if arch.unicorn_setup is not None:  # CPU state Unicorn leaves off that programs expect (ARM's VFP)
+            arch.unicorn_setup(self.uc)
         self.fast = FastRegs(self.uc)
         self.words = FastWords(self.uc, arch.word_size, arch.endian)
         self.hooks = FastHooks(self.uc)
@@ -155,9 +154,9 @@ class UnicornTarget(Target):
         #: return probes' entries done in guest code (made with kpsdk's area)
         self.detours: DetourEngine | None = None
         self.hooks.intr(self._on_intr)
-        if self._sys is not None and self._sys.intno is None and arch.name == "x86_64":
+        if self._sys is not None and self._sys.unicorn_insn is not None:  # x86_64's syscall instruction
             self.uc.hook_add(  # type: ignore[call-arg]  # mypy sees the py2 binding's signature
-                unicorn.UC_HOOK_INSN, self._on_syscall_insn, aux1=x86_const.UC_X86_INS_SYSCALL
+                unicorn.UC_HOOK_INSN, self._on_syscall_insn, aux1=self._sys.unicorn_insn
             )
 
     # -- set-up -----------------------------------------------------------------------
@@ -280,7 +279,7 @@ class UnicornTarget(Target):
         return insn  # type: ignore[return-value]
 
     def can_step(self, point: ProbePoint) -> bool:
-        succ = self.arch.extra["successors"](
+        succ = self.arch.insn.successors(
             self._cs_insn(point), lambda name: 0, lambda a, n: bytes(n), self.arch.word_size
         )
         return succ is not None
@@ -426,7 +425,8 @@ class UnicornTarget(Target):
 
     def _slot_code(self, point: ProbePoint, slot: int) -> bytes | None:
         """The booster: the original instruction, then a jump back after it."""
-        back = self.arch.extra["jump_back"](slot + point.insn.size, point.addr + point.insn.size, point.iset)
+        ool = self.arch.out_of_line
+        back = None if ool is None else ool.jump_back(slot + point.insn.size, point.addr + point.insn.size, point.iset)
         return None if back is None else point.insn.raw + back
 
     # -- hit paths (hot: keep them lean) ----------------------------------------------------
@@ -478,7 +478,9 @@ class UnicornTarget(Target):
         """A conditional instruction whose condition fails is skipped, handlers
         and all, as the kernel's ARM kprobe_handler does (no nmissed either)."""
         arch = self.arch
-        return bool(arch.extra["condition_passes"](point.insn.condition, lambda n: self.fast.read(arch.register(n))))
+        cond = point.insn.condition
+        assert arch.conditions is not None and cond is not None, "only conditional instructions get here"
+        return bool(arch.conditions.passes(cond, lambda n: self.fast.read(arch.register(n))))
 
     def successor_hooks(self, insn: capstone.CsInsn, callback: Any) -> list[int] | None:
         """One-shot code hooks (``callback``) wherever ``insn``, about to run with the
@@ -487,7 +489,7 @@ class UnicornTarget(Target):
         handles (the caller deletes them at the first one reached), or None when
         the arch backend cannot follow the instruction (a trap)."""
         fast, arch = self.fast, self.arch
-        succ = arch.extra["successors"](insn, lambda name: fast.read(arch.register(name)),
+        succ = arch.insn.successors(insn, lambda name: fast.read(arch.register(name)),
                                         lambda a, n: bytes(self.uc.mem_read(a, n)), arch.word_size)
         if succ is None:
             return None
@@ -535,7 +537,7 @@ class UnicornTarget(Target):
             elif point is not None and self.is_reserved(addr):
                 thumb = point.iset.thumb_bit
             else:
-                thumb = bool(self.fast.read(self.arch.register("cpsr")) & 0x20)
+                thumb = self._running_iset().thumb_bit
             addr |= 1 if thumb else 0
         self.fast.write(self._pc, addr)
 
@@ -552,10 +554,11 @@ class UnicornTarget(Target):
         hook (the internal probe) is on the jump after them.
         """
         assert self.detours is not None
+        return_jump = self.arch.require("out_of_line.return_jump", "a return probe on Unicorn")
         if not self._trampolines:
             for iset in self.arch.isets:
                 slot = self._alloc_slot()
-                code, hook, word = self.arch.extra["return_jump"](slot, iset, self.detours.sp_word)
+                code, hook, word = return_jump(slot, iset, self.detours.sp_word)
                 self._write_code(slot, code)
                 assert word % self.arch.word_size == 0, "kpsdk writes the trampoline's word as a word"
                 name = "kretprobe_trampoline" + ("_thumb" if iset.thumb_bit else "")
@@ -662,9 +665,13 @@ class UnicornTarget(Target):
         the Thumb bit when the CPU is in Thumb state (``_set_pc`` decided which)."""
         self._set_pc(addr, point)
         pc = self.fast.read(self._pc)
-        if self.arch.has_thumb and self.fast.read(self.arch.register("cpsr")) & 0x20:
+        if self.arch.has_thumb and self._running_iset().thumb_bit:
             pc |= 1
         return pc
+
+    def _running_iset(self) -> InstructionSet:
+        """The instruction set the CPU is in now (the arch's ``mode_bit``)."""
+        return self.arch.running_iset(lambda name: self.fast.read(self.arch.register(name)))
 
     def _fail(self, exc: BaseException) -> None:
         if self._pending is None:
