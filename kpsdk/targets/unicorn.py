@@ -908,7 +908,9 @@ def open_blank(rest: str, registry: Registry, abi: str = "user", **options: Any)
     if options:
         raise TargetError(f"unicorn: unknown options {', '.join(options)}")
     arch = registry.arch(rest)
-    target = UnicornTarget(arch, abi_kind=abi, default_iset="thumb" if rest == "thumb" else None)
+    # a name that is an instruction set (``unicorn:thumb``) makes it the default for code without symbols
+    iset = rest if any(i.name == rest for i in arch.isets) else None
+    target = UnicornTarget(arch, abi_kind=abi, default_iset=iset)
     target.setup_area(BLANK_AREA)
     target.setup_stack()
     return target
