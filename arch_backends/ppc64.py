@@ -16,7 +16,18 @@ import unicorn
 from unicorn import ppc_const as up
 
 from kpsdk import hookimpl
-from kpsdk.arch import Abi, Arch, Breakpoint, InsnRules, InstructionSet, OutOfLine, Register, Syscalls, WatchRules
+from kpsdk.arch import (
+    Abi,
+    Arch,
+    Breakpoint,
+    InsnRules,
+    InstructionSet,
+    OutOfLine,
+    QemuMachine,
+    Register,
+    Syscalls,
+    WatchRules,
+)
 from kpsdk.insn import ReadMem, ReadReg, changes_flow, immediate_targets
 
 TRAP = struct.pack(">I", 0x7FE00008)  # tw 31,0,0
@@ -114,8 +125,7 @@ PPC64 = Arch(
                       {"write": 4, "exit": 1, "exit_group": 234}),
     stack_alignment=16,
     qemu_user="qemu-ppc64",
-    qemu_system="qemu-system-ppc64",
-    qemu_system_package="qemu-system-ppc",
+    qemu_system=QemuMachine("qemu-system-ppc64", "qemu-system-ppc", machine="pseries", console="hvc0"),
     # one DAWR (POWER10 adds a second; Linux counts 1 before it): up to 512 bytes at any address,
     # not crossing a 512-byte boundary; read, write or both, no execute
     watch=WatchRules(slots=1, types=frozenset({"w", "r", "rw"}), lengths=tuple(range(1, 513)), aligned=False,

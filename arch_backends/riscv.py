@@ -27,6 +27,7 @@ from kpsdk.arch import (
     InsnRules,
     InstructionSet,
     OutOfLine,
+    QemuMachine,
     Register,
     ReturnDetour,
     Syscalls,
@@ -276,8 +277,7 @@ RISCV64 = Arch(
                       {"write": 64, "exit": 93, "exit_group": 94}),
     stack_alignment=16,
     qemu_user="qemu-riscv64",
-    qemu_system="qemu-system-riscv64",
-    qemu_system_package="qemu-system-misc",
+    qemu_system=QemuMachine("qemu-system-riscv64", "qemu-system-misc", machine="virt"),
     # the Sdtrig trigger module: QEMU implements 2 mcontrol triggers (RV_MAX_TRIGGERS), each
     # matching loads, stores or execution of a naturally aligned 1, 2, 4 or 8-byte range
     watch=WatchRules(slots=2, types=frozenset({"x", "w", "r", "rw"}), lengths=(1, 2, 4, 8),

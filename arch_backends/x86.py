@@ -26,6 +26,7 @@ from kpsdk.arch import (
     InsnRules,
     InstructionSet,
     OutOfLine,
+    QemuMachine,
     Register,
     ReturnDetour,
     Syscalls,
@@ -277,6 +278,7 @@ def _iset(name: str, cs_mode: int, ks_mode: int, frame: FrameRecord) -> Instruct
         unicorn_breakpoint=Breakpoint({1: INT3}, intno=3, pc_adjust=-1),
         min_insn=1,
         frame_record=frame,
+        max_call=8,  # call rel32 is 5 bytes; call [base + index*scale + disp32] with a REX prefix 8
     )
 
 
@@ -305,8 +307,7 @@ X86_64 = Arch(
                       {"write": 1, "exit": 60, "exit_group": 231}, unicorn_insn=ux.UC_X86_INS_SYSCALL),
     stack_alignment=16,
     qemu_user="qemu-x86_64",
-    qemu_system="qemu-system-x86_64",
-    qemu_system_package="qemu-system-x86",
+    qemu_system=QemuMachine("qemu-system-x86_64", "qemu-system-x86"),
     gdb_break_adjusts_pc=True,
     watch=_watch(8),
     cross_gcc_package="gcc-x86-64-linux-gnu",
@@ -337,9 +338,8 @@ I386 = Arch(
                       {"write": 4, "exit": 1, "exit_group": 252}),
     stack_alignment=16,
     qemu_user="qemu-i386",
-    qemu_system="qemu-system-i386",
+    qemu_system=QemuMachine("qemu-system-i386", "qemu-system-x86"),
     kernel_stack_size=8192,
-    qemu_system_package="qemu-system-x86",
     gdb_break_adjusts_pc=True,
     watch=_watch(4),
     cross_gcc_package="gcc-i686-linux-gnu",

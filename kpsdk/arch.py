@@ -145,6 +145,8 @@ class InstructionSet:
     :param length_rule: the instruction length from its first bytes.
     :param frame_record: the frame-pointer chain of code compiled with frame
         pointers, or None where backtraces scan the stack.
+    :param max_call: the longest call instruction, in bytes: a stack scan looks
+        this far back from a candidate return address for the call before it.
     """
 
     name: str
@@ -158,6 +160,7 @@ class InstructionSet:
     #: decoder can tell (x86's 1-15 bytes)
     length_rule: Callable[[bytes], int | None] = lambda code: None
     frame_record: FrameRecord | None = None
+    max_call: int = 4
 
 
 @dataclass(frozen=True)
@@ -337,6 +340,33 @@ class ModeBit:
 
 
 @dataclass(frozen=True)
+class QemuMachine:
+    """How ``qemu-system`` runs a whole machine of this architecture (the qemu-system target).
+
+    :param binary: the QEMU program (``qemu-system-x86_64``).
+    :param package: the Debian package that has it.
+    :param machine: ``-M`` (``virt``, ``pseries``); None: QEMU's default board.
+    :param cpu: ``-cpu``; None: the board's default.
+    :param console: the kernel's console device on that board (``ttyS0``,
+        ``ttyAMA0``, ``hvc0``): ``console=`` is added to a command line that names none.
+    :param args: anything else the board needs on QEMU's command line.
+    """
+
+    binary: str
+    package: str
+    machine: str | None = None
+    cpu: str | None = None
+    console: str = "ttyS0"
+    args: tuple[str, ...] = ()
+
+    def command(self) -> list[str]:
+        """The board's part of QEMU's command line (after the binary)."""
+        out = [] if self.machine is None else ["-M", self.machine]
+        out += [] if self.cpu is None else ["-cpu", self.cpu]
+        return out + list(self.args)
+
+
+@dataclass(frozen=True)
 class Abi:
     """A calling convention.
 
@@ -395,9 +425,8 @@ class Arch:
     stack_alignment: int
     qemu_user: str
     cross_gcc_package: str
-    #: the qemu-system binary for a whole machine of this arch, and its Debian package
-    qemu_system: str = ""
-    qemu_system_package: str = ""
+    #: how qemu-system runs a whole machine of this arch (None: no qemu-system target)
+    qemu_system: QemuMachine | None = None
     #: gdb's ``decr_pc_after_break`` is non-zero (x86: the pc is past the int3):
     #: after a software-breakpoint stop gdb moves the pc back one byte whenever
     #: another software breakpoint sits there.  QEMU reports the exact pc, so

@@ -217,7 +217,7 @@ def _frame_state(target: Target, pc: int, rec: FrameRecord) -> str:
 
 def _call_before(target: Target, iset: InstructionSet, addr: int, start: int) -> bool:
     """Whether a call instruction ends exactly at ``addr`` (and starts at or after ``start``)."""
-    for size in range(iset.min_insn, 9, iset.min_insn):  # x86 calls are 2 to 8 bytes
+    for size in range(iset.min_insn, iset.max_call + 1, iset.min_insn):
         at = addr - size
         if at < start:
             break

@@ -873,7 +873,8 @@ InitrdOpt = Annotated[str | None, typer.Option(
     "--initrd", metavar="FILE", rich_help_panel=TARGET_PANEL, help="qemu-system: the initramfs.")]
 AppendOpt = Annotated[str | None, typer.Option(
     "--append", metavar="CMDLINE", rich_help_panel=TARGET_PANEL,
-    help="qemu-system: the kernel command line (default: 'console=ttyS0 nokaslr panic=-1').")]
+    help="qemu-system: the kernel command line (default: 'nokaslr panic=-1'); console= for the "
+         "architecture's board (ttyS0, ttyAMA0, hvc0) is added unless it names one.")]
 SymbolsOpt = Annotated[str | None, typer.Option(
     "--symbols", metavar="FILE", rich_help_panel=TARGET_PANEL,
     help="qemu-system, gdb://: symbols from an ELF (vmlinux), System.map or a kallsyms dump.")]

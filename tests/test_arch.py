@@ -137,3 +137,15 @@ def test_a_backend_without_optional_capabilities_probes_and_names_what_it_lacks(
     assert e.value.errno == errno.EOPNOTSUPP and e.value.capability == "out_of_line.return_jump"
     assert isinstance(e.value, kpsdk.UnsupportedTargetError) and "rv64bare" in str(e.value)
     assert "kretprobe_trampoline" not in s.list()
+
+
+def test_each_board_brings_its_console_unless_the_command_line_names_one() -> None:
+    from kpsdk.targets.qemu import with_console
+
+    boards = {name: kpsdk.get_registry().arch(name).qemu_system for name in ALL}
+    assert {n: b.console for n, b in boards.items() if b} == {
+        "i386": "ttyS0", "x86_64": "ttyS0", "arm": "ttyAMA0", "riscv64": "ttyS0", "ppc64": "hvc0"}
+    assert boards["arm"] is not None and boards["arm"].command() == ["-M", "virt"]
+    assert with_console("nokaslr quiet", "ttyAMA0") == "console=ttyAMA0 nokaslr quiet"
+    assert with_console("quiet console=hvc0", "ttyS0") == "quiet console=hvc0"
+    assert with_console("", "ttyS0") == "console=ttyS0"

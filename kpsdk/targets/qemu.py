@@ -46,7 +46,9 @@ BOOT_TIMEOUT = 120.0
 #: the kernel function a qemu-system session stops at before handing over:
 #: from here on the kernel's text is mapped at its link address
 KERNEL_READY_SYMBOL = "start_kernel"
-DEFAULT_APPEND = "console=ttyS0 nokaslr panic=-1"
+#: the kernel command line besides the console: image addresses are runtime addresses (no
+#: KASLR), and a panic ends QEMU at once (with ``-no-reboot``)
+DEFAULT_APPEND = "nokaslr panic=-1"
 
 
 def _need(tool: str, package: str) -> str:
@@ -186,18 +188,19 @@ def open_qemu_system(rest: str, registry: Registry, kernel: str | None = None, i
     if options:
         raise TargetError(f"qemu-system: unknown options {', '.join(options)}")
     arch = registry.arch(rest)
-    if not arch.qemu_system:
-        raise TargetError(f"no qemu-system binary is known for {arch.name}")
-    qemu = _need(arch.qemu_system, arch.qemu_system_package)
+    board = arch.qemu_system
+    if board is None:
+        raise TargetError(f"no qemu-system machine is known for {arch.name}")
+    qemu = _need(board.binary, board.package)
     _need("gdb-multiarch", "gdb-multiarch")
     source = symbols or kernel
     table = load_symbols(source)[0] if source else SymbolTable()
     tmp, cleanup = private_dir()
     sock = tmp / "gdb.sock"
-    cmd = [qemu, "-accel", "tcg", "-m", memory, "-smp", str(smp), "-display", "none", "-monitor", "none",
-           "-serial", "stdio", "-no-reboot", "-S", "-gdb", f"unix:{sock},server=on,wait=off"]
+    cmd = [qemu, *board.command(), "-accel", "tcg", "-m", memory, "-smp", str(smp), "-display", "none",
+           "-monitor", "none", "-serial", "stdio", "-no-reboot", "-S", "-gdb", f"unix:{sock},server=on,wait=off"]
     if kernel:
-        cmd += ["-kernel", str(kernel), "-append", append]
+        cmd += ["-kernel", str(kernel), "-append", with_console(append, board.console)]
     if initrd:
         cmd += ["-initrd", str(initrd)]
     cmd += list(qemu_args)
@@ -215,6 +218,15 @@ def open_qemu_system(rest: str, registry: Registry, kernel: str | None = None, i
             target.close()
             raise
     return target
+
+
+def with_console(append: str, console: str) -> str:
+    """The kernel command line ``append``, with ``console=CONSOLE`` (the board's serial
+    console) added unless it names a console itself: without one the kernel prints
+    nothing kpsdk can show (``s.console`` would stay empty)."""
+    if any(word.startswith("console=") for word in append.split()):
+        return append
+    return f"console={console} {append}".strip()
 
 
 def open_gdb(rest: str, registry: Registry, arch: str | None = None, symbols: str | None = None,
