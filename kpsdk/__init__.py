@@ -57,6 +57,8 @@ def open(spec: str, **options: Any) -> Session:  # noqa: A001 - the public API n
     session = Session(target, registry, spec)
     session.blacklist.update(noprobe)
     registry.pm.hook.kpsdk_session_start(session=session)
+    for library in target.mapped_files():
+        target.emit("library_loaded", library=library)
     return session
 
 

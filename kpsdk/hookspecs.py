@@ -1,7 +1,9 @@
 """The kpsdk hook specifications (pluggy).
 
 Everything kpsdk can do beyond its core comes from a plugin implementing these
-hooks: architectures, target kinds, probe types and CLI commands.  Built-in ones
+hooks: architectures, target kinds, probe types and CLI commands; and what a
+target reports besides probe hits (system calls, program exit, libraries,
+the end of a run) reaches plugins through the target-event hooks at the end.  Built-in ones
 are plugins like any other and load through the same ``kpsdk`` entry-point
 group, so a third-party package gets exactly the same powers.
 
@@ -19,9 +21,10 @@ import pluggy
 
 if TYPE_CHECKING:
     from kpsdk.arch import Arch
+    from kpsdk.events import SyscallEvent
     from kpsdk.probe import ProbeType
     from kpsdk.session import Session
-    from kpsdk.target import TargetKind
+    from kpsdk.target import MappedFile, TargetKind
 
 hookspec = pluggy.HookspecMarker("kpsdk")
 
@@ -80,4 +83,68 @@ def kpsdk_cli(app: Any) -> None:
     :param app: the root :class:`typer.Typer`; call ``app.command()(func)`` or
         ``app.add_typer(sub)``.  Only ``kpsdk/cli.py`` turns exceptions into exit
         codes, so commands should simply raise kpsdk errors.
+    """
+
+
+# -- target events (kpsdk/events.py): called by targets, with the CPU stopped ------------------
+
+
+@hookspec
+def kpsdk_syscall_entry(session: Session, call: SyscallEvent) -> None:
+    """A system call is about to run (the targets that emulate Linux: Unicorn).
+
+    :param session: the session whose program made it.
+    :param call: number, name, arguments and pc; ``result`` is None.  Read the
+        registers with ``session.regs()``; changes to ``call`` are not seen by
+        the target.
+    """
+
+
+@hookspec
+def kpsdk_syscall_exit(session: Session, call: SyscallEvent) -> None:
+    """The system call of the matching :func:`kpsdk_syscall_entry` ran.
+
+    :param session: the session whose program made it.
+    :param call: the same event, with ``result`` set (negative errno on failure).
+        Not called for ``exit``/``exit_group``: :func:`kpsdk_program_exit` is.
+    """
+
+
+@hookspec
+def kpsdk_program_exit(session: Session, status: int) -> None:
+    """The program ended (``exit``/``exit_group`` on Unicorn, QEMU exiting on live targets).
+
+    :param session: its session.
+    :param status: the exit status.
+    """
+
+
+@hookspec
+def kpsdk_library_loaded(session: Session, library: MappedFile) -> None:
+    """An ELF object is mapped into the target: the program itself when a session
+    opens (after :func:`kpsdk_session_start`), then each library the target sees
+    being loaded.
+
+    :param session: the session.
+    :param library: its path, identity (device, inode), load bias and image.
+    """
+
+
+@hookspec
+def kpsdk_library_unloaded(session: Session, library: MappedFile) -> None:
+    """An ELF object reported by :func:`kpsdk_library_loaded` is no longer mapped.
+
+    :param session: the session.
+    :param library: what :func:`kpsdk_library_loaded` was given.
+    """
+
+
+@hookspec
+def kpsdk_run_end(session: Session, reason: str, status: int | None) -> None:
+    """A :meth:`Session.run <kpsdk.session.Session.run>` ended.
+
+    :param session: the session.
+    :param reason: ``"exited"`` (the program ended), ``"stopped"`` (``stop()`` or the
+        timeout; the program can go on) or ``"error"`` (the run raised).
+    :param status: the exit status when the program exited, else None.
     """

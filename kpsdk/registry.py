@@ -71,6 +71,8 @@ class Registry:
         out: dict[str, TargetKind] = {}
         for group in self.pm.hook.kpsdk_targets():
             for kind in group:
+                if kind.name in out:
+                    raise KpsdkError(f"target kind {kind.name!r} provided twice")
                 out[kind.name] = kind
         return out
 

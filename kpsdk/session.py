@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from kpsdk.errors import KpsdkError
+from kpsdk.events import RUN_ERROR, RUN_EXITED, RUN_STOPPED
 from kpsdk.probe import Probe, ProbeType, register_all
 
 if TYPE_CHECKING:
@@ -261,7 +262,13 @@ class Session:
         """
         self._check_open()
         self._check_not_in_handler("run()", "s.stop() ends the run; s.call() runs target code from a handler")
-        return self.target.run(timeout)
+        try:
+            status = self.target.run(timeout)
+        except BaseException:
+            self.target.emit("run_end", reason=RUN_ERROR, status=None)
+            raise
+        self.target.emit("run_end", reason=RUN_STOPPED if status is None else RUN_EXITED, status=status)
+        return status
 
     def stop(self) -> None:
         self.target.stop()

@@ -80,6 +80,13 @@ class Target(ABC):
     #: the return-probe core, set by :meth:`kpsdk.rethook.ShadowStacks.of` on first use
     rethook: ShadowStacks | None = None
 
+    def emit(self, event: str, **kwargs: Any) -> None:
+        """Fire the target-event hook ``kpsdk_<event>`` (:mod:`kpsdk.events`) for this
+        target's session: every plugin implementing it runs now, the CPU stopped."""
+        session = getattr(self, "session", None)
+        if session is not None:
+            getattr(session.registry.pm.hook, f"kpsdk_{event}")(session=session, **kwargs)
+
     @property
     def running(self) -> bool:
         """True while target code runs on this thread's behalf: what runs then (a hook,

@@ -1,31 +1,18 @@
-"""End to end: the out-of-tree example plugin ``examples/kpsdk-jprobes``.
-
-The package is really installed with pip (into a temporary ``--target``
-directory, from a copy of its source), never imported from the source tree,
-and every check runs in a fresh interpreter whose ``PYTHONPATH`` holds that
-directory: the plugin must be found the way a user's would be, through its
-``kpsdk_jprobes-*.dist-info/entry_points.txt`` in the ``kpsdk`` group.
-"""
+"""End to end: the out-of-tree example plugin ``examples/kpsdk-jprobes``, installed by
+pip and used from a fresh interpreter (see ``plugin_site.py``)."""
 
 from __future__ import annotations
 
 import importlib.util
-import json
-import os
 import re
-import shutil
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from kpsdk.fixtures import EXPECTED_OUTPUT
 from kpsdk.fixtures import path as fixture_path
+from tests.plugin_site import REPO, install, run, run_py
 
-REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "kpsdk-jprobes"
 SUM7_LINE = "sum7(a=1, b=2, c=3, d=4, e=5, f=6, g=7)"
 HAVE_CLI = importlib.util.find_spec("kpsdk.cli") is not None
@@ -34,51 +21,8 @@ NO_AUTOLOAD = {"KPSDK_DISABLE_PLUGIN_AUTOLOAD": "1"}
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The example installed by pip into a directory of its own."""
-    root = tmp_path_factory.mktemp("kpsdk-jprobes")
-    target = root / "site"
-    pip = [sys.executable, "-m", "pip", "install", "--no-deps", "--no-input", "--disable-pip-version-check",
-           "--target", str(target)]
-    # Without build isolation first (offline); it needs a setuptools that can
-    # build wheels (>= 70.1, or any with the "wheel" package).  Then with
-    # isolation, where pip fetches setuptools from its configured index.
-    attempts = [[*pip, "--no-build-isolation"], pip]
-    logs = []
-    for n, cmd in enumerate(attempts):
-        src = root / f"src{n}"  # a copy: the build must not write into the repository
-        shutil.copytree(EXAMPLE, src, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
-        proc = subprocess.run([*cmd, str(src)], capture_output=True, text=True, timeout=900)
-        if proc.returncode == 0:
-            break
-        shutil.rmtree(target, ignore_errors=True)
-        logs.append(f"$ {' '.join(cmd)} {src}\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}")
-    else:
-        pytest.fail("pip could not install examples/kpsdk-jprobes:\n" + "\n".join(logs))
-    return target
-
-
-def _env(site: Path, extra: dict[str, str]) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k != "KPSDK_DISABLE_PLUGIN_AUTOLOAD"}
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH")) if p)
-    env["COLUMNS"] = "200"  # keep rich's help on one line per command
-    env.update(extra)
-    return env
-
-
-def run(site: Path, args: list[str], *, check: bool = True, env: dict[str, str] | None = None,
-        ) -> subprocess.CompletedProcess[str]:
-    """``sys.executable ARGS`` in the site's environment (plus ``env``), from a neutral directory."""
-    proc = subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=300,
-                          cwd=site.parent, env=_env(site, env or {}))
-    if check and proc.returncode != 0:
-        pytest.fail(f"{args[:3]} exited {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}")
-    return proc
-
-
-def run_py(site: Path, code: str, env: dict[str, str] | None = None) -> Any:
-    """Run Python code; it prints one JSON value as its last line, which is returned."""
-    proc = run(site, ["-c", textwrap.dedent(code)], env=env)
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    """The jprobes example installed by pip into a directory of its own."""
+    return install(EXAMPLE, tmp_path_factory.mktemp("kpsdk-jprobes"))
 
 
 # -- the package as installed --------------------------------------------------------------

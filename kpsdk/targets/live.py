@@ -530,11 +530,7 @@ class GdbTarget(Target):
         reason = payload.get("reason", "")
         if reason in ("exited", "exited-normally", "exited-signalled"):
             code = payload.get("exit-code")
-            self._exit_status = int(code, 8) if code else (0 if reason == "exited-normally" else 128)
-            if self.rethook is not None:
-                self.rethook.unwind()  # hooked calls that never returned: nothing leaks
-            self._drain_output()
-            return self._exit_status
+            return self._program_exited(int(code, 8) if code else (0 if reason == "exited-normally" else 128))
         if self._pending_error is not None:
             error, self._pending_error = self._pending_error, None
             self._pending_step = None
@@ -652,11 +648,18 @@ class GdbTarget(Target):
             if stopped is not None and str(stopped.get("payload", {}).get("reason", "")).startswith("exited"):
                 self._on_stopped(stopped["payload"])
             else:
-                self._exit_status = status
-                if self.rethook is not None:
-                    self.rethook.unwind()
-                self._drain_output()
+                self._program_exited(status)
             raise _Ended(self._exit_status)
+
+    def _program_exited(self, status: int) -> int:
+        """The program ended with ``status``: hooked calls that never returned are dropped
+        (nothing leaks), QEMU's last output collected, plugins told."""
+        self._exit_status = status
+        if self.rethook is not None:
+            self.rethook.unwind()
+        self._drain_output()
+        self.emit("program_exit", status=status)
+        return status
 
     # -- stalls: checked between hits, never on a hit's path ---------------------------------
 

@@ -57,6 +57,7 @@ from kpsdk import hookimpl
 from kpsdk.arch import Arch, InstructionSet
 from kpsdk.elfimage import load_elf
 from kpsdk.errors import KprobeError, TargetError, TargetFault, UnsupportedTargetError
+from kpsdk.events import SyscallEvent
 from kpsdk.manager import ProbeManager, ProbePoint
 from kpsdk.probe import Probe
 from kpsdk.regs import PtRegs
@@ -134,6 +135,7 @@ class UnicornTarget(Target):
         bp = self.default_iset.unicorn_breakpoint
         self._bp_intno, self._bp_adjust = bp.intno, bp.pc_adjust
         self._sys = arch.syscalls
+        self._syscall_names = {nr: name for name, nr in arch.syscalls.calls.items()} if arch.syscalls else {}
         # return probes: trampoline address by Thumb state, and their probes while attached
         self._link = arch.register(arch.link) if arch.link else None
         self._thumb_entry: dict[int, bool] = {}  # probed function entry -> runs Thumb code
@@ -692,8 +694,11 @@ class UnicornTarget(Target):
         read = lambda name: self.fast.read(self.arch.register(name))  # noqa: E731
         nr = read(sys.number)
         calls = sys.calls
+        call = SyscallEvent(nr, self._syscall_names.get(nr, f"syscall_{nr}"), tuple(read(r) for r in sys.args),
+                            self.fast.read(self._pc))
+        self.emit("syscall_entry", call=call)
         if nr == calls["write"]:
-            fd, buf, count = (read(r) for r in sys.args[:3])
+            fd, buf, count = call.args[:3]
             if fd not in (1, 2):
                 result = -errno.EBADF  # nothing else is open
             else:
@@ -701,15 +706,18 @@ class UnicornTarget(Target):
                 self._console += data
                 result = len(data) if data or not count else -errno.EFAULT
         elif nr in (calls["exit"], calls["exit_group"]):
-            status = read(sys.args[0]) & 0xFF
+            status = call.args[0] & 0xFF
             self._exit_status = status
             if self.rethook is not None:  # the calls in flight will never return
                 self.rethook.unwind()
             self.uc.emu_stop()
+            self.emit("program_exit", status=status)
             return
         else:
             result = -errno.ENOSYS
         self.fast.write(self.arch.register(sys.result), result)
+        call.result = result
+        self.emit("syscall_exit", call=call)
 
     def _user_bytes(self, addr: int, count: int) -> bytes:
         """Up to ``count`` bytes the program passed a system call, as Linux copies them:
