@@ -535,7 +535,7 @@ def bench_hotpath(cfg: Config, raw: dict[str, Any]) -> dict[str, Any]:
     p = kpsdk.Kprobe(addr=INC, pre_handler=empty_pre)
     s.register_kprobe(p)
     point = manager.points[INC]
-    regs = target._regs
+    regs = target.hit_regs
     pieces: dict[str, Callable[[], object]] = {
         "target._on_code (whole Python side of a hit)": lambda: target._on_code(0, INC, 3, 0),
         "manager.pre": lambda: manager.pre(point, regs),
@@ -662,7 +662,7 @@ class RawReturnHook:
         self.tramp = t._alloc_slot()  # a free slot of kpsdk's area
         code, hook, word = t.arch.require("out_of_line.return_jump", "the bench's trampoline")(
             self.tramp, t.arch.isets[0], t.detours.sp_word)
-        t._write_code(self.tramp, code)
+        t.write_code(self.tramp, code)
         self.hook_at = self.tramp + hook
         self.word = (self.tramp + word - t._area) // t.arch.word_size
         self.hooks = FastHooks(t.uc)

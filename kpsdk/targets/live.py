@@ -82,6 +82,9 @@ _GDB_ARCH = re.compile(r"[\w:.+-]+")
 _GDB_REGISTER = re.compile(r"\w+")
 _REMOTE = re.compile(r"[\w.:/+\[\]-]+")
 
+#: how gdb words a gdbstub that went away (a closed socket, or a reset one)
+_DISCONNECTED = ("connection closed", "target disconnected", "connection reset")
+
 _open_targets: weakref.WeakSet[GdbTarget] = weakref.WeakSet()
 
 
@@ -692,7 +695,7 @@ class GdbTarget(Target):
             except subprocess.TimeoutExpired:
                 continue
         self._check_alive()
-        if "connection closed" in message.lower():
+        if any(words in message.lower() for words in _DISCONNECTED):
             raise self._abandon(TargetExited(f"the gdbstub closed the connection: {message}"))
         raise self._abandon(TargetError(f"gdb lost step with the gdbstub ({message}); what it would report "
                                         "next cannot be trusted, so the session was closed"))

@@ -74,7 +74,7 @@ if TYPE_CHECKING:
     from kpsdk.manager import ProbePoint
     from kpsdk.probe import Probe
     from kpsdk.rethook import Rethook
-    from kpsdk.targets.unicorn import UnicornTarget
+    from kpsdk.targets.uchost import UnicornHost
 
 #: the guest-writable part of kpsdk's area: the gate, the shared trampolines' sp,
 #: three words per detour, the records
@@ -117,7 +117,7 @@ class Detour:
 class DetourEngine:
     """The detours of one Unicorn target, and the guest memory they share."""
 
-    def __init__(self, target: UnicornTarget, data: int, mem: mmap.mmap) -> None:
+    def __init__(self, target: UnicornHost, data: int, mem: mmap.mmap) -> None:
         self.target = target
         self.data = data
         arch = target.arch
@@ -169,7 +169,7 @@ class DetourEngine:
             self.recycle_blocks()
         if self._free_index() is None or not any(n >= rh.count for _, n in self._holes):
             return None  # every detour in use (or retired with calls in flight): the hook path serves
-        block = self._peek_block()
+        block = self.peek_code()
         if block is None:
             return None
         return length if arch.detours.near_jump(entry, block, point.iset) is not None else None
@@ -261,11 +261,11 @@ class DetourEngine:
 
     # -- arming --------------------------------------------------------------------------
 
-    def _peek_block(self) -> int | None:
+    def peek_code(self) -> int | None:
         """Where the next detour's block goes, or None when kpsdk's area has no room."""
         if self._free_blocks:
             return self._free_blocks[-1]
-        return self.target._peek_block(BLOCK_SIZE)
+        return self.target.peek_code(BLOCK_SIZE)
 
     def _take_records(self, count: int) -> int:
         for i, (at, n) in enumerate(self._holes):
@@ -290,7 +290,7 @@ class DetourEngine:
         rh = point.active[0].entry_rethook
         assert rh is not None
         self.settle()
-        block = self._free_blocks.pop() if self._free_blocks else t._alloc_block(BLOCK_SIZE)
+        block = self._free_blocks.pop() if self._free_blocks else t.alloc_code(BLOCK_SIZE)
         index = self._free_index()
         assert index is not None, "plan() checked that an index is free"
         avail_at = _WORDS_AT + 3 * index
@@ -309,11 +309,11 @@ class DetourEngine:
         back = arch.require("out_of_line", "a detour").jump_back(resume + length, entry + length, iset)
         assert back is not None and len(code) <= RESUME_AT and length + len(back) <= RETURN_AT - RESUME_AT
         assert len(ret_code) <= BLOCK_SIZE - RETURN_AT
-        t._write_code(block, code)
-        t._write_code(resume, original + back)
-        t._write_code(block + RETURN_AT, ret_code)
+        t.write_code(block, code)
+        t.write_code(resume, original + back)
+        t.write_code(block + RETURN_AT, ret_code)
         det = Detour(point, point.active[0], rh, index, block, original, tramp, avail_at, records_at, block + hook)
-        det.hooks = (t.hooks.code(t._on_detour_slow, det.hook_addr, det.hook_addr),
+        det.hooks = (t.hooks.code(t.on_detour_slow, det.hook_addr, det.hook_addr),
                      t.hooks.code(self._short_hook(det), block + RETURN_AT + short, block + RETURN_AT + short),
                      t.hooks.code(self._general_hook(det), block + RETURN_AT + general,
                                   block + RETURN_AT + general))
@@ -350,7 +350,7 @@ class DetourEngine:
         shared = t.trampoline_for(point.addr)
         jump = self._code().near_jump(ret_at, shared & ~1, point.iset)
         assert jump is not None, "the shared trampoline is in kpsdk's area, as the block"
-        t._write_code(ret_at, jump)
+        t.write_code(ret_at, jump)
         det.rethook.mirror = None
         self.words[det.avail_at] = self.words[det.avail_at + 1] = 0
         del self._by_hook[det.hook_addr]
@@ -424,8 +424,8 @@ class DetourEngine:
         t = self.target
         core = t.rethook
         assert core is not None
-        words, traps, stacks, manager, regs = self.words, self.traps, core.stacks, t.manager, t._regs
-        hit, task, fail = regs._hit, t.current_task(), t._fail  # Unicorn runs one task
+        words, traps, stacks, manager, regs = self.words, self.traps, core.stacks, t.manager, t.hit_regs
+        hit, task, fail = regs._hit, t.current_task(), t.fail  # Unicorn runs one task
         av, rb, probe, rh = det.avail_at, det.records_at, det.probe, det.rethook
         returns = t.trampoline_probe(det.point.addr)  # list() counts hooked returns on the trampoline
         free, handler = rh.free_nodes, rh.handler
@@ -461,7 +461,7 @@ class DetourEngine:
     def _general_hook(self, det: Detour) -> Callable[[int, int, int, int], None]:
         """The code hook of ``det``'s general instruction, which jumps through the
         detour's jump word: the core decides, as at the shared trampoline."""
-        words, at, fail = self.words, det.avail_at + 2, self.target._fail
+        words, at, fail = self.words, det.avail_at + 2, self.target.fail
         returns = self.target.trampoline_probe(det.point.addr)
 
         def on_general(handle: int, addr: int, size: int, user: int) -> None:
@@ -480,9 +480,9 @@ class DetourEngine:
         self.settle()
         t = self.target
         assert t.rethook is not None
-        ret = t.rethook.on_return(t._regs, True)
+        ret = t.rethook.on_return(t.hit_regs, True)
         if ret is None:
-            raise TargetError(f"kretprobe BUG!: a return reached {where} with sp={t._regs.sp:#x} "
+            raise TargetError(f"kretprobe BUG!: a return reached {where} with sp={t.hit_regs.sp:#x} "
                               "and no hooked call in flight returns there")
         return ret
 

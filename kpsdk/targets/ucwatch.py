@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any
 import unicorn
 
 if TYPE_CHECKING:
-    from kpsdk.targets.unicorn import UnicornTarget
+    from kpsdk.targets.uchost import UnicornHost
 
 _KIND = {unicorn.UC_MEM_WRITE: "w", unicorn.UC_MEM_READ: "r"}
 
@@ -64,12 +64,12 @@ class _Step:
 
 
 class UcWatch:
-    """The watchpoint engine of one :class:`~kpsdk.targets.unicorn.UnicornTarget`."""
+    """The watchpoint engine of one Unicorn target (seen through :class:`~kpsdk.targets.uchost.UnicornHost`)."""
 
     #: Unicorn needs no debug registers: ``strict=False`` may lift the architecture's rules
     emulator = True
 
-    def __init__(self, target: UnicornTarget) -> None:
+    def __init__(self, target: UnicornHost) -> None:
         self.t = target
         self.uc = target.uc
         self._mem: dict[Any, int] = {}  # watchpoint -> its memory hook
@@ -125,9 +125,9 @@ class UcWatch:
         before the hook is gone, and the code translated in the rest of that run is slow.
         """
         t = self.t
-        if not t._depth and t._pending is None:
-            pc = t.fast.read(t._pc)
-            thumb = t._running_iset().thumb_bit
+        if not t.running and not t.failed:
+            pc = t.read_pc()
+            thumb = t.running_iset().thumb_bit
             try:
                 self.uc.emu_start(pc | thumb, pc)
             except unicorn.UcError:
@@ -138,7 +138,7 @@ class UcWatch:
         """Retranslate everything: a flush outside a run; inside one (a handler registering),
         invalidate the executable regions instead, because a flush under a running
         translation block crashes the emulation (measured on ARM: a fetch from the stack)."""
-        if not self.t._depth:
+        if not self.t.running:
             self.uc.ctl_flush_tb()  # type: ignore[attr-defined]  # mypy sees the py2 binding
             return
         for start, end, perms in self.uc.mem_regions():
@@ -154,12 +154,12 @@ class UcWatch:
 
     def _on_exec(self, handle: int, addr: int, size: int, user: int) -> None:
         try:
-            regs = self.t._regs
+            regs = self.t.hit_regs
             for wp in list(self._exec_at.get(addr, ())):
                 regs._reset(addr)
                 wp.fire(regs, "x", addr, size, None, None, addr)
         except BaseException as exc:  # noqa: BLE001 - stored and re-raised by run()/call()
-            self.t._fail(exc)
+            self.t.fail(exc)
 
     def _on_mem(self, uc: unicorn.Uc, access: int, addr: int, size: int, value: int, wp: Any) -> None:
         """Step 1 (detect: abort the access) or step 3 (re-executing: record it)."""
@@ -180,13 +180,13 @@ class UcWatch:
             if self.t.manager.busy:
                 wp.nmissed += 1  # K6: a handler is running (one that calls target code)
                 return
-            pc = self.t.fast.read(self.t._pc)
+            pc = self.t.read_pc()
             saved = self._regions(addr, size)
             for start, length, _perms in saved:
                 self.uc.mem_protect(start, length, unicorn.UC_PROT_NONE)
             self._abort = (pc, saved)
         except BaseException as exc:  # noqa: BLE001 - stored and re-raised by run()/call()
-            self.t._fail(exc)
+            self.t.fail(exc)
 
     def _regions(self, addr: int, size: int) -> list[tuple[int, int, int]]:
         """``(start, length, perms)`` of the whole mapped regions holding [addr, addr+size).
@@ -210,7 +210,7 @@ class UcWatch:
             self.uc.mem_protect(start, length, perms)
         t = self.t
         arch = t.arch
-        iset = t._running_iset()
+        iset = t.running_iset()
         code = bytes(self.uc.mem_read(pc, 16))
         insn = self._insns.get((pc, code))
         if insn is None:
@@ -227,10 +227,10 @@ class UcWatch:
                               "cannot be followed to its next instruction (a trap)")
         self.uc.ctl_remove_cache(pc, pc + insn.size)
         self._step = _Step(pc, hooks)
-        point = t._hook_points.get(pc)
+        point = t.hook_point(pc)
         if point is not None:  # its kprobe ran before the access: do not run it again
             point.resuming = True
-        return t._begin_at(pc | (1 if iset.thumb_bit else 0))
+        return t.begin_at(pc | (1 if iset.thumb_bit else 0))
 
     def _unslot(self, addr: int) -> int:
         """The program's address for one in a kprobe booster slot (the copy of a probed
@@ -250,11 +250,11 @@ class UcWatch:
             self._step = None
             for h in step.hooks:
                 self.t.hooks.delete(h)
-            regs = self.t._regs
+            regs = self.t.hit_regs
             ip, pc = self._unslot(addr), self._unslot(step.pc)
             for wp, kind, a, size_, value, old in step.accesses:
                 if wp.armed:
                     regs._reset(ip)
                     wp.fire(regs, kind, a, size_, value, old, pc)
         except BaseException as exc:  # noqa: BLE001 - stored and re-raised by run()/call()
-            self.t._fail(exc)
+            self.t.fail(exc)

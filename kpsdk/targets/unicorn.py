@@ -118,7 +118,7 @@ class UnicornTarget(Target):
         self._pc = arch.register(arch.pc)
         self._sp = arch.register(arch.sp)
         self._rv = arch.register(arch.return_value)
-        self._regs = PtRegs.create(arch, self.fast, arch.abi(abi_kind), self.read_memory)
+        self.hit_regs = PtRegs.create(arch, self.fast, arch.abi(abi_kind), self.read_memory)
         self._bp_points: dict[int, ProbePoint] = {}
         self._slot_points: dict[int, ProbePoint] = {}
         self._hook_points: dict[int, ProbePoint] = {}
@@ -333,7 +333,7 @@ class UnicornTarget(Target):
             slot = self._alloc_slot()
             code = self._slot_code(point, slot)
             assert code is not None
-            self._write_code(slot, code)
+            self.write_code(slot, code)
             bp = point.iset.unicorn_breakpoint.for_length(size)
             # the pc written on every hit: the slot, with the Thumb bit where it runs Thumb code
             resume = slot | (1 if point.iset.thumb_bit else 0)
@@ -345,7 +345,7 @@ class UnicornTarget(Target):
         point.mechanism, point.optimized = mechanism, optimized
         self.uc.ctl_remove_cache(addr, addr + size)
 
-    def _write_code(self, addr: int, code: bytes) -> None:
+    def write_code(self, addr: int, code: bytes) -> None:
         """Write code into kpsdk's area (a slot reused by another point, a trampoline).
 
         The area is host memory (``mem_map_ptr``), for which Unicorn 2.1.4's
@@ -410,13 +410,13 @@ class UnicornTarget(Target):
     def _alloc_slot(self) -> int:
         if self._free_slots:
             return self._free_slots.pop()
-        return self._alloc_block(SLOT_SIZE)
+        return self.alloc_code(SLOT_SIZE)
 
-    def _peek_block(self, size: int) -> int | None:
+    def peek_code(self, size: int) -> int | None:
         """Where the next :meth:`_alloc_block` of ``size`` bytes starts, or None when it would not fit."""
         return self._next_slot if self._next_slot + size <= self._area + AREA_SIZE - DATA_SIZE else None
 
-    def _alloc_block(self, size: int) -> int:
+    def alloc_code(self, size: int) -> int:
         """``size`` bytes of kpsdk's area for code (a multiple of SLOT_SIZE), never given back:
         their owner keeps its own free list (slots, detours)."""
         block = self._next_slot
@@ -440,7 +440,7 @@ class UnicornTarget(Target):
                 point = self._bp_points.get(pc + self._bp_adjust)
                 if point is not None:
                     new = None if point.insn.condition is not None and not self._condition_passes(point) \
-                        else self.manager.pre(point, self._regs)
+                        else self.manager.pre(point, self.hit_regs)
                     if new is not None:
                         self._set_pc(new, point)
                     elif point.mechanism != "breakpoint":  # a handler disarmed or re-armed it: run it in place
@@ -453,9 +453,9 @@ class UnicornTarget(Target):
                 self._syscall()
                 return
             pc = self.fast.read(self._pc)
-            self._fail(TargetFault(f"unhandled CPU exception (interrupt {intno})", pc, self.symbols.format(pc)))
+            self.fail(TargetFault(f"unhandled CPU exception (interrupt {intno})", pc, self.symbols.format(pc)))
         except BaseException as exc:  # noqa: BLE001 - stored and re-raised by run()/call()
-            self._fail(exc)
+            self.fail(exc)
 
     def _on_code(self, handle: int, addr: int, size: int, user: int) -> None:
         try:
@@ -468,13 +468,13 @@ class UnicornTarget(Target):
             if point.insn.condition is not None and not self._condition_passes(point):
                 return
             reentrant = self.manager.busy
-            new = self.manager.pre(point, self._regs)
+            new = self.manager.pre(point, self.hit_regs)
             if new is not None:
                 self._set_pc(new, point)
             elif point.needs_step and not reentrant:
                 self._start_step(point)
         except BaseException as exc:  # noqa: BLE001 - stored and re-raised by run()/call()
-            self._fail(exc)
+            self.fail(exc)
 
     def _condition_passes(self, point: ProbePoint) -> bool:
         """A conditional instruction whose condition fails is skipped, handlers
@@ -527,9 +527,9 @@ class UnicornTarget(Target):
             self._step = None
             for h in handles:
                 self.hooks.delete(h)
-            self.manager.post(point, self._regs, addr)
+            self.manager.post(point, self.hit_regs, addr)
         except BaseException as exc:  # noqa: BLE001 - stored and re-raised by run()/call()
-            self._fail(exc)
+            self.fail(exc)
 
     def _set_pc(self, addr: int, point: ProbePoint | None = None) -> None:
         if self.arch.has_thumb and not addr & 1:
@@ -539,7 +539,7 @@ class UnicornTarget(Target):
             elif point is not None and self.is_reserved(addr):
                 thumb = point.iset.thumb_bit
             else:
-                thumb = self._running_iset().thumb_bit
+                thumb = self.running_iset().thumb_bit
             addr |= 1 if thumb else 0
         self.fast.write(self._pc, addr)
 
@@ -561,7 +561,7 @@ class UnicornTarget(Target):
             for iset in self.arch.isets:
                 slot = self._alloc_slot()
                 code, hook, word = return_jump(slot, iset, self.detours.sp_word)
-                self._write_code(slot, code)
+                self.write_code(slot, code)
                 assert word % self.arch.word_size == 0, "kpsdk writes the trampoline's word as a word"
                 name = "kretprobe_trampoline" + ("_thumb" if iset.thumb_bit else "")
                 self.symbols.add(Symbol(name, slot, word, "func", thumb=iset.thumb_bit))
@@ -624,7 +624,7 @@ class UnicornTarget(Target):
         if self.detours is not None:
             self.detours.settle()
 
-    def _on_detour_slow(self, handle: int, addr: int, size: int, user: int) -> None:
+    def on_detour_slow(self, handle: int, addr: int, size: int, user: int) -> None:
         """A detoured entry the guest code left to Python (no instance left, or the gate
         shut): a normal hit of the entry's probe, with the registers of the entry."""
         try:
@@ -632,12 +632,12 @@ class UnicornTarget(Target):
             assert detours is not None
             det = detours.slow(addr)
             detours.settle()
-            new = self.manager.pre(det.point, self._regs)
+            new = self.manager.pre(det.point, self.hit_regs)
             detours.mirror(det)
             if new is not None:
                 self._set_pc(new, det.point)
         except BaseException as exc:  # noqa: BLE001 - stored and re-raised by run()/call()
-            self._fail(exc)
+            self.fail(exc)
 
     def _trampoline_hook(self, at: int, word: int) -> Callable[[int, int, int, int], None]:
         """The code hook of the trampoline whose jump is at ``at`` and goes through word
@@ -658,24 +658,37 @@ class UnicornTarget(Target):
                 probes[at].hits += 1
                 area[word] = detours.general_return("the trampoline")  # settles detoured calls first
             except BaseException as exc:  # noqa: BLE001 - stored and re-raised by run()/call()
-                self._fail(exc)
+                self.fail(exc)
 
         return on_trampoline
 
-    def _begin_at(self, addr: int, point: ProbePoint | None = None) -> int:
+    def begin_at(self, addr: int, point: ProbePoint | None = None) -> int:
         """Set the pc to ``addr`` and return it as ``emu_start`` wants it: with
         the Thumb bit when the CPU is in Thumb state (``_set_pc`` decided which)."""
         self._set_pc(addr, point)
         pc = self.fast.read(self._pc)
-        if self.arch.has_thumb and self._running_iset().thumb_bit:
+        if self.arch.has_thumb and self.running_iset().thumb_bit:
             pc |= 1
         return pc
 
-    def _running_iset(self) -> InstructionSet:
+    def read_pc(self) -> int:
+        """The program counter now (without a Thumb bit: see :meth:`running_iset`)."""
+        return self.fast.read(self._pc)
+
+    def hook_point(self, addr: int) -> ProbePoint | None:
+        """The probe point whose code hook is at ``addr``, or None."""
+        return self._hook_points.get(addr)
+
+    @property
+    def failed(self) -> bool:
+        """A hook stored an error for ``run()``/``call()`` to raise (see :meth:`fail`)."""
+        return self._pending is not None
+
+    def running_iset(self) -> InstructionSet:
         """The instruction set the CPU is in now (the arch's ``mode_bit``)."""
         return self.arch.running_iset(lambda name: self.fast.read(self.arch.register(name)))
 
-    def _fail(self, exc: BaseException) -> None:
+    def fail(self, exc: BaseException) -> None:
         if self._pending is None:
             self._pending = exc
         self.uc.emu_stop()
@@ -686,7 +699,7 @@ class UnicornTarget(Target):
         try:
             self._syscall()
         except BaseException as exc:  # noqa: BLE001 - stored and re-raised by run()/call()
-            self._fail(exc)
+            self.fail(exc)
 
     def _syscall(self) -> None:
         sys = self._sys
@@ -753,8 +766,8 @@ class UnicornTarget(Target):
         return self._depth > 0
 
     def regs(self) -> PtRegs:
-        self._regs._reset(self.fast.read(self._pc))
-        return self._regs
+        self.hit_regs._reset(self.fast.read(self._pc))
+        return self.hit_regs
 
     def stop(self) -> None:
         self.uc.emu_stop()
@@ -769,7 +782,7 @@ class UnicornTarget(Target):
             self._started = True
         else:
             start = self.fast.read(self._pc)
-        self._emu(self._begin_at(start), self.sentinel, timeout)
+        self._emu(self.begin_at(start), self.sentinel, timeout)
         return self._exit_status
 
     def _emu(self, begin: int, until: int, timeout: float | None) -> None:
@@ -815,10 +828,10 @@ class UnicornTarget(Target):
         """K4 for the probed instruction itself: its probes' fault_handlers may handle it."""
         pc = self.fast.read(self._pc)
         point = self._hook_points.get(pc) or self.slot_point(pc)
-        if point is None or not self.manager.instruction_fault(point, self._regs, error.errno):
+        if point is None or not self.manager.instruction_fault(point, self.hit_regs, error.errno):
             return None
-        new = self._regs.new_ip
-        return self._begin_at(int(new) if new is not None else point.addr + point.insn.size, point)
+        new = self.hit_regs.new_ip
+        return self.begin_at(int(new) if new is not None else point.addr + point.insn.size, point)
 
     def call(self, addr: int, args: tuple[int, ...], restype: str = "long") -> int:
         arch, abi = self.arch, self.arch.abi(self.abi_kind)
