@@ -1,5 +1,5 @@
 """nox sessions: ``nox -s tests``, ``nox -s lint``, ``nox -s bench``, ``nox -s soak``, ``nox -s fixtures``,
-``nox -s kernel``.
+``nox -s kernel``, ``nox -s fuzz``.
 
 ``nox`` alone runs tests and lint.  Extra arguments after ``--`` go to the
 tool: ``nox -s tests -- -k scale``, ``nox -s bench -- --quick``.
@@ -40,6 +40,18 @@ def kernel(session: nox.Session) -> None:
     """
     session.install("-e", ".[test]")
     session.run("pytest", "-m", "kernel", *session.posargs)
+
+
+@nox.session
+def fuzz(session: nox.Session) -> None:
+    """Only the fuzz tests (``-m fuzz``), with hypothesis' large profile (tests/conftest.py): many
+    more examples, random, failures kept in .hypothesis/ and replayed first next time.
+
+    The default test run has them too, with a small derandomized budget; this session is for
+    looking for new failures (``nox -s fuzz -- -k filter`` for one area).
+    """
+    session.install("-e", ".[test]")
+    session.run("pytest", "-m", "fuzz", "--hypothesis-profile=fuzz", *session.posargs)
 
 
 @nox.session

@@ -14,9 +14,12 @@ from __future__ import annotations
 from typing import Any
 
 from kpsdk.errors import (
+    ArgumentError,
     CapabilityError,
+    FieldTypeError,
     KprobeError,
     KpsdkError,
+    LocationError,
     ProbeHandlerError,
     SymbolError,
     TargetError,
@@ -26,6 +29,7 @@ from kpsdk.errors import (
     ToolMissingError,
     UnknownNameError,
     UnsupportedTargetError,
+    shown,
 )
 from kpsdk.probe import KPROBE_FLAG_DISABLED, KPROBE_FLAG_GONE, TRAP_HANDLER_EXCEPTION, Probe, ProbeType
 from kpsdk.registry import get_registry, hookimpl
@@ -35,9 +39,10 @@ __version__ = "0.1.0"
 
 __all__ = [
     "KPROBE_FLAG_DISABLED", "KPROBE_FLAG_GONE", "TRAP_HANDLER_EXCEPTION",
-    "CapabilityError", "KpsdkError", "KprobeError", "ProbeHandlerError", "SymbolError", "TargetError", "TargetFault",
-    "TargetExited", "TargetStalled", "ToolMissingError", "UnknownNameError", "UnsupportedTargetError", "Probe",
-    "ProbeType", "Session", "hookimpl", "open", "get_registry",
+    "ArgumentError", "CapabilityError", "FieldTypeError", "KpsdkError", "KprobeError", "LocationError",
+    "ProbeHandlerError", "SymbolError", "TargetError", "TargetFault", "TargetExited", "TargetStalled",
+    "ToolMissingError", "UnknownNameError", "UnsupportedTargetError", "Probe", "ProbeType", "Session",
+    "hookimpl", "open", "get_registry",
 ]
 
 
@@ -46,7 +51,11 @@ def open(spec: str, **options: Any) -> Session:  # noqa: A001 - the public API n
     ``"qemu-system:ARCH"``, ``"gdb://HOST:PORT"`` (and the kinds plugins add).
 
     Options go to the target kind (``abi="kernel"``, ``noprobe=[...]``...).
+    A spec that is not a str, or holds a NUL byte (no file or host has one), is an
+    :class:`ArgumentError`.
     """
+    if not isinstance(spec, str) or "\0" in spec:
+        raise ArgumentError(f"target spec {shown(spec)}: want text such as 'elf:PATH', without NUL bytes")
     registry = get_registry()
     scheme, sep, rest = spec.partition(":")
     if not sep:

@@ -38,8 +38,9 @@ from typer.core import TyperGroup
 import kpsdk
 from kpsdk import fixtures
 from kpsdk import registry as _registry
-from kpsdk.errors import KpsdkError, TargetFault, UnknownNameError
-from kpsdk.probe import location_fields
+from kpsdk.errors import ArgumentError, KpsdkError, TargetFault, UnknownNameError, shown
+from kpsdk.probe import location_fields, parse_number
+from kpsdk.session import RESTYPES, check_timeout
 
 if TYPE_CHECKING:
     from kpsdk.arch import Arch, InstructionSet
@@ -142,7 +143,12 @@ def apply_plugin_options(values: list[str] | tuple[str, ...]) -> None:
 
 
 def elf_path(arg: str) -> Path:
-    """An ELF path; a name of a bundled fixture (``x86_64``, ``riscv64``...) also works."""
+    """An ELF path; a name of a bundled fixture (``x86_64``, ``riscv64``...) also works.
+
+    A path with a NUL byte names no file: a usage error, before anything opens it.
+    """
+    if "\0" in arg:
+        raise typer.BadParameter(f"{shown(arg)} contains a NUL byte: not a file name", param_hint="ELF")
     path = Path(arg)
     if not path.exists() and arg in fixtures.ARCHS:
         return fixtures.path(arg)
@@ -198,16 +204,19 @@ def _image_bytes(image: ElfImage, addr: int, size: int) -> bytes:
 
 
 def parse_call(text: str) -> tuple[str, list[int]]:
-    """``"add 2 3"``, ``"add(2, -3)"`` or ``"add 0x10"`` -> ``("add", [2, 3])``."""
-    words = shlex.split(text.replace("(", " ").replace(")", " ").replace(",", " "))
+    """``"add 2 3"``, ``"add(2, -3)"`` or ``"add 0x10"`` -> ``("add", [2, 3])``; a usage error otherwise."""
+    try:
+        words = shlex.split(text.replace("(", " ").replace(")", " ").replace(",", " "))
+    except ValueError as e:  # shlex: "No closing quotation", "No escaped character"
+        raise typer.BadParameter(f"{shown(text)}: {e}", param_hint="--call") from None
     if not words:
         raise typer.BadParameter("give the function and its arguments, e.g. --call 'add 2 3'", param_hint="--call")
     fn, args = words[0], []
     for w in words[1:]:
-        try:
-            args.append(int(w, 0))
-        except ValueError:
-            raise typer.BadParameter(f"{w!r} is not an integer (decimal, 0x.., -5)", param_hint="--call") from None
+        value = parse_number(w)
+        if value is None:
+            raise typer.BadParameter(f"{shown(w)} is not an integer (decimal, 0x.., -5)", param_hint="--call")
+        args.append(value)
     return fn, args
 
 
@@ -234,18 +243,56 @@ def default_regs(arch: Arch, abi_kind: str = "user") -> list[str]:
     return list(dict.fromkeys([*args, arch.sp, arch.return_value]))
 
 
+def arg_number(name: str) -> int | None:
+    """N of ``argN`` (ASCII digits), else None; more digits than any argument number has
+    gives :data:`ARG_LIMIT` (out of range), never a 5000-digit conversion."""
+    digits = name[3:] if name.startswith("arg") else ""
+    if not (digits.isascii() and digits.isdigit()):
+        return None
+    return int(digits) if len(digits) <= 9 else ARG_LIMIT
+
+
 def check_reg_names(arch: Arch, names: list[str]) -> None:
+    """Unknown names are an error; so is an argument number the kernel's ``$argN`` could not
+    name either (``PARAM_MAX_STACK``, :data:`ARG_LIMIT`), read from beyond any stack at every hit."""
     roles = ("ip", "pc", "sp", "return_value")
     for n in names:
-        if n in roles or arch.has_register(n) or (n.startswith("arg") and n[3:].isdigit()):
+        number = arg_number(n)
+        if number is not None:
+            if number >= ARG_LIMIT:
+                raise typer.BadParameter(f"{shown(n)}: arguments go from arg0 to arg{ARG_LIMIT - 1}",
+                                         param_hint="--regs")
+            continue
+        if n in roles or arch.has_register(n):
             continue
         raise UnknownNameError(f"{arch.name} register", n, [*arch.register_names, *roles, "argN"])
 
 
 def read_reg(regs: PtRegs, name: str) -> int:
-    if name.startswith("arg") and name[3:].isdigit():
-        return regs.arg(int(name[3:]))
+    number = arg_number(name)
+    if number is not None:
+        return regs.arg(number)
     return int(getattr(regs, name))
+
+
+def show_reg(regs: PtRegs, name: str) -> str:
+    """``name=0x..``, or ``name=(fault)`` for a stack argument that cannot be read (as the
+    kernel prints a fetch it could not make); the hit goes on."""
+    try:
+        return f"{name}={read_reg(regs, name):#x}"
+    except TargetFault:
+        return f"{name}=(fault)"
+
+
+def check_seconds(param: typer.CallbackParam, value: float | None) -> float | None:
+    """``--timeout``/``--duration``: Session.run's rules (``check_timeout``) as a usage error;
+    ``inf`` is no limit."""
+    if value is not None:
+        try:
+            check_timeout(value, param.opts[0] if param.opts else "S")
+        except ArgumentError as e:
+            raise typer.BadParameter(str(e)) from None
+    return value
 
 
 def split_commas(values: list[str] | None) -> list[str]:
@@ -547,12 +594,17 @@ STRING_MAX = 256
 #: a kretprobe keeps each string in ri.data: a status byte, then up to 255 bytes of UTF-8
 STRING_SLOT = 256
 STRING_OK, STRING_TRUNCATED, STRING_FAULT = 1, 2, 3
+#: the most --string-arg values a kretprobe can keep: its ri.data is at most the kernel's
+#: KRETPROBE_MAX_DATA_SIZE (4096, kpsdk.KRETPROBE_MAX_DATA_SIZE) bytes
+STRINGS_MAX = 4096 // STRING_SLOT
+#: argument numbers (argN, --string-arg N) go below this: the kernel's $argN limit, PARAM_MAX_STACK
+#: (kpsdk.trace.grammar), which no stack reaches
+ARG_LIMIT = 2048
 #: errno values the kernel returns that userspace never sees (include/linux/errno.h)
 KERNEL_ERRNO = {512: "ERESTARTSYS", 513: "ERESTARTNOINTR", 514: "ERESTARTNOHAND", 515: "ENOIOCTLCMD",
                 516: "ERESTART_RESTARTBLOCK", 517: "EPROBE_DEFER", 518: "EOPENSTALE", 519: "ENOPARAM",
                 521: "EBADHANDLE", 522: "ENOTSYNC", 523: "EBADCOOKIE", 524: "ENOTSUPP", 525: "ETOOSMALL",
                 526: "ESERVERFAULT", 527: "EBADTYPE", 528: "EJUKEBOX", 529: "EIOCBQUEUED", 530: "ERECALLCONFLICT"}
-RESTYPES = ("long", "ulong", "int", "uint")
 
 PROBES_PANEL = "Probes"
 OUTPUT_PANEL = "What to print"
@@ -901,10 +953,10 @@ def cmd_probe(
         help="Put a uretprobe on the function at PATH:SYM (or its entry's file offset); each return prints "
              "'r PATH:SYM ret=VALUE'. Repeatable.")] = None,
     string_arg: Annotated[list[int] | None, typer.Option(
-        "--string-arg", metavar="N", min=0, rich_help_panel=OUTPUT_PANEL,
+        "--string-arg", metavar="N", min=0, max=ARG_LIMIT - 1, rich_help_panel=OUTPUT_PANEL,
         help="Also print argument N (from 0, by the target's calling convention) as a NUL-terminated string, "
              "argN=\"...\" (at most 256 bytes; argN=(fault) if unreadable). Read at a kprobe's hit, at a "
-             "kretprobe's function entry. Repeatable.")] = None,
+             f"kretprobe's function entry (at most {STRINGS_MAX} there). Repeatable.")] = None,
     failed: Annotated[bool, typer.Option(
         "--failed", rich_help_panel=OUTPUT_PANEL,
         help="Print only the returns whose value is negative (errno style), with the errno name: "
@@ -932,9 +984,9 @@ def cmd_probe(
         "--no-optimize", rich_help_panel=PROBES_PANEL,
         help="s.kprobes_optimization = False: every probe takes the breakpoint path.")] = False,
     timeout: Annotated[float | None, typer.Option(
-        "--timeout", metavar="S", show_default=False, rich_help_panel=TARGET_PANEL,
-        help=f"Stop the target after S seconds (default: {UNICORN_TIMEOUT:g} in Unicorn, "
-             f"{LIVE_TIMEOUT:g} on a live target).")] = None,
+        "--timeout", metavar="S", show_default=False, rich_help_panel=TARGET_PANEL, callback=check_seconds,
+        help=f"Stop the target after S seconds, a positive number; inf: no limit (default: {UNICORN_TIMEOUT:g} "
+             f"in Unicorn, {LIVE_TIMEOUT:g} on a live target).")] = None,
     noprobe: Annotated[list[str] | None, typer.Option(
         "--noprobe", metavar="NAME[,NAME]", rich_help_panel=PROBES_PANEL,
         help="Symbols that may not be probed (the kernel's NOKPROBE_SYMBOL).")] = None,
@@ -1002,6 +1054,10 @@ def cmd_probe(
     if not kprobes and not kretprobes and not uprobes and not uretprobes:
         raise typer.BadParameter("give at least one --kprobe SYM, --kretprobe SYM or --uprobe PATH:SYM",
                                  param_hint="--kprobe")
+    if len(set(string_arg or [])) > STRINGS_MAX and (kretprobes or uretprobes):
+        raise typer.BadParameter(f"a kretprobe keeps at most {STRINGS_MAX} strings from the entry to the return "
+                                 f"({STRING_SLOT} bytes each in ri.data, at most {STRINGS_MAX * STRING_SLOT})",
+                                 param_hint="--string-arg")
     if failed and not kretprobes and not uretprobes:
         raise typer.BadParameter("--failed filters the returns of --kretprobe probes: add one",
                                  param_hint="--failed")
@@ -1064,7 +1120,7 @@ def _printers(s: Session, con: Console, names: list[str], hit: list[int], post: 
         hit[0] += 1
         ip = regs.ip
         where_of["w"] = f"{s.symbols.format(ip)} ({ip:#x})"
-        values = " ".join([f"{n}={read_reg(regs, n):#x}" for n in names]
+        values = " ".join([show_reg(regs, n) for n in names]
                           + [show_string(n, *fetch_string(s, regs, n)) for n in strings or []])
         con.print(Text(f"[{hit[0]}] ", style="bold").append(where_of["w"], style="cyan").append(f" {values}"),
                   soft_wrap=True)

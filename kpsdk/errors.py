@@ -29,6 +29,34 @@ class KprobeError(KpsdkError, OSError):
         return str(self.strerror)
 
 
+class FieldTypeError(KprobeError, TypeError):
+    """A probe field holds a value of the wrong Python type (``Kprobe(offset="4")``).
+
+    A ``KprobeError`` with ``EINVAL``, raised when the probe is made or
+    registered, never at a hit; also a ``TypeError``, so ``except TypeError``
+    keeps working.  ``field`` is the field's name and ``value`` what it held.
+    """
+
+    def __init__(self, owner: str, field: str, value: object, want: str) -> None:
+        self.owner, self.field, self.value = owner, field, value
+        super().__init__(_errno.EINVAL, f"{owner} field {field}={shown(value)}: want {want}, "
+                                        f"not {type(value).__name__}")
+
+
+class LocationError(KprobeError, ValueError):
+    """A probe location that does not parse (``"add+"``, ``"prog:"``): ``EINVAL``, and a ``ValueError``."""
+
+
+class ArgumentError(KpsdkError, TypeError, ValueError):
+    """An argument of a kpsdk call that it does not accept: a value outside its range
+    (``s.run(timeout=nan)``) or of the wrong type (``s.register_kprobe(42)``).
+
+    The message names the argument, the value and what it wants.  It is both a
+    ``TypeError`` and a ``ValueError``, so the ``except`` clause Python's own
+    conventions suggest for either case catches it.
+    """
+
+
 class UnknownNameError(KpsdkError, LookupError):
     """A name (architecture, register, target kind, probe type) is not known.
 
@@ -122,6 +150,29 @@ class ProbeHandlerError(KpsdkError):
 
 class SymbolError(KpsdkError, LookupError):
     """A symbol or ``sym+off`` expression could not be resolved."""
+
+
+#: longest rendering of a user's value in a message (a fuzzed 5,000-character name stays one line)
+SHOWN_MAX = 60
+
+
+def shown(value: object) -> str:
+    """``repr(value)``, cut to :data:`SHOWN_MAX` characters: a message names the input
+    without copying all of it."""
+    try:
+        text = repr(value)
+    except Exception:  # noqa: BLE001 - a user's object whose repr fails still gets its error named
+        text = f"<{type(value).__name__} object>"
+    return text if len(text) <= SHOWN_MAX else f"{text[:SHOWN_MAX - 3]}..."
+
+
+def caret_log(header: str, command: str, column: int) -> str:
+    """The kernel's three-line ``error_log`` entry: ``header``, ``Command: COMMAND``, a caret under
+    ``column``.  A character that would break the line or not print (CR, tab, NUL) shows as a
+    space, so the caret stays under its column and the entry three lines."""
+    prefix = "  Command: "
+    shown_command = "".join(c if c.isprintable() else " " for c in command)
+    return f"{header}\n{prefix}{shown_command}\n{' ' * (len(prefix) + column)}^"
 
 
 def strerror(err: int) -> str:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from kpsdk.errors import KprobeError, ProbeHandlerError, SymbolError
 from kpsdk.insn import Decoded
-from kpsdk.probe import TRAP_HANDLER_EXCEPTION, Probe, fault_claimed
+from kpsdk.probe import TRAP_HANDLER_EXCEPTION, Probe, check_address_range, fault_claimed
 
 if TYPE_CHECKING:
     from kpsdk.arch import InstructionSet
@@ -124,11 +124,12 @@ class ProbeManager:
         """Validate a probe address (K1) and decode the instruction there.
 
         Returns the address without any Thumb bit, its instruction set and the
-        decoded instruction.  Raises ``EINVAL`` (unmapped, blacklisted, refused
-        instruction) or ``EILSEQ`` (inside an instruction).  ``internal``: kpsdk
+        decoded instruction.  Raises ``EINVAL`` (beyond the arch's word, unmapped,
+        blacklisted, refused instruction) or ``EILSEQ`` (inside an instruction).  ``internal``: kpsdk
         probing its own area (the kretprobe trampoline).
         """
         target = self.target
+        check_address_range(target.arch, addr)
         sym = target.symbols.containing(addr & ~1 if target.arch.has_thumb else addr)
         iset = target.iset_at(addr, sym)
         addr &= ~1 if iset.thumb_bit else ~0

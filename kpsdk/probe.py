@@ -9,13 +9,15 @@ decorator ``s.kprobe(...)``), and ``kpsdk`` exports its public classes.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import errno
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from kpsdk.errors import ProbeHandlerError
+from kpsdk.errors import FieldTypeError, KprobeError, LocationError, ProbeHandlerError, shown
 
 if TYPE_CHECKING:
+    from kpsdk.arch import Arch
     from kpsdk.regs import PtRegs
     from kpsdk.rethook import Rethook
     from kpsdk.session import Session
@@ -32,28 +34,93 @@ KPROBE_FLAG_GONE = 1
 TRAP_HANDLER_EXCEPTION = -1
 
 
+@dataclass(frozen=True)
+class FieldKind:
+    """What a probe field may hold: ``accepts`` checks a value, ``want`` says it in a message.
+
+    Fields are checked when a probe is made and again when it is registered
+    (a field may have been set in between), so that a wrong type is a
+    :class:`~kpsdk.errors.FieldTypeError` naming the field, never a TypeError
+    from deep inside registration or a failure at every hit.
+    """
+
+    want: str
+    accepts: Callable[[object], bool]
+
+
+def is_int(value: object) -> bool:
+    """An int that is not a bool: ``addr=True`` is a mistake, not address 1."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+INT = FieldKind("an int", is_int)
+OPT_INT = FieldKind("an int or None", lambda v: v is None or is_int(v))
+STR = FieldKind("a str", lambda v: isinstance(v, str))
+OPT_STR = FieldKind("a str or None", lambda v: v is None or isinstance(v, str))
+BOOL = FieldKind("True or False", lambda v: isinstance(v, bool))
+HANDLER = FieldKind("a callable or None", lambda v: v is None or callable(v))
+
+
+def check_fields(probe: object, fields: Mapping[str, FieldKind]) -> None:
+    """:class:`~kpsdk.errors.FieldTypeError` (``EINVAL``) naming the first of ``fields`` whose
+    value ``probe`` holds is of the wrong type."""
+    for name, kind in fields.items():
+        value = getattr(probe, name)
+        if not kind.accepts(value):
+            raise FieldTypeError(type(probe).__name__, name, value, kind.want)
+
+
+def check_address_range(arch: Arch, addr: int, what: str = "address") -> None:
+    """``EINVAL`` for an address the architecture's word cannot hold (negative, or ``2**70``):
+    such an address cannot be mapped, and the message says why rather than "not mapped"."""
+    if not 0 <= addr <= arch.word_mask:
+        raise KprobeError(errno.EINVAL, f"{what} {addr:#x} is outside {arch.name}'s "
+                                        f"{8 * arch.word_size}-bit address space")
+
+
+def parse_number(text: str) -> int | None:
+    """``int(text, 0)`` (decimal, ``0x``, ``0o``, ``0b``, a sign), or None when it is not one;
+    a decimal too long for Python to convert (over 4300 digits) is None too."""
+    try:
+        return int(text, 0)
+    except ValueError:
+        return None
+
+
+def _looks_numeric(text: str) -> bool:
+    """Starts as a number does (``12``, ``-3``, ``+0x``): a symbol never does."""
+    return text[:1].isdigit() or (text[:1] in "+-" and text[1:2].isdigit())
+
+
 def location_fields(where: str | int) -> dict[str, Any]:
     """``"SYM"``, ``"SYM+OFF"``, ``"0xADDR"`` or an int -> the probe's location
     keyword arguments (``symbol_name`` + ``offset``, or ``addr``).
 
-    Raises ValueError naming what is wrong; the CLI and the decorator forms
-    share this one parser.
+    Raises :class:`~kpsdk.errors.LocationError` (``EINVAL``, a ValueError)
+    naming what is wrong; the CLI and the decorator forms share this one parser.
+    Whether the address or symbol exists is for registration to say.
     """
-    if isinstance(where, int):
+    if is_int(where):
         return {"addr": where}
+    if not isinstance(where, str):
+        raise LocationError(errno.EINVAL, f"location {shown(where)}: want SYM, SYM+OFF, 0xADDR or an int, "
+                                          f"not {type(where).__name__}")
     spec = where.strip()
-    try:
-        return {"addr": int(spec, 0)}
-    except ValueError:
-        pass
-    sym, _, off = spec.partition("+")
-    if not sym.strip():
-        raise ValueError(f"{where!r}: want SYM, SYM+OFF or 0xADDR")
-    try:
-        offset = int(off, 0) if off.strip() else 0
-    except ValueError:
-        raise ValueError(f"{where!r}: the offset must be a number (add+0x4)") from None
-    return {"symbol_name": sym.strip(), "offset": offset}
+    if _looks_numeric(spec):
+        addr = parse_number(spec)
+        if addr is None:
+            raise LocationError(errno.EINVAL, f"{shown(where)}: not a number (decimal or 0x..) nor a symbol")
+        return {"addr": addr}
+    sym, plus, off = spec.partition("+")
+    sym, off = sym.strip(), off.strip()
+    if not sym:
+        raise LocationError(errno.EINVAL, f"{shown(where)}: want SYM, SYM+OFF or 0xADDR")
+    if plus and not off:
+        raise LocationError(errno.EINVAL, f"{shown(where)}: the offset after '+' is missing (add+0x4)")
+    offset = parse_number(off) if off else 0
+    if offset is None:
+        raise LocationError(errno.EINVAL, f"{shown(where)}: the offset must be a number (add+0x4)")
+    return {"symbol_name": sym, "offset": offset}
 
 
 def fault_claimed(probe: Any, regs: PtRegs, trapnr: int, address: int, where: str) -> bool:
@@ -95,6 +162,11 @@ class Probe:
     """
 
     letter = "k"
+    #: every field a registration checks the type of (a subclass adds its own)
+    fields: ClassVar[Mapping[str, FieldKind]] = {
+        "symbol_name": OPT_STR, "offset": INT, "addr": OPT_INT, "pre_handler": HANDLER,
+        "post_handler": HANDLER, "fault_handler": HANDLER, "flags": INT,
+    }
 
     def __init__(
         self,
@@ -125,6 +197,7 @@ class Probe:
         #: call's return into this rethook (no entry handler): a target may then
         #: do that in guest code without stopping (see Target.settle_returns)
         self.entry_rethook: Rethook | None = None
+        check_fields(self, Probe.fields)
 
     @property
     def disabled(self) -> bool:
@@ -158,7 +231,8 @@ class ProbeType:
     :param exports: names added to the ``kpsdk`` namespace (``{"Kprobe": Kprobe}``).
     :param decorator_field: the handler a decorator's function becomes.
     :param parse_location: the decorator's location text (``"add+0x4"``, uprobes'
-        ``"prog:add"``) -> the probe class's keyword arguments; raise ValueError.
+        ``"prog:add"``) -> the probe class's keyword arguments; raise
+        :class:`~kpsdk.errors.LocationError` (a ValueError) for text of another shape.
     :param set_disabled: ``(session, probe, disabled) -> None`` for a type whose
         probes are not the probe manager's own (default: ``ProbeManager.set_disabled``).
     :param held: ``(session) -> [(address, probe), ...]`` for a type whose probes are

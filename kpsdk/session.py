@@ -9,12 +9,14 @@ registration rolls back the probes it already registered when one fails (K8).
 from __future__ import annotations
 
 import builtins
+import math
+import numbers
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from kpsdk.errors import KpsdkError
+from kpsdk.errors import ArgumentError, KpsdkError, shown
 from kpsdk.events import RUN_ERROR, RUN_EXITED, RUN_STOPPED
-from kpsdk.probe import Probe, ProbeType, register_all
+from kpsdk.probe import Probe, ProbeType, is_int, register_all
 
 if TYPE_CHECKING:
     from kpsdk.backtrace import Frame
@@ -23,6 +25,45 @@ if TYPE_CHECKING:
     from kpsdk.target import Target
 
 _VERBS = ("register", "unregister", "enable", "disable")
+
+
+#: how :meth:`Session.call` reads a return value: a signed or unsigned word, or 32 bits
+RESTYPES = ("long", "ulong", "int", "uint")
+
+
+def check_call(fn: object, args: tuple[object, ...], restype: object) -> None:
+    """What :meth:`Session.call` accepts: a function name or address, int arguments, a restype."""
+    if not (isinstance(fn, str) or is_int(fn)):
+        raise ArgumentError(f"call: the function is a name or an address, not {shown(fn)}")
+    for n, arg in enumerate(args):
+        if not is_int(arg):
+            raise ArgumentError(f"call {shown(fn)}: argument {n} is {shown(arg)}; arguments are ints")
+    if restype not in RESTYPES:
+        raise ArgumentError(f"call {shown(fn)}: restype={shown(restype)}; want one of {', '.join(RESTYPES)}")
+
+
+def check_timeout(timeout: object, name: str = "timeout") -> float | None:
+    """A run's limit in seconds, as every target gets it: None for no limit, else a positive float.
+
+    ``None`` and ``math.inf`` mean no limit (so does a number too large for a float);
+    any other real number must be positive.  ``nan``, 0, a negative number, a bool or a
+    string is an :class:`~kpsdk.errors.ArgumentError` naming ``name`` and the value,
+    before anything runs: 0 and negative values used to mean "no limit" on one
+    target and "stop at once" on another.
+    """
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real):
+        raise ArgumentError(f"{name}={shown(timeout)}: want a number of seconds (None or math.inf: no limit), "
+                            f"not {type(timeout).__name__}")
+    try:
+        seconds = float(timeout)
+    except OverflowError:
+        return None  # an int beyond any float: longer than any run
+    if math.isnan(seconds) or seconds <= 0:
+        raise ArgumentError(f"{name}={shown(timeout)}: want a positive number of seconds "
+                            "(None or math.inf: no limit)")
+    return None if math.isinf(seconds) else seconds
 
 
 class Session:
@@ -101,14 +142,20 @@ class Session:
     def _verb(self, verb: str, pt: ProbeType, batch: bool) -> Callable[..., Any]:
         def check(probe: Any) -> Any:
             if not isinstance(probe, pt.probe_class):
-                raise TypeError(f"{verb}_{pt.name} takes a {pt.probe_class.__name__}, not {type(probe).__name__}")
+                raise ArgumentError(f"{verb}_{pt.name} takes a {pt.probe_class.__name__}, not {shown(probe)}")
             return probe
+
+        def each(probes: Any) -> list[Any]:
+            if isinstance(probes, str | bytes) or not isinstance(probes, Iterable):
+                raise ArgumentError(f"{verb}_{pt.name}s takes a list of {pt.probe_class.__name__}, "
+                                    f"not {shown(probes)}")
+            return [check(p) for p in probes]
 
         if batch:
             if verb == "register":
-                return lambda probes: self.register_many([check(p) for p in probes])
+                return lambda probes: self.register_many(each(probes))
             if verb == "unregister":
-                return lambda probes: self.unregister_many([check(p) for p in probes])
+                return lambda probes: self.unregister_many(each(probes))
             raise AttributeError(f"there is no batch {verb}")
         if verb == "register":
             return lambda probe: self.register(check(probe))
@@ -257,13 +304,18 @@ class Session:
     def run(self, timeout: float | None = None) -> int | None:
         """Run until the program exits (its status is returned), ``stop()`` or ``timeout`` seconds.
 
+        ``timeout`` is a positive number of seconds; None or ``math.inf`` means no
+        limit.  ``nan``, 0 or a negative value raises :class:`~kpsdk.errors.ArgumentError`
+        (see :func:`check_timeout`).
+
         Not from a handler: the target is running it.  A handler calls
         :meth:`stop` to end the run, or :meth:`call` to run target code.
         """
         self._check_open()
         self._check_not_in_handler("run()", "s.stop() ends the run; s.call() runs target code from a handler")
+        limit = check_timeout(timeout)
         try:
-            status = self.target.run(timeout)
+            status = self.target.run(limit)
         except BaseException:
             self.target.emit("run_end", reason=RUN_ERROR, status=None)
             raise
@@ -278,8 +330,11 @@ class Session:
 
         ``restype`` is ``"long"`` (signed word, the default), ``"ulong"``,
         ``"int"`` or ``"uint"`` (32-bit).  Runs nested when called from a handler.
+        An argument that is not an int, or another ``restype``, is an
+        :class:`~kpsdk.errors.ArgumentError` before anything runs.
         """
         self._check_open()
+        check_call(fn, args, restype)
         addr = self.symbols.resolve(fn) if isinstance(fn, str) else fn
         return self.target.call(addr, tuple(args), restype)
 

@@ -145,7 +145,11 @@ class Target(ABC):
     # -- execution ---------------------------------------------------------------
     @abstractmethod
     def run(self, timeout: float | None = None) -> int | None:
-        """Run until the program ends, ``stop()`` or the timeout; the exit status if it ended."""
+        """Run until the program ends, ``stop()`` or the timeout; the exit status if it ended.
+
+        ``timeout`` is what :meth:`Session.run` checked (``kpsdk.session.check_timeout``):
+        None for no limit, else a positive, finite number of seconds.
+        """
 
     @abstractmethod
     def stop(self) -> None: ...

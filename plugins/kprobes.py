@@ -2,6 +2,7 @@
 
 ``Kprobe(symbol_name=..., offset=..., addr=..., pre_handler=..., post_handler=...,
 fault_handler=..., flags=...)`` with the kernel's registration rules (K1):
+a field of the wrong type is ``EINVAL`` (:class:`~kpsdk.errors.FieldTypeError`),
 exactly one of ``addr`` and ``symbol_name`` (``EINVAL``), an unknown symbol is
 ``ENOENT``, an address inside an instruction ``EILSEQ``, a blacklisted or
 unmapped one ``EINVAL``, the same object twice ``EINVAL``.  Everything a hit
@@ -13,7 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from kpsdk import hookimpl
-from kpsdk.probe import KPROBE_FLAG_DISABLED, Probe, ProbeType
+from kpsdk.probe import KPROBE_FLAG_DISABLED, Probe, ProbeType, check_fields
 
 if TYPE_CHECKING:
     from kpsdk.session import Session
@@ -26,6 +27,7 @@ class Kprobe(Probe):
 
 
 def register(session: Session, probe: Probe) -> None:
+    check_fields(probe, type(probe).fields)
     manager = session.target.manager
     addr = manager.resolve(probe)
     manager.add(probe, addr)

@@ -12,6 +12,7 @@ rules (seeds 000 sections 1.3 and 4.3, 001 "Return Probes"):
   from the same module arrive);
 * ``maxactive`` instances made at registration; ``<= 0`` means
   ``max(10, 2 * ncpus)``, more than 4096 is ``E2BIG``;
+* ``data_size`` more than 4096 bytes is ``E2BIG`` (KRETPROBE_MAX_DATA_SIZE), negative ``EINVAL``;
 * a call that finds no free instance goes unhooked and counts in ``nmissed``,
   its entry_handler skipped; so does a reentrant hit (K6);
 * an entry_handler returning non-zero leaves that call unhooked;
@@ -27,7 +28,16 @@ from typing import TYPE_CHECKING, Any, cast
 
 from kpsdk import hookimpl
 from kpsdk.errors import KprobeError, ProbeHandlerError, TargetError
-from kpsdk.probe import TRAP_HANDLER_EXCEPTION, FaultHandler, Probe, ProbeType, fault_claimed
+from kpsdk.probe import (
+    HANDLER,
+    INT,
+    TRAP_HANDLER_EXCEPTION,
+    FaultHandler,
+    Probe,
+    ProbeType,
+    check_fields,
+    fault_claimed,
+)
 from kpsdk.rethook import Rethook, RethookNode, ShadowStacks
 
 if TYPE_CHECKING:
@@ -39,9 +49,8 @@ if TYPE_CHECKING:
 
 #: the most instances one kretprobe may ask for (the kernel's KRETPROBE_MAXACTIVE_MAX)
 MAXACTIVE_MAX = 4096
-#: the most ``ri.data`` bytes one kretprobe's instances may take together (the kernel
-#: allocates them up front and says ENOMEM when it cannot; kpsdk refuses before trying)
-INSTANCE_DATA_MAX = 64 << 20
+#: the largest ``data_size`` (the kernel's KRETPROBE_MAX_DATA_SIZE)
+DATA_SIZE_MAX = 4096
 
 
 class KretprobeInstance(RethookNode):
@@ -69,6 +78,7 @@ class Kretprobe(Probe):
     #: the class of this probe's instances (``ri``); a return-probe type built on
     #: kretprobes (uretprobes) gives its own, whose ``ri.rp`` is the user's object
     instance_class: type[KretprobeInstance] = KretprobeInstance
+    fields = {**Probe.fields, "handler": HANDLER, "entry_handler": HANDLER, "maxactive": INT, "data_size": INT}
 
     def __init__(
         self,
@@ -90,6 +100,7 @@ class Kretprobe(Probe):
         self.maxactive = maxactive
         self.data_size = data_size
         self.rethook: Rethook | None = None
+        check_fields(self, Kretprobe.fields)
 
     @property
     def kp(self) -> Kretprobe:
@@ -185,20 +196,28 @@ def _fault(rp: Kretprobe, regs: PtRegs, exc: Exception, phase: str) -> None:
     raise ProbeHandlerError(rp, addr, where, phase, exc) from exc
 
 
-def register(session: Session, rp: Kretprobe) -> None:
-    target = session.target
-    manager = target.manager
-    if rp.registered:
-        raise KprobeError(errno.EINVAL, f"{rp!r} is already registered")
+def check_limits(rp: Any) -> None:
+    """register_kretprobe's checks of the pool a return probe asks for (uretprobes share them):
+    ``maxactive`` above :data:`MAXACTIVE_MAX` or ``data_size`` above :data:`DATA_SIZE_MAX` is
+    ``E2BIG``, a negative ``data_size`` ``EINVAL``.  ``maxactive <= 0`` means the default."""
     if rp.maxactive > MAXACTIVE_MAX:
         raise KprobeError(errno.E2BIG, f"maxactive {rp.maxactive} is more than {MAXACTIVE_MAX}")
     if rp.data_size < 0:
         raise KprobeError(errno.EINVAL, f"data_size {rp.data_size} is negative")
+    if rp.data_size > DATA_SIZE_MAX:
+        raise KprobeError(errno.E2BIG, f"data_size {rp.data_size} is more than {DATA_SIZE_MAX} bytes "
+                                       "(the kernel's KRETPROBE_MAX_DATA_SIZE)")
+
+
+def register(session: Session, rp: Kretprobe) -> None:
+    target = session.target
+    manager = target.manager
+    check_fields(rp, type(rp).fields)
+    if rp.registered:
+        raise KprobeError(errno.EINVAL, f"{rp!r} is already registered")
+    check_limits(rp)
     addr = function_entry(target, rp, manager.resolve(rp))
     count = rp.maxactive if rp.maxactive > 0 else max(10, 2 * target.ncpus)
-    if count * rp.data_size > INSTANCE_DATA_MAX:
-        raise KprobeError(errno.ENOMEM, f"{count} instances of data_size {rp.data_size} would take "
-                          f"{count * rp.data_size} bytes; kpsdk allows {INSTANCE_DATA_MAX} per kretprobe")
     core = ShadowStacks.of(target)
     try:
         rh = core.rethook(rp, _return(rp), count, rp.data_size, rp.instance_class)
@@ -232,7 +251,7 @@ KRETPROBE = ProbeType(
     register=register,
     unregister=unregister,
     exports={"Kretprobe": Kretprobe, "KretprobeInstance": KretprobeInstance,
-             "KRETPROBE_MAXACTIVE_MAX": MAXACTIVE_MAX},
+             "KRETPROBE_MAXACTIVE_MAX": MAXACTIVE_MAX, "KRETPROBE_MAX_DATA_SIZE": DATA_SIZE_MAX},
     decorator_field="handler",
     description="a handler when a function returns",
 )

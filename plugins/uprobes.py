@@ -35,23 +35,39 @@ from __future__ import annotations
 import errno
 import os
 import weakref
-from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from kpsdk import hookimpl
 from kpsdk.decode import decode_at
 from kpsdk.elfimage import ElfImage, load_elf
-from kpsdk.errors import KprobeError, KpsdkError, SymbolError, TargetError, TargetFault
-from kpsdk.plugins.kretprobes import Kretprobe, KretprobeInstance, function_entry
+from kpsdk.errors import (
+    ArgumentError,
+    FieldTypeError,
+    KprobeError,
+    KpsdkError,
+    LocationError,
+    SymbolError,
+    TargetError,
+    TargetFault,
+    shown,
+)
+from kpsdk.plugins.kretprobes import Kretprobe, KretprobeInstance, check_limits, function_entry
 from kpsdk.plugins.kretprobes import register as kretprobe_register
 from kpsdk.plugins.kretprobes import unregister as kretprobe_unregister
 from kpsdk.probe import (
+    HANDLER,
+    INT,
     KPROBE_FLAG_DISABLED,
+    STR,
     FaultHandler,
+    FieldKind,
     PostHandler,
     PreHandler,
     Probe,
     ProbeType,
+    check_fields,
+    parse_number,
     register_all,
 )
 
@@ -76,23 +92,25 @@ def parse_location(text: str | Any) -> dict[str, Any]:
     """``"PATH:SYMBOL"``, ``"PATH:SYMBOL+0x4"``, ``"PATH:0xOFFSET"`` -> ``{"path", "offset"}``.
 
     The offset is a file offset; a symbol is looked up in the file's ``.symtab``
-    and turned into one through the program headers.  Raises ValueError for
-    text of another shape, :class:`KprobeError` ``ENOENT`` for a missing file or
+    and turned into one through the program headers.  Raises
+    :class:`~kpsdk.errors.LocationError` (``EINVAL``, a ValueError) for text of
+    another shape, :class:`KprobeError` ``ENOENT`` for a missing file or
     symbol, ``EINVAL`` for a symbol outside every executable segment.
     """
     if not isinstance(text, str):
-        raise ValueError(f"{text!r}: a uprobe location is text, PATH:SYMBOL or PATH:0xOFFSET")
+        raise LocationError(errno.EINVAL, f"{shown(text)}: a uprobe location is text, PATH:SYMBOL or PATH:0xOFFSET")
     spec = text.strip()
     if spec.endswith(RETURN_SUFFIX):
-        raise ValueError(f"{text!r}: {RETURN_SUFFIX} makes a Uretprobe (use parse_uprobe or Uretprobe.parse)")
+        raise LocationError(errno.EINVAL, f"{shown(text)}: {RETURN_SUFFIX} makes a Uretprobe (use parse_uprobe or "
+                                          "Uretprobe.parse)")
     path, sep, where = spec.rpartition(":")
     if not sep or not path or not where.strip():
-        raise ValueError(f"{text!r}: want PATH:SYMBOL, PATH:SYMBOL+0xOFF or PATH:0xOFFSET")
+        raise LocationError(errno.EINVAL, f"{shown(text)}: want PATH:SYMBOL, PATH:SYMBOL+0xOFF or PATH:0xOFFSET")
+    check_path(path)
     where = where.strip()
-    try:
-        return {"path": path, "offset": int(where, 0)}
-    except ValueError:
-        pass
+    offset = parse_number(where)
+    if offset is not None:
+        return {"path": path, "offset": offset}
     image = _read_image(path)
     try:
         vaddr = image.symbols.resolve(where)
@@ -116,24 +134,40 @@ def parse_uprobe(text: str, **fields: Any) -> Uprobe | Uretprobe:
 # -- the user's objects -----------------------------------------------------------------------
 
 
+def check_path(path: str) -> None:
+    """``EINVAL`` for a path no file can have (a NUL byte): the kernel could not even be given it."""
+    if "\0" in path:
+        raise LocationError(errno.EINVAL, f"path {shown(path)} contains a NUL byte")
+
+
+def _file_path(owner: str, path: object) -> str:
+    """``path=`` as a str: a str or an ``os.PathLike`` of one (FieldTypeError otherwise), with no NUL."""
+    text = os.fspath(path) if isinstance(path, os.PathLike) else path
+    if not isinstance(text, str):
+        raise FieldTypeError(owner, "path", path, "a str or os.PathLike")
+    check_path(text)
+    return text
+
+
 class FileProbe:
     """What Uprobe and Uretprobe share: the (file, offset) location, scope and counts."""
 
     letter = "u"
     is_return = False
+    #: every field a registration checks the type of (see :func:`kpsdk.probe.check_fields`)
+    fields: ClassVar[Mapping[str, FieldKind]] = {"path": STR, "offset": INT, "fault_handler": HANDLER, "flags": INT}
 
     def __init__(self, path: str | os.PathLike[str] | None, offset: int | None, spec: str | None,
                  fault_handler: FaultHandler | None, flags: int) -> None:
         if spec is not None:
             if path is not None or offset is not None:
-                raise ValueError("give spec= or path= and offset=, not both")
+                raise LocationError(errno.EINVAL, "give spec= or path= and offset=, not both")
             where = parse_location(spec)
             path, offset = where["path"], where["offset"]
         if path is None or offset is None:
-            raise ValueError(f"{type(self).__name__} needs path= and offset= (a file offset), or spec='PATH:SYMBOL'")
-        if not isinstance(offset, int) or isinstance(offset, bool):
-            raise TypeError(f"offset must be an int (a file offset), not {type(offset).__name__}")
-        self.path = os.fspath(path)
+            raise LocationError(errno.EINVAL, f"{type(self).__name__} needs path= and offset= (a file offset), "
+                                              "or spec='PATH:SYMBOL'")
+        self.path = _file_path(type(self).__name__, path)
         self.offset = offset
         self.fault_handler = fault_handler
         self.flags = flags
@@ -204,12 +238,15 @@ class Uprobe(FileProbe):
     ``fault_handler(p, regs, trapnr)``; ``p`` is this object.
     """
 
+    fields = {**FileProbe.fields, "pre_handler": HANDLER, "post_handler": HANDLER}
+
     def __init__(self, path: str | os.PathLike[str] | None = None, offset: int | None = None,
                  pre_handler: PreHandler | None = None, post_handler: PostHandler | None = None,
                  fault_handler: FaultHandler | None = None, *, flags: int = 0, spec: str | None = None) -> None:
         super().__init__(path, offset, spec, fault_handler, flags)
         self.pre_handler = pre_handler
         self.post_handler = post_handler
+        check_fields(self, Uprobe.fields)
 
 
 class Uretprobe(FileProbe):
@@ -222,6 +259,7 @@ class Uretprobe(FileProbe):
     """
 
     is_return = True
+    fields = {**FileProbe.fields, "handler": HANDLER, "entry_handler": HANDLER, "maxactive": INT, "data_size": INT}
 
     def __init__(self, path: str | os.PathLike[str] | None = None, offset: int | None = None,
                  handler: Callable[[Any, PtRegs], Any] | None = None,
@@ -233,6 +271,7 @@ class Uretprobe(FileProbe):
         self.entry_handler = entry_handler
         self.maxactive = maxactive
         self.data_size = data_size
+        check_fields(self, Uretprobe.fields)
 
 
 class UretprobeInstance(KretprobeInstance):
@@ -306,9 +345,9 @@ def _read_image(path: str) -> ElfImage:
     try:
         st = os.stat(path)
     except FileNotFoundError:
-        raise KprobeError(errno.ENOENT, f"{path}: no such file") from None
+        raise KprobeError(errno.ENOENT, f"{shown(path)}: no such file") from None
     except OSError as e:
-        raise KprobeError(e.errno or errno.EINVAL, f"{path}: {e.strerror}") from None
+        raise KprobeError(e.errno or errno.EINVAL, f"{shown(path)}: {e.strerror}") from None
     key = (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
     image = _images.get(key)
     if image is None:
@@ -336,8 +375,12 @@ class FileView:
 
 def check_file(up: FileProbe, registry: Registry) -> Key:
     """Validate ``up`` against its file, as uprobe_register would; its key if good."""
+    check_fields(up, type(up).fields)
+    check_path(up.path)
     if up.registered:
         raise KprobeError(errno.EINVAL, f"{up!r} is already registered")
+    if isinstance(up, Uretprobe):
+        check_limits(up)
     image = _read_image(up.path)
     st = os.stat(up.path)
     if up.offset < 0 or up.offset >= st.st_size:
@@ -427,10 +470,16 @@ def _apply(up: FileProbe, sessions: Iterable[Session]) -> None:
         raise
 
 
+def _file_probe(verb: str, up: object, cls: type = FileProbe) -> None:
+    """An :class:`~kpsdk.errors.ArgumentError` when ``verb`` was given anything but a ``cls``."""
+    if not isinstance(up, cls):
+        want = "a Uprobe or Uretprobe" if cls is FileProbe else f"a {cls.__name__}"
+        raise ArgumentError(f"{verb} takes {want}, not {shown(up)}")
+
+
 def register_uprobe(up: FileProbe) -> FileProbe:
     """System-wide: ``up`` applies to every session running its file, now and opened later."""
-    if not isinstance(up, FileProbe):
-        raise TypeError(f"register_uprobe takes a Uprobe or Uretprobe, not {type(up).__name__}")
+    _file_probe("register_uprobe", up)
     from kpsdk.registry import get_registry
 
     _register_in(_system, SYSTEM, up, check_file(up, get_registry()), list(_sessions),
@@ -440,6 +489,7 @@ def register_uprobe(up: FileProbe) -> FileProbe:
 
 def unregister_uprobe(up: FileProbe) -> None:
     """Undo :func:`register_uprobe`: disarmed in every session; ``ENOENT`` if not registered system-wide."""
+    _file_probe("unregister_uprobe", up)
     if not up.system_wide:
         raise KprobeError(errno.ENOENT, f"{up!r} is not registered system-wide")
     assert up.identity is not None
@@ -456,14 +506,14 @@ def register_uprobes(probes: Iterable[FileProbe]) -> None:
 def unregister_uprobes(probes: Iterable[FileProbe]) -> None:
     """System-wide batch unregistration; ones not registered system-wide are skipped."""
     for up in probes:
+        _file_probe("unregister_uprobes", up)
         if up.system_wide:
             unregister_uprobe(up)
 
 
 def register_uretprobe(rp: Uretprobe) -> Uretprobe:
     """System-wide registration of a return probe (the same as :func:`register_uprobe`)."""
-    if not isinstance(rp, Uretprobe):
-        raise TypeError(f"register_uretprobe takes a Uretprobe, not {type(rp).__name__}")
+    _file_probe("register_uretprobe", rp, Uretprobe)
     register_uprobe(rp)
     return rp
 

@@ -41,7 +41,21 @@ from typing import TYPE_CHECKING, Any
 
 from kpsdk import hookimpl
 from kpsdk.errors import KprobeError, ProbeHandlerError, TargetError
-from kpsdk.probe import KPROBE_FLAG_DISABLED, TRAP_HANDLER_EXCEPTION, FaultHandler, Probe, ProbeType, fault_claimed
+from kpsdk.probe import (
+    BOOL,
+    HANDLER,
+    INT,
+    KPROBE_FLAG_DISABLED,
+    OPT_INT,
+    STR,
+    TRAP_HANDLER_EXCEPTION,
+    FaultHandler,
+    Probe,
+    ProbeType,
+    check_address_range,
+    check_fields,
+    fault_claimed,
+)
 from kpsdk.wpslots import SlotTable
 
 if TYPE_CHECKING:
@@ -100,6 +114,8 @@ class Watchpoint(Probe):
     """
 
     letter = "w"
+    fields = {**Probe.fields, "length": OPT_INT, "type": STR, "handler": HANDLER, "priority": INT, "strict": BOOL,
+              "software": BOOL, "on_preempt": HANDLER, "on_rearm": HANDLER}
 
     def __init__(
         self,
@@ -132,6 +148,7 @@ class Watchpoint(Probe):
         self.address: int | None = None
         #: the target's mechanism holds it (registered, has a slot, enabled)
         self.armed = False
+        check_fields(self, Watchpoint.fields)
 
     @property
     def slot(self) -> int | None:
@@ -247,6 +264,7 @@ def check_rules(rules: WatchRules | None, arch: str, wp: Watchpoint, addr: int, 
 
 def register(session: Session, wp: Watchpoint) -> int:
     target = session.target
+    check_fields(wp, type(wp).fields)
     if wp.registered:
         raise KprobeError(errno.EINVAL, f"{wp!r} is already registered")
     if wp.type not in TYPES:
@@ -262,6 +280,8 @@ def register(session: Session, wp: Watchpoint) -> int:
         length = rules.exec_lengths[0] if rules is not None and rules.exec_lengths else 1
     if length <= 0:
         raise KprobeError(errno.EINVAL, f"length {length} is not positive")
+    check_address_range(session.arch, addr)
+    check_address_range(session.arch, addr + length - 1, f"the end of {addr:#x}+{length},")
     try:
         engine = target.watch_engine()
     except TargetError as e:

@@ -9,12 +9,46 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Iterator
+from datetime import timedelta
 
 import capstone
 import pytest
+from hypothesis import HealthCheck, settings
 
 import kpsdk
 from kpsdk import fixtures
+
+# --- Fuzz tests (hypothesis): one budget for all of them ------------------------------------
+#
+# "ci" is the default: every fuzz test of the suite together (tests/test_fuzz_*.py) adds about two
+# minutes at most, derandomized so that a run is reproducible and does not fail on someone else's
+# change.  "fuzz" (`nox -s fuzz`, i.e. `pytest -m fuzz --hypothesis-profile=fuzz`) runs 50 times
+# the examples, random, and keeps hypothesis' database of failures in .hypothesis/.
+#
+# A test says how many examples it gets in "ci" through fuzz_examples(n); the "fuzz" profile
+# scales that.  The deadline is per example: the guard against a hang (a parse that goes
+# quadratic, a run that never ends), generous because the machine is shared.
+FUZZ_CI_EXAMPLES = 100
+FUZZ_SCALE = 50
+_FUZZ_COMMON = {"deadline": timedelta(seconds=10), "print_blob": True,
+                "suppress_health_check": [HealthCheck.too_slow, HealthCheck.data_too_large]}
+settings.register_profile("ci", max_examples=FUZZ_CI_EXAMPLES, derandomize=True, database=None, **_FUZZ_COMMON)
+settings.register_profile("fuzz", max_examples=FUZZ_CI_EXAMPLES * FUZZ_SCALE, **_FUZZ_COMMON)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    """"ci" unless --hypothesis-profile names another: hypothesis' own pytest_configure runs after
+    this one and loads that.  (Not at import: test modules import this file again as
+    ``tests.conftest``, which would load "ci" over the chosen profile.)"""
+    settings.load_profile("ci")
+
+
+def fuzz_examples(ci: int) -> int:
+    """How many examples a fuzz test runs: ``ci`` in the "ci" profile, FUZZ_SCALE times as many in
+    "fuzz" (read when the test module is imported, after --hypothesis-profile took effect)."""
+    return max(1, ci * settings.default.max_examples // FUZZ_CI_EXAMPLES)
+
 
 #: fixture programs Unicorn can run (ppc64 cannot: see test_ppc64_on_unicorn_fails_clearly)
 UNICORN_ARCHS = ("x86_64", "i386", "arm", "thumb", "riscv64")

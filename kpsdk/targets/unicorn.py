@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import math
 import mmap
 import struct
 from collections.abc import Callable
@@ -93,8 +94,20 @@ MAX_RW_COUNT = 0x7FFFF000
 _PERMS = {"r": unicorn.UC_PROT_READ, "w": unicorn.UC_PROT_WRITE, "x": unicorn.UC_PROT_EXEC}
 
 
+#: the largest timeout uc_emu_start takes (a uint64 of microseconds; ctypes would wrap a larger one)
+USEC_MAX = 2**64 - 1
+
+
 def _align_up(x: int, a: int = PAGE) -> int:
     return (x + a - 1) & ~(a - 1)
+
+
+def timeout_usec(timeout: float | None) -> int:
+    """``uc_emu_start``'s timeout for ``timeout`` seconds (Session.run checked it): 0 is
+    Unicorn's "no limit", so a positive timeout is at least 1 us, and at most USEC_MAX."""
+    if timeout is None:
+        return 0
+    return min(max(1, math.ceil(min(timeout, USEC_MAX / 1e6) * 1e6)), USEC_MAX)
 
 
 class UnicornTarget(Target):
@@ -800,7 +813,7 @@ class UnicornTarget(Target):
             detours.settle()
 
     def _emu_loop(self, begin: int, until: int, timeout: float | None) -> None:
-        usec = int(timeout * 1e6) if timeout else 0
+        usec = timeout_usec(timeout)
         while True:
             self._depth += 1
             error: unicorn.UcError | None = None

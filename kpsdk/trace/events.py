@@ -31,8 +31,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from kpsdk.errors import KprobeError, KpsdkError
-from kpsdk.trace.fetch import BoundArg, HitContext, Value, format_symbol
+from kpsdk.errors import ArgumentError, KprobeError, KpsdkError, shown
+from kpsdk.trace.fetch import BoundArg, HitContext, Value, entry_args, format_symbol
 from kpsdk.trace.filter import Filter, parse_filter
 from kpsdk.trace.grammar import Parser, ProbeDef, TraceDefinitionError
 
@@ -106,7 +106,7 @@ class TraceEvent:
         self.recorded = 0
         self._where: dict[int, str] = {}
         #: per kretprobe instance in flight: (entry time, the $argN values, the function's address)
-        self._entries: dict[int, tuple[float, dict[int, int] | None, int]] = {}
+        self._entries: dict[int, tuple[float, dict[int, int | None] | None, int]] = {}
         self.filtered = trace.filter is not None and trace.filter.applies_to({a.name for a in args})
         self._arg_numbers = sorted({n.index for a in definition.args for n in a.fetch.walk() if n.kind == "arg"})
 
@@ -145,7 +145,7 @@ class TraceEvent:
 
     def on_entry(self, ri: Any, regs: PtRegs) -> int:
         """entry_handler of ``r`` events: the entry time and the ``$argN`` a return fetches."""
-        args = {n: int(regs.arg(n - 1)) for n in self._arg_numbers} if self._arg_numbers else None
+        args = entry_args(regs, self._arg_numbers) if self._arg_numbers else None
         self._entries[id(ri)] = (self.trace.now(), args, int(regs.ip))
         return 0
 
@@ -197,6 +197,10 @@ class Trace:
 
     def __init__(self, session: Session, sink: Sink | None = None, filter: str | Filter | None = None  # noqa: A002
                  ) -> None:
+        if filter is not None and not isinstance(filter, str | Filter):
+            raise ArgumentError(f"filter={shown(filter)}: want an expression (str) or a Filter")
+        if sink is not None and not (isinstance(sink, list) or callable(sink)):
+            raise ArgumentError(f"sink={shown(sink)}: want a callable or a list")
         self.session = session
         self.records: list[TraceRecord] = []
         self.filter: Filter | None = parse_filter(filter) if isinstance(filter, str) else filter
@@ -354,7 +358,12 @@ class Trace:
 
 
 def _lines(definitions: str | Iterable[str]) -> list[str]:
+    if not isinstance(definitions, str | Iterable) or isinstance(definitions, bytes):
+        raise ArgumentError(f"definitions={shown(definitions)}: want a str or a list of str")
     items = definitions.splitlines() if isinstance(definitions, str) else list(definitions)
+    wrong = next((item for item in items if not isinstance(item, str)), None)
+    if wrong is not None:
+        raise ArgumentError(f"definition {shown(wrong)}: want a str ('p:EVENT SYM ARGS')")
     out: list[str] = []
     for item in items:
         for line in item.splitlines() or [item]:

@@ -9,7 +9,9 @@ walks the fetch tree the way the kernel's fetch instructions run: a load
 (an integer of the type's size, a string, an array), then a bitfield.
 
 Memory a fetch cannot read gives ``None`` for that field (printed ``(fault)``,
-as the kernel prints a string it could not fetch); the hit goes on.
+as the kernel prints a string it could not fetch); the hit goes on.  The same
+holds for a return probe's ``$argN``, read at the function's entry
+(:func:`entry_args`): one that could not be read there is ``(fault)`` at the return.
 """
 
 from __future__ import annotations
@@ -39,7 +41,20 @@ class HitContext:
     """What one hit gives the fetches: the registers, and at a return the entry's ``$argN`` values."""
 
     regs: PtRegs
-    entry_args: dict[int, int] | None = None
+    #: ``$argN`` values read at the entry (None: that one could not be read)
+    entry_args: dict[int, int | None] | None = None
+
+
+def entry_args(regs: PtRegs, numbers: list[int]) -> dict[int, int | None]:
+    """The ``$argN`` (``numbers``, from 1) a return probe fetches, read at the function's entry;
+    one on a stack slot that cannot be read is None, and prints ``(fault)`` at the return."""
+    values: dict[int, int | None] = {}
+    for n in numbers:
+        try:
+            values[n] = int(regs.arg(n - 1))
+        except TargetFault:
+            values[n] = None
+    return values
 
 
 def comm_of(session: Session) -> str | None:
@@ -124,9 +139,12 @@ class BoundArg:
         if kind == "retval":
             return int(regs.return_value)
         if kind == "arg":
-            if hit.entry_args is not None:
-                return hit.entry_args[node.index]
-            return int(regs.arg(node.index - 1))
+            if hit.entry_args is None:
+                return int(regs.arg(node.index - 1))
+            value = hit.entry_args.get(node.index)
+            if value is None:
+                raise TargetFault(f"$arg{node.index} could not be read at the function's entry")
+            return value
         if kind == "imm":
             return node.value
         if kind in ("deref", "mem", "sym", "foffs"):

@@ -12,19 +12,32 @@ A tokenizer and a recursive-descent parser build a small tree; nothing is
 ``eval``'d.  A filter only applies to the events that have every field it
 names (as a filter on the group ``events/kprobes/filter`` does); the others
 pass unfiltered.
+
+Everything that can be wrong with a filter is found when it is parsed, never
+at a hit: it is at most :data:`MAX_FILTER_LEN` bytes (the kernel's own limit)
+and nests ``(`` and ``!`` at most :data:`MAX_FILTER_DEPTH` deep; a chain of
+``&&`` or ``||`` is evaluated as a list, so its length costs no stack.
 """
 
 from __future__ import annotations
 
 import fnmatch
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from kpsdk.errors import KpsdkError
+from kpsdk.errors import KpsdkError, caret_log, shown
 from kpsdk.trace.grammar import parse_int
 
 _OPS = ("==", "!=", "<=", ">=", "<", ">", "&&", "||", "&", "~", "!", "(", ")")
+#: longest filter in bytes: the kernel's event_filter_write refuses PAGE_SIZE or more
+MAX_FILTER_LEN = 4095
+#: deepest nesting of ``(`` and ``!``.  The kernel's parser keeps an explicit stack, bounded only
+#: by the length; this one recurses, and a hit evaluates one Python call per level inside the
+#: handler's own stack, so it stops far below Python's recursion limit (1000) and far above any
+#: filter a person writes.
+MAX_FILTER_DEPTH = 64
 
 
 class FilterError(KpsdkError, ValueError):
@@ -32,12 +45,11 @@ class FilterError(KpsdkError, ValueError):
 
     def __init__(self, message: str, expr: str, column: int) -> None:
         self.expr, self.column, self.reason = expr, column, message
-        super().__init__(f"filter: {message} at column {column + 1} of {expr!r}")
+        super().__init__(f"filter: {message} at column {column + 1} of {shown(expr)}")
 
     @property
     def error_log(self) -> str:
-        prefix = "  Command: "
-        return f"filter: error: {self.reason}\n{prefix}{self.expr}\n{' ' * (len(prefix) + self.column)}^"
+        return caret_log(f"filter: error: {self.reason}", self.expr, self.column)
 
 
 @dataclass(frozen=True)
@@ -98,6 +110,7 @@ class _Parser:
         self.expr = expr
         self.tokens = tokenize(expr)
         self.i = 0
+        self.depth = 0
         self.fields: set[str] = set()
 
     def peek(self) -> Token:
@@ -107,6 +120,10 @@ class _Parser:
         tok = self.tokens[self.i]
         self.i += 1
         return tok
+
+    def at_op(self, text: str) -> bool:
+        tok = self.peek()
+        return tok.kind == "op" and tok.text == text
 
     def error(self, message: str, tok: Token) -> FilterError:
         return FilterError(message, self.expr, tok.column)
@@ -119,35 +136,37 @@ class _Parser:
         return pred
 
     def or_expr(self) -> Predicate:
-        left = self.and_expr()
-        while self.peek().text == "||" and self.peek().kind == "op":
+        terms = [self.and_expr()]
+        while self.at_op("||"):
             self.next()
-            right = self.and_expr()
-            left = (lambda a, b: lambda v: a(v) or b(v))(left, right)
-        return left
+            terms.append(self.and_expr())
+        return _chain(terms, True)
 
     def and_expr(self) -> Predicate:
-        left = self.unary()
-        while self.peek().text == "&&" and self.peek().kind == "op":
+        terms = [self.unary()]
+        while self.at_op("&&"):
             self.next()
-            right = self.unary()
-            left = (lambda a, b: lambda v: a(v) and b(v))(left, right)
-        return left
+            terms.append(self.unary())
+        return _chain(terms, False)
 
     def unary(self) -> Predicate:
         tok = self.peek()
-        if tok.kind == "op" and tok.text == "!":
-            self.next()
+        if tok.kind != "op" or tok.text not in ("!", "("):
+            return self.predicate()
+        self.next()
+        self.depth += 1
+        if self.depth > MAX_FILTER_DEPTH:
+            raise self.error(f"'(' and '!' nest deeper than {MAX_FILTER_DEPTH} levels", tok)
+        if tok.text == "!":
             inner = self.unary()
-            return lambda v: not inner(v)
-        if tok.kind == "op" and tok.text == "(":
-            self.next()
-            inner = self.or_expr()
+            result: Predicate = lambda v: not inner(v)
+        else:
+            result = self.or_expr()
             close = self.next()
             if close.text != ")":
                 raise self.error("')' expected", close)
-            return inner
-        return self.predicate()
+        self.depth -= 1
+        return result
 
     def predicate(self) -> Predicate:
         field = self.next()
@@ -162,12 +181,37 @@ class _Parser:
         name = field.text
         self.fields.add(name)
         number = parse_int(value_tok.text) if value_tok.kind == "word" else None
+        if number is None and value_tok.kind == "word" and _INTEGER.fullmatch(value_tok.text):
+            raise self.error("an integer out of range (64 bits) or not a number", value_tok)
         if op.text == "~":
             pattern = value_tok.text
             return lambda v: isinstance(v.get(name), str) and fnmatch.fnmatchcase(v[name], pattern)
         if op.text in ("<", "<=", ">", ">=", "&") and number is None:
             raise self.error(f"{op.text} compares numbers", value_tok)
         return _compare(name, op.text, number if number is not None else value_tok.text)
+
+
+def _chain(terms: list[Predicate], decides: bool) -> Predicate:
+    """``||`` (``decides=True``: the first true term decides) or ``&&`` (the first false one) over
+    ``terms``, as one loop: a chain of any length costs one stack frame at a hit."""
+    if len(terms) == 1:
+        return terms[0]
+    if len(terms) == 2:  # the common case, without the loop's overhead at every hit
+        first, second = terms
+        return (lambda v: first(v) or second(v)) if decides else (lambda v: first(v) and second(v))
+
+    def chain(values: dict[str, Any]) -> bool:
+        for term in terms:
+            if term(values) == decides:
+                return decides
+        return not decides
+
+    return chain
+
+
+#: a word written as an integer: one :func:`parse_int` refuses (beyond 64 bits, 089) is an error,
+#: as the kernel's "Illegal integer value", not a bare string
+_INTEGER = re.compile(r"[+-]?(0[xX][0-9a-fA-F]+|[0-9]+)")
 
 
 def _compare(name: str, op: str, want: int | str) -> Predicate:
@@ -196,6 +240,9 @@ def _compare(name: str, op: str, want: int | str) -> Predicate:
 
 def parse_filter(expr: str) -> Filter:
     """Parse ``expr``; a :class:`FilterError` points at the column that is wrong."""
+    size = len(expr.encode("utf-8", "surrogatepass"))
+    if size > MAX_FILTER_LEN:
+        raise FilterError(f"the filter is {size} bytes; at most {MAX_FILTER_LEN} (the kernel's limit)", expr, 0)
     parser = _Parser(expr)
     predicate = parser.parse()
     return Filter(expr, frozenset(parser.fields), predicate)

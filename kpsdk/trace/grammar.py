@@ -24,7 +24,7 @@ import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from kpsdk.errors import KpsdkError
+from kpsdk.errors import KpsdkError, caret_log, shown
 
 if TYPE_CHECKING:
     from kpsdk.arch import Arch
@@ -45,6 +45,8 @@ FETCH_INSN_MAX = 16
 MAXACTIVE_MAX = 4096
 #: largest $stackN / $argN on a kernel (THREAD_SIZE / sizeof(long), 16 KiB stacks, 64-bit)
 PARAM_MAX_STACK = 16384 // 8
+#: longest ``detail`` a one-line error message keeps: every register list, not a fuzzed 5000-digit number
+DETAIL_MAX = 500
 #: the kernel's reserved field names (trace_probe.c reserved_field_names)
 RESERVED_NAMES = frozenset({"common_type", "common_flags", "common_preempt_count", "common_pid", "common_tgid",
                             "__probe_ip", "__probe_ret_ip", "__probe_func"})
@@ -125,16 +127,15 @@ class TraceDefinitionError(KpsdkError, ValueError):
         self.column = max(0, min(column, len(definition) + 1))
         self.detail = detail
         self.subsystem = subsystem
-        extra = f" ({detail})" if detail else ""
-        super().__init__(f"{subsystem}: {self.message}{extra} at column {self.column + 1} of {definition!r}")
+        # one line whatever the input's length: the full text is in error_log, with its caret
+        short = detail if len(detail) <= DETAIL_MAX else f"{detail[:DETAIL_MAX - 3]}..."
+        extra = f" ({short})" if detail else ""
+        super().__init__(f"{subsystem}: {self.message}{extra} at column {self.column + 1} of {shown(definition)}")
 
     @property
     def error_log(self) -> str:
         """The kernel's ``error_log`` entry: message, ``Command:`` line and a caret."""
-        prefix = "  Command: "
-        return (f"{self.subsystem}: error: {self.message}\n"
-                f"{prefix}{self.definition}\n"
-                f"{' ' * (len(prefix) + self.column)}^")
+        return caret_log(f"{self.subsystem}: error: {self.message}", self.definition, self.column)
 
 
 # -- the parsed forms ---------------------------------------------------------------------------
@@ -307,8 +308,15 @@ def is_good_name(name: str) -> bool:
     return bool(name) and _is_ident_start(name[0]) and all(_is_ident_char(c) for c in name[1:])
 
 
+#: the largest value ``kstrtoul`` gives (64-bit); a larger one is its ``-ERANGE``
+ULONG_MAX = 2**64 - 1
+#: digits of ULONG_MAX in decimal: a longer number is out of range before Python converts it
+_ULONG_DIGITS = len(str(ULONG_MAX))
+
+
 def parse_uint(text: str) -> int | None:
-    """``kstrtoul(text, 0)``: ``0x`` hex, leading ``0`` octal, else decimal; None if not all digits."""
+    """``kstrtoul(text, 0)``: ``0x`` hex, leading ``0`` octal, else decimal; None if not all
+    digits or beyond 64 bits (the kernel's ``-ERANGE``)."""
     if not text:
         return None
     lower = text.lower()
@@ -321,7 +329,10 @@ def parse_uint(text: str) -> int | None:
     allowed = "0123456789abcdef"[:base]
     if not digits or any(c not in allowed for c in digits):
         return None
-    return int(digits, base)
+    if base == 10 and len(digits.lstrip("0")) > _ULONG_DIGITS:
+        return None  # also keeps int() from its 4300-digit limit
+    value = int(digits, base)
+    return value if value <= ULONG_MAX else None
 
 
 def parse_int(text: str) -> int | None:

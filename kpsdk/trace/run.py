@@ -33,6 +33,7 @@ from kpsdk.cli import (
     SymbolsOpt,
     TargetChoice,
     TargetOpt,
+    check_seconds,
     choose_target,
     close_session,
     console,
@@ -192,9 +193,9 @@ def cmd_trace(
         "--console", rich_help_panel=OUTPUT_PANEL,
         help="At the end, what the target printed (program output, serial console), on stderr.")] = False,
     duration: Annotated[float | None, typer.Option(
-        "--duration", metavar="S", show_default=False, rich_help_panel=LIMITS_PANEL,
-        help=f"Stop after S seconds (default: {UNICORN_TIMEOUT:g} in Unicorn, {LIVE_TIMEOUT:g} on a live "
-             "target). Reaching it is not an error.")] = None,
+        "--duration", metavar="S", show_default=False, rich_help_panel=LIMITS_PANEL, callback=check_seconds,
+        help=f"Stop after S seconds, a positive number; inf: no limit (default: {UNICORN_TIMEOUT:g} in Unicorn, "
+             f"{LIVE_TIMEOUT:g} on a live target). Reaching it is not an error.")] = None,
     count: Annotated[int | None, typer.Option(
         "--count", metavar="N", min=1, rich_help_panel=LIMITS_PANEL,
         help="Stop after N records.")] = None,

@@ -1,0 +1,513 @@
+"""Fuzz tests of every door a user's input comes in by (hypothesis; tests/test_bad_input.py has
+the cases found so far, one by one).
+
+Each property is the same promise: the input either works, or kpsdk raises one of its own errors
+(a :class:`kpsdk.KpsdkError`, or an ``OSError`` carrying an errno) naming it; never another
+exception type, never a failure later at every hit, never a hang (the profile's deadline), and
+nothing left registered after an error.  The CLI answers with exit 0, one ``error:`` line and
+exit 1, or a usage error (exit 2); never a traceback.
+
+Inputs are built from pieces (a probe's fields, a definition's words, a command's options): each
+piece has good values and bad ones, and an example takes the good value of every piece but at
+most one (:func:`one_wrong`), so that most examples get past the first check to the deeper
+ones.  ``--hypothesis-show-statistics`` shows how far they got.
+
+Budget: see tests/conftest.py (``fuzz_examples``); ``nox -s fuzz`` runs these with the large
+profile.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from hypothesis import event, given, settings
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+import kpsdk
+from kpsdk import fixtures
+from kpsdk.cli import app
+from kpsdk.probe import location_fields
+from kpsdk.trace.filter import Filter, FilterError, parse_filter
+from kpsdk.trace.grammar import Parser, ProbeDef, TraceDefinitionError
+from tests.conftest import fuzz_examples
+
+pytestmark = pytest.mark.fuzz
+
+PROG = str(fixtures.path("x86_64"))
+ARCHS = [kpsdk.get_registry().archs.get(name) for name in ("x86_64", "i386", "arm", "riscv64", "ppc64")]
+FUNCTIONS = ["add", "sub", "fact", "main", "check", "put", "loop", "bump", "_start"]
+#: a piece: its name, its good values, its bad ones
+Piece = tuple[str, st.SearchStrategy[Any], st.SearchStrategy[Any]]
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def s() -> Iterator[kpsdk.Session]:
+    """One Unicorn session for a whole property: every example must leave it as it found it."""
+    session = kpsdk.open(f"elf:{PROG}")
+    yield session
+    session.close()
+
+
+def expect_kpsdk_error(exc: BaseException) -> None:
+    """``exc`` is one of kpsdk's own error types, what a bad input may raise."""
+    if not (isinstance(exc, kpsdk.KpsdkError) or (isinstance(exc, OSError) and exc.errno is not None)):
+        raise AssertionError(f"{type(exc).__name__} escaped: {exc}") from exc
+    event(f"refused: {type(exc).__name__}")  # --hypothesis-show-statistics: how far inputs get
+
+
+def assert_clean(s: kpsdk.Session) -> None:
+    """Nothing left registered: no probe, no watchpoint, no trampoline."""
+    assert s.list() == "", s.list()
+
+
+def register_or_refuse(s: kpsdk.Session, register: Callable[[], Any]) -> Any:
+    """What ``register()`` registered, or None when it raised one of kpsdk's errors and left
+    nothing registered."""
+    try:
+        probe = register()
+    except Exception as e:  # noqa: BLE001 - the property is which exceptions
+        expect_kpsdk_error(e)
+        assert_clean(s)
+        return None
+    event("registered")
+    return probe
+
+
+@st.composite
+def one_wrong(draw: st.DrawFn, pieces: list[Piece]) -> list[tuple[str, Any]]:
+    """Every piece's good value, but (in about half the examples) one piece's bad value."""
+    wrong = draw(st.one_of(st.none(), st.integers(0, len(pieces) - 1))) if pieces else None
+    return [(name, draw(bad if i == wrong else good, label=name)) for i, (name, good, bad) in enumerate(pieces)]
+
+
+def some_of(pieces: list[Piece], at_least: int = 0) -> st.SearchStrategy[list[tuple[str, Any]]]:
+    """The first ``at_least`` pieces, and some of the others, in their order, with :func:`one_wrong`."""
+    fixed, optional = pieces[:at_least], pieces[at_least:]
+    chosen = st.lists(st.sampled_from(optional), unique=True, max_size=len(optional)) if optional else st.just([])
+    return chosen.flatmap(lambda more: one_wrong(fixed + more))
+
+
+# -- values -------------------------------------------------------------------------------------------
+
+#: integers where the bugs live: around 0, the word sizes, beyond any word
+edge_ints = st.one_of(
+    st.integers(-3, 3),
+    st.sampled_from([2**31 - 1, 2**31, 2**32 - 1, 2**32, 2**63, 2**64 - 1, 2**64, 2**70, 2**80, -2**64, 10**400]),
+    st.integers(),
+)
+#: text a hostile user types: NUL bytes, line breaks, unicode, shell and gdb metacharacters, long runs
+nasty_text = st.one_of(
+    st.text(max_size=40),
+    st.text(alphabet="\0\n\r\t $`'\"\\;|&<>*?()[]{}!#%@+-=:/,.0x9aZé中\u202e", max_size=40),
+    st.sampled_from(["", " ", "\0", "-1", "0x", "nan", "inf", "$(id)", "`id`", "; rm -rf /", "%n%s", "a" * 5000,
+                     "9" * 5000, "../../../etc/passwd"]),
+)
+#: numbers as text, in every spelling a parser may meet
+numbers = st.one_of(edge_ints.map(str), edge_ints.map(lambda n: hex(n) if n >= 0 else str(n)),
+                    st.sampled_from(["0x", "08", "1e3", "-0", "0777", "1_000", " 7 "]))
+#: values of any type, for any field
+wrong_values = st.one_of(
+    st.none(), st.booleans(), edge_ints, st.floats(), st.binary(max_size=8), nasty_text,
+    st.lists(st.integers(), max_size=2), st.just(object()), st.just(print), st.just(len),
+)
+
+
+def nothing(*_: object) -> int:
+    return 0
+
+
+good_handlers = st.sampled_from([None, nothing])
+instruction_addrs = st.sampled_from([0x4001F9, 0x4001FD, 0x400202, 0x400205, 0x4002C3, 0x4002C4, 0x40038C])
+small_ints = st.integers(-8, 64)
+bad_ints = st.one_of(edge_ints, wrong_values)
+
+
+# -- probe fields ----------------------------------------------------------------------------------------
+
+#: where a kprobe goes; the bad values of each piece include the wrong types, "both" and "neither"
+BY_SYMBOL: list[Piece] = [
+    ("symbol_name", st.sampled_from(FUNCTIONS), st.one_of(wrong_values, st.sampled_from(["nosuch", "counter", ""]))),
+    ("offset", st.integers(0, 12), st.one_of(small_ints, bad_ints)),
+    ("addr", st.none(), st.one_of(instruction_addrs, wrong_values)),
+]
+BY_ADDR: list[Piece] = [("addr", instruction_addrs, st.one_of(bad_ints, st.just(0x401500)))]
+COMMON: list[Piece] = [
+    ("flags", st.sampled_from([0, kpsdk.KPROBE_FLAG_DISABLED]), st.one_of(st.sampled_from([2**80, -1]), wrong_values)),
+    ("fault_handler", good_handlers, wrong_values),
+]
+RETURN: list[Piece] = [
+    ("handler", good_handlers, wrong_values), ("entry_handler", good_handlers, wrong_values),
+    ("maxactive", st.integers(-2, 64), bad_ints), ("data_size", st.integers(0, 4096), bad_ints),
+]
+PROBE_HANDLERS: list[Piece] = [("pre_handler", good_handlers, wrong_values),
+                               ("post_handler", good_handlers, wrong_values)]
+WATCHED: list[Piece] = [
+    ("symbol_name", st.just("counter"), st.one_of(wrong_values, st.sampled_from(FUNCTIONS))),
+    ("length", st.sampled_from([1, 2, 4]), st.one_of(st.sampled_from([None, 3, 0, -1, 2**64]), wrong_values)),
+]
+WATCH_FIELDS: list[Piece] = [
+    ("type", st.sampled_from(["w", "r", "rw"]), st.one_of(st.sampled_from(["x", "", "W"]), wrong_values)),
+    ("handler", good_handlers, wrong_values), ("priority", st.integers(-3, 3), bad_ints),
+    ("strict", st.booleans(), wrong_values), ("software", st.just(False), wrong_values),
+    ("on_preempt", good_handlers, wrong_values), ("on_rearm", good_handlers, wrong_values),
+]
+IN_FILE: list[Piece] = [
+    ("path", st.sampled_from([PROG, fixtures.path("x86_64")]),
+     st.one_of(st.sampled_from(["/nonexistent", "/etc", "", "/dev/null"]), wrong_values)),
+    ("offset", st.sampled_from([0x1F9, 0x1FD, 0x202]), st.one_of(st.sampled_from([0x1FA, 0, -1, 2**64]), bad_ints)),
+]
+PROBES: dict[str, tuple[list[list[Piece]], list[Piece]]] = {
+    # class: (the ways to say where, required; its other fields, optional)
+    "Kprobe": ([BY_SYMBOL[:1], BY_SYMBOL, BY_ADDR], COMMON + PROBE_HANDLERS),
+    "Kretprobe": ([BY_SYMBOL[:1], BY_SYMBOL, BY_ADDR], COMMON + RETURN),
+    "Watchpoint": ([WATCHED], COMMON + WATCH_FIELDS),
+    "Uprobe": ([IN_FILE], COMMON + PROBE_HANDLERS),
+    "Uretprobe": ([IN_FILE], COMMON + RETURN),
+}
+
+
+def probe_fields(cls: str) -> st.SearchStrategy[dict[str, Any]]:
+    ways, others = PROBES[cls]
+    return st.sampled_from(ways).flatmap(lambda where: some_of(where + others, at_least=len(where))).map(dict)
+
+
+# -- the trace grammar and filters -------------------------------------------------------------------
+
+identifiers = st.sampled_from(["ev", "my_probe", "a", "_x1", "grp"])
+bad_identifiers = st.one_of(st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{63,80}", fullmatch=True), nasty_text,
+                            st.sampled_from(["1ev", "e-v", "", "common_pid"]))
+heads = st.builds(lambda op, name: op + name, st.sampled_from(["p", "r", "r4"]),
+                  st.one_of(st.just(""), identifiers.map(":".__add__),
+                            st.tuples(identifiers, identifiers).map(lambda g: f":{g[0]}/{g[1]}")))
+bad_heads = st.one_of(
+    st.builds(lambda op, maxact, name: f"{op}{maxact}{name}", st.sampled_from(["p", "r", "-", "x", "P", ""]),
+              st.one_of(st.just(""), numbers), st.one_of(st.just(""), bad_identifiers.map(":".__add__))),
+    nasty_text)
+places = st.one_of(st.sampled_from(FUNCTIONS), st.tuples(st.sampled_from(FUNCTIONS), st.integers(0, 12).map(str))
+                   .map("+".join), st.sampled_from([f"{PROG}:0x1f9", f"{PROG}:0x202", "0x4001f9", "add%return"]))
+#: where a kprobe goes, as the decorator and --kprobe take it
+kprobe_places = st.one_of(st.sampled_from(FUNCTIONS), st.tuples(st.sampled_from(FUNCTIONS), st.integers(0, 12).map(str))
+                          .map("+".join), instruction_addrs.map(hex))
+bad_places = st.one_of(numbers, st.tuples(st.sampled_from(FUNCTIONS + ["nosuch"]), numbers).map("+".join),
+                       st.tuples(st.sampled_from([PROG, "/nonexistent", "/etc", "./rel"]), numbers).map(":".join),
+                       places.map(lambda p: p + "%bad"), nasty_text)
+fetch_leaves = st.sampled_from(["%di", "%si", "%ax", "%rdi", "$stack", "$stack0", "$stack3", "$arg1", "$arg2",
+                                "$arg9", "$arg2048", "$comm", "@counter", "@counter+4", "@0x401500", '\\"text"',
+                                "\\42"])
+bad_fetch_leaves = st.one_of(
+    st.sampled_from(["%r3", "%nosuch", "%", "$retval", "$stack99999", "$arg0", "$arg2049", "$COMM", "$bad",
+                     "@counter-8", "@nosuch", "@0", "@+0x10", '\\"open', "\\-1", "\\x", "+0(", "+0()", "(%di)"]),
+    numbers.map("@".__add__), numbers.map("\\".__add__), nasty_text)
+
+
+def derefs(leaves: st.SearchStrategy[str], offsets: st.SearchStrategy[str]) -> st.SearchStrategy[str]:
+    """``+OFF(FETCH)`` around leaves, nested: the kernel allows a few levels, kpsdk must refuse more."""
+    return st.recursive(leaves, lambda inner: st.tuples(st.sampled_from(["+", "-", "+u"]), offsets, inner).map(
+        lambda t: f"{t[0]}{t[1]}({t[2]})"), max_leaves=20)
+
+
+fetches = derefs(fetch_leaves, st.integers(0, 16).map(str))
+bad_fetches = st.one_of(derefs(bad_fetch_leaves, st.integers(0, 16).map(str)), derefs(fetch_leaves, numbers))
+types = st.sampled_from(["", ":u8", ":s16", ":x32", ":s64", ":char", ":string", ":ustring", ":symbol", ":symstr",
+                         ":b4@2/8", ":u8[4]", ":string[2]"])
+bad_types = st.one_of(st.sampled_from([":b9@0/8", ":u32[65]", ":u8[", ":bad", ":", ":u8[0]", ":b0@0/8"]),
+                      numbers.map(lambda n: f":u8[{n}]"), nasty_text.map(":".__add__))
+FILTER_FIELDS = ["a", "b", "name", "ret", "_x"]
+
+
+def fetch_arg(names: st.SearchStrategy[str]) -> Piece:
+    """``NAME=FETCH:TYPE``; bad when one of the three parts is."""
+    def arg(name: str, fetch: str, t: str) -> str:
+        return f"{name}={fetch}{t}" if name else f"{fetch}{t}"
+
+    return ("arg", st.builds(arg, names, fetches, types),
+            st.one_of(st.builds(arg, bad_identifiers, fetches, types), st.builds(arg, names, bad_fetches, types),
+                      st.builds(arg, names, fetches, bad_types)))
+
+
+#: fetch-argument names: none (arg1, arg2...) or a name
+arg_names = st.one_of(st.just(""), identifiers)
+
+
+def definitions(names: st.SearchStrategy[str] = arg_names) -> st.SearchStrategy[str]:
+    """A kprobe_events line from its words: head, place, up to four fetch arguments."""
+    words: list[Piece] = [("head", heads, bad_heads), ("place", places, bad_places)]
+    return st.integers(0, 4).flatmap(lambda n: one_wrong(words + [fetch_arg(names)] * n)).map(
+        lambda pieces: " ".join(value for _, value in pieces))
+
+
+filter_leaves = st.builds("{} {} {}".format, st.sampled_from(FILTER_FIELDS),
+                          st.sampled_from(["==", "!=", "<", "<=", ">", ">=", "&", "~"]),
+                          st.one_of(st.integers(-9, 99).map(str), st.sampled_from(['"/etc/*"', "'x'", "abc", "*"])))
+bad_filter_leaves = st.one_of(
+    st.builds("{} {} {}".format, st.sampled_from(["1a", "", "a b", "a"]),
+              st.sampled_from(["=", "&&", "!", "<>", "==", "<"]), st.one_of(numbers, nasty_text)),
+    nasty_text)
+
+
+def nest(leaves: st.SearchStrategy[str]) -> st.SearchStrategy[str]:
+    """Expressions over ``leaves``: ``&&``, ``||``, ``!``, parentheses, sometimes deeper than allowed."""
+    return st.recursive(leaves, lambda inner: st.one_of(
+        st.tuples(inner, st.sampled_from(["&&", "||"]), inner).map(" ".join),
+        inner.map("({})".format), inner.map("!".__add__),
+        st.tuples(st.integers(1, 80), inner).map(lambda t: "(" * t[0] + t[1] + ")" * t[0]),
+        st.tuples(st.integers(1, 80), inner).map(lambda t: "!" * t[0] + t[1]),
+    ), max_leaves=12)
+
+
+filters = st.one_of(nest(filter_leaves), nest(st.one_of(filter_leaves, bad_filter_leaves)))
+field_values = st.dictionaries(st.sampled_from(FILTER_FIELDS), st.one_of(
+    st.none(), edge_ints, st.text(max_size=10), st.lists(st.integers(), max_size=3)))
+
+
+# -- the trace grammar -----------------------------------------------------------------------------------
+
+
+def parse_or_refuse(arch: Any, text: str) -> ProbeDef | None:
+    """A definition parses, or is a TraceDefinitionError: one line, and a caret on the line."""
+    try:
+        definition = Parser(arch).parse(text)
+    except TraceDefinitionError as e:
+        assert 0 <= e.column <= len(text) + 1 and len(e.error_log.splitlines()) == 3, e.error_log
+        assert isinstance(e, kpsdk.KpsdkError) and "\n" not in str(e)
+        event(f"refused: {e.code}")
+        return None
+    event("parsed")
+    return definition
+
+
+@settings(max_examples=fuzz_examples(150))
+@given(arch=st.sampled_from(ARCHS), text=st.one_of(st.text(), nasty_text))
+def test_the_grammar_takes_any_text(arch: Any, text: str) -> None:
+    parse_or_refuse(arch, text)
+
+
+@settings(max_examples=fuzz_examples(400))
+@given(arch=st.sampled_from(ARCHS), text=definitions())
+def test_the_grammar_takes_any_definition_built_from_its_pieces(arch: Any, text: str) -> None:
+    parse_or_refuse(arch, text)
+
+
+@settings(max_examples=fuzz_examples(200))
+@given(text=st.one_of(definitions(), definitions(st.sampled_from(FILTER_FIELDS))),
+       filter_expr=st.one_of(st.none(), filters))
+def test_a_trace_registers_or_refuses_and_its_hits_never_fail(s: kpsdk.Session, text: str,
+                                                               filter_expr: str | None) -> None:
+    try:
+        trace = s.trace(text, filter=filter_expr)
+    except Exception as e:  # noqa: BLE001 - the property is which exceptions
+        expect_kpsdk_error(e)
+        assert_clean(s)
+        return
+    event("traced" + (" with a filter" if filter_expr is not None else ""))
+    try:
+        s.call("add", 2, 3)
+        s.call("fact", 3)
+        for record in trace.records:
+            assert all(v is None or isinstance(v, int | str | list) for v in record.fields.values())
+    finally:
+        trace.close()
+    assert_clean(s)
+
+
+# -- filters ---------------------------------------------------------------------------------------------
+
+
+def filter_or_refuse(text: str) -> Filter | None:
+    try:
+        f = parse_filter(text)
+    except FilterError as e:
+        assert 0 <= e.column <= len(text) and len(e.error_log.splitlines()) == 3, e.error_log
+        assert isinstance(e, kpsdk.KpsdkError) and "\n" not in str(e)
+        event("refused")
+        return None
+    event("parsed")
+    return f
+
+
+@settings(max_examples=fuzz_examples(150))
+@given(text=st.one_of(st.text(), nasty_text, st.text(alphabet="()!&|=<>~ab1\"' ", max_size=300)))
+def test_a_filter_parses_or_is_refused(text: str) -> None:
+    filter_or_refuse(text)
+
+
+@settings(max_examples=fuzz_examples(150))
+@given(text=filters, values=st.lists(field_values, max_size=4))
+def test_a_filter_that_parses_never_fails_at_a_hit(text: str, values: list[dict[str, Any]]) -> None:
+    f = filter_or_refuse(text)
+    if f is not None:
+        for fields in values:
+            assert isinstance(f(fields), bool)
+
+
+# -- locations -------------------------------------------------------------------------------------------
+
+
+@settings(max_examples=fuzz_examples(200))
+@given(where=st.one_of(kprobe_places, instruction_addrs, bad_places,
+                       wrong_values, st.sampled_from(FUNCTIONS).map(lambda n: n + "+")))
+def test_a_location_registers_or_is_refused(s: kpsdk.Session, where: Any) -> None:
+    probe = register_or_refuse(s, lambda: s.kprobe(where)(nothing))
+    if probe is not None:
+        assert probe.registered and probe.symbol_name == location_fields(where).get("symbol_name")
+        s.unregister_kprobe(probe)
+        assert_clean(s)
+
+
+@settings(max_examples=fuzz_examples(100))
+@given(text=st.one_of(
+    st.tuples(st.sampled_from([PROG, "/etc", "/nonexistent", ""]),
+              st.one_of(st.sampled_from(FUNCTIONS), st.sampled_from(["0x1f9", "0x202", "add+4"]), numbers, nasty_text))
+    .map(":".join), nasty_text))
+def test_a_uprobe_location_registers_or_is_refused(s: kpsdk.Session, text: str) -> None:
+    probe = register_or_refuse(s, lambda: s.uprobe(text)(nothing))
+    if probe is not None:
+        s.unregister_uprobe(probe)
+        assert_clean(s)
+
+
+# -- probe fields ------------------------------------------------------------------------------------
+
+
+@settings(max_examples=fuzz_examples(400))
+@given(data=st.data(), cls=st.sampled_from(sorted(PROBES)))
+def test_probe_fields_are_taken_or_refused_at_construction_or_registration(s: kpsdk.Session, data: st.DataObject,
+                                                                          cls: str) -> None:
+    fields = data.draw(probe_fields(cls), label="fields")
+    try:
+        probe = getattr(kpsdk, cls)(**fields)
+    except Exception as e:  # noqa: BLE001 - the property is which exceptions
+        expect_kpsdk_error(e)
+        return
+    try:
+        s.register(probe)
+    except Exception as e:  # noqa: BLE001 - the property is which exceptions
+        expect_kpsdk_error(e)
+        assert not probe.registered
+        assert_clean(s)
+        return
+    event(f"registered: {cls}")
+    try:
+        s.call("fact", 3)  # the hits of a probe that registered never fail for its fields
+        s.call("bump", 2)
+    except kpsdk.ProbeHandlerError as e:  # a handler such as len() raised at run time: not its fields
+        assert not isinstance(e.__cause__, kpsdk.KpsdkError), e
+        event("a handler raised")
+    finally:
+        s.unregister(probe)
+    assert_clean(s)
+
+
+# -- timeouts -------------------------------------------------------------------------------------
+
+
+@settings(max_examples=fuzz_examples(40))
+@given(timeout=st.one_of(wrong_values, st.floats(max_value=1e-3), st.just(math.inf)))
+def test_a_timeout_runs_or_is_refused(timeout: Any) -> None:
+    with kpsdk.open(f"elf:{PROG}") as s:
+        try:
+            status = s.run(timeout=timeout)
+        except kpsdk.ArgumentError:
+            event("refused")
+            return
+        event("ran to the end" if status == 0 else "stopped")
+        assert status in (0, None)
+
+
+# -- the CLI ----------------------------------------------------------------------------------------
+
+seconds = st.sampled_from(["5", "0.5", "inf", "1e-9"])
+bad_seconds = st.one_of(st.floats().map(str), st.sampled_from(["nan", "-inf", "-1", "0", "x", "", "1e309"]))
+cli_text = st.one_of(nasty_text, numbers)
+
+
+def option(name: str, good: st.SearchStrategy[str], bad: st.SearchStrategy[str] = cli_text) -> Piece:
+    """``NAME VALUE`` on the command line."""
+    return (name, good.map(lambda v: [name, v]), bad.map(lambda v: [name, v]))
+
+
+def positional(name: str, good: st.SearchStrategy[str], bad: st.SearchStrategy[str]) -> Piece:
+    """An argument: ``VALUE``."""
+    return (name, good.map(lambda v: [v]), bad.map(lambda v: [v]))
+
+
+def command(base: list[str], required: list[Piece], optional: list[Piece],
+            flags: tuple[str, ...] = ()) -> st.SearchStrategy[list[str]]:
+    """``base``, then the required options and some optional ones (one of them maybe wrong), then flags."""
+    chosen_flags = st.lists(st.sampled_from(flags), unique=True) if flags else st.just([])
+    return st.tuples(some_of(required + optional, at_least=len(required)), chosen_flags).map(
+        lambda t: [*base, *(a for _, pair in t[0] for a in pair), *t[1]])
+
+
+ELF = positional("ELF", st.just("x86_64"), st.one_of(st.sampled_from(["", "nosuch", "/etc", "/dev/null"]), nasty_text))
+commands = st.one_of(
+    command(["probe"], [ELF, option("--kprobe", kprobe_places,
+                                    st.one_of(bad_places, cli_text))], [
+        option("--kretprobe", st.sampled_from(["add", "fact", "sub"])),
+        option("--uprobe", st.sampled_from([f"{PROG}:add", f"{PROG}:0x1f9"])),
+        option("--uretprobe", st.sampled_from([f"{PROG}:fact"])),
+        option("--string-arg", st.integers(0, 3).map(str)),
+        option("--regs", st.sampled_from(["rdi,rsi", "arg0,arg1", "ip,sp", "arg2047", "rax"])),
+        option("--call", st.sampled_from(["add 2 3", "fact(4)", "sub 3 -5", "bump 0x10"])),
+        option("--restype", st.sampled_from(["long", "ulong", "int", "uint"])),
+        option("--maxactive", st.integers(0, 8).map(str)),
+        option("--timeout", seconds, bad_seconds),
+        option("--noprobe", st.sampled_from(["sub", "sub,check"])),
+        option("--target", st.sampled_from([f"elf:{PROG}"])),
+    ], flags=("--post", "--failed", "--no-optimize")),
+    command(["trace", "x86_64"], [option("-e", definitions(), st.one_of(definitions(), nasty_text))], [
+        option("--filter", nest(filter_leaves), st.one_of(filters, nasty_text)),
+        option("--duration", seconds, bad_seconds),
+        option("--count", st.integers(1, 5).map(str)),
+        option("--output", st.sampled_from(["text", "jsonl", "perfetto"])),
+        option("--hist", st.sampled_from(FILTER_FIELDS)),
+        option("--call", st.sampled_from(["add 2 3", "fact 4"])),
+        option("--noprobe", st.sampled_from(["sub"])),
+    ], flags=("--latency", "--profile", "--console")),
+    command(["disasm"], [ELF, positional("SYM", st.sampled_from(FUNCTIONS + ["add+4", "fact+0x3"]), cli_text)],
+            [option("-n", st.integers(1, 20).map(str))]),
+    command(["list"], [ELF], [option("--noprobe", st.sampled_from(["add", "add,sub"]))], flags=("--all",)),
+    command(["demo"], [option("--arch", st.sampled_from(["x86_64", "thumb", "riscv64"]))], []),
+)
+
+
+def check_cli_result(argv: list[str], code: int, stderr: str, output: str) -> None:
+    assert code in (0, 1, 2), (argv, code, output)
+    assert "Traceback" not in output, (argv, output)
+    if code == 1:
+        errors = [line for line in stderr.splitlines() if line.startswith("error:")]
+        assert len(errors) == 1, (argv, stderr)
+
+
+@settings(max_examples=fuzz_examples(300))
+@given(argv=commands)
+def test_every_command_answers_any_option_value(argv: list[str]) -> None:
+    result = runner.invoke(app, argv)
+    event(f"{argv[0]}: exit {result.exit_code}")
+    assert result.exception is None or isinstance(result.exception, SystemExit), (argv, repr(result.exception))
+    check_cli_result(argv, result.exit_code, result.stderr, result.output)
+
+
+def no_nul(raw: bytes) -> bytes:
+    """A NUL cannot reach argv at all (exec refuses it): the bytes up to it."""
+    return raw.split(b"\0")[0] or b"x"
+
+
+@settings(max_examples=fuzz_examples(6), deadline=None)
+@given(raw=st.lists(st.binary(min_size=1, max_size=12).map(no_nul), min_size=2, max_size=2))
+def test_the_console_script_answers_bytes_no_text_decodes(raw: list[bytes]) -> None:
+    """Bytes that are not UTF-8 reach argv as surrogate escapes, which CliRunner cannot pass."""
+    argv = [b"probe", b"x86_64", b"--kprobe", raw[0], b"--regs", raw[1], b"--call", b"add 2 3"]
+    proc = subprocess.run([sys.executable.encode(), b"-m", b"kpsdk.cli", *argv], capture_output=True, timeout=120,
+                          env={**os.environ, "COLUMNS": "200"})
+    check_cli_result([a.decode(errors="replace") for a in argv], proc.returncode,
+                     proc.stderr.decode(errors="replace"), (proc.stdout + proc.stderr).decode(errors="replace"))
+
