@@ -15,10 +15,15 @@ nox.options.reuse_existing_virtualenvs = True
 
 @nox.session
 def tests(session: nox.Session) -> None:
-    """The test suite (pytest); editable, because pytest's ``pythonpath = ["."]`` puts the source
-    tree's ``kpsdk`` first and a regular install would then lack ``kpsdk.plugins``."""
+    """The test suite (pytest), on an editable install (``nox -s wheel`` tests the wheel)."""
     session.install("-e", ".[test]")
     session.run("pytest", *session.posargs)
+
+
+@nox.session(python=False)
+def wheel(session: nox.Session) -> None:
+    """Build the wheel, install it in a fresh venv and run the user-facing tests against it (.ci/wheel-check)."""
+    session.run("bash", ".ci/wheel-check", external=True)
 
 
 @nox.session
@@ -35,8 +40,6 @@ def kernel(session: nox.Session) -> None:
 
     The kernel package is downloaded once (``apt-get download``, ~70 MB) into
     ``$KPSDK_CACHE`` or ``~/.cache/kpsdk``; needs qemu-system-x86 and busybox-static.
-    Editable install: with pytest's ``pythonpath = ["."]`` the source tree's ``kpsdk`` shadows
-    a regular install, which then lacks ``kpsdk.arch_backends``/``kpsdk.plugins``.
     """
     session.install("-e", ".[test]")
     session.run("pytest", "-m", "kernel", *session.posargs)

@@ -6,12 +6,14 @@
 ... def on_add(p, regs): print(regs.arg(0), regs.arg(1))
 
 Probe classes such as ``Kprobe`` come from probe-type plugins and appear in
-this namespace when first used (see :mod:`kpsdk.hookspecs`).
+this namespace when first used (see :mod:`kpsdk.hookspecs`).  The built-in
+types' names are declared below for type checkers and listed by ``dir(kpsdk)``;
+a plugin's own names (``kpsdk.Jprobe``) appear at run time.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, Unpack
 
 from kpsdk.errors import (
     ArgumentError,
@@ -31,9 +33,30 @@ from kpsdk.errors import (
     UnsupportedTargetError,
     shown,
 )
+from kpsdk.options import OpenOptions
 from kpsdk.probe import KPROBE_FLAG_DISABLED, KPROBE_FLAG_GONE, TRAP_HANDLER_EXCEPTION, Probe, ProbeType
 from kpsdk.registry import get_registry, hookimpl
+from kpsdk.regs import PtRegs
 from kpsdk.session import Session
+
+if TYPE_CHECKING:  # the built-in probe types' exports; at run time they come from the registry (__getattr__)
+    from kpsdk.plugins.kprobes import Kprobe as Kprobe
+    from kpsdk.plugins.kretprobes import DATA_SIZE_MAX as KRETPROBE_MAX_DATA_SIZE
+    from kpsdk.plugins.kretprobes import MAXACTIVE_MAX as KRETPROBE_MAXACTIVE_MAX
+    from kpsdk.plugins.kretprobes import Kretprobe as Kretprobe
+    from kpsdk.plugins.kretprobes import KretprobeInstance as KretprobeInstance
+    from kpsdk.plugins.uprobes import Uprobe as Uprobe
+    from kpsdk.plugins.uprobes import Uretprobe as Uretprobe
+    from kpsdk.plugins.uprobes import UretprobeInstance as UretprobeInstance
+    from kpsdk.plugins.uprobes import parse_uprobe as parse_uprobe
+    from kpsdk.plugins.uprobes import register_uprobe as register_uprobe
+    from kpsdk.plugins.uprobes import register_uprobes as register_uprobes
+    from kpsdk.plugins.uprobes import register_uretprobe as register_uretprobe
+    from kpsdk.plugins.uprobes import unregister_uprobe as unregister_uprobe
+    from kpsdk.plugins.uprobes import unregister_uprobes as unregister_uprobes
+    from kpsdk.plugins.uprobes import unregister_uretprobe as unregister_uretprobe
+    from kpsdk.plugins.watchpoints import Access as WatchAccess
+    from kpsdk.plugins.watchpoints import Watchpoint as Watchpoint
 
 __version__ = "0.1.0"
 
@@ -42,15 +65,21 @@ __all__ = [
     "ArgumentError", "CapabilityError", "FieldTypeError", "KpsdkError", "KprobeError", "LocationError",
     "ProbeHandlerError", "SymbolError", "TargetError", "TargetFault", "TargetExited", "TargetStalled",
     "ToolMissingError", "UnknownNameError", "UnsupportedTargetError", "Probe", "ProbeType", "Session",
-    "hookimpl", "open", "get_registry",
+    "PtRegs", "OpenOptions", "hookimpl", "open", "get_registry",
+    "Kprobe", "Kretprobe", "KretprobeInstance", "KRETPROBE_MAXACTIVE_MAX", "KRETPROBE_MAX_DATA_SIZE",
+    "Uprobe", "Uretprobe", "UretprobeInstance", "parse_uprobe", "register_uprobe", "register_uprobes",
+    "register_uretprobe", "unregister_uprobe", "unregister_uprobes", "unregister_uretprobe",
+    "Watchpoint", "WatchAccess",
 ]
 
 
-def open(spec: str, **options: Any) -> Session:  # noqa: A001 - the public API name
+def open(spec: str, **options: Unpack[OpenOptions]) -> Session:  # noqa: A001 - the public API name
     """Open a target: ``"elf:PATH"``, ``"unicorn:ARCH"``, ``"qemu-user:PROG"``,
     ``"qemu-system:ARCH"``, ``"gdb://HOST:PORT"`` (and the kinds plugins add).
 
-    Options go to the target kind (``abi="kernel"``, ``noprobe=[...]``...).
+    Options go to the target kind (``abi="kernel"``, ``noprobe=[...]``...);
+    :class:`~kpsdk.options.OpenOptions` lists the built-in kinds' options and
+    which kind takes each.  A kind refuses options it does not know.
     A spec that is not a str, or holds a NUL byte (no file or host has one), is an
     :class:`ArgumentError`.
     """
@@ -61,8 +90,9 @@ def open(spec: str, **options: Any) -> Session:  # noqa: A001 - the public API n
     if not sep:
         raise UnknownNameError("target spec", spec, [f"{k}:..." for k in registry.targets])
     kind = registry.target_kind(scheme)
-    noprobe = options.pop("noprobe", ())
-    target = kind.open(rest, registry, **options)
+    given: dict[str, Any] = dict(options)
+    noprobe = given.pop("noprobe", ())
+    target = kind.open(rest, registry, **given)
     session = Session(target, registry, spec)
     session.blacklist.update(noprobe)
     registry.pm.hook.kpsdk_session_start(session=session)
@@ -71,9 +101,16 @@ def open(spec: str, **options: Any) -> Session:  # noqa: A001 - the public API n
     return session
 
 
-def __getattr__(name: str) -> Any:
-    """Names exported by probe-type plugins (``kpsdk.Kprobe``)."""
-    exports = get_registry().exports()
-    if name in exports:
-        return exports[name]
-    raise AttributeError(f"module 'kpsdk' has no attribute {name!r}")
+if not TYPE_CHECKING:  # type checkers see the declarations above, not any name at all
+
+    def __getattr__(name: str) -> Any:
+        """Names exported by probe-type plugins (``kpsdk.Kprobe``)."""
+        exports = get_registry().exports()
+        if name in exports:
+            return exports[name]
+        raise AttributeError(f"module 'kpsdk' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    """The module's names and every loaded plugin's exports (IPython completes them)."""
+    return sorted({*globals(), *get_registry().exports()})

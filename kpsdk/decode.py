@@ -8,21 +8,31 @@ target (live kernels patch their text, so the file would lie).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from kpsdk.errors import TargetFault
 from kpsdk.insn import Decoded
 
 if TYPE_CHECKING:
-    from kpsdk.arch import InstructionSet
-    from kpsdk.target import Target
+    from kpsdk.arch import Arch, InstructionSet
+    from kpsdk.symbols import SymbolTable
+
+
+class CodeView(Protocol):
+    """What decoding needs of a target: its arch, its symbols and its memory.  A live
+    target is one; so is a file's segments before anything runs it (uprobes)."""
+
+    arch: Arch
+    symbols: SymbolTable
+
+    def read_memory(self, addr: int, size: int) -> bytes: ...
 
 #: decode from the function start only when it is this close; further away,
 #: from the address itself (huge functions, or no symbol)
 MAX_LINEAR = 0x10000
 
 
-def decode_at(target: Target, addr: int, start: int, iset: InstructionSet) -> Decoded | None:
+def decode_at(target: CodeView, addr: int, start: int, iset: InstructionSet) -> Decoded | None:
     """The instruction at ``addr``, decoding linearly from ``start``.
 
     Returns None when ``addr`` falls inside an instruction (EILSEQ).  Where

@@ -4,6 +4,8 @@ The verbs of every probe type are derived from its name, so the session needs
 no code per type: ``register_kprobe``/``register_kprobes``/``unregister_*``/
 ``enable_*``/``disable_*`` and the decorator ``s.kprobe("sym+0x4")``.  Batch
 registration rolls back the probes it already registered when one fails (K8).
+The built-in types' verbs are declared with their types in :mod:`kpsdk.verbs`
+for type checkers; ``dir(s)`` and ``help(s.register_kprobe)`` show every type's.
 """
 
 from __future__ import annotations
@@ -17,14 +19,41 @@ from typing import TYPE_CHECKING, Any
 from kpsdk.errors import ArgumentError, KpsdkError, shown
 from kpsdk.events import RUN_ERROR, RUN_EXITED, RUN_STOPPED
 from kpsdk.probe import Probe, ProbeType, is_int, register_all
+from kpsdk.verbs import BuiltinVerbs
 
 if TYPE_CHECKING:
+    from kpsdk.arch import Arch
     from kpsdk.backtrace import Frame
     from kpsdk.registry import Registry
     from kpsdk.regs import PtRegs
+    from kpsdk.symbols import SymbolTable
     from kpsdk.target import Target
 
 _VERBS = ("register", "unregister", "enable", "disable")
+
+
+def _named(fn: Callable[..., Any], name: str, doc: str) -> Callable[..., Any]:
+    """A derived verb with its name and docstring (``help(s.register_kprobe)``)."""
+    fn.__name__, fn.__qualname__, fn.__doc__ = name, f"Session.{name}", doc
+    return fn
+
+
+def _verb_doc(verb: str, pt: ProbeType, batch: bool) -> str:
+    cls = pt.probe_class.__name__
+    what = f" ({pt.description})" if pt.description else ""
+    if batch:
+        return {"register": f"Register every {cls} of the list, or none (K8): on an error the ones done are "
+                            "unregistered and the error goes on.",
+                "unregister": f"Unregister every {cls} of the list; ones not registered are skipped."}[verb]
+    return {"register": f"Register a {cls}{what}; returns it, or what its type returns (a watchpoint's slot).",
+            "unregister": f"Unregister a {cls}.",
+            "enable": f"Arm a registered {cls} again (K7).",
+            "disable": f"Disarm a registered {cls} without unregistering it (K7)."}[verb]
+
+
+def _decorator_doc(pt: ProbeType) -> str:
+    return (f"Decorator: ``@s.{pt.name}(where, **fields)`` makes a {pt.probe_class.__name__} at ``where`` whose "
+            f"{pt.decorator_field} is the decorated function, registers it and returns it.")
 
 
 #: how :meth:`Session.call` reads a return value: a signed or unsigned word, or 32 bits
@@ -66,8 +95,16 @@ def check_timeout(timeout: object, name: str = "timeout") -> float | None:
     return None if math.isinf(seconds) else seconds
 
 
-class Session:
-    """What :func:`kpsdk.open` returns."""
+class Session(BuiltinVerbs):
+    """What :func:`kpsdk.open` returns: one target and the probes on it.
+
+    Registration (the verbs of every probe type, and :meth:`register` /
+    :meth:`unregister` for any probe), knobs (:attr:`kprobes_enabled`,
+    :attr:`kprobes_optimization`, :attr:`blacklist`), reports (:meth:`list`,
+    :meth:`profile`), the target's memory, registers and symbols, and runs
+    (:meth:`run`, :meth:`call`, :meth:`stop`).  Close it (or use ``with``) to
+    release what the target holds: QEMU and gdb processes are reaped.
+    """
 
     def __init__(self, target: Target, registry: Registry, spec: str) -> None:
         self.target = target
@@ -88,6 +125,7 @@ class Session:
         return probe if result is None else result
 
     def unregister(self, probe: Probe) -> None:
+        """Unregister any probe (its type is found from its class)."""
         self._probe_type(probe).unregister(self, probe)
 
     def register_many(self, probes: Iterable[Probe]) -> None:
@@ -101,9 +139,11 @@ class Session:
                 self.unregister(probe)
 
     def enable(self, probe: Probe) -> None:
+        """Arm a registered probe again (K7): ``enable_kprobe`` for any type."""
         self._set_disabled(probe, False)
 
     def disable(self, probe: Probe) -> None:
+        """Disarm a registered probe without unregistering it (K7)."""
         self._set_disabled(probe, True)
 
     def _set_disabled(self, probe: Probe, disabled: bool) -> None:
@@ -122,22 +162,35 @@ class Session:
     def _probe_type(self, probe: Any) -> ProbeType:
         return self.registry.probe_type_for(probe)
 
-    def __getattr__(self, name: str) -> Any:
-        """Derive ``register_kprobe``, ``kprobe`` (decorator) etc. from probe types."""
-        if name.startswith("_"):
-            raise AttributeError(name)
-        types = self.registry.probe_types
-        verb, _, noun = name.partition("_")
-        if verb in _VERBS and noun:
-            batch = noun.endswith("s") and noun[:-1] in types
-            kind = noun[:-1] if batch else noun
-            if kind in types:
-                return self._verb(verb, types[kind], batch)
-        if name in types:
-            return self._decorator(types[name])
-        raise AttributeError(
-            f"Session has no attribute {name!r}; probe types: {', '.join(types) or 'none loaded'}"
-        )
+    if not TYPE_CHECKING:  # type checkers see kpsdk.verbs' declarations, not any name at all
+
+        def __getattr__(self, name: str) -> Any:
+            """Derive ``register_kprobe``, ``kprobe`` (decorator) etc. from probe types."""
+            if name.startswith("_"):
+                raise AttributeError(name)
+            types = self.registry.probe_types
+            verb, _, noun = name.partition("_")
+            if verb in _VERBS and noun:
+                batch = noun.endswith("s") and noun[:-1] in types
+                kind = noun[:-1] if batch else noun
+                if kind in types:
+                    return _named(self._verb(verb, types[kind], batch), name, _verb_doc(verb, types[kind], batch))
+            if name in types:
+                return _named(self._decorator(types[name]), name, _decorator_doc(types[name]))
+            raise AttributeError(
+                f"Session has no attribute {name!r}; probe types: {', '.join(types) or 'none loaded'}"
+            )
+
+    def __dir__(self) -> builtins.list[str]:
+        """The attributes, and every loaded probe type's derived verbs (IPython completes them)."""
+        return sorted({*super().__dir__(), *self.derived_verbs()})
+
+    def derived_verbs(self) -> builtins.list[str]:
+        """The verb names the loaded probe types give this session (``register_kprobe``...)."""
+        names = []
+        for name in self.registry.probe_types:
+            names += [name, *(f"{verb}_{name}" for verb in _VERBS), f"register_{name}s", f"unregister_{name}s"]
+        return names
 
     def _verb(self, verb: str, pt: ProbeType, batch: bool) -> Callable[..., Any]:
         def check(probe: Any) -> Any:
@@ -224,6 +277,7 @@ class Session:
         return "".join(f"  {n:<44} {h:>15} {m:>15}\n" for n, h, m in self.profile_rows())
 
     def profile_rows(self) -> builtins.list[tuple[str, int, int]]:
+        """``(name, hits, misses)`` per probe: what :meth:`profile` prints, as data."""
         held = [(p.name or f"{p.letter}_{(p.label or self.symbols.format(addr)).replace('+', '_')}", p.hits,
                  p.nmissed) for addr, p in self._held()]
         return self.target.manager.profile_rows() + held
@@ -235,21 +289,26 @@ class Session:
     # -- target access --------------------------------------------------------------
 
     @property
-    def arch(self) -> Any:
+    def arch(self) -> Arch:
+        """The target's architecture: registers, roles, instruction sets (:class:`kpsdk.arch.Arch`)."""
         return self.target.arch
 
     @property
-    def symbols(self) -> Any:
+    def symbols(self) -> SymbolTable:
+        """The target's symbols: ``lookup(addr)``, ``resolve("sym+0x10")``, ``format(addr)``."""
         return self.target.symbols
 
     @property
     def console(self) -> str:
+        """What the target printed so far: the program's output, or the guest's serial console."""
         return self.target.console
 
     def read_memory(self, addr: int, size: int) -> bytes:
+        """``size`` bytes at ``addr`` as the program sees them: never kpsdk's breakpoints (K10)."""
         return self.target.read_memory(addr, size)
 
     def write_memory(self, addr: int, data: bytes) -> None:
+        """Write target memory; over a probed instruction it is ``EBUSY`` (unregister first)."""
         self.target.write_memory(addr, data)
 
     def read_string(self, addr: int, max: int = 4096) -> str:  # noqa: A002 - the public API name
@@ -267,10 +326,12 @@ class Session:
         return out.decode("utf-8", "replace")
 
     def read_int(self, addr: int, size: int | None = None, signed: bool = False) -> int:
+        """An integer of ``size`` bytes (default: a word) at ``addr``, in the target's byte order."""
         size = size or self.arch.word_size
         return int.from_bytes(self.read_memory(addr, size), self.arch.endian, signed=signed)
 
     def regs(self) -> PtRegs:
+        """The CPU's registers now (outside a handler; a handler is given its hit's)."""
         return self.target.regs()
 
     # -- stacks under return probes -------------------------------------------------------
@@ -323,6 +384,7 @@ class Session:
         return status
 
     def stop(self) -> None:
+        """End the run: from a handler, when it returns; from another thread, at once."""
         self.target.stop()
 
     def call(self, fn: str | int, *args: int, restype: str = "long") -> int:

@@ -43,9 +43,9 @@ from kpsdk.rethook import Rethook, RethookNode, ShadowStacks
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from kpsdk.decode import CodeView
     from kpsdk.regs import PtRegs
     from kpsdk.session import Session
-    from kpsdk.target import Target
 
 #: the most instances one kretprobe may ask for (the kernel's KRETPROBE_MAXACTIVE_MAX)
 MAXACTIVE_MAX = 4096
@@ -113,7 +113,7 @@ class Kretprobe(Probe):
         return self.rethook.in_flight if self.rethook is not None else 0
 
 
-def function_entry(target: Target, rp: Kretprobe, addr: int) -> int:
+def function_entry(target: CodeView, rp: Kretprobe, addr: int) -> int:
     """The entry address a kretprobe resolves to; ``EINVAL`` anywhere else in a function.
 
     An address outside every known symbol is taken as an entry (code without

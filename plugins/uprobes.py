@@ -36,7 +36,7 @@ import errno
 import os
 import weakref
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 from kpsdk import hookimpl
 from kpsdk.decode import decode_at
@@ -281,7 +281,7 @@ class UretprobeInstance(KretprobeInstance):
 
     @property
     def rp(self) -> Any:
-        return self.rethook.owner.owner
+        return cast(SessionUretprobe, self.rethook.owner).owner
 
 
 # -- what one session gets -------------------------------------------------------------------
@@ -396,7 +396,7 @@ def check_file(up: FileProbe, registry: Registry) -> Key:
     if vaddr % iset.min_insn:
         raise KprobeError(errno.EINVAL, f"{where} is not aligned to {iset.min_insn}-byte instructions")
     start = sym.address if sym is not None and sym.kind == "func" else vaddr
-    insn = decode_at(view, vaddr, start, iset)  # type: ignore[arg-type]  # a FileView reads like a target
+    insn = decode_at(view, vaddr, start, iset)
     if insn is None:
         raise KprobeError(errno.EILSEQ, f"{where} is not on an instruction boundary")
     if insn.refused:

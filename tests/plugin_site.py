@@ -28,9 +28,9 @@ def install(example: Path, root: Path) -> Path:
     target = root / "site"
     pip = [sys.executable, "-m", "pip", "install", "--no-deps", "--no-input", "--disable-pip-version-check",
            "--target", str(target)]
-    # Without build isolation first (offline); it needs a setuptools that can
-    # build wheels (>= 70.1, or any with the "wheel" package).  Then with
-    # isolation, where pip fetches setuptools from its configured index.
+    # Without build isolation first (works offline where the environment's setuptools
+    # is >= 77, as the examples ask); then with isolation, where pip fetches
+    # setuptools from its configured index.
     attempts = [[*pip, "--no-build-isolation"], pip]
     logs = []
     for n, cmd in enumerate(attempts):

@@ -1,0 +1,51 @@
+"""``OpenOptions``: the keyword options :func:`kpsdk.open` takes for the built-in target kinds.
+
+Each option goes to the target kind named by the spec's scheme, which refuses
+options it does not know.  The TypedDict is what type checkers see, so a
+misspelled option (``kernal=``) is found before anything runs;
+``tests/test_public_api.py`` keeps it equal to the built-in openers'
+parameters.  A third-party target kind's own options are passed as usual and
+type-check through ``typing.cast`` (or ``**dict``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TypedDict
+
+
+class OpenOptions(TypedDict, total=False):
+    """Keyword options of :func:`kpsdk.open`; which kinds take each is in brackets."""
+
+    #: calling convention of the probed code: ``"user"`` or ``"kernel"`` [all]
+    abi: str
+    #: symbols that may not be probed (the kernel's NOKPROBE_SYMBOL) [all]
+    noprobe: Iterable[str]
+    #: the program's arguments [qemu-user]
+    args: Sequence[str]
+    #: environment variables for the program [qemu-user]
+    env: Mapping[str, str]
+    #: gdb hardware breakpoints for probes [qemu-user, qemu-system, gdb]
+    hardware_breakpoints: bool
+    #: seconds a stalled QEMU or gdb is waited for before the run fails [qemu-user, qemu-system, gdb]
+    stall_limit: float
+    #: the kernel image to boot [qemu-system]
+    kernel: str
+    #: the initramfs [qemu-system]
+    initrd: str
+    #: the kernel command line (the board's ``console=`` is added unless it names one) [qemu-system]
+    append: str
+    #: symbols from an ELF (vmlinux), System.map or a kallsyms dump [qemu-system, gdb]
+    symbols: str
+    #: guest memory (``"512M"``) [qemu-system]
+    memory: str
+    #: virtual CPUs [qemu-system]
+    smp: int
+    #: more QEMU arguments [qemu-system]
+    qemu_args: Sequence[str]
+    #: the kernel function the session opens stopped at (``start_kernel``) [qemu-system]
+    ready_symbol: str | None
+    #: seconds the kernel gets to reach ``ready_symbol`` [qemu-system]
+    boot_timeout: float
+    #: the architecture, when ``symbols`` is not an ELF file that says it [gdb]
+    arch: str

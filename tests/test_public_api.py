@@ -1,0 +1,128 @@
+"""The public API as tools see it: names, types and docs that do not depend on running code.
+
+kpsdk derives probe-type verbs and exports at run time (so third-party plugins
+need no code in kpsdk); the built-in ones are also declared statically
+(``kpsdk/verbs.py``, the ``TYPE_CHECKING`` block of ``kpsdk/__init__.py``,
+``kpsdk/options.py``).  These tests keep the declarations equal to what the
+registry derives, and run mypy --strict over a user's script to show it finds
+real mistakes.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import kpsdk
+from kpsdk.options import OpenOptions
+from kpsdk.registry import Registry
+from kpsdk.session import Session
+
+PACKAGE = Path(kpsdk.__file__).parent
+
+
+def builtin_registry() -> Registry:
+    """The registry of kpsdk's own plugins only (no third-party package installed here counts)."""
+    return Registry(autoload=False)
+
+
+def declared_in(path: Path, inside: str) -> set[str]:
+    """Names declared under ``if TYPE_CHECKING`` in ``path``: the methods of class ``inside``,
+    or (``inside`` empty) the module's imported names."""
+    tree = ast.parse(path.read_text())
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if inside and isinstance(node, ast.ClassDef) and node.name == inside:
+            found |= {n.name for n in ast.walk(node) if isinstance(n, ast.FunctionDef)}
+        if not inside and isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING":
+            found |= {a.asname or a.name for n in node.body if isinstance(n, ast.ImportFrom) for a in n.names}
+    return found
+
+
+def test_declared_verbs_are_the_builtin_types_derived_verbs() -> None:
+    s = Session(builtin_registry().target_kind("unicorn").open("x86_64", builtin_registry()), builtin_registry(),
+                "unicorn:x86_64")
+    assert declared_in(PACKAGE / "verbs.py", "BuiltinVerbs") == set(s.derived_verbs())
+    for name in s.derived_verbs():
+        verb = getattr(s, name)
+        assert verb.__name__ == name and verb.__doc__, name  # help(s.register_kprobe) says something
+
+
+def test_declared_exports_are_the_builtin_types_exports() -> None:
+    exports = set(builtin_registry().exports())
+    static = declared_in(PACKAGE / "__init__.py", "")
+    assert static == exports - {"KPROBE_FLAG_DISABLED"}  # that one is a plain import of kpsdk.probe
+    assert static <= set(kpsdk.__all__) and static <= set(dir(kpsdk))
+
+
+def test_open_options_are_the_builtin_openers_parameters() -> None:
+    params = {"noprobe"}  # kpsdk.open's own
+    for kind in builtin_registry().targets.values():
+        sig = inspect.signature(kind.open)
+        params |= {p for p, v in sig.parameters.items() if v.kind is v.KEYWORD_ONLY or v.default is not v.empty}
+    assert set(OpenOptions.__annotations__) == params
+
+
+def test_every_public_session_member_has_a_docstring() -> None:
+    missing = [name for name, member in inspect.getmembers(Session)
+               if not name.startswith("_") and not (getattr(member, "__doc__", None) or "").strip()]
+    assert not missing
+
+
+GOOD = textwrap.dedent("""
+    import kpsdk
+    from kpsdk.fixtures import path
+
+    s = kpsdk.open("elf:" + str(path("riscv64")), abi="user")
+    kp: kpsdk.Kprobe = s.register_kprobe(kpsdk.Kprobe(symbol_name="add"))
+
+    @s.kretprobe("fact")
+    def on_return(ri: kpsdk.KretprobeInstance, regs: kpsdk.PtRegs) -> None:
+        print(regs.return_value)
+
+    slot: int = s.register_watchpoint(kpsdk.Watchpoint(symbol_name="counter", length=4))
+    s.run(timeout=5)
+""")
+MISTAKES = {
+    "a misspelled verb": ('s.register_kprobee(kpsdk.Kprobe(symbol_name="add"))', 'has no attribute "register_kprobee"'),
+    "a misspelled option": ('kpsdk.open("qemu-system:x86_64", kernal="vmlinuz")', '"kernal"'),
+    "a field of the wrong type": ('kpsdk.Kprobe(symbol_name=3)', '"symbol_name"'),
+    "the wrong probe class": ('s.register_kretprobe(kpsdk.Kprobe(symbol_name="add"))', '"register_kretprobe"'),
+    "a misspelled export": ("kpsdk.Kprob", 'has no attribute "Kprob"'),
+}
+
+
+def mypy_strict(tmp_path: Path, code: str) -> subprocess.CompletedProcess[str]:
+    """mypy --strict on ``code``, with a user's defaults (not kpsdk's settings).  An
+    installed wheel is found in site-packages (py.typed); an editable install's
+    import hook is invisible to mypy, so then the source tree is given as MYPYPATH."""
+    script = tmp_path / "user_script.py"
+    script.write_text(code)
+    # kpsdk's own modules are read for their types, their errors are not the user's (as for an installed package)
+    (tmp_path / "mypy.ini").write_text("[mypy]\n[mypy-kpsdk.*]\nfollow_imports = silent\n")
+    root = PACKAGE.parent
+    env = dict(os.environ)
+    if "site-packages" not in root.parts:
+        env["MYPYPATH"] = str(root)
+    return subprocess.run([sys.executable, "-m", "mypy", "--strict", "--no-incremental", "--config-file",
+                           str(tmp_path / "mypy.ini"), str(script)], capture_output=True, text=True, timeout=600,
+                          cwd=tmp_path, env=env)
+
+
+def test_mypy_strict_accepts_a_correct_script(tmp_path: Path) -> None:
+    proc = mypy_strict(tmp_path, GOOD)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("mistake", sorted(MISTAKES))
+def test_mypy_strict_finds_a_users_mistake(tmp_path: Path, mistake: str) -> None:
+    line, message = MISTAKES[mistake]
+    proc = mypy_strict(tmp_path, GOOD + "\n" + line + "\n")
+    assert proc.returncode == 1 and message in proc.stdout, proc.stdout
