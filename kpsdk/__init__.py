@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from kpsdk.errors import (
+    ImageFormatError,
     KprobeError,
     KpsdkError,
     ProbeHandlerError,
@@ -33,7 +34,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "KPROBE_FLAG_DISABLED", "KPROBE_FLAG_GONE", "TRAP_HANDLER_EXCEPTION",
-    "KpsdkError", "KprobeError", "ProbeHandlerError", "SymbolError", "TargetError", "TargetFault",
+    "ImageFormatError", "KpsdkError", "KprobeError", "ProbeHandlerError", "SymbolError", "TargetError", "TargetFault",
     "TargetExited", "ToolMissingError", "UnknownNameError", "UnsupportedTargetError", "Probe", "ProbeType", "Session",
     "hookimpl", "open", "get_registry",
 ]
