@@ -24,6 +24,7 @@ from kpsdk.cli import app
 from kpsdk.elfimage import load_elf
 from kpsdk.errors import ImageFormatError, KprobeError, KpsdkError
 from kpsdk.files import MAX_FILE_SIZE
+from kpsdk.kallsyms import load_kernel_symbols
 from kpsdk.targets.unicorn import MAX_LOAD
 from tests.badfiles import ElfPatch, deadline
 
@@ -197,6 +198,15 @@ def test_not_a_regular_file_as_a_program(not_a_file: tuple[Path, str]) -> None:
         assert info.value.errno == errno.EINVAL
         assert_cli_error(cli("list", str(path)), path, kind)
         assert_cli_error(cli("disasm", str(path), "add"), path, kind)
+
+
+def test_not_a_regular_file_as_symbols(not_a_file: tuple[Path, str]) -> None:
+    path, kind = not_a_file
+    with deadline(5):
+        with pytest.raises(ImageFormatError, match=kind):
+            kpsdk.open("gdb://127.0.0.1:9", arch="x86_64", symbols=str(path))  # nothing is connected to
+        with pytest.raises(ImageFormatError, match=kind):
+            load_kernel_symbols(path)
 
 
 def test_file_larger_than_kpsdk_reads(tmp_path: Path) -> None:
