@@ -41,8 +41,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
+from elftools.elf.constants import SH_FLAGS, SHN_INDICES
+from elftools.elf.sections import Symbol as ElfSymbol
+
 from kpsdk.cache import private_dir, read_private, write_private
-from kpsdk.elfimage import SHN_LORESERVE, SHT_SYMTAB, STB_LOCAL, STT_FUNC, STT_NOTYPE, STT_OBJECT, ElfFile
+from kpsdk.elfimage import ElfFile
 from kpsdk.errors import ImageFormatError, SymbolError
 from kpsdk.files import MAX_FILE_SIZE, read_regular
 from kpsdk.symbols import Symbol, SymbolTable
@@ -766,27 +769,38 @@ def _elf_symtab(data: bytes, source: str | os.PathLike[str]) -> list[KallsymsEnt
     A file whose ELF structure is broken also gives ``None``: the kallsyms search that
     follows does not need the ELF structure, and reports its own errors.
     """
+    entries: list[KallsymsEntry] = []
+    count = 0
     try:
         elf = ElfFile(data, source)
         symtab = elf.section(".symtab")
-        symbols = list(elf.symbols(symtab)) if symtab is not None and symtab.type == SHT_SYMTAB else []
+        if symtab is None or symtab.header["sh_type"] != "SHT_SYMTAB":
+            return None
+        code_sections = {sec.number for sec in elf.sections if sec.header["sh_flags"] & SH_FLAGS.SHF_EXECINSTR}
+        percpu = {sec.number for sec in elf.sections if sec.name == ".data..percpu"}
+        for sym in elf.symbols(symtab):
+            count += 1
+            entry = _symtab_entry(sym, code_sections, percpu)
+            if entry is not None:
+                entries.append(entry)
     except ImageFormatError:
         return None
-    if len(symbols) < 2:
+    return entries if count >= 2 else None
+
+
+def _symtab_entry(sym: ElfSymbol, code_sections: set[int], percpu: set[int]) -> KallsymsEntry | None:
+    """The kallsyms entry of one ``.symtab`` symbol: defined functions, objects and untyped
+    symbols in a section, lettered as kallsyms letters them; None for the others."""
+    kind, shndx = sym["st_info"]["type"], sym["st_shndx"]
+    if (not sym.name or not isinstance(shndx, int) or not 0 < shndx < SHN_INDICES.SHN_LORESERVE
+            or kind not in ("STT_FUNC", "STT_OBJECT", "STT_NOTYPE")):
         return None
-    exec_sections = {sec.number for sec in elf.sections if sec.flags & 0x4}  # SHF_EXECINSTR
-    percpu = {sec.number for sec in elf.sections if sec.name == ".data..percpu"}
-    entries: list[KallsymsEntry] = []
-    for sym in symbols:
-        if not sym.name or not 0 < sym.shndx < SHN_LORESERVE or sym.type not in (STT_FUNC, STT_OBJECT, STT_NOTYPE):
-            continue
-        code = sym.type == STT_FUNC or (sym.type == STT_NOTYPE and sym.shndx in exec_sections)
-        local = sym.bind == STB_LOCAL
-        letter = ("t" if local else "T") if code else ("d" if local else "D")
-        if sym.shndx in percpu:  # offsets into each CPU's area, not addresses: kallsyms says "A"
-            letter = "A"
-        entries.append(KallsymsEntry(sym.value, letter, sym.name))
-    return entries
+    code = kind == "STT_FUNC" or (kind == "STT_NOTYPE" and shndx in code_sections)
+    local = sym["st_info"]["bind"] == "STB_LOCAL"
+    letter = ("t" if local else "T") if code else ("d" if local else "D")
+    if shndx in percpu:  # offsets into each CPU's area, not addresses: kallsyms says "A"
+        letter = "A"
+    return KallsymsEntry(sym["st_value"], letter, sym.name)
 
 
 def load_kallsyms_from_image(path: str | os.PathLike[str], *, cache: bool = True) -> SymbolTable:

@@ -16,6 +16,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from elftools.common.exceptions import ELFError, ELFParseError
+from elftools.elf.sections import StringTableSection
 from typer.testing import CliRunner
 
 import kpsdk
@@ -170,6 +172,113 @@ def test_many_symbols_out_of_address_order(tmp_path: Path) -> None:
     assert len(image.symbols) == n
     assert image.symbols.lookup(0x400000 + 16 * n + 4) == ("f0", 4, 16)
     assert image.symbols.get("f1").address == 0x400000 + 16 * (n - 1)
+
+
+def test_symbol_table_not_a_whole_number_of_entries(tmp_path: Path) -> None:
+    def edit(e: ElfPatch) -> None:
+        symtab = e.section_index(".symtab")
+        e.set("shdr", symtab, "sh_size", e.get("shdr", symtab, "sh_size") + 5)
+
+    open_error(patched(tmp_path, "x86_64", edit),
+               match="section .symtab: sh_size 0x[0-9a-f]+ is not a multiple of sh_entsize 24")
+
+
+@pytest.mark.parametrize(("field", "value", "match"), [
+    ("sh_offset", 2**63, r"\d+ bytes at file offset 0x8000000000000000 run past the end of the file"),
+    ("sh_flags", 0x800, "sh_flags has SHF_COMPRESSED, but kpsdk reads this section only uncompressed"),
+])
+def test_section_name_table_checked_before_it_is_read(tmp_path: Path, field: str, value: int, match: str) -> None:
+    """Unchecked, pyelftools would seek to 2**63 (OverflowError) to read a name, or read a
+    compression header first."""
+    path = patched(tmp_path, "x86_64", lambda e: e.set("shdr", e.get("header", 0, "e_shstrndx"), field, value))
+    open_error(path, match=r"section \d+ \(the section name table\): " + match)
+
+
+def test_compressed_string_table(tmp_path: Path) -> None:
+    def edit(e: ElfPatch) -> None:
+        strtab = e.get("shdr", e.section_index(".symtab"), "sh_link")
+        e.set("shdr", strtab, "sh_flags", e.get("shdr", strtab, "sh_flags") | 0x800)
+
+    open_error(patched(tmp_path, "x86_64", edit), match="section .strtab: sh_flags has SHF_COMPRESSED")
+
+
+@pytest.mark.parametrize(("table", "match"), [
+    ("strtab", "section .strtab"),
+    ("shstrtab", r"section \d+ \(the section name table\)"),
+])
+def test_string_table_without_its_last_nul(tmp_path: Path, table: str, match: str) -> None:
+    """One byte shorter, a table ends inside its last string: pyelftools would read that string on
+    to the next NUL in the file, however far."""
+
+    def edit(e: ElfPatch) -> None:
+        if table == "strtab":
+            index = e.get("shdr", e.section_index(".symtab"), "sh_link")
+        else:
+            index = e.get("header", 0, "e_shstrndx")
+        e.set("shdr", index, "sh_size", e.get("shdr", index, "sh_size") - 1)
+
+    open_error(patched(tmp_path, "x86_64", edit), match=match + ": the string table does not end with a NUL byte")
+
+
+def test_string_offsets_outside_their_tables(tmp_path: Path) -> None:
+    path = patched(tmp_path, "x86_64", lambda e: e.set("sym", e.symbol_index("add"), "st_name", 0xFFFFFFF0))
+    open_error(path, match=r"section .symtab: symbol \d+: string offset 0xfffffff0 is outside its string table "
+                           r"\(\d+ bytes\)")
+    path = patched(tmp_path, "x86_64", lambda e: e.set("shdr", e.section_index(".text"), "sh_name", 0xFFFFFFF0),
+                   "bad-name.elf")
+    open_error(path, match=r"the name of section \d+: string offset 0xfffffff0 is outside its string table")
+
+
+def test_extended_section_and_segment_numbering(tmp_path: Path) -> None:
+    """e_shnum 0, e_shstrndx SHN_XINDEX and e_phnum PN_XNUM: the section count, the name table's
+    index and the program header count are in section 0 (sh_size, sh_link, sh_info), as in files
+    with 65280 or more sections or 65535 or more program headers."""
+
+    def edit(e: ElfPatch) -> None:
+        for field, value, in_section_0 in (("e_shnum", 0, "sh_size"), ("e_shstrndx", 0xFFFF, "sh_link"),
+                                           ("e_phnum", 0xFFFF, "sh_info")):
+            e.set("shdr", 0, in_section_0, e.get("header", 0, field))
+            e.set("header", 0, field, value)
+
+    path = patched(tmp_path, "x86_64", edit)
+    assert load_elf(path).symbols.get("add") == load_elf(fixtures.path("x86_64")).symbols.get("add")
+    with kpsdk.open(f"elf:{path}") as s:
+        assert s.call("add", 2, 3) == 5
+    no_sections = patched(tmp_path, "x86_64", lambda e: (edit(e), e.set("header", 0, "e_shoff", 0)), "no-sections.elf")
+    open_error(no_sections, match="e_phnum is PN_XNUM but there is no section 0 to hold the count")
+
+
+def test_sections_kpsdk_does_not_read_may_be_corrupt(tmp_path: Path) -> None:
+    """A position-independent executable (it has a PT_DYNAMIC) whose dynamic symbol table, hash
+    table and dynamic section are broken still opens: kpsdk builds only what it reads.  (Asked for
+    its segments or sections, pyelftools builds the PT_DYNAMIC's sections and their links, and
+    fails on the hash table's.)"""
+    elf = ElfPatch(fixtures.pie_path("x86_64").read_bytes())
+    elf.set("shdr", elf.section_index(".gnu.hash"), "sh_link", elf.section_index(".gnu.hash"))
+    elf.set("shdr", elf.section_index(".dynamic"), "sh_link", 0xFFFF)
+    elf.set("shdr", elf.section_index(".dynsym"), "sh_offset", 2**63)
+    path = tmp_path / "pie.elf"
+    path.write_bytes(bytes(elf.data))
+    assert load_elf(path).kind == "ET_DYN"
+    with kpsdk.open(f"elf:{path}") as s:
+        assert s.call("add", 2, 3) == 5
+
+
+def test_pyelftools_errors_become_image_format_errors(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where kpsdk calls pyelftools, its exceptions reach the user as ImageFormatError naming the
+    file and what was read, with pyelftools' exception as the cause."""
+    failure = ELFParseError("expected 4, found 2")
+
+    def get_string(self: StringTableSection, offset: int) -> str:
+        raise failure
+
+    monkeypatch.setattr(StringTableSection, "get_string", get_string)
+    path = fixtures.path("x86_64")
+    with pytest.raises(ImageFormatError, match=r"the name of section 0: expected 4, found 2") as info:
+        load_elf(path)
+    assert info.value.path == str(path) and info.value.__cause__ is failure
+    assert isinstance(info.value.__cause__, ELFError)
+    assert_cli_error(cli("list", str(path)), path, "expected 4, found 2")
 
 
 # -- paths that are not regular files ------------------------------------------------------------
