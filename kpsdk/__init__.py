@@ -19,6 +19,7 @@ from kpsdk.errors import (
     ArgumentError,
     CapabilityError,
     FieldTypeError,
+    ImageFormatError,
     KprobeError,
     KpsdkError,
     LocationError,
@@ -62,10 +63,10 @@ __version__ = "0.1.0"
 
 __all__ = [
     "KPROBE_FLAG_DISABLED", "KPROBE_FLAG_GONE", "TRAP_HANDLER_EXCEPTION",
-    "ArgumentError", "CapabilityError", "FieldTypeError", "KpsdkError", "KprobeError", "LocationError",
-    "ProbeHandlerError", "SymbolError", "TargetError", "TargetFault", "TargetExited", "TargetStalled",
-    "ToolMissingError", "UnknownNameError", "UnsupportedTargetError", "Probe", "ProbeType", "Session",
-    "PtRegs", "OpenOptions", "hookimpl", "open", "get_registry",
+    "ArgumentError", "CapabilityError", "FieldTypeError", "ImageFormatError", "KpsdkError", "KprobeError",
+    "LocationError", "ProbeHandlerError", "SymbolError", "TargetError", "TargetFault", "TargetExited",
+    "TargetStalled", "ToolMissingError", "UnknownNameError", "UnsupportedTargetError", "Probe", "ProbeType",
+    "Session", "PtRegs", "OpenOptions", "hookimpl", "open", "get_registry",
     "Kprobe", "Kretprobe", "KretprobeInstance", "KRETPROBE_MAXACTIVE_MAX", "KRETPROBE_MAX_DATA_SIZE",
     "Uprobe", "Uretprobe", "UretprobeInstance", "parse_uprobe", "register_uprobe", "register_uprobes",
     "register_uretprobe", "unregister_uprobe", "unregister_uprobes", "unregister_uretprobe",

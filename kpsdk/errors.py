@@ -152,6 +152,23 @@ class SymbolError(KpsdkError, LookupError):
     """A symbol or ``sym+off`` expression could not be resolved."""
 
 
+class ImageFormatError(TargetError, SymbolError):
+    """A file kpsdk was given to read cannot be used: a malformed or truncated ELF file,
+    kernel image, kallsyms table, System.map or kallsyms list, one too large to read, or
+    something that is not a regular file at all (a FIFO, ``/dev/zero``).
+
+    ``path`` is the file (or ``<text>``/``<image>`` for data passed in memory), ``line`` the
+    line of a text file (else None), and the message says what is wrong and where: the field,
+    the file offset or the line.  It is both a :class:`TargetError` (what opening a target on
+    a bad file raises) and a :class:`SymbolError` (what reading symbols from a bad file
+    raises), so code written against either keeps catching it.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], problem: str, line: int | None = None) -> None:
+        self.path, self.problem, self.line = os.fspath(path), problem, line
+        super().__init__(f"{self.path}{'' if line is None else f':{line}'}: {problem}")
+
+
 #: longest rendering of a user's value in a message (a fuzzed 5,000-character name stays one line)
 SHOWN_MAX = 60
 

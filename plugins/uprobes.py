@@ -354,7 +354,7 @@ def _read_image(path: str) -> ElfImage:
         try:
             image = load_elf(path)
         except TargetError as e:
-            raise KprobeError(errno.EINVAL, f"{path} is not an executable ELF file: {e}") from None
+            raise KprobeError(errno.EINVAL, f"not an executable ELF file: {e}") from None  # e names the path
         _images[key] = image
     return image
 
