@@ -19,20 +19,18 @@ from typer.testing import CliRunner
 
 import kpsdk
 from kpsdk import fixtures
-from kpsdk.cli import (
+from kpsdk.cli import app
+from kpsdk.cli.hitstrings import (
     STRING_FAULT,
     STRING_OK,
     STRING_SLOT,
     STRING_TRUNCATED,
-    app,
-    errno_name,
     load_strings,
-    scan_plugin_args,
     show_string,
-    signed_return,
-    split_plugin_values,
     store_strings,
 )
+from kpsdk.cli.plugin_args import scan_plugin_args, split_plugin_values
+from kpsdk.cli.returns import errno_name, signed_return
 from kpsdk.registry import configure
 from tests.conftest import require_tool
 
