@@ -20,7 +20,7 @@ import pluggy
 
 from kpsdk import hookspecs
 from kpsdk.arch import Arch, ArchRegistry
-from kpsdk.errors import KpsdkError, UnknownNameError
+from kpsdk.errors import KpsdkError, PluginLoadError, UnknownNameError
 from kpsdk.probe import ProbeType
 from kpsdk.target import TargetKind
 
@@ -28,10 +28,6 @@ GROUP = "kpsdk"
 #: set (to anything) in the environment: third-party entry points do not load by themselves
 AUTOLOAD_ENV = "KPSDK_DISABLE_PLUGIN_AUTOLOAD"
 hookimpl = pluggy.HookimplMarker("kpsdk")
-
-
-class PluginLoadError(KpsdkError):
-    """A plugin named with ``-p`` could not be found or imported."""
 
 
 class Registry:

@@ -35,7 +35,7 @@ from typing import Any
 
 from pygdbmi import gdbmiparser
 
-from kpsdk.errors import TargetError, TargetStalled, ToolMissingError
+from kpsdk.errors import GdbError, TargetError, TargetStalled, ToolMissingError
 
 #: every MI command answers within this many seconds or gdb is declared stuck (and killed)
 COMMAND_TIMEOUT = 20.0
@@ -67,10 +67,6 @@ def check_text(text: str, what: str) -> None:
     """Refuse text gdb cannot be given: a control character (a newline would end the command)."""
     if _CONTROL.search(text):
         raise TargetError(f"{what} {text!r} holds a control character (a line break?), which gdb cannot be given")
-
-
-class GdbError(TargetError):
-    """gdb answered ``^error`` to a command."""
 
 
 class MiConnection:
