@@ -6,8 +6,8 @@ polling.  Here every command carries a token and its ``^done``/``^error`` is
 awaited with a blocking ``select`` bounded by a deadline; asynchronous records
 (``*stopped``, ``*running``) are queued for whoever waits for them.
 
-gdb is started with the settings the facts in design.md call for, before any
-connection is made: ``mi-async on`` (must precede ``target remote``),
+gdb is started with these settings, before any connection is made:
+``mi-async on`` (must precede ``target remote``),
 ``auto-connect-native-target off`` (else, after a disconnect, gdb would run
 the program natively on the host), no pagination, no confirmation.
 
