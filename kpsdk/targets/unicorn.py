@@ -12,7 +12,7 @@ the enabled knob or the optimization knob change):
     post_handler, as in the kernel.
 ``breakpoint`` (the classic path with the kprobe booster)
     A trap instruction over the probed one, and an out-of-line copy of the
-    original instruction followed by a jump back (seed 002 section 6.1).  One
+    original instruction followed by a jump back (the kprobe booster, Guts section 6.1).  One
     interrupt hook and a dict lookup serve any number of probes, so the
     per-hit cost stays flat up to 10,000 probes and beyond.
 ``hook`` + step (not optimized)
