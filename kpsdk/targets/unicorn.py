@@ -66,6 +66,7 @@ from kpsdk.symbols import Symbol, SymbolTable
 from kpsdk.target import MappedFile, Target, TargetKind
 from kpsdk.targets.ucdetour import DATA_SIZE, DetourEngine
 from kpsdk.targets.ucfast import FastHooks, FastRegs, FastWords
+from kpsdk.targets.ucstep import SoftStep
 from kpsdk.targets.ucwatch import UcWatch
 
 if TYPE_CHECKING:
@@ -140,6 +141,8 @@ class UnicornTarget(Target):
         self._bp_points: dict[int, ProbePoint] = {}
         self._slot_points: dict[int, ProbePoint] = {}
         self._hook_points: dict[int, ProbePoint] = {}
+        #: software single-step for post_handlers: persistent successor hooks, one pending step
+        self.stepper = SoftStep(self, self._hook_points)
         self._n_optimized = 0
         self._area = 0
         self._free_slots: list[int] = []
@@ -147,7 +150,6 @@ class UnicornTarget(Target):
         self._console = bytearray()
         self._exit_status: int | None = None
         self._pending: BaseException | None = None
-        self._step: tuple[ProbePoint, list[int]] | None = None
         self._depth = 0
         self._started = False
         bp = self.default_iset.unicorn_breakpoint
@@ -338,7 +340,8 @@ class UnicornTarget(Target):
     def _arm(self, point: ProbePoint, mechanism: str, optimized: bool) -> None:
         addr, size = point.addr, point.insn.size
         if mechanism == "hook":
-            point.state["hook"] = self.hooks.code(self._internal_hooks.get(addr, self._on_code), addr, addr)
+            callback = self._internal_hooks.get(addr) or self._hook_callback(point)
+            point.state["hook"] = self.hooks.code(callback, addr, addr)
             self._hook_points[addr] = point
             if optimized:
                 self._n_optimized += 1
@@ -376,6 +379,7 @@ class UnicornTarget(Target):
         addr = point.addr
         if point.mechanism == "hook":
             self.hooks.delete(point.state.pop("hook"))  # type: ignore[arg-type]
+            self.stepper.release(point)
             self._hook_points.pop(addr, None)
             if point.optimized:
                 self._n_optimized -= 1
@@ -458,7 +462,7 @@ class UnicornTarget(Target):
                 point = self._bp_points.get(pc + self._bp_adjust)
                 if point is not None:
                     new = None if point.insn.condition is not None and not self._condition_passes(point) \
-                        else self.manager.pre(point, self.hit_regs)
+                        else self._run_pre(point)
                     if new is not None:
                         self._set_pc(new, point)
                     elif point.mechanism != "breakpoint":  # a handler disarmed or re-armed it: run it in place
@@ -475,24 +479,45 @@ class UnicornTarget(Target):
         except BaseException as exc:  # noqa: BLE001 - stored and re-raised by run()/call()
             self.fail(exc)
 
-    def _on_code(self, handle: int, addr: int, size: int, user: int) -> None:
-        try:
-            point = self._hook_points.get(addr)
-            if point is None:
-                return
-            if point.resuming:
-                point.resuming = False
-                return
-            if point.insn.condition is not None and not self._condition_passes(point):
-                return
-            reentrant = self.manager.busy
-            new = self.manager.pre(point, self.hit_regs)
-            if new is not None:
-                self._set_pc(new, point)
-            elif point.needs_step and not reentrant:
-                self._start_step(point)
-        except BaseException as exc:  # noqa: BLE001 - stored and re-raised by run()/call()
-            self.fail(exc)
+    def _hook_callback(self, point: ProbePoint) -> Callable[[int, int, int, int], None]:
+        """The code hook of one hook-path point: a closure over the point and what its
+        hits need, so a hit does no lookup by address and no generic dispatch (the
+        probe manager's ``point.run_pre`` is specialized to the point's probes too)."""
+        regs, stepper, manager, fail, set_pc = self.hit_regs, self.stepper, self.manager, self.fail, self._set_pc
+        start_step, condition_passes = self._start_step, self._condition_passes
+        conditional = point.insn.condition is not None
+        state = point.state
+
+        def on_hit(handle: int, addr: int, size: int, user: int) -> None:
+            try:
+                if point.resuming:
+                    point.resuming = False
+                    return
+                if stepper.pending is not None:  # a step arriving here ends before this hit starts
+                    stepper.reached(addr)
+                if conditional and not condition_passes(point):
+                    return
+                run_pre = point.run_pre
+                if run_pre is None:  # unregistered by a handler in this same block
+                    return
+                reentrant = manager.busy
+                new = run_pre(regs)
+                if new is not None:
+                    set_pc(new, point)
+                elif point.needs_step and not reentrant:
+                    fixed = state.get("step_fixed")  # the step of an instruction that does not branch
+                    if fixed is not None:
+                        stepper.pending = fixed  # type: ignore[assignment]
+                    else:
+                        start_step(point)
+            except BaseException as exc:  # noqa: BLE001 - stored and re-raised by run()/call()
+                fail(exc)
+
+        return on_hit
+
+    def _run_pre(self, point: ProbePoint) -> int | None:
+        run_pre = point.run_pre
+        return None if run_pre is None else run_pre(self.hit_regs)
 
     def _condition_passes(self, point: ProbePoint) -> bool:
         """A conditional instruction whose condition fails is skipped, handlers
@@ -528,26 +553,16 @@ class UnicornTarget(Target):
         return self._slot_points.get(addr - (addr - self._area - SLOT_BASE) % SLOT_SIZE)
 
     def _start_step(self, point: ProbePoint) -> None:
-        handles = self.successor_hooks(self._cs_insn(point), self._on_step)
-        assert handles is not None, "registration refuses post_handlers where can_step() is False"
-        self._step = (point, handles)
-        # leave the current translation block so the new hooks are seen, and
-        # re-enter this instruction without running its handlers again
-        point.resuming = True
-        self.uc.ctl_remove_cache(point.addr, point.addr + point.insn.size)
-        self._set_pc(point.addr, point)
-
-    def _on_step(self, handle: int, addr: int, size: int, user: int) -> None:
-        try:
-            if self._step is None:
-                return
-            point, handles = self._step
-            self._step = None
-            for h in handles:
-                self.hooks.delete(h)
-            self.manager.post(point, self.hit_regs, addr)
-        except BaseException as exc:  # noqa: BLE001 - stored and re-raised by run()/call()
-            self.fail(exc)
+        """Run the point's post_handlers after its instruction (:mod:`kpsdk.targets.ucstep`):
+        the step is pending, and the persistent hooks on the successors end it."""
+        fresh = self.stepper.start(point, self._cs_insn(point))
+        assert fresh is not None, "registration refuses post_handlers where can_step() is False"
+        if fresh:
+            # a successor got its first hook: leave the current translation block so that the
+            # hook is seen, and re-enter this instruction without running its handlers again
+            point.resuming = True
+            self.uc.ctl_remove_cache(point.addr, point.addr + point.insn.size)
+            self._set_pc(point.addr, point)
 
     def _set_pc(self, addr: int, point: ProbePoint | None = None) -> None:
         if self.arch.has_thumb and not addr & 1:
@@ -830,7 +845,7 @@ class UnicornTarget(Target):
                 self._depth -= 1
             if self._pending is not None:
                 pending, self._pending = self._pending, None
-                self._step = None
+                self.stepper.clear()
                 raise pending
             if error is None:
                 return

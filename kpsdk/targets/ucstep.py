@@ -1,0 +1,228 @@
+"""Software single-step on Unicorn with persistent successor hooks.
+
+A post_handler runs once the probed instruction has executed (K3).  Unicorn
+has no single-step trap a hook can ask for, so kpsdk steps in software, as gdb
+does on ARM and RISC-V: the arch backend's ``successors()`` says where the
+instruction can go from the registers now, and a code hook at each of those
+addresses runs the post_handlers at the first one reached.
+
+Those hooks used to be one-shot: added at each hit and deleted at the next
+instruction.  In Unicorn 2.1.4 ``uc_hook_del`` only marks a hook; it is freed
+when the outermost ``uc_emu_start`` returns, and until then every translated
+instruction and every later ``uc_hook_del`` walks the growing list, so the
+n-th hit of a run cost O(n) and a run was quadratic (``uc.c``,
+``uc_hook_del`` and ``clear_deleted_hooks``; docs/performance.md).
+
+Here a successor's hook is added the first time that address is a successor
+and then stays for as long as a point stepping there is armed: a hit only sets
+:attr:`SoftStep.pending` (which point, which addresses), and the hook, reached
+with nothing pending or for another point's step, returns at once.  No hook is
+added or deleted per hit, and no translation is dropped once every successor
+has its hook, so a post_handler hit costs two hook callbacks and flat with the
+number of hits.
+
+``successors()`` is evaluated per hit (a ``ret`` goes where the stack says) but
+memoized per instruction on the registers and memory words it read: replaying
+those reads and finding the same values gives the same answer, since the
+backend's function depends on nothing else.  A fall-through instruction reads
+nothing, so its answer is computed once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import capstone
+
+    from kpsdk.manager import ProbePoint
+    from kpsdk.targets.uchost import UnicornHost
+
+#: the most answers memoized per instruction (a ``ret`` seen from many call sites stops memoizing)
+MEMO_LIMIT = 64
+
+
+class SuccessorMemo:
+    """``successors()`` of one instruction, memoized on what it read.
+
+    ``reads`` is the first evaluation's sequence of reads (``("r", name)`` or
+    ``("m", addr, size)``); an answer is stored under the values those reads
+    gave, and only for evaluations that made exactly those reads, so replaying
+    them and finding a stored key is the same as evaluating again.
+    """
+
+    __slots__ = ("insn", "reads", "memo")
+
+    def __init__(self, insn: capstone.CsInsn) -> None:
+        self.insn = insn
+        self.reads: tuple[tuple[object, ...], ...] | None = None
+        self.memo: dict[tuple[object, ...], frozenset[int] | None] = {}
+
+
+class SoftStep:
+    """The persistent successor hooks of one Unicorn target and the one pending step."""
+
+    def __init__(self, host: UnicornHost, hook_points: Mapping[int, ProbePoint]) -> None:
+        self._host = host
+        self._hook_points = hook_points  # the host's hook-path points, by address
+        self._hooks: dict[int, int] = {}  # successor address (no Thumb bit) -> hook handle
+        self._users: dict[int, set[int]] = {}  # successor address -> ids of the points stepping there
+        self._used: dict[int, set[int]] = {}  # id(point) -> the successor addresses it added
+        #: the step under way: the point whose instruction runs, and where it may arrive
+        self.pending: tuple[ProbePoint, frozenset[int]] | None = None
+        self._callback = self._on_successor
+
+    @property
+    def hooked(self) -> int:
+        """How many successor addresses have a persistent hook now."""
+        return len(self._hooks)
+
+    # -- successors ------------------------------------------------------------------------------
+
+    def successors(self, point: ProbePoint, insn: capstone.CsInsn) -> frozenset[int] | None:
+        """Where ``insn`` (the point's instruction) can go now, without Thumb bits."""
+        memo = point.state.get("succ_memo")
+        if not isinstance(memo, SuccessorMemo):
+            memo = SuccessorMemo(insn)
+            point.state["succ_memo"] = memo
+        reads = memo.reads
+        if reads is not None:
+            key = self._replay(reads)
+            if key in memo.memo:
+                return memo.memo[key]
+        log: list[tuple[object, ...]] = []
+        values: list[object] = []
+        answer = self._evaluate(insn, log, values)
+        if reads is None:
+            memo.reads = reads = tuple(log)
+        if tuple(log) == reads and len(memo.memo) < MEMO_LIMIT:
+            memo.memo[tuple(values)] = answer
+        return answer
+
+    def _replay(self, reads: tuple[tuple[object, ...], ...]) -> tuple[object, ...]:
+        if not reads:
+            return ()
+        host = self._host
+        fast, arch, uc = host.fast, host.arch, host.uc
+        out: list[object] = []
+        for r in reads:
+            if r[0] == "r":
+                out.append(fast.read(arch.register(str(r[1]))))
+            else:
+                out.append(bytes(uc.mem_read(int(r[1]), int(r[2]))))  # type: ignore[call-overload]
+        return tuple(out)
+
+    def _evaluate(self, insn: capstone.CsInsn, log: list[tuple[object, ...]],
+                  values: list[object]) -> frozenset[int] | None:
+        host = self._host
+        fast, arch, uc = host.fast, host.arch, host.uc
+
+        def reg(name: str) -> int:
+            value = fast.read(arch.register(name))
+            log.append(("r", name))
+            values.append(value)
+            return value
+
+        def mem(addr: int, size: int) -> bytes:
+            data = bytes(uc.mem_read(addr, size))
+            log.append(("m", addr, size))
+            values.append(data)
+            return data
+
+        succ = arch.insn.successors(insn, reg, mem, arch.word_size)
+        if succ is None:
+            return None
+        strip = ~1 if arch.has_thumb else ~0
+        return frozenset(a & strip for a in succ)
+
+    # -- the step ----------------------------------------------------------------------------------
+
+    def start(self, point: ProbePoint, insn: capstone.CsInsn) -> bool | None:
+        """Make ``point``'s step pending (its instruction ``insn`` is about to run).
+
+        Returns True when a successor got its first hook (the caller must then re-enter
+        the instruction so that the translation that runs sees it), False when the
+        hooks were all there, None when the backend cannot follow the instruction.
+        An instruction whose successors read nothing (no branch) keeps them in
+        ``point.state["step_fixed"]`` once hooked: its hits only assign :attr:`pending`.
+        """
+        fixed = point.state.get("step_fixed")
+        if fixed is not None:
+            self.pending = fixed  # type: ignore[assignment]
+            return False
+        succ = self.successors(point, insn)
+        if succ is None:
+            return None
+        fresh = self.arm(point, succ)
+        memo = point.state.get("succ_memo")
+        if isinstance(memo, SuccessorMemo) and memo.reads == ():
+            point.state["step_fixed"] = (point, succ)  # the pending step of every later hit
+        return fresh
+
+    def arm(self, point: ProbePoint, succ: frozenset[int]) -> bool:
+        """Make ``point``'s step pending, its post_handlers to run at the first of ``succ``
+        reached.  Returns True when a successor got its first hook (see :meth:`start`)."""
+        fresh = False
+        host = self._host
+        used = self._used.get(id(point))
+        for a in succ:
+            if used is None or a not in used:
+                if used is None:
+                    used = self._used[id(point)] = set()
+                used.add(a)
+                self._users.setdefault(a, set()).add(id(point))
+            if a not in self._hooks:
+                self._hooks[a] = host.hooks.code(self._callback, a, a)
+                host.uc.ctl_remove_cache(a, a + 1)
+                fresh = True
+        self.pending = (point, succ)
+        return fresh
+
+    def reached(self, addr: int) -> None:
+        """The CPU is about to run ``addr``: if that ends the pending step, run its post_handlers
+        (K3: regs show the state after the instruction, ``regs.ip`` is ``addr``)."""
+        step = self.pending
+        if step is not None and addr in step[1]:
+            self.pending = None
+            host = self._host
+            host.manager.post(step[0], host.hit_regs, addr)
+
+    def _on_successor(self, handle: int, addr: int, size: int, user: int) -> None:
+        try:
+            step = self.pending
+            if step is None or addr not in step[1]:
+                return
+            point = self._hook_points.get(addr)
+            if point is not None and not point.internal:  # its own hook runs the step first (see reached)
+                return
+            self.pending = None
+            host = self._host
+            host.manager.post(step[0], host.hit_regs, addr)
+        except BaseException as exc:  # noqa: BLE001 - stored and re-raised by run()/call()
+            self._host.fail(exc)
+
+    def release(self, point: ProbePoint) -> None:
+        """``point`` no longer steps (disarmed, or its post_handlers are gone): delete the
+        successor hooks no other point uses.  Registration time, not hit time."""
+        if self.pending is not None and self.pending[0] is point:
+            self.pending = None
+        point.state.pop("succ_memo", None)
+        point.state.pop("step_fixed", None)
+        host = self._host
+        for a in self._used.pop(id(point), ()):
+            users = self._users.get(a)
+            if users is None:
+                continue
+            users.discard(id(point))
+            if not users:
+                del self._users[a]
+                handle = self._hooks.pop(a, None)
+                if handle is not None:
+                    host.hooks.delete(handle)
+                    host.uc.ctl_remove_cache(a, a + 1)
+
+    def clear(self) -> None:
+        """Forget the pending step (the run ended with an error inside it)."""
+        self.pending = None
+

@@ -1,0 +1,75 @@
+"""post_handlers on Unicorn (K3) through persistent successor hooks (kpsdk/targets/ucstep.py).
+
+Each hit of a post_handler point only marks a step pending; the hooks on the
+successors stay from hit to hit.  These tests check what that must not change:
+every hit runs its post_handler once, after the instruction, in order with the
+next probe's pre_handler, and unregistering takes the hooks away.
+"""
+
+from __future__ import annotations
+
+import kpsdk
+from tests.conftest import instructions, probe_addr
+
+
+def test_every_instruction_of_a_function_gets_its_post_handler_on_every_hit(session: kpsdk.Session) -> None:
+    insns = instructions(session, "inc")
+    events: list[tuple[str, int, int]] = []
+
+    def pre(p: kpsdk.Probe, regs: kpsdk.regs.PtRegs) -> int:
+        events.append(("pre", p.addr, regs.ip))
+        return 0
+
+    def post(p: kpsdk.Probe, regs: kpsdk.regs.PtRegs, flags: int) -> None:
+        events.append(("post", p.addr, regs.ip))
+
+    probes = [kpsdk.Kprobe(addr=probe_addr(session, i.address), pre_handler=pre, post_handler=post) for i in insns]
+    session.register_kprobes(probes)
+    n = 300
+    assert session.call("loop", n) == n * (n + 1) // 2
+    for p in probes:
+        assert p.hits == n and p.nmissed == 0
+    assert len(events) == 2 * n * len(insns)
+    per_call = 2 * len(insns)
+    for call in range(n):
+        got = events[call * per_call:(call + 1) * per_call]
+        for k, i in enumerate(insns):  # pre, then post after the instruction, then the next one's pre (K3)
+            pre_ev, post_ev = got[2 * k], got[2 * k + 1]
+            assert pre_ev[0] == "pre" and post_ev[0] == "post"
+            assert pre_ev[2] == i.address and post_ev[2] != i.address
+            if k + 1 < len(insns):
+                assert post_ev[2] == i.address + i.size  # inc runs straight through
+    rets = {ev[2] for ev in events if ev[0] == "post" and ev[1] == probes[-1].addr}
+    loop = session.symbols.get("loop")
+    assert len(rets) == 1 and loop.address <= rets.pop() < loop.address + loop.size  # back in loop()
+    session.unregister_kprobes(probes)
+    assert session.target.stepper.hooked == 0  # type: ignore[attr-defined]
+    assert session.call("loop", 10) == 55
+
+
+def test_post_handler_hits_are_not_lost_over_many_hits(session: kpsdk.Session) -> None:
+    posts = []
+    kp = kpsdk.Kprobe(symbol_name="inc", post_handler=lambda p, r, f: posts.append(r.ip))
+    session.register_kprobe(kp)
+    n = 5000
+    assert session.call("loop", n) == n * (n + 1) // 2
+    assert kp.hits == n == len(posts) and kp.nmissed == 0
+    assert session.call("loop", n) == n * (n + 1) // 2
+    assert kp.hits == 2 * n == len(posts)
+    assert session.target.stepper.hooked >= 1  # type: ignore[attr-defined]
+    session.unregister_kprobe(kp)
+    assert session.target.stepper.hooked == 0  # type: ignore[attr-defined]
+
+
+def test_two_points_share_a_successor_hook_until_both_are_gone(session: kpsdk.Session) -> None:
+    first, second = instructions(session, "loop")[:2]
+    a = kpsdk.Kprobe(addr=probe_addr(session, first.address), post_handler=lambda p, r, f: None)
+    b = kpsdk.Kprobe(addr=probe_addr(session, second.address), post_handler=lambda p, r, f: None)
+    session.register_kprobes([a, b])
+    assert session.call("loop", 3) == 6
+    assert a.hits == b.hits == 1
+    session.unregister_kprobe(a)
+    assert session.call("loop", 3) == 6
+    assert b.hits == 2
+    session.unregister_kprobe(b)
+    assert session.target.stepper.hooked == 0  # type: ignore[attr-defined]
