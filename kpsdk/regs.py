@@ -10,6 +10,7 @@ honoured when the pre_handler returns non-zero (K2), so it is held aside.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, ClassVar, Protocol
 
@@ -40,7 +41,7 @@ class PtRegs:
     reaches after a failed lookup (handlers read registers on every hit).
     """
 
-    __slots__ = ("_arch", "_io", "_read", "_abi", "_table", "_read_mem", "_hit", "_arg_regs")
+    __slots__ = ("_arch", "_io", "_read", "_abi", "_table", "_read_mem", "_hit", "_arg_regs", "_arg_readers")
     _arch: Arch
     _io: RegisterIO
     _read: Callable[[Register], int]  # _io.read, held directly: one lookup less per read
@@ -51,6 +52,9 @@ class PtRegs:
     #: [new ip set by a handler or None, the probed address or None]
     _hit: list[int | None]
     _arg_regs: tuple[Register, ...]
+    #: one reader per argument register (``io.reader(reg)`` where the target has it, else
+    #: ``io.read`` bound to the register): ``arg(n)`` is then one call, no lookups
+    _arg_readers: tuple[Callable[[], int], ...]
 
     _classes: ClassVar[dict[str, type[PtRegs]]] = {}
 
@@ -76,6 +80,11 @@ class PtRegs:
         regs._read = io.read
         regs._hit = [None, None]
         regs._arg_regs = tuple(arch.register(r) for r in abi.args)
+        reader = getattr(io, "reader", None)
+        if reader is None:
+            regs._arg_readers = tuple(functools.partial(io.read, reg) for reg in regs._arg_regs)
+        else:
+            regs._arg_readers = tuple(reader(reg) for reg in regs._arg_regs)
         return regs
 
     # The probe manager sets the probe address before handlers run so that
@@ -112,9 +121,10 @@ class PtRegs:
         Register arguments come from registers; the rest from the stack, where
         the calling convention puts them at entry.
         """
+        readers = self._arg_readers
+        if n < len(readers):
+            return readers[n]()
         regs = self._arg_regs
-        if n < len(regs):
-            return self._read(regs[n])
         arch = self._arch
         word = arch.word_size
         addr = self._read(self._table["sp"]) + self._abi.stack_args_offset + word * (n - len(regs))

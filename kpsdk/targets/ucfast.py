@@ -44,7 +44,7 @@ class FastRegs:
     the register's mask removes.
     """
 
-    __slots__ = ("read", "write", "_keep")
+    __slots__ = ("read", "write", "reader", "_keep")
 
     def __init__(self, uc: unicorn.Uc) -> None:
         assert uc._uch is not None, "the Unicorn engine is closed"
@@ -52,6 +52,16 @@ class FastRegs:
         buf = ctypes.c_uint64()
         ref = ctypes.byref(buf)
         reg_read, reg_write = _reg_read, _reg_write
+
+        def reader(reg: Register) -> Callable[[], int]:
+            """A reader of one register, its id and mask bound (``regs.arg(n)``'s)."""
+            ident, mask = reg.uc, reg.mask
+
+            def read_one() -> int:
+                reg_read(uch, ident, ref)
+                return buf.value & mask
+
+            return read_one
 
         def read(reg: Register) -> int:
             reg_read(uch, reg.uc, ref)
@@ -63,6 +73,7 @@ class FastRegs:
 
         self.read: Callable[[Register], int] = read
         self.write: Callable[[Register, int], None] = write
+        self.reader: Callable[[Register], Callable[[], int]] = reader
         self._keep = (uch, buf, ref)
 
 
