@@ -296,16 +296,21 @@ class ProbeManager:
                 except Exception as exc:  # noqa: BLE001 - handed to fault_handler or re-raised with context
                     manager._fault(p, point, regs, exc, "pre_handler")
                     return None
-                if hit[0] is None:
-                    raise ProbeHandlerError(
-                        p, addr, manager.target.symbols.format(addr), "pre_handler",
-                        ValueError("returned non-zero without setting regs.ip: it would loop forever"),
-                    )
-                return hit[0]
+                return manager.path_change(p, point, hit[0])
             finally:
                 manager.busy = False
 
         return pre_one
+
+    def path_change(self, p: Probe, point: ProbePoint, new: int | None) -> int:
+        """K2: ``p``'s pre_handler returned non-zero; ``new`` is the ``regs.ip`` it set.
+        Without one the CPU would run the handler again forever: an error."""
+        if new is None:
+            raise ProbeHandlerError(
+                p, point.addr, self.target.symbols.format(point.addr), "pre_handler",
+                ValueError("returned non-zero without setting regs.ip: it would loop forever"),
+            )
+        return new
 
     def post(self, point: ProbePoint, regs: PtRegs, next_ip: int) -> None:
         """Run the post_handlers once the instruction has executed (K3)."""

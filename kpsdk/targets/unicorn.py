@@ -481,12 +481,19 @@ class UnicornTarget(Target):
 
     def _hook_callback(self, point: ProbePoint) -> Callable[[int, int, int, int], None]:
         """The code hook of one hook-path point: a closure over the point and what its
-        hits need, so a hit does no lookup by address and no generic dispatch (the
-        probe manager's ``point.run_pre`` is specialized to the point's probes too)."""
+        hits need, so a hit does no lookup by address.
+
+        The usual point, one active probe, runs in this one frame: it is
+        :meth:`ProbeManager.pre <kpsdk.manager.ProbeManager.pre>` for one probe
+        inlined (K2, K4 through the manager's ``_fault``, K6), because a second
+        Python frame per hit was a quarter of a hit (docs/performance.md).  Any
+        other point goes through ``point.run_pre``."""
         regs, stepper, manager, fail, set_pc = self.hit_regs, self.stepper, self.manager, self.fail, self._set_pc
         start_step, condition_passes = self._start_step, self._condition_passes
         conditional = point.insn.condition is not None
         state = point.state
+        hit = regs._hit
+        at = point.addr
 
         def on_hit(handle: int, addr: int, size: int, user: int) -> None:
             try:
@@ -497,19 +504,47 @@ class UnicornTarget(Target):
                     stepper.reached(addr)
                 if conditional and not condition_passes(point):
                     return
+                active = point.active
+                if len(active) == 1:  # ProbeManager.pre for one probe, inlined
+                    p = active[0]
+                    if manager.busy:  # K6
+                        p.nmissed += 1
+                        return
+                    p.hits += 1
+                    handler = p.pre_handler
+                    new = None
+                    if handler is not None:
+                        manager.busy = True
+                        hit[0] = None
+                        hit[1] = at
+                        try:
+                            try:  # the truth test is the handler's too: a return value whose bool() raises
+                                unchanged = not handler(p, regs)
+                            except Exception as exc:  # noqa: BLE001 - K4: fault_handler or re-raised
+                                manager._fault(p, point, regs, exc, "pre_handler")
+                                unchanged = True
+                            if not unchanged:  # K2
+                                new = manager.path_change(p, point, hit[0])
+                        finally:
+                            manager.busy = False
+                    if new is not None:
+                        set_pc(new, point)
+                    elif point.needs_step:
+                        fixed = state.get("step_fixed")  # the step of an instruction that does not branch
+                        if fixed is not None:
+                            stepper.pending = fixed  # type: ignore[assignment]
+                        else:
+                            start_step(point)
+                    return
                 run_pre = point.run_pre
-                if run_pre is None:  # unregistered by a handler in this same block
+                if run_pre is None:  # no active probe (unregistered by a handler in this same block)
                     return
                 reentrant = manager.busy
                 new = run_pre(regs)
                 if new is not None:
                     set_pc(new, point)
                 elif point.needs_step and not reentrant:
-                    fixed = state.get("step_fixed")  # the step of an instruction that does not branch
-                    if fixed is not None:
-                        stepper.pending = fixed  # type: ignore[assignment]
-                    else:
-                        start_step(point)
+                    start_step(point)
             except BaseException as exc:  # noqa: BLE001 - stored and re-raised by run()/call()
                 fail(exc)
 
