@@ -13,6 +13,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TypedDict
 
+#: default ``stall_limit``: how long QEMU may stay stopped, or gdb stuck on the stub,
+#: before a run ends with TargetStalled (here, not in kpsdk.targets.live, so that the
+#: launchers' signatures name it without importing the live target at start-up)
+STALL_LIMIT = 20.0
+
 
 class OpenOptions(TypedDict, total=False):
     """Keyword options of :func:`kpsdk.open`; which kinds take each is in brackets."""

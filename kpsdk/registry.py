@@ -10,8 +10,6 @@ built-in or not, blocked with ``-p no:NAME``.
 
 from __future__ import annotations
 
-import importlib
-import importlib.metadata
 import os
 from functools import cached_property
 from typing import Any
@@ -41,6 +39,8 @@ class Registry:
             self.pm.set_blocked(name)
         if autoload is None:
             autoload = not os.environ.get(AUTOLOAD_ENV)
+        import importlib.metadata  # ~30 ms: loaded with the first registry, not by ``import kpsdk``
+
         for ep in importlib.metadata.entry_points(group=GROUP):
             builtin = ep.dist is not None and ep.dist.name == "kpsdk"
             if (autoload or builtin or ep.name in load) and not self.pm.is_blocked(ep.name):

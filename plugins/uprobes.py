@@ -41,7 +41,6 @@ from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 from kpsdk import hookimpl
 from kpsdk.decode import decode_at
-from kpsdk.elfimage import ElfImage, load_elf
 from kpsdk.errors import (
     ArgumentError,
     FieldTypeError,
@@ -74,6 +73,7 @@ from kpsdk.probe import (
 
 if TYPE_CHECKING:
     from kpsdk.arch import Arch
+    from kpsdk.elfimage import ElfImage
     from kpsdk.registry import Registry
     from kpsdk.regs import PtRegs
     from kpsdk.session import Session
@@ -352,6 +352,8 @@ def _read_image(path: str) -> ElfImage:
     key = (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
     image = _images.get(key)
     if image is None:
+        from kpsdk.elfimage import load_elf  # pyelftools loads when first used (start-up time)
+
         try:
             image = load_elf(path)
         except TargetError as e:

@@ -51,6 +51,7 @@ from typing import TYPE_CHECKING, Any
 from kpsdk.arch import Arch, Register
 from kpsdk.errors import KpsdkError, TargetError, TargetExited, TargetFault, TargetStalled
 from kpsdk.manager import ProbeManager, ProbePoint
+from kpsdk.options import STALL_LIMIT as _STALL_LIMIT
 from kpsdk.regs import PtRegs
 from kpsdk.symbols import SymbolTable
 from kpsdk.target import Target
@@ -70,9 +71,8 @@ HALT_TIMEOUT = 1.5
 ATTACH_TIMEOUT = 8.0
 #: the run loop wakes at least this often to notice a dead or stalled target
 POLL_SECONDS = 0.5
-#: default ``stall_limit``: how long QEMU may stay stopped, or gdb stuck on the stub,
-#: before a run ends with TargetStalled (the same bound as one MI command's)
-STALL_LIMIT = 20.0
+#: default ``stall_limit`` (kpsdk.options): the same bound as one MI command's
+STALL_LIMIT = _STALL_LIMIT
 #: gdb waits this much longer for a stub's reply than kpsdk waits for gdb
 STALL_MARGIN = 5.0
 #: while no hit comes, the run loop asks gdb a harmless question at most this often

@@ -27,18 +27,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kpsdk import hookimpl
-from kpsdk.elfimage import load_elf, parse_elf
 from kpsdk.errors import SymbolError, TargetError, ToolMissingError
 from kpsdk.files import read_regular
+from kpsdk.options import STALL_LIMIT
 from kpsdk.symbols import SymbolTable
 from kpsdk.target import MappedFile, TargetKind
-from kpsdk.targets.live import STALL_LIMIT, GdbTarget, _reap
 from kpsdk.targets.mi import check_text
 from kpsdk.targets.sockdir import private_dir
 
 if TYPE_CHECKING:
     from kpsdk.elfimage import ElfImage
     from kpsdk.registry import Registry
+    from kpsdk.targets.live import GdbTarget
 
 #: how long QEMU gets to create its gdbstub socket
 STARTUP_TIMEOUT = 10.0
@@ -61,6 +61,8 @@ def _need(tool: str, package: str) -> str:
 
 def _start(cmd: list[str], sock: Path) -> subprocess.Popen[bytes]:
     """Start QEMU in its own process group and wait for its gdbstub socket."""
+    from kpsdk.targets.live import _reap  # the live target loads when first used (start-up time)
+
     proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             start_new_session=True)
     deadline = time.monotonic() + STARTUP_TIMEOUT
@@ -84,6 +86,8 @@ def load_symbols(path: str | Path) -> tuple[SymbolTable, ElfImage | None]:
     else is a kernel's ``System.map``, ``/proc/kallsyms`` dump or image, which
     :func:`kpsdk.kallsyms.load_kernel_symbols` tells apart by content.
     """
+    from kpsdk.elfimage import parse_elf  # pyelftools loads when first used (start-up time)
+
     try:
         raw, st = read_regular(path)
     except OSError as exc:
@@ -100,6 +104,9 @@ def open_qemu_user(rest: str, registry: Registry, args: list[str] | tuple[str, .
                    hardware_breakpoints: bool = False, env: dict[str, str] | None = None,
                    stall_limit: float = STALL_LIMIT, **options: Any) -> GdbTarget:
     """``qemu-user:PROG``: run PROG under ``qemu-<arch>`` (picked from its ELF header) and attach."""
+    from kpsdk.elfimage import load_elf
+    from kpsdk.targets.live import GdbTarget
+
     if options:
         raise TargetError(f"qemu-user: unknown options {', '.join(options)} (known: args, abi, "
                           "hardware_breakpoints, env, stall_limit)")
@@ -185,6 +192,8 @@ def open_qemu_system(rest: str, registry: Registry, kernel: str | None = None, i
     session opens stopped at ``ready_symbol`` (``start_kernel``), when the
     kernel's text is mapped: probes are validated against live memory.
     """
+    from kpsdk.targets.live import GdbTarget
+
     if options:
         raise TargetError(f"qemu-system: unknown options {', '.join(options)}")
     arch = registry.arch(rest)
@@ -233,6 +242,8 @@ def open_gdb(rest: str, registry: Registry, arch: str | None = None, symbols: st
              abi: str = "kernel", hardware_breakpoints: bool = False, stall_limit: float = STALL_LIMIT,
              **options: Any) -> GdbTarget:
     """``gdb://HOST:PORT``: attach to a gdbstub that is already running (not started, not killed by kpsdk)."""
+    from kpsdk.targets.live import GdbTarget
+
     if options:
         raise TargetError(f"gdb: unknown options {', '.join(options)}")
     remote = parse_remote(rest)

@@ -56,7 +56,6 @@ import unicorn
 
 from kpsdk import hookimpl
 from kpsdk.arch import Arch, InstructionSet
-from kpsdk.elfimage import load_elf
 from kpsdk.errors import ImageFormatError, KprobeError, TargetError, TargetFault, UnsupportedTargetError
 from kpsdk.events import SyscallEvent
 from kpsdk.manager import ProbeManager, ProbePoint
@@ -987,6 +986,8 @@ def pie_base(elf_class: int) -> int:
 
 def open_elf(rest: str, registry: Registry, abi: str = "user", **options: Any) -> UnicornTarget:
     """``elf:PATH``: load an executable's PT_LOAD segments into Unicorn."""
+    from kpsdk.elfimage import load_elf  # pyelftools loads when first used (start-up time)
+
     if options:
         raise TargetError(f"elf: unknown options {', '.join(options)}")
     linked = load_elf(Path(rest))
