@@ -8,18 +8,24 @@ cancel out (rate = N / (T_N - T_0)):
 - gdb's own loop: ``break *inc`` with ``commands; silent; continue; end``;
 - a plain pygdbmi loop: ``GdbController``, ``-exec-continue``, wait for ``*stopped``.
 
+Each arch is measured twice: on an idle machine, and with one competing busy
+process (a Python ``while True: pass``) started for the time of the
+measurement, as on a machine shared with other work (``--no-contended``
+skips it; the plain pygdbmi loop runs only in the idle configuration).
+
 Run: ``python bench/live.py [--hits N] [--arch A ...]`` (``nox -s bench`` runs it too).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -129,8 +135,22 @@ def rate(loop: Callable[[str, int], float], arch: str, hits: int) -> float:
     return hits / max(1e-9, loop(arch, hits) - base)
 
 
-def bench(archs: tuple[str, ...], hits: int, log: Callable[[str], None] = print) -> dict[str, Any]:
-    """Hits per second per arch and loop, and kpsdk's ratio to gdb's own loop."""
+@contextlib.contextmanager
+def busy_process() -> Iterator[None]:
+    """One competing process that wants a whole CPU, for the contended configuration."""
+    proc = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(0.2)  # let it get going
+        yield
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def bench(archs: tuple[str, ...], hits: int, log: Callable[[str], None] = print,
+          contended: bool = True) -> dict[str, Any]:
+    """Hits per second per arch and loop, and kpsdk's ratio to gdb's own loop; with
+    ``contended``, also kpsdk and gdb's loop next to one competing busy process."""
     results: dict[str, Any] = {}
     for arch in archs:
         if not spin(arch).exists() or not shutil.which(QEMU[arch]):
@@ -141,6 +161,13 @@ def bench(archs: tuple[str, ...], hits: int, log: Callable[[str], None] = print)
         results[arch] = row
         log(f"  {arch:8} kpsdk {row['kpsdk']:6.0f}/s  gdb commands {row['gdb commands']:6.0f}/s  "
             f"pygdbmi {row['pygdbmi']:6.0f}/s  kpsdk/gdb {row['ratio']:.2f}x")
+        if contended:
+            with busy_process():
+                busy = {name: rate(LOOPS[name], arch, hits) for name in ("kpsdk", "gdb commands")}
+            busy["ratio"] = busy["kpsdk"] / busy["gdb commands"]
+            row["contended"] = busy
+            log(f"  {arch:8} with one busy process: kpsdk {busy['kpsdk']:6.0f}/s  "
+                f"gdb commands {busy['gdb commands']:6.0f}/s  kpsdk/gdb {busy['ratio']:.2f}x")
     return results
 
 
@@ -149,17 +176,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--hits", type=int, default=3000)
     ap.add_argument("--arch", action="append", choices=ARCHS)
     ap.add_argument("--out", type=Path, help="also write the table as markdown here")
+    ap.add_argument("--no-contended", action="store_true", help="skip the runs next to a competing busy process")
     args = ap.parse_args(argv)
     print(f"live targets: {args.hits} probe hits on qemu-user, per arch")
-    results = bench(tuple(args.arch or ARCHS), args.hits)
+    results = bench(tuple(args.arch or ARCHS), args.hits, contended=not args.no_contended)
     if args.out:
         import platform
 
         lines = [f"Live targets, {time.strftime('%Y-%m-%d')}, {platform.node()}: hits/s on qemu-user "
                  f"({args.hits} hits, start-up subtracted)", "",
-                 "| arch | kpsdk | gdb `commands` loop | plain pygdbmi loop | kpsdk / gdb |", "|---|---|---|---|---|"]
-        lines += [f"| {a} | {r['kpsdk']:.0f} | {r['gdb commands']:.0f} | {r['pygdbmi']:.0f} | {r['ratio']:.2f}x |"
-                  for a, r in results.items()]
+                 "| arch | kpsdk | gdb `commands` loop | plain pygdbmi loop | kpsdk / gdb | with one busy process: "
+                 "kpsdk | gdb loop | kpsdk / gdb |", "|---|---|---|---|---|---|---|---|"]
+        for a, r in results.items():
+            c = r.get("contended")
+            busy = f"{c['kpsdk']:.0f} | {c['gdb commands']:.0f} | {c['ratio']:.2f}x" if c else "- | - | -"
+            lines.append(f"| {a} | {r['kpsdk']:.0f} | {r['gdb commands']:.0f} | {r['pygdbmi']:.0f} | "
+                         f"{r['ratio']:.2f}x | {busy} |")
         args.out.write_text("\n".join(lines) + "\n")
     return 0
 

@@ -598,6 +598,43 @@ def bench_arches(cfg: Config, raw: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+class UpToggle:
+    """A uprobe (``PROG:inc``) registered in the session before and unregistered after each timed run."""
+
+    def __init__(self, s: Any, spec: str) -> None:
+        self.s = s
+        self.probe = kpsdk.Uprobe(spec=spec, pre_handler=empty_pre)
+        self.runs = 0
+
+    def on(self) -> None:
+        self.s.register_uprobe(self.probe)
+        self.runs += 1
+
+    def off(self) -> None:
+        self.s.unregister_uprobe(self.probe)
+
+    def config(self, run: Callable[[], object]) -> tuple[Callable[[], object], Callable[[], None], Callable[[], None]]:
+        return run, self.on, self.off
+
+
+def bench_uprobe(cfg: Config, raw: dict[str, Any]) -> dict[str, Any]:
+    """A uprobe on the x86_64 fixture's inc next to a kprobe on it, in one race (goal <= 1.1x)."""
+    n = cfg.n_fixture
+    log(f"uprobe on the x86_64 fixture's inc, loop({n:,}), next to a kprobe")
+    prog = fixture_path("x86_64")
+    s = kpsdk.open(f"elf:{prog}")
+    run = lambda: s.call("loop", n)  # noqa: E731
+    k = Toggle(s, symbol_name="inc", pre_handler=empty_pre)
+    u = UpToggle(s, f"{prog}:inc")
+    best = race({"base": (run, None, None), "k": k.config(run), "u": u.config(run)}, cfg.reps)
+    if u.probe.hits != n * u.runs:  # a Uprobe's hits add up over the sessions it was armed in
+        raise SystemExit(f"the uprobe hit {u.probe.hits} times, expected {n * u.runs}")
+    out = {"kprobe": cost(best, "k", "base", n, k), "uprobe_us": per_hit_us(best["u"], best["base"], n)}
+    s.close()
+    raw["uprobe"] = out
+    return out
+
+
 class RetToggle:
     """A kretprobe registered before and unregistered after each of its timed runs.
 
@@ -913,6 +950,12 @@ def build_rows(cfg: Config, raw: dict[str, Any]) -> list[Row]:
                         f"{us(r['hook']['per_hit_us'])} / {us(r['bp']['per_hit_us'])}", f"bare hook {us(b)}",
                         f"{r['hook']['per_hit_us'] / b:.2f}x / {r['bp']['per_hit_us'] / b:.2f}x", "<= 1.3x (hook)",
                         status(r["hook"]["per_hit_us"] / b <= 1.3)))
+    up = raw.get("uprobe")
+    if up:
+        k, u = up["kprobe"]["per_hit_us"], up["uprobe_us"]
+        rows.append(Row("A", "x86_64 fixture inc: uprobe hit (PROG:inc), empty pre_handler", us(u),
+                        f"kprobe ({up['kprobe']['mechanism']}) {us(k)}", f"{u / k:.2f}x", "<= 1.1x",
+                        status(u / k <= 1.1)))
     kr = raw["kretprobe"]
     if isinstance(kr, str):
         rows.append(Row("R", "kretprobe hit vs kprobe hit", "n/a", "", "", "<= 2x", kr))
@@ -1052,6 +1095,7 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as e:  # noqa: BLE001 - kpsdk internals changed: leave the breakdown out
         raw["hotpath"] = {"error": f"{type(e).__name__}: {e}"}
     bench_arches(cfg, raw)
+    bench_uprobe(cfg, raw)
     bench_kretprobe(cfg, raw)
     bench_watch(cfg, raw)
     elapsed = timeit.default_timer() - t0

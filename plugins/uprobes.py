@@ -289,10 +289,20 @@ class UretprobeInstance(KretprobeInstance):
 
 
 def _bound(handler: Callable[..., Any] | None, owner: FileProbe) -> Callable[..., Any] | None:
-    """The user's handler, called with the user's object instead of the session's instance."""
+    """The user's pre_handler, called with the user's object instead of the session's instance.
+
+    Fixed arity (``(p, regs)``; :func:`_bound3` for ``(p, regs, x)``): a ``*args``
+    wrapper cost ~0.3 us per hit, the difference between a uprobe and a kprobe hit."""
     if handler is None:
         return None
-    return lambda _p, *args: handler(owner, *args)
+    return lambda _p, regs: handler(owner, regs)
+
+
+def _bound3(handler: Callable[..., Any] | None, owner: FileProbe) -> Callable[..., Any] | None:
+    """:func:`_bound` for post_handlers ``(p, regs, flags)`` and fault_handlers ``(p, regs, trapnr)``."""
+    if handler is None:
+        return None
+    return lambda _p, regs, x: handler(owner, regs, x)
 
 
 class _Armed:
@@ -316,8 +326,8 @@ class SessionUprobe(_Armed, Probe):
 
     def __init__(self, owner: Uprobe) -> None:
         super().__init__(pre_handler=_bound(owner.pre_handler, owner),
-                         post_handler=_bound(owner.post_handler, owner),
-                         fault_handler=_bound(owner.fault_handler, owner))
+                         post_handler=_bound3(owner.post_handler, owner),
+                         fault_handler=_bound3(owner.fault_handler, owner))
         self.owner = owner
         self.label = self.name = owner.label
 
@@ -331,7 +341,7 @@ class SessionUretprobe(_Armed, Kretprobe):
     def __init__(self, owner: Uretprobe, addr: int) -> None:
         super().__init__(addr=addr, handler=owner.handler, entry_handler=owner.entry_handler,
                          maxactive=owner.maxactive, data_size=owner.data_size,
-                         fault_handler=_bound(owner.fault_handler, owner))
+                         fault_handler=_bound3(owner.fault_handler, owner))
         self.owner = owner
         self.label = self.name = owner.label
 

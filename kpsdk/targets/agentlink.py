@@ -1,14 +1,22 @@
 """kpsdk's end of the socket pair to the agent inside gdb (:mod:`kpsdk.targets.gdb_agent`).
 
 A socket pair, not a TCP port: nothing listens, nothing can connect from
-outside, and gdb inherits its end through ``pass_fds``.  Waiting spins for a
-short while before blocking, because during a run hits arrive back to back
-(~1 ms apart) and waking a blocked process costs ~0.3 ms on this class of
-machine; measured: 1,000 hits/s spinning against 220-500 hits/s blocking.
+outside, and gdb inherits its end through ``pass_fds``.
+
+Two kinds of wait.  An answer inside a hit (a register or memory request)
+comes back in tens of microseconds, so :meth:`AgentLink.request` spins for a
+short while before blocking: waking a blocked process costs ~0.3 ms on this
+class of machine.  The next hit is another matter: gdb and QEMU need the CPU
+to produce it (~1 ms), and on a machine with other busy processes a host
+spinning for it took that CPU from them (0.18-0.27x gdb's own loop with one
+competing process on 2 cores, docs/performance.md); the run loop therefore
+blocks for the next hit (``spin=0``).  A spin also yields the CPU
+(``sched_yield``) at each turn, which costs nothing when nobody else wants it.
 """
 
 from __future__ import annotations
 
+import os
 import select
 import socket
 import time
@@ -88,6 +96,7 @@ class AgentLink:
             if b"\n" in self._buf:
                 break
             if time.perf_counter() < spin_end:
+                os.sched_yield()  # let gdb (or whoever else) run: a spin on a busy machine must not starve it
                 continue
             remaining = deadline - time.monotonic()
             if remaining <= 0:

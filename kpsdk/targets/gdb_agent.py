@@ -28,7 +28,8 @@ and :func:`prefetch` with ``-interpreter-exec console "python ..."``.
 
 Waiting for the host spins for a short while before blocking: the host answers
 in tens of microseconds, and waking a blocked process here costs ~0.3 ms,
-which would be a third of the cost of a hit.
+which would be a third of the cost of a hit.  Each turn of the spin yields the
+CPU (``sched_yield``): on a busy machine the host it waits for may need it.
 """
 
 import os
@@ -56,6 +57,7 @@ def _recv_line():
             chunk = _sock.recv(65536)
         except BlockingIOError:
             if time.perf_counter() < deadline:
+                os.sched_yield()
                 continue
             _sock.setblocking(True)
             try:

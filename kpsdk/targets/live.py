@@ -71,6 +71,9 @@ HALT_TIMEOUT = 1.5
 ATTACH_TIMEOUT = 8.0
 #: the run loop wakes at least this often to notice a dead or stalled target
 POLL_SECONDS = 0.5
+#: how long the run loop spins for the next hit before blocking: not at all, since gdb and
+#: QEMU need the CPU to produce it (kpsdk.targets.agentlink, docs/performance.md)
+NEXT_HIT_SPIN = 0.0
 #: default ``stall_limit`` (kpsdk.options): the same bound as one MI command's
 STALL_LIMIT = _STALL_LIMIT
 #: gdb waits this much longer for a stub's reply than kpsdk waits for gdb
@@ -434,7 +437,7 @@ class GdbTarget(Target):
         self._resume("-exec-continue")
         link = self.link
         while True:
-            line = link.wait_line(POLL_SECONDS, also=mi.fileno)
+            line = link.wait_line(POLL_SECONDS, spin=NEXT_HIT_SPIN, also=mi.fileno)
             if line is not None:
                 if line.startswith(("H ", "W ")):
                     self._hit(line)
