@@ -19,7 +19,8 @@ the enabled knob or the optimization knob change):
     For instructions that cannot run out of line (they read or write the pc)
     and for post_handlers: the instruction runs in place; the successors it
     can reach are computed from the registers (software single-step, as gdb
-    does on ARM and RISC-V) and one-shot hooks there run the post_handlers.
+    does on ARM and RISC-V) and hooks there, kept from hit to hit, run the
+    post_handlers (:mod:`kpsdk.targets.ucstep`).
 
 The trap encodings differ from the kernel's where Unicorn 2.1.4 would stop
 emulation instead of raising a hookable interrupt; see each arch backend.
