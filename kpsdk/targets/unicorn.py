@@ -481,8 +481,10 @@ class UnicornTarget(Target):
                 pc = self.fast.read(self._pc)
                 point = self._bp_points.get(pc + self._bp_adjust)
                 if point is not None:
-                    new = None if point.insn.condition is not None and not self._condition_passes(point) \
-                        else self._run_pre(point)
+                    run_pre = point.run_pre  # set whenever the point is armed (ProbeManager._sync)
+                    new = None if run_pre is None or (point.insn.condition is not None
+                                                      and not self._condition_passes(point)) \
+                        else run_pre(self.hit_regs)
                     if new is not None:
                         self._set_pc(new, point)
                     elif point.mechanism != "breakpoint":  # a handler disarmed or re-armed it: run it in place
@@ -569,10 +571,6 @@ class UnicornTarget(Target):
                 fail(exc)
 
         return on_hit
-
-    def _run_pre(self, point: ProbePoint) -> int | None:
-        run_pre = point.run_pre
-        return None if run_pre is None else run_pre(self.hit_regs)
 
     def _condition_passes(self, point: ProbePoint) -> bool:
         """A conditional instruction whose condition fails is skipped, handlers
