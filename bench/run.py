@@ -958,14 +958,14 @@ def build_rows(cfg: Config, raw: dict[str, Any]) -> list[Row]:
                         status(u / k <= 1.1)))
     kr = raw["kretprobe"]
     if isinstance(kr, str):
-        rows.append(Row("R", "kretprobe hit vs kprobe hit", "n/a", "", "", "<= 2x", kr))
+        rows.append(Row("R", "kretprobe hit vs kprobe hit", "n/a", "", "", "<= 2.5x", kr))
     else:
         for label, r in kr.items():
             k = r["kprobe"]
             ratio = r["kretprobe_us"] / k["per_hit_us"]
             rows.append(Row("R", f"{label}: kretprobe hit (entry on the {r['entry']} path + return) vs kprobe "
                             f"({k['mechanism']})", us(r["kretprobe_us"]), f"kprobe {us(k['per_hit_us'])}",
-                            f"{ratio:.2f}x", "<= 2x", status(ratio <= 2)))
+                            f"{ratio:.2f}x", "<= 2.5x", status(ratio <= 2.5)))
             if r["entry"] == "detour":
                 rows.append(Row("R", f"  {label}: the same kretprobe with its entry kept on the hook path",
                                 us(r["kretprobe_hook_us"]), f"kprobe {us(k['per_hit_us'])}",
