@@ -41,7 +41,7 @@ class PtRegs:
     reaches after a failed lookup (handlers read registers on every hit).
     """
 
-    __slots__ = ("_arch", "_io", "_read", "_abi", "_table", "_read_mem", "_hit", "_arg_regs", "_arg_readers")
+    __slots__ = ("_arch", "_io", "_read", "_abi", "_table", "_read_mem", "_hit", "_arg_regs", "arg")
     _arch: Arch
     _io: RegisterIO
     _read: Callable[[Register], int]  # _io.read, held directly: one lookup less per read
@@ -52,9 +52,13 @@ class PtRegs:
     #: [new ip set by a handler or None, the probed address or None]
     _hit: list[int | None]
     _arg_regs: tuple[Register, ...]
-    #: one reader per argument register (``io.reader(reg)`` where the target has it, else
-    #: ``io.read`` bound to the register): ``arg(n)`` is then one call, no lookups
-    _arg_readers: tuple[Callable[[], int], ...]
+    #: ``regs.arg(n)``: argument ``n`` (from 0) at function entry, per the session's ABI.
+    #: Register arguments come from registers; the rest from the stack, where the
+    #: calling convention puts them at entry (:meth:`_stack_arg`).  A closure made per
+    #: instance (``io.args_reader`` where the target has one: the register read inlined),
+    #: not a method: reading two arguments is most of a typical handler's time, and a
+    #: method calling a reader was two Python frames per argument.
+    arg: Callable[[int], int]
 
     _classes: ClassVar[dict[str, type[PtRegs]]] = {}
 
@@ -79,12 +83,12 @@ class PtRegs:
         regs._arch, regs._io, regs._abi, regs._table, regs._read_mem = arch, io, abi, table, read_mem
         regs._read = io.read
         regs._hit = [None, None]
-        regs._arg_regs = tuple(arch.register(r) for r in abi.args)
-        reader = getattr(io, "reader", None)
-        if reader is None:
-            regs._arg_readers = tuple(functools.partial(io.read, reg) for reg in regs._arg_regs)
+        regs._arg_regs = arg_regs = tuple(arch.register(r) for r in abi.args)
+        args_reader = getattr(io, "args_reader", None)
+        if args_reader is not None:
+            regs.arg = args_reader(arg_regs, regs._stack_arg)
         else:
-            regs._arg_readers = tuple(reader(reg) for reg in regs._arg_regs)
+            regs.arg = _args_reader(tuple(functools.partial(io.read, reg) for reg in arg_regs), regs._stack_arg)
         return regs
 
     # The probe manager sets the probe address before handlers run so that
@@ -115,15 +119,9 @@ class PtRegs:
             self.__getattr__(name)
         setattr(self, name, value)
 
-    def arg(self, n: int) -> int:
-        """Argument ``n`` (from 0) at function entry, per the session's ABI.
-
-        Register arguments come from registers; the rest from the stack, where
-        the calling convention puts them at entry.
-        """
-        readers = self._arg_readers
-        if n < len(readers):
-            return readers[n]()
+    def _stack_arg(self, n: int) -> int:
+        """Argument ``n`` beyond the register arguments: from the stack, where the
+        calling convention puts it at function entry (``arg(n)``'s other half)."""
         regs = self._arg_regs
         arch = self._arch
         word = arch.word_size
@@ -142,6 +140,16 @@ class PtRegs:
 
     def __repr__(self) -> str:
         return f"<PtRegs {self._arch.name} ip={self['ip']:#x} sp={self['sp']:#x}>"
+
+
+def _args_reader(readers: tuple[Callable[[], int], ...], stack: Callable[[int], int]) -> Callable[[int], int]:
+    """``arg(n)`` for a target without ``args_reader``: register readers, then the stack."""
+    count = len(readers)
+
+    def arg(n: int) -> int:
+        return readers[n]() if n < count else stack(n)
+
+    return arg
 
 
 def _register_property(reg: Register) -> property:

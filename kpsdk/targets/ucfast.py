@@ -65,7 +65,7 @@ class FastRegs:
     the register's mask removes.
     """
 
-    __slots__ = ("read", "write", "reader", "_keep")
+    __slots__ = ("read", "write", "args_reader", "_keep")
 
     def __init__(self, uc: unicorn.Uc) -> None:
         assert uc._uch is not None, "the Unicorn engine is closed"
@@ -74,15 +74,18 @@ class FastRegs:
         ref = ctypes.byref(buf)
         reg_read, reg_write = _reg_read, _reg_write
 
-        def reader(reg: Register) -> Callable[[], int]:
-            """A reader of one register, its id and mask bound (``regs.arg(n)``'s)."""
-            ident, mask = reg.uc, reg.mask
+        def args_reader(regs: tuple[Register, ...], stack: Callable[[int], int]) -> Callable[[int], int]:
+            """``PtRegs.arg``: argument ``n`` read in one frame, its register's id and mask
+            looked up in tuples; past the register arguments, ``stack(n)``."""
+            ids, masks, count = tuple(r.uc for r in regs), tuple(r.mask for r in regs), len(regs)
 
-            def read_one() -> int:
-                reg_read(uch, ident, ref)
-                return buf.value & mask
+            def arg(n: int) -> int:
+                if n < count:
+                    reg_read(uch, ids[n], ref)
+                    return buf.value & masks[n]
+                return stack(n)
 
-            return read_one
+            return arg
 
         def read(reg: Register) -> int:
             reg_read(uch, reg.uc, ref)
@@ -94,7 +97,7 @@ class FastRegs:
 
         self.read: Callable[[Register], int] = read
         self.write: Callable[[Register, int], None] = write
-        self.reader: Callable[[Register], Callable[[], int]] = reader
+        self.args_reader: Callable[[tuple[Register, ...], Callable[[int], int]], Callable[[int], int]] = args_reader
         self._keep = (uch, buf, ref)
 
 
