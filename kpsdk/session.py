@@ -174,7 +174,9 @@ class Session(BuiltinVerbs):
                 batch = noun.endswith("s") and noun[:-1] in types
                 kind = noun[:-1] if batch else noun
                 if kind in types:
-                    return _named(self._verb(verb, types[kind], batch), name, _verb_doc(verb, types[kind], batch))
+                    fn = _named(self._verb(verb, types[kind], batch), name, _verb_doc(verb, types[kind], batch))
+                    self.__dict__[name] = fn  # derived once: the registry's probe types do not change
+                    return fn
             if name in types:
                 return _named(self._decorator(types[name]), name, _decorator_doc(types[name]))
             raise AttributeError(

@@ -73,3 +73,26 @@ def test_two_points_share_a_successor_hook_until_both_are_gone(session: kpsdk.Se
     assert b.hits == 2
     session.unregister_kprobe(b)
     assert session.target.stepper.hooked == 0  # type: ignore[attr-defined]
+
+
+def test_a_return_s_post_handler_sees_each_call_site() -> None:
+    """The successor of a ``ret`` changes from call to call: the memoized successors
+    must follow the stack, not replay the first answer (x86_64: [sp] is the address)."""
+    s = kpsdk.open("unicorn:x86_64")
+    try:
+        code, func = 0x400000, 0x400100
+        s.target.map(code, 0x1000, "rx")  # type: ignore[attr-defined]
+        s.target.uc.mem_write(func, s.arch.assemble("mov eax, 1; ret", func))  # type: ignore[attr-defined]
+        body = "; ".join([f"call {func:#x}", "nop"] * 3 + [f"call {func:#x}", "ret"])
+        s.target.uc.mem_write(code, s.arch.assemble(body, code))  # type: ignore[attr-defined]
+        ret = func + 5
+        after: list[int] = []
+        s.register_kprobe(kpsdk.Kprobe(addr=ret, post_handler=lambda p, r, f: after.append(r.ip)))
+        for _ in range(3):
+            s.call(code)
+        sites = [i.address + i.size for i in s.arch.disassembler().disasm(s.read_memory(code, 0x40), code)
+                 if i.mnemonic == "call"]
+        assert len(sites) == 4
+        assert after == sites * 3
+    finally:
+        s.close()
