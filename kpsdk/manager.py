@@ -53,6 +53,8 @@ class ProbePoint:
     #: :meth:`ProbeManager.pre` for this point, specialized to its active probes by the
     #: manager whenever they change (see :meth:`ProbeManager.pre_function`); hit paths call it
     run_pre: Callable[[PtRegs], int | None] | None = None
+    #: :meth:`ProbeManager.post` for this point, likewise (``(regs, next_ip)``)
+    run_post: Callable[[PtRegs, int], None] | None = None
 
 
 #: the largest ``offset`` a probe may have (``struct kprobe``'s is an ``unsigned int``)
@@ -194,7 +196,7 @@ class ProbeManager:
         if not point.probes:
             point.active = ()
             point.needs_step = False
-            point.run_pre = None
+            point.run_pre = point.run_post = None
             self.target.sync_point(point)
             self.points.pop(point.addr, None)
         else:
@@ -218,6 +220,7 @@ class ProbeManager:
         point.active = tuple(p for p in point.probes if not p.disabled) if enabled else ()
         point.needs_step = any(p.post_handler is not None for p in point.active)
         point.run_pre = self.pre_function(point)
+        point.run_post = self.post_function(point) if point.needs_step else None
         self.target.sync_point(point)
 
     # -- the handler protocol (called by targets on a hit) ------------------
@@ -328,6 +331,34 @@ class ProbeManager:
                     self._fault(p, point, regs, exc, "post_handler")
         finally:
             self.busy = False
+
+    def post_function(self, point: ProbePoint) -> Callable[[PtRegs, int], None]:
+        """:meth:`post` for ``point``, as :meth:`pre_function` is for :meth:`pre`: one active
+        probe gets a body with no loop, the others :meth:`post` itself."""
+        if len(point.active) != 1:
+            post = self.post
+            return lambda regs, next_ip: post(point, regs, next_ip)
+        p = point.active[0]
+        manager = self
+
+        def post_one(regs: PtRegs, next_ip: int) -> None:
+            if manager.busy:
+                return
+            handler = p.post_handler
+            if handler is None:
+                return
+            manager.busy = True
+            hit = regs._hit
+            hit[0] = None
+            hit[1] = next_ip
+            try:
+                handler(p, regs, 0)
+            except Exception as exc:  # noqa: BLE001 - handed to fault_handler or re-raised with context
+                manager._fault(p, point, regs, exc, "post_handler")
+            finally:
+                manager.busy = False
+
+        return post_one
 
     def _fault(self, p: Probe, point: ProbePoint, regs: PtRegs, exc: Exception, phase: str) -> None:
         """K4: a handler raised.  Its fault_handler may claim it (return 1).

@@ -185,8 +185,12 @@ class SoftStep:
         step = self.pending
         if step is not None and addr in step[1]:
             self.pending = None
-            host = self._host
-            host.manager.post(step[0], host.hit_regs, addr)
+            self._post(step[0], addr)
+
+    def _post(self, point: ProbePoint, addr: int) -> None:
+        run_post = point.run_post
+        if run_post is not None:  # None: the point lost its post_handlers while the step was pending
+            run_post(self._host.hit_regs, addr)
 
     def _on_successor(self, handle: int, addr: int, size: int, user: int) -> None:
         try:
@@ -197,8 +201,7 @@ class SoftStep:
             if point is not None and not point.internal:  # its own hook runs the step first (see reached)
                 return
             self.pending = None
-            host = self._host
-            host.manager.post(step[0], host.hit_regs, addr)
+            self._post(step[0], addr)
         except BaseException as exc:  # noqa: BLE001 - stored and re-raised by run()/call()
             self._host.fail(exc)
 
