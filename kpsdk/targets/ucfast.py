@@ -39,6 +39,21 @@ _ctl.restype = ctypes.c_int
 _REMOVE_CACHE = unicorn.UC_CTL_TB_REMOVE_CACHE | 2 << 26 | unicorn.UC_CTL_IO_WRITE << 30
 
 
+def memory_writer(uc: unicorn.Uc) -> Callable[[int, bytes], None]:
+    """``uc.mem_write(addr, data)`` through ``uc_mem_write`` without the binding's
+    argument conversions: registration writes a trap per breakpoint-path probe."""
+    assert uc._uch is not None, "the Unicorn engine is closed"
+    uch = ctypes.c_void_p(uc._uch.value)
+    c_u64, c_size = ctypes.c_uint64, ctypes.c_size_t
+
+    def write(addr: int, data: bytes) -> None:
+        status = _mem_write(uch, c_u64(addr), data, c_size(len(data)))
+        if status != unicorn.UC_ERR_OK:
+            raise unicorn.UcError(status)
+
+    return write
+
+
 def cache_remover(uc: unicorn.Uc) -> Callable[[int, int], None]:
     """``uc.ctl_remove_cache(begin, end)`` without the binding's generic ``ctl`` path
     (~10 us there, a few hundred ns here): registration drops translations once or

@@ -65,7 +65,7 @@ from kpsdk.regs import PtRegs
 from kpsdk.symbols import Symbol, SymbolTable
 from kpsdk.target import MappedFile, Target, TargetKind
 from kpsdk.targets.ucdetour import DATA_SIZE, DetourEngine
-from kpsdk.targets.ucfast import FastHooks, FastRegs, FastWords, cache_remover
+from kpsdk.targets.ucfast import FastHooks, FastRegs, FastWords, cache_remover, memory_writer
 from kpsdk.targets.ucstep import SoftStep
 from kpsdk.targets.ucwatch import UcWatch
 
@@ -131,6 +131,7 @@ class UnicornTarget(Target):
         self.words = FastWords(self.uc, arch.word_size, arch.endian)
         self.hooks = FastHooks(self.uc)
         self._remove_cache = cache_remover(self.uc)
+        self._write_trap = memory_writer(self.uc)  # a trap over a probed instruction, and back
         #: ``uc.mem_regions()`` as last read: dropped by :meth:`map` and by every run (a
         #: program may map or protect memory), re-read on a miss (see :meth:`_region`)
         self._regions: list[tuple[int, int, int]] | None = None
@@ -375,7 +376,7 @@ class UnicornTarget(Target):
             # the pc written on every hit: the slot, with the Thumb bit where it runs Thumb code
             resume = slot | (1 if point.iset.thumb_bit else 0)
             point.state.update(slot=slot, bp_len=len(bp), resume=resume)
-            self.uc.mem_write(addr, bp)
+            self._write_trap(addr, bp)
             self._bp_points[addr] = point
             self._bp_lo, self._bp_hi = min(self._bp_lo, addr), max(self._bp_hi, addr)
             self._slot_points[slot] = point
@@ -405,7 +406,7 @@ class UnicornTarget(Target):
                 self._n_optimized -= 1
         elif point.mechanism == "breakpoint":
             bp_len = int(point.state.pop("bp_len"))  # type: ignore[call-overload]
-            self.uc.mem_write(addr, point.insn.raw[:bp_len])
+            self._write_trap(addr, point.insn.raw[:bp_len])
             slot = int(point.state.pop("slot"))  # type: ignore[call-overload]
             point.state.pop("resume", None)
             self._slot_points.pop(slot, None)
