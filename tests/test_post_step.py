@@ -96,3 +96,32 @@ def test_a_return_s_post_handler_sees_each_call_site() -> None:
         assert after == sites * 3
     finally:
         s.close()
+
+
+def test_a_return_reached_from_many_call_sites_keeps_a_bounded_number_of_hooks() -> None:
+    """Past HOOKS_PER_POINT successors, new ones get one-shot hooks: every post_handler
+    still runs, at the right address, and the persistent hooks stay bounded."""
+    from kpsdk.targets.ucstep import HOOKS_PER_POINT
+
+    s = kpsdk.open("unicorn:x86_64")
+    try:
+        code, func = 0x400000, 0x401000
+        s.target.map(code, 0x2000, "rx")  # type: ignore[attr-defined]
+        s.target.uc.mem_write(func, s.arch.assemble("ret", func))  # type: ignore[attr-defined]
+        calls = 3 * HOOKS_PER_POINT
+        body = "; ".join([f"call {func:#x}", "nop"] * calls + ["ret"])
+        s.target.uc.mem_write(code, s.arch.assemble(body, code))  # type: ignore[attr-defined]
+        after: list[int] = []
+        kp = kpsdk.Kprobe(addr=func, post_handler=lambda p, r, f: after.append(r.ip))
+        s.register_kprobe(kp)
+        for _ in range(2):
+            s.call(code)
+        sites = [i.address + i.size for i in s.arch.disassembler().disasm(s.read_memory(code, 0x400), code)
+                 if i.mnemonic == "call"]
+        assert len(sites) == calls
+        assert after == sites * 2 and kp.hits == 2 * calls
+        assert s.target.stepper.hooked <= HOOKS_PER_POINT  # type: ignore[attr-defined]
+        s.unregister_kprobe(kp)
+        assert s.target.stepper.hooked == 0  # type: ignore[attr-defined]
+    finally:
+        s.close()

@@ -41,6 +41,11 @@ if TYPE_CHECKING:
 
 #: the most answers memoized per instruction (a ``ret`` seen from many call sites stops memoizing)
 MEMO_LIMIT = 64
+#: the most successor addresses one point keeps hooked (a ``ret`` reached from many call sites):
+#: every code hook costs each hooked hit a bounds check in Unicorn (bench rows U: 1,000 hooks
+#: make a hooked hit ~20x dearer), so a successor past these gets a one-shot hook, deleted when
+#: the step ends, as every successor did before
+HOOKS_PER_POINT = 16
 
 
 class SuccessorMemo:
@@ -69,6 +74,7 @@ class SoftStep:
         self._hooks: dict[int, int] = {}  # successor address (no Thumb bit) -> hook handle
         self._users: dict[int, set[int]] = {}  # successor address -> ids of the points stepping there
         self._used: dict[int, set[int]] = {}  # id(point) -> the successor addresses it added
+        self._transient: list[int] = []  # one-shot hooks of the pending step (past HOOKS_PER_POINT)
         #: the step under way: the point whose instruction runs, and where it may arrive
         self.pending: tuple[ProbePoint, frozenset[int]] | None = None
         self._callback = self._on_successor
@@ -156,7 +162,7 @@ class SoftStep:
             return None
         fresh = self.arm(point, succ)
         memo = point.state.get("succ_memo")
-        if isinstance(memo, SuccessorMemo) and memo.reads == ():
+        if isinstance(memo, SuccessorMemo) and memo.reads == () and not self._transient:
             point.state["step_fixed"] = (point, succ)  # the pending step of every later hit
         return fresh
 
@@ -165,19 +171,31 @@ class SoftStep:
         reached.  Returns True when a successor got its first hook (see :meth:`start`)."""
         fresh = False
         host = self._host
+        self._drop_transient()
         used = self._used.get(id(point))
+        if used is None:
+            used = self._used[id(point)] = set()
         for a in succ:
-            if used is None or a not in used:
-                if used is None:
-                    used = self._used[id(point)] = set()
-                used.add(a)
-                self._users.setdefault(a, set()).add(id(point))
+            if a in used:
+                continue
             if a not in self._hooks:
+                if len(used) >= HOOKS_PER_POINT:
+                    self._transient.append(host.hooks.code(self._callback, a, a))
+                    host.uc.ctl_remove_cache(a, a + 1)
+                    fresh = True
+                    continue
                 self._hooks[a] = host.hooks.code(self._callback, a, a)
                 host.uc.ctl_remove_cache(a, a + 1)
                 fresh = True
+            used.add(a)
+            self._users.setdefault(a, set()).add(id(point))
         self.pending = (point, succ)
         return fresh
+
+    def _drop_transient(self) -> None:
+        """Delete the one-shot hooks of the step that ended (or never will)."""
+        while self._transient:
+            self._host.hooks.delete(self._transient.pop())
 
     def reached(self, addr: int) -> None:
         """The CPU is about to run ``addr``: if that ends the pending step, run its post_handlers
@@ -188,6 +206,8 @@ class SoftStep:
             self._post(step[0], addr)
 
     def _post(self, point: ProbePoint, addr: int) -> None:
+        if self._transient:
+            self._drop_transient()
         run_post = point.run_post
         if run_post is not None:  # None: the point lost its post_handlers while the step was pending
             run_post(self._host.hit_regs, addr)
@@ -210,6 +230,7 @@ class SoftStep:
         successor hooks no other point uses.  Registration time, not hit time."""
         if self.pending is not None and self.pending[0] is point:
             self.pending = None
+            self._drop_transient()
         point.state.pop("succ_memo", None)
         point.state.pop("step_fixed", None)
         host = self._host
@@ -228,4 +249,5 @@ class SoftStep:
     def clear(self) -> None:
         """Forget the pending step (the run ended with an error inside it)."""
         self.pending = None
+        self._drop_transient()
 
