@@ -136,7 +136,11 @@ class InstructionSet:
     :param capstone: ``(arch, mode)`` for capstone.
     :param keystone: ``(arch, mode)`` for keystone, ``None`` if keystone lacks it.
     :param kernel_breakpoints: what Linux kprobes writes, by instruction length
-        (the arch-facts table); shown by ``kpsdk archs`` and used on live targets.
+        (each architecture's kprobes code in the kernel: x86 ``int3``, ARM's
+        ``KPROBE_ARM_BREAKPOINT_INSTRUCTION`` and the two Thumb ones in
+        ``arch/arm/probes/kprobes/core.h``, RISC-V ``ebreak``/``c.ebreak``,
+        ppc64 ``BREAKPOINT_INSTRUCTION``, a ``trap``); shown by ``kpsdk archs``
+        and used on live targets.
     :param unicorn_breakpoint: what kpsdk writes on Unicorn, chosen because it
         raises an interrupt Unicorn 2.1.4 delivers to a hook (the kernel's own
         UDF/ebreak encodings stop emulation instead).
@@ -221,7 +225,8 @@ class ReturnDetour:
 
 @dataclass(frozen=True)
 class WatchRules:
-    """What the architecture's debug hardware allows a watchpoint (arch-facts.md).
+    """What the architecture's debug hardware allows a watchpoint (hw_breakpoint: the kernel's
+    ``arch/*/kernel/hw_breakpoint.c``, and the architecture manual each backend names in ``source``).
 
     Declared by each backend as data; :mod:`kpsdk.plugins.watchpoints` checks
     every watchpoint with ``strict=True`` against it, the way Linux's

@@ -2,7 +2,7 @@
 
 Under a live kretprobe the return address of a hooked call is a trampoline,
 so a naive stack trace (and ``__builtin_return_address``) shows the
-trampoline instead of the caller (seed 000 section 5).  :func:`backtrace`
+trampoline instead of the caller (kprobes.rst, "Kprobes Features and Limitations").  :func:`backtrace`
 reports the real return addresses, mapping each trampoline it meets to the
 hooked call it stands for (:mod:`kpsdk.rethook` knows them).
 

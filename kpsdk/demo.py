@@ -17,8 +17,9 @@ and checks, with real probes, that:
    ``[DISABLED]``, hits and misses).
 
 Architectures Unicorn cannot run (ppc64) are reported with the reason, which is
-not a failure of the demo.  Only ``kpsdk/cli.py`` turns the result into an exit
-code; :func:`run_demo` returns one :class:`ArchResult` per architecture.
+not a failure of the demo.  Only the ``kpsdk demo`` command
+(``kpsdk/cli/demo.py``) turns the result into an exit code; :func:`run_demo`
+returns one :class:`ArchResult` per architecture.
 """
 
 from __future__ import annotations

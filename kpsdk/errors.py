@@ -4,8 +4,13 @@ Every failure a user can cause or meet has its own class here, and carries the
 context needed to act on it.  Probe registration errors are :class:`KprobeError`,
 an :class:`OSError` whose ``errno`` is the one the Linux kernel's kprobes would
 return for the same mistake, so code ported from a kernel module can check
-``e.errno == errno.EINVAL`` exactly as before.  Only ``kpsdk/cli.py`` turns
-these into exit codes.
+``e.errno == errno.EINVAL`` exactly as before.  Only ``kpsdk/cli/exits.py``
+turns these into exit codes.
+
+Every class is defined here, whichever module raises it, so that one import
+(``kpsdk.TraceDefinitionError``) catches it and no module has to import the
+one that raises it.  The modules that raise one still export it under its
+old path (``kpsdk.trace.grammar.TraceDefinitionError``, ``kpsdk.registry.PluginLoadError``...).
 """
 
 from __future__ import annotations
@@ -68,6 +73,10 @@ class UnknownNameError(KpsdkError, LookupError):
         super().__init__(f"unknown {what} {name!r}; valid: {', '.join(sorted(self.valid))}")
 
 
+class PluginLoadError(KpsdkError):
+    """A plugin named with ``-p`` could not be found or imported (raised by :mod:`kpsdk.registry`)."""
+
+
 class TargetError(KpsdkError):
     """The target could not be opened, or cannot do what was asked."""
 
@@ -105,6 +114,11 @@ class ToolMissingError(TargetError):
     def __init__(self, tool: str, package: str) -> None:
         self.tool, self.package = tool, package
         super().__init__(f"{tool} is not installed (Debian: apt-get install {package})")
+
+
+class GdbError(TargetError):
+    """gdb answered ``^error`` to a command (:mod:`kpsdk.targets.mi`): the message names the command and
+    quotes gdb's own."""
 
 
 class TargetExited(TargetError):
@@ -151,6 +165,139 @@ class ProbeHandlerError(KpsdkError):
 class SymbolError(KpsdkError, LookupError):
     """A symbol or ``sym+off`` expression could not be resolved."""
 
+
+class ImageFormatError(TargetError, SymbolError):
+    """A file kpsdk was given to read cannot be used: a malformed or truncated ELF file,
+    kernel image, kallsyms table, System.map or kallsyms list, one too large to read, or
+    something that is not a regular file at all (a FIFO, ``/dev/zero``).
+
+    ``path`` is the file (or ``<text>``/``<image>`` for data passed in memory), ``line`` the
+    line of a text file (else None), and the message says what is wrong and where: the field,
+    the file offset or the line.  It is both a :class:`TargetError` (what opening a target on
+    a bad file raises) and a :class:`SymbolError` (what reading symbols from a bad file
+    raises), so code written against either keeps catching it.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], problem: str, line: int | None = None) -> None:
+        self.path, self.problem, self.line = os.fspath(path), problem, line
+        super().__init__(f"{self.path}{'' if line is None else f':{line}'}: {problem}")
+
+
+# -- tracing: definitions and filters (kpsdk.trace) -------------------------------------------
+
+#: longest ``detail`` a one-line error message keeps: every register list, not a fuzzed 5000-digit number
+DETAIL_MAX = 500
+#: the kernel's error_log texts (trace_probe.h ERRORS), by code
+TRACE_ERRORS: dict[str, str] = {
+    "FILE_NOT_FOUND": "Failed to find the given file",
+    "NO_REGULAR_FILE": "Not a regular file",
+    "BAD_UPROBE_OFFS": "Invalid uprobe offset",
+    "MAXACT_NO_KPROBE": "Maxactive is not for kprobe",
+    "BAD_MAXACT": "Invalid maxactive number",
+    "MAXACT_TOO_BIG": "Maxactive is too big",
+    "BAD_PROBE_ADDR": "Invalid probed address or symbol",
+    "BAD_RETPROBE": "Retprobe address must be an function entry",
+    "BAD_ADDR_SUFFIX": "Invalid probed address suffix",
+    "NO_GROUP_NAME": "Group name is not specified",
+    "GROUP_TOO_LONG": "Group name is too long",
+    "BAD_GROUP_NAME": "Group name must follow the same rules as C identifiers",
+    "NO_EVENT_NAME": "Event name is not specified",
+    "EVENT_TOO_LONG": "Event name is too long",
+    "BAD_EVENT_NAME": "Event name must follow the same rules as C identifiers",
+    "EVENT_EXIST": "Given group/event name is already used by another event",
+    "RETVAL_ON_PROBE": "$retval is not available on probe",
+    "BAD_STACK_NUM": "Invalid stack number",
+    "BAD_ARG_NUM": "Invalid argument number",
+    "BAD_VAR": "Invalid $-variable specified",
+    "BAD_REG_NAME": "Invalid register name",
+    "BAD_MEM_ADDR": "Invalid memory address",
+    "BAD_IMM": "Invalid immediate value",
+    "IMMSTR_NO_CLOSE": "String is not closed with '\"'",
+    "FILE_ON_KPROBE": "File offset is not available with kprobe",
+    "BAD_FILE_OFFS": "Invalid file offset value",
+    "SYM_ON_UPROBE": "Symbol is not available with uprobe",
+    "TOO_MANY_OPS": "Dereference is too much nested",
+    "DEREF_NEED_BRACE": "Dereference needs a brace",
+    "BAD_DEREF_OFFS": "Invalid dereference offset",
+    "DEREF_OPEN_BRACE": "Dereference brace is not closed",
+    "COMM_CANT_DEREF": "$comm can not be dereferenced",
+    "BAD_FETCH_ARG": "Invalid fetch argument",
+    "ARRAY_NO_CLOSE": "Array is not closed",
+    "BAD_ARRAY_SUFFIX": "Array has wrong suffix",
+    "BAD_ARRAY_NUM": "Invalid array size",
+    "ARRAY_TOO_BIG": "Array number is too big",
+    "BAD_TYPE": "Unknown type is specified",
+    "BAD_STRING": "String accepts only memory argument",
+    "BAD_SYMSTRING": "Symbol String doesn't accept data/userdata",
+    "BAD_BITFIELD": "Invalid bitfield",
+    "ARG_NAME_TOO_LONG": "Argument name is too long",
+    "NO_ARG_NAME": "Argument name is not specified",
+    "BAD_ARG_NAME": "Argument name must follow the same rules as C identifiers",
+    "USED_ARG_NAME": "This argument name is already used",
+    "ARG_TOO_LONG": "Argument expression is too long",
+    "NO_ARG_BODY": "No argument expression",
+    "TOO_MANY_ARGS": "Too many arguments are specified",
+    "NEED_STRING_TYPE": "$comm and immediate-string only accepts string type",
+    "NOFENTRY_ARGS": "$arg* can be used only on function entry or exit",
+    "BAD_INSN_BNDRY": "Probe point is not an instruction boundary",
+    "NO_EVENT_INFO": "This requires both group and event name to attach",
+    "BAD_PROBE_TYPE": "Unknown probe type (want p, r or -)",
+    "NO_PROBE_POINT": "No probe point is specified",
+}
+
+
+class TraceDefinitionError(KpsdkError, ValueError):
+    """A probe definition the kernel would refuse, with where it is wrong (:mod:`kpsdk.trace.grammar`).
+
+    ``code`` is the kernel's error name (``BAD_REG_NAME``), ``message`` its
+    ``error_log`` text (:data:`TRACE_ERRORS`), ``column`` the 0-based position
+    in ``definition`` the caret points at, ``detail`` what was wrong there and
+    ``subsystem`` ``trace_kprobe`` or ``trace_uprobe``.  ``str()`` is one line;
+    :attr:`error_log` is the kernel's three-line form (the error, the command,
+    a caret under the column).
+    """
+
+    def __init__(self, code: str, definition: str, column: int, detail: str = "",
+                 subsystem: str = "trace_kprobe") -> None:
+        self.code = code
+        self.message = TRACE_ERRORS[code]
+        self.definition = definition
+        self.column = max(0, min(column, len(definition) + 1))
+        self.detail = detail
+        self.subsystem = subsystem
+        # one line whatever the input's length: the full text is in error_log, with its caret
+        short = detail if len(detail) <= DETAIL_MAX else f"{detail[:DETAIL_MAX - 3]}..."
+        extra = f" ({short})" if detail else ""
+        super().__init__(f"{subsystem}: {self.message}{extra} at column {self.column + 1} of {shown(definition)}")
+
+    @property
+    def error_log(self) -> str:
+        """The kernel's ``error_log`` entry: message, ``Command:`` line and a caret."""
+        return caret_log(f"{self.subsystem}: error: {self.message}", self.definition, self.column)
+
+
+class FilterError(KpsdkError, ValueError):
+    """A filter expression that does not parse (:mod:`kpsdk.trace.filter`): ``column`` (0-based)
+    points at the problem; :attr:`error_log` shows it with a caret, as a definition error does."""
+
+    def __init__(self, message: str, expr: str, column: int) -> None:
+        self.expr, self.column, self.reason = expr, column, message
+        super().__init__(f"filter: {message} at column {column + 1} of {shown(expr)}")
+
+    @property
+    def error_log(self) -> str:
+        return caret_log(f"filter: error: {self.reason}", self.expr, self.column)
+
+
+# -- kpsdk's own test programs --------------------------------------------------------------
+
+
+class FixtureError(KpsdkError):
+    """A bundled test program could not be built or checked (``python3 -m kpsdk.fixtures.build``):
+    a cross compiler failed, or a file is not the ELF it should be."""
+
+
+# -- what messages are made of -----------------------------------------------------------------
 
 #: longest rendering of a user's value in a message (a fuzzed 5,000-character name stays one line)
 SHOWN_MAX = 60

@@ -81,8 +81,8 @@ def kpsdk_cli(app: Any) -> None:
     """Add commands to the ``kpsdk`` command line.
 
     :param app: the root :class:`typer.Typer`; call ``app.command()(func)`` or
-        ``app.add_typer(sub)``.  Only ``kpsdk/cli.py`` turns exceptions into exit
-        codes, so commands should simply raise kpsdk errors.
+        ``app.add_typer(sub)``.  Only ``kpsdk/cli/exits.py`` turns exceptions
+        into exit codes, so commands should simply raise kpsdk errors.
     """
 
 

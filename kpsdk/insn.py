@@ -1,6 +1,9 @@
 """Instruction analysis shared by the arch backends.
 
-Three questions decide how a probe point can work (seed 002, section 6.3):
+Three questions decide how a probe point can work (Guts section 6.3: "Probing
+the Guts of Kprobes", OLS 2006; in the kernel, each architecture's
+``arch_prepare_kprobe`` refuses or prepares an instruction, and x86's
+``can_boost`` decides boosting):
 
 * is the instruction *boostable*: can a copy of it run out of line, followed
   by a jump back, and behave exactly as in place?  Anything that reads or

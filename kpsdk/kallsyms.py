@@ -28,6 +28,7 @@ Addresses are the link-time ones, which are the runtime ones when the kernel boo
 from __future__ import annotations
 
 import bz2
+import hashlib
 import lzma
 import os
 import re
@@ -40,7 +41,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
-from kpsdk.errors import SymbolError
+from elftools.elf.constants import SH_FLAGS, SHN_INDICES
+from elftools.elf.sections import Symbol as ElfSymbol
+
+from kpsdk.cache import private_dir, read_private, write_private
+from kpsdk.elfimage import ElfFile
+from kpsdk.errors import ImageFormatError, SymbolError
+from kpsdk.files import MAX_FILE_SIZE, read_regular
 from kpsdk.symbols import Symbol, SymbolTable
 
 __all__ = [
@@ -52,10 +59,12 @@ __all__ = [
     "extract_vmlinux",
     "load_kallsyms_from_image",
     "load_kallsyms_text",
+    "kernel_symbols_of",
     "load_kernel_symbols",
     "parse_kallsyms_text",
     "read_image_entries",
     "symbol_table",
+    "unpack_kernel",
 ]
 
 #: ``nm`` type letters taken as code: text (global and local) and defined weak symbols.
@@ -64,7 +73,7 @@ FUNC_TYPES = frozenset("TtW")
 OBJECT_TYPES = frozenset("DdBbRrV")
 
 #: Bumped whenever the cache file's content could change for the same image.
-_CACHE_VERSION = 1
+_CACHE_VERSION = 2
 _CACHE_MAGIC = "# kpsdk kallsyms cache"
 
 _STUB_TEXT = "The real System.map is in the linux-image-"
@@ -86,12 +95,15 @@ class KallsymsEntry(NamedTuple):
 
 
 def parse_kallsyms_text(text: str, source: str = "<text>") -> list[KallsymsEntry]:
-    """Every well-formed ``ADDR TYPE NAME [MODULE]`` line, in file order.
+    """Every ``ADDR TYPE NAME [MODULE]`` line, in file order.
 
     Kept separate from :func:`load_kallsyms_text` so tests and tools can see the types that
-    the symbol table leaves out.  Raises :class:`SymbolError` for Debian's stub System.map,
-    for a list whose addresses are all hidden (``kptr_restrict``), and for text with no
-    symbol line at all.
+    the symbol table leaves out.  A line is exactly what the kernel writes: 1 to 16 hex digits
+    (no ``0x``, sign or ``_``), one type letter, a name, optionally ``[module]``; blank lines,
+    ``#`` comments and ``nm``'s address-less undefined symbols are skipped.  Raises
+    :class:`~kpsdk.errors.ImageFormatError` for any other line (with its number) and for
+    text with no symbol line at all, and :class:`SymbolError` for Debian's stub System.map
+    and for a list whose addresses are all hidden (``kptr_restrict``).
     """
     if _STUB_TEXT in text:
         raise SymbolError(
@@ -102,28 +114,49 @@ def parse_kallsyms_text(text: str, source: str = "<text>") -> list[KallsymsEntry
         )
     entries: list[KallsymsEntry] = []
     for lineno, raw in enumerate(text.splitlines(), 1):
-        line = raw.strip()
-        if not line or line.startswith("#"):
+        m = _LINE.fullmatch(raw)
+        if m is not None:  # the common case, in one match
+            entries.append(KallsymsEntry(int(m[1], 16), m[2], m[3], m[4] or ""))
             continue
-        parts = line.split()
+        parts = raw.split()
+        if not parts or parts[0].startswith("#"):
+            continue
         if len(parts) == 2 and parts[0] in ("U", "w", "v"):  # nm's undefined symbols have no address
             continue
-        if len(parts) < 3 or len(parts[1]) != 1:
-            raise SymbolError(f"{source}:{lineno}: not a System.map/kallsyms line (want ADDR TYPE NAME): {raw!r}")
-        try:
-            address = int(parts[0], 16)
-        except ValueError:
-            raise SymbolError(f"{source}:{lineno}: bad address {parts[0]!r} in {raw!r}") from None
-        module = parts[3].strip("[]") if len(parts) > 3 else ""
-        entries.append(KallsymsEntry(address, parts[1], parts[2], module))
+        entries.append(_parse_line(parts, raw, source, lineno))
     if not entries:
-        raise SymbolError(f"{source} has no symbol lines")
+        raise ImageFormatError(source, "no symbol lines")
     if all(e.address == 0 for e in entries):
         raise SymbolError(
             f"{source}: every address is 0, so the kernel hid them (kptr_restrict): read /proc/kallsyms "
             "as root after `echo 0 > /proc/sys/kernel/kptr_restrict`"
         )
     return entries
+
+
+_HEX_ADDRESS = re.compile(r"[0-9a-fA-F]{1,16}")
+_MODULE = re.compile(r"\[[^\[\]]+\]")
+#: A whole well-formed line: the same rules as _parse_line's, in one match.
+_LINE = re.compile(r"\s*([0-9a-fA-F]{1,16})\s+([A-Za-z])\s+(\S+)(?:\s+\[([^\[\]\s]+)\])?\s*")
+
+
+def _parse_line(parts: list[str], raw: str, source: str, lineno: int) -> KallsymsEntry:
+    """One ``ADDR TYPE NAME [MODULE]`` line, split on whitespace; every field checked, so that
+    a line :data:`_LINE` refused gets an error saying which field is wrong."""
+    if not 3 <= len(parts) <= 4:
+        raise ImageFormatError(source, f"not a System.map/kallsyms line (want ADDR TYPE NAME [MODULE]): {raw!r}",
+                               lineno)
+    address, kind, name = parts[:3]
+    if not _HEX_ADDRESS.fullmatch(address):
+        raise ImageFormatError(source, f"bad address {address!r} (want 1 to 16 hex digits) in {raw!r}", lineno)
+    if not (len(kind) == 1 and kind.isascii() and kind.isalpha()):
+        raise ImageFormatError(source, f"bad type {kind!r} (want one letter) in {raw!r}", lineno)
+    module = ""
+    if len(parts) == 4:
+        if not _MODULE.fullmatch(parts[3]):
+            raise ImageFormatError(source, f"bad module {parts[3]!r} (want [NAME]) in {raw!r}", lineno)
+        module = parts[3][1:-1]
+    return KallsymsEntry(int(address, 16), kind, name, module)
 
 
 def symbol_table(entries: Iterable[KallsymsEntry]) -> SymbolTable:
@@ -147,11 +180,7 @@ def symbol_table(entries: Iterable[KallsymsEntry]) -> SymbolTable:
         kind = "func" if e.type in FUNC_TYPES else "object"
         symbols.append(Symbol(e.name, e.address, size, kind))
     symbols.reverse()
-    table = SymbolTable()
-    # Adding in address order keeps SymbolTable.add at O(log n) (appends, no list shifts).
-    for sym in symbols:
-        table.add(sym)
-    return table
+    return SymbolTable(symbols)
 
 
 def load_kallsyms_text(text: str, source: str = "<text>") -> SymbolTable:
@@ -175,26 +204,33 @@ def _run_tool(tool: str, args: list[str], data: bytes, package: str) -> bytes:
     path = shutil.which(tool)
     if path is None:
         raise SymbolError(f"no decompressor for this kernel: install the Python package or Debian package {package}")
-    proc = subprocess.run([path, *args], input=data, capture_output=True, timeout=300, check=False)
+    try:
+        proc = subprocess.run([path, *args], input=data, capture_output=True, timeout=300, check=False)
+    except subprocess.TimeoutExpired:
+        raise SymbolError(f"{tool} did not unpack the kernel payload within 300 s") from None
     if proc.returncode != 0:
         raise SymbolError(f"{tool} failed on the kernel payload: {proc.stderr.decode(errors='replace').strip()}")
     return proc.stdout
 
 
+# The in-process decompressors stop one byte past MAX_FILE_SIZE (_decompress refuses that):
+# a small hostile payload cannot unpack into all of memory.
+
+
 def _gunzip(data: bytes) -> bytes:
-    return zlib.decompressobj(wbits=31).decompress(data)
+    return zlib.decompressobj(wbits=31).decompress(data, MAX_FILE_SIZE + 1)
 
 
 def _unxz(data: bytes) -> bytes:
-    return lzma.LZMADecompressor(format=lzma.FORMAT_XZ).decompress(data)
+    return lzma.LZMADecompressor(format=lzma.FORMAT_XZ).decompress(data, MAX_FILE_SIZE + 1)
 
 
 def _unlzma(data: bytes) -> bytes:
-    return lzma.LZMADecompressor(format=lzma.FORMAT_ALONE).decompress(data)
+    return lzma.LZMADecompressor(format=lzma.FORMAT_ALONE).decompress(data, MAX_FILE_SIZE + 1)
 
 
 def _bunzip2(data: bytes) -> bytes:
-    return bz2.BZ2Decompressor().decompress(data)
+    return bz2.BZ2Decompressor().decompress(data, MAX_FILE_SIZE + 1)
 
 
 def _unzstd(data: bytes) -> bytes:
@@ -225,6 +261,8 @@ def _unlz4(data: bytes) -> bytes:
             break  # the kernel's 4-byte size trailer
         out += block(data[pos + 4 : pos + 4 + size])
         pos += 4 + size
+        if len(out) > MAX_FILE_SIZE:
+            break
     return bytes(out)
 
 
@@ -258,7 +296,7 @@ def _lz4_block_py(src: bytes) -> bytes:
         mlen += 4
         start = len(out) - offset
         if offset <= 0 or start < 0:
-            raise SymbolError("corrupt lz4 block in the kernel payload")
+            raise ValueError("corrupt lz4 block (a match before the start of the output)")
         while mlen > 0:
             chunk = out[start : start + min(mlen, offset)]
             out += chunk
@@ -324,31 +362,41 @@ def extract_vmlinux(path: str | os.PathLike[str]) -> tuple[bytes, str]:
     does, keeping the first that unpacks to an ELF file.
     """
     p = Path(path)
+    return unpack_kernel(_read_kernel_file(p), p)
+
+
+def _read_kernel_file(path: Path) -> bytes:
+    """A kernel image's or symbol file's bytes: a regular file, at most MAX_FILE_SIZE."""
     try:
-        data = p.read_bytes()
+        return read_regular(path)[0]
+    except FileNotFoundError:
+        raise SymbolError(f"kernel image {path} does not exist") from None
     except OSError as e:
-        raise SymbolError(f"cannot read kernel image {p}: {e.strerror}") from e
+        raise SymbolError(f"cannot read kernel image {path}: {e.strerror}") from e
+
+
+def unpack_kernel(data: bytes, source: str | os.PathLike[str] = "<image>") -> tuple[bytes, str]:
+    """:func:`extract_vmlinux` of a kernel image already in memory (``source`` names it in errors)."""
     if _is_elf(data):
         return data, "none"
     payload = _bzimage_payload(data)
     if payload is not None:
         kind = compression_of(payload)
         if kind is None:
-            raise SymbolError(f"{p}: bzImage payload has an unknown compression (starts {payload[:6].hex()})")
-        out = _decompress(p, kind, payload)
+            raise ImageFormatError(source, f"bzImage payload has an unknown compression (starts {payload[:6].hex()})")
+        out = _decompress(source, kind, payload)
         if len(payload) >= 4:
             (expect,) = struct.unpack("<I", payload[-4:])
             if expect != len(out) & 0xFFFFFFFF:
-                raise SymbolError(
-                    f"{p}: {kind} payload unpacked to {len(out)} bytes, the image says {expect}: truncated or corrupt"
-                )
+                raise ImageFormatError(source, f"{kind} payload unpacked to {len(out)} bytes, the image says "
+                                               f"{expect}: truncated or corrupt")
         return out, kind
     tried: list[str] = []
     for kind, magic, _ in _COMPRESSORS:
         start = data.find(magic)
         while start >= 0:
             try:
-                out = _decompress(p, kind, data[start:])
+                out = _decompress(source, kind, data[start:])
             except SymbolError:
                 out = b""
             if _is_elf(out) or (out and _find_token_tables(out)):
@@ -357,20 +405,23 @@ def extract_vmlinux(path: str | os.PathLike[str]) -> tuple[bytes, str]:
             start = data.find(magic, start + 1)
             if len(tried) > 64:
                 break
-    raise SymbolError(
-        f"{p} is neither an ELF vmlinux nor a bzImage, and no compressed kernel was found in it"
+    raise ImageFormatError(
+        source, "neither an ELF vmlinux nor a bzImage, and no compressed kernel was found in it"
         + (f" (tried {', '.join(tried[:8])})" if tried else "")
     )
 
 
-def _decompress(path: Path, kind: str, payload: bytes) -> bytes:
+def _decompress(source: str | os.PathLike[str], kind: str, payload: bytes) -> bytes:
     func = next(f for n, _, f in _COMPRESSORS if n == kind)
     try:
-        return func(payload)
+        out = func(payload)
     except SymbolError:
         raise
     except (OSError, EOFError, ValueError, lzma.LZMAError, zlib.error, IndexError) as e:
-        raise SymbolError(f"{path}: cannot unpack the {kind} kernel payload: {e}") from e
+        raise ImageFormatError(source, f"cannot unpack the {kind} kernel payload: {e}") from e
+    if len(out) > MAX_FILE_SIZE:
+        raise ImageFormatError(source, f"the {kind} kernel payload unpacks to more than {MAX_FILE_SIZE} bytes")
+    return out
 
 
 # --------------------------------------------------------------------------- kallsyms decoding
@@ -476,6 +527,8 @@ def _find_markers(data: bytes, lay: _Layout) -> Iterator[tuple[int, int]]:
     e, table = lay.endian, lay.token_table
     # Directly before the table (after up to one padding word): read back down to the 0.
     for last in (table - 4, table - 8):
+        if last < 0:
+            continue
         pos = last
         while pos >= 4 and _u32(data, pos, e) != 0 and _u32(data, pos - 4, e) < _u32(data, pos, e):
             pos -= 4
@@ -527,10 +580,11 @@ def _decode_names(
 def decode_kallsyms(data: bytes, source: str = "<image>") -> list[KallsymsEntry]:
     """The kallsyms table of a decompressed kernel, as ``/proc/kallsyms`` would list it (nokaslr).
 
-    Raises :class:`SymbolError` saying which table could not be found or failed its check.
+    Raises :class:`~kpsdk.errors.ImageFormatError` (a :class:`SymbolError`) saying which
+    table could not be found or failed its check.
     """
     endian, sizes = "?", [8, 4]
-    if _is_elf(data) and data[4] in (1, 2) and data[5] in (1, 2):  # else (arm64 Image) try all
+    if _is_elf(data) and len(data) > 5 and data[4] in (1, 2) and data[5] in (1, 2):  # else (arm64 Image) try all
         endian = "<" if data[5] == 1 else ">"
         sizes = [8] if data[4] == 2 else [4]
     layouts = [
@@ -539,22 +593,21 @@ def decode_kallsyms(data: bytes, source: str = "<image>") -> list[KallsymsEntry]
         for size in sizes
     ]
     if not layouts:
-        raise SymbolError(
-            f"{source}: no kallsyms token table found (kernel built without CONFIG_KALLSYMS, "
-            "or not a kernel image)"
+        raise ImageFormatError(
+            source, "no kallsyms token table found (kernel built without CONFIG_KALLSYMS, or not a kernel image)"
         )
     problems: list[str] = []
     for lay in layouts:
         try:
             return _decode_with(data, lay, source)
-        except SymbolError as e:
-            problems.append(str(e))
-    raise SymbolError("; ".join(dict.fromkeys(problems)))
+        except ImageFormatError as e:
+            problems.append(e.problem)
+    raise ImageFormatError(source, "; ".join(dict.fromkeys(problems)))
 
 
 def _decode_with(data: bytes, lay: _Layout, source: str) -> list[KallsymsEntry]:
     e = lay.endian
-    where = f"{source}: kallsyms token table at file offset {lay.token_table:#x}"
+    where = f"kallsyms token table at file offset {lay.token_table:#x}"
     tried: list[int] = []
     for markers_pos, nmarkers in _find_markers(data, lay):
         if markers_pos in tried:
@@ -575,36 +628,44 @@ def _decode_with(data: bytes, lay: _Layout, source: str) -> list[KallsymsEntry]:
                 for names in dict.fromkeys((p + 4, _align(p + 4, lay.ptr_size))):
                     got = _decode_names(data, names, v, markers, markers_pos)
                     if got is not None and markers_pos - got[1] < lay.ptr_size:
-                        return _finish(data, lay, p, v, got[0], where)
+                        return _finish(data, lay, p, v, got[0], source, where)
             p -= 4
     if not tried:
-        raise SymbolError(f"{where}: no kallsyms_markers array before it")
-    raise SymbolError(
-        f"{where}: kallsyms_markers candidates at {', '.join(f'{m:#x}' for m in tried[:6])} but no "
+        raise ImageFormatError(source, f"{where}: no kallsyms_markers array before it")
+    raise ImageFormatError(
+        source, f"{where}: kallsyms_markers candidates at {', '.join(f'{m:#x}' for m in tried[:6])} but no "
         "kallsyms_num_syms/kallsyms_names pair before them that decodes to those markers"
     )
 
 
+#: A decoded name: the type letter, then the name, printable ASCII without blanks (what the
+#: kernel's own names are, and what a System.map line can carry).
+_NAME_PATTERN = r"[A-Za-z][\x21-\x7e]+"
+_DECODED_NAME = re.compile(_NAME_PATTERN.encode())
+
+
 def _finish(
-    data: bytes, lay: _Layout, num_pos: int, num: int, compressed: list[bytes], where: str
+    data: bytes, lay: _Layout, num_pos: int, num: int, compressed: list[bytes], source: str, where: str
 ) -> list[KallsymsEntry]:
-    """Expand the names, find the addresses, check the result."""
+    """Expand the names, find the addresses, check the result (``where``: which table, for errors)."""
     tokens = lay.tokens
     expanded = [b"".join([tokens[c] for c in name]) for name in compressed]
+    for i, name in enumerate(expanded):
+        if not _DECODED_NAME.fullmatch(name):
+            raise ImageFormatError(source, f"{where}: symbol {i} decodes to {name[:40]!r}, not a type letter "
+                                           "followed by a name")
     addresses = _find_addresses(data, lay, num_pos, num, expanded)
     if addresses is None:
-        raise SymbolError(
-            f"{where}: decoded {num} names but found no address table (kallsyms_offsets + "
+        raise ImageFormatError(
+            source, f"{where}: decoded {num} names but found no address table (kallsyms_offsets + "
             "kallsyms_relative_base or kallsyms_addresses) that is sorted and places _text"
         )
-    entries: list[KallsymsEntry] = []
-    for name, addr in zip(expanded, addresses, strict=True):
-        text = name.decode("ascii", errors="replace")
-        entries.append(KallsymsEntry(addr, text[0], text[1:]))
+    entries = [KallsymsEntry(addr, chr(name[0]), name[1:].decode("ascii"))
+               for name, addr in zip(expanded, addresses, strict=True)]
     names = {en.name for en in entries}
     for required in ("_text", "_stext", "_etext"):
         if required not in names:
-            raise SymbolError(f"{where}: decoded {num} symbols but {required} is not among them")
+            raise ImageFormatError(source, f"{where}: decoded {num} symbols but {required} is not among them")
     return entries
 
 
@@ -637,103 +698,109 @@ def _find_addresses(data: bytes, lay: _Layout, num_pos: int, num: int, names: li
             addrs = [o if o >= 0 else base - 1 - o for o in offsets]
         else:
             addrs = [base + (o & 0xFFFFFFFF) for o in offsets]
-        if _plausible(addrs, text_idx):
+        if _plausible(addrs, text_idx, ps):
             return addrs
     # Absolute addresses: kallsyms_addresses, ALGN, num_syms.
     addr_pos = num_pos - ps * num
     if addr_pos >= 0:
         addrs = list(struct.unpack_from(f"{e}{num}{ptr}", data, addr_pos))
-        if _plausible(addrs, text_idx):
+        if _plausible(addrs, text_idx, ps):
             return addrs
     return None
 
 
-def _plausible(addrs: list[int], text_idx: list[int]) -> bool:
+def _plausible(addrs: list[int], text_idx: list[int], ptr_size: int) -> bool:
+    """Sorted, inside the address space (a base near 0 or the top must not wrap), _text placed."""
     if any(b < a for a, b in zip(addrs, addrs[1:], strict=False)):
+        return False
+    if addrs and not (addrs[0] >= 0 and addrs[-1] < 1 << (8 * ptr_size)):
         return False
     return bool(text_idx) and all(addrs[i] != 0 for i in text_idx)
 
 
 # --------------------------------------------------------------------------- images and caching
 
-
-def _cache_file(image: Path) -> Path:
-    """``<image>.kallsyms`` when its directory is writable, else under the kpsdk cache."""
-    beside = image.with_name(image.name + ".kallsyms")
-    if os.access(image.parent, os.W_OK):
-        return beside
-    root = Path(os.environ.get("KPSDK_CACHE") or Path.home() / ".cache" / "kpsdk") / "kallsyms"
-    return root / (image.name + ".kallsyms")
+#: The kallsyms cache's directory under kpsdk's cache (:func:`kpsdk.cache.cache_root`).
+CACHE_DIR = "kallsyms"
+#: What a cached entry must look like to come back unchanged from its System.map line.
+_CACHEABLE = re.compile(_NAME_PATTERN)
 
 
-def _cache_key(image: Path) -> str:
-    st = image.stat()
-    return f"{_CACHE_MAGIC} v{_CACHE_VERSION} size={st.st_size} mtime_ns={st.st_mtime_ns}"
+def _cache_name(digest: str) -> str:
+    return f"{digest}.kallsyms"
 
 
-def _read_cache(image: Path) -> list[KallsymsEntry] | None:
-    path = _cache_file(image)
-    try:
-        text = path.read_text()
-    except OSError:
+def _cache_header(digest: str, body: bytes) -> bytes:
+    """The first line: the image the entries come from, and a hash that shows they arrived whole."""
+    body_digest = hashlib.sha256(body).hexdigest()
+    return f"{_CACHE_MAGIC} v{_CACHE_VERSION} image-sha256={digest} body-sha256={body_digest}".encode()
+
+
+def _read_cache(digest: str) -> list[KallsymsEntry] | None:
+    """The cached entries of the image whose sha256 is ``digest``; None when absent, unsafe or damaged."""
+    directory = private_dir(CACHE_DIR)
+    raw = read_private(directory, _cache_name(digest), MAX_FILE_SIZE) if directory is not None else None
+    if raw is None or directory is None:
         return None
-    first, _, rest = text.partition("\n")
-    if first != _cache_key(image):
+    head, _, body = raw.partition(b"\n")
+    if head != _cache_header(digest, body):
         return None
     try:
-        return parse_kallsyms_text(rest, str(path))
-    except SymbolError:
+        return parse_kallsyms_text(body.decode("ascii"), str(directory / _cache_name(digest)))
+    except (UnicodeDecodeError, SymbolError):
         return None
 
 
-def _write_cache(image: Path, entries: list[KallsymsEntry]) -> None:
-    path = _cache_file(image)
-    lines = [_cache_key(image)]
-    lines += [f"{en.address:016x} {en.type} {en.name}" for en in entries]
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text("\n".join(lines) + "\n")
-        os.replace(tmp, path)
-    except OSError:
-        tmp.unlink(missing_ok=True)  # a cache is an optimization: never fail the load for it
+def _write_cache(digest: str, entries: list[KallsymsEntry]) -> None:
+    """Cache ``entries`` if each survives the round trip through a System.map line (an ELF
+    ``.symtab`` can hold names no such line can carry; those images are not cached)."""
+    if not all(_CACHEABLE.fullmatch(en.type + en.name) and not en.module for en in entries):
+        return
+    directory = private_dir(CACHE_DIR)
+    if directory is None:
+        return
+    body = "".join(f"{en.address:016x} {en.type} {en.name}\n" for en in entries).encode("ascii")
+    write_private(directory, _cache_name(digest), _cache_header(digest, body) + b"\n" + body)
 
 
-def _elf_symtab(data: bytes, source: str) -> list[KallsymsEntry] | None:
+def _elf_symtab(data: bytes, source: str | os.PathLike[str]) -> list[KallsymsEntry] | None:
     """Entries from an unstripped vmlinux's ``.symtab``; ``None`` when it has none.
 
-    A file that pyelftools cannot parse also gives ``None``: the kallsyms search that
+    A file whose ELF structure is broken also gives ``None``: the kallsyms search that
     follows does not need the ELF structure, and reports its own errors.
     """
-    import io
-
-    from elftools.common.exceptions import ELFError
-    from elftools.elf.elffile import ELFFile
-    from elftools.elf.sections import SymbolTableSection
-
-    try:
-        elf = ELFFile(io.BytesIO(data))
-        symtab = elf.get_section_by_name(".symtab")
-    except ELFError:
-        return None
-    if not isinstance(symtab, SymbolTableSection) or symtab.num_symbols() < 2:
-        return None
-    sections = list(elf.iter_sections())
-    exec_sections = {i for i, sec in enumerate(sections) if sec["sh_flags"] & 0x4}  # SHF_EXECINSTR
-    percpu = {i for i, sec in enumerate(sections) if sec.name == ".data..percpu"}
     entries: list[KallsymsEntry] = []
-    for sym in symtab.iter_symbols():
-        shndx = sym["st_shndx"]
-        kind = sym["st_info"]["type"]
-        if not sym.name or not isinstance(shndx, int) or kind not in ("STT_FUNC", "STT_OBJECT", "STT_NOTYPE"):
-            continue
-        code = kind == "STT_FUNC" or (kind == "STT_NOTYPE" and shndx in exec_sections)
-        local = sym["st_info"]["bind"] == "STB_LOCAL"
-        letter = ("t" if local else "T") if code else ("d" if local else "D")
-        if shndx in percpu:  # offsets into each CPU's area, not addresses: kallsyms says "A"
-            letter = "A"
-        entries.append(KallsymsEntry(sym["st_value"], letter, sym.name))
-    return entries
+    count = 0
+    try:
+        elf = ElfFile(data, source)
+        symtab = elf.section(".symtab")
+        if symtab is None or symtab.header["sh_type"] != "SHT_SYMTAB":
+            return None
+        code_sections = {sec.number for sec in elf.sections if sec.header["sh_flags"] & SH_FLAGS.SHF_EXECINSTR}
+        percpu = {sec.number for sec in elf.sections if sec.name == ".data..percpu"}
+        for sym in elf.symbols(symtab):
+            count += 1
+            entry = _symtab_entry(sym, code_sections, percpu)
+            if entry is not None:
+                entries.append(entry)
+    except ImageFormatError:
+        return None
+    return entries if count >= 2 else None
+
+
+def _symtab_entry(sym: ElfSymbol, code_sections: set[int], percpu: set[int]) -> KallsymsEntry | None:
+    """The kallsyms entry of one ``.symtab`` symbol: defined functions, objects and untyped
+    symbols in a section, lettered as kallsyms letters them; None for the others."""
+    kind, shndx = sym["st_info"]["type"], sym["st_shndx"]
+    if (not sym.name or not isinstance(shndx, int) or not 0 < shndx < SHN_INDICES.SHN_LORESERVE
+            or kind not in ("STT_FUNC", "STT_OBJECT", "STT_NOTYPE")):
+        return None
+    code = kind == "STT_FUNC" or (kind == "STT_NOTYPE" and shndx in code_sections)
+    local = sym["st_info"]["bind"] == "STB_LOCAL"
+    letter = ("t" if local else "T") if code else ("d" if local else "D")
+    if shndx in percpu:  # offsets into each CPU's area, not addresses: kallsyms says "A"
+        letter = "A"
+    return KallsymsEntry(sym["st_value"], letter, sym.name)
 
 
 def load_kallsyms_from_image(path: str | os.PathLike[str], *, cache: bool = True) -> SymbolTable:
@@ -742,21 +809,25 @@ def load_kallsyms_from_image(path: str | os.PathLike[str], *, cache: bool = True
     An unstripped vmlinux is read through its ``.symtab``; anything else through the
     kallsyms table embedded in the kernel, which is what a stock distribution kernel offers.
     Addresses are the ones the kernel runs at with ``nokaslr``.  Unpacking and decoding take
-    a few seconds (xz), so the result is cached as System.map-style text in
-    ``<image>.kallsyms`` (or under ``$KPSDK_CACHE``/``~/.cache/kpsdk`` when the image's
-    directory is read-only), keyed by the image's size and mtime; ``cache=False`` skips it.
+    a few seconds (xz), so the result is cached as System.map-style text under kpsdk's cache
+    directory (``$KPSDK_CACHE``, ``$XDG_CACHE_HOME/kpsdk`` or ``~/.cache/kpsdk``, in
+    ``kallsyms/``), keyed by the sha256 of the image's contents; ``cache=False`` skips it.
+    Nothing is written beside the image.
     """
     image = Path(path)
-    if not image.is_file():
-        raise SymbolError(f"kernel image {image} does not exist")
-    if cache:
-        hit = _read_cache(image)
-        if hit is not None:
-            return symbol_table(hit)
-    entries = read_image_entries(image)
-    if cache:
-        _write_cache(image, entries)
-    return symbol_table(entries)
+    return symbol_table(_image_entries(_read_kernel_file(image), image, cache))
+
+
+def _image_entries(data: bytes, source: str | os.PathLike[str], cache: bool) -> list[KallsymsEntry]:
+    """The entries of a kernel image's bytes, through the cache when ``cache``."""
+    if not cache:
+        return _entries_of(data, source)
+    digest = hashlib.sha256(data).hexdigest()
+    entries = _read_cache(digest)
+    if entries is None:
+        entries = _entries_of(data, source)
+        _write_cache(digest, entries)
+    return entries
 
 
 def load_kernel_symbols(path: str | os.PathLike[str]) -> SymbolTable:
@@ -768,13 +839,17 @@ def load_kernel_symbols(path: str | os.PathLike[str]) -> SymbolTable:
     """
     p = Path(path)
     try:
-        with open(p, "rb") as f:
-            head = f.read(4096)
+        data = read_regular(p)[0]
     except OSError as e:
         raise SymbolError(f"cannot read kernel symbols from {p}: {e.strerror}") from e
-    if _is_text_symbols(head):
-        return load_kallsyms_text(p.read_text(errors="replace"), str(p))
-    return load_kallsyms_from_image(p)
+    return kernel_symbols_of(data, p)
+
+
+def kernel_symbols_of(data: bytes, source: str | os.PathLike[str]) -> SymbolTable:
+    """:func:`load_kernel_symbols` of a file already read (``source`` names it in errors)."""
+    if _is_text_symbols(data[:4096]):
+        return load_kallsyms_text(data.decode(errors="replace"), str(source))
+    return symbol_table(_image_entries(data, source, cache=True))
 
 
 def _is_text_symbols(head: bytes) -> bool:
@@ -789,9 +864,13 @@ def _is_text_symbols(head: bytes) -> bool:
 def read_image_entries(path: str | os.PathLike[str]) -> list[KallsymsEntry]:
     """The raw entries (every type, per-cpu and absolute ones included) of a kernel image, uncached."""
     image = Path(path)
-    data, _kind = extract_vmlinux(image)
-    if _is_elf(data):
-        entries = _elf_symtab(data, str(image))
+    return _entries_of(_read_kernel_file(image), image)
+
+
+def _entries_of(data: bytes, source: str | os.PathLike[str]) -> list[KallsymsEntry]:
+    vmlinux, _kind = unpack_kernel(data, source)
+    if _is_elf(vmlinux):
+        entries = _elf_symtab(vmlinux, source)
         if entries:
             return entries
-    return decode_kallsyms(data, str(image))
+    return decode_kallsyms(vmlinux, str(source))

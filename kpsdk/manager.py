@@ -2,10 +2,9 @@
 
 This is the part of kprobes that does not depend on how a target traps: the
 hash of probe points (``points``, O(1) by address), aggregate probes (several
-probes on one address, handlers newest first as in the kernel, K5 in
-docs/semantics.md),
-reentrancy (a hit while handlers run only counts ``nmissed``, section 4.4),
-fault handling and the two global knobs.  Targets call :meth:`ProbeManager.pre`
+probes on one address, handlers newest first as in the kernel: K5 in
+docs/semantics.md), reentrancy (a hit while handlers run only counts
+``nmissed``: K6, Guts section 4.4), fault handling and the two global knobs.  Targets call :meth:`ProbeManager.pre`
 and :meth:`ProbeManager.post` from their trap or hook; the manager calls
 :meth:`Target.sync_point` whenever what a point needs has changed, and the
 target picks the mechanism (breakpoint, booster, hook).

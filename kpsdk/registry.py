@@ -20,16 +20,14 @@ import pluggy
 
 from kpsdk import hookspecs
 from kpsdk.arch import Arch, ArchRegistry
-from kpsdk.errors import KpsdkError, UnknownNameError
+from kpsdk.errors import KpsdkError, PluginLoadError, UnknownNameError
 from kpsdk.probe import ProbeType
 from kpsdk.target import TargetKind
 
 GROUP = "kpsdk"
+#: set (to anything) in the environment: third-party entry points do not load by themselves
+AUTOLOAD_ENV = "KPSDK_DISABLE_PLUGIN_AUTOLOAD"
 hookimpl = pluggy.HookimplMarker("kpsdk")
-
-
-class PluginLoadError(KpsdkError):
-    """A plugin named with ``-p`` could not be found or imported."""
 
 
 class Registry:
@@ -42,7 +40,7 @@ class Registry:
         for name in block:
             self.pm.set_blocked(name)
         if autoload is None:
-            autoload = not os.environ.get("KPSDK_DISABLE_PLUGIN_AUTOLOAD")
+            autoload = not os.environ.get(AUTOLOAD_ENV)
         for ep in importlib.metadata.entry_points(group=GROUP):
             builtin = ep.dist is not None and ep.dist.name == "kpsdk"
             if (autoload or builtin or ep.name in load) and not self.pm.is_blocked(ep.name):

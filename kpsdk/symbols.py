@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import bisect
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from kpsdk.errors import SymbolError
@@ -31,19 +32,30 @@ class Symbol:
 class SymbolTable:
     """Sorted symbols with O(log n) address lookup and exact-name resolution."""
 
-    def __init__(self, symbols: list[Symbol] | None = None) -> None:
-        self._by_name: dict[str, Symbol] = {}
-        self._sorted: list[Symbol] = []
-        self._starts: list[int] = []
-        for sym in symbols or []:
-            self.add(sym)
+    def __init__(self, symbols: Iterable[Symbol] = ()) -> None:
+        """A table of ``symbols``, as if each were :meth:`add`-ed in turn, in O(n log n).
 
-    def add(self, sym: Symbol) -> None:
-        """Add a symbol; the first definition of a name wins (like the linker's)."""
+        One sort, not an insertion per symbol: adding a file's symbols one by one costs
+        O(n) each when they are not in address order (80 s for 300,000 in falling order).
+        The sort is stable, so symbols at one address keep their order, as with :meth:`add`.
+        """
+        given = list(symbols)
+        self._by_name: dict[str, Symbol] = {}
+        for sym in given:
+            self._name(sym)
+        self._sorted: list[Symbol] = sorted(given, key=lambda sym: sym.address)
+        self._starts: list[int] = [sym.address for sym in self._sorted]
+
+    def _name(self, sym: Symbol) -> None:
+        """Answer to the symbol's name and its GCC clone's base name; the first definition wins."""
         self._by_name.setdefault(sym.name, sym)
         base = _CLONE_SUFFIX.sub("", sym.name)
         if base != sym.name:
             self._by_name.setdefault(base, sym)
+
+    def add(self, sym: Symbol) -> None:
+        """Add a symbol; the first definition of a name wins (like the linker's)."""
+        self._name(sym)
         i = bisect.bisect_right(self._starts, sym.address)
         self._starts.insert(i, sym.address)
         self._sorted.insert(i, sym)

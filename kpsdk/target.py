@@ -47,7 +47,10 @@ class MappedFile:
 
     @classmethod
     def of(cls, image: ElfImage, bias: int) -> MappedFile:
-        """Describe ``image`` (as linked) loaded at ``bias``; its identity is read now."""
+        """Describe ``image`` (as linked) loaded at ``bias``; its identity is the file's whose
+        bytes were read (else read now)."""
+        if image.identity is not None:
+            return cls(image.path, image.identity, bias, image)
         st = os.stat(image.path)
         return cls(image.path, (st.st_dev, st.st_ino), bias, image)
 

@@ -1,6 +1,6 @@
-"""Debug-register slots shared by priority (seed 002 section 8.2).
+"""Debug-register slots shared by priority (Guts section 8.2: "Probing the Guts of Kprobes", OLS 2006).
 
-A CPU has a few watchpoint slots (x86: DR0-DR3).  Seed 002 asks for "a
+A CPU has a few watchpoint slots (x86: DR0-DR3).  Guts asks for "a
 nonintrusive, flexible, low-level facility for allocating debug registers"
 that makes a holder "relinquish" its slot "when a more demanding user comes
 along".  This module is that allocator and nothing else: it knows no target,

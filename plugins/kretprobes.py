@@ -5,7 +5,8 @@ data_size=...)`` is registered as a probe on the function's entry (letter ``r`` 
 ``list()``), whose pre_handler takes an instance from the probe's pool, runs the
 entry_handler and hooks the call's return (:mod:`kpsdk.rethook`, which also does
 the matching of returns to instances, per task, by stack pointer).  The kernel's
-rules (seeds 000 sections 1.3 and 4.3, 001 "Return Probes"):
+rules (R1 in docs/semantics.md; kprobes.rst, "Return Probes" and "register_kretprobe";
+Guts section 4.3):
 
 * only at a function entry, else ``EINVAL`` (ppc64 ELFv2: the global or the
   local entry; ``symbol_name`` with offset 0 means the local one, where calls

@@ -3,8 +3,9 @@
 ``Uprobe(path, offset, pre_handler, post_handler, fault_handler)`` and
 ``Uretprobe(path, offset, handler, entry_handler, maxactive, data_size)``, or the
 text forms ``PATH:SYMBOL[+OFF]`` and ``PATH:0xOFFSET`` (``Uprobe.parse``,
-``spec=``, the decorators ``s.uprobe("prog:add")``), as seed 004 section 2
-describes: a probe is registered by (file, offset), not by address.
+``spec=``, the decorators ``s.uprobe("prog:add")``), as the kernel's uprobes
+do (``uprobe_register(inode, offset, ...)`` in kernel/events/uprobes.c; U1 in
+docs/semantics.md): a probe is registered by (file, offset), not by address.
 
 * **File identity** is ``(st_dev, st_ino)``, read when the probe registers: a copy
   of the file is another file; a rename or a hard link is the same file.
@@ -354,7 +355,7 @@ def _read_image(path: str) -> ElfImage:
         try:
             image = load_elf(path)
         except TargetError as e:
-            raise KprobeError(errno.EINVAL, f"{path} is not an executable ELF file: {e}") from None
+            raise KprobeError(errno.EINVAL, f"not an executable ELF file: {e}") from None  # e names the path
         _images[key] = image
     return image
 

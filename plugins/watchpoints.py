@@ -1,7 +1,9 @@
 """The watchpoints probe type: a handler when data is accessed or code executed.
 
 ``Watchpoint(addr= | symbol_name=, length, type, handler, priority=0, strict=True)``
-is seed 004's ``register_kwatch(addr, length, type, handler)``: ``type`` is
+is kwatch's ``register_kwatch(addr, length, type, handler)`` (docs/semantics.md
+lists the sources; the kernel's own interface is hw_breakpoint's
+``register_wide_hw_breakpoint``, kernel/events/hw_breakpoint.c): ``type`` is
 ``x`` (execute), ``w`` (write), ``r`` (read) or ``rw``, and
 ``s.register_watchpoint(wp)`` returns the slot number (the debug register
 the watchpoint went into).  ``handler(wp, regs, access)`` gets an
@@ -10,7 +12,8 @@ new for writes) and the pc of the accessing instruction where the target
 knows it.  Data watchpoints fire after the access (memory already changed),
 execute ones before the instruction.
 
-The rules (design.md W1, seed 002 section 8.2):
+The rules (W1 in docs/semantics.md; Guts section 8.2; hw_breakpoint's
+``hw_breakpoint_arch_parse`` for what the hardware allows):
 
 * **The architecture's rules by default** (``Arch.watch``, a
   :class:`~kpsdk.arch.WatchRules` each backend declares): a type, length or
@@ -94,7 +97,7 @@ WatchHandler = Callable[["Watchpoint", "PtRegs", Access], Any]
 
 
 class Watchpoint(Probe):
-    """A watchpoint probe (seed 004's ``register_kwatch``).
+    """A watchpoint probe (kwatch's ``register_kwatch``; W1 in docs/semantics.md).
 
     :param addr: the address watched (or ``symbol_name`` [+ ``offset``]).
     :param length: bytes watched; for ``x`` the default is the architecture's

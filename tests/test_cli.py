@@ -19,20 +19,18 @@ from typer.testing import CliRunner
 
 import kpsdk
 from kpsdk import fixtures
-from kpsdk.cli import (
+from kpsdk.cli import app
+from kpsdk.cli.hitstrings import (
     STRING_FAULT,
     STRING_OK,
     STRING_SLOT,
     STRING_TRUNCATED,
-    app,
-    errno_name,
     load_strings,
-    scan_plugin_args,
     show_string,
-    signed_return,
-    split_plugin_values,
     store_strings,
 )
+from kpsdk.cli.plugin_args import scan_plugin_args, split_plugin_values
+from kpsdk.cli.returns import errno_name, signed_return
 from kpsdk.registry import configure
 from tests.conftest import require_tool
 
@@ -493,3 +491,54 @@ def test_probe_help_teaches_live_targets():
                  "--failed", "ret=-2 (ENOENT)", "130", "kpsdk probe --target qemu-user:arm",
                  "--kretprobe do_sys_openat2 --string-arg 1 --failed"):
         assert text in out, text
+
+
+# -- the package: kpsdk/cli/ ---------------------------------------------------------------------
+
+
+def test_former_names_of_kpsdk_cli_still_import():
+    """kpsdk/cli.py became a package; every name its importers used resolves from ``kpsdk.cli``."""
+    import kpsdk.cli as cli
+
+    for module, names in cli._MOVED.items():
+        for name in names.split():
+            assert getattr(cli, name) is getattr(__import__(module, fromlist=[name]), name), name
+    with pytest.raises(AttributeError):
+        cli.no_such_name  # noqa: B018
+
+
+def test_importing_the_cli_loads_no_plugin():
+    """The shared modules (what ``kpsdk trace`` and plugins import) and the app's module build no
+    registry: ``-p`` is applied first, and the registry is built once, by the app."""
+    code = ("import kpsdk.registry as r, kpsdk.cli, kpsdk.cli.root, kpsdk.cli.options, kpsdk.cli.target_choice\n"
+            "print(r._default is None)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.stdout.strip() == "True", proc.stderr
+
+
+def test_python_m_kpsdk_and_kpsdk_cli():
+    for module in ("kpsdk", "kpsdk.cli"):
+        proc = subprocess.run([sys.executable, "-m", module, "--version"], capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0 and proc.stdout == f"kpsdk {kpsdk.__version__}\n", proc.stderr
+
+
+def test_no_command_module_imports_another():
+    """Commands depend on the shared modules of kpsdk/cli, never on one another; so does kpsdk trace.
+    (``root`` adds every command, and the package's ``main`` runs ``root``.)"""
+    import ast
+    import re
+
+    cli_dir = Path(kpsdk.__file__).parent / "cli"
+    commands = {"archs", "plugins", "list", "disasm", "demo", "probe", "probe_run"}
+    entry = {"root", "__init__", "__main__"}
+    shared = {p.stem for p in cli_dir.glob("*.py")} - commands - entry
+    for path in cli_dir.glob("*.py"):
+        if path.stem in entry:
+            continue
+        imported = {node.module.rpartition(".")[2] for node in ast.walk(ast.parse(path.read_text()))
+                    if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("kpsdk.cli.")}
+        allowed = shared | ({"probe_run"} if path.stem == "probe" else set())  # probe's run, its own part
+        assert imported <= allowed, (path.name, imported - allowed)
+    trace = (Path(kpsdk.__file__).parent / "trace" / "run.py").read_text()
+    used = set(re.findall(r"from kpsdk\.cli\.(\w+) import", trace))
+    assert used and used <= shared, used - shared

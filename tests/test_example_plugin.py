@@ -162,7 +162,7 @@ def test_blocked_by_name(site: Path) -> None:
 
 # -- (2) the kpsdk_cli hook ----------------------------------------------------------------
 
-#: a root typer app built the way kpsdk/cli.py builds its own, so the hook is
+#: a root typer app built the way kpsdk/cli builds its own, so the hook is
 #: tested even before (or apart from) the real CLI module
 STAND_IN_CLI = """
 import sys
@@ -207,7 +207,7 @@ def test_cli_hook_absent_when_blocked(site: Path) -> None:
 
 # -- (2), (3) the real kpsdk command line --------------------------------------------------
 
-needs_cli = pytest.mark.skipif(not HAVE_CLI, reason="kpsdk/cli.py (the kpsdk command line) is not there yet")
+needs_cli = pytest.mark.skipif(not HAVE_CLI, reason="kpsdk/cli (the kpsdk command line) is not there yet")
 COMMAND_HELP = "Print FUNC(a="  # start of the jprobe command's help line in `kpsdk --help`
 
 
@@ -230,7 +230,7 @@ def test_cli_p_no_hides_the_command(site: Path) -> None:
 
 @needs_cli
 def test_cli_errors(site: Path) -> None:
-    """kpsdk/cli.py turns the plugin's kpsdk errors into one error line and exit 1."""
+    """kpsdk/cli (its exits module) turns the plugin's kpsdk errors into one error line and exit 1."""
     for func, err in [("add+4", "EINVAL"), ("nosuch", "ENOENT"), ("counter", "EINVAL")]:
         proc = run(site, ["-m", "kpsdk.cli", "jprobe", "x86_64", func], check=False)
         assert proc.returncode == 1, (func, proc.stdout, proc.stderr)

@@ -10,6 +10,7 @@ are the image's), and the workload's console markers.
 from __future__ import annotations
 
 import bz2
+import glob
 import gzip
 import hashlib
 import lzma
@@ -17,6 +18,7 @@ import os
 import random
 import re
 import shutil
+import stat
 import struct
 import subprocess
 import sys
@@ -26,8 +28,9 @@ from pathlib import Path
 
 import pytest
 
-from kpsdk import fixtures
-from kpsdk.errors import SymbolError, TargetError
+from kpsdk import fixtures, kallsyms
+from kpsdk.cache import cache_root
+from kpsdk.errors import ImageFormatError, SymbolError, TargetError
 from kpsdk.fixtures import kernel
 from kpsdk.kallsyms import (
     KallsymsEntry,
@@ -105,6 +108,49 @@ def test_hidden_addresses_and_bad_lines() -> None:
         load_kallsyms_text("ffffffff81000000 T _text\nzzzz T startup_64\n", "m")
     with pytest.raises(SymbolError, match="no symbol lines"):
         load_kallsyms_text("\n# nothing\n")
+
+
+@pytest.mark.parametrize("address", ["-1", "-ffffffff81000000", "1" + "0" * 16, "0x10", "0X10", "1_0", "+10",
+                                     "\u0661\u0660", "ffff_ffff"])
+def test_text_addresses_are_hex_digits_only(address: str) -> None:
+    """int(x, 16) takes signs, 0x, underscores and non-ASCII digits; the kernel writes none of them."""
+    text = f"ffffffff81000000 T _text\n{address} T startup_64\n"
+    with pytest.raises(ImageFormatError, match=r"^map:2: bad address .*want 1 to 16 hex digits") as info:
+        load_kallsyms_text(text, "map")
+    assert info.value.line == 2 and info.value.path == "map"
+
+
+@pytest.mark.parametrize(("line", "match"), [
+    ("ffffffff81000000 TT startup_64", "bad type 'TT'"),
+    ("ffffffff81000000 1 startup_64", "bad type '1'"),
+    ("ffffffff81000000 T startup_64 mod", "bad module 'mod'"),
+    ("ffffffff81000000 T startup_64 [mod] extra", r"not a System.map/kallsyms line \(want ADDR TYPE NAME \[MODULE\]\)"),
+    ("ffffffff81000000 T", "not a System.map/kallsyms line"),
+])
+def test_text_lines_are_the_kernel_format(line: str, match: str) -> None:
+    with pytest.raises(ImageFormatError, match=f"^map:3: {match}"):
+        load_kallsyms_text(f"ffffffff81000000 T _text\n\n{line}\n", "map")
+
+
+def test_text_file_with_a_bad_line(tmp_path: Path) -> None:
+    path = tmp_path / "System.map"
+    path.write_text("ffffffff81000000 T _text\n0x0000000081000010 T startup_64\n")
+    with pytest.raises(ImageFormatError, match=f"^{re.escape(str(path))}:2: bad address '0x0000000081000010'"):
+        load_kernel_symbols(path)
+
+
+@pytest.mark.parametrize("data", [b"", b"\x7f", b"\x7fELF", b"\x7fELF\x02", b"\x7fELF\x02\x01" + bytes(10)])
+def test_decode_short_data(data: bytes) -> None:
+    with pytest.raises(ImageFormatError, match="^<image>: no kallsyms token table found"):
+        decode_kallsyms(data)
+
+
+@pytest.mark.parametrize("inner", [b"\x7fELF", b"\x7fELF\x02\x01", b"abcd"])
+def test_image_unpacking_to_a_few_bytes(tmp_path: Path, inner: bytes) -> None:
+    image = tmp_path / "vmlinuz"
+    image.write_bytes(gzip.compress(inner))
+    with pytest.raises(ImageFormatError, match=f"^{re.escape(str(image))}: "):
+        load_kallsyms_from_image(image, cache=False)
 
 
 # --------------------------------------------------------------------------- a kallsyms encoder
@@ -345,21 +391,131 @@ def test_compressed_stream_found_inside_other_bytes(tmp_path: Path) -> None:
         extract_vmlinux(image)
 
 
+@pytest.fixture(autouse=True)
+def _private_cache(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
+                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test but the real-kernel ones caches in a fresh directory, never in the user's."""
+    if request.node.get_closest_marker("kernel") is None:
+        monkeypatch.setenv("KPSDK_CACHE", str(tmp_path_factory.mktemp("kpsdk-cache")))
+
+
+def synthetic_vmlinuz(path: Path, layout: str = "6.2") -> Path:
+    vmlinux = ELF_ISH + encode_kallsyms(synthetic_symbols(), layout)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(fake_bzimage(gzip.compress(vmlinux, mtime=0) + struct.pack("<I", len(vmlinux))))
+    return path
+
+
+def cache_entry(image: Path) -> Path:
+    """Where kpsdk caches an image's symbols: by the sha256 of its contents, under kpsdk's cache."""
+    return cache_root() / "kallsyms" / f"{hashlib.sha256(image.read_bytes()).hexdigest()}.kallsyms"
+
+
+def cache_files(image: Path) -> list[Path]:
+    """Every kallsyms cache file, beside the image (where kpsdk once put them) or in the cache."""
+    return sorted([*image.parent.glob("*.kallsyms"), *cache_root().rglob("*.kallsyms")])
+
+
 def test_image_symbols_are_cached(tmp_path: Path) -> None:
-    vmlinux = ELF_ISH + encode_kallsyms(synthetic_symbols(), "6.2")
-    image = tmp_path / "vmlinuz-test"
-    image.write_bytes(fake_bzimage(gzip.compress(vmlinux, mtime=0) + struct.pack("<I", len(vmlinux))))
+    image = synthetic_vmlinuz(tmp_path / "vmlinuz-test")
     table = load_kallsyms_from_image(image)
-    cache = tmp_path / "vmlinuz-test.kallsyms"
-    assert cache.is_file() and "helper.isra.0" in cache.read_text()
+    cache = cache_entry(image)
+    assert cache_files(image) == [cache] and "helper.isra.0" in cache.read_text()
+    assert list(tmp_path.iterdir()) == [image]  # nothing written beside the image
+    assert stat.S_IMODE(cache.parent.stat().st_mode) == 0o700
     assert table.get("helper").address == table.get("do_sys_openat2").address + 0x100
     assert "fixed_percpu_data" not in table  # per-cpu: an offset, not an address
-    # the cache is used (a marked entry shows it), and dropped when the image changes
-    cache.write_text(cache.read_text().replace("do_sys_openat2", "from_the_cache"))
+    # the cache is used: entries written there as kpsdk writes them come back
+    entries = [e._replace(name="from_the_cache") if e.name == "do_sys_openat2" else e
+               for e in read_image_entries(image)]
+    kallsyms._write_cache(hashlib.sha256(image.read_bytes()).hexdigest(), entries)
     assert "from_the_cache" in load_kallsyms_from_image(image)
-    os.utime(image, ns=(time.time_ns(), time.time_ns() + 10**9))
+    # ... for that content only: an image with other bytes has another entry
+    image.write_bytes(image.read_bytes() + b"\0")
     assert "from_the_cache" not in load_kallsyms_from_image(image)
     assert "do_sys_openat2" in load_kallsyms_from_image(image, cache=False)
+
+
+def test_forged_cache_is_not_used(tmp_path: Path) -> None:
+    image = synthetic_vmlinuz(tmp_path / "vmlinuz-test")
+    st = image.stat()
+    forged = "\n".join([f"# kpsdk kallsyms cache v1 size={st.st_size} mtime_ns={st.st_mtime_ns}",
+                        "ffffffff81000000 T _text", "ffffffff81000000 T _stext", "ffffffff81000010 T from_the_forger",
+                        "ffffffff81000100 T _etext"]) + "\n"
+    # beside the image, keyed by size and mtime (as kpsdk once read it)
+    (tmp_path / "vmlinuz-test.kallsyms").write_text(forged)
+    assert "from_the_forger" not in load_kallsyms_from_image(image)
+    # at the real entry: no header that hashes the image and the entries
+    cache = cache_entry(image)
+    cache.write_text(forged)
+    assert "from_the_forger" not in load_kallsyms_from_image(image)
+    # an entry anyone may have written (world-writable) is not trusted, however well formed
+    entries = [e._replace(name="from_the_forger") if e.name == "do_sys_openat2" else e
+               for e in read_image_entries(image)]
+    kallsyms._write_cache(hashlib.sha256(image.read_bytes()).hexdigest(), entries)
+    cache.chmod(0o666)
+    assert "from_the_forger" not in load_kallsyms_from_image(image)
+    assert "from_the_forger" not in cache.read_text()  # and replaced
+
+
+def test_links_planted_at_cache_names_are_not_followed(tmp_path: Path) -> None:
+    image = synthetic_vmlinuz(tmp_path / "images" / "vmlinuz-test")
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    cache = cache_entry(image)
+    cache.parent.mkdir(mode=0o700, parents=True)
+    planted = [
+        cache,  # the entry itself: its name follows from the image
+        image.with_name(image.name + ".kallsyms"),  # where kpsdk once cached, and its temporary file
+        image.with_name(f"{image.name}.kallsyms.{os.getpid()}.tmp"),
+    ]
+    for link in planted:
+        link.symlink_to(victim)
+    table = load_kallsyms_from_image(image)
+    assert table.get("helper").name == "helper.isra.0"
+    assert victim.read_text() == "precious\n"
+    assert not cache.is_symlink() and "helper.isra.0" in cache.read_text()  # replaced, not followed
+    assert load_kallsyms_from_image(image).get("_etext").address == table.get("_etext").address
+
+
+def test_cache_directory_planted_as_a_link_is_not_used(tmp_path: Path) -> None:
+    image = synthetic_vmlinuz(tmp_path / "vmlinuz-test")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    cache_root().mkdir(parents=True, exist_ok=True)
+    (cache_root() / "kallsyms").symlink_to(elsewhere)
+    with pytest.warns(UserWarning, match="not caching in"):
+        table = load_kallsyms_from_image(image)
+    assert "helper.isra.0" in table and list(elsewhere.iterdir()) == []
+
+
+@pytest.mark.parametrize("damage", ["truncated", "garbage", "empty"])
+def test_corrupt_cache_entry_is_rebuilt(tmp_path: Path, damage: str) -> None:
+    image = synthetic_vmlinuz(tmp_path / "vmlinuz-test")
+    full = load_kallsyms_from_image(image)
+    [cache] = cache_files(image)
+    good = cache.read_bytes()
+    lines = good.splitlines(keepends=True)
+    cache.write_bytes({"truncated": b"".join(lines[: len(lines) // 2]), "garbage": good[:200] + b"\x00\xff" * 50,
+                       "empty": b""}[damage])
+    rebuilt = load_kallsyms_from_image(image)
+    assert [(s.name, s.address) for s in rebuilt] == [(s.name, s.address) for s in full]
+    assert cache.read_bytes() == good  # and written again
+
+
+def test_readme_kernel_glob_matches_one_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The README's ``--kernel ~/.cache/kpsdk/kernel/linux-image-*/boot/vmlinuz-*`` stays one file
+    after the kernel's symbols are loaded (and cached) twice."""
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    pattern = re.search(r"--kernel (\S+)", readme)
+    assert pattern is not None
+    for name in ("KPSDK_CACHE", "XDG_CACHE_HOME"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    image = synthetic_vmlinuz(tmp_path / ".cache/kpsdk/kernel/linux-image-6.1.0-test-amd64/boot/vmlinuz-6.1.0-test")
+    for _ in range(2):
+        load_kernel_symbols(image)
+    assert glob.glob(os.path.expanduser(pattern.group(1))) == [str(image)]
 
 
 def test_elf_with_symtab_uses_it() -> None:

@@ -126,3 +126,33 @@ def test_mypy_strict_finds_a_users_mistake(tmp_path: Path, mistake: str) -> None
     line, message = MISTAKES[mistake]
     proc = mypy_strict(tmp_path, GOOD + "\n" + line + "\n")
     assert proc.returncode == 1 and message in proc.stdout, proc.stdout
+
+
+def test_every_error_class_is_in_kpsdk_errors_and_exported() -> None:
+    """kpsdk/errors.py holds every error class (no module defines its own; a private one used for
+    control flow is not an error), ``kpsdk`` exports each, and the modules that raise one still give
+    it under their own name."""
+    import kpsdk.errors as errors
+
+    defined_elsewhere = []
+    for path in PACKAGE.rglob("*.py"):
+        if path.name == "errors.py" or "fixtures/src" in path.as_posix():
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef) and not node.name.startswith("_") and any(
+                    ast.unparse(b).endswith(("Error", "Exception")) for b in node.bases):
+                defined_elsewhere.append(f"{path.relative_to(PACKAGE)}: {node.name}")
+    assert not defined_elsewhere
+    classes = {name for name, obj in vars(errors).items()
+               if isinstance(obj, type) and issubclass(obj, Exception) and obj.__module__ == errors.__name__}
+    assert classes <= set(kpsdk.__all__)
+    assert all(issubclass(getattr(errors, name), errors.KpsdkError) for name in classes)
+    from kpsdk.fixtures.build import FixtureError
+    from kpsdk.registry import PluginLoadError
+    from kpsdk.targets.mi import GdbError
+    from kpsdk.trace.filter import FilterError
+    from kpsdk.trace.grammar import TraceDefinitionError
+
+    for cls in (FixtureError, PluginLoadError, GdbError, FilterError, TraceDefinitionError):
+        assert getattr(kpsdk, cls.__name__) is cls is getattr(errors, cls.__name__)
+    assert kpsdk.trace.TraceDefinitionError is TraceDefinitionError

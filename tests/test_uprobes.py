@@ -1,4 +1,4 @@
-"""Uprobes by (file, offset) on Unicorn (U1, seed 004 section 2).
+"""Uprobes by (file, offset) on Unicorn (U1 in docs/semantics.md; kernel/events/uprobes.c).
 
 Every test probes its own copy of a fixture binary (a fresh inode in tmp_path), so
 system-wide registrations never reach another test's sessions; an autouse fixture

@@ -158,7 +158,8 @@ def test_rules_of_each_arch_and_strict_false(elf: kpsdk.Session) -> None:
 
 @pytest.mark.parametrize("name", ["x86_64", "i386", "arm", "riscv64", "ppc64"])
 def test_rules_data_match_the_arch_facts(name: str) -> None:
-    """The per-arch rules as declared (arch-facts.md), checked without a target (ppc64 has none on Unicorn)."""
+    """The per-arch rules as declared (each backend's ``source``: the manual and the kernel's hw_breakpoint),
+    checked without a target (ppc64 has none on Unicorn)."""
     arch = kpsdk.get_registry().arch(name)
     rules = arch.watch
     wp = lambda t, n: kpsdk.Watchpoint(addr=0, length=n, type=t)  # noqa: E731

@@ -6,8 +6,8 @@ polling.  Here every command carries a token and its ``^done``/``^error`` is
 awaited with a blocking ``select`` bounded by a deadline; asynchronous records
 (``*stopped``, ``*running``) are queued for whoever waits for them.
 
-gdb is started with the settings the facts in design.md call for, before any
-connection is made: ``mi-async on`` (must precede ``target remote``),
+gdb is started with these settings, before any connection is made:
+``mi-async on`` (must precede ``target remote``),
 ``auto-connect-native-target off`` (else, after a disconnect, gdb would run
 the program natively on the host), no pagination, no confirmation.
 
@@ -35,7 +35,7 @@ from typing import Any
 
 from pygdbmi import gdbmiparser
 
-from kpsdk.errors import TargetError, TargetStalled, ToolMissingError
+from kpsdk.errors import GdbError, TargetError, TargetStalled, ToolMissingError
 
 #: every MI command answers within this many seconds or gdb is declared stuck (and killed)
 COMMAND_TIMEOUT = 20.0
@@ -67,10 +67,6 @@ def check_text(text: str, what: str) -> None:
     """Refuse text gdb cannot be given: a control character (a newline would end the command)."""
     if _CONTROL.search(text):
         raise TargetError(f"{what} {text!r} holds a control character (a line break?), which gdb cannot be given")
-
-
-class GdbError(TargetError):
-    """gdb answered ``^error`` to a command."""
 
 
 class MiConnection:

@@ -27,8 +27,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kpsdk import hookimpl
-from kpsdk.elfimage import load_elf
+from kpsdk.elfimage import load_elf, parse_elf
 from kpsdk.errors import SymbolError, TargetError, ToolMissingError
+from kpsdk.files import read_regular
 from kpsdk.symbols import SymbolTable
 from kpsdk.target import MappedFile, TargetKind
 from kpsdk.targets.live import STALL_LIMIT, GdbTarget, _reap
@@ -84,16 +85,15 @@ def load_symbols(path: str | Path) -> tuple[SymbolTable, ElfImage | None]:
     :func:`kpsdk.kallsyms.load_kernel_symbols` tells apart by content.
     """
     try:
-        with open(path, "rb") as f:
-            magic = f.read(4)
+        raw, st = read_regular(path)
     except OSError as exc:
         raise SymbolError(f"cannot read symbols from {path}: {exc.strerror}") from exc
-    if magic == b"\x7fELF":
-        image = load_elf(path)
+    if raw[:4] == b"\x7fELF":
+        image = parse_elf(raw, Path(path), (st.st_dev, st.st_ino))
         return image.symbols, image
-    from kpsdk.kallsyms import load_kernel_symbols
+    from kpsdk.kallsyms import kernel_symbols_of
 
-    return load_kernel_symbols(path), None
+    return kernel_symbols_of(raw, path), None
 
 
 def open_qemu_user(rest: str, registry: Registry, args: list[str] | tuple[str, ...] = (), abi: str = "user",

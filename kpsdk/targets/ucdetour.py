@@ -4,11 +4,13 @@ A kretprobe hit on the breakpoint or hook path is two calls into Python: one
 at the function entry to save the return address and point it at the
 trampoline, one at the trampoline to run the handler.  A call into Python from
 a Unicorn hook, with the register reads a hit needs, costs several times what
-the emulated function itself does, so two of them cannot get near the seed's
-1.5-1.75x of a kprobe hit.  The entry needs no Python when there is no
-entry_handler: it is bookkeeping.  So, as the kernel's optprobes replace a
-breakpoint by a jump to a detour buffer, kpsdk replaces the first instructions
-of such a function by a jump to a *detour* in its own area:
+the emulated function itself does, so two of them cannot get near the
+1.5-1.75x of a kprobe hit that kprobes.rst gives for a return probe ("Probe
+Overhead": a return-probe hit takes 50-75% longer than a kprobe hit).  The
+entry needs no Python when there is no entry_handler: it is bookkeeping.  So,
+as the kernel's optprobes replace a breakpoint by a jump to a detour buffer,
+kpsdk replaces the first instructions of such a function by a jump to a
+*detour* in its own area:
 
 * the detour (the arch backend's ``entry_detour``, :class:`kpsdk.arch.EntryDetour`)
   takes an instance from a count kept in guest memory, writes the record

@@ -12,7 +12,7 @@ the enabled knob or the optimization knob change):
     post_handler, as in the kernel.
 ``breakpoint`` (the classic path with the kprobe booster)
     A trap instruction over the probed one, and an out-of-line copy of the
-    original instruction followed by a jump back (seed 002 section 6.1).  One
+    original instruction followed by a jump back (the kprobe booster, Guts section 6.1).  One
     interrupt hook and a dict lookup serve any number of probes, so the
     per-hit cost stays flat up to 10,000 probes and beyond.
 ``hook`` + step (not optimized)
@@ -57,7 +57,7 @@ import unicorn
 from kpsdk import hookimpl
 from kpsdk.arch import Arch, InstructionSet
 from kpsdk.elfimage import load_elf
-from kpsdk.errors import KprobeError, TargetError, TargetFault, UnsupportedTargetError
+from kpsdk.errors import ImageFormatError, KprobeError, TargetError, TargetFault, UnsupportedTargetError
 from kpsdk.events import SyscallEvent
 from kpsdk.manager import ProbeManager, ProbePoint
 from kpsdk.probe import Probe
@@ -71,6 +71,7 @@ from kpsdk.targets.ucwatch import UcWatch
 if TYPE_CHECKING:
     import capstone
 
+    from kpsdk.elfimage import ElfImage
     from kpsdk.registry import Registry
     from kpsdk.rethook import RethookNode, ShadowStacks
 
@@ -86,6 +87,10 @@ SLOT_BASE = 0x100  # offset of the first slot in kpsdk's area (the sentinel is a
 STACK_TOP = 0x7FFF0000
 STACK_SIZE = 0x100000
 BLANK_AREA = 0x7E000000
+#: the most memory an elf: target maps for a program's segments (page-rounded, overlaps once):
+#: 1 GiB, more than any program emulated function by function needs; a larger p_memsz is
+#: refused at once instead of being mapped and written
+MAX_LOAD = 1 << 30
 #: load bases of an ET_DYN (PIE) executable, as Linux with ASLR off (see pie_base)
 PIE_BASE_64 = 0x555555554000
 PIE_BASE_32 = 0x56555000
@@ -917,24 +922,62 @@ def open_elf(rest: str, registry: Registry, abi: str = "user", **options: Any) -
     arch = registry.archs.by_elf(linked.machine, linked.elf_class, linked.endian)
     bias = pie_base(linked.elf_class) if linked.kind == "ET_DYN" else 0
     image = linked.relocated(bias)  # a PIE at a Linux-like base, its symbols with it
+    mappings = load_mappings(image, arch)
     target = UnicornTarget(arch, abi_kind=abi)
     target._files = (MappedFile.of(linked, bias),)
-    pages: dict[int, int] = {}
-    for seg in image.segments:
-        prot = (4 if seg.flags & 4 else 0) | (2 if seg.flags & 2 else 0) | (1 if seg.flags & 1 else 0)
-        for page in range(seg.vaddr & ~(PAGE - 1), _align_up(seg.vaddr + seg.memsz), PAGE):
-            pages[page] = pages.get(page, 0) | prot
-    for page, prot in sorted(pages.items()):
-        perms = "".join(c for c, bit in (("r", 4), ("w", 2), ("x", 1)) if prot & bit) or "r"
-        target.map(page, PAGE, perms)
+    for start, size, perms in mappings:
+        target.map(start, size, perms)
     for seg in image.segments:
         target.uc.mem_write(seg.vaddr, seg.data)
-    top = max(_align_up(s.vaddr + s.memsz) for s in image.segments)
-    target.setup_area(_align_up(top, 0x10000) + 0x10000)  # near the code: riscv jal reaches +-1 MiB
-    target.setup_stack()
+    top = max(start + size for start, size, _ in mappings)
+    try:
+        target.setup_area(_align_up(top, 0x10000) + 0x10000)  # near the code: riscv jal reaches +-1 MiB
+        target.setup_stack()
+    except TargetError as e:
+        raise ImageFormatError(image.path, f"its segments leave no room for kpsdk's area and stack: {e}") from e
     target.symbols = image.symbols
     target.entry = image.entry
     return target
+
+
+def load_mappings(image: ElfImage, arch: Arch) -> list[tuple[int, int, str]]:
+    """``(start, size, perms)`` of the memory an image's segments need, checked against what
+    the target maps.
+
+    Segments are widened to whole pages; a page two segments share gets both's permissions,
+    and adjacent pages with the same permissions become one mapping (one ``mem_map`` for a
+    large bss, where page by page took minutes).  The whole must lie in the architecture's
+    address space with room for kpsdk's area above it, and add up to at most
+    :data:`MAX_LOAD` bytes.
+    """
+    edges: list[tuple[int, int, int]] = []  # (address, +1 starts / -1 ends, PF_ flags)
+    for seg in image.segments:
+        edges += [(seg.vaddr & ~(PAGE - 1), 1, seg.flags & 7), (_align_up(seg.vaddr + seg.memsz), -1, seg.flags & 7)]
+    edges.sort()
+    active = [0] * 8  # segments covering the current page, by flags
+    out: list[tuple[int, int, str]] = []
+    for i, (addr, step, flags) in enumerate(edges):
+        active[flags] += step
+        if i + 1 == len(edges) or edges[i + 1][0] == addr or not any(active):
+            continue
+        prot = 0
+        for f, n in enumerate(active):
+            prot |= f if n else 0
+        perms = "".join(c for c, bit in (("r", 4), ("w", 2), ("x", 1)) if prot & bit) or "r"
+        end = edges[i + 1][0]
+        if out and out[-1][0] + out[-1][1] == addr and out[-1][2] == perms:
+            addr = out.pop()[0]
+        out.append((addr, end - addr, perms))
+    total = sum(size for _, size, _ in out)
+    if total > MAX_LOAD:
+        raise ImageFormatError(image.path, f"its PT_LOAD segments need {total:#x} bytes of memory, more than an "
+                                           f"elf: target maps ({MAX_LOAD:#x})")
+    space = 1 << (8 * arch.word_size)
+    top = out[-1][0] + out[-1][1]
+    if _align_up(top, 0x10000) + 0x10000 + AREA_SIZE > space:
+        raise ImageFormatError(image.path, f"its segments (loaded at bias {image.bias:#x}) end at {top:#x}, leaving "
+                                           f"no room for kpsdk's area in the {8 * arch.word_size}-bit address space")
+    return out
 
 
 def open_blank(rest: str, registry: Registry, abi: str = "user", **options: Any) -> UnicornTarget:

@@ -19,7 +19,7 @@ from typing import Any
 
 _EXPORTS = {
     "parse": "kpsdk.trace.grammar", "ProbeDef": "kpsdk.trace.grammar",
-    "TraceDefinitionError": "kpsdk.trace.grammar", "Trace": "kpsdk.trace.events",
+    "TraceDefinitionError": "kpsdk.errors", "Trace": "kpsdk.trace.events",
     "TraceRecord": "kpsdk.trace.events", "parse_filter": "kpsdk.trace.filter",
 }
 

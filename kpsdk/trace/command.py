@@ -1,8 +1,9 @@
 """The ``kpsdk trace`` command, added through the ``kpsdk_cli(app)`` hook like any plugin's.
 
 The command itself is :func:`kpsdk.trace.run.cmd_trace`, imported when the hook
-runs: it uses :mod:`kpsdk.cli`'s target options, and ``kpsdk.cli`` loads the
-plugins (this module among them) while it is being imported.
+runs, not when the plugins load (this module among them): ``kpsdk trace`` uses
+the target options and helpers the ``kpsdk`` commands share
+(:mod:`kpsdk.cli.options`, :mod:`kpsdk.cli.target_choice`...), which need typer.
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ from kpsdk import hookimpl
 
 @hookimpl
 def kpsdk_cli(app: typer.Typer) -> None:
+    from kpsdk.cli.command import Command
     from kpsdk.trace.run import EXAMPLES, HELP, cmd_trace
 
-    epilog = "[bold]Examples[/bold]\n" + "\n".join(f"  {line}" for line in EXAMPLES.splitlines())
-    app.command("trace", help=HELP, epilog=epilog,
-                short_help="ftrace probe definitions: text, jsonl, perfetto, histograms")(cmd_trace)
+    Command("trace", cmd_trace, EXAMPLES, help=HELP,
+            short_help="ftrace probe definitions: text, jsonl, perfetto, histograms").add_to(app)

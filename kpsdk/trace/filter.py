@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from kpsdk.errors import KpsdkError, caret_log, shown
+from kpsdk.errors import FilterError
 from kpsdk.trace.grammar import parse_int
 
 _OPS = ("==", "!=", "<=", ">=", "<", ">", "&&", "||", "&", "~", "!", "(", ")")
@@ -38,18 +38,6 @@ MAX_FILTER_LEN = 4095
 #: handler's own stack, so it stops far below Python's recursion limit (1000) and far above any
 #: filter a person writes.
 MAX_FILTER_DEPTH = 64
-
-
-class FilterError(KpsdkError, ValueError):
-    """A filter expression that does not parse: ``column`` (0-based) points at the problem."""
-
-    def __init__(self, message: str, expr: str, column: int) -> None:
-        self.expr, self.column, self.reason = expr, column, message
-        super().__init__(f"filter: {message} at column {column + 1} of {shown(expr)}")
-
-    @property
-    def error_log(self) -> str:
-        return caret_log(f"filter: error: {self.reason}", self.expr, self.column)
 
 
 @dataclass(frozen=True)

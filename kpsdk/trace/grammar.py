@@ -12,7 +12,7 @@ Users already know the kernel's syntax (``Documentation/trace/kprobetrace.rst`` 
 A definition is split into words (the kernel's ``argv_split``), and each word
 is read by a small recursive-descent parser over its characters
 (:class:`_Cursor`).  Nothing is ``eval``'d and no regular expression guesses the
-structure.  Every mistake raises :class:`TraceDefinitionError` with the
+structure.  Every mistake raises :class:`~kpsdk.errors.TraceDefinitionError` with the
 kernel's ``error_log`` message and the column it points at, so a user sees the
 same caret they would see in ``/sys/kernel/tracing/error_log``.  The limits
 are the kernel's (``trace_probe.h``, ``trace.h``, ``trace_kprobe.c``).
@@ -24,7 +24,7 @@ import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from kpsdk.errors import KpsdkError, caret_log, shown
+from kpsdk.errors import TRACE_ERRORS, TraceDefinitionError
 
 if TYPE_CHECKING:
     from kpsdk.arch import Arch
@@ -45,97 +45,12 @@ FETCH_INSN_MAX = 16
 MAXACTIVE_MAX = 4096
 #: largest $stackN / $argN on a kernel (THREAD_SIZE / sizeof(long), 16 KiB stacks, 64-bit)
 PARAM_MAX_STACK = 16384 // 8
-#: longest ``detail`` a one-line error message keeps: every register list, not a fuzzed 5000-digit number
-DETAIL_MAX = 500
 #: the kernel's reserved field names (trace_probe.c reserved_field_names)
 RESERVED_NAMES = frozenset({"common_type", "common_flags", "common_preempt_count", "common_pid", "common_tgid",
                             "__probe_ip", "__probe_ret_ip", "__probe_func"})
-
-#: the kernel's error_log texts (trace_probe.h ERRORS), by code
-MESSAGES: dict[str, str] = {
-    "FILE_NOT_FOUND": "Failed to find the given file",
-    "NO_REGULAR_FILE": "Not a regular file",
-    "BAD_UPROBE_OFFS": "Invalid uprobe offset",
-    "MAXACT_NO_KPROBE": "Maxactive is not for kprobe",
-    "BAD_MAXACT": "Invalid maxactive number",
-    "MAXACT_TOO_BIG": "Maxactive is too big",
-    "BAD_PROBE_ADDR": "Invalid probed address or symbol",
-    "BAD_RETPROBE": "Retprobe address must be an function entry",
-    "BAD_ADDR_SUFFIX": "Invalid probed address suffix",
-    "NO_GROUP_NAME": "Group name is not specified",
-    "GROUP_TOO_LONG": "Group name is too long",
-    "BAD_GROUP_NAME": "Group name must follow the same rules as C identifiers",
-    "NO_EVENT_NAME": "Event name is not specified",
-    "EVENT_TOO_LONG": "Event name is too long",
-    "BAD_EVENT_NAME": "Event name must follow the same rules as C identifiers",
-    "EVENT_EXIST": "Given group/event name is already used by another event",
-    "RETVAL_ON_PROBE": "$retval is not available on probe",
-    "BAD_STACK_NUM": "Invalid stack number",
-    "BAD_ARG_NUM": "Invalid argument number",
-    "BAD_VAR": "Invalid $-variable specified",
-    "BAD_REG_NAME": "Invalid register name",
-    "BAD_MEM_ADDR": "Invalid memory address",
-    "BAD_IMM": "Invalid immediate value",
-    "IMMSTR_NO_CLOSE": "String is not closed with '\"'",
-    "FILE_ON_KPROBE": "File offset is not available with kprobe",
-    "BAD_FILE_OFFS": "Invalid file offset value",
-    "SYM_ON_UPROBE": "Symbol is not available with uprobe",
-    "TOO_MANY_OPS": "Dereference is too much nested",
-    "DEREF_NEED_BRACE": "Dereference needs a brace",
-    "BAD_DEREF_OFFS": "Invalid dereference offset",
-    "DEREF_OPEN_BRACE": "Dereference brace is not closed",
-    "COMM_CANT_DEREF": "$comm can not be dereferenced",
-    "BAD_FETCH_ARG": "Invalid fetch argument",
-    "ARRAY_NO_CLOSE": "Array is not closed",
-    "BAD_ARRAY_SUFFIX": "Array has wrong suffix",
-    "BAD_ARRAY_NUM": "Invalid array size",
-    "ARRAY_TOO_BIG": "Array number is too big",
-    "BAD_TYPE": "Unknown type is specified",
-    "BAD_STRING": "String accepts only memory argument",
-    "BAD_SYMSTRING": "Symbol String doesn't accept data/userdata",
-    "BAD_BITFIELD": "Invalid bitfield",
-    "ARG_NAME_TOO_LONG": "Argument name is too long",
-    "NO_ARG_NAME": "Argument name is not specified",
-    "BAD_ARG_NAME": "Argument name must follow the same rules as C identifiers",
-    "USED_ARG_NAME": "This argument name is already used",
-    "ARG_TOO_LONG": "Argument expression is too long",
-    "NO_ARG_BODY": "No argument expression",
-    "TOO_MANY_ARGS": "Too many arguments are specified",
-    "NEED_STRING_TYPE": "$comm and immediate-string only accepts string type",
-    "NOFENTRY_ARGS": "$arg* can be used only on function entry or exit",
-    "BAD_INSN_BNDRY": "Probe point is not an instruction boundary",
-    "NO_EVENT_INFO": "This requires both group and event name to attach",
-    "BAD_PROBE_TYPE": "Unknown probe type (want p, r or -)",
-    "NO_PROBE_POINT": "No probe point is specified",
-}
-
-
-class TraceDefinitionError(KpsdkError, ValueError):
-    """A probe definition the kernel would refuse, with where it is wrong.
-
-    ``code`` is the kernel's error name (``BAD_REG_NAME``), ``message`` its
-    ``error_log`` text, ``column`` the 0-based position in ``definition`` the
-    caret points at.  ``str()`` is one line; :attr:`error_log` is the kernel's
-    three-line form (the error, the command, a caret under the column).
-    """
-
-    def __init__(self, code: str, definition: str, column: int, detail: str = "",
-                 subsystem: str = "trace_kprobe") -> None:
-        self.code = code
-        self.message = MESSAGES[code]
-        self.definition = definition
-        self.column = max(0, min(column, len(definition) + 1))
-        self.detail = detail
-        self.subsystem = subsystem
-        # one line whatever the input's length: the full text is in error_log, with its caret
-        short = detail if len(detail) <= DETAIL_MAX else f"{detail[:DETAIL_MAX - 3]}..."
-        extra = f" ({short})" if detail else ""
-        super().__init__(f"{subsystem}: {self.message}{extra} at column {self.column + 1} of {shown(definition)}")
-
-    @property
-    def error_log(self) -> str:
-        """The kernel's ``error_log`` entry: message, ``Command:`` line and a caret."""
-        return caret_log(f"{self.subsystem}: error: {self.message}", self.definition, self.column)
+#: the kernel's error_log texts by code (trace_probe.h ERRORS); they live with
+#: :class:`TraceDefinitionError` in :mod:`kpsdk.errors`, this is their old name
+MESSAGES = TRACE_ERRORS
 
 
 # -- the parsed forms ---------------------------------------------------------------------------

@@ -1,13 +1,14 @@
 """What ``kpsdk trace`` does (the hook in :mod:`kpsdk.trace.command` adds it to the app).
 
-Imported only when the app is built, because it imports :mod:`kpsdk.cli`,
-which loads the plugins (this one included).  The command opens the target
-the way ``kpsdk probe`` does (the same options, imported from
-:mod:`kpsdk.cli`), registers the events with :meth:`Session.trace`, streams
-each record through a writer (:mod:`kpsdk.trace.output`), and at the end
-prints the histograms and the ``kprobe_profile`` table when asked.  Errors are
-raised as kpsdk errors; :mod:`kpsdk.cli` turns them into exit codes (a
-definition error shows the kernel's ``error_log`` with its caret).
+Imported only when the app is built (it needs typer).  The command opens the
+target the way ``kpsdk probe`` does, with the same options and target
+selection, shared by the CLI's commands (:mod:`kpsdk.cli.options`,
+:mod:`kpsdk.cli.target_choice`, :mod:`kpsdk.cli.parsing`), registers the
+events with :meth:`Session.trace`, streams each record through a writer
+(:mod:`kpsdk.trace.output`), and at the end prints the histograms and the
+``kprobe_profile`` table when asked.  Errors are raised as kpsdk errors;
+:mod:`kpsdk.cli.exits` turns them into exit codes (a definition error shows
+the kernel's ``error_log`` with its caret).
 """
 
 from __future__ import annotations
@@ -18,32 +19,35 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.table import Table
 from rich.text import Text
 
-from kpsdk.cli import (
-    LIVE_KINDS,
-    LIVE_TIMEOUT,
-    UNICORN_TIMEOUT,
+from kpsdk.cli.consoles import console
+from kpsdk.cli.exits import INTERRUPTED
+from kpsdk.cli.options import (
     AppendOpt,
     ArchOpt,
     InitrdOpt,
     KernelOpt,
     ProgArgOpt,
     SymbolsOpt,
-    TargetChoice,
     TargetOpt,
-    check_seconds,
+    given_target_options,
+)
+from kpsdk.cli.parsing import check_seconds, parse_call, split_commas
+from kpsdk.cli.target_choice import (
+    LIVE_KINDS,
+    LIVE_TIMEOUT,
+    UNICORN_TIMEOUT,
+    TargetChoice,
     choose_target,
     close_session,
-    console,
-    parse_call,
-    split_commas,
 )
 from kpsdk.errors import KpsdkError
 from kpsdk.trace.output import FORMATS, make_writer
 
 if TYPE_CHECKING:
+    from rich.table import Table
+
     from kpsdk.session import Session
     from kpsdk.trace.events import Trace, TraceRecord
     from kpsdk.trace.hist import Histogram
@@ -139,6 +143,8 @@ class _Limits:
 
 
 def _live_table(trace: Trace) -> Table:
+    from rich.table import Table
+
     table = Table(title="kpsdk trace (Ctrl-C stops)", title_justify="left")
     table.add_column("event", style="bold cyan")
     table.add_column("records", justify="right")
@@ -216,8 +222,7 @@ def cmd_trace(
     if output not in FORMATS:
         raise typer.BadParameter(f"{output!r}: want one of {', '.join(FORMATS)}", param_hint="--output")
     definitions = _definitions(event, file)
-    choice = _target_choice(target_arg, target, {"--arg": prog_arg, "--kernel": kernel, "--initrd": initrd,
-                                                 "--append": append, "--symbols": symbols, "--arch": arch})
+    choice = _target_choice(target_arg, target, given_target_options(prog_arg, kernel, initrd, append, symbols, arch))
     fn_args = parse_call(call) if call is not None else None
     if fn_args is not None and choice.kind in LIVE_KINDS:
         raise typer.BadParameter(f"--call calls one function in Unicorn; a {choice.kind} target runs its own code",
@@ -225,8 +230,6 @@ def cmd_trace(
     if plot is not None and not (hist or latency):
         raise typer.BadParameter("--plot draws the --hist FIELD or --latency histograms: add one", param_hint="--plot")
     limit = choice.run_timeout(duration)
-    import kpsdk
-
     session: Session | None = None
     interrupted = False
     with ExitStack() as stack:
@@ -237,8 +240,7 @@ def cmd_trace(
         records: list[TraceRecord] = []
         try:
             try:
-                session = kpsdk.open(choice.spec, noprobe=split_commas(noprobe),
-                                     **choice.options)
+                session = choice.open(split_commas(noprobe))
                 limits = _Limits(session, count)
 
                 def sink(record: TraceRecord) -> None:
@@ -262,7 +264,7 @@ def cmd_trace(
         finally:
             close_session(session)
     if interrupted:
-        raise typer.Exit(130)
+        raise typer.Exit(INTERRUPTED)
 
 
 def _run(session: Session, trace: Trace, fn_args: tuple[str, list[int]] | None, limit: float) -> None:
@@ -302,6 +304,8 @@ def _reports(con: Any, session: Session, trace: Trace, records: list[TraceRecord
         plot(hists, str(plot_path), xlabel="latency (us)" if latency and not hist_fields else "value")
         console(stderr=True).print(Text(f"plot saved to {plot_path}", style="dim"))
     if profile:
+        from rich.table import Table
+
         table = Table(title="kprobe_profile", title_justify="left")
         table.add_column("event", style="bold cyan")
         table.add_column("hits", justify="right")

@@ -1,0 +1,98 @@
+"""kpsdk's cache directory, and cache files nobody else can plant or change.
+
+Everything kpsdk keeps between runs (Debian's kernel, initramfs images, the symbols decoded
+from a kernel image) lives under :func:`cache_root`.  Derived data (the kallsyms cache) goes
+in a private subdirectory (:func:`private_dir`) and is read back only from a regular file
+this user owns, never through a symbolic link (:func:`read_private`), and written through a
+:mod:`tempfile` with a random name that is then renamed over the old entry
+(:func:`write_private`): a link planted at any name kpsdk uses is replaced, never followed.
+What is read back must still be validated by the caller: a cache file can be truncated by a
+full disk or a crash.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+import tempfile
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+
+from kpsdk.errors import ImageFormatError
+from kpsdk.files import read_regular
+
+
+def cache_root() -> Path:
+    """kpsdk's cache directory: ``$KPSDK_CACHE``, else ``$XDG_CACHE_HOME/kpsdk``, else ``~/.cache/kpsdk``.
+
+    A relative ``$XDG_CACHE_HOME`` is ignored, as the XDG Base Directory specification says.
+    """
+    env = os.environ.get("KPSDK_CACHE")
+    if env:
+        return Path(env)
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    if xdg and os.path.isabs(xdg):
+        return Path(xdg) / "kpsdk"
+    return Path.home() / ".cache" / "kpsdk"
+
+
+def _owned_by_me(st: os.stat_result, kind: Callable[[int], bool]) -> bool:
+    """Of the right kind, this user's, and writable by no one else."""
+    return kind(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+
+
+def private_dir(name: str) -> Path | None:
+    """``<cache_root()>/<name>``, created with mode 0700; ``None`` (and a warning) when unsafe.
+
+    Safe is a real directory (not a symbolic link), owned by this user and writable by no one
+    else: then no one else can put files in it or swap the ones kpsdk wrote.  Callers go
+    without their cache when it is not.
+    """
+    path = cache_root() / name
+    try:
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        st = os.lstat(path)
+    except OSError as e:
+        warnings.warn(f"kpsdk: not caching in {path}: {e.strerror}", stacklevel=3)
+        return None
+    if not _owned_by_me(st, stat.S_ISDIR):
+        warnings.warn(f"kpsdk: not caching in {path}: not a directory of this user's that only they can write "
+                      "(a symbolic link, someone else's, or group/world-writable)", stacklevel=3)
+        return None
+    return path
+
+
+def read_private(directory: Path, name: str, limit: int) -> bytes | None:
+    """The file ``name`` in ``directory`` if this user wrote it, else ``None``.
+
+    Never through a symbolic link (``O_NOFOLLOW``); only a regular file owned by this user,
+    writable by no one else, of at most ``limit`` bytes.
+    """
+    try:
+        data, st = read_regular(directory / name, limit, follow_links=False)
+    except (OSError, ImageFormatError):
+        return None
+    return data if _owned_by_me(st, stat.S_ISREG) else None
+
+
+def write_private(directory: Path, name: str, data: bytes) -> None:
+    """Make ``data`` the file ``name`` in ``directory``, atomically; failures are ignored.
+
+    The bytes go to a :func:`tempfile.mkstemp` file (a random name opened with ``O_EXCL``:
+    never an existing file or link) in the same directory, which ``os.replace`` then renames
+    over ``name`` (a link there is replaced, not followed).  A cache only saves time, so a
+    full disk or a read-only directory is not an error.
+    """
+    try:
+        fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{name}.", suffix=".tmp")
+    except OSError:
+        return
+    try:
+        with open(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, directory / name)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)

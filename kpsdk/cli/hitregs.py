@@ -1,0 +1,71 @@
+"""The registers a ``kpsdk probe`` hit prints (``--regs``), checked before anything runs.
+
+A name is a register of the architecture (or an alias), a role (``ip``,
+``sp``, ``return_value``) or ``argN``, the N-th argument by the session's
+calling convention.  Names are checked when the probes are registered, so a
+typo is an error at once, never at the first hit.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import typer
+
+from kpsdk.errors import TargetFault, UnknownNameError, shown
+
+if TYPE_CHECKING:
+    from kpsdk.arch import Arch
+    from kpsdk.regs import PtRegs
+
+#: argument numbers (argN, --string-arg N) go below this: the kernel's $argN limit, PARAM_MAX_STACK
+#: (kpsdk.trace.grammar), which no stack reaches
+ARG_LIMIT = 2048
+
+
+def default_regs(arch: Arch, abi_kind: str = "user") -> list[str]:
+    """The first four arguments (by the session's ABI), the stack pointer and the return-value register."""
+    args = list(arch.abi(abi_kind).args[:4]) or [f"arg{i}" for i in range(4)]
+    return list(dict.fromkeys([*args, arch.sp, arch.return_value]))
+
+
+def arg_number(name: str) -> int | None:
+    """N of ``argN`` (ASCII digits), else None; more digits than any argument number has
+    gives :data:`ARG_LIMIT` (out of range), never a 5000-digit conversion."""
+    digits = name[3:] if name.startswith("arg") else ""
+    if not (digits.isascii() and digits.isdigit()):
+        return None
+    return int(digits) if len(digits) <= 9 else ARG_LIMIT
+
+
+def check_reg_names(arch: Arch, names: list[str]) -> None:
+    """Unknown names are an error; so is an argument number the kernel's ``$argN`` could not
+    name either (``PARAM_MAX_STACK``, :data:`ARG_LIMIT`), read from beyond any stack at every hit."""
+    roles = ("ip", "pc", "sp", "return_value")
+    for n in names:
+        number = arg_number(n)
+        if number is not None:
+            if number >= ARG_LIMIT:
+                raise typer.BadParameter(f"{shown(n)}: arguments go from arg0 to arg{ARG_LIMIT - 1}",
+                                         param_hint="--regs")
+            continue
+        if n in roles or arch.has_register(n):
+            continue
+        raise UnknownNameError(f"{arch.name} register", n, [*arch.register_names, *roles, "argN"])
+
+
+def read_reg(regs: PtRegs, name: str) -> int:
+    """The value of a checked name at a hit: ``argN`` by the ABI, anything else by attribute."""
+    number = arg_number(name)
+    if number is not None:
+        return regs.arg(number)
+    return int(getattr(regs, name))
+
+
+def show_reg(regs: PtRegs, name: str) -> str:
+    """``name=0x..``, or ``name=(fault)`` for a stack argument that cannot be read (as the
+    kernel prints a fetch it could not make); the hit goes on."""
+    try:
+        return f"{name}={read_reg(regs, name):#x}"
+    except TargetFault:
+        return f"{name}=(fault)"

@@ -1,0 +1,56 @@
+"""Option types shared by several commands, declared once with their help text.
+
+typer reads a command's options from its signature, so a shared option is an
+``Annotated`` type that each command names as a parameter's type.  The
+target options (``--target``, ``--arg``, ``--kernel``...) are shared by
+``kpsdk probe`` and ``kpsdk trace``; :func:`given_target_options` hands
+their values to :func:`kpsdk.cli.target_choice.choose_target`.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+
+from kpsdk.fixtures import ARCHS
+
+TARGET_PANEL = "Target (default: the ELF in Unicorn)"
+
+ElfArg = Annotated[str, typer.Argument(
+    metavar="ELF", help="An ELF executable, or a bundled fixture's name: " + ", ".join(ARCHS))]
+NoprobeOpt = Annotated[list[str] | None, typer.Option(
+    "--noprobe", metavar="NAME[,NAME]", help="Symbols that may not be probed (the kernel's NOKPROBE_SYMBOL).")]
+
+#: the target options of ``kpsdk probe``, shared with other commands (``kpsdk trace``)
+TargetOpt = Annotated[str | None, typer.Option(
+    "--target", "-t", metavar="SPEC", rich_help_panel=TARGET_PANEL,
+    help="Where the code runs: qemu-user:PROG (a program under qemu-user), qemu-system:ARCH (a kernel "
+         "booted in QEMU), gdb://HOST:PORT (a gdbstub already running). Default: ELF in Unicorn.")]
+ProgArgOpt = Annotated[list[str] | None, typer.Option(
+    "--arg", metavar="ARG", rich_help_panel=TARGET_PANEL,
+    help="qemu-user: one argument for the program (repeat for more; --arg=-v for one starting "
+         "with -).")]
+KernelOpt = Annotated[str | None, typer.Option(
+    "--kernel", metavar="VMLINUZ", rich_help_panel=TARGET_PANEL,
+    help="qemu-system: the kernel image to boot (its symbols come from its own kallsyms table "
+         "unless --symbols).")]
+InitrdOpt = Annotated[str | None, typer.Option(
+    "--initrd", metavar="FILE", rich_help_panel=TARGET_PANEL, help="qemu-system: the initramfs.")]
+AppendOpt = Annotated[str | None, typer.Option(
+    "--append", metavar="CMDLINE", rich_help_panel=TARGET_PANEL,
+    help="qemu-system: the kernel command line (default: 'nokaslr panic=-1'); console= for the "
+         "architecture's board (ttyS0, ttyAMA0, hvc0) is added unless it names one.")]
+SymbolsOpt = Annotated[str | None, typer.Option(
+    "--symbols", metavar="FILE", rich_help_panel=TARGET_PANEL,
+    help="qemu-system, gdb://: symbols from an ELF (vmlinux), System.map or a kallsyms dump.")]
+ArchOpt = Annotated[str | None, typer.Option(
+    "--arch", metavar="ARCH", rich_help_panel=TARGET_PANEL,
+    help="gdb://: the architecture (not needed when --symbols is an ELF).")]
+
+
+def given_target_options(prog_arg: list[str] | None, kernel: str | None, initrd: str | None, append: str | None,
+                         symbols: str | None, arch: str | None) -> dict[str, Any]:
+    """The target options' values by option name, as ``choose_target`` checks them (None: not given)."""
+    return {"--arg": prog_arg, "--kernel": kernel, "--initrd": initrd, "--append": append, "--symbols": symbols,
+            "--arch": arch}

@@ -1,0 +1,83 @@
+"""Option values read the way the commands want them, a usage error (exit 2) when malformed.
+
+Each helper raises :class:`typer.BadParameter` naming the option, so a typo is
+reported like any other bad option, before a target is opened.  Shared by the
+built-in commands and ``kpsdk trace``.
+"""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from kpsdk.errors import ArgumentError, shown
+from kpsdk.fixtures import ARCHS
+from kpsdk.fixtures import path as fixture_path
+from kpsdk.probe import location_fields, parse_number
+from kpsdk.session import check_timeout
+
+
+def elf_path(arg: str) -> Path:
+    """An ELF path; a name of a bundled fixture (``x86_64``, ``riscv64``...) also works.
+
+    A path with a NUL byte names no file: a usage error, before anything opens it.
+    """
+    if "\0" in arg:
+        raise typer.BadParameter(f"{shown(arg)} contains a NUL byte: not a file name", param_hint="ELF")
+    path = Path(arg)
+    if not path.exists() and arg in ARCHS:
+        return fixture_path(arg)
+    return path
+
+
+def parse_call(text: str) -> tuple[str, list[int]]:
+    """``"add 2 3"``, ``"add(2, -3)"`` or ``"add 0x10"`` -> ``("add", [2, 3])``; a usage error otherwise."""
+    try:
+        words = shlex.split(text.replace("(", " ").replace(")", " ").replace(",", " "))
+    except ValueError as e:  # shlex: "No closing quotation", "No escaped character"
+        raise typer.BadParameter(f"{shown(text)}: {e}", param_hint="--call") from None
+    if not words:
+        raise typer.BadParameter("give the function and its arguments, e.g. --call 'add 2 3'", param_hint="--call")
+    fn, args = words[0], []
+    for w in words[1:]:
+        value = parse_number(w)
+        if value is None:
+            raise typer.BadParameter(f"{shown(w)} is not an integer (decimal, 0x.., -5)", param_hint="--call")
+        args.append(value)
+    return fn, args
+
+
+def parse_where(spec: str, option: str = "--kprobe") -> dict[str, Any]:
+    """``SYM``, ``SYM+OFF`` or ``0xADDR`` -> Kprobe keyword arguments (a usage error if malformed)."""
+    try:
+        return location_fields(spec)
+    except ValueError as e:
+        raise typer.BadParameter(str(e), param_hint=option) from None
+
+
+def file_location(spec: str, option: str) -> str:
+    """Check the shape of ``PATH:SYM`` / ``PATH:0xOFF`` (a usage error if malformed); the file and
+    symbol are read when the probe is made."""
+    path, sep, where = spec.strip().rpartition(":")
+    if not sep or not path or not where.strip():
+        raise typer.BadParameter(f"{spec!r}: want PATH:SYM, PATH:SYM+0xOFF or PATH:0xOFF", param_hint=option)
+    return spec.strip()
+
+
+def split_commas(values: list[str] | None) -> list[str]:
+    """Repeatable NAME[,NAME] options (``--noprobe a,b --noprobe c``) as one list."""
+    return [x.strip() for v in values or [] for x in v.split(",") if x.strip()]
+
+
+def check_seconds(param: typer.CallbackParam, value: float | None) -> float | None:
+    """``--timeout``/``--duration``: Session.run's rules (``check_timeout``) as a usage error;
+    ``inf`` is no limit."""
+    if value is not None:
+        try:
+            check_timeout(value, param.opts[0] if param.opts else "S")
+        except ArgumentError as e:
+            raise typer.BadParameter(str(e)) from None
+    return value
