@@ -63,7 +63,8 @@ PAGES = ["README.md", *sorted(str(p.relative_to(REPO)) for p in (REPO / "docs").
 RUN_LANGS = ("python", "console", "sh")
 #: not-run blocks per page (each with its reason in the page): change this with the page
 NOT_RUN = {
-    "README.md": 1,             # the install-and-test quick start: a new venv and the whole test suite
+    "README.md": 2,             # the install-and-test quick start (a new venv, the whole test suite);
+                                # building the site (a nox venv from PyPI; CI builds it after the tests)
     "docs/performance.md": 1,   # the benchmark: minutes, and a Qiling venv (nox -s bench)
     "docs/tutorial/kernel.md": 1,   # a part of the workload the guest's /init runs
 }
@@ -353,15 +354,15 @@ class PageRun:
             self.run_shell(block)
 
     def close(self) -> None:
-        """Close what the page left open: sessions, and system-wide uprobes."""
+        """Close what the page left open: sessions, and system-wide uprobes (which would reach
+        the sessions of later tests).  Closing a closed session does nothing; a uprobe the page
+        unregistered already is skipped by ``unregister_uprobes``."""
         import kpsdk
-        for value in list(self.namespace.values()):
+        values = list(self.namespace.values())
+        for value in values:
             if isinstance(value, kpsdk.Session):
-                with contextlib.suppress(Exception):
-                    value.close()
-            elif type(value).__name__ in ("Uprobe", "Uretprobe"):
-                with contextlib.suppress(Exception):
-                    kpsdk.unregister_uprobe(value)
+                value.close()
+        kpsdk.unregister_uprobes(v for v in values if isinstance(v, (kpsdk.Uprobe, kpsdk.Uretprobe)))
         self.namespace.clear()
 
 
@@ -481,6 +482,73 @@ def test_pages_are_in_the_site_nav() -> None:
     nav = set(re.findall(r"([\w/.-]+\.md)\s*$", (REPO / "mkdocs.yml").read_text(), re.M))
     pages = {p.removeprefix("docs/") for p in PAGES if p.startswith("docs/")}
     assert nav == pages, f"not in the nav: {sorted(pages - nav)}; in the nav, no page: {sorted(nav - pages)}"
+
+
+# --- the API reference ----------------------------------------------------------------------
+
+DIRECTIVE = re.compile(r"^:::\s+(\S+)\s*$")
+
+
+def reference_entries() -> dict[str, bool]:
+    """The ``::: path`` entries of docs/reference/, each with whether its members are shown
+    (an entry with ``members: false`` in its options shows the object's docstring only)."""
+    entries: dict[str, bool] = {}
+    for page in sorted((REPO / "docs" / "reference").glob("*.md")):
+        lines = page.read_text().split("\n")
+        for i, line in enumerate(lines):
+            m = DIRECTIVE.match(line)
+            if not m:
+                continue
+            options = []
+            for nxt in lines[i + 1:]:
+                if not nxt.startswith(" "):
+                    break
+                options.append(nxt.strip())
+            entries[m.group(1)] = "members: false" not in options
+    return entries
+
+
+def resolve_path(path: str) -> Any:
+    """The object a dotted path names: the longest importable module, then attributes."""
+    import importlib
+    parts = path.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:cut]))
+        except ModuleNotFoundError:
+            continue
+        for attr in parts[cut:]:
+            obj = getattr(obj, attr)
+        return obj
+    raise AssertionError(f"{path}: no such module")
+
+
+def test_reference_documents_every_public_name() -> None:
+    """Each name ``kpsdk`` exports has an entry in docs/reference/: its own (``::: kpsdk.NAME``
+    or where it is defined), or its module's with the members shown.  A name added to
+    ``kpsdk.__all__`` without one fails here, before a reader misses it."""
+    import types
+
+    import kpsdk
+    entries = reference_entries()
+    shown: dict[int, str] = {}         # id of a documented object (not a number) -> its entry
+    whole_modules = set()
+    for path, members in entries.items():
+        obj = resolve_path(path)       # mkdocs build --strict fails on a bad path too; this says which
+        if isinstance(obj, types.ModuleType):
+            if members:
+                whole_modules.add(obj.__name__)
+        elif not isinstance(obj, int | str | float):
+            shown[id(obj)] = path
+    missing = []
+    for name in kpsdk.__all__:
+        obj = getattr(kpsdk, name)
+        if f"kpsdk.{name}" in entries or id(obj) in shown:
+            continue
+        if isinstance(obj, type | types.FunctionType) and obj.__module__ in whole_modules:
+            continue
+        missing.append(name)
+    assert not missing, f"exported by kpsdk, not in docs/reference/ (add a `::: path` entry): {missing}"
 
 
 # --- the checker's own rules ----------------------------------------------------------------

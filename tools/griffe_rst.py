@@ -23,23 +23,29 @@ from __future__ import annotations
 import re
 from typing import Any
 
-ROLE = re.compile(r":(?:py:)?(class|func|meth|attr|mod|data|exc|obj|const):`(~?)([^`<>]+?)`")
+# :role:`name`, :role:`~name` (titled by its last part) or :role:`title <name>`
+ROLE = re.compile(r":(?:py:)?(class|func|meth|attr|mod|data|exc|obj|const):`(~?)([^`<>]+?)(?:\s*<([^`<>]+)>)?`")
 RULE = re.compile(r"^(\s*)(=+)((?:\s+=+)+)\s*$")
 
 
 def roles(text: str, resolve: Any = None) -> str:
     """``:class:`~a.b.C``` -> an optional autoref titled ``C`` to ``a.b.C``.
 
-    ``resolve(name)`` turns a name relative to the docstring's object (``Kretprobe``,
-    ``SyscallEvent.result``) into its full path, or returns None (then the name is kept).
+    ``:meth:`Session.run <kpsdk.session.Session.run>``` keeps its own title (``Session.run``,
+    without the ``()`` a bare name gets).  ``resolve(name)`` turns a name relative to the
+    docstring's object (``Kretprobe``, ``SyscallEvent.result``) into its full path, or returns
+    None (then the name is kept).
     """
 
     def one(m: re.Match[str]) -> str:
-        _, tilde, name = m.groups()
-        name = name.strip().lstrip(".")
-        title = name.rsplit(".", 1)[-1] if tilde else name
-        if m.group(1) in ("func", "meth"):
-            title += "()"
+        kind, tilde, name, explicit = m.groups()
+        if explicit is not None:
+            title, name = name.strip(), explicit.strip().lstrip(".")
+        else:
+            name = name.strip().lstrip(".")
+            title = name.rsplit(".", 1)[-1] if tilde else name
+            if kind in ("func", "meth"):
+                title += "()"
         target = resolve(name) if resolve is not None else None
         target = target or name
         return f'<autoref identifier="{target}" optional><code>{title}</code></autoref>'
@@ -208,7 +214,7 @@ if griffe is not None:
                         continue
                     try:
                         return str(scope.resolve(head)) + dot + rest
-                    except Exception:  # noqa: BLE001 - any failure: try the next scope, or keep the name
+                    except griffe.NameResolutionError:  # not known there: the next scope, or keep the name
                         continue
                 return None
 
