@@ -172,9 +172,11 @@ def comment_doc(lines: list[str], lineno: int) -> str | None:
 try:  # the docs extra; the functions above are tested without it
     import griffe
 except ImportError:  # pragma: no cover - tests/test_docs.py runs without the docs extra
-    griffe = None
+    HAVE_GRIFFE = False
+else:
+    HAVE_GRIFFE = True
 
-if griffe is not None:
+if HAVE_GRIFFE:
 
     class RstToMarkdown(griffe.Extension):
         """The griffe extension: rewrites every docstring once the whole package is loaded (so that
