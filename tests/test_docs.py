@@ -37,6 +37,10 @@ Blocks that need QEMU and gdb (``qemu-user:``, ``qemu-system:``, ``gdb://``) or 
 kernel (``kpsdk.fixtures.kernel``) require those tools as the other live tests do: they skip
 locally naming the package, and fail on CI.  The kernel is fetched once into kpsdk's cache by
 the ``debian_kernel`` fixture, shared with the kernel tests.
+
+Besides the examples: every page of docs/ is in mkdocs.yml's nav, and every name ``kpsdk``
+exports has an entry in the API reference (docs/reference/).  The site itself is built by
+``nox -s docs`` (CI runs it after the tests), not here: its tools are the ``docs`` extra.
 """
 
 from __future__ import annotations
