@@ -60,6 +60,7 @@ from typing import Any
 
 import pytest
 
+from kpsdk.cache import cache_root
 from tests.conftest import require_tool
 
 REPO = Path(__file__).resolve().parents[1]
@@ -285,6 +286,7 @@ def needs(block: Block) -> set[str]:
 class PageRun:
     page: str
     workdir: Path
+    cache: Path                  # the pages' KPSDK_CACHE (see pages())
     namespace: dict[str, Any] = field(default_factory=lambda: {"__name__": "__docs__"})
     done: dict[int, str] = field(default_factory=dict)   # block line -> "ok" | "failed" | "skipped"
 
@@ -295,18 +297,24 @@ class PageRun:
         env["COLUMNS"] = "80"
         env.pop("FORCE_COLOR", None)
         env["NO_COLOR"] = "1"
+        env["KPSDK_CACHE"] = str(self.cache)
         return env
 
     def run_python(self, block: Block) -> str:
         out = io.StringIO()
         code = compile(block.text, f"<{block.where}>", "exec")
-        cwd = Path.cwd()
+        cwd, cache = Path.cwd(), os.environ.get("KPSDK_CACHE")
         os.chdir(self.workdir)
+        os.environ["KPSDK_CACHE"] = str(self.cache)
         try:
             with contextlib.redirect_stdout(out):
                 exec(code, self.namespace)
         finally:
             os.chdir(cwd)
+            if cache is None:
+                del os.environ["KPSDK_CACHE"]
+            else:
+                os.environ["KPSDK_CACHE"] = cache
         return out.getvalue()
 
     def run_shell(self, block: Block) -> None:
@@ -374,6 +382,15 @@ class PageRun:
 def pages(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, PageRun]]:
     runs: dict[str, PageRun] = {}
     root = tmp_path_factory.mktemp("docs")
+    # The pages build the default initramfs and cache decoded symbols in kpsdk's cache: theirs is
+    # their own, so that another kpsdk run on this machine (another checkout's tests, whose
+    # workload may differ) cannot change a guest between a page's two commands.  Only Debian's
+    # kernel is shared: the kernel tests' fixture downloads it once into kpsdk's cache.
+    cache = root / "cache"
+    cache.mkdir()
+    shared_kernels = cache_root() / "kernel"
+    shared_kernels.mkdir(parents=True, exist_ok=True)
+    (cache / "kernel").symlink_to(shared_kernels)
     python = shlex.quote(sys.executable)   # wrappers, not links: a link to a venv's python leaves the venv
     wrappers = {"python": f'exec {python} "$@"', "python3": f'exec {python} "$@"',
                 "kpsdk": f'exec {python} -m kpsdk "$@"'}
@@ -386,7 +403,7 @@ def pages(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, PageRu
             script = work / ".venv" / "bin" / name
             script.write_text(f"#!/bin/sh\n{body}\n")
             script.chmod(0o755)
-        runs[page] = PageRun(page, work)
+        runs[page] = PageRun(page, work, cache)
     yield runs
     for run in runs.values():
         run.close()
