@@ -1,5 +1,5 @@
 """nox sessions: ``nox -s tests``, ``nox -s lint``, ``nox -s bench``, ``nox -s soak``, ``nox -s fixtures``,
-``nox -s kernel``, ``nox -s fuzz``.
+``nox -s kernel``, ``nox -s fuzz``, ``nox -s docs``.
 
 ``nox`` alone runs tests and lint.  Extra arguments after ``--`` go to the
 tool: ``nox -s tests -- -k scale``, ``nox -s bench -- --quick``.
@@ -32,6 +32,26 @@ def lint(session: nox.Session) -> None:
     session.install(".[test]")
     session.run("ruff", "check", ".")
     session.run("mypy", *session.posargs)
+
+
+@nox.session
+def docs(session: nox.Session) -> None:
+    """The docs site: ``mkdocs build --strict`` into ``site/`` (mkdocs.yml), offline.
+
+    Broken links and anchors, and pages missing from the nav, fail the build.  The API
+    reference comes from the docstrings (mkdocstrings; tools/griffe_rst.py shows their rST as
+    Markdown).  Nothing is fetched at build time: no web fonts, no social cards.
+    ``nox -s docs -- serve`` serves it at http://127.0.0.1:8000 instead.  The examples in the
+    pages are run by the test suite (tests/test_docs.py), not here.
+    """
+    # the tools only: mkdocstrings reads kpsdk's source (mkdocs.yml: paths), it imports nothing,
+    # so kpsdk and its dependencies (unicorn, keystone...) are not installed for a docs build
+    session.install(*nox.project.load_toml("pyproject.toml")["project"]["optional-dependencies"]["docs"])
+    session.env["NO_MKDOCS_2_WARNING"] = "1"  # mkdocs-material's banner about its successor
+    if session.posargs[:1] == ["serve"]:
+        session.run("mkdocs", "serve", "--strict", *session.posargs[1:])
+    else:
+        session.run("mkdocs", "build", "--strict", *session.posargs)
 
 
 @nox.session

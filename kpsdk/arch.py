@@ -397,6 +397,8 @@ class Arch:
     (:meth:`require`: a :class:`~kpsdk.errors.CapabilityError` at registration):
 
     ====================  ================================================================
+    capability            what it is for
+    ====================  ================================================================
     ``insn``              classify and follow instructions (every probe)
     ``conditions``        conditional execution (ARM): skip a probe whose condition fails
     ``out_of_line``       Unicorn's booster (``jump_back``) and kretprobe trampoline

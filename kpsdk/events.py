@@ -6,6 +6,8 @@ type, an ``strace``-like printer, a coverage recorder).  The hooks are in
 so an event with no plugin listening costs one empty pluggy call.
 
 ========================  ========================================================
+hook                      when
+========================  ========================================================
 ``kpsdk_syscall_entry``   a system call is about to run (Unicorn's Linux layer)
 ``kpsdk_syscall_exit``    it ran: :attr:`SyscallEvent.result` is set
 ``kpsdk_program_exit``    the program ended (``exit``/``exit_group``, QEMU exited)

@@ -157,8 +157,12 @@ def register_all(probes: Iterable[Any], register: Callable[[Any], Any], unregist
 class Probe:
     """Fields every probe has, named as in ``struct kprobe``.
 
-    ``addr`` is filled in at registration; ``nmissed`` counts hits whose handlers
-    were skipped (reentrancy); ``hits`` counts hits whose handlers ran.
+    The location fields keep what was given: a probe given by ``symbol_name``
+    (or with an ``offset``) still has ``addr=None`` once registered, so that it
+    can be registered again, and ``s.symbols.resolve("add+0x4")`` gives its
+    address; one given by ``addr`` alone gets the address it registered at
+    (without a Thumb bit).  ``nmissed`` counts hits whose handlers were skipped
+    (reentrancy); ``hits`` counts hits whose handlers ran.
     """
 
     letter = "k"

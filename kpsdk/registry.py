@@ -25,11 +25,24 @@ from kpsdk.target import TargetKind
 GROUP = "kpsdk"
 #: set (to anything) in the environment: third-party entry points do not load by themselves
 AUTOLOAD_ENV = "KPSDK_DISABLE_PLUGIN_AUTOLOAD"
+#: marks a plugin's hook implementations: ``@kpsdk.hookimpl`` above ``def kpsdk_archs(): ...``
+#: (the names and signatures are those of :mod:`kpsdk.hookspecs`)
 hookimpl = pluggy.HookimplMarker("kpsdk")
 
 
 class Registry:
-    """A plugin manager plus the archs, target kinds and probe types it yielded."""
+    """A plugin manager plus the archs, target kinds and probe types it yielded.
+
+    :func:`get_registry` gives the one a process uses.  The built-in plugins (kpsdk's own
+    entry points) always load; third-party entry points in the ``kpsdk`` group load too,
+    unless ``KPSDK_DISABLE_PLUGIN_AUTOLOAD`` is set.
+
+    :param load: entry-point names or importable module names to load even when autoloading
+        is off (the CLI's ``-p NAME``).
+    :param block: plugin names never to load (``-p no:NAME``).
+    :param autoload: load every installed entry point; ``None`` reads the environment.
+    :raises PluginLoadError: a name in ``load`` is neither an entry point nor a module.
+    """
 
     def __init__(self, load: tuple[str, ...] = (), block: tuple[str, ...] = (),
                  autoload: bool | None = None) -> None:
@@ -58,14 +71,20 @@ class Registry:
                     ) from e
 
     def plugin_names(self) -> list[str]:
+        """The names of the loaded plugins (entry-point names, or module names for ``load``)."""
         return [name for name, plugin in self.pm.list_name_plugin() if plugin is not None]
 
     @cached_property
     def archs(self) -> ArchRegistry:
+        """Every plugin's architectures, collected on first use (a name given twice raises)."""
         return ArchRegistry([a for group in self.pm.hook.kpsdk_archs() for a in group])
 
     @cached_property
     def targets(self) -> dict[str, TargetKind]:
+        """Target kinds by name, collected on first use.
+
+        :raises KpsdkError: two plugins provide the same name.
+        """
         out: dict[str, TargetKind] = {}
         for group in self.pm.hook.kpsdk_targets():
             for kind in group:
@@ -76,6 +95,10 @@ class Registry:
 
     @cached_property
     def probe_types(self) -> dict[str, ProbeType]:
+        """Probe types by name, collected on first use.
+
+        :raises KpsdkError: two plugins provide the same name.
+        """
         out: dict[str, ProbeType] = {}
         for group in self.pm.hook.kpsdk_probe_types():
             for pt in group:
@@ -85,14 +108,20 @@ class Registry:
         return out
 
     def arch(self, name: str) -> Arch:
+        """The architecture called ``name``; an unknown name raises :class:`UnknownNameError`."""
         return self.archs.get(name)
 
     def target_kind(self, name: str) -> TargetKind:
+        """The target kind a spec's scheme names; an unknown one raises :class:`UnknownNameError`."""
         if name not in self.targets:
             raise UnknownNameError("target kind", name, list(self.targets))
         return self.targets[name]
 
     def probe_type_for(self, probe: Any) -> ProbeType:
+        """The probe type whose class ``probe`` is an instance of, the most derived one first.
+
+        :raises UnknownNameError: no loaded probe type has that class.
+        """
         # most specific class first, so a Jprobe (a Kprobe subclass) finds its own type
         for pt in sorted(self.probe_types.values(), key=lambda t: -len(t.probe_class.__mro__)):
             if isinstance(probe, pt.probe_class):
@@ -101,6 +130,7 @@ class Registry:
                                [t.probe_class.__name__ for t in self.probe_types.values()])
 
     def exports(self) -> dict[str, Any]:
+        """What the probe types add to the ``kpsdk`` namespace (``Kprobe``...), by name."""
         out: dict[str, Any] = {}
         for pt in self.probe_types.values():
             out.update(pt.exports)

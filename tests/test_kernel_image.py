@@ -10,7 +10,6 @@ are the image's), and the workload's console markers.
 from __future__ import annotations
 
 import bz2
-import glob
 import gzip
 import hashlib
 import lzma
@@ -503,19 +502,24 @@ def test_corrupt_cache_entry_is_rebuilt(tmp_path: Path, damage: str) -> None:
     assert cache.read_bytes() == good  # and written again
 
 
-def test_readme_kernel_glob_matches_one_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The README's ``--kernel ~/.cache/kpsdk/kernel/linux-image-*/boot/vmlinuz-*`` stays one file
-    after the kernel's symbols are loaded (and cached) twice."""
+def test_readme_kernel_stays_one_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The kernel the README boots stays the one file its lookup finds after the kernel's symbols
+    are loaded (and cached) twice: the README takes ``$vmlinuz`` from ``python -m
+    kpsdk.fixtures.kernel --shell``, which is :func:`kernel.fetch_kernel`'s ``boot/vmlinuz-*`` in
+    the cache, and the kallsyms cache must not put a second ``vmlinuz-*`` file beside it."""
     readme = (Path(__file__).parent.parent / "README.md").read_text()
-    pattern = re.search(r"--kernel (\S+)", readme)
-    assert pattern is not None
+    assert 'eval "$(.venv/bin/python -m kpsdk.fixtures.kernel --shell)"' in readme
+    assert re.search(r'--kernel "\$vmlinuz"', readme)
     for name in ("KPSDK_CACHE", "XDG_CACHE_HOME"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("HOME", str(tmp_path))
-    image = synthetic_vmlinuz(tmp_path / ".cache/kpsdk/kernel/linux-image-6.1.0-test-amd64/boot/vmlinuz-6.1.0-test")
+    package = "linux-image-6.1.0-test-amd64"
+    image = synthetic_vmlinuz(tmp_path / f".cache/kpsdk/kernel/{package}/boot/vmlinuz-6.1.0-test")
     for _ in range(2):
         load_kernel_symbols(image)
-    assert glob.glob(os.path.expanduser(pattern.group(1))) == [str(image)]
+    assert sorted(image.parent.iterdir()) == [image]
+    # the package named, so nothing is downloaded: the cached one is found as --shell finds it
+    assert kernel.fetch_kernel(package=package) == image
 
 
 def test_elf_with_symtab_uses_it() -> None:
