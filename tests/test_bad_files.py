@@ -165,10 +165,12 @@ def test_many_symbols_out_of_address_order(tmp_path: Path) -> None:
     n = 200_000
     path = patched(tmp_path, "x86_64", lambda e: e.replace_symbols(
         [(f"f{i}", 0x400000 + 16 * (n - i), 16) for i in range(n)]))
-    start = time.perf_counter()
-    with deadline(60):
+    # CPU time, not wall time: a loaded machine stretches the wall clock, not the work done
+    # (5-7 s of CPU here; the one-at-a-time insertion took over 30 s)
+    start = time.process_time()
+    with deadline(120):
         image = load_elf(path)
-    assert time.perf_counter() - start < 10
+    assert time.process_time() - start < 20
     assert len(image.symbols) == n
     assert image.symbols.lookup(0x400000 + 16 * n + 4) == ("f0", 4, 16)
     assert image.symbols.get("f1").address == 0x400000 + 16 * (n - 1)
