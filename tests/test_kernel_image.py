@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from kpsdk import fixtures, kallsyms
+from kpsdk import fixtures, kallsyms_cache
 from kpsdk.cache import cache_root
 from kpsdk.errors import ImageFormatError, SymbolError, TargetError
 from kpsdk.fixtures import kernel
@@ -366,7 +366,7 @@ def test_bzimage_payloads(kind: str, tmp_path: Path) -> None:
 def test_pure_python_lz4_matches(monkeypatch: pytest.MonkeyPatch) -> None:
     import builtins
 
-    import kpsdk.kallsyms as ks
+    import kpsdk.kernel_unpack as ks
 
     data = b"\x7fELF" + b"".join(f"line {i % 97} of the kernel\n".encode() for i in range(20000))
     comp = _lz4_legacy(data)
@@ -428,7 +428,7 @@ def test_image_symbols_are_cached(tmp_path: Path) -> None:
     # the cache is used: entries written there as kpsdk writes them come back
     entries = [e._replace(name="from_the_cache") if e.name == "do_sys_openat2" else e
                for e in read_image_entries(image)]
-    kallsyms._write_cache(hashlib.sha256(image.read_bytes()).hexdigest(), entries)
+    kallsyms_cache.write_cache(hashlib.sha256(image.read_bytes()).hexdigest(), entries)
     assert "from_the_cache" in load_kallsyms_from_image(image)
     # ... for that content only: an image with other bytes has another entry
     image.write_bytes(image.read_bytes() + b"\0")
@@ -452,7 +452,7 @@ def test_forged_cache_is_not_used(tmp_path: Path) -> None:
     # an entry anyone may have written (world-writable) is not trusted, however well formed
     entries = [e._replace(name="from_the_forger") if e.name == "do_sys_openat2" else e
                for e in read_image_entries(image)]
-    kallsyms._write_cache(hashlib.sha256(image.read_bytes()).hexdigest(), entries)
+    kallsyms_cache.write_cache(hashlib.sha256(image.read_bytes()).hexdigest(), entries)
     cache.chmod(0o666)
     assert "from_the_forger" not in load_kallsyms_from_image(image)
     assert "from_the_forger" not in cache.read_text()  # and replaced
