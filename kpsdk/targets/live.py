@@ -194,8 +194,9 @@ class GdbTarget(Target):
         # fail fast on a dead or mute stub: gdb's defaults retry for ~15 s
         mi.command("-gdb-set tcp connect-timeout 3")
         mi.command("-gdb-set remotetimeout 3")
-        if self.arch.endian == "big":
-            mi.command("-gdb-set endian big")
+        # gdb's byte order follows a loaded file, else the architecture's default (big for
+        # powerpc): say it, so that ppc64le's registers and memory read the right way round
+        mi.command(f"-gdb-set endian {self.arch.endian}")
         if self.image is not None:
             path = os.path.abspath(self.image.path)  # gdb would expand a leading ~
             mi.command(f"-file-exec-and-symbols {c_string(path, 'the program file')}")
