@@ -27,6 +27,8 @@ if TYPE_CHECKING:
 Classify = Callable[["capstone.CsInsn"], tuple[bool, "str | None"]]
 #: ``successors(insn, read_reg, read_mem, word_size) -> addresses, or None where it cannot be followed``
 Successors = Callable[["capstone.CsInsn", "ReadReg", "ReadMem", int], "set[int] | None"]
+#: ``page_walk(read_reg, read_phys, va) -> physical address, or None where va is not mapped``
+PageWalk = Callable[["ReadReg", "ReadMem", int], "int | None"]
 #: ``jump(at, target, iset) -> code, or None where ``target`` is out of its reach``
 Jump = Callable[[int, int, "InstructionSet"], "bytes | None"]
 
@@ -426,7 +428,10 @@ class Arch:
     ``detours``           kretprobe entries in guest code on Unicorn (else the hook path)
     ``mode_bit``          the register bit that says which instruction set runs (ARM's T)
     ``unicorn_setup``     CPU state a new Unicorn engine needs (ARM's VFP)
-    ``local_entry``       ELFv2 local entry points (ppc64): where a kretprobe by name lands
+    ``local_entry``       ELFv2 local entry points (ppc64): where a probe by name lands
+    ``page_walk``         translate a virtual address with the guest's own page tables, for
+                          a live kernel's reads that the CPU's access control refuses to a
+                          debugger (ARM's software PAN: user memory from kernel mode)
     ====================  ================================================================
     """
 
@@ -474,6 +479,7 @@ class Arch:
     mode_bit: ModeBit | None = None
     unicorn_setup: Callable[[Any], None] | None = None
     local_entry: Callable[[bytes], int] | None = None
+    page_walk: PageWalk | None = None
 
     def require(self, capability: str, feature: str) -> Any:
         """The capability named ``capability`` (an attribute of this class, or of its
