@@ -41,7 +41,7 @@ def test_each_descriptor_kind() -> None:
     assert _walk(tables, REGS, 0xBE88DFD6) == 0x45678FD6
     assert _walk(tables, REGS, 0xBE890BCD) == 0x55550BCD
     assert _walk(tables, REGS, 0xC0012345) == 0x60012345
-    assert _walk(tables, REGS, 0xD0ABCDEF) == 0x77ABCDEF
+    assert _walk(tables, REGS, 0xD00BCDEF) == 0x770BCDEF
     # unmapped: no first-level entry, and a page table without the page
     assert _walk(tables, REGS, 0x1000) is None
     assert _walk(tables, REGS, 0xBE800000) is None
