@@ -187,6 +187,7 @@ def open_qemu_system(rest: str, registry: Registry, kernel: str | None = None, i
     """
     if options:
         raise TargetError(f"qemu-system: unknown options {', '.join(options)}")
+    extra = check_qemu_args(qemu_args)
     arch = registry.arch(rest)
     board = arch.qemu_system
     if board is None:
@@ -204,7 +205,7 @@ def open_qemu_system(rest: str, registry: Registry, kernel: str | None = None, i
         cmd += ["-kernel", str(kernel), "-append", with_console(append, board.console)]
     if initrd:
         cmd += ["-initrd", str(initrd)]
-    cmd += check_qemu_args(qemu_args)
+    cmd += extra
     try:
         proc = _start(cmd, sock)
     except BaseException:
