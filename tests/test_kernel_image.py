@@ -503,19 +503,19 @@ def test_corrupt_cache_entry_is_rebuilt(tmp_path: Path, damage: str) -> None:
     assert cache.read_bytes() == good  # and written again
 
 
-def test_readme_kernel_glob_matches_one_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The README's ``--kernel ~/.cache/kpsdk/kernel/linux-image-*/boot/vmlinuz-*`` stays one file
-    after the kernel's symbols are loaded (and cached) twice."""
+def test_readme_kernel_stays_one_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The README passes the fixture's kernel (``--kernel "$KERNEL"``, from ``--shell``); loading
+    (and caching) its symbols twice writes nothing beside it: ``boot/vmlinuz-*`` stays one file."""
     readme = (Path(__file__).parent.parent / "README.md").read_text()
-    pattern = re.search(r"--kernel (\S+)", readme)
-    assert pattern is not None
+    assert '--kernel "$KERNEL"' in readme and "kpsdk.fixtures.kernel --arch $ARCH --shell" in readme
     for name in ("KPSDK_CACHE", "XDG_CACHE_HOME"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("HOME", str(tmp_path))
     image = synthetic_vmlinuz(tmp_path / ".cache/kpsdk/kernel/linux-image-6.1.0-test-amd64/boot/vmlinuz-6.1.0-test")
     for _ in range(2):
         load_kernel_symbols(image)
-    assert glob.glob(os.path.expanduser(pattern.group(1))) == [str(image)]
+    assert glob.glob(str(image.parent / "vmlinuz-*")) == [str(image)]
+    assert list(image.parent.iterdir()) == [image]
 
 
 def test_elf_with_symtab_uses_it() -> None:
