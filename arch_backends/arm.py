@@ -22,6 +22,7 @@ from kpsdk.arch import (
     Arch,
     Breakpoint,
     Conditions,
+    DebianPort,
     DetourCode,
     EntryDetour,
     FrameRecord,
@@ -270,6 +271,40 @@ WATCH = WatchRules(slots=4, types=frozenset({"x", "w", "r", "rw"}), lengths=(1, 
                    exec_lengths=(2, 4), exec_slots=6,
                    source="Cortex-A15 DBGDIDR 0x3515f021 (QEMU/Unicorn); ARM ARM v7 C11; Linux hw_breakpoint")
 
+def page_walk(read_reg: ReadReg, read_phys: ReadMem, va: int) -> int | None:
+    """The physical address of ``va`` through the short-descriptor translation tables
+    (ARM ARM, "Short-descriptor translation table format": sections, supersections, large
+    and small pages; TTBCR.N picks TTBR0 or TTBR1).  None where it is not mapped, or where
+    the kernel uses the long-descriptor (LPAE) format, which this walk does not read.
+
+    Why: a kernel built with CONFIG_CPU_SW_DOMAIN_PAN (Debian's armmp) runs with the user
+    domain set to "no access" in DACR, so QEMU's debug accesses at a user address fault
+    although the page is mapped; the kernel itself opens the domain only inside uaccess.
+    """
+    ttbcr = read_reg("TTBCR")
+    if ttbcr >> 31:  # EAE: long descriptors
+        return None
+    n = ttbcr & 7
+    if n and va >> (32 - n):
+        base = read_reg("TTBR1") & 0xFFFFC000
+    else:
+        base = read_reg("TTBR0") & ~((1 << (14 - n)) - 1) & 0xFFFFFFFF
+    (first,) = struct.unpack("<I", read_phys(base | ((va >> 20) << 2), 4))
+    kind = first & 3
+    if kind == 0:
+        return None
+    if kind != 1:  # a section (bit 18: a 16 MB supersection)
+        if first & (1 << 18):
+            return (first & 0xFF000000) | (va & 0x00FFFFFF)
+        return (first & 0xFFF00000) | (va & 0x000FFFFF)
+    (second,) = struct.unpack("<I", read_phys((first & 0xFFFFFC00) | (((va >> 12) & 0xFF) << 2), 4))
+    if second & 3 == 0:
+        return None
+    if second & 3 == 1:  # a 64 KB large page
+        return (second & 0xFFFF0000) | (va & 0xFFFF)
+    return (second & 0xFFFFF000) | (va & 0xFFF)
+
+
 ARM = Arch(
     name="arm",
     aliases=("arm32", "armhf", "thumb"),
@@ -294,6 +329,7 @@ ARM = Arch(
     stack_alignment=8,
     qemu_user="qemu-arm",
     qemu_system=QemuMachine("qemu-system-arm", "qemu-system-arm", machine="virt", console="ttyAMA0"),
+    debian=DebianPort("armhf", "bookworm", "linux-image-armmp"),
     kernel_stack_size=8192,
     watch=WATCH,
     cross_gcc_package="gcc-arm-linux-gnueabihf",
@@ -303,6 +339,7 @@ ARM = Arch(
                        reads_flags=reads_flags,
                        writes_flags=lambda insn, writes: "cpsr" in writes or bool(insn.update_flags)),
     mode_bit=ModeBit("cpsr", 0x20, "thumb"),  # CPSR.T
+    page_walk=page_walk,
     unicorn_setup=unicorn_setup,
 )
 

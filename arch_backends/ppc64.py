@@ -1,4 +1,5 @@
-"""ppc64, big-endian (ELFv1 function descriptors by default).
+"""ppc64, big-endian (ELFv1 function descriptors by default), and ppc64le, its
+little-endian variant (ELFv2: global and local entry points, no descriptors).
 
 Described fully so disassembly, symbols and (with the live-targets work) QEMU
 can use it, but Unicorn 2.1.4 cannot run it: explicit PPC64 CPU models map to
@@ -9,6 +10,7 @@ can use it, but Unicorn 2.1.4 cannot run it: explicit PPC64 CPU models map to
 from __future__ import annotations
 
 import struct
+from dataclasses import replace
 
 import capstone
 import keystone
@@ -20,6 +22,7 @@ from kpsdk.arch import (
     Abi,
     Arch,
     Breakpoint,
+    DebianPort,
     InsnRules,
     InstructionSet,
     OutOfLine,
@@ -64,7 +67,7 @@ def successors(insn: capstone.CsInsn, reg: ReadReg, mem: ReadMem, word: int) -> 
     return out
 
 
-def local_entry(code: bytes) -> int:
+def _local_entry(code: bytes, order: str) -> int:
     """ELFv2: the offset of a function's local entry, past its TOC set-up.
 
     A function that needs its TOC pointer starts ``addis r2,r12,hi; addi r2,r2,lo``
@@ -74,16 +77,36 @@ def local_entry(code: bytes) -> int:
     """
     if len(code) < 8:
         return 0
-    first, second = struct.unpack(">II", code[:8])
+    first, second = struct.unpack(f"{order}II", code[:8])
     return 8 if first >> 16 in (0x3C4C, 0x3C40) and second >> 16 == 0x3842 else 0
 
 
-def jump_back(at: int, target: int, iset: InstructionSet) -> bytes | None:
+def local_entry(code: bytes) -> int:
+    """:func:`_local_entry` of big-endian code."""
+    return _local_entry(code, ">")
+
+
+def local_entry_le(code: bytes) -> int:
+    """:func:`_local_entry` of little-endian code (ppc64le: every function is ELFv2)."""
+    return _local_entry(code, "<")
+
+
+def _branch(at: int, target: int, order: str) -> bytes | None:
     """``b target`` when within +-32 MiB."""
     off = target - at
     if not -(1 << 25) <= off < (1 << 25):
         return None
-    return struct.pack(">I", 0x48000000 | (off & 0x03FFFFFC))
+    return struct.pack(f"{order}I", 0x48000000 | (off & 0x03FFFFFC))
+
+
+def jump_back(at: int, target: int, iset: InstructionSet) -> bytes | None:
+    """``b target`` (big-endian) when within +-32 MiB."""
+    return _branch(at, target, ">")
+
+
+def jump_back_le(at: int, target: int, iset: InstructionSet) -> bytes | None:
+    """``b target`` (little-endian) when within +-32 MiB."""
+    return _branch(at, target, "<")
 
 
 PPC64_ISET = InstructionSet(
@@ -125,7 +148,8 @@ PPC64 = Arch(
                       {"write": 4, "exit": 1, "exit_group": 234}),
     stack_alignment=16,
     qemu_user="qemu-ppc64",
-    qemu_system=QemuMachine("qemu-system-ppc64", "qemu-system-ppc", machine="pseries", console="hvc0"),
+    qemu_system=QemuMachine("qemu-system-ppc64", "qemu-system-ppc", machine="pseries", console="hvc0",
+                            memory="1G"),
     # one DAWR (POWER10 adds a second; Linux counts 1 before it): up to 512 bytes at any address,
     # not crossing a 512-byte boundary; read, write or both, no execute
     watch=WatchRules(slots=1, types=frozenset({"w", "r", "rw"}), lengths=tuple(range(1, 513)), aligned=False,
@@ -135,7 +159,47 @@ PPC64 = Arch(
     local_entry=local_entry,
 )
 
+TRAP_LE = struct.pack("<I", 0x7FE00008)
+
+PPC64LE_ISET = InstructionSet(
+    name="ppc64le",
+    capstone=(capstone.CS_ARCH_PPC, capstone.CS_MODE_64 | capstone.CS_MODE_LITTLE_ENDIAN),
+    keystone=(keystone.KS_ARCH_PPC, keystone.KS_MODE_PPC64 | keystone.KS_MODE_LITTLE_ENDIAN),
+    kernel_breakpoints={4: TRAP_LE},
+    unicorn_breakpoint=Breakpoint({4: TRAP_LE}, intno=-1, pc_adjust=0),
+    min_insn=4,
+    # the primary opcode is in the top bits of the word, its last byte in memory
+    length_rule=lambda code: 8 if code[3] >> 2 == 1 else 4,
+)
+
+#: Little-endian ppc64 (ELFv2), what Debian's ppc64el port and its kernels are: the same
+#: registers, ABI and debug hardware as ppc64; instructions stored little-endian; a probe on
+#: a function by name lands on its local entry, as the kernel's ``kprobe_lookup_name``
+#: (arch/powerpc/kernel/kprobes.c) puts it at ``ppc_function_entry()`` for ELFv2 (with
+#: CONFIG_KPROBES_ON_FTRACE the kernel picks the ``_mcount`` call a few instructions later).
+PPC64LE = replace(
+    PPC64,
+    name="ppc64le",
+    aliases=("powerpc64le", "ppc64el"),
+    endian="little",
+    isets=(PPC64LE_ISET,),
+    unicorn=None,
+    unicorn_unsupported=(
+        "Unicorn 2.1.4 has no little-endian PowerPC: Uc(UC_ARCH_PPC, UC_MODE_PPC64 | UC_MODE_LITTLE_ENDIAN) "
+        "raises UC_ERR_MODE (checked), and the big-endian ppc64 model cannot run either. Run ppc64le code "
+        "under QEMU instead (qemu-user:PROG, qemu-system:ppc64le)"
+    ),
+    qemu_user="qemu-ppc64le",
+    qemu_system=QemuMachine("qemu-system-ppc64", "qemu-system-ppc", machine="pseries", console="hvc0",
+                            memory="1G"),
+    # Debian's ppc64el kernel package ships an uncompressed ELF vmlinux with its .symtab
+    debian=DebianPort("ppc64el", "bookworm", "linux-image-powerpc64le", "vmlinux-*"),
+    cross_gcc_package="gcc-powerpc64le-linux-gnu",
+    out_of_line=OutOfLine(jump_back_le),
+    local_entry=local_entry_le,
+)
+
 
 @hookimpl
 def kpsdk_archs() -> list[Arch]:
-    return [PPC64]
+    return [PPC64, PPC64LE]

@@ -21,6 +21,7 @@ from kpsdk.arch import (
     Abi,
     Arch,
     Breakpoint,
+    DebianPort,
     DetourCode,
     EntryDetour,
     FrameRecord,
@@ -278,6 +279,8 @@ RISCV64 = Arch(
     stack_alignment=16,
     qemu_user="qemu-riscv64",
     qemu_system=QemuMachine("qemu-system-riscv64", "qemu-system-misc", machine="virt"),
+    # Debian 12 has no riscv64 kernel; 13 (trixie) has, as an uncompressed Image named vmlinux-*
+    debian=DebianPort("riscv64", "trixie", "linux-image-riscv64", "vmlinux-*"),
     # the Sdtrig trigger module: QEMU implements 2 mcontrol triggers (RV_MAX_TRIGGERS), each
     # matching loads, stores or execution of a naturally aligned 1, 2, 4 or 8-byte range
     watch=WatchRules(slots=2, types=frozenset({"x", "w", "r", "rw"}), lengths=(1, 2, 4, 8),

@@ -27,6 +27,8 @@ if TYPE_CHECKING:
 Classify = Callable[["capstone.CsInsn"], tuple[bool, "str | None"]]
 #: ``successors(insn, read_reg, read_mem, word_size) -> addresses, or None where it cannot be followed``
 Successors = Callable[["capstone.CsInsn", "ReadReg", "ReadMem", int], "set[int] | None"]
+#: ``page_walk(read_reg, read_phys, va) -> physical address, or None where va is not mapped``
+PageWalk = Callable[["ReadReg", "ReadMem", int], "int | None"]
 #: ``jump(at, target, iset) -> code, or None where ``target`` is out of its reach``
 Jump = Callable[[int, int, "InstructionSet"], "bytes | None"]
 
@@ -355,6 +357,7 @@ class QemuMachine:
     :param console: the kernel's console device on that board (``ttyS0``,
         ``ttyAMA0``, ``hvc0``): ``console=`` is added to a command line that names none.
     :param args: anything else the board needs on QEMU's command line.
+    :param memory: ``-m`` unless the user gives ``memory=``.
     """
 
     binary: str
@@ -363,12 +366,32 @@ class QemuMachine:
     cpu: str | None = None
     console: str = "ttyS0"
     args: tuple[str, ...] = ()
+    #: ``-m``: what the board's kernels need to boot with an initramfs (pseries wants 1G)
+    memory: str = "512M"
 
     def command(self) -> list[str]:
         """The board's part of QEMU's command line (after the binary)."""
         out = [] if self.machine is None else ["-M", self.machine]
         out += [] if self.cpu is None else ["-cpu", self.cpu]
         return out + list(self.args)
+
+
+@dataclass(frozen=True)
+class DebianPort:
+    """Where Debian builds a kernel and a static busybox for this architecture: what
+    ``python -m kpsdk.fixtures.kernel --arch ARCH`` fetches to boot under qemu-system.
+
+    :param arch: Debian's architecture name (``armhf``, ``ppc64el``).
+    :param suite: the release with a kernel for it (Debian 12 has no riscv64 kernel: trixie).
+    :param kernel: the metapackage naming the current kernel (``linux-image-armmp``).
+    :param image: the kernel file in the package's ``boot/`` (``vmlinuz-*``; ppc64el ships
+        ``vmlinux-*``, an ELF with its ``.symtab``).
+    """
+
+    arch: str
+    suite: str
+    kernel: str
+    image: str = "vmlinuz-*"
 
 
 @dataclass(frozen=True)
@@ -407,7 +430,10 @@ class Arch:
     ``detours``           kretprobe entries in guest code on Unicorn (else the hook path)
     ``mode_bit``          the register bit that says which instruction set runs (ARM's T)
     ``unicorn_setup``     CPU state a new Unicorn engine needs (ARM's VFP)
-    ``local_entry``       ELFv2 local entry points (ppc64): where a kretprobe by name lands
+    ``local_entry``       ELFv2 local entry points (ppc64): where a probe by name lands
+    ``page_walk``         translate a virtual address with the guest's own page tables, for
+                          a live kernel's reads that the CPU's access control refuses to a
+                          debugger (ARM's software PAN: user memory from kernel mode)
     ====================  ================================================================
     """
 
@@ -434,6 +460,8 @@ class Arch:
     cross_gcc_package: str
     #: how qemu-system runs a whole machine of this arch (None: no qemu-system target)
     qemu_system: QemuMachine | None = None
+    #: Debian's kernel and busybox for it (None: Debian builds none)
+    debian: DebianPort | None = None
     #: gdb's ``decr_pc_after_break`` is non-zero (x86: the pc is past the int3):
     #: after a software-breakpoint stop gdb moves the pc back one byte whenever
     #: another software breakpoint sits there.  QEMU reports the exact pc, so
@@ -453,6 +481,7 @@ class Arch:
     mode_bit: ModeBit | None = None
     unicorn_setup: Callable[[Any], None] | None = None
     local_entry: Callable[[bytes], int] | None = None
+    page_walk: PageWalk | None = None
 
     def require(self, capability: str, feature: str) -> Any:
         """The capability named ``capability`` (an attribute of this class, or of its

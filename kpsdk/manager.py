@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from kpsdk.errors import KprobeError, ProbeHandlerError, SymbolError
+from kpsdk.errors import KprobeError, ProbeHandlerError, SymbolError, TargetFault
 from kpsdk.insn import Decoded
 from kpsdk.probe import TRAP_HANDLER_EXCEPTION, Probe, check_address_range, fault_claimed
 
@@ -117,13 +117,29 @@ class ProbeManager:
                               "(the kernel's offset is an unsigned int, added to addr or the symbol)")
         if probe.symbol_name is not None:
             try:
-                base = self.target.symbols.get(probe.symbol_name).address
+                sym = self.target.symbols.get(probe.symbol_name)
             except SymbolError:
                 raise KprobeError(errno.ENOENT, f"no symbol {probe.symbol_name!r} in the target") from None
+            base = sym.address
+            if probe.offset == 0 and sym.kind == "func":
+                base += self._local_entry(base)
         else:
             assert probe.addr is not None
             base = probe.addr
         return base + probe.offset
+
+    def _local_entry(self, addr: int) -> int:
+        """How far past ``addr`` a function's ELFv2 local entry is (0 without one, or where
+        its code cannot be read: :meth:`check_address` reports that).  A probe by name with
+        no offset goes there, as the kernel's ``kprobe_lookup_name`` does on ppc64 ELFv2
+        (arch/powerpc/kernel/kprobes.c), so it sees calls through either entry."""
+        local_entry = self.target.arch.local_entry
+        if local_entry is None:
+            return 0
+        try:
+            return local_entry(self.target.read_memory(addr, 8))
+        except TargetFault:
+            return 0
 
     def check_address(self, addr: int, internal: bool = False) -> tuple[int, InstructionSet, Decoded]:
         """Validate a probe address (K1) and decode the instruction there.

@@ -150,3 +150,62 @@ def kernel_initramfs(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., 
             pytest.skip(str(e))
 
     return make
+
+
+# --- Debian's kernels of the other architectures (tests/test_kernel_arches.py) ------------------
+
+#: the qemu-system architectures booted with Debian's own kernel besides x86_64
+KERNEL_ARCHS = ("i386", "arm", "riscv64", "ppc64le")
+
+
+@pytest.fixture(scope="session")
+def arch_kernel() -> Callable[[str], Path]:
+    """A factory: ``arch_kernel("arm")`` -> Debian's kernel image for that arch, fetched once
+    into kpsdk's cache (private apt configuration, SHA256 from Debian's index) and reused.
+    Skips locally, fails on CI, when the registry cannot be reached and nothing is cached, or
+    QEMU for the arch is missing."""
+    from kpsdk.errors import TargetError
+    from kpsdk.fixtures import kernel
+
+    require_tool("apt-get", "apt")
+    require_tool("dpkg-deb", "dpkg")
+    found: dict[str, Path] = {}
+
+    def get(arch: str) -> Path:
+        board = kpsdk.get_registry().arch(arch).qemu_system
+        assert board is not None
+        require_tool(board.binary, board.package)
+        if arch not in found:
+            try:
+                found[arch] = kernel.fetch_arch_kernel(arch)
+            except TargetError as e:
+                if os.environ.get("CI"):
+                    pytest.fail(f"cannot fetch Debian's {arch} kernel: {e}")
+                pytest.skip(f"cannot fetch Debian's {arch} kernel: {e}")
+        return found[arch]
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def arch_initramfs(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]:
+    """A factory: ``arch_initramfs("arm", workload)`` -> a busybox initramfs with Debian's
+    busybox-static of that arch (fetched once, cached) running ``workload`` (default: the
+    default workload traced by the guest itself, :func:`kpsdk.fixtures.kernel.traced_workload`)."""
+    from kpsdk.errors import TargetError
+    from kpsdk.fixtures import kernel
+
+    directory = tmp_path_factory.mktemp("arch-initramfs")
+    count = 0
+
+    def make(arch: str, workload: str | None = None) -> Path:
+        nonlocal count
+        count += 1
+        try:
+            return kernel.initramfs_for(arch, workload, out=directory / f"{arch}-{count}.cpio.gz")
+        except TargetError as e:
+            if os.environ.get("CI"):
+                pytest.fail(f"cannot build the {arch} initramfs: {e}")
+            pytest.skip(f"cannot build the {arch} initramfs: {e}")
+
+    return make

@@ -511,3 +511,67 @@ def test_the_console_script_answers_bytes_no_text_decodes(raw: list[bytes]) -> N
     check_cli_result([a.decode(errors="replace") for a in argv], proc.returncode,
                      proc.stderr.decode(errors="replace"), (proc.stdout + proc.stderr).decode(errors="replace"))
 
+
+
+# --- qemu-system's extra QEMU arguments and the kernel fixtures' --arch --------------------------
+
+qemu_arg_values = st.one_of(
+    st.lists(st.one_of(st.text(max_size=20), st.sampled_from(
+        ["-gdb", "--serial=stdio", "-S", "-monitor", "-smp", "2", "-cpu=max", "-append", "-kernel=/x"]))),
+    st.tuples(st.text(max_size=8)), st.text(max_size=8), st.integers(), st.none(),
+    st.lists(st.one_of(st.integers(), st.binary(max_size=4)), min_size=1, max_size=3),
+)
+
+
+@settings(max_examples=fuzz_examples(200))
+@given(value=qemu_arg_values)
+def test_qemu_args_are_argv_words_or_refused(value: Any) -> None:
+    from kpsdk.targets.qemu import OWNED_QEMU_OPTIONS, check_qemu_args
+
+    try:
+        out = check_qemu_args(value)
+    except kpsdk.TargetError:
+        event("refused")
+        return
+    event("taken")
+    assert out == list(value)  # taken as given: one argv word each, no shell, no splitting
+    for arg in out:
+        assert isinstance(arg, str) and "\0" not in arg
+        if arg.startswith("-"):
+            assert "-" + arg.lstrip("-").split("=", 1)[0] not in OWNED_QEMU_OPTIONS
+
+
+@settings(max_examples=fuzz_examples(30), deadline=None)
+@given(value=st.lists(st.sampled_from(["-gdb", "tcp::1", "--monitor=stdio", "-S", "a\0b"]), min_size=1,
+                      max_size=3).filter(lambda v: any(a.startswith("-") or "\0" in a for a in v)))
+def test_refused_qemu_args_start_no_qemu(value: list[str]) -> None:
+    """Refused before anything starts: no kernel is needed to see the error."""
+    with pytest.raises(kpsdk.TargetError, match="qemu_args"):
+        kpsdk.open("qemu-system:x86_64", qemu_args=value)
+
+
+def test_qemu_arg_option_reaches_qemu_args() -> None:
+    from kpsdk.cli.options import given_target_options
+    from kpsdk.cli.target_choice import choose_target
+
+    given = given_target_options(None, "vmlinuz", None, None, None, None, ["-smp", "2"])
+    choice = choose_target(None, "qemu-system:x86_64", given)
+    assert choice.options["qemu_args"] == ["-smp", "2"]
+    result = runner.invoke(app, ["probe", "--target", "qemu-system:x86_64", "--qemu-arg=-gdb",
+                                 "--qemu-arg", "tcp::1", "--kprobe", "do_sys_openat2"])
+    assert result.exit_code == 1 and "qemu_args: '-gdb' would change what kpsdk sets itself" in result.stderr
+
+
+@settings(max_examples=fuzz_examples(200))
+@given(name=st.one_of(st.text(max_size=12), st.sampled_from(["arm", "ARM", "ppc64le", "ppc64el", "x86_64",
+                                                              "riscv64", "thumb", "ppc64", "i686", "arm "])))
+def test_kernel_fixture_arch_is_a_known_name_or_refused(name: str) -> None:
+    from kpsdk.fixtures import kernel
+
+    try:
+        canonical, port = kernel._port(name)
+    except (kpsdk.UnknownNameError, kpsdk.UnsupportedTargetError) as e:
+        event(type(e).__name__)
+        return
+    assert canonical in kpsdk.get_registry().archs.names() and port.arch in (
+        "amd64", "i386", "armhf", "riscv64", "ppc64el")

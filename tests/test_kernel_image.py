@@ -10,6 +10,7 @@ are the image's), and the workload's console markers.
 from __future__ import annotations
 
 import bz2
+import glob
 import gzip
 import hashlib
 import lzma
@@ -27,10 +28,9 @@ from pathlib import Path
 
 import pytest
 
-from kpsdk import fixtures, kallsyms
+from kpsdk import fixtures, kallsyms_cache
 from kpsdk.cache import cache_root
 from kpsdk.errors import ImageFormatError, SymbolError, TargetError
-from kpsdk.fixtures import kernel
 from kpsdk.kallsyms import (
     KallsymsEntry,
     compression_of,
@@ -365,7 +365,7 @@ def test_bzimage_payloads(kind: str, tmp_path: Path) -> None:
 def test_pure_python_lz4_matches(monkeypatch: pytest.MonkeyPatch) -> None:
     import builtins
 
-    import kpsdk.kallsyms as ks
+    import kpsdk.kernel_unpack as ks
 
     data = b"\x7fELF" + b"".join(f"line {i % 97} of the kernel\n".encode() for i in range(20000))
     comp = _lz4_legacy(data)
@@ -427,7 +427,7 @@ def test_image_symbols_are_cached(tmp_path: Path) -> None:
     # the cache is used: entries written there as kpsdk writes them come back
     entries = [e._replace(name="from_the_cache") if e.name == "do_sys_openat2" else e
                for e in read_image_entries(image)]
-    kallsyms._write_cache(hashlib.sha256(image.read_bytes()).hexdigest(), entries)
+    kallsyms_cache.write_cache(hashlib.sha256(image.read_bytes()).hexdigest(), entries)
     assert "from_the_cache" in load_kallsyms_from_image(image)
     # ... for that content only: an image with other bytes has another entry
     image.write_bytes(image.read_bytes() + b"\0")
@@ -451,7 +451,7 @@ def test_forged_cache_is_not_used(tmp_path: Path) -> None:
     # an entry anyone may have written (world-writable) is not trusted, however well formed
     entries = [e._replace(name="from_the_forger") if e.name == "do_sys_openat2" else e
                for e in read_image_entries(image)]
-    kallsyms._write_cache(hashlib.sha256(image.read_bytes()).hexdigest(), entries)
+    kallsyms_cache.write_cache(hashlib.sha256(image.read_bytes()).hexdigest(), entries)
     cache.chmod(0o666)
     assert "from_the_forger" not in load_kallsyms_from_image(image)
     assert "from_the_forger" not in cache.read_text()  # and replaced
@@ -504,12 +504,12 @@ def test_corrupt_cache_entry_is_rebuilt(tmp_path: Path, damage: str) -> None:
 
 def test_readme_kernel_stays_one_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The kernel the README boots stays the one file its lookup finds after the kernel's symbols
-    are loaded (and cached) twice: the README takes ``$vmlinuz`` from ``python -m
-    kpsdk.fixtures.kernel --shell``, which is :func:`kernel.fetch_kernel`'s ``boot/vmlinuz-*`` in
-    the cache, and the kallsyms cache must not put a second ``vmlinuz-*`` file beside it."""
+    are loaded (and cached) twice: the README takes ``$KERNEL`` from ``python -m
+    kpsdk.fixtures.kernel --arch $ARCH --shell``, which for x86_64 is :func:`kernel.fetch_kernel`'s
+    ``boot/vmlinuz-*`` in the cache, and the kallsyms cache must not put a second ``vmlinuz-*``
+    file beside it."""
     readme = (Path(__file__).parent.parent / "README.md").read_text()
-    assert 'eval "$(.venv/bin/python -m kpsdk.fixtures.kernel --shell)"' in readme
-    assert re.search(r'--kernel "\$vmlinuz"', readme)
+    assert '--kernel "$KERNEL"' in readme and "kpsdk.fixtures.kernel --arch $ARCH --shell" in readme
     for name in ("KPSDK_CACHE", "XDG_CACHE_HOME"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("HOME", str(tmp_path))
@@ -517,6 +517,7 @@ def test_readme_kernel_stays_one_file(tmp_path: Path, monkeypatch: pytest.Monkey
     image = synthetic_vmlinuz(tmp_path / f".cache/kpsdk/kernel/{package}/boot/vmlinuz-6.1.0-test")
     for _ in range(2):
         load_kernel_symbols(image)
+    assert glob.glob(str(image.parent / "vmlinuz-*")) == [str(image)]
     assert sorted(image.parent.iterdir()) == [image]
     # the package named, so nothing is downloaded: the cached one is found as --shell finds it
     assert kernel.fetch_kernel(package=package) == image

@@ -44,13 +44,18 @@ AppendOpt = Annotated[str | None, typer.Option(
 SymbolsOpt = Annotated[str | None, typer.Option(
     "--symbols", metavar="FILE", rich_help_panel=TARGET_PANEL,
     help="qemu-system, gdb://: symbols from an ELF (vmlinux), System.map or a kallsyms dump.")]
+QemuArgOpt = Annotated[list[str] | None, typer.Option(
+    "--qemu-arg", metavar="ARG", rich_help_panel=TARGET_PANEL,
+    help="qemu-system: one more argument for QEMU's command line (repeat for more: --qemu-arg=-smp "
+         "--qemu-arg=2). Passed as one argv word, never through a shell.")]
 ArchOpt = Annotated[str | None, typer.Option(
     "--arch", metavar="ARCH", rich_help_panel=TARGET_PANEL,
     help="gdb://: the architecture (not needed when --symbols is an ELF).")]
 
 
 def given_target_options(prog_arg: list[str] | None, kernel: str | None, initrd: str | None, append: str | None,
-                         symbols: str | None, arch: str | None) -> dict[str, Any]:
+                         symbols: str | None, arch: str | None,
+                         qemu_arg: list[str] | None = None) -> dict[str, Any]:
     """The target options' values by option name, as ``choose_target`` checks them (None: not given)."""
     return {"--arg": prog_arg, "--kernel": kernel, "--initrd": initrd, "--append": append, "--symbols": symbols,
-            "--arch": arch}
+            "--arch": arch, "--qemu-arg": qemu_arg or None}

@@ -17,6 +17,7 @@ agent -> host
     ``v [VALUE]`` / ``e MESSAGE``  the answer to a request.
 host -> agent (during a hit; the CPU is stopped)
     ``r NAME``  read a register; ``m ADDR SIZE``  read memory (hex bytes back);
+    ``p ADDR SIZE``  read physical memory (QEMU's ``Qqemu.PhyMemMode``);
     ``w ADDR HEXBYTES``  write memory; ``b ADDR HW`` / ``d ADDR``  insert or
     delete a breakpoint; then one final
     ``c|s [NAME=VALUE ...] [+NAME ...]``  write registers, add NAMEs to this
@@ -123,6 +124,25 @@ def prefetch(addr, names):
         bp.prefetch = [n for n in names.split(",") if n]
 
 
+def _phys_mode(on):
+    """QEMU's gdbstub reads physical memory while PhyMemMode is 1 (QEMU's
+    docs/system/gdb.rst); gdb's memory cache is flushed both ways, since the same
+    numbers name other bytes in the other mode."""
+    out = gdb.execute(f"maintenance packet Qqemu.PhyMemMode:{1 if on else 0}", to_string=True)
+    gdb.execute("maintenance flush dcache", to_string=True)
+    if '"OK"' not in out:
+        raise ValueError("the gdbstub has no physical memory mode (not QEMU's)")
+
+
+def _read_physical(addr, size):
+    """``size`` bytes at physical address ``addr``; virtual mode again afterwards."""
+    _phys_mode(True)
+    try:
+        return bytes(gdb.selected_inferior().read_memory(addr, size))
+    finally:
+        _phys_mode(False)
+
+
 def _serve(cmd):
     """One request during a hit; the answer line."""
     op, _, rest = cmd.partition(" ")
@@ -132,6 +152,9 @@ def _serve(cmd):
         if op == "m":
             addr, size = (int(x, 16) for x in rest.split())
             return "v " + bytes(gdb.selected_inferior().read_memory(addr, size)).hex()
+        if op == "p":
+            addr, size = (int(x, 16) for x in rest.split())
+            return "v " + _read_physical(addr, size).hex()
         if op == "w":
             addr, data = rest.split()
             gdb.selected_inferior().write_memory(int(addr, 16), bytes.fromhex(data))

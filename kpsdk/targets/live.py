@@ -197,8 +197,9 @@ class GdbTarget(Target):
         # fail fast on a dead or mute stub: gdb's defaults retry for ~15 s
         mi.command("-gdb-set tcp connect-timeout 3")
         mi.command("-gdb-set remotetimeout 3")
-        if self.arch.endian == "big":
-            mi.command("-gdb-set endian big")
+        # gdb's byte order follows a loaded file, else the architecture's default (big for
+        # powerpc): say it, so that ppc64le's registers and memory read the right way round
+        mi.command(f"-gdb-set endian {self.arch.endian}")
         if self.image is not None:
             path = os.path.abspath(self.image.path)  # gdb would expand a leading ~
             mi.command(f"-file-exec-and-symbols {c_string(path, 'the program file')}")
@@ -287,7 +288,12 @@ class GdbTarget(Target):
         if size <= 0:
             return b""
         if self.in_hit:
-            return bytes.fromhex(self.link.request(f"m {addr:x} {size:x}"))
+            try:
+                return bytes.fromhex(self.link.request(f"m {addr:x} {size:x}"))
+            except TargetFault:
+                if self.arch.page_walk is None or self.abi_kind != "kernel":
+                    raise
+                return self._read_through_page_tables(addr, size)
         try:
             blocks = self._mi().command(f"-data-read-memory-bytes {addr:#x} {size}").get("memory", [])
         except GdbError as exc:
@@ -296,6 +302,31 @@ class GdbTarget(Target):
         if len(data) < size:
             raise TargetFault(f"cannot read {size} bytes (only {len(data)})", addr, self.symbols.format(addr))
         return data[:size]
+
+    def _read_through_page_tables(self, addr: int, size: int) -> bytes:
+        """A read the CPU's access control refused to the debugger (ARM's software PAN),
+        done page by page at the physical addresses the guest's own page tables give
+        (:attr:`~kpsdk.arch.Arch.page_walk`): the guest's registers and memory stay as they
+        are.  An address its tables do not map is a real fault (:class:`TargetFault`)."""
+        walk = self.arch.page_walk
+        assert walk is not None
+
+        def read_reg(name: str) -> int:
+            return int(self.link.request(f"r {name}"), 16)
+
+        def read_phys(pa: int, n: int) -> bytes:
+            return bytes.fromhex(self.link.request(f"p {pa:x} {n:x}"))
+
+        out = bytearray()
+        page = 4096
+        while len(out) < size:
+            va = addr + len(out)
+            chunk = min(size - len(out), page - va % page)
+            pa = walk(read_reg, read_phys, va)
+            if pa is None:
+                raise TargetFault(f"cannot read {size} bytes: {va:#x} is not mapped", addr, self.symbols.format(addr))
+            out += read_phys(pa, chunk)
+        return bytes(out)
 
     def write_memory(self, addr: int, data: bytes) -> None:
         if not data:

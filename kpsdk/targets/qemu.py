@@ -180,7 +180,7 @@ def _place(target: GdbTarget, linked: ElfImage) -> None:
 
 
 def open_qemu_system(rest: str, registry: Registry, kernel: str | None = None, initrd: str | None = None,
-                     append: str = DEFAULT_APPEND, symbols: str | None = None, memory: str = "512M",
+                     append: str = DEFAULT_APPEND, symbols: str | None = None, memory: str | None = None,
                      smp: int = 1, qemu_args: list[str] | tuple[str, ...] = (), abi: str = "kernel",
                      hardware_breakpoints: bool = False, ready_symbol: str | None = KERNEL_READY_SYMBOL,
                      boot_timeout: float = BOOT_TIMEOUT, stall_limit: float = STALL_LIMIT,
@@ -196,6 +196,7 @@ def open_qemu_system(rest: str, registry: Registry, kernel: str | None = None, i
 
     if options:
         raise TargetError(f"qemu-system: unknown options {', '.join(options)}")
+    extra = check_qemu_args(qemu_args)
     arch = registry.arch(rest)
     board = arch.qemu_system
     if board is None:
@@ -206,13 +207,14 @@ def open_qemu_system(rest: str, registry: Registry, kernel: str | None = None, i
     table = load_symbols(source)[0] if source else SymbolTable()
     tmp, cleanup = private_dir()
     sock = tmp / "gdb.sock"
-    cmd = [qemu, *board.command(), "-accel", "tcg", "-m", memory, "-smp", str(smp), "-display", "none",
+    cmd = [qemu, *board.command(), "-accel", "tcg", "-m", memory or board.memory, "-smp", str(smp),
+           "-display", "none",
            "-monitor", "none", "-serial", "stdio", "-no-reboot", "-S", "-gdb", f"unix:{sock},server=on,wait=off"]
     if kernel:
         cmd += ["-kernel", str(kernel), "-append", with_console(append, board.console)]
     if initrd:
         cmd += ["-initrd", str(initrd)]
-    cmd += list(qemu_args)
+    cmd += extra
     try:
         proc = _start(cmd, sock)
     except BaseException:
@@ -227,6 +229,32 @@ def open_qemu_system(rest: str, registry: Registry, kernel: str | None = None, i
             target.close()
             raise
     return target
+
+
+#: QEMU options kpsdk sets itself (the gdbstub, the console, the monitor, the start paused):
+#: another value would cut kpsdk off from the guest, so ``qemu_args`` may not name them
+OWNED_QEMU_OPTIONS = frozenset({"-gdb", "-s", "-S", "-serial", "-monitor", "-qmp", "-daemonize", "-nographic",
+                                "-kernel", "-initrd", "-append", "-no-reboot", "-display"})
+
+
+def check_qemu_args(qemu_args: object) -> list[str]:
+    """``qemu_args`` as QEMU's extra argv words: a list or tuple of text, each one word that an
+    argv can carry (no NUL), none of the options kpsdk owns (:data:`OWNED_QEMU_OPTIONS`, also
+    in their ``--opt`` and ``-opt=value`` forms).  No shell ever sees them."""
+    if isinstance(qemu_args, str) or not isinstance(qemu_args, (list, tuple)):
+        raise TargetError(f"qemu_args must be a list of QEMU arguments, not {type(qemu_args).__name__}")
+    out: list[str] = []
+    for arg in qemu_args:
+        if not isinstance(arg, str):
+            raise TargetError(f"qemu_args: {arg!r} is not text")
+        if "\0" in arg:
+            raise TargetError(f"qemu_args: {arg!r} holds a NUL byte, which no command-line argument can carry")
+        option = "-" + arg.lstrip("-").split("=", 1)[0] if arg.startswith("-") else ""
+        if option in OWNED_QEMU_OPTIONS:
+            raise TargetError(f"qemu_args: {arg!r} would change what kpsdk sets itself ({option}): use the "
+                              "session's own options (kernel=, initrd=, append=) or leave it to kpsdk")
+        out.append(arg)
+    return out
 
 
 def with_console(append: str, console: str) -> str:
