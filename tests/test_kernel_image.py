@@ -31,6 +31,7 @@ import pytest
 from kpsdk import fixtures, kallsyms_cache
 from kpsdk.cache import cache_root
 from kpsdk.errors import ImageFormatError, SymbolError, TargetError
+from kpsdk.fixtures import kernel
 from kpsdk.kallsyms import (
     KallsymsEntry,
     compression_of,
