@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -511,3 +512,33 @@ def test_the_console_script_answers_bytes_no_text_decodes(raw: list[bytes]) -> N
     check_cli_result([a.decode(errors="replace") for a in argv], proc.returncode,
                      proc.stderr.decode(errors="replace"), (proc.stdout + proc.stderr).decode(errors="replace"))
 
+
+
+# -- trace output formats ------------------------------------------------------------------------
+
+@settings(max_examples=fuzz_examples(60))
+@given(name=st.one_of(st.sampled_from(["text", "jsonl", "perfetto"]), nasty_text, st.text(max_size=40)))
+def test_an_output_format_name_is_a_format_or_a_usage_error(name: str) -> None:
+    """``--output NAME``: a loaded format runs; anything else is exit 2 listing the formats."""
+    result = runner.invoke(app, ["trace", "x86_64", "-e", "p:add add a=%di:s32", "--output", name])
+    check_cli_result(["--output", name], result.exit_code, result.stderr, result.output)
+    if name in kpsdk.get_registry().trace_formats:
+        assert result.exit_code == 0, result.output
+    else:
+        flat = "".join(result.stderr.replace("│", "").split())  # rich wraps the message in a box
+        assert result.exit_code == 2 and "wantoneofjsonl,perfetto,text" in flat, result.output
+
+
+@settings(max_examples=fuzz_examples(100))
+@given(names=st.lists(st.one_of(st.text(max_size=40), nasty_text), max_size=4))
+def test_format_names_a_plugin_gives_are_checked(names: list[str]) -> None:
+    """What a plugin's ``kpsdk_trace_formats`` returns is taken or refused with a KpsdkError."""
+    from kpsdk.trace.output import FORMAT_NAME, OutputFormat, TextWriter, check_formats
+
+    formats = [OutputFormat(n, lambda stream, ctx: TextWriter(stream)) for n in names]
+    try:
+        got = check_formats([formats])
+    except kpsdk.KpsdkError:
+        assert len(set(names)) < len(names) or not all(FORMAT_NAME.match(n) for n in names)
+        return
+    assert list(got) == names and all(re.fullmatch(r"[a-z0-9][a-z0-9_.-]{0,31}", n) for n in names)

@@ -1,5 +1,10 @@
 """Output formats for trace records: ftrace text, JSON lines, a Perfetto (Chrome JSON) trace.
 
+A format is an :class:`OutputFormat` (a name and a factory of :class:`Writer`)
+that a plugin returns from the ``kpsdk_trace_formats`` hook; kpsdk's own three
+come from :mod:`kpsdk.trace.formats` the same way, so ``--output NAME`` and
+:func:`make_writer` know only what the plugins loaded.
+
 - ``text``: the kernel's trace line, ``EVENT: (sym+0x0/0xSIZE) name=value ...``
   and for returns ``EVENT: (caller+0xOFF/0xSIZE <- sym) ...``, values printed
   the way ``trace_probe.c`` prints each type (``%u``, ``%d``, ``0x%x``,
@@ -16,13 +21,17 @@
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any
+
+from kpsdk.errors import KpsdkError, UnknownNameError
 
 if TYPE_CHECKING:
     from kpsdk.trace.events import TraceRecord
     from kpsdk.trace.grammar import ArgType
 
-FORMATS = ("text", "jsonl", "perfetto")
 FAULT = "(fault)"
 
 
@@ -168,11 +177,67 @@ def _instant(record: TraceRecord, pid: int) -> dict[str, Any]:
             "ts": _us(record.time), "args": {"where": record.where, **_json_args(record.fields)}}
 
 
-def make_writer(fmt: str, stream: IO[str], process_name: str = "kpsdk trace") -> Writer:
-    if fmt == "text":
-        return TextWriter(stream)
-    if fmt == "jsonl":
-        return JsonlWriter(stream)
-    if fmt == "perfetto":
-        return PerfettoWriter(stream, process_name)
-    raise ValueError(f"unknown output format {fmt!r}; want one of {', '.join(FORMATS)}")
+#: what a format name may be: it is typed on a command line and shown in help
+FORMAT_NAME = re.compile(r"[a-z0-9][a-z0-9_.-]{0,31}\Z")
+
+
+@dataclass(frozen=True)
+class WriterContext:
+    """What a writer may want to know about the run besides its records.
+
+    :param process_name: a name for the traced thing (``kpsdk trace x86_64``),
+        e.g. Perfetto's process name.
+    :param target: the target spec as given (``qemu-system:x86_64``).
+    """
+
+    process_name: str = "kpsdk trace"
+    target: str = ""
+
+
+@dataclass(frozen=True)
+class OutputFormat:
+    """One ``--output`` format, provided by a plugin through ``kpsdk_trace_formats``.
+
+    :param name: what ``--output`` takes (lower case, digits, ``-_.``; at most 32).
+    :param open: makes the writer for a text stream (stdout or the ``--out`` file).
+    :param help: one line for ``kpsdk trace --help`` and ``kpsdk plugins``.
+    :param machine_readable: the records are for programs, so ``kpsdk trace``
+        prints its reports (histograms, profile) on stderr instead of stdout
+        when the records go to stdout.
+    """
+
+    name: str
+    open: Callable[[IO[str], WriterContext], Writer]
+    help: str = ""
+    machine_readable: bool = True
+
+
+def check_formats(groups: list[list[OutputFormat]]) -> dict[str, OutputFormat]:
+    """The formats the plugins returned, by name; a bad or repeated name is the plugin's error."""
+    out: dict[str, OutputFormat] = {}
+    for group in groups:
+        for fmt in group:
+            if not isinstance(fmt, OutputFormat):
+                raise KpsdkError(f"kpsdk_trace_formats returned {type(fmt).__name__}, not an OutputFormat")
+            if not FORMAT_NAME.match(fmt.name):
+                raise KpsdkError(f"output format name {fmt.name!r}: want lower case letters, digits, '-', '_' "
+                                 "or '.', at most 32")
+            if fmt.name in out:
+                raise KpsdkError(f"output format {fmt.name!r} provided twice")
+            out[fmt.name] = fmt
+    return out
+
+
+def output_format(name: str) -> OutputFormat:
+    """The loaded format called ``name``; :class:`UnknownNameError` lists the others."""
+    from kpsdk.registry import get_registry
+
+    formats = get_registry().trace_formats
+    if name not in formats:
+        raise UnknownNameError("output format", name, list(formats))
+    return formats[name]
+
+
+def make_writer(fmt: str, stream: IO[str], context: WriterContext | None = None) -> Writer:
+    """A writer of the loaded format ``fmt`` on ``stream``."""
+    return output_format(fmt).open(stream, context or WriterContext())

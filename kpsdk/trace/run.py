@@ -42,8 +42,8 @@ from kpsdk.cli.target_choice import (
     choose_target,
     close_session,
 )
-from kpsdk.errors import KpsdkError
-from kpsdk.trace.output import FORMATS, make_writer
+from kpsdk.errors import KpsdkError, UnknownNameError
+from kpsdk.trace.output import WriterContext, output_format
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -80,8 +80,9 @@ unicorn:ARCH.  The target runs until it ends, --duration S, --count N or Ctrl-C.
   line with a caret under the column.
 
 [bold]Output[/bold]: --output text (the ftrace line: EVENT: (sym+0x0/0x14) a=2 b=3; returns as
-EVENT: (caller+0xoff/0xsize <- sym) ...), jsonl (one JSON object a line) or perfetto (a
-Chrome/Perfetto trace-event JSON: open it in ui.perfetto.dev); --out FILE.  While it runs, a
+EVENT: (caller+0xoff/0xsize <- sym) ...), jsonl (one JSON object a line), perfetto (a
+Chrome/Perfetto trace-event JSON: open it in ui.perfetto.dev) or a plugin's format ('kpsdk
+plugins' lists them); --out FILE.  While it runs, a
 live table of counts per event on stderr (a terminal only).  At the end: --hist FIELD and
 --latency histograms (log2 buckets, as bpftrace), --plot PNG, --profile (kprobe_profile).
 """
@@ -179,7 +180,8 @@ def cmd_trace(
              "'name ~ \"/etc/*\"'. Events without those fields pass.")] = None,
     output: Annotated[str, typer.Option(
         "--output", "-o", metavar="FORMAT", rich_help_panel=OUTPUT_PANEL,
-        help="text (ftrace lines), jsonl, or perfetto (trace-event JSON for ui.perfetto.dev).")] = "text",
+        help="text (ftrace lines), jsonl, perfetto (trace-event JSON for ui.perfetto.dev), or a format a plugin "
+             "adds ('kpsdk plugins' lists them).")] = "text",
     out: Annotated[Path | None, typer.Option(
         "--out", metavar="FILE", rich_help_panel=OUTPUT_PANEL,
         help="Write the records there instead of stdout.")] = None,
@@ -219,8 +221,12 @@ def cmd_trace(
     symbols: SymbolsOpt = None,
     arch: ArchOpt = None,
 ) -> None:
-    if output not in FORMATS:
-        raise typer.BadParameter(f"{output!r}: want one of {', '.join(FORMATS)}", param_hint="--output")
+    try:
+        fmt = output_format(output)
+    except UnknownNameError as exc:
+        want = f"want one of {', '.join(sorted(exc.valid))}" if exc.valid else \
+            "no output format is loaded (blocked with -p no:trace-formats?)"
+        raise typer.BadParameter(f"{output!r}: {want}", param_hint="--output") from None
     definitions = _definitions(event, file)
     choice = _target_choice(target_arg, target, given_target_options(prog_arg, kernel, initrd, append, symbols, arch))
     fn_args = parse_call(call) if call is not None else None
@@ -235,8 +241,8 @@ def cmd_trace(
     with ExitStack() as stack:
         stream: IO[str] = stack.enter_context(out.open("w")) if out is not None else _Stdout()  # type: ignore[assignment]
         # reports (histograms, profile) go to stdout unless it carries machine-readable records
-        report = console(stderr=out is None and output != "text")
-        writer = make_writer(output, stream, process_name=f"kpsdk trace {choice.spec}")
+        report = console(stderr=out is None and fmt.machine_readable)
+        writer = fmt.open(stream, WriterContext(process_name=f"kpsdk trace {choice.spec}", target=choice.spec))
         records: list[TraceRecord] = []
         try:
             try:
