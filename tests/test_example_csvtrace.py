@@ -1,6 +1,6 @@
 """End to end: the out-of-tree output format ``examples/kpsdk-csvtrace``, installed by pip
 and used from a fresh interpreter (see ``plugin_site.py``): ``kpsdk trace --output csv``
-holds the same records as kpsdk's own ``text`` lines of the same run."""
+holds the same records as kpsdk's own ``text`` lines (``--no-prefix``) of the same run."""
 
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ def test_installed_from_its_distribution(site: Path) -> None:
 
 
 def test_csv_rows_are_the_text_lines_of_the_same_run(site: Path) -> None:
-    text = trace(site).splitlines()
+    text = trace(site, "--no-prefix").splitlines()
     rows = list(csv.reader(io.StringIO(trace(site, "--output", "csv"))))
     assert rows[0] == ["event", "kind", "time", "where"]
     assert len(rows) - 1 == len(text) > 3

@@ -93,6 +93,6 @@ def test_a_plugin_format_is_what_make_writer_and_the_cli_use(monkeypatch: pytest
     with pytest.raises(UnknownNameError, match="'nosuch'.*valid: jsonl, perfetto, plain, text"):
         make_writer("nosuch", sys.stdout)
     plain = CliRunner().invoke(app, ["trace", "x86_64", "-e", "p:add add a=%di:s32", "--output", "plain"])
-    text = CliRunner().invoke(app, ["trace", "x86_64", "-e", "p:add add a=%di:s32"])
+    text = CliRunner().invoke(app, ["trace", "x86_64", "-e", "p:add add a=%di:s32", "--no-prefix"])
     assert plain.exit_code == 0 and text.exit_code == 0
     assert plain.stdout == text.stdout and text.stdout.startswith("add: (add+0x0/")

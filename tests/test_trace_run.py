@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -196,7 +197,7 @@ def invoke(*args: str) -> Any:
 
 def test_cli_text_is_the_ftrace_line_shape() -> None:
     result = invoke("riscv64", "-e", "p:put put name=+0(%a0):string v=%a1:s32", "-e", "r fact $retval:s64",
-                    "-e", "p:fact fact n=%a0:u64 nn=%x10:s8", "--count", "5")
+                    "-e", "p:fact fact n=%a0:u64 nn=%x10:s8", "--count", "5", "--no-prefix")
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
     assert lines[0] == 'put: (put+0x0/0x72) name="add" v=5'
@@ -206,12 +207,40 @@ def test_cli_text_is_the_ftrace_line_shape() -> None:
     assert len(lines) == 5  # --count 5
 
 
+#: the kernel's trace line: "%16s-%-7d [%03d] FFFFF %5lu.%06lu: BODY" (kernel/trace/trace_output.c)
+PREFIXED = re.compile(r"^ *(\S+)-(\d+) +\[(\d{3})\] (\S{5}) +(\d+\.\d{6}): (.*)$")
+
+
+@pytest.mark.parametrize("extra", [[], ["--comm", "cat", "--pid", "85"]])
+def test_cli_text_has_the_kernels_prefix_and_header(extra: list[str]) -> None:
+    """The same bodies as --no-prefix, each after the task/CPU/flags/time prefix, below the
+    kernel's header; Unicorn's task is the program's name and pid 1, or what --comm/--pid say."""
+    events = ["-e", "p:put put name=+0(%a0):string v=%a1:s32", "-e", "r fact $retval:s64"]
+    bare = invoke("riscv64", *events, "--no-prefix")
+    result = invoke("riscv64", *events, *extra)
+    assert bare.exit_code == 0 and result.exit_code == 0, result.output
+    header = [line for line in result.stdout.splitlines() if line.startswith("#")]
+    body = [line for line in result.stdout.splitlines() if not line.startswith("#")]
+    assert header[:2] == ["# tracer: nop", "#"]
+    assert header[-2:] == ["#           TASK-PID     CPU#  |||||  TIMESTAMP  FUNCTION",
+                           "#              | |         |   |||||     |         |"]
+    assert any(line.startswith("# kpsdk: TIMESTAMP:") for line in header)
+    matches = [PREFIXED.match(line) for line in body]
+    assert all(matches), body
+    assert [m[6] for m in matches if m] == bare.stdout.splitlines()
+    comm, pid = (extra[1], extra[3]) if extra else (fixtures.path("riscv64").name[:15], "1")
+    assert {(m[1], m[2], m[3], m[4]) for m in matches if m} == {(comm, pid, "000", ".....")}
+    assert all(line.index("[") == 25 for line in body)  # "%16s-%-7d ": the column the kernel's is at
+    times = [float(m[5]) for m in matches if m]
+    assert times == sorted(times)
+
+
 def test_cli_returns_show_the_caller() -> None:
-    result = invoke("x86_64", "-e", "r:subret sub $retval:s32", "--call", "sub 3 5")
+    result = invoke("x86_64", "-e", "r:subret sub $retval:s32", "--call", "sub 3 5", "--no-prefix")
     assert result.exit_code == 0, result.output
     # called by kpsdk: the return address is the sentinel in kpsdk's own area, outside every symbol
     assert result.stdout.startswith("subret: (0x") and result.stdout.endswith(" <- sub) arg1=-2\n")
-    result = invoke("arm", "-e", "r fact $retval:s32")
+    result = invoke("arm", "-e", "r fact $retval:s32", "--no-prefix")
     assert result.exit_code == 0, result.output
     assert result.stdout.splitlines()[0].startswith("r_fact_0: (fact+0x") and " <- fact) arg1=1" in result.stdout
     assert result.stdout.splitlines()[-1].startswith("r_fact_0: (main+0x") and result.stdout.endswith("arg1=120\n")

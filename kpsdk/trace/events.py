@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from kpsdk.errors import ArgumentError, KprobeError, KpsdkError, shown
+from kpsdk.tasks import NO_FLAGS, UNKNOWN_COMM, TaskInfo, check_comm, check_pid, program_comm
 from kpsdk.trace.fetch import BoundArg, HitContext, Value, entry_args, format_symbol
 from kpsdk.trace.filter import Filter, parse_filter
 from kpsdk.trace.grammar import Parser, ProbeDef, TraceDefinitionError
@@ -60,6 +61,8 @@ class TraceRecord:
     :param entry_sp: the stack pointer at the function's entry: of the hit (``p``), of the
         returning call's entry (``r``).  It tells which ``p`` record a return belongs to
         (``perfetto`` slices), whatever order the handlers of one hit ran in.
+    :param comm: ``pid``, ``cpu``, ``flags``: the task the hit ran in, as the kernel's
+        trace line prefix shows it (``cat-85 [000] .....``; see :mod:`kpsdk.tasks`).
     """
 
     event: str
@@ -75,6 +78,10 @@ class TraceRecord:
     task: int = 1
     definition: ProbeDef | None = field(default=None, repr=False, compare=False)
     entry_sp: int | None = field(default=None, repr=False, compare=False)
+    comm: str = UNKNOWN_COMM
+    pid: int = 0
+    cpu: int = 0
+    flags: str = NO_FLAGS
 
     @property
     def duration(self) -> float | None:
@@ -138,8 +145,10 @@ class TraceEvent:
         where = self._where.get(ip)
         if where is None:
             where = self._where[ip] = format_symbol(self.trace.session, ip)
+        task = self.trace.task_info()
         record = TraceRecord(self.name, self.group, "p", now, ip, where, self._values(HitContext(regs)),
-                             task=self.trace.task_id(), definition=self.definition, entry_sp=int(regs.sp))
+                             task=self.trace.task_id(), definition=self.definition, entry_sp=int(regs.sp),
+                             comm=task.comm, pid=task.pid, cpu=task.cpu, flags=task.flags)
         self._emit(record)
         return 0
 
@@ -165,9 +174,11 @@ class TraceEvent:
         func = format_symbol(session, func_addr, with_offset=False) if func_addr is not None else "?"
         where = f"{format_symbol(session, caller)} <- {func}"
         hit = HitContext(regs, entry_args)
+        task = self.trace.task_info()
         record = TraceRecord(self.name, self.group, "r", now, func_addr or 0, where, self._values(hit),
                              caller=caller, func=func, entry_time=entry_time, task=self.trace.task_id(),
-                             definition=self.definition, entry_sp=getattr(ri, "frame", None))
+                             definition=self.definition, entry_sp=getattr(ri, "frame", None),
+                             comm=task.comm, pid=task.pid, cpu=task.cpu, flags=task.flags)
         self._emit(record)
 
     @property
@@ -195,8 +206,8 @@ def alive_events(session: Session) -> dict[str, TraceEvent]:
 class Trace:
     """Events registered on a session by :meth:`Session.trace`; :meth:`close` removes them."""
 
-    def __init__(self, session: Session, sink: Sink | None = None, filter: str | Filter | None = None  # noqa: A002
-                 ) -> None:
+    def __init__(self, session: Session, sink: Sink | None = None, filter: str | Filter | None = None,  # noqa: A002
+                 comm: str | None = None, pid: int | None = None) -> None:
         if filter is not None and not isinstance(filter, str | Filter):
             raise ArgumentError(f"filter={shown(filter)}: want an expression (str) or a Filter")
         if sink is not None and not (isinstance(sink, list) or callable(sink)):
@@ -210,6 +221,14 @@ class Trace:
         self._sink = sink
         self._tasks: dict[int, int] = {}
         self._task_of: Callable[[], int] | None = getattr(session.target, "current_task", None)
+        files = session.target.mapped_files()
+        #: the task of targets without tasks of their own (Unicorn): the program's name, pid 1
+        self.fixed_task = TaskInfo(check_comm(comm) if comm is not None else
+                                   program_comm(files[0].path) if files else "kpsdk",
+                                   check_pid(pid) if pid is not None else 1)
+        #: where the prefix's comm and pid come from, for the trace header
+        self.tasks_note = session.target.prepare_tasks() or \
+            f"comm-pid: {self.fixed_task.comm}-{self.fixed_task.pid}, fixed (the target has no tasks)"
 
     # -- the clock and tasks ---------------------------------------------------------------------
 
@@ -225,6 +244,14 @@ class Trace:
         except KpsdkError:
             return 1
         return self._tasks.setdefault(raw, len(self._tasks) + 1)
+
+    def task_info(self) -> TaskInfo:
+        """The task the hit runs in (the target's, else :attr:`fixed_task`)."""
+        try:
+            info = self.session.target.task_info()
+        except KpsdkError:  # current could not be read (a fault): the kernel's "<...>"
+            return TaskInfo(UNKNOWN_COMM, 0)
+        return info if info is not None else self.fixed_task
 
     def deliver(self, record: TraceRecord) -> None:
         sink = self._sink
@@ -390,9 +417,10 @@ def _probe_class(registry: Any, name: str) -> type:
 
 
 def start_trace(session: Session, definitions: str | Iterable[str], sink: Sink | None = None,
-                filter: str | Filter | None = None) -> Trace:  # noqa: A002
+                filter: str | Filter | None = None, comm: str | None = None,  # noqa: A002
+                pid: int | None = None) -> Trace:
     """What :meth:`Session.trace` does: a :class:`Trace` with these events registered."""
-    trace = Trace(session, sink=sink, filter=filter)
+    trace = Trace(session, sink=sink, filter=filter, comm=comm, pid=pid)
     trace.add(definitions)
     if trace.filter is not None and trace.events and not any(e.filtered for e in trace.events):
         trace.close()

@@ -20,7 +20,7 @@ from kpsdk.trace.output import (
 
 
 def _text(stream: IO[str], context: WriterContext) -> TextWriter:
-    return TextWriter(stream)
+    return TextWriter(stream, prefix=context.prefix, notes=context.notes)
 
 
 def _jsonl(stream: IO[str], context: WriterContext) -> JsonlWriter:

@@ -59,10 +59,42 @@ def _scalar(value: Any, argtype: ArgType | None) -> str:
 
 
 def format_text(record: TraceRecord) -> str:
-    """The ftrace line for one record."""
+    """The ftrace line's body for one record: ``EVENT: (where) name=value...``."""
     types = {a.name: a.type for a in record.definition.args} if record.definition is not None else {}
     fields = "".join(f" {name}={format_value(value, types.get(name))}" for name, value in record.fields.items())
     return f"{record.event}: ({record.where}){fields}"
+
+
+def format_prefix(record: TraceRecord) -> str:
+    """What the kernel's ``trace_print_context`` (kernel/trace/trace_output.c) puts before
+    the body: ``"%16s-%-7d "`` comm and pid, ``"[%03d] "`` the CPU, the five flag
+    characters of ``trace_print_lat_fmt`` (:func:`kpsdk.tasks.lat_flags`) and
+    ``" %5lu.%06lu: "`` the time.
+    """
+    usecs = max(0, round(record.time * 1_000_000))
+    secs, usec = divmod(usecs, 1_000_000)
+    return f"{record.comm:>16}-{record.pid:<7} [{record.cpu:03d}] {record.flags} {secs:5d}.{usec:06d}: "
+
+
+#: the column legend of the kernel's ``trace`` file (print_func_help_header_irq in kernel/trace/trace.c)
+HEADER_LEGEND = """\
+#                                _-----=> irqs-off/BH-disabled
+#                               / _----=> need-resched
+#                              | / _---=> hardirq/softirq
+#                              || / _--=> preempt-depth
+#                              ||| / _-=> migrate-disable
+#                              |||| /     delay
+#           TASK-PID     CPU#  |||||  TIMESTAMP  FUNCTION
+#              | |         |   |||||     |         |
+"""
+
+
+def text_header(notes: tuple[str, ...] = ()) -> str:
+    """The kernel's ``trace`` header: ``# tracer: nop``, then (where the kernel counts the
+    entries, which a stream cannot know yet) kpsdk's notes on where the columns come
+    from, then the legend."""
+    lines = "".join(f"# kpsdk: {note}\n" for note in notes)
+    return f"# tracer: nop\n#\n{lines}#\n{HEADER_LEGEND}"
 
 
 class Writer:
@@ -76,11 +108,27 @@ class Writer:
 
 
 class TextWriter(Writer):
-    def __init__(self, stream: IO[str]) -> None:
+    """The kernel's trace file: its header, then each line with the task/CPU/flags/time
+    prefix; ``prefix=False``: the bodies only, no header."""
+
+    def __init__(self, stream: IO[str], prefix: bool = False, notes: tuple[str, ...] = ()) -> None:
         self.stream = stream
+        self.prefix = prefix
+        self._header = text_header(notes) if prefix else ""
+
+    def _start(self) -> None:
+        if self._header:
+            self.stream.write(self._header)
+            self._header = ""
 
     def write(self, record: TraceRecord) -> None:
-        self.stream.write(format_text(record) + "\n")
+        self._start()
+        self.stream.write((format_prefix(record) if self.prefix else "") + format_text(record) + "\n")
+        self.stream.flush()
+
+    def close(self) -> None:
+        """A trace without records still has its header, as the kernel's empty trace file."""
+        self._start()
         self.stream.flush()
 
 
@@ -188,10 +236,15 @@ class WriterContext:
     :param process_name: a name for the traced thing (``kpsdk trace x86_64``),
         e.g. Perfetto's process name.
     :param target: the target spec as given (``qemu-system:x86_64``).
+    :param prefix: lines as the kernel's trace file has them (task, CPU, flags, time and
+        a header); False (``--no-prefix``): the event bodies only.
+    :param notes: where the prefix's columns come from, for a header.
     """
 
     process_name: str = "kpsdk trace"
     target: str = ""
+    prefix: bool = True
+    notes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -13,8 +13,10 @@ the kernel's ``error_log`` with its caret).
 
 from __future__ import annotations
 
+import signal
 import sys
-from contextlib import ExitStack
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Annotated, Any
 
@@ -33,7 +35,7 @@ from kpsdk.cli.options import (
     TargetOpt,
     given_target_options,
 )
-from kpsdk.cli.parsing import check_seconds, parse_call, split_commas
+from kpsdk.cli.parsing import check_out_path, check_seconds, parse_call, split_commas
 from kpsdk.cli.target_choice import (
     LIVE_KINDS,
     LIVE_TIMEOUT,
@@ -43,7 +45,8 @@ from kpsdk.cli.target_choice import (
     close_session,
 )
 from kpsdk.errors import KpsdkError, UnknownNameError
-from kpsdk.trace.output import WriterContext, output_format
+from kpsdk.tasks import PID_MAX_LIMIT, check_comm
+from kpsdk.trace.output import Writer, WriterContext, output_format
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -220,6 +223,16 @@ def cmd_trace(
     append: AppendOpt = None,
     symbols: SymbolsOpt = None,
     arch: ArchOpt = None,
+    no_prefix: Annotated[bool, typer.Option(
+        "--no-prefix", rich_help_panel=OUTPUT_PANEL,
+        help="text: the event bodies only (EVENT: (sym+0x0/0x14) a=2), without the kernel's task/CPU/flags/time "
+             "prefix and header.")] = False,
+    comm: Annotated[str | None, typer.Option(
+        "--comm", metavar="NAME", rich_help_panel=OUTPUT_PANEL, show_default=False,
+        help="Unicorn: the task name the prefix shows (default: the program's file name, 15 bytes at most).")] = None,
+    pid: Annotated[int | None, typer.Option(
+        "--pid", metavar="N", min=0, max=PID_MAX_LIMIT, rich_help_panel=OUTPUT_PANEL, show_default=False,
+        help="Unicorn: the pid the prefix shows (default: 1).")] = None,
 ) -> None:
     try:
         fmt = output_format(output)
@@ -235,22 +248,33 @@ def cmd_trace(
                                  param_hint="--call")
     if plot is not None and not (hist or latency):
         raise typer.BadParameter("--plot draws the --hist FIELD or --latency histograms: add one", param_hint="--plot")
+    if (comm is not None or pid is not None) and choice.kind in LIVE_KINDS:
+        raise typer.BadParameter(f"a {choice.kind} target has tasks of its own: the prefix shows them",
+                                 param_hint="--comm/--pid")
+    if comm is not None:
+        try:
+            check_comm(comm)
+        except KpsdkError as exc:
+            raise typer.BadParameter(str(exc), param_hint="--comm") from None
+    if out is not None:
+        check_out_path(out)
     limit = choice.run_timeout(duration)
     session: Session | None = None
+    trace: Trace | None = None
+    writer: Writer | None = None
     interrupted = False
     with ExitStack() as stack:
-        stream: IO[str] = stack.enter_context(out.open("w")) if out is not None else _Stdout()  # type: ignore[assignment]
         # reports (histograms, profile) go to stdout unless it carries machine-readable records
         report = console(stderr=out is None and fmt.machine_readable)
-        writer = fmt.open(stream, WriterContext(process_name=f"kpsdk trace {choice.spec}", target=choice.spec))
         records: list[TraceRecord] = []
         try:
             try:
+                stack.enter_context(_sigterm_as_interrupt())
                 session = choice.open(split_commas(noprobe))
                 limits = _Limits(session, count)
 
                 def sink(record: TraceRecord) -> None:
-                    if limits.reached():
+                    if limits.reached() or writer is None:
                         return
                     limits.seen += 1
                     writer.write(record)
@@ -259,18 +283,48 @@ def cmd_trace(
                     if limits.reached():
                         session.stop()  # type: ignore[union-attr]
 
-                trace = session.trace(definitions, sink=sink, filter=filter_expr)
+                trace = session.trace(definitions, sink=sink, filter=filter_expr, comm=comm, pid=pid)
+                # --out is opened (and truncated) only now: the definitions and the target were good
+                stream: IO[str] = stack.enter_context(out.open("w")) if out is not None else _Stdout()  # type: ignore[assignment]
+                writer = fmt.open(stream, WriterContext(
+                    process_name=f"kpsdk trace {choice.spec}", target=choice.spec, prefix=not no_prefix,
+                    notes=(TIME_NOTE, trace.tasks_note)))
                 _run(session, trace, fn_args, limit)
             except KeyboardInterrupt:
                 interrupted = True
-                console(stderr=True).print("[bold yellow]interrupted[/] (Ctrl-C): stopping the target")
-            writer.close()
-            if session is not None and not interrupted:
-                _reports(report, session, trace, records, hist or [], latency, plot, profile, show_console)
+                console(stderr=True).print("[bold yellow]interrupted[/]: stopping the target")
+            if writer is not None:
+                writer.close()
+            if session is not None and trace is not None:
+                _reports(report, session, trace, records, hist or [], latency, plot, profile, show_console,
+                         interrupted)
         finally:
             close_session(session)
     if interrupted:
         raise typer.Exit(INTERRUPTED)
+
+
+#: what the prefix's timestamps are (said in the text header)
+TIME_NOTE = "TIMESTAMP: seconds since the trace started, on the host's monotonic clock (not the guest's clock)"
+
+
+@contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM while the trace runs is Ctrl-C: the records and reports so far are written,
+    the target closed (QEMU, gdb, the socket directory), and the exit code is Ctrl-C's."""
+
+    def handler(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    try:
+        previous = signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread (an embedding application): leave SIGTERM alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _run(session: Session, trace: Trace, fn_args: tuple[str, list[int]] | None, limit: float) -> None:
@@ -294,19 +348,22 @@ def _run(session: Session, trace: Trace, fn_args: tuple[str, list[int]] | None, 
 
 
 def _reports(con: Any, session: Session, trace: Trace, records: list[TraceRecord], hist_fields: list[str],
-             latency: bool, plot_path: Path | None, profile: bool, show_console: bool) -> None:
+             latency: bool, plot_path: Path | None, profile: bool, show_console: bool,
+             interrupted: bool = False) -> None:
+    """The reports asked for, at the end of the run or when it was interrupted (then what
+    was collected so far, and no complaint about what did not happen yet)."""
     from kpsdk.trace.hist import field_histograms, latency_histograms, plot
 
     hists = [h for f in hist_fields for h in field_histograms(records, f)]
-    if hist_fields and not hists:
+    if hist_fields and not hists and not interrupted:
         raise KpsdkError(f"--hist {', '.join(hist_fields)}: no record had an integer value for it")
     if latency:
         lat = latency_histograms(records)
-        if not lat:
+        if not lat and not interrupted:
             raise KpsdkError("--latency: no return event (r SYM or p SYM%return) completed a call")
         hists += lat
     _print_histograms(con, hists)
-    if plot_path is not None:
+    if plot_path is not None and hists:
         plot(hists, str(plot_path), xlabel="latency (us)" if latency and not hist_fields else "value")
         console(stderr=True).print(Text(f"plot saved to {plot_path}", style="dim"))
     if profile:
