@@ -472,7 +472,9 @@ commands = st.one_of(
         option("--hist", st.sampled_from(FILTER_FIELDS)),
         option("--call", st.sampled_from(["add 2 3", "fact 4"])),
         option("--noprobe", st.sampled_from(["sub"])),
-    ], flags=("--latency", "--profile", "--console")),
+        option("--comm", st.sampled_from(["cat", "a-b", "x" * 15])),
+        option("--pid", st.sampled_from(["0", "85", "4194304"])),
+    ], flags=("--latency", "--profile", "--console", "--no-prefix")),
     command(["disasm"], [ELF, positional("SYM", st.sampled_from(FUNCTIONS + ["add+4", "fact+0x3"]), cli_text)],
             [option("-n", st.integers(1, 20).map(str))]),
     command(["list"], [ELF], [option("--noprobe", st.sampled_from(["add", "add,sub"]))], flags=("--all",)),
@@ -542,3 +544,27 @@ def test_format_names_a_plugin_gives_are_checked(names: list[str]) -> None:
         assert len(set(names)) < len(names) or not all(FORMAT_NAME.match(n) for n in names)
         return
     assert list(got) == names and all(re.fullmatch(r"[a-z0-9][a-z0-9_.-]{0,31}", n) for n in names)
+
+
+@settings(max_examples=fuzz_examples(80))
+@given(comm=st.one_of(st.text(max_size=20), nasty_text), pid=st.one_of(st.integers(-5, 5_000_000), st.text(max_size=8)))
+def test_a_fixed_comm_and_pid_are_taken_or_refused(comm: str, pid: Any) -> None:
+    """``--comm NAME --pid N``: the prefix shows exactly them, or it is a usage error (exit 2)."""
+    from kpsdk.tasks import PID_MAX_LIMIT, TASK_COMM_LEN
+
+    argv = ["trace", "x86_64", "-e", "p:add add a=%di:s32", "--comm", comm, "--pid", str(pid)]
+    result = runner.invoke(app, argv)
+    check_cli_result(argv, result.exit_code, result.stderr, result.output)
+    good_comm = 0 < len(comm.encode("utf-8", "surrogateescape")) < TASK_COMM_LEN and comm.isprintable() \
+        and not any(c.isspace() for c in comm)
+    try:
+        number: int | None = int(str(pid))  # what click's INT makes of the text
+    except ValueError:
+        number = None
+    good_pid = number is not None and 0 <= number <= PID_MAX_LIMIT
+    if good_comm and good_pid:
+        assert result.exit_code == 0, result.output
+        line = result.stdout.splitlines()[-1]
+        assert line.startswith(f"{comm:>16}-{number:<7} [000] ....."), line
+    else:
+        assert result.exit_code == 2, result.output
