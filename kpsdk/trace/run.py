@@ -13,6 +13,7 @@ the kernel's ``error_log`` with its caret).
 
 from __future__ import annotations
 
+import errno
 import signal
 import sys
 from collections.abc import Iterator
@@ -44,7 +45,7 @@ from kpsdk.cli.target_choice import (
     choose_target,
     close_session,
 )
-from kpsdk.errors import KpsdkError, UnknownNameError
+from kpsdk.errors import KpsdkError, TargetError, UnknownNameError
 from kpsdk.tasks import PID_MAX_LIMIT, check_comm
 from kpsdk.trace.output import Writer, WriterContext, output_format
 
@@ -139,8 +140,9 @@ class _Stdout:
 class _Limits:
     """--count: stops the target once N records went out."""
 
-    def __init__(self, session: Session, count: int | None) -> None:
+    def __init__(self, session: Session | None, count: int | None) -> None:
         self.session, self.count, self.seen = session, count, 0
+        self.pipe_closed = False  # the output's reader went away (| head)
 
     def reached(self) -> bool:
         return self.count is not None and self.seen >= self.count
@@ -263,6 +265,7 @@ def cmd_trace(
     trace: Trace | None = None
     writer: Writer | None = None
     interrupted = False
+    limits = _Limits(None, count)
     with ExitStack() as stack:
         # reports (histograms, profile) go to stdout unless it carries machine-readable records
         report = console(stderr=out is None and fmt.machine_readable)
@@ -270,14 +273,18 @@ def cmd_trace(
         try:
             try:
                 stack.enter_context(_sigterm_as_interrupt())
-                session = choice.open(split_commas(noprobe))
-                limits = _Limits(session, count)
+                session = limits.session = choice.open(split_commas(noprobe))
 
                 def sink(record: TraceRecord) -> None:
-                    if limits.reached() or writer is None:
+                    if limits.reached() or writer is None or limits.pipe_closed:
                         return
                     limits.seen += 1
-                    writer.write(record)
+                    try:
+                        writer.write(record)
+                    except BrokenPipeError:  # `| head` has read enough: stop, and end quietly
+                        limits.pipe_closed = True
+                        session.stop()  # type: ignore[union-attr]
+                        return
                     if hist or latency:
                         records.append(record)
                     if limits.reached():
@@ -289,12 +296,18 @@ def cmd_trace(
                 writer = fmt.open(stream, WriterContext(
                     process_name=f"kpsdk trace {choice.spec}", target=choice.spec, prefix=not no_prefix,
                     notes=(TIME_NOTE, trace.tasks_note)))
-                _run(session, trace, fn_args, limit)
+                _run(session, trace, fn_args, limit, limits)
             except KeyboardInterrupt:
                 interrupted = True
                 console(stderr=True).print("[bold yellow]interrupted[/]: stopping the target")
-            if writer is not None:
-                writer.close()
+            if writer is not None and not limits.pipe_closed:
+                try:
+                    writer.close()
+                except BrokenPipeError:
+                    limits.pipe_closed = True
+            if limits.pipe_closed:
+                # as click ends any command whose stdout closed (kpsdk list | head): quietly
+                raise BrokenPipeError(errno.EPIPE, "the reader of the output went away")
             if session is not None and trace is not None:
                 _reports(report, session, trace, records, hist or [], latency, plot, profile, show_console,
                          interrupted)
@@ -327,14 +340,19 @@ def _sigterm_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
-def _run(session: Session, trace: Trace, fn_args: tuple[str, list[int]] | None, limit: float) -> None:
+def _run(session: Session, trace: Trace, fn_args: tuple[str, list[int]] | None, limit: float,
+         limits: _Limits) -> None:
     """Run the target (or the one call) with the live counts table on a terminal's stderr."""
     err = console(stderr=True)
 
     def go() -> None:
         if fn_args is not None:
             fn, args = fn_args
-            session.call(fn, *args)
+            try:
+                session.call(fn, *args)
+            except TargetError:
+                if not (limits.reached() or limits.pipe_closed):
+                    raise  # else --count or a closed pipe stopped the call on purpose: it cannot return
         else:
             session.run(timeout=limit)
 
