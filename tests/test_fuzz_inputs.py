@@ -568,3 +568,21 @@ def test_a_fixed_comm_and_pid_are_taken_or_refused(comm: str, pid: Any) -> None:
         assert line.startswith(f"{comm:>16}-{number:<7} [000] ....."), line
     else:
         assert result.exit_code == 2, result.output
+
+
+@settings(max_examples=fuzz_examples(60))
+@given(name=st.one_of(st.text(max_size=30), nasty_text, st.sampled_from(["", ".", "..", "a/b", "x.svg", "x.PNG",
+                                                                          "x.gif", "\x00", "/", "/dev/full"])),
+       option_name=st.sampled_from(["--out", "--plot"]))
+def test_an_output_path_is_written_or_refused(tmp_path_factory: pytest.TempPathFactory, name: str,
+                                              option_name: str) -> None:
+    """``--out PATH``/``--plot PATH``: written, or a usage error (2) / one error line (1) with
+    nothing created; never a traceback."""
+    base = tmp_path_factory.mktemp("out")
+    path = name if name.startswith("/") else str(base / name) if name else name
+    argv = ["trace", "x86_64", "-e", "p:put put v=%si:s64", "--hist", "v", option_name, path]
+    result = runner.invoke(app, argv)
+    check_cli_result(argv, result.exit_code, result.stderr, result.output)
+    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
+    if result.exit_code == 2:
+        assert list(base.iterdir()) == [] or name in ("", ".", ".."), list(base.iterdir())

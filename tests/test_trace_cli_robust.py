@@ -112,3 +112,34 @@ def test_sigterm_writes_the_reports_and_closes_the_target(
     time.sleep(1)
     assert not [pid for pid in children if Path(f"/proc/{pid}").exists()], children
     assert not [p for p in tmp_path.iterdir() if p.is_dir() and p.name.startswith("kpsdk")], list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize(("definition", "hist", "code", "expect"), [
+    ("p:o do_sys_opnat2 name=+0($arg2):ustring", "name", 1, "unknown symbol 'do_sys_opnat2'"),
+    ("p:o do_sys_openat2 name=+0($arg2):ustrin", "name", 1, "Unknown type"),
+    ("p:o do_sys_openat2 name=+0($arg2):ustring", "name", 2, "histogram needs integers"),
+    ("p:o do_sys_openat2 dfd=$arg1:s32", "nosuch", 2, "no event's field"),
+])
+def test_a_kernel_definition_or_report_option_is_refused_before_qemu_starts(
+        debian_kernel: Path, tmp_path: Path, definition: str, hist: str, code: int, expect: str) -> None:
+    """With no QEMU on PATH, what the run would reach first is "qemu-system-x86_64 not found":
+    getting the definition's (or --hist's) error instead shows it was checked before."""
+    env = {**os.environ, "PATH": str(tmp_path), "COLUMNS": "200"}
+    proc = subprocess.run([*KPSDK, "trace", "qemu-system:x86_64", "--kernel", str(debian_kernel), "-e", definition,
+                           "--hist", hist], capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == code, proc.stderr
+    assert expect in proc.stderr and "not found" not in proc.stderr, proc.stderr
+    if code == 1:  # the kernel's error_log, with its caret
+        assert "Command: " + definition in proc.stderr and "^" in proc.stderr
+
+
+def test_plot_format_follows_the_suffix(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    base = ["trace", "x86_64", "-e", "p:put put v=%si:s64", "--hist", "v", "--no-prefix"]
+    svg, pdf, gif = tmp_path / "h.svg", tmp_path / "h.pdf", tmp_path / "h.gif"
+    assert runner.invoke(app, [*base, "--plot", str(svg)]).exit_code == 0
+    assert runner.invoke(app, [*base, "--plot", str(pdf)]).exit_code == 0
+    assert svg.read_text().lstrip().startswith("<?xml") and "<svg" in svg.read_text()
+    assert pdf.read_bytes().startswith(b"%PDF-")
+    refused = runner.invoke(app, [*base, "--plot", str(gif)])
+    assert refused.exit_code == 2 and not gif.exists() and refused.stdout == ""  # refused before the run

@@ -47,7 +47,9 @@ from kpsdk.cli.target_choice import (
 )
 from kpsdk.errors import KpsdkError, TargetError, UnknownNameError
 from kpsdk.tasks import PID_MAX_LIMIT, check_comm
+from kpsdk.trace.hist import PLOT_FORMATS
 from kpsdk.trace.output import Writer, WriterContext, output_format
+from kpsdk.trace.precheck import precheck
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -197,8 +199,9 @@ def cmd_trace(
         "--latency", rich_help_panel=OUTPUT_PANEL,
         help="At the end, a histogram of each return event's call time (entry to return, us).")] = False,
     plot: Annotated[Path | None, typer.Option(
-        "--plot", metavar="PNG", rich_help_panel=OUTPUT_PANEL,
-        help="Save the histograms as a PNG (needs pip install 'kpsdk\\[plot]').")] = None,
+        "--plot", metavar="FILE", rich_help_panel=OUTPUT_PANEL,
+        help="Save the histograms as an image, its format from the suffix: .png, .svg or .pdf (needs pip install "
+             "'kpsdk\\[plot]').")] = None,
     profile: Annotated[bool, typer.Option(
         "--profile", rich_help_panel=OUTPUT_PANEL,
         help="At the end, the kprobe_profile table: event, hits, misses.")] = False,
@@ -260,6 +263,9 @@ def cmd_trace(
             raise typer.BadParameter(str(exc), param_hint="--comm") from None
     if out is not None:
         check_out_path(out)
+    if plot is not None:
+        check_plot(plot)
+    precheck(choice, definitions, hist or [])  # before a target starts: a mistake costs no boot
     limit = choice.run_timeout(duration)
     session: Session | None = None
     trace: Trace | None = None
@@ -315,6 +321,19 @@ def cmd_trace(
             close_session(session)
     if interrupted:
         raise typer.Exit(INTERRUPTED)
+
+
+def check_plot(path: Path) -> Path:
+    """``--plot FILE`` before the run: a suffix kpsdk can write, a writable place, matplotlib there."""
+    import importlib.util
+
+    if path.suffix.lower() not in PLOT_FORMATS:
+        raise typer.BadParameter(f"{str(path)!r}: the format comes from the suffix: want one of "
+                                 f"{', '.join(PLOT_FORMATS)}", param_hint="--plot")
+    check_out_path(path, "--plot")
+    if importlib.util.find_spec("matplotlib") is None:
+        raise typer.BadParameter("--plot needs matplotlib: pip install 'kpsdk[plot]'", param_hint="--plot")
+    return path
 
 
 #: what the prefix's timestamps are (said in the text header)
@@ -382,7 +401,8 @@ def _reports(con: Any, session: Session, trace: Trace, records: list[TraceRecord
         hists += lat
     _print_histograms(con, hists)
     if plot_path is not None and hists:
-        plot(hists, str(plot_path), xlabel="latency (us)" if latency and not hist_fields else "value")
+        xlabel = "latency (us)" if latency and not hist_fields else "value"
+        plot(hists, str(plot_path), fmt=PLOT_FORMATS[plot_path.suffix.lower()], xlabel=xlabel)
         console(stderr=True).print(Text(f"plot saved to {plot_path}", style="dim"))
     if profile:
         from rich.table import Table
