@@ -43,6 +43,8 @@ def by_event(lines: list[str]) -> dict[str, list[dict[str, Any]]]:
     out: dict[str, list[dict[str, Any]]] = {}
     for line in lines:
         record = json.loads(line)
+        if "schema" in record:  # the first line: what the lines are
+            continue
         out.setdefault(record["event"], []).append(record)
     return out
 

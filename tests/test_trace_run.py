@@ -28,6 +28,7 @@ from kpsdk import fixtures
 from kpsdk.cli import app
 from kpsdk.trace.events import TraceRecord
 from kpsdk.trace.hist import Histogram, bucket_label, log2_bucket
+from kpsdk.trace.output import JSONL_SCHEMA, JSONL_VERSION
 from tests.conftest import QEMU, UNICORN_ARCHS, require_tool
 
 runner = CliRunner()
@@ -250,7 +251,10 @@ def test_cli_jsonl_filter_profile() -> None:
     result = invoke("thumb", "-e", "p:put put name=+0(%r0):string v=%r1:s32", "--filter", "v >= 42 && v < 5051",
                     "--output", "jsonl", "--profile")
     assert result.exit_code == 0, result.output
-    records = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    head, *records = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    for line in (head, *records):
+        jsonschema.validate(line, JSONL_SCHEMA)
+    assert head["schema"] == "kpsdk-trace" and head["version"] == JSONL_VERSION
     truth = [(n, v) for n, v in qemu_lines("thumb") if 42 <= v < 5051]
     assert [(r["fields"]["name"], r["fields"]["v"]) for r in records] == truth
     assert all(r["event"] == "put" and r["group"] == "kprobes" and r["kind"] == "p" for r in records)
@@ -373,3 +377,26 @@ def test_records_as_dicts_are_json() -> None:
     r = TraceRecord("e", "kprobes", "r", 0.5, 0x10, "main+0x4/0x10 <- f", {"a": 1, "s": None, "l": [1, 2]},
                     caller=0x14, func="f", entry_time=0.25)
     assert json.loads(json.dumps(r.as_dict()))["duration"] == 0.25
+
+
+def test_jsonl_keeps_64_bit_values_exact_and_every_key() -> None:
+    """Hex-typed fields and addresses as "0x..." strings, u64/s64 beyond 2**53 as decimal strings
+    (jq reads numbers as doubles), absent keys as null: checked against the text line's values."""
+    defs = ["-e", "p:put put v=%si:s64 raw=%si big=%si:u64 neg=%si:s8 name=+0(%di):string c=+0(%di):char[2]",
+            "-e", "r:fact fact r=$retval:u64"]
+    jsonl = invoke("x86_64", *defs, "--output", "jsonl", "--call", "put 0 -1", "--count", "1")
+    text = invoke("x86_64", *defs, "--call", "put 0 -1", "--count", "1", "--no-prefix")
+    assert jsonl.exit_code == 0 and text.exit_code == 0, jsonl.output + text.output
+    lines = [json.loads(line) for line in jsonl.stdout.splitlines()]
+    for line in lines:
+        jsonschema.validate(line, JSONL_SCHEMA)
+    (record,) = lines[1:]
+    values = dict(word.split("=", 1) for word in text.stdout.split(") ", 1)[1].split())
+    f = record["fields"]
+    assert f["raw"] == values["raw"] == "0xffffffffffffffff"      # x64: the text's hex
+    assert f["big"] == values["big"] == str(2**64 - 1)             # beyond 2**53: a decimal string
+    assert f["v"] == int(values["v"]) == -1 and f["neg"] == -1     # small: numbers
+    assert f["name"] is None and values["name"] == "(fault)"       # address 0: a fault is null
+    assert f["c"] is None and values["c"] == "(fault)"
+    assert record["ip"] == hex(int(record["ip"], 16))
+    assert record["caller"] is record["func"] is record["entry_time"] is record["duration"] is None  # a p event

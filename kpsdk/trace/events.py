@@ -89,15 +89,38 @@ class TraceRecord:
         return None if self.entry_time is None else self.time - self.entry_time
 
     def as_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict (``jsonl`` output)."""
-        out: dict[str, Any] = {"event": self.event, "group": self.group, "kind": self.kind,
-                               "time": round(self.time, 9), "ip": self.ip, "where": self.where,
-                               "task": self.task, "fields": self.fields}
-        if self.kind == "r":
-            out.update(caller=self.caller, func=self.func)
-            if self.entry_time is not None:
-                out.update(entry_time=round(self.entry_time, 9), duration=round(self.time - self.entry_time, 9))
-        return out
+        """A JSON-ready dict: one ``jsonl`` line (schema :data:`kpsdk.trace.output.JSONL_SCHEMA`).
+
+        Every key is always there (``null`` where it does not apply); addresses and
+        hex-typed fields are ``"0x..."`` strings, and integers JSON readers cannot hold
+        exactly (beyond 2**53: jq's doubles) decimal strings.
+        """
+        types = {a.name: a.type for a in self.definition.args} if self.definition is not None else {}
+        return {"event": self.event, "group": self.group, "kind": self.kind, "time": round(self.time, 9),
+                "ip": f"{self.ip:#x}", "where": self.where, "comm": self.comm, "pid": self.pid, "cpu": self.cpu,
+                "flags": self.flags, "task": self.task,
+                "fields": {name: json_value(value, types.get(name)) for name, value in self.fields.items()},
+                "caller": f"{self.caller:#x}" if self.caller is not None else None, "func": self.func,
+                "entry_time": round(self.entry_time, 9) if self.entry_time is not None else None,
+                "duration": round(self.time - self.entry_time, 9) if self.entry_time is not None else None}
+
+
+#: the largest integer a JSON reader that uses doubles (jq, JavaScript) holds exactly
+JSON_SAFE_INT = 2**53
+
+
+def json_value(value: Value, argtype: Any) -> Any:
+    """A field's value in JSON: hex-typed integers as ``"0x..."`` (as the text line prints
+    them), other integers as numbers when a double holds them exactly, else decimal
+    strings; strings as they are; arrays element by element; a fault as null."""
+    if isinstance(value, list):
+        return [json_value(v, argtype) for v in value]
+    if isinstance(value, bool) or not isinstance(value, int):
+        return value
+    display = argtype.display if argtype is not None else "x"
+    if display == "x":
+        return f"{value:#x}"
+    return value if -JSON_SAFE_INT <= value <= JSON_SAFE_INT else str(value)
 
 
 class TraceEvent:

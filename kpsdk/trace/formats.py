@@ -24,7 +24,7 @@ def _text(stream: IO[str], context: WriterContext) -> TextWriter:
 
 
 def _jsonl(stream: IO[str], context: WriterContext) -> JsonlWriter:
-    return JsonlWriter(stream)
+    return JsonlWriter(stream, context)
 
 
 def _perfetto(stream: IO[str], context: WriterContext) -> PerfettoWriter:

@@ -132,12 +132,60 @@ class TextWriter(Writer):
         self.stream.flush()
 
 
+#: the version of the ``jsonl`` lines' layout, on the first line; it grows when a key
+#: changes meaning or goes away (new keys may come without a new version)
+JSONL_VERSION = 1
+_HEX = {"type": "string", "pattern": "^0x[0-9a-f]+$"}
+_INT = {"anyOf": [{"type": "integer"}, {"type": "string", "pattern": "^-?[0-9]+$"}]}
+#: a field's value: an integer (or its hex or decimal string), a string, null (a fault)
+_VALUE = {"anyOf": [_HEX, _INT, {"type": "string"}, {"type": "null"}]}
+#: JSON Schema (draft 2020-12) of the ``jsonl`` output: the first line, then one record a line
+JSONL_SCHEMA: dict[str, Any] = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "oneOf": [
+        {"type": "object", "required": ["schema", "version", "target", "notes"], "additionalProperties": False,
+         "properties": {"schema": {"const": "kpsdk-trace"}, "version": {"const": JSONL_VERSION},
+                        "target": {"type": "string"}, "notes": {"type": "array", "items": {"type": "string"}}}},
+        {"type": "object", "additionalProperties": False,
+         "required": ["event", "group", "kind", "time", "ip", "where", "comm", "pid", "cpu", "flags", "task",
+                      "fields", "caller", "func", "entry_time", "duration"],
+         "properties": {
+             "event": {"type": "string"}, "group": {"type": "string"}, "kind": {"enum": ["p", "r"]},
+             "time": {"type": "number", "minimum": 0}, "ip": _HEX, "where": {"type": "string"},
+             "comm": {"type": "string"}, "pid": {"type": "integer", "minimum": 0},
+             "cpu": {"type": "integer", "minimum": 0}, "flags": {"type": "string", "minLength": 5, "maxLength": 5},
+             "task": {"type": "integer", "minimum": 1},
+             "fields": {"type": "object", "additionalProperties": {
+                 "anyOf": [*_VALUE["anyOf"], {"type": "array", "items": _VALUE}]}},
+             "caller": {"oneOf": [_HEX, {"type": "null"}]}, "func": {"type": ["string", "null"]},
+             "entry_time": {"type": ["number", "null"]}, "duration": {"type": ["number", "null"]}}},
+    ],
+}
+
+
 class JsonlWriter(Writer):
-    def __init__(self, stream: IO[str]) -> None:
+    """One JSON object a line: first ``{"schema": "kpsdk-trace", "version": N, ...}``, then
+    each record's :meth:`~kpsdk.trace.events.TraceRecord.as_dict` (see :data:`JSONL_SCHEMA`)."""
+
+    def __init__(self, stream: IO[str], context: WriterContext | None = None) -> None:
         self.stream = stream
+        context = context or WriterContext()
+        self._head: dict[str, Any] | None = {"schema": "kpsdk-trace", "version": JSONL_VERSION,
+                                             "target": context.target, "notes": list(context.notes)}
+
+    def _start(self) -> None:
+        if self._head is not None:
+            self.stream.write(json.dumps(self._head, ensure_ascii=False) + "\n")
+            self._head = None
 
     def write(self, record: TraceRecord) -> None:
+        self._start()
         self.stream.write(json.dumps(record.as_dict(), ensure_ascii=False) + "\n")
+        self.stream.flush()
+
+    def close(self) -> None:
+        """A trace without records is still a file that says what it is."""
+        self._start()
         self.stream.flush()
 
 
