@@ -29,6 +29,7 @@ from kpsdk.errors import KpsdkError, TraceDefinitionError
 if TYPE_CHECKING:
     from kpsdk.arch import Arch
     from kpsdk.cli.target_choice import TargetChoice
+    from kpsdk.symbols import SymbolTable
     from kpsdk.trace.grammar import ProbeDef
 
 
@@ -69,8 +70,7 @@ def precheck(choice: TargetChoice, definitions: list[str], hist_fields: list[str
 
 def _kernel_symbols(choice: TargetChoice, parsed: list[ProbeDef]) -> None:
     source = choice.options.get("symbols") or choice.options.get("kernel")
-    named = [d for d in parsed if d.op != "-" and d.symbol is not None and not d.is_uprobe]
-    if not source or not named:
+    if not source or not any(d.symbol is not None for d in parsed):
         return
     from kpsdk.targets.qemu import load_symbols
 
@@ -78,8 +78,13 @@ def _kernel_symbols(choice: TargetChoice, parsed: list[ProbeDef]) -> None:
         table = load_symbols(Path(str(source)))[0]
     except KpsdkError:
         return  # the target's opener reports an unreadable image
-    for d in named:
-        if d.symbol not in table:
+    check_symbols(parsed, table)
+
+
+def check_symbols(parsed: list[ProbeDef], table: SymbolTable) -> None:
+    """The kernel's BAD_PROBE_ADDR for a kprobe on a symbol ``table`` does not have."""
+    for d in parsed:
+        if d.op != "-" and d.symbol is not None and not d.is_uprobe and d.symbol not in table:
             word = d.text.split()[1]
             raise TraceDefinitionError("BAD_PROBE_ADDR", d.text, d.text.find(word),
                                        f"unknown symbol {d.symbol!r}", "trace_kprobe")
