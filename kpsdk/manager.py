@@ -113,7 +113,10 @@ class ProbeManager:
             try:
                 base = self.target.symbols.get(probe.symbol_name).address
             except SymbolError:
-                raise KprobeError(errno.ENOENT, f"no symbol {probe.symbol_name!r} in the target") from None
+                from kpsdk.symbols import did_you_mean
+
+                raise KprobeError(errno.ENOENT, f"no symbol {probe.symbol_name!r} in the target"
+                                  + did_you_mean(self.target.symbols.suggest(probe.symbol_name))) from None
         else:
             assert probe.addr is not None
             base = probe.addr

@@ -586,3 +586,29 @@ def test_an_output_path_is_written_or_refused(tmp_path_factory: pytest.TempPathF
     assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
     if result.exit_code == 2:
         assert list(base.iterdir()) == [] or name in ("", ".", ".."), list(base.iterdir())
+
+
+@settings(max_examples=fuzz_examples(80))
+@given(pattern=st.one_of(st.text(max_size=20), nasty_text,
+                         st.sampled_from(["*", "s*", "[", "[!a]*", "**", "?", "a[b"])),
+       command_name=st.sampled_from(["list", "probe"]))
+def test_a_symbol_glob_matches_or_is_refused(pattern: str, command_name: str) -> None:
+    """``kpsdk list X --functions GLOB`` and ``kpsdk probe X --kprobe GLOB``: a listing or probes
+    (exit 0), or one error line / a usage error; never a traceback, never a hang."""
+    argv = (["list", "x86_64", "--functions", pattern] if command_name == "list"
+            else ["probe", "x86_64", "--kprobe", pattern, "--regs", "rdi"])
+    result = runner.invoke(app, argv)
+    check_cli_result(argv, result.exit_code, result.stderr, result.output)
+    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
+    if command_name == "list" and result.exit_code == 0:
+        from kpsdk.elfimage import load_elf
+
+        names = {s.name for s in load_elf(PROG).symbols if s.kind == "func"}
+        expected = {n for n in names if re.fullmatch(fnmatch_translate(pattern), n)}
+        assert all(n in result.stdout for n in expected)
+
+
+def fnmatch_translate(pattern: str) -> str:
+    import fnmatch
+
+    return fnmatch.translate(pattern)

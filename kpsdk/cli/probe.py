@@ -49,7 +49,8 @@ def cmd_probe(
     elf: ProbeElfArg = None,
     kprobe: Annotated[list[str] | None, typer.Option(
         "--kprobe", "-k", metavar="SYM[+OFF]", rich_help_panel=PROBES_PANEL,
-        help="Put a kprobe here (SYM, SYM+0xOFF or 0xADDR); each hit prints registers. Repeatable.")] = None,
+        help="Put a kprobe here (SYM, SYM+0xOFF or 0xADDR; SYM may be a shell glob, 'vfs_*': one kprobe on each "
+             "function that matches and can be probed); each hit prints registers. Repeatable.")] = None,
     kretprobe: Annotated[list[str] | None, typer.Option(
         "--kretprobe", metavar="SYM", rich_help_panel=PROBES_PANEL,
         help="Put a kretprobe on function SYM; each return prints 'r SYM ret=VALUE'. Repeatable.")] = None,

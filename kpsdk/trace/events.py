@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from kpsdk.errors import ArgumentError, KprobeError, KpsdkError, shown
+from kpsdk.symbols import did_you_mean
 from kpsdk.tasks import NO_FLAGS, UNKNOWN_COMM, TaskInfo, check_comm, check_pid, program_comm
 from kpsdk.trace.fetch import BoundArg, HitContext, Value, entry_args, format_symbol
 from kpsdk.trace.filter import Filter, parse_filter
@@ -322,7 +323,8 @@ class Trace:
         if definition.symbol is not None and definition.symbol not in session.symbols:
             word = definition.text.split()[1]
             raise TraceDefinitionError("BAD_PROBE_ADDR", definition.text, definition.text.find(word),
-                                       f"unknown symbol {definition.symbol!r}", subsystem)
+                                       f"unknown symbol {definition.symbol!r}"
+                                       + did_you_mean(session.symbols.suggest(definition.symbol)), subsystem)
         if definition.addr is not None and any(n.kind == "arg" for a in definition.args for n in a.fetch.walk()):
             sym = session.symbols.containing(definition.addr & ~1 if session.arch.has_thumb else definition.addr)
             if sym is not None and not definition.is_return and (definition.addr & ~1) != sym.address:

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from kpsdk.errors import KpsdkError, TraceDefinitionError
+from kpsdk.symbols import did_you_mean
 
 if TYPE_CHECKING:
     from kpsdk.arch import Arch
@@ -87,7 +88,8 @@ def check_symbols(parsed: list[ProbeDef], table: SymbolTable) -> None:
         if d.op != "-" and d.symbol is not None and not d.is_uprobe and d.symbol not in table:
             word = d.text.split()[1]
             raise TraceDefinitionError("BAD_PROBE_ADDR", d.text, d.text.find(word),
-                                       f"unknown symbol {d.symbol!r}", "trace_kprobe")
+                                       f"unknown symbol {d.symbol!r}" + did_you_mean(table.suggest(d.symbol)),
+                                       "trace_kprobe")
 
 
 def _hist_fields(parsed: list[ProbeDef], fields: list[str]) -> None:
