@@ -283,6 +283,11 @@ class Target(ABC):
         the trace then uses the comm and pid the user chose.  Called during a hit."""
         return None
 
+    def reads_comm(self) -> bool:
+        """Whether :meth:`task_info` reads the running task's real ``comm`` at a hit (a
+        kernel whose ``current`` kpsdk found): ``$comm`` then reads it too."""
+        return False
+
     def prepare_tasks(self) -> str:
         """Get ready to answer :meth:`task_info` (a kernel: find ``current``'s layout)
         before the run; returns one line for the trace header saying where comm and

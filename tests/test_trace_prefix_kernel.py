@@ -6,7 +6,7 @@ tracing and prints its ``trace`` file on the console, while ``kpsdk trace`` trac
 definitions from outside through QEMU's gdbstub.  Every line the guest recorded must be in
 kpsdk's output, in the same order and without a line between them: the event body
 byte for byte, the task's comm and pid (read from ``current`` through the kernel's BTF),
-the CPU and the flags.  The timestamps differ (kpsdk does not read the guest's clock, and
+the CPU and the flags, and ``$comm`` in the body.  The timestamps differ (kpsdk does not read the guest's clock, and
 says so in its header) and are not compared; nor is the need-resched flag (``N``): the
 timer interrupt sets it at any instant, and the guest's handler runs some instructions
 after kpsdk's breakpoint (after the kernel's return trampoline, for a return), so the two
@@ -31,7 +31,7 @@ pytestmark = pytest.mark.kernel
 DEFINITIONS = [
     "p:myopen do_sys_openat2 dfd=$arg1 filename=+0($arg2):ustring",
     "r:myopenret do_sys_openat2 ret=$retval:s32",
-    "p:myclone kernel_clone",
+    "p:myclone kernel_clone comm=$comm",  # current->comm, read as the prefix reads it
 ]
 TRACING = "/sys/kernel/tracing"
 #: the guest traces itself: define, enable, run the workload, stop, print the trace file

@@ -413,6 +413,9 @@ class GdbTarget(Target):
             return f"comm-pid: <...>-0 ({exc})"
         return self._task_layout.how
 
+    def reads_comm(self) -> bool:
+        return self.abi_kind == "kernel" and self._task_layout is not None
+
     def task_info(self) -> TaskInfo | None:
         from kpsdk.tasks import UNKNOWN_COMM, TaskInfo, lat_flags, program_comm
 
