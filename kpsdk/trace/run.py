@@ -85,12 +85,14 @@ unicorn:ARCH.  The target runs until it ends, --duration S, --count N or Ctrl-C.
   %r0 on arm) or by their full names.  A wrong definition prints the kernel's error_log
   line with a caret under the column.
 
-[bold]Output[/bold]: --output text (the ftrace line: EVENT: (sym+0x0/0x14) a=2 b=3; returns as
-EVENT: (caller+0xoff/0xsize <- sym) ...), jsonl (one JSON object a line), perfetto (a
-Chrome/Perfetto trace-event JSON: open it in ui.perfetto.dev) or a plugin's format ('kpsdk
-plugins' lists them); --out FILE.  While it runs, a
-live table of counts per event on stderr (a terminal only).  At the end: --hist FIELD and
---latency histograms (log2 buckets, as bpftrace), --plot PNG, --profile (kprobe_profile).
+[bold]Output[/bold]: --output text: the kernel's trace file, its header, then
+TASK-PID [CPU] FLAGS TIMESTAMP: EVENT: (sym+0x0/0x14) a=2 b=3 (returns: EVENT: (caller+0xoff/0xsize
+<- sym) ...); on a kernel the task is current, read through the kernel's BTF; --no-prefix: the
+bodies only.  --output jsonl (one JSON object a line), perfetto (a Chrome/Perfetto trace-event
+JSON: open it in ui.perfetto.dev) or a plugin's format ('kpsdk plugins' lists them); --out FILE.
+While it runs, a live table of counts per event on stderr (a terminal only).  At the end (or on
+Ctrl-C): --hist FIELD and --latency histograms (log2 buckets, as bpftrace), --plot FILE (.png,
+.svg, .pdf), --profile (kprobe_profile).
 """
 
 EXAMPLES = """\
