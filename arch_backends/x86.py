@@ -26,6 +26,7 @@ from kpsdk.arch import (
     FrameRecord,
     InsnRules,
     InstructionSet,
+    KernelTasks,
     OutOfLine,
     QemuMachine,
     Register,
@@ -285,6 +286,25 @@ def _iset(name: str, cs_mode: int, ks_mode: int, frame: FrameRecord) -> Instruct
 
 INSN_RULES = InsnRules(classify, successors)
 
+#: X86_EFLAGS_IF (arch/x86/include/uapi/asm/processor-flags.h): interrupts are enabled
+EFLAGS_IF = 0x200
+
+#: x86_64 kernels address per-cpu data through %gs (arch/x86/include/asm/percpu.h), whose
+#: base the kernel's swapgs loads on entry; ``current`` is the per-cpu ``current_task``
+#: (arch/x86/include/asm/current.h) and the preempt count the per-cpu ``__preempt_count``
+#: (arch/x86/include/asm/preempt.h), both members of ``pcpu_hot`` since 6.2.  That count
+#: folds PREEMPT_NEED_RESCHED in, inverted; TIF_NEED_RESCHED is thread_info flag 3
+#: (arch/x86/include/asm/thread_info.h).
+KERNEL_TASKS_64 = KernelTasks(
+    percpu_register="gs_base",
+    current=("current_task", "pcpu_hot.current_task"),
+    flags_register="eflags",
+    irqs_disabled=lambda flags: not flags & EFLAGS_IF,
+    preempt_count=("__preempt_count", "pcpu_hot.preempt_count"),
+    need_resched_bit=3,
+    preempt_need_resched_inverted=0x80000000,
+)
+
 X86_64 = Arch(
     name="x86_64",
     aliases=("amd64", "x86-64"),
@@ -315,6 +335,7 @@ X86_64 = Arch(
     cross_gcc_package="gcc-x86-64-linux-gnu",
     out_of_line=OutOfLine(jump_back_64, return_jump_64),
     detours=DetourCode(near_jump, entry_detour, return_detour, scratch=("r11",), flags="rflags"),
+    kernel_tasks=KERNEL_TASKS_64,
 )
 
 I386 = Arch(

@@ -275,6 +275,35 @@ class InsnRules:
 
 
 @dataclass(frozen=True)
+class KernelTasks:
+    """Where a kernel on this arch keeps the running task (``current``): the trace line's
+    ``comm-pid`` prefix on a live kernel.
+
+    :param percpu_register: gdb's name of the register that holds this CPU's per-cpu
+        offset while the kernel runs (x86_64: ``gs_base``, which the kernel's ``swapgs``
+        loads on entry).
+    :param current: the per-cpu variable holding the task pointer, in the order kernels
+        have spelled it (``SYM``, or ``SYM.member`` read through the kernel's BTF): the
+        first the kernel's symbols have is used.
+    :param flags_register: the register whose bits say whether interrupts are off.
+    :param irqs_disabled: from that register's value: the ``d`` of the prefix's flags.
+    :param preempt_count: the per-cpu preempt count, spelled as ``current`` (empty: the
+        prefix's need-resched, irq and preempt-depth flags print as ``.``).
+    :param need_resched_bit: TIF_NEED_RESCHED, the bit of ``task_struct.thread_info.flags``.
+    :param preempt_need_resched_inverted: the bit of the per-cpu preempt count that is
+        *clear* when a preemption is needed (x86's folded PREEMPT_NEED_RESCHED), or 0.
+    """
+
+    percpu_register: str
+    current: tuple[str, ...]
+    flags_register: str
+    irqs_disabled: Callable[[int], bool]
+    preempt_count: tuple[str, ...] = ()
+    need_resched_bit: int | None = None
+    preempt_need_resched_inverted: int = 0
+
+
+@dataclass(frozen=True)
 class Conditions:
     """Conditional execution (ARM): an instruction whose condition fails is skipped,
     handlers and all, as the kernel's ARM kprobe_handler does.
@@ -434,6 +463,8 @@ class Arch:
     ``page_walk``         translate a virtual address with the guest's own page tables, for
                           a live kernel's reads that the CPU's access control refuses to a
                           debugger (ARM's software PAN: user memory from kernel mode)
+    ``kernel_tasks``      where a kernel keeps ``current`` (x86_64): comm and pid in the
+                          trace prefix on a live kernel (else ``<...>-0``)
     ====================  ================================================================
     """
 
@@ -482,6 +513,7 @@ class Arch:
     unicorn_setup: Callable[[Any], None] | None = None
     local_entry: Callable[[bytes], int] | None = None
     page_walk: PageWalk | None = None
+    kernel_tasks: KernelTasks | None = None
 
     def require(self, capability: str, feature: str) -> Any:
         """The capability named ``capability`` (an attribute of this class, or of its

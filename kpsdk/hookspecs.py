@@ -1,7 +1,8 @@
 """The kpsdk hook specifications (pluggy).
 
 Everything kpsdk can do beyond its core comes from a plugin implementing these
-hooks: architectures, target kinds, probe types and CLI commands; and what a
+hooks: architectures, target kinds, probe types, CLI commands and
+``kpsdk trace`` output formats; and what a
 target reports besides probe hits (system calls, program exit, libraries,
 the end of a run) reaches plugins through the target-event hooks at the end.  Built-in ones
 are plugins like any other and load through the same ``kpsdk`` entry-point
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
     from kpsdk.probe import ProbeType
     from kpsdk.session import Session
     from kpsdk.target import MappedFile, TargetKind
+    from kpsdk.trace.output import OutputFormat
 
 hookspec = pluggy.HookspecMarker("kpsdk")
 
@@ -83,6 +85,19 @@ def kpsdk_cli(app: Any) -> None:
     :param app: the root :class:`typer.Typer`; call ``app.command()(func)`` or
         ``app.add_typer(sub)``.  Only ``kpsdk/cli/exits.py`` turns exceptions
         into exit codes, so commands should simply raise kpsdk errors.
+    """
+
+
+@hookspec
+def kpsdk_trace_formats() -> list[OutputFormat]:
+    """Return the output formats this plugin gives ``kpsdk trace --output NAME``
+    (and :func:`kpsdk.trace.output.make_writer`).
+
+    Each :class:`~kpsdk.trace.output.OutputFormat` names a format and a factory
+    that makes a :class:`~kpsdk.trace.output.Writer` for a stream: the writer is
+    handed every :class:`~kpsdk.trace.events.TraceRecord` as it is made, then
+    closed once.  kpsdk's own ``text``, ``jsonl`` and ``perfetto`` come through
+    this hook too.  Two plugins returning the same format name is an error.
     """
 
 

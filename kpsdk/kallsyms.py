@@ -155,6 +155,11 @@ def _image_entries(data: bytes, source: str | os.PathLike[str], cache: bool) -> 
     return entries
 
 
+def image_entries(data: bytes, source: str | os.PathLike[str]) -> list[KallsymsEntry]:
+    """Every entry of a kernel image's bytes (per-cpu and absolute ones too), through the cache."""
+    return _image_entries(data, source, cache=True)
+
+
 def load_kernel_symbols(path: str | os.PathLike[str]) -> SymbolTable:
     """Symbols from whatever kernel file the user has: System.map or a kallsyms dump (text),
     a ``vmlinux`` or a ``vmlinuz``.

@@ -119,7 +119,10 @@ class ProbeManager:
             try:
                 sym = self.target.symbols.get(probe.symbol_name)
             except SymbolError:
-                raise KprobeError(errno.ENOENT, f"no symbol {probe.symbol_name!r} in the target") from None
+                from kpsdk.symbols import did_you_mean
+
+                raise KprobeError(errno.ENOENT, f"no symbol {probe.symbol_name!r} in the target"
+                                  + did_you_mean(self.target.symbols.suggest(probe.symbol_name))) from None
             base = sym.address
             if probe.offset == 0 and sym.kind == "func":
                 base += self._local_entry(base)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pluggy
 
@@ -21,6 +21,9 @@ from kpsdk.arch import Arch, ArchRegistry
 from kpsdk.errors import KpsdkError, PluginLoadError, UnknownNameError
 from kpsdk.probe import ProbeType
 from kpsdk.target import TargetKind
+
+if TYPE_CHECKING:
+    from kpsdk.trace.output import OutputFormat
 
 GROUP = "kpsdk"
 #: set (to anything) in the environment: third-party entry points do not load by themselves
@@ -31,7 +34,7 @@ hookimpl = pluggy.HookimplMarker("kpsdk")
 
 
 class Registry:
-    """A plugin manager plus the archs, target kinds and probe types it yielded.
+    """A plugin manager plus the archs, target kinds, probe types and trace output formats it yielded.
 
     :func:`get_registry` gives the one a process uses.  The built-in plugins (kpsdk's own
     entry points) always load; third-party entry points in the ``kpsdk`` group load too,
@@ -106,6 +109,16 @@ class Registry:
                     raise KpsdkError(f"probe type {pt.name!r} provided twice")
                 out[pt.name] = pt
         return out
+
+    @property
+    def trace_formats(self) -> dict[str, OutputFormat]:
+        """``kpsdk trace --output`` formats by name (the ``kpsdk_trace_formats`` hook).
+
+        Collected at each use (a writer is made once a run), so a plugin registered
+        with ``pm.register`` at run time is seen."""
+        from kpsdk.trace.output import check_formats
+
+        return check_formats(list(self.pm.hook.kpsdk_trace_formats()))
 
     def arch(self, name: str) -> Arch:
         """The architecture called ``name``; an unknown name raises :class:`UnknownNameError`."""

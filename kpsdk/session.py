@@ -231,17 +231,19 @@ class Session(BuiltinVerbs):
 
         return make
 
-    def trace(self, definitions: str | Iterable[str], sink: Any = None, filter: str | None = None  # noqa: A002
-              ) -> Any:
+    def trace(self, definitions: str | Iterable[str], sink: Any = None, filter: str | None = None,  # noqa: A002
+              comm: str | None = None, pid: int | None = None) -> Any:
         """ftrace-style events (``"p:add a=%di"``, ``"r:fact $retval"``): see ``docs/trace.md``.
 
         Returns a :class:`kpsdk.trace.events.Trace`; each hit gives a
         ``TraceRecord`` to ``sink`` (a callable or a list; default
         ``trace.records``).  ``filter`` is a kernel event filter on the fields.
+        ``comm`` and ``pid`` name the task in records of a target without tasks
+        of its own (Unicorn; default: the program's file name and 1).
         """
         from kpsdk.trace.events import start_trace
 
-        return start_trace(self, definitions, sink=sink, filter=filter)
+        return start_trace(self, definitions, sink=sink, filter=filter, comm=comm, pid=pid)
 
     # -- knobs and reports ------------------------------------------------------------
 

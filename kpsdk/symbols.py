@@ -8,6 +8,8 @@ also accepts ``sym``, ``sym+0x10`` or ``0x401000``.
 from __future__ import annotations
 
 import bisect
+import difflib
+import fnmatch
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -27,6 +29,18 @@ class Symbol:
     size: int
     kind: str  # "func" or "object"
     thumb: bool = False
+
+
+def is_glob(text: str) -> bool:
+    """Whether a symbol spec is a shell glob (``*``, ``?``, ``[``): symbol names never hold these."""
+    return any(c in text for c in "*?[")
+
+
+def did_you_mean(names: list[str]) -> str:
+    """``" (did you mean 'fact'?)"``, or "" when there is nothing close."""
+    if not names:
+        return ""
+    return " (did you mean " + " or ".join(repr(n) for n in names) + "?)"
 
 
 class SymbolTable:
@@ -70,7 +84,30 @@ class SymbolTable:
         try:
             return self._by_name[name]
         except KeyError:
-            raise SymbolError(f"unknown symbol {name!r}") from None
+            raise SymbolError(f"unknown symbol {name!r}{did_you_mean(self.suggest(name))}") from None
+
+    def suggest(self, name: str, n: int = 3) -> list[str]:
+        """Names close to ``name`` (a typo: ``fcat`` -> ``fact``), best first.
+
+        difflib's ratio over every name costs about a second for a kernel's 100k; a typo
+        rarely changes both ends of a name and keeps its length within a few
+        characters, so only names sharing the first or the last character, of a
+        length within ``max(2, len // 5)``, are compared (milliseconds).
+        """
+        if not name or not self._by_name:
+            return []
+        slack = max(2, len(name) // 5)
+        first, last = name[0], name[-1]
+        candidates = [k for k in self._by_name
+                      if abs(len(k) - len(name)) <= slack and (k[0] == first or k[-1] == last)]
+        # one swapped pair costs a short name more of its ratio ("sbu"/"sub": 0.67)
+        return difflib.get_close_matches(name, candidates, n=n, cutoff=0.6 if len(name) <= 5 else 0.75)
+
+    def matching(self, pattern: str, kind: str | None = "func") -> list[Symbol]:
+        """The symbols whose name matches the shell glob ``pattern`` (``vfs_*``, ``do_sys_open*``;
+        case-sensitive, as symbol names are), of ``kind`` (None: any), by address."""
+        rx = re.compile(fnmatch.translate(pattern))
+        return [sym for sym in self._sorted if (kind is None or sym.kind == kind) and rx.match(sym.name)]
 
     def __contains__(self, name: str) -> bool:
         return name in self._by_name

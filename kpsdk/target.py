@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from kpsdk.rethook import RethookNode, ShadowStacks
     from kpsdk.session import Session
     from kpsdk.symbols import Symbol, SymbolTable
+    from kpsdk.tasks import TaskInfo
 
 
 @dataclass(frozen=True)
@@ -273,6 +274,25 @@ class Target(ABC):
         identifies the current one, such as the ``current`` task pointer.
         """
         return 0
+
+    # -- the trace line's prefix (kpsdk/tasks.py) -----------------------------------------
+
+    def task_info(self) -> TaskInfo | None:
+        """The task the current hit runs in, as the kernel's trace line names it (comm,
+        pid, CPU, irqs off); None where the target has no tasks of its own (Unicorn):
+        the trace then uses the comm and pid the user chose.  Called during a hit."""
+        return None
+
+    def reads_comm(self) -> bool:
+        """Whether :meth:`task_info` reads the running task's real ``comm`` at a hit (a
+        kernel whose ``current`` kpsdk found): ``$comm`` then reads it too."""
+        return False
+
+    def prepare_tasks(self) -> str:
+        """Get ready to answer :meth:`task_info` (a kernel: find ``current``'s layout)
+        before the run; returns one line for the trace header saying where comm and
+        pid come from ("" when there is nothing to say)."""
+        return ""
 
     # -- files (uprobes) --------------------------------------------------------------------
     #

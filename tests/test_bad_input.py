@@ -273,7 +273,9 @@ CLI_BAD = [
     (["probe", "x86_64", "--kprobe", "0x" + "f" * 40], 1),
     (["probe", "x86_64", "--kprobe", "add", "--string-arg", "-1"], 2),
     (["probe", "x86_64", "--kprobe", "add", "--string-arg", "99999"], 2),
-    (["probe", "x86_64", "--kretprobe", "add", *[a for n in range(17) for a in ("--string-arg", str(n))]], 2),
+    (["probe", "x86_64", "--kprobe", "add", "--string-arg", "0"], 2),  # arguments count from 1, as $argN
+    (["probe", "x86_64", "--kprobe", "add", "--regs", "arg0"], 2),
+    (["probe", "x86_64", "--kretprobe", "add", *[a for n in range(1, 18) for a in ("--string-arg", str(n))]], 2),
     (["probe", "x86_64", "--kprobe", "add", "--regs", "nosuch"], 1),
     (["probe", "x86_64", "--kprobe", "add", "--regs", "arg99999"], 2),
     (["probe", "x86_64", "--kprobe", "add", "--regs", "arg" + "9" * 5000], 2),
@@ -312,9 +314,9 @@ def test_the_cli_answers_bad_input_with_one_line(argv: list[str], code: int) -> 
 
 
 def test_an_unreadable_register_argument_prints_fault() -> None:
-    result = runner.invoke(app, ["probe", "x86_64", "--kprobe", "add", "--regs", "arg0,arg2047"])
+    result = runner.invoke(app, ["probe", "x86_64", "--kprobe", "add", "--regs", "arg1,arg2048"])
     assert result.exit_code == 0, result.output
-    assert "arg0=0x2 arg2047=(fault)" in result.stdout
+    assert "arg1=0x2 arg2048=(fault)" in result.stdout
 
 
 def test_cli_inf_is_no_limit() -> None:

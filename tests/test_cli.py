@@ -146,7 +146,7 @@ def test_disasm_thumb_refuses_it_instruction_and_count():
 
 
 @pytest.mark.parametrize("arch, args", [("x86_64", "rdi=0x2 rsi=0x3"), ("riscv64", "a0=0x2 a1=0x3"),
-                                        ("i386", "arg0=0x2 arg1=0x3")])
+                                        ("i386", "arg1=0x2 arg2=0x3")])  # 1-based, as $argN
 def test_probe_add_prints_arguments_and_program_output(arch, args):
     result = invoke("probe", str(fixtures.path(arch)), "--kprobe", "add")
     assert result.exit_code == 0, result.output
@@ -299,10 +299,10 @@ def test_main_unknown_plugin_is_an_error():
 
 
 def test_probe_call_takes_function_and_arguments_unquoted():
-    result = invoke("probe", str(fixtures.path("i386")), "--kprobe", "sum7", "--regs", "arg0,arg6",
+    result = invoke("probe", str(fixtures.path("i386")), "--kprobe", "sum7", "--regs", "arg1,arg7",
                     "--call", "sum7", "1", "2", "3", "4", "5", "6", "-7")
     assert result.exit_code == 0, result.output
-    assert "arg0=0x1 arg6=0xfffffff9" in result.output  # -7 as a 32-bit word on the stack
+    assert "arg1=0x1 arg7=0xfffffff9" in result.output  # -7 as a 32-bit word on the stack
     assert "sum7(1, 2, 3, 4, 5, 6, -7) = 42" in result.output  # 1+4+9+16+25+36-49
 
 
@@ -357,16 +357,16 @@ def test_probe_qemu_user_failed_filters_positive_returns():
 
 def test_probe_qemu_user_string_args_and_faults():
     require_qemu_user()
-    # put(const char *name, long value): argument 0 is a string, argument 1 (a number) faults
+    # put(const char *name, long value): argument 1 is a string, argument 2 (a number) faults
     result = invoke("probe", "--target", f"qemu-user:{fixtures.path('arm')}", "--kprobe", "put",
-                    "--kretprobe", "put", "--string-arg", "0", "--string-arg", "1", "--regs", "r0")
+                    "--kretprobe", "put", "--string-arg", "1", "--string-arg", "2", "--regs", "r0")
     assert result.exit_code == 0, result.output
     kp, rp = hit_lines(result.stdout, " put+0x0 ("), hit_lines(result.stdout, "r put ")
     names = [name for name in fixtures.EXPECTED]
     assert len(kp) == len(rp) == len(names)
     for name, k_line, r_line in zip(names, kp, rp, strict=True):
-        assert k_line.endswith(f' arg0="{name}" arg1=(fault)'), k_line
-        assert r_line.endswith(f' arg0="{name}" arg1=(fault)'), r_line  # fetched at entry, kept in ri.data
+        assert k_line.endswith(f' arg1="{name}" arg2=(fault)'), k_line
+        assert r_line.endswith(f' arg1="{name}" arg2=(fault)'), r_line  # fetched at entry, kept in ri.data
 
 
 def test_probe_qemu_user_program_not_ending_in_time_is_an_error():
@@ -390,9 +390,9 @@ def test_probe_kretprobe_failed_errno_on_unicorn():
 
 
 def test_probe_string_arg_on_unicorn():
-    result = invoke("probe", "riscv64", "--kprobe", "put", "--regs", "a0", "--string-arg", "0")
+    result = invoke("probe", "riscv64", "--kprobe", "put", "--regs", "a0", "--string-arg", "1")
     assert result.exit_code == 0, result.output
-    assert [ln.split(" arg0=")[1] for ln in hit_lines(result.stdout, " put+0x0 (")] == [
+    assert [ln.split(" arg1=")[1] for ln in hit_lines(result.stdout, " put+0x0 (")] == [
         f'"{name}"' for name in fixtures.EXPECTED]
 
 
@@ -430,7 +430,7 @@ def test_probe_return_value_and_string_helpers():
     (first, s1), (second, s2) = load_strings(data, 2)
     assert show_string(1, first, s1) == 'arg1="a\\"b\\n"'
     assert show_string(2, second, s2) == 'arg2="' + "é" * 127 + '"...'
-    assert show_string(0, b"", STRING_FAULT) == "arg0=(fault)"
+    assert show_string(3, b"", STRING_FAULT) == "arg3=(fault)"
 
 
 def _children(pid: int) -> list[int]:
@@ -489,7 +489,7 @@ def test_probe_help_teaches_live_targets():
     out = result.stdout
     for text in ("--target", "qemu-user:PROG", "qemu-system:ARCH", "gdb://HOST:PORT", "--kretprobe", "--string-arg",
                  "--failed", "ret=-2 (ENOENT)", "130", "kpsdk probe --target qemu-user:arm",
-                 "--kretprobe do_sys_openat2 --string-arg 1 --failed"):
+                 "--kretprobe do_sys_openat2 --string-arg 2 --failed"):
         assert text in out, text
 
 

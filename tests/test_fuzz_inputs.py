@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -454,8 +455,8 @@ commands = st.one_of(
         option("--kretprobe", st.sampled_from(["add", "fact", "sub"])),
         option("--uprobe", st.sampled_from([f"{PROG}:add", f"{PROG}:0x1f9"])),
         option("--uretprobe", st.sampled_from([f"{PROG}:fact"])),
-        option("--string-arg", st.integers(0, 3).map(str)),
-        option("--regs", st.sampled_from(["rdi,rsi", "arg0,arg1", "ip,sp", "arg2047", "rax"])),
+        option("--string-arg", st.integers(1, 4).map(str)),
+        option("--regs", st.sampled_from(["rdi,rsi", "arg1,arg2", "ip,sp", "arg2048", "rax"])),
         option("--call", st.sampled_from(["add 2 3", "fact(4)", "sub 3 -5", "bump 0x10"])),
         option("--restype", st.sampled_from(["long", "ulong", "int", "uint"])),
         option("--maxactive", st.integers(0, 8).map(str)),
@@ -471,7 +472,9 @@ commands = st.one_of(
         option("--hist", st.sampled_from(FILTER_FIELDS)),
         option("--call", st.sampled_from(["add 2 3", "fact 4"])),
         option("--noprobe", st.sampled_from(["sub"])),
-    ], flags=("--latency", "--profile", "--console")),
+        option("--comm", st.sampled_from(["cat", "a-b", "x" * 15])),
+        option("--pid", st.sampled_from(["0", "85", "4194304"])),
+    ], flags=("--latency", "--profile", "--console", "--no-prefix")),
     command(["disasm"], [ELF, positional("SYM", st.sampled_from(FUNCTIONS + ["add+4", "fact+0x3"]), cli_text)],
             [option("-n", st.integers(1, 20).map(str))]),
     command(["list"], [ELF], [option("--noprobe", st.sampled_from(["add", "add,sub"]))], flags=("--all",)),
@@ -575,3 +578,101 @@ def test_kernel_fixture_arch_is_a_known_name_or_refused(name: str) -> None:
         return
     assert canonical in kpsdk.get_registry().archs.names() and port.arch in (
         "amd64", "i386", "armhf", "riscv64", "ppc64el")
+
+
+# -- trace output formats ------------------------------------------------------------------------
+
+@settings(max_examples=fuzz_examples(60))
+@given(name=st.one_of(st.sampled_from(["text", "jsonl", "perfetto"]), nasty_text, st.text(max_size=40)))
+def test_an_output_format_name_is_a_format_or_a_usage_error(name: str) -> None:
+    """``--output NAME``: a loaded format runs; anything else is exit 2 listing the formats."""
+    result = runner.invoke(app, ["trace", "x86_64", "-e", "p:add add a=%di:s32", "--output", name])
+    check_cli_result(["--output", name], result.exit_code, result.stderr, result.output)
+    if name in kpsdk.get_registry().trace_formats:
+        assert result.exit_code == 0, result.output
+    else:
+        flat = "".join(result.stderr.replace("│", "").split())  # rich wraps the message in a box
+        assert result.exit_code == 2 and "wantoneofjsonl,perfetto,text" in flat, result.output
+
+
+@settings(max_examples=fuzz_examples(100))
+@given(names=st.lists(st.one_of(st.text(max_size=40), nasty_text), max_size=4))
+def test_format_names_a_plugin_gives_are_checked(names: list[str]) -> None:
+    """What a plugin's ``kpsdk_trace_formats`` returns is taken or refused with a KpsdkError."""
+    from kpsdk.trace.output import FORMAT_NAME, OutputFormat, TextWriter, check_formats
+
+    formats = [OutputFormat(n, lambda stream, ctx: TextWriter(stream)) for n in names]
+    try:
+        got = check_formats([formats])
+    except kpsdk.KpsdkError:
+        assert len(set(names)) < len(names) or not all(FORMAT_NAME.match(n) for n in names)
+        return
+    assert list(got) == names and all(re.fullmatch(r"[a-z0-9][a-z0-9_.-]{0,31}", n) for n in names)
+
+
+@settings(max_examples=fuzz_examples(80))
+@given(comm=st.one_of(st.text(max_size=20), nasty_text), pid=st.one_of(st.integers(-5, 5_000_000), st.text(max_size=8)))
+def test_a_fixed_comm_and_pid_are_taken_or_refused(comm: str, pid: Any) -> None:
+    """``--comm NAME --pid N``: the prefix shows exactly them, or it is a usage error (exit 2)."""
+    from kpsdk.tasks import PID_MAX_LIMIT, TASK_COMM_LEN
+
+    argv = ["trace", "x86_64", "-e", "p:add add a=%di:s32", "--comm", comm, "--pid", str(pid)]
+    result = runner.invoke(app, argv)
+    check_cli_result(argv, result.exit_code, result.stderr, result.output)
+    good_comm = 0 < len(comm.encode("utf-8", "surrogateescape")) < TASK_COMM_LEN and comm.isprintable() \
+        and not any(c.isspace() for c in comm)
+    try:
+        number: int | None = int(str(pid))  # what click's INT makes of the text
+    except ValueError:
+        number = None
+    good_pid = number is not None and 0 <= number <= PID_MAX_LIMIT
+    if good_comm and good_pid:
+        assert result.exit_code == 0, result.output
+        line = result.stdout.splitlines()[-1]
+        assert line.startswith(f"{comm:>16}-{number:<7} [000] ....."), line
+    else:
+        assert result.exit_code == 2, result.output
+
+
+@settings(max_examples=fuzz_examples(60))
+@given(name=st.one_of(st.text(max_size=30), nasty_text, st.sampled_from(["", ".", "..", "a/b", "x.svg", "x.PNG",
+                                                                          "x.gif", "\x00", "/", "/dev/full"])),
+       option_name=st.sampled_from(["--out", "--plot"]))
+def test_an_output_path_is_written_or_refused(tmp_path_factory: pytest.TempPathFactory, name: str,
+                                              option_name: str) -> None:
+    """``--out PATH``/``--plot PATH``: written, or a usage error (2) / one error line (1) with
+    nothing created; never a traceback."""
+    base = tmp_path_factory.mktemp("out")
+    path = name if name.startswith("/") else str(base / name) if name else name
+    argv = ["trace", "x86_64", "-e", "p:put put v=%si:s64", "--hist", "v", option_name, path]
+    result = runner.invoke(app, argv)
+    check_cli_result(argv, result.exit_code, result.stderr, result.output)
+    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
+    if result.exit_code == 2:
+        assert list(base.iterdir()) == [] or name in ("", ".", ".."), list(base.iterdir())
+
+
+@settings(max_examples=fuzz_examples(80))
+@given(pattern=st.one_of(st.text(max_size=20), nasty_text,
+                         st.sampled_from(["*", "s*", "[", "[!a]*", "**", "?", "a[b"])),
+       command_name=st.sampled_from(["list", "probe"]))
+def test_a_symbol_glob_matches_or_is_refused(pattern: str, command_name: str) -> None:
+    """``kpsdk list X --functions GLOB`` and ``kpsdk probe X --kprobe GLOB``: a listing or probes
+    (exit 0), or one error line / a usage error; never a traceback, never a hang."""
+    argv = (["list", "x86_64", "--functions", pattern] if command_name == "list"
+            else ["probe", "x86_64", "--kprobe", pattern, "--regs", "rdi"])
+    result = runner.invoke(app, argv)
+    check_cli_result(argv, result.exit_code, result.stderr, result.output)
+    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
+    if command_name == "list" and result.exit_code == 0:
+        from kpsdk.elfimage import load_elf
+
+        names = {s.name for s in load_elf(PROG).symbols if s.kind == "func"}
+        expected = {n for n in names if re.fullmatch(fnmatch_translate(pattern), n)}
+        assert all(n in result.stdout for n in expected)
+
+
+def fnmatch_translate(pattern: str) -> str:
+    import fnmatch
+
+    return fnmatch.translate(pattern)

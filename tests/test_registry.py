@@ -10,7 +10,9 @@ import sys
 import pytest
 
 import kpsdk
+from kpsdk.errors import KpsdkError, UnknownNameError
 from kpsdk.registry import PluginLoadError, Registry
+from kpsdk.trace.output import OutputFormat, TextWriter
 
 
 def test_builtins_are_entry_point_plugins() -> None:
@@ -41,3 +43,56 @@ def test_session_verbs_come_from_probe_type_names() -> None:
     assert callable(s.register_kprobes) and callable(s.kprobe)
     with pytest.raises(AttributeError, match="probe types: .*kprobe"):
         s.register_nosuchprobe  # noqa: B018 - not provided by any loaded plugin
+
+
+# -- trace output formats (the kpsdk_trace_formats hook) ------------------------------------
+
+class _FormatPlugin:
+    """A plugin object giving one output format called ``name``."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    @kpsdk.hookimpl
+    def kpsdk_trace_formats(self) -> list[OutputFormat]:
+        return [OutputFormat(self.name, lambda stream, ctx: TextWriter(stream))]
+
+
+def test_builtin_formats_come_from_a_plugin_that_can_be_blocked() -> None:
+    assert {"text", "jsonl", "perfetto"} <= set(Registry().trace_formats)
+    assert Registry(block=("trace-formats",)).trace_formats == {}
+
+
+def test_a_format_provided_twice_is_an_error() -> None:
+    reg = Registry()
+    reg.pm.register(_FormatPlugin("text"))
+    with pytest.raises(KpsdkError, match="'text' provided twice"):
+        _ = reg.trace_formats
+
+
+@pytest.mark.parametrize("name", ["", "CSV", "a b", "-x", "x" * 33, "csv\n"])
+def test_a_format_name_is_one_word_for_the_command_line(name: str) -> None:
+    reg = Registry(block=("trace-formats",))
+    reg.pm.register(_FormatPlugin(name))
+    with pytest.raises(KpsdkError, match="output format name"):
+        _ = reg.trace_formats
+
+
+def test_a_plugin_format_is_what_make_writer_and_the_cli_use(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A format registered at run time (not an installed entry point: test_example_csvtrace.py is)."""
+    from typer.testing import CliRunner
+
+    from kpsdk import registry
+    from kpsdk.cli import app
+    from kpsdk.trace.output import make_writer
+
+    reg = Registry()
+    reg.pm.register(_FormatPlugin("plain"))
+    monkeypatch.setattr(registry, "_default", reg)
+    assert isinstance(make_writer("plain", sys.stdout), TextWriter)
+    with pytest.raises(UnknownNameError, match="'nosuch'.*valid: jsonl, perfetto, plain, text"):
+        make_writer("nosuch", sys.stdout)
+    plain = CliRunner().invoke(app, ["trace", "x86_64", "-e", "p:add add a=%di:s32", "--output", "plain"])
+    text = CliRunner().invoke(app, ["trace", "x86_64", "-e", "p:add add a=%di:s32", "--no-prefix"])
+    assert plain.exit_code == 0 and text.exit_code == 0
+    assert plain.stdout == text.stdout and text.stdout.startswith("add: (add+0x0/")

@@ -183,15 +183,15 @@ ERRORS = [
     ("p:ev f x=+0(%di):u8[4]x", "BAD_ARRAY_SUFFIX", 22),
     ("p:ev f x=+0(%di):u8[0]", "BAD_ARRAY_NUM", 20),
     ("p:ev f x=+0(%di):u8[65]", "ARRAY_TOO_BIG", 20),
-    ("p:ev f x=%di:u128", "BAD_TYPE", 12),
-    ("p:ev f x=%di:b4@2", "BAD_BITFIELD", 12),
-    ("p:ev f x=%di:b0@2/8", "BAD_BITFIELD", 12),
-    ("p:ev f x=+0(%di):b6@4/8", "BAD_BITFIELD", 16),
-    ("p:ev f x=+0(%di):b4@0/7", "BAD_TYPE", 16),
-    ("p:ev f x=%di:string", "BAD_STRING", 12),
-    ("p:ev f x=%di:u8[2]", "BAD_STRING", 12),
-    ("p:ev f x=$comm:u32", "NEED_STRING_TYPE", 14),
-    ("p:ev f x=\\1:symstr", "BAD_SYMSTRING", 11),
+    ("p:ev f x=%di:u128", "BAD_TYPE", 13),
+    ("p:ev f x=%di:b4@2", "BAD_BITFIELD", 13),
+    ("p:ev f x=%di:b0@2/8", "BAD_BITFIELD", 13),
+    ("p:ev f x=+0(%di):b6@4/8", "BAD_BITFIELD", 17),
+    ("p:ev f x=+0(%di):b4@0/7", "BAD_TYPE", 17),
+    ("p:ev f x=%di:string", "BAD_STRING", 13),
+    ("p:ev f x=%di:u8[2]", "BAD_STRING", 13),
+    ("p:ev f x=$comm:u32", "NEED_STRING_TYPE", 15),
+    ("p:ev f x=\\1:symstr", "BAD_SYMSTRING", 12),
     ("p:ev f " + "n" * 33 + "=%di", "ARG_NAME_TOO_LONG", 7),
     ("p:ev f =%di", "NO_ARG_NAME", 7),
     ("p:ev f 1x=%di", "BAD_ARG_NAME", 7),
@@ -200,7 +200,7 @@ ERRORS = [
     ("p:ev f x=+0(" + "+0(" * 5 + "%di" + ")" * 6 + ":" + "u" * 40, "ARG_TOO_LONG", 9),
     ("p:ev f x=", "NO_ARG_BODY", 9),
     ("p:ev f " + " ".join(f"a{i}=%di" for i in range(129)), "TOO_MANY_ARGS", -1),
-    ("p:ev f x=" + "+0(" * 15 + "%di" + ")" * 15, "TOO_MANY_OPS", 9),
+    ("p:ev f x=" + "+0(" * 15 + "%di" + ")" * 15, "TOO_MANY_OPS", 12),  # at the 2nd: the 14th from the load
 ]
 
 
@@ -234,7 +234,7 @@ def test_uprobe_errors(tmp_path) -> None:  # type: ignore[no-untyped-def]
         (f"r2 {prog}:0x10", "MAXACT_NO_KPROBE", 1),
         (f"p {prog}:0x10 x=@sym", "SYM_ON_UPROBE", 3 + len(str(prog)) + 7),
         (f"p {prog}:0x10 x=@+zz", "BAD_FILE_OFFS", 3 + len(str(prog)) + 7),
-        (f"p {prog}:0x10 x=%ax:symbol", "BAD_TYPE", 3 + len(str(prog)) + 10),
+        (f"p {prog}:0x10 x=%ax:symbol", "BAD_TYPE", 3 + len(str(prog)) + 11),
     ]
     for definition, code, column in cases:
         with pytest.raises(TraceDefinitionError) as e:

@@ -35,7 +35,8 @@ def test_kpsdk_trace_on_a_real_kernel(debian_kernel: Path, kernel_initramfs: Cal
         "-e", "r:openret do_sys_openat2 name=+0($arg2):ustring ret=$retval:s64",
     ])
     assert result.exit_code == 0, result.output[-3000:]
-    records = [json.loads(line) for line in result.stdout.splitlines()]
+    head, *records = [json.loads(line) for line in result.stdout.splitlines()]
+    assert head["schema"] == "kpsdk-trace" and any("BTF" in note for note in head["notes"])
     markers = kernel.parse_markers(result.stderr)
     assert "BEGIN" in [m.action for m in markers] and "POWEROFF" in [m.action for m in markers], result.stderr[-2000:]
     opens = {m.fields["path"]: m.fields["ret"] for m in markers if m.action == "open"}
@@ -52,3 +53,7 @@ def test_kpsdk_trace_on_a_real_kernel(debian_kernel: Path, kernel_initramfs: Cal
     assert ("/kpsdk-missing", -errno.ENOENT) in failed and ("/etc/kpsdk-hello/sub", -errno.ENOTDIR) in failed
     first = next(r for r in records if r["event"] == "openret")
     assert first["func"] == "do_sys_openat2" and first["where"].endswith(" <- do_sys_openat2")
+    # 64-bit kernel addresses as hex strings (a double would round them), and the task of each
+    assert int(first["ip"], 16) >= 1 << 63 and int(first["caller"], 16) >= 1 << 63
+    assert {(r["comm"], r["fields"]["name"]) for r in records if r["event"] == "openret"} >= {
+        ("cat", "/kpsdk-missing"), ("cat", "/etc/kpsdk-hello/sub")}

@@ -43,6 +43,8 @@ def by_event(lines: list[str]) -> dict[str, list[dict[str, Any]]]:
     out: dict[str, list[dict[str, Any]]] = {}
     for line in lines:
         record = json.loads(line)
+        if "schema" in record:  # the first line: what the lines are
+            continue
         out.setdefault(record["event"], []).append(record)
     return out
 
@@ -95,7 +97,25 @@ def test_uprobe_and_count_on_qemu_user(tmp_path: Path) -> None:
     put = file_offset(path, "put")
     defs = tmp_path / "defs"
     defs.write_text(f"p:uput {path}:{put:#x} name=+0(%a0):string v=%a1:s64\n")
-    result = runner.invoke(app, ["trace", "qemu-user:riscv64", "-f", str(defs), "--count", "3", "--profile"])
+    result = runner.invoke(app, ["trace", "qemu-user:riscv64", "-f", str(defs), "--count", "3", "--profile",
+                                 "--no-prefix"])
     assert result.exit_code == 0, result.output
     lines = [ln for ln in result.stdout.splitlines() if ln.startswith("uput:")]
     assert lines == [f'uput: (put+0x0/0x72) name="{n}" v={v}' for n, v in qemu_lines("riscv64")[:3]]
+
+
+def test_qemu_user_prefix_is_the_programs_comm_and_pid() -> None:
+    """Under qemu-user the guest program is the QEMU process (its pid is the program's, as
+    getpid() answers it): the prefix shows the file name as comm and that pid."""
+    need_live("riscv64")
+    path = fixtures.path("riscv64")
+    s = kpsdk.open(f"qemu-user:{path}")
+    try:
+        t = s.trace(["p:put put v=%a1:s64", "r:fact fact r=$retval:s64"])
+        s.run(timeout=60)
+        pid = s.target.processes[0].pid
+    finally:
+        s.close()
+    assert len(t.records) > 5
+    assert {(r.comm, r.pid, r.cpu, r.flags) for r in t.records} == {(path.name[:15], pid, 0, ".....")}
+    assert "thread id" in t.tasks_note

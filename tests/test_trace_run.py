@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ from kpsdk import fixtures
 from kpsdk.cli import app
 from kpsdk.trace.events import TraceRecord
 from kpsdk.trace.hist import Histogram, bucket_label, log2_bucket
+from kpsdk.trace.output import JSONL_SCHEMA, JSONL_VERSION
 from tests.conftest import QEMU, UNICORN_ARCHS, require_tool
 
 runner = CliRunner()
@@ -196,7 +198,7 @@ def invoke(*args: str) -> Any:
 
 def test_cli_text_is_the_ftrace_line_shape() -> None:
     result = invoke("riscv64", "-e", "p:put put name=+0(%a0):string v=%a1:s32", "-e", "r fact $retval:s64",
-                    "-e", "p:fact fact n=%a0:u64 nn=%x10:s8", "--count", "5")
+                    "-e", "p:fact fact n=%a0:u64 nn=%x10:s8", "--count", "5", "--no-prefix")
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
     assert lines[0] == 'put: (put+0x0/0x72) name="add" v=5'
@@ -206,12 +208,40 @@ def test_cli_text_is_the_ftrace_line_shape() -> None:
     assert len(lines) == 5  # --count 5
 
 
+#: the kernel's trace line: "%16s-%-7d [%03d] FFFFF %5lu.%06lu: BODY" (kernel/trace/trace_output.c)
+PREFIXED = re.compile(r"^ *(\S+)-(\d+) +\[(\d{3})\] (\S{5}) +(\d+\.\d{6}): (.*)$")
+
+
+@pytest.mark.parametrize("extra", [[], ["--comm", "cat", "--pid", "85"]])
+def test_cli_text_has_the_kernels_prefix_and_header(extra: list[str]) -> None:
+    """The same bodies as --no-prefix, each after the task/CPU/flags/time prefix, below the
+    kernel's header; Unicorn's task is the program's name and pid 1, or what --comm/--pid say."""
+    events = ["-e", "p:put put name=+0(%a0):string v=%a1:s32", "-e", "r fact $retval:s64"]
+    bare = invoke("riscv64", *events, "--no-prefix")
+    result = invoke("riscv64", *events, *extra)
+    assert bare.exit_code == 0 and result.exit_code == 0, result.output
+    header = [line for line in result.stdout.splitlines() if line.startswith("#")]
+    body = [line for line in result.stdout.splitlines() if not line.startswith("#")]
+    assert header[:2] == ["# tracer: nop", "#"]
+    assert header[-2:] == ["#           TASK-PID     CPU#  |||||  TIMESTAMP  FUNCTION",
+                           "#              | |         |   |||||     |         |"]
+    assert any(line.startswith("# kpsdk: TIMESTAMP:") for line in header)
+    matches = [PREFIXED.match(line) for line in body]
+    assert all(matches), body
+    assert [m[6] for m in matches if m] == bare.stdout.splitlines()
+    comm, pid = (extra[1], extra[3]) if extra else (fixtures.path("riscv64").name[:15], "1")
+    assert {(m[1], m[2], m[3], m[4]) for m in matches if m} == {(comm, pid, "000", ".....")}
+    assert all(line.index("[") == 25 for line in body)  # "%16s-%-7d ": the column the kernel's is at
+    times = [float(m[5]) for m in matches if m]
+    assert times == sorted(times)
+
+
 def test_cli_returns_show_the_caller() -> None:
-    result = invoke("x86_64", "-e", "r:subret sub $retval:s32", "--call", "sub 3 5")
+    result = invoke("x86_64", "-e", "r:subret sub $retval:s32", "--call", "sub 3 5", "--no-prefix")
     assert result.exit_code == 0, result.output
     # called by kpsdk: the return address is the sentinel in kpsdk's own area, outside every symbol
     assert result.stdout.startswith("subret: (0x") and result.stdout.endswith(" <- sub) arg1=-2\n")
-    result = invoke("arm", "-e", "r fact $retval:s32")
+    result = invoke("arm", "-e", "r fact $retval:s32", "--no-prefix")
     assert result.exit_code == 0, result.output
     assert result.stdout.splitlines()[0].startswith("r_fact_0: (fact+0x") and " <- fact) arg1=1" in result.stdout
     assert result.stdout.splitlines()[-1].startswith("r_fact_0: (main+0x") and result.stdout.endswith("arg1=120\n")
@@ -221,7 +251,10 @@ def test_cli_jsonl_filter_profile() -> None:
     result = invoke("thumb", "-e", "p:put put name=+0(%r0):string v=%r1:s32", "--filter", "v >= 42 && v < 5051",
                     "--output", "jsonl", "--profile")
     assert result.exit_code == 0, result.output
-    records = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    head, *records = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    for line in (head, *records):
+        jsonschema.validate(line, JSONL_SCHEMA)
+    assert head["schema"] == "kpsdk-trace" and head["version"] == JSONL_VERSION
     truth = [(n, v) for n, v in qemu_lines("thumb") if 42 <= v < 5051]
     assert [(r["fields"]["name"], r["fields"]["v"]) for r in records] == truth
     assert all(r["event"] == "put" and r["group"] == "kprobes" and r["kind"] == "p" for r in records)
@@ -344,3 +377,26 @@ def test_records_as_dicts_are_json() -> None:
     r = TraceRecord("e", "kprobes", "r", 0.5, 0x10, "main+0x4/0x10 <- f", {"a": 1, "s": None, "l": [1, 2]},
                     caller=0x14, func="f", entry_time=0.25)
     assert json.loads(json.dumps(r.as_dict()))["duration"] == 0.25
+
+
+def test_jsonl_keeps_64_bit_values_exact_and_every_key() -> None:
+    """Hex-typed fields and addresses as "0x..." strings, u64/s64 beyond 2**53 as decimal strings
+    (jq reads numbers as doubles), absent keys as null: checked against the text line's values."""
+    defs = ["-e", "p:put put v=%si:s64 raw=%si big=%si:u64 neg=%si:s8 name=+0(%di):string c=+0(%di):char[2]",
+            "-e", "r:fact fact r=$retval:u64"]
+    jsonl = invoke("x86_64", *defs, "--output", "jsonl", "--call", "put 0 -1", "--count", "1")
+    text = invoke("x86_64", *defs, "--call", "put 0 -1", "--count", "1", "--no-prefix")
+    assert jsonl.exit_code == 0 and text.exit_code == 0, jsonl.output + text.output
+    lines = [json.loads(line) for line in jsonl.stdout.splitlines()]
+    for line in lines:
+        jsonschema.validate(line, JSONL_SCHEMA)
+    (record,) = lines[1:]
+    values = dict(word.split("=", 1) for word in text.stdout.split(") ", 1)[1].split())
+    f = record["fields"]
+    assert f["raw"] == values["raw"] == "0xffffffffffffffff"      # x64: the text's hex
+    assert f["big"] == values["big"] == str(2**64 - 1)             # beyond 2**53: a decimal string
+    assert f["v"] == int(values["v"]) == -1 and f["neg"] == -1     # small: numbers
+    assert f["name"] is None and values["name"] == "(fault)"       # address 0: a fault is null
+    assert f["c"] is None and values["c"] == "(fault)"
+    assert record["ip"] == hex(int(record["ip"], 16))
+    assert record["caller"] is record["func"] is record["entry_time"] is record["duration"] is None  # a p event

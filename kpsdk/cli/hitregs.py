@@ -2,7 +2,8 @@
 
 A name is a register of the architecture (or an alias), a role (``ip``,
 ``sp``, ``return_value``) or ``argN``, the N-th argument by the session's
-calling convention.  Names are checked when the probes are registered, so a
+calling convention, counted from 1 as the kernel's ``$argN`` (``arg1`` is the first:
+every name the CLI prints for an argument is numbered so).  Names are checked when the probes are registered, so a
 typo is an error at once, never at the first hit.
 """
 
@@ -18,24 +19,24 @@ if TYPE_CHECKING:
     from kpsdk.arch import Arch
     from kpsdk.regs import PtRegs
 
-#: argument numbers (argN, --string-arg N) go below this: the kernel's $argN limit, PARAM_MAX_STACK
-#: (kpsdk.trace.grammar), which no stack reaches
+#: argument numbers (argN, --string-arg N) go from 1 to this: the kernel's $argN limit,
+#: PARAM_MAX_STACK (kpsdk.trace.grammar), which no stack reaches
 ARG_LIMIT = 2048
 
 
 def default_regs(arch: Arch, abi_kind: str = "user") -> list[str]:
     """The first four arguments (by the session's ABI), the stack pointer and the return-value register."""
-    args = list(arch.abi(abi_kind).args[:4]) or [f"arg{i}" for i in range(4)]
+    args = list(arch.abi(abi_kind).args[:4]) or [f"arg{i}" for i in range(1, 5)]
     return list(dict.fromkeys([*args, arch.sp, arch.return_value]))
 
 
 def arg_number(name: str) -> int | None:
     """N of ``argN`` (ASCII digits), else None; more digits than any argument number has
-    gives :data:`ARG_LIMIT` (out of range), never a 5000-digit conversion."""
+    gives one past :data:`ARG_LIMIT` (out of range), never a 5000-digit conversion."""
     digits = name[3:] if name.startswith("arg") else ""
     if not (digits.isascii() and digits.isdigit()):
         return None
-    return int(digits) if len(digits) <= 9 else ARG_LIMIT
+    return int(digits) if len(digits) <= 9 else ARG_LIMIT + 1
 
 
 def check_reg_names(arch: Arch, names: list[str]) -> None:
@@ -45,9 +46,9 @@ def check_reg_names(arch: Arch, names: list[str]) -> None:
     for n in names:
         number = arg_number(n)
         if number is not None:
-            if number >= ARG_LIMIT:
-                raise typer.BadParameter(f"{shown(n)}: arguments go from arg0 to arg{ARG_LIMIT - 1}",
-                                         param_hint="--regs")
+            if not 1 <= number <= ARG_LIMIT:
+                raise typer.BadParameter(f"{shown(n)}: arguments go from arg1 to arg{ARG_LIMIT}, numbered as the "
+                                         "kernel's $argN", param_hint="--regs")
             continue
         if n in roles or arch.has_register(n):
             continue
@@ -55,10 +56,11 @@ def check_reg_names(arch: Arch, names: list[str]) -> None:
 
 
 def read_reg(regs: PtRegs, name: str) -> int:
-    """The value of a checked name at a hit: ``argN`` by the ABI, anything else by attribute."""
+    """The value of a checked name at a hit: ``argN`` by the ABI (``regs.arg`` counts from 0),
+    anything else by attribute."""
     number = arg_number(name)
     if number is not None:
-        return regs.arg(number)
+        return regs.arg(number - 1)
     return int(getattr(regs, name))
 
 

@@ -28,9 +28,10 @@ STRINGS_MAX = 4096 // STRING_SLOT
 
 
 def fetch_string(s: Session, regs: PtRegs, n: int) -> tuple[bytes, int]:
-    """Argument ``n`` read as a C string: (at most 255 bytes of UTF-8, STRING_OK/TRUNCATED/FAULT)."""
+    """Argument ``n`` (from 1, as the kernel's ``$argN``) read as a C string: (at most 255 bytes
+    of UTF-8, STRING_OK/TRUNCATED/FAULT)."""
     try:
-        text = s.read_string(regs.arg(n), max=STRING_MAX)
+        text = s.read_string(regs.arg(n - 1), max=STRING_MAX)
     except TargetFault:
         return b"", STRING_FAULT
     raw = text.encode("utf-8", "replace")

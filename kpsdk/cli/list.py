@@ -1,11 +1,17 @@
-"""``kpsdk list``: the functions of an ELF file, i.e. where a kprobe can go.
+"""``kpsdk list``: the functions of an ELF file or a kernel, i.e. where a kprobe can go.
 
 Reads the symbol table only: nothing runs, no Unicorn is needed and every
-architecture works.
+architecture works.  A file that is not an ELF is read as a kernel's symbols
+(``vmlinuz``'s own kallsyms table, ``/proc/kallsyms`` text, ``System.map``), as
+``kpsdk probe --symbols`` reads it.  ``--functions PATTERN`` keeps the names that
+match a shell glob, as ``perf probe --funcs`` and ``bpftrace -l`` filter.
 """
 
 from __future__ import annotations
 
+import fnmatch
+import re
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -17,28 +23,42 @@ from kpsdk.cli.command import Command
 from kpsdk.cli.consoles import console
 from kpsdk.cli.options import ElfArg, NoprobeOpt
 from kpsdk.cli.parsing import elf_path, split_commas
-from kpsdk.errors import UnknownNameError
+from kpsdk.errors import UnknownNameError, shown
 
 
 def cmd_list(
     elf: ElfArg,
     all_: Annotated[bool, typer.Option("--all", "-a", help="Include data objects (STT_OBJECT) too.")] = False,
     noprobe: NoprobeOpt = None,
+    functions: Annotated[str | None, typer.Option(
+        "--functions", "-f", metavar="PATTERN", show_default=False,
+        help="Only the names matching this shell glob ('vfs_*', 'do_sys_open*', '*_read'); case-sensitive.")] = None,
 ) -> None:
-    """The functions in an ELF file: what you can put a kprobe on.
+    """The functions in an ELF file or a kernel: what you can put a kprobe on.
 
     Reads the symbol table only (nothing runs, no Unicorn needed, any
     architecture).  A probe goes on SYM (the function's first instruction) or
     SYM+OFF (any instruction boundary inside it, see kpsdk disasm).  thumb marks
     ARM Thumb functions (ELF symbol value bit 0).  Names given with --noprobe
     are marked as kpsdk would refuse them (EINVAL), as the kernel does for
-    NOKPROBE_SYMBOL functions.
+    NOKPROBE_SYMBOL functions.  A kernel (vmlinuz, /proc/kallsyms text,
+    System.map) lists its symbols the same way; --functions 'vfs_*' keeps the
+    names matching a shell glob.
     """
     from rich.table import Table
 
     from kpsdk.elfimage import load_elf
+    from kpsdk.errors import ImageFormatError
 
-    image = load_elf(elf_path(elf))
+    path = elf_path(elf)
+    pattern = check_pattern(functions) if functions is not None else None
+    try:
+        image = load_elf(path)
+    except ImageFormatError as exc:
+        if "not an ELF file" not in str(exc):
+            raise
+        _list_kernel(path, all_, pattern)  # vmlinuz, kallsyms text, System.map
+        return
     blocked = set(split_commas(noprobe))
     try:
         arch_name = kpsdk.get_registry().archs.by_elf(image.machine, image.elf_class, image.endian).name
@@ -58,6 +78,8 @@ def cmd_list(
     count = 0
     for sym in image.symbols:
         if sym.kind != "func" and not all_:
+            continue
+        if pattern is not None and not pattern.match(sym.name):
             continue
         count += 1
         if sym.kind != "func":
@@ -81,5 +103,45 @@ def cmd_list(
                    style="dim"))
 
 
+def check_pattern(text: str) -> re.Pattern[str]:
+    """A ``--functions`` glob as a compiled pattern; a usage error when it cannot name anything."""
+    if not text or "\0" in text or len(text) > MAX_PATTERN:
+        raise typer.BadParameter(f"{shown(text)}: want a shell glob of 1 to {MAX_PATTERN} characters, "
+                                 "such as 'vfs_*'", param_hint="--functions")
+    return re.compile(fnmatch.translate(text))
+
+
+def _list_kernel(path: Path, all_: bool, pattern: re.Pattern[str] | None) -> None:
+    """A kernel's symbols (image, kallsyms text, System.map): name, address, size (to the next symbol)."""
+    from rich.table import Table
+
+    from kpsdk.kallsyms import load_kernel_symbols
+
+    table_syms = load_kernel_symbols(path)
+    con = console()
+    table = Table()
+    table.add_column("name", style="bold")
+    table.add_column("address", justify="right")
+    table.add_column("size", justify="right")
+    if all_:
+        table.add_column("kind")
+    count = 0
+    for sym in table_syms:
+        if (sym.kind != "func" and not all_) or (pattern is not None and not pattern.match(sym.name)):
+            continue
+        count += 1
+        row = [escape(sym.name), f"{sym.address:#018x}", str(sym.size)]
+        table.add_row(*(row + [sym.kind] if all_ else row))
+    con.print(Text.assemble((path.name, "bold"), f": a kernel's symbols, {len(table_syms)} in all "
+                            "(sizes: to the next symbol, as kallsyms has none)"), soft_wrap=True)
+    con.print(table)
+    con.print(Text(f"{count} symbols.  Next: kpsdk probe --target qemu-system:ARCH --kernel {path.name} "
+                   "--kprobe SYM", style="dim"), soft_wrap=True)
+
+
+#: the longest --functions pattern: longer than any symbol name is meaningless
+MAX_PATTERN = 512
+
 COMMAND = Command("list", cmd_list,
-                  "kpsdk list x86_64\nkpsdk list ./prog.elf --all\nkpsdk list arm --noprobe add,sub")
+                  "kpsdk list x86_64\nkpsdk list ./prog.elf --all\nkpsdk list arm --noprobe add,sub\n"
+                  "kpsdk list vmlinuz --functions 'vfs_*'      # a kernel image, kallsyms text or System.map")

@@ -7,6 +7,7 @@ built-in commands and ``kpsdk trace``.
 
 from __future__ import annotations
 
+import os
 import shlex
 from pathlib import Path
 from typing import Any
@@ -81,3 +82,24 @@ def check_seconds(param: typer.CallbackParam, value: float | None) -> float | No
         except ArgumentError as e:
             raise typer.BadParameter(str(e)) from None
     return value
+
+
+def check_out_path(path: Path, option: str = "--out") -> Path:
+    """A file the command will write at the end (``--out``, ``--plot``), checked before anything runs
+    and never opened here: an existing file is neither truncated nor changed until there is
+    something to write, so a bad definition found later leaves it as it was."""
+    try:
+        if path.is_dir():
+            raise typer.BadParameter(f"{str(path)!r} is a directory", param_hint=option)
+        if path.exists() or path.is_symlink():
+            if not os.access(path, os.W_OK):
+                raise typer.BadParameter(f"{str(path)!r} is not writable", param_hint=option)
+            return path
+        parent = path.parent
+        if not parent.is_dir():
+            raise typer.BadParameter(f"{str(path)!r}: no directory {str(parent)!r} to create it in", param_hint=option)
+        if not os.access(parent, os.W_OK | os.X_OK):
+            raise typer.BadParameter(f"{str(path)!r}: cannot create files in {str(parent)!r}", param_hint=option)
+    except (OSError, ValueError) as exc:  # a name the system refuses (too long, a NUL)
+        raise typer.BadParameter(f"{str(path)!r}: {getattr(exc, 'strerror', None) or exc}", param_hint=option) from None
+    return path

@@ -23,8 +23,8 @@ def cmd_plugins() -> None:
 
     Everything beyond kpsdk's core is a plugin: architecture backends, target
     kinds (the scheme of kpsdk.open("elf:PATH")), probe types (a type named
-    kprobe gives sessions register_kprobe, s.kprobe(...) and kpsdk.Kprobe) and
-    CLI commands.  Third-party packages provide them through the 'kpsdk'
+    kprobe gives sessions register_kprobe, s.kprobe(...) and kpsdk.Kprobe),
+    CLI commands and kpsdk trace's output formats.  Third-party packages provide them through the 'kpsdk'
     entry-point group, exactly as kpsdk's own do.
     """
     from rich.table import Table
@@ -59,6 +59,12 @@ def cmd_plugins() -> None:
                   escape(pt.description))
     if not reg.probe_types:
         t.add_row("[dim]none[/]", "", "[dim]no probe-type plugin is loaded (blocked with -p no:kprobes?)[/]")
+    con.print(t)
+    t = Table(title="trace output formats (kpsdk trace --output NAME)", title_justify="left")
+    t.add_column("name", style="bold cyan")
+    t.add_column("help")
+    for fmt in reg.trace_formats.values():
+        t.add_row(escape(fmt.name), escape(fmt.help))
     con.print(t)
     t = Table(title="architectures", title_justify="left")
     t.add_column("name", style="bold cyan")

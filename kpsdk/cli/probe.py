@@ -50,7 +50,8 @@ def cmd_probe(
     elf: ProbeElfArg = None,
     kprobe: Annotated[list[str] | None, typer.Option(
         "--kprobe", "-k", metavar="SYM[+OFF]", rich_help_panel=PROBES_PANEL,
-        help="Put a kprobe here (SYM, SYM+0xOFF or 0xADDR); each hit prints registers. Repeatable.")] = None,
+        help="Put a kprobe here (SYM, SYM+0xOFF or 0xADDR; SYM may be a shell glob, 'vfs_*': one kprobe on each "
+             "function that matches and can be probed); each hit prints registers. Repeatable.")] = None,
     kretprobe: Annotated[list[str] | None, typer.Option(
         "--kretprobe", metavar="SYM", rich_help_panel=PROBES_PANEL,
         help="Put a kretprobe on function SYM; each return prints 'r SYM ret=VALUE'. Repeatable.")] = None,
@@ -63,8 +64,9 @@ def cmd_probe(
         help="Put a uretprobe on the function at PATH:SYM (or its entry's file offset); each return prints "
              "'r PATH:SYM ret=VALUE'. Repeatable.")] = None,
     string_arg: Annotated[list[int] | None, typer.Option(
-        "--string-arg", metavar="N", min=0, max=ARG_LIMIT - 1, rich_help_panel=OUTPUT_PANEL,
-        help="Also print argument N (from 0, by the target's calling convention) as a NUL-terminated string, "
+        "--string-arg", metavar="N", min=1, max=ARG_LIMIT, rich_help_panel=OUTPUT_PANEL,
+        help="Also print argument N (from 1, as the kernel's $argN, by the target's calling convention) as a "
+             "NUL-terminated string, "
              "argN=\"...\" (at most 256 bytes; argN=(fault) if unreadable). Read at a kprobe's hit, at a "
              f"kretprobe's function entry (at most {STRINGS_MAX} there). Repeatable.")] = None,
     failed: Annotated[bool, typer.Option(
@@ -134,7 +136,8 @@ def cmd_probe(
 
     At a function's first instruction the arguments are where the calling
     convention puts them (the kernel's on qemu-system and gdb://), so
-    --string-arg 1 on do_sys_openat2 is the file name.  A kretprobe reads it at
+    --string-arg 2 on do_sys_openat2 is the file name (arguments count from 1,
+    as the kernel's $argN, in --string-arg, --regs argN and what a hit prints).  A kretprobe reads it at
     the entry and keeps it in ri.data until the return.  ret is the return
     register as a signed word (--restype long; give --restype int for a function
     returning int on a 64-bit target); --failed keeps only negative values:
@@ -218,10 +221,10 @@ COMMAND = Command(
     "kpsdk probe x86_64 --kretprobe sub --restype int --call sub 3 5     # r sub ret=-2\n"
     "kpsdk probe --target qemu-user:arm --kretprobe add --kprobe fact --console\n"
     "kpsdk probe ./prog --uprobe ./prog:add --uretprobe ./prog:0x1f9     # by file and offset\n"
-    "kpsdk probe --target qemu-user:./myprog --arg=-v --arg in.txt --kretprobe parse --string-arg 0\n"
+    "kpsdk probe --target qemu-user:./myprog --arg=-v --arg in.txt --kretprobe parse --string-arg 1\n"
     "kpsdk probe --target qemu-system:x86_64 --kernel vmlinuz --initrd initrd.img \\\n"
-    "    --kretprobe do_sys_openat2 --string-arg 1 --failed       # failed opens, with file names\n"
-    "kpsdk probe --target gdb://localhost:1234 --symbols vmlinux --kprobe do_sys_openat2 --string-arg 1",
+    "    --kretprobe do_sys_openat2 --string-arg 2 --failed       # failed opens, with file names\n"
+    "kpsdk probe --target gdb://localhost:1234 --symbols vmlinux --kprobe do_sys_openat2 --string-arg 2",
     # the arguments after --call FN are extra arguments (negative numbers included)
     extra_args=True,
 )

@@ -18,7 +18,8 @@ from kpsdk.cli.consoles import heading
 from kpsdk.cli.hitregs import check_reg_names, default_regs, show_reg
 from kpsdk.cli.hitstrings import STRING_SLOT, fetch_string, load_strings, show_string, store_strings
 from kpsdk.cli.returns import errno_name, signed_return
-from kpsdk.errors import KpsdkError
+from kpsdk.errors import KprobeError, KpsdkError
+from kpsdk.symbols import did_you_mean, is_glob
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -98,7 +99,7 @@ class ProbeRun:
         if self.no_optimize:
             s.kprobes_optimization = False
         probes = []
-        for where in self.kprobes:
+        for where in expand_globs(s, self.kprobes, self.con):
             pre, post_h = _printers(s, self.con, names, self.hit, self.post, self.strings)
             probes.append(Kprobe(**where, pre_handler=pre, post_handler=post_h))
             self.lines.append(ProbeLine("k", "", probes[-1]))
@@ -229,3 +230,43 @@ def _printers(s: Session, con: Console, names: list[str], hit: list[int], post: 
                   .append(f" -> ip={ip:#x} ({s.symbols.format(ip)})"), soft_wrap=True)
 
     return pre, (post_handler if post else None)
+
+
+#: the most kprobes one --kprobe glob may put (a kernel's '*' would be 50k breakpoints)
+MAX_GLOB_PROBES = 1000
+
+
+def expand_globs(s: Session, kprobes: list[dict[str, Any]], con: Console) -> list[dict[str, Any]]:
+    """``--kprobe 'vfs_*'``: one location per function whose name matches, as ``perf probe``
+    and bpftrace expand wildcards; functions that cannot be probed (blacklisted, a refused
+    first instruction) are left out and counted, one address is probed once."""
+    out: list[dict[str, Any]] = []
+    for where in kprobes:
+        pattern = where.get("symbol_name")
+        if not isinstance(pattern, str) or not is_glob(pattern):
+            out.append(where)
+            continue
+        matched = s.symbols.matching(pattern)
+        if not matched:
+            close = s.symbols.suggest(pattern.replace("*", "").replace("?", ""))
+            raise KpsdkError(f"--kprobe {pattern!r}: no function in the target matches{did_you_mean(close)}")
+        seen: set[int] = set()
+        skipped = 0
+        for sym in matched:
+            addr = sym.address + int(where.get("offset", 0))
+            if addr in seen:
+                continue
+            try:
+                s.target.manager.check_address(addr)
+            except KprobeError:
+                skipped += 1
+                continue
+            seen.add(addr)
+            out.append({"symbol_name": sym.name, "offset": where.get("offset", 0)})
+        if len(seen) > MAX_GLOB_PROBES:
+            raise KpsdkError(f"--kprobe {pattern!r} matches {len(seen)} functions; at most {MAX_GLOB_PROBES}: "
+                             "narrow the pattern (kpsdk list TARGET --functions PATTERN shows them)")
+        con.print(Text(f"--kprobe {pattern}: {len(seen)} functions"
+                       + (f" ({skipped} that cannot be probed left out)" if skipped else ""), style="dim"),
+                  soft_wrap=True)
+    return out

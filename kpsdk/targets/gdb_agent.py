@@ -166,6 +166,10 @@ def _serve(cmd):
         if op == "d":
             delete(int(rest, 16))
             return "v"
+        if op == "t":  # the stub's id of the hit's thread (qemu-user: the guest's thread id)
+            thread = gdb.selected_thread()
+            ptid = thread.ptid if thread is not None else (0, 0, 0)
+            return f"v {(ptid[1] or ptid[0]):x}"
         return "e unknown request " + op
     except (gdb.error, gdb.MemoryError, ValueError) as exc:
         return "e " + str(exc).replace("\n", " ")

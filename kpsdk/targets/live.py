@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kpsdk.arch import Arch, Register
-from kpsdk.errors import KpsdkError, TargetError, TargetExited, TargetFault, TargetStalled
+from kpsdk.errors import KpsdkError, SymbolError, TargetError, TargetExited, TargetFault, TargetStalled
 from kpsdk.manager import ProbeManager, ProbePoint
 from kpsdk.options import STALL_LIMIT as _STALL_LIMIT
 from kpsdk.regs import PtRegs
@@ -62,6 +62,7 @@ from kpsdk.targets.mi import GdbError, MiConnection, c_string
 if TYPE_CHECKING:
     from kpsdk.elfimage import ElfImage
     from kpsdk.rethook import RethookNode, ShadowStacks
+    from kpsdk.tasks import TaskInfo, TaskLayout
 
 AGENT = Path(__file__).with_name("gdb_agent.py")
 #: how long stop()/timeouts wait for the target to report that it stopped: a
@@ -167,6 +168,10 @@ class GdbTarget(Target):
         self._deadline: float | None = None  # run(timeout): the first hit after it stops the run
         self._stopping = False  # a hit answered "s": gdb's *stopped is on its way
         self._thread = 0  # gdb's thread (vCPU) of the current hit
+        #: the kernel image (vmlinuz, vmlinux) whose BTF says where comm and pid are (kpsdk/tasks.py)
+        self.kernel_image: str | os.PathLike[str] | None = None
+        self._task_layout: TaskLayout | None = None
+        self._tids: dict[int, int] = {}  # gdb's thread number -> the stub's thread id (qemu-user)
         self._return_bps: dict[int, int] = {}  # return address -> hooked calls returning there
         self._dormant = False  # breakpoints removed during a hit wait for a purge
         self._frozen_since: float | None = None  # when the run loop first saw a QEMU stopped
@@ -426,6 +431,55 @@ class GdbTarget(Target):
         if self.abi_kind == "kernel":
             return self._regs.sp & ~(self.arch.kernel_stack_size - 1)
         return self._thread
+
+    # -- the trace prefix (kpsdk/tasks.py) -----------------------------------------------
+
+    def prepare_tasks(self) -> str:
+        if self.abi_kind != "kernel":
+            return "comm: the program's file name; pid: the thread id gdb's stub reports"
+        if self.kernel_image is None:
+            return "comm-pid: <...>-0 (no kernel image given, so no BTF to find current's comm and pid)"
+        from kpsdk.tasks import kernel_task_layout
+
+        try:
+            self._task_layout = kernel_task_layout(self.kernel_image, self.arch)
+        except (TargetError, SymbolError) as exc:
+            return f"comm-pid: <...>-0 ({exc})"
+        return self._task_layout.how
+
+    def reads_comm(self) -> bool:
+        return self.abi_kind == "kernel" and self._task_layout is not None
+
+    def task_info(self) -> TaskInfo | None:
+        from kpsdk.tasks import UNKNOWN_COMM, TaskInfo, lat_flags, program_comm
+
+        if self.abi_kind != "kernel":
+            comm = program_comm(self.image.path) if self.image is not None else UNKNOWN_COMM
+            return TaskInfo(comm, self._thread_id())
+        cpu = max(self._thread - 1, 0)  # qemu-system: gdb's threads are the vCPUs, in order
+        tasks = self.arch.kernel_tasks
+        if tasks is None:
+            return TaskInfo(UNKNOWN_COMM, 0, cpu)
+        irqs_off = tasks.irqs_disabled(self._io.read(self._raw_register(tasks.flags_register)))
+        layout = self._task_layout
+        if layout is None:
+            return TaskInfo(UNKNOWN_COMM, 0, cpu, lat_flags(irqs_off))
+        base = self._io.read(self._raw_register(tasks.percpu_register))
+        comm, pid, flags = layout.read(self.read_memory, base, self.arch.word_size, self.arch.endian, irqs_off,
+                                       tasks)
+        return TaskInfo(comm, pid, cpu, flags)
+
+    def _raw_register(self, name: str) -> Register:
+        """A register by gdb's name, arch register or not (``gs_base``)."""
+        known = self.arch.by_name.get(name)
+        return known if known is not None else Register(name, self.arch.word_size, None, name)
+
+    def _thread_id(self) -> int:
+        """The stub's id of the hit's thread (qemu-user: the guest's thread id), asked once per thread."""
+        tid = self._tids.get(self._thread)
+        if tid is None:
+            tid = self._tids[self._thread] = int(self.link.request("t"), 16) if self.in_hit else self._thread
+        return tid
 
     def _agent(self, request: str, python_call: str, addr: int) -> None:
         """Insert or delete an agent breakpoint: over the socket during a hit, else through MI."""

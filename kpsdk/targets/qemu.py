@@ -222,6 +222,7 @@ def open_qemu_system(rest: str, registry: Registry, kernel: str | None = None, i
         raise
     target = GdbTarget(arch, str(sock), abi_kind=abi, symbols=table, processes=[proc],
                        hardware_breakpoints=hardware_breakpoints, cleanup=cleanup, stall_limit=stall_limit)
+    target.kernel_image = kernel or symbols  # where the trace prefix finds the kernel's BTF
     if kernel and ready_symbol and ready_symbol in table:
         try:
             target.run_to(table.get(ready_symbol).address, boot_timeout)
@@ -283,8 +284,11 @@ def open_gdb(rest: str, registry: Registry, arch: str | None = None, symbols: st
     else:
         the_arch = registry.arch(arch)
     _need("gdb-multiarch", "gdb-multiarch")
-    return GdbTarget(the_arch, remote, abi_kind=abi, symbols=table, image=image,
-                     hardware_breakpoints=hardware_breakpoints, stall_limit=stall_limit)
+    target = GdbTarget(the_arch, remote, abi_kind=abi, symbols=table, image=image,
+                       hardware_breakpoints=hardware_breakpoints, stall_limit=stall_limit)
+    if abi == "kernel":
+        target.kernel_image = symbols  # a vmlinux or vmlinuz has the BTF the trace prefix reads
+    return target
 
 
 _PORT = re.compile(r"[0-9]{1,5}")

@@ -32,6 +32,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from kpsdk.errors import ArgumentError, KprobeError, KpsdkError, shown
+from kpsdk.symbols import did_you_mean
+from kpsdk.tasks import NO_FLAGS, UNKNOWN_COMM, TaskInfo, check_comm, check_pid, program_comm
 from kpsdk.trace.fetch import BoundArg, HitContext, Value, entry_args, format_symbol
 from kpsdk.trace.filter import Filter, parse_filter
 from kpsdk.trace.grammar import Parser, ProbeDef, TraceDefinitionError
@@ -60,6 +62,8 @@ class TraceRecord:
     :param entry_sp: the stack pointer at the function's entry: of the hit (``p``), of the
         returning call's entry (``r``).  It tells which ``p`` record a return belongs to
         (``perfetto`` slices), whatever order the handlers of one hit ran in.
+    :param comm: ``pid``, ``cpu``, ``flags``: the task the hit ran in, as the kernel's
+        trace line prefix shows it (``cat-85 [000] .....``; see :mod:`kpsdk.tasks`).
     """
 
     event: str
@@ -75,6 +79,10 @@ class TraceRecord:
     task: int = 1
     definition: ProbeDef | None = field(default=None, repr=False, compare=False)
     entry_sp: int | None = field(default=None, repr=False, compare=False)
+    comm: str = UNKNOWN_COMM
+    pid: int = 0
+    cpu: int = 0
+    flags: str = NO_FLAGS
 
     @property
     def duration(self) -> float | None:
@@ -82,15 +90,38 @@ class TraceRecord:
         return None if self.entry_time is None else self.time - self.entry_time
 
     def as_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict (``jsonl`` output)."""
-        out: dict[str, Any] = {"event": self.event, "group": self.group, "kind": self.kind,
-                               "time": round(self.time, 9), "ip": self.ip, "where": self.where,
-                               "task": self.task, "fields": self.fields}
-        if self.kind == "r":
-            out.update(caller=self.caller, func=self.func)
-            if self.entry_time is not None:
-                out.update(entry_time=round(self.entry_time, 9), duration=round(self.time - self.entry_time, 9))
-        return out
+        """A JSON-ready dict: one ``jsonl`` line (schema :data:`kpsdk.trace.output.JSONL_SCHEMA`).
+
+        Every key is always there (``null`` where it does not apply); addresses and
+        hex-typed fields are ``"0x..."`` strings, and integers JSON readers cannot hold
+        exactly (beyond 2**53: jq's doubles) decimal strings.
+        """
+        types = {a.name: a.type for a in self.definition.args} if self.definition is not None else {}
+        return {"event": self.event, "group": self.group, "kind": self.kind, "time": round(self.time, 9),
+                "ip": f"{self.ip:#x}", "where": self.where, "comm": self.comm, "pid": self.pid, "cpu": self.cpu,
+                "flags": self.flags, "task": self.task,
+                "fields": {name: json_value(value, types.get(name)) for name, value in self.fields.items()},
+                "caller": f"{self.caller:#x}" if self.caller is not None else None, "func": self.func,
+                "entry_time": round(self.entry_time, 9) if self.entry_time is not None else None,
+                "duration": round(self.time - self.entry_time, 9) if self.entry_time is not None else None}
+
+
+#: the largest integer a JSON reader that uses doubles (jq, JavaScript) holds exactly
+JSON_SAFE_INT = 2**53
+
+
+def json_value(value: Value, argtype: Any) -> Any:
+    """A field's value in JSON: hex-typed integers as ``"0x..."`` (as the text line prints
+    them), other integers as numbers when a double holds them exactly, else decimal
+    strings; strings as they are; arrays element by element; a fault as null."""
+    if isinstance(value, list):
+        return [json_value(v, argtype) for v in value]
+    if isinstance(value, bool) or not isinstance(value, int):
+        return value
+    display = argtype.display if argtype is not None else "x"
+    if display == "x":
+        return f"{value:#x}"
+    return value if -JSON_SAFE_INT <= value <= JSON_SAFE_INT else str(value)
 
 
 class TraceEvent:
@@ -138,8 +169,10 @@ class TraceEvent:
         where = self._where.get(ip)
         if where is None:
             where = self._where[ip] = format_symbol(self.trace.session, ip)
+        task = self.trace.task_info()
         record = TraceRecord(self.name, self.group, "p", now, ip, where, self._values(HitContext(regs)),
-                             task=self.trace.task_id(), definition=self.definition, entry_sp=int(regs.sp))
+                             task=self.trace.task_id(), definition=self.definition, entry_sp=int(regs.sp),
+                             comm=task.comm, pid=task.pid, cpu=task.cpu, flags=task.flags)
         self._emit(record)
         return 0
 
@@ -165,9 +198,11 @@ class TraceEvent:
         func = format_symbol(session, func_addr, with_offset=False) if func_addr is not None else "?"
         where = f"{format_symbol(session, caller)} <- {func}"
         hit = HitContext(regs, entry_args)
+        task = self.trace.task_info()
         record = TraceRecord(self.name, self.group, "r", now, func_addr or 0, where, self._values(hit),
                              caller=caller, func=func, entry_time=entry_time, task=self.trace.task_id(),
-                             definition=self.definition, entry_sp=getattr(ri, "frame", None))
+                             definition=self.definition, entry_sp=getattr(ri, "frame", None),
+                             comm=task.comm, pid=task.pid, cpu=task.cpu, flags=task.flags)
         self._emit(record)
 
     @property
@@ -195,8 +230,8 @@ def alive_events(session: Session) -> dict[str, TraceEvent]:
 class Trace:
     """Events registered on a session by :meth:`Session.trace`; :meth:`close` removes them."""
 
-    def __init__(self, session: Session, sink: Sink | None = None, filter: str | Filter | None = None  # noqa: A002
-                 ) -> None:
+    def __init__(self, session: Session, sink: Sink | None = None, filter: str | Filter | None = None,  # noqa: A002
+                 comm: str | None = None, pid: int | None = None) -> None:
         if filter is not None and not isinstance(filter, str | Filter):
             raise ArgumentError(f"filter={shown(filter)}: want an expression (str) or a Filter")
         if sink is not None and not (isinstance(sink, list) or callable(sink)):
@@ -210,6 +245,14 @@ class Trace:
         self._sink = sink
         self._tasks: dict[int, int] = {}
         self._task_of: Callable[[], int] | None = getattr(session.target, "current_task", None)
+        files = session.target.mapped_files()
+        #: the task of targets without tasks of their own (Unicorn): the program's name, pid 1
+        self.fixed_task = TaskInfo(check_comm(comm) if comm is not None else
+                                   program_comm(files[0].path) if files else "kpsdk",
+                                   check_pid(pid) if pid is not None else 1)
+        #: where the prefix's comm and pid come from, for the trace header
+        self.tasks_note = session.target.prepare_tasks() or \
+            f"comm-pid: {self.fixed_task.comm}-{self.fixed_task.pid}, fixed (the target has no tasks)"
 
     # -- the clock and tasks ---------------------------------------------------------------------
 
@@ -225,6 +268,14 @@ class Trace:
         except KpsdkError:
             return 1
         return self._tasks.setdefault(raw, len(self._tasks) + 1)
+
+    def task_info(self) -> TaskInfo:
+        """The task the hit runs in (the target's, else :attr:`fixed_task`)."""
+        try:
+            info = self.session.target.task_info()
+        except KpsdkError:  # current could not be read (a fault): the kernel's "<...>"
+            return TaskInfo(UNKNOWN_COMM, 0)
+        return info if info is not None else self.fixed_task
 
     def deliver(self, record: TraceRecord) -> None:
         sink = self._sink
@@ -272,7 +323,8 @@ class Trace:
         if definition.symbol is not None and definition.symbol not in session.symbols:
             word = definition.text.split()[1]
             raise TraceDefinitionError("BAD_PROBE_ADDR", definition.text, definition.text.find(word),
-                                       f"unknown symbol {definition.symbol!r}", subsystem)
+                                       f"unknown symbol {definition.symbol!r}"
+                                       + did_you_mean(session.symbols.suggest(definition.symbol)), subsystem)
         if definition.addr is not None and any(n.kind == "arg" for a in definition.args for n in a.fetch.walk()):
             sym = session.symbols.containing(definition.addr & ~1 if session.arch.has_thumb else definition.addr)
             if sym is not None and not definition.is_return and (definition.addr & ~1) != sym.address:
@@ -390,9 +442,10 @@ def _probe_class(registry: Any, name: str) -> type:
 
 
 def start_trace(session: Session, definitions: str | Iterable[str], sink: Sink | None = None,
-                filter: str | Filter | None = None) -> Trace:  # noqa: A002
+                filter: str | Filter | None = None, comm: str | None = None,  # noqa: A002
+                pid: int | None = None) -> Trace:
     """What :meth:`Session.trace` does: a :class:`Trace` with these events registered."""
-    trace = Trace(session, sink=sink, filter=filter)
+    trace = Trace(session, sink=sink, filter=filter, comm=comm, pid=pid)
     trace.add(definitions)
     if trace.filter is not None and trace.events and not any(e.filtered for e in trace.events):
         trace.close()

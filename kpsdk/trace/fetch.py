@@ -62,7 +62,8 @@ def comm_of(session: Session) -> str | None:
 
     A program (``elf:``, ``qemu-user:``) is its own only task: the basename of
     its file, cut to 15 characters like ``task->comm``.  A kernel or a bare CPU
-    has many tasks or none, and kpsdk cannot read ``current`` yet: None.
+    has many tasks or none: None (a kernel's ``$comm`` is then read at each hit,
+    where the target :meth:`~kpsdk.target.Target.reads_comm`).
     """
     if getattr(session.target, "abi_kind", "user") == "kernel":
         return None
@@ -88,6 +89,7 @@ class BoundArg:
         self._sp = arch.register(arch.sp).name
         self._symbols: dict[int, int] = {}
         self._comm: str | None = None
+        self._comm_live = False
         for node in arg.fetch.walk():
             if node.kind == "reg":
                 arch.register(node.name)  # checked by the parser; an unknown name raises here too
@@ -100,11 +102,13 @@ class BoundArg:
                 self._symbols[node.column] = (base + node.value) & self._mask
             elif node.kind == "comm":
                 self._comm = comm_of(session)
-                if self._comm is None:
+                self._comm_live = self._comm is None and session.target.reads_comm()
+                if self._comm is None and not self._comm_live:
                     raise TraceDefinitionError(
                         "BAD_VAR", definition, node.column,
-                        f"$comm: a {session.spec.partition(':')[0]} target has no task name kpsdk can read yet "
-                        "(elf: and qemu-user: programs have one)", subsystem)
+                        f"$comm: a {session.spec.partition(':')[0]} target has no task name kpsdk can read "
+                        "(elf: and qemu-user: programs have one; a kernel where kpsdk finds current through "
+                        "its BTF)", subsystem)
             elif node.kind == "foffs":
                 self._symbols[node.column] = _file_offset_address(uprobe_path, node, definition, subsystem)
 
@@ -115,6 +119,9 @@ class BoundArg:
         fetch, argtype = self.arg.fetch, self.type
         try:
             if fetch.kind in ("comm", "immstr"):
+                if fetch.kind == "comm" and self._comm_live:  # a kernel: current->comm, now
+                    info = self._session.target.task_info()
+                    return info.comm if info is not None else None
                 return self._comm if fetch.kind == "comm" else fetch.text
             if fetch.is_memory:
                 addr = self._address(fetch, hit)

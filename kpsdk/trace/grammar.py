@@ -510,9 +510,9 @@ class Parser:
         cur = _Cursor(body, col)
         fetch = self._parse_fetch(ctx, cur, depth=0)
         type_text = ""
-        type_col = cur.column
+        type_col = col  # the kernel's type errors point at the type, or at the argument without one
         if cur.accept(":"):
-            type_col = cur.column - 1
+            type_col = cur.column
             type_text = body[cur.pos:]
             argtype = self._parse_type(ctx, type_text, cur.column, type_col)
         elif not cur.at_end():
@@ -587,7 +587,11 @@ class Parser:
             inner = self._parse_fetch(ctx, cur, depth + 1)
             if not cur.accept(")"):
                 if cur.at_end() or cur.peek() == ":":
-                    raise ctx.error("DEREF_OPEN_BRACE", cur.column)
+                    # the kernel matches each "(" with the *last* ")" (strrchr), outermost first, so
+                    # the dereference left without one is the innermost: its text ends one column
+                    # before each ")" the ones around it took
+                    closed = sum(1 for n in inner.walk() if n.kind == "deref")
+                    raise ctx.error("DEREF_OPEN_BRACE", cur.column - closed)
                 raise ctx.error("BAD_FETCH_ARG", cur.column, f"unexpected {cur.peek()!r}")
             if inner.kind in ("comm", "immstr"):
                 raise ctx.error("COMM_CANT_DEREF", inner_col)
@@ -645,7 +649,7 @@ class Parser:
             return Fetch("arg", index=n, column=col)
         raise ctx.error("BAD_VAR", col, f"${name}: want $retval, $stack, $stackN, $argN or $comm")
 
-    def _parse_type(self, ctx: ParseContext, text: str, col: int, colon_col: int) -> ArgType:
+    def _parse_type(self, ctx: ParseContext, text: str, col: int, type_col: int) -> ArgType:
         """TYPE[N]: a basic type, a string type, ``symbol``, or ``b<width>@<offset>/<size>``."""
         count = 0
         base = text
@@ -669,34 +673,34 @@ class Parser:
             return ArgType(base, size, signed, display, count=count)
         if base in ("string", "ustring", "symstr"):
             if base == "symstr" and ctx.is_uprobe:
-                raise ctx.error("BAD_TYPE", colon_col, "symstr is not available with uprobe")
+                raise ctx.error("BAD_TYPE", type_col, "symstr is not available with uprobe")
             return ArgType(base, 0, False, "string", count=count)
         if base == "symbol":
             if ctx.is_uprobe:
-                raise ctx.error("BAD_TYPE", colon_col, "symbol is not available with uprobe")
+                raise ctx.error("BAD_TYPE", type_col, "symbol is not available with uprobe")
             return ArgType(base, self.word_bits // 8, False, "symbol", count=count)
         if base.startswith("b"):
-            return self._parse_bitfield(ctx, base, count, colon_col)
-        raise ctx.error("BAD_TYPE", colon_col, f"{base!r}: want u8-u64, s8-s64, x8-x64, char, string, ustring, "
+            return self._parse_bitfield(ctx, base, count, type_col)
+        raise ctx.error("BAD_TYPE", type_col, f"{base!r}: want u8-u64, s8-s64, x8-x64, char, string, ustring, "
                         "symbol, symstr or b<width>@<offset>/<size>")
 
-    def _parse_bitfield(self, ctx: ParseContext, text: str, count: int, colon_col: int) -> ArgType:
-        cur = _Cursor(text, colon_col + 1)
+    def _parse_bitfield(self, ctx: ParseContext, text: str, count: int, type_col: int) -> ArgType:
+        cur = _Cursor(text, type_col)
         cur.pos = 1
         width = parse_uint(cur.take(str.isdigit))
         if width is None or width == 0 or not cur.accept("@"):
-            raise ctx.error("BAD_BITFIELD", colon_col, "want b<width>@<offset>/<size>")
+            raise ctx.error("BAD_BITFIELD", type_col, "want b<width>@<offset>/<size>")
         offset = parse_uint(cur.take(str.isdigit))
         if offset is None or not cur.accept("/"):
-            raise ctx.error("BAD_BITFIELD", colon_col, "want b<width>@<offset>/<size>")
+            raise ctx.error("BAD_BITFIELD", type_col, "want b<width>@<offset>/<size>")
         size_bits = parse_uint(cur.text[cur.pos:])
         if size_bits not in (8, 16, 32, 64):
             if parse_uint(cur.text[cur.pos:]) is None:
-                raise ctx.error("BAD_TYPE", colon_col, "the container size is 8, 16, 32 or 64")
-            raise ctx.error("BAD_TYPE", colon_col, "the container size is 8, 16, 32 or 64")
+                raise ctx.error("BAD_TYPE", type_col, "the container size is 8, 16, 32 or 64")
+            raise ctx.error("BAD_TYPE", type_col, "the container size is 8, 16, 32 or 64")
         assert size_bits is not None
         if width + offset > size_bits:
-            raise ctx.error("BAD_BITFIELD", colon_col, f"{width}+{offset} bits do not fit in {size_bits}")
+            raise ctx.error("BAD_BITFIELD", type_col, f"{width}+{offset} bits do not fit in {size_bits}")
         return ArgType(text, size_bits // 8, False, "u", bitfield=(width, offset), count=count)
 
     def _check_combination(self, ctx: ParseContext, fetch: Fetch, argtype: ArgType, type_col: int) -> None:
@@ -720,7 +724,19 @@ class Parser:
         ops = len(fetch.walk()) + (1 if any(n.kind == "sym" for n in fetch.walk()) else 0)
         ops += (0 if fetch.is_memory else 1) + (1 if argtype.bitfield else 0) + (1 if argtype.count else 0) + 1
         if ops > FETCH_INSN_MAX:
-            raise ctx.error("TOO_MANY_OPS", fetch.column, f"at most {FETCH_INSN_MAX - 4} nested dereferences")
+            raise ctx.error("TOO_MANY_OPS", _too_deep_column(fetch), f"at most {FETCH_INSN_MAX - 2} slots")
+
+
+def _too_deep_column(fetch: Fetch) -> int:
+    """Where the kernel's parse_probe_arg says "Dereference is too much nested": at the
+    dereference whose instruction would take the last slot but one (it keeps one for the
+    store), counting from the load, innermost first; else at the argument."""
+    derefs = [n for n in fetch.walk() if n.kind == "deref"]  # outermost first
+    load_slots = 2 if any(n.kind == "sym" for n in fetch.walk()) else 1
+    j = FETCH_INSN_MAX - 2 - load_slots + 1  # the innermost-first index of the one that overflows
+    if 1 <= j <= len(derefs):
+        return derefs[len(derefs) - j].column
+    return fetch.column
 
 
 def _default_type(word_bits: int) -> ArgType:

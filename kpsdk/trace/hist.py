@@ -99,8 +99,13 @@ def latency_histograms(records: Iterable[TraceRecord]) -> list[Histogram]:
     return list(hists.values())
 
 
-def plot(histograms: list[Histogram], path: str, xlabel: str = "value") -> None:
-    """Save the histograms as bar charts in one PNG (needs matplotlib: ``pip install 'kpsdk[plot]'``)."""
+#: what ``--plot FILE`` writes, by the file's suffix (formats matplotlib's Agg backend writes itself)
+PLOT_FORMATS = {".png": "png", ".svg": "svg", ".pdf": "pdf"}
+
+
+def plot(histograms: list[Histogram], path: str, xlabel: str = "value", fmt: str = "png") -> None:
+    """Save the histograms as bar charts in one image of format ``fmt`` (png, svg, pdf; needs
+    matplotlib: ``pip install 'kpsdk[plot]'``)."""
     try:
         import matplotlib
 
@@ -120,5 +125,5 @@ def plot(histograms: list[Histogram], path: str, xlabel: str = "value") -> None:
         ax.set_ylabel("count")
         ax.set_xlabel(xlabel)
     fig.tight_layout()
-    fig.savefig(path, format="png")
+    fig.savefig(path, format=fmt)
     plt.close(fig)

@@ -1,5 +1,10 @@
 """Output formats for trace records: ftrace text, JSON lines, a Perfetto (Chrome JSON) trace.
 
+A format is an :class:`OutputFormat` (a name and a factory of :class:`Writer`)
+that a plugin returns from the ``kpsdk_trace_formats`` hook; kpsdk's own three
+come from :mod:`kpsdk.trace.formats` the same way, so ``--output NAME`` and
+:func:`make_writer` know only what the plugins loaded.
+
 - ``text``: the kernel's trace line, ``EVENT: (sym+0x0/0xSIZE) name=value ...``
   and for returns ``EVENT: (caller+0xOFF/0xSIZE <- sym) ...``, values printed
   the way ``trace_probe.c`` prints each type (``%u``, ``%d``, ``0x%x``,
@@ -16,13 +21,17 @@
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any
+
+from kpsdk.errors import KpsdkError, UnknownNameError
 
 if TYPE_CHECKING:
     from kpsdk.trace.events import TraceRecord
     from kpsdk.trace.grammar import ArgType
 
-FORMATS = ("text", "jsonl", "perfetto")
 FAULT = "(fault)"
 
 
@@ -50,10 +59,42 @@ def _scalar(value: Any, argtype: ArgType | None) -> str:
 
 
 def format_text(record: TraceRecord) -> str:
-    """The ftrace line for one record."""
+    """The ftrace line's body for one record: ``EVENT: (where) name=value...``."""
     types = {a.name: a.type for a in record.definition.args} if record.definition is not None else {}
     fields = "".join(f" {name}={format_value(value, types.get(name))}" for name, value in record.fields.items())
     return f"{record.event}: ({record.where}){fields}"
+
+
+def format_prefix(record: TraceRecord) -> str:
+    """What the kernel's ``trace_print_context`` (kernel/trace/trace_output.c) puts before
+    the body: ``"%16s-%-7d "`` comm and pid, ``"[%03d] "`` the CPU, the five flag
+    characters of ``trace_print_lat_fmt`` (:func:`kpsdk.tasks.lat_flags`) and
+    ``" %5lu.%06lu: "`` the time.
+    """
+    usecs = max(0, round(record.time * 1_000_000))
+    secs, usec = divmod(usecs, 1_000_000)
+    return f"{record.comm:>16}-{record.pid:<7} [{record.cpu:03d}] {record.flags} {secs:5d}.{usec:06d}: "
+
+
+#: the column legend of the kernel's ``trace`` file (print_func_help_header_irq in kernel/trace/trace.c)
+HEADER_LEGEND = """\
+#                                _-----=> irqs-off/BH-disabled
+#                               / _----=> need-resched
+#                              | / _---=> hardirq/softirq
+#                              || / _--=> preempt-depth
+#                              ||| / _-=> migrate-disable
+#                              |||| /     delay
+#           TASK-PID     CPU#  |||||  TIMESTAMP  FUNCTION
+#              | |         |   |||||     |         |
+"""
+
+
+def text_header(notes: tuple[str, ...] = ()) -> str:
+    """The kernel's ``trace`` header: ``# tracer: nop``, then (where the kernel counts the
+    entries, which a stream cannot know yet) kpsdk's notes on where the columns come
+    from, then the legend."""
+    lines = "".join(f"# kpsdk: {note}\n" for note in notes)
+    return f"# tracer: nop\n#\n{lines}#\n{HEADER_LEGEND}"
 
 
 class Writer:
@@ -67,20 +108,84 @@ class Writer:
 
 
 class TextWriter(Writer):
-    def __init__(self, stream: IO[str]) -> None:
+    """The kernel's trace file: its header, then each line with the task/CPU/flags/time
+    prefix; ``prefix=False``: the bodies only, no header."""
+
+    def __init__(self, stream: IO[str], prefix: bool = False, notes: tuple[str, ...] = ()) -> None:
         self.stream = stream
+        self.prefix = prefix
+        self._header = text_header(notes) if prefix else ""
+
+    def _start(self) -> None:
+        if self._header:
+            self.stream.write(self._header)
+            self._header = ""
 
     def write(self, record: TraceRecord) -> None:
-        self.stream.write(format_text(record) + "\n")
+        self._start()
+        self.stream.write((format_prefix(record) if self.prefix else "") + format_text(record) + "\n")
+        self.stream.flush()
+
+    def close(self) -> None:
+        """A trace without records still has its header, as the kernel's empty trace file."""
+        self._start()
         self.stream.flush()
 
 
+#: the version of the ``jsonl`` lines' layout, on the first line; it grows when a key
+#: changes meaning or goes away (new keys may come without a new version)
+JSONL_VERSION = 1
+_HEX = {"type": "string", "pattern": "^0x[0-9a-f]+$"}
+_INT = {"anyOf": [{"type": "integer"}, {"type": "string", "pattern": "^-?[0-9]+$"}]}
+#: a field's value: an integer (or its hex or decimal string), a string, null (a fault)
+_VALUE = {"anyOf": [_HEX, _INT, {"type": "string"}, {"type": "null"}]}
+#: JSON Schema (draft 2020-12) of the ``jsonl`` output: the first line, then one record a line
+JSONL_SCHEMA: dict[str, Any] = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "oneOf": [
+        {"type": "object", "required": ["schema", "version", "target", "notes"], "additionalProperties": False,
+         "properties": {"schema": {"const": "kpsdk-trace"}, "version": {"const": JSONL_VERSION},
+                        "target": {"type": "string"}, "notes": {"type": "array", "items": {"type": "string"}}}},
+        {"type": "object", "additionalProperties": False,
+         "required": ["event", "group", "kind", "time", "ip", "where", "comm", "pid", "cpu", "flags", "task",
+                      "fields", "caller", "func", "entry_time", "duration"],
+         "properties": {
+             "event": {"type": "string"}, "group": {"type": "string"}, "kind": {"enum": ["p", "r"]},
+             "time": {"type": "number", "minimum": 0}, "ip": _HEX, "where": {"type": "string"},
+             "comm": {"type": "string"}, "pid": {"type": "integer", "minimum": 0},
+             "cpu": {"type": "integer", "minimum": 0}, "flags": {"type": "string", "minLength": 5, "maxLength": 5},
+             "task": {"type": "integer", "minimum": 1},
+             "fields": {"type": "object", "additionalProperties": {
+                 "anyOf": [*_VALUE["anyOf"], {"type": "array", "items": _VALUE}]}},
+             "caller": {"oneOf": [_HEX, {"type": "null"}]}, "func": {"type": ["string", "null"]},
+             "entry_time": {"type": ["number", "null"]}, "duration": {"type": ["number", "null"]}}},
+    ],
+}
+
+
 class JsonlWriter(Writer):
-    def __init__(self, stream: IO[str]) -> None:
+    """One JSON object a line: first ``{"schema": "kpsdk-trace", "version": N, ...}``, then
+    each record's :meth:`~kpsdk.trace.events.TraceRecord.as_dict` (see :data:`JSONL_SCHEMA`)."""
+
+    def __init__(self, stream: IO[str], context: WriterContext | None = None) -> None:
         self.stream = stream
+        context = context or WriterContext()
+        self._head: dict[str, Any] | None = {"schema": "kpsdk-trace", "version": JSONL_VERSION,
+                                             "target": context.target, "notes": list(context.notes)}
+
+    def _start(self) -> None:
+        if self._head is not None:
+            self.stream.write(json.dumps(self._head, ensure_ascii=False) + "\n")
+            self._head = None
 
     def write(self, record: TraceRecord) -> None:
+        self._start()
         self.stream.write(json.dumps(record.as_dict(), ensure_ascii=False) + "\n")
+        self.stream.flush()
+
+    def close(self) -> None:
+        """A trace without records is still a file that says what it is."""
+        self._start()
         self.stream.flush()
 
 
@@ -168,11 +273,72 @@ def _instant(record: TraceRecord, pid: int) -> dict[str, Any]:
             "ts": _us(record.time), "args": {"where": record.where, **_json_args(record.fields)}}
 
 
-def make_writer(fmt: str, stream: IO[str], process_name: str = "kpsdk trace") -> Writer:
-    if fmt == "text":
-        return TextWriter(stream)
-    if fmt == "jsonl":
-        return JsonlWriter(stream)
-    if fmt == "perfetto":
-        return PerfettoWriter(stream, process_name)
-    raise ValueError(f"unknown output format {fmt!r}; want one of {', '.join(FORMATS)}")
+#: what a format name may be: it is typed on a command line and shown in help
+FORMAT_NAME = re.compile(r"[a-z0-9][a-z0-9_.-]{0,31}\Z")
+
+
+@dataclass(frozen=True)
+class WriterContext:
+    """What a writer may want to know about the run besides its records.
+
+    :param process_name: a name for the traced thing (``kpsdk trace x86_64``),
+        e.g. Perfetto's process name.
+    :param target: the target spec as given (``qemu-system:x86_64``).
+    :param prefix: lines as the kernel's trace file has them (task, CPU, flags, time and
+        a header); False (``--no-prefix``): the event bodies only.
+    :param notes: where the prefix's columns come from, for a header.
+    """
+
+    process_name: str = "kpsdk trace"
+    target: str = ""
+    prefix: bool = True
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class OutputFormat:
+    """One ``--output`` format, provided by a plugin through ``kpsdk_trace_formats``.
+
+    :param name: what ``--output`` takes (lower case, digits, ``-_.``; at most 32).
+    :param open: makes the writer for a text stream (stdout or the ``--out`` file).
+    :param help: one line for ``kpsdk trace --help`` and ``kpsdk plugins``.
+    :param machine_readable: the records are for programs, so ``kpsdk trace``
+        prints its reports (histograms, profile) on stderr instead of stdout
+        when the records go to stdout.
+    """
+
+    name: str
+    open: Callable[[IO[str], WriterContext], Writer]
+    help: str = ""
+    machine_readable: bool = True
+
+
+def check_formats(groups: list[list[OutputFormat]]) -> dict[str, OutputFormat]:
+    """The formats the plugins returned, by name; a bad or repeated name is the plugin's error."""
+    out: dict[str, OutputFormat] = {}
+    for group in groups:
+        for fmt in group:
+            if not isinstance(fmt, OutputFormat):
+                raise KpsdkError(f"kpsdk_trace_formats returned {type(fmt).__name__}, not an OutputFormat")
+            if not FORMAT_NAME.match(fmt.name):
+                raise KpsdkError(f"output format name {fmt.name!r}: want lower case letters, digits, '-', '_' "
+                                 "or '.', at most 32")
+            if fmt.name in out:
+                raise KpsdkError(f"output format {fmt.name!r} provided twice")
+            out[fmt.name] = fmt
+    return out
+
+
+def output_format(name: str) -> OutputFormat:
+    """The loaded format called ``name``; :class:`UnknownNameError` lists the others."""
+    from kpsdk.registry import get_registry
+
+    formats = get_registry().trace_formats
+    if name not in formats:
+        raise UnknownNameError("output format", name, list(formats))
+    return formats[name]
+
+
+def make_writer(fmt: str, stream: IO[str], context: WriterContext | None = None) -> Writer:
+    """A writer of the loaded format ``fmt`` on ``stream``."""
+    return output_format(fmt).open(stream, context or WriterContext())

@@ -13,8 +13,11 @@ the kernel's ``error_log`` with its caret).
 
 from __future__ import annotations
 
+import errno
+import signal
 import sys
-from contextlib import ExitStack
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Annotated, Any
 
@@ -34,7 +37,7 @@ from kpsdk.cli.options import (
     TargetOpt,
     given_target_options,
 )
-from kpsdk.cli.parsing import check_seconds, parse_call, split_commas
+from kpsdk.cli.parsing import check_out_path, check_seconds, parse_call, split_commas
 from kpsdk.cli.target_choice import (
     LIVE_KINDS,
     LIVE_TIMEOUT,
@@ -43,8 +46,11 @@ from kpsdk.cli.target_choice import (
     choose_target,
     close_session,
 )
-from kpsdk.errors import KpsdkError
-from kpsdk.trace.output import FORMATS, make_writer
+from kpsdk.errors import KpsdkError, TargetError, UnknownNameError
+from kpsdk.tasks import PID_MAX_LIMIT, check_comm
+from kpsdk.trace.hist import PLOT_FORMATS
+from kpsdk.trace.output import Writer, WriterContext, output_format
+from kpsdk.trace.precheck import precheck
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -80,11 +86,14 @@ unicorn:ARCH.  The target runs until it ends, --duration S, --count N or Ctrl-C.
   %r0 on arm) or by their full names.  A wrong definition prints the kernel's error_log
   line with a caret under the column.
 
-[bold]Output[/bold]: --output text (the ftrace line: EVENT: (sym+0x0/0x14) a=2 b=3; returns as
-EVENT: (caller+0xoff/0xsize <- sym) ...), jsonl (one JSON object a line) or perfetto (a
-Chrome/Perfetto trace-event JSON: open it in ui.perfetto.dev); --out FILE.  While it runs, a
-live table of counts per event on stderr (a terminal only).  At the end: --hist FIELD and
---latency histograms (log2 buckets, as bpftrace), --plot PNG, --profile (kprobe_profile).
+[bold]Output[/bold]: --output text: the kernel's trace file, its header, then
+TASK-PID [CPU] FLAGS TIMESTAMP: EVENT: (sym+0x0/0x14) a=2 b=3 (returns: EVENT: (caller+0xoff/0xsize
+<- sym) ...); on a kernel the task is current, read through the kernel's BTF; --no-prefix: the
+bodies only.  --output jsonl (one JSON object a line), perfetto (a Chrome/Perfetto trace-event
+JSON: open it in ui.perfetto.dev) or a plugin's format ('kpsdk plugins' lists them); --out FILE.
+While it runs, a live table of counts per event on stderr (a terminal only).  At the end (or on
+Ctrl-C): --hist FIELD and --latency histograms (log2 buckets, as bpftrace), --plot FILE (.png,
+.svg, .pdf), --profile (kprobe_profile).
 """
 
 EXAMPLES = """\
@@ -136,8 +145,9 @@ class _Stdout:
 class _Limits:
     """--count: stops the target once N records went out."""
 
-    def __init__(self, session: Session, count: int | None) -> None:
+    def __init__(self, session: Session | None, count: int | None) -> None:
         self.session, self.count, self.seen = session, count, 0
+        self.pipe_closed = False  # the output's reader went away (| head)
 
     def reached(self) -> bool:
         return self.count is not None and self.seen >= self.count
@@ -180,7 +190,8 @@ def cmd_trace(
              "'name ~ \"/etc/*\"'. Events without those fields pass.")] = None,
     output: Annotated[str, typer.Option(
         "--output", "-o", metavar="FORMAT", rich_help_panel=OUTPUT_PANEL,
-        help="text (ftrace lines), jsonl, or perfetto (trace-event JSON for ui.perfetto.dev).")] = "text",
+        help="text (ftrace lines), jsonl, perfetto (trace-event JSON for ui.perfetto.dev), or a format a plugin "
+             "adds ('kpsdk plugins' lists them).")] = "text",
     out: Annotated[Path | None, typer.Option(
         "--out", metavar="FILE", rich_help_panel=OUTPUT_PANEL,
         help="Write the records there instead of stdout.")] = None,
@@ -191,8 +202,9 @@ def cmd_trace(
         "--latency", rich_help_panel=OUTPUT_PANEL,
         help="At the end, a histogram of each return event's call time (entry to return, us).")] = False,
     plot: Annotated[Path | None, typer.Option(
-        "--plot", metavar="PNG", rich_help_panel=OUTPUT_PANEL,
-        help="Save the histograms as a PNG (needs pip install 'kpsdk\\[plot]').")] = None,
+        "--plot", metavar="FILE", rich_help_panel=OUTPUT_PANEL,
+        help="Save the histograms as an image, its format from the suffix: .png, .svg or .pdf (needs pip install "
+             "'kpsdk\\[plot]').")] = None,
     profile: Annotated[bool, typer.Option(
         "--profile", rich_help_panel=OUTPUT_PANEL,
         help="At the end, the kprobe_profile table: event, hits, misses.")] = False,
@@ -220,9 +232,23 @@ def cmd_trace(
     symbols: SymbolsOpt = None,
     arch: ArchOpt = None,
     qemu_arg: QemuArgOpt = None,
+    no_prefix: Annotated[bool, typer.Option(
+        "--no-prefix", rich_help_panel=OUTPUT_PANEL,
+        help="text: the event bodies only (EVENT: (sym+0x0/0x14) a=2), without the kernel's task/CPU/flags/time "
+             "prefix and header.")] = False,
+    comm: Annotated[str | None, typer.Option(
+        "--comm", metavar="NAME", rich_help_panel=OUTPUT_PANEL, show_default=False,
+        help="Unicorn: the task name the prefix shows (default: the program's file name, 15 bytes at most).")] = None,
+    pid: Annotated[int | None, typer.Option(
+        "--pid", metavar="N", min=0, max=PID_MAX_LIMIT, rich_help_panel=OUTPUT_PANEL, show_default=False,
+        help="Unicorn: the pid the prefix shows (default: 1).")] = None,
 ) -> None:
-    if output not in FORMATS:
-        raise typer.BadParameter(f"{output!r}: want one of {', '.join(FORMATS)}", param_hint="--output")
+    try:
+        fmt = output_format(output)
+    except UnknownNameError as exc:
+        want = f"want one of {', '.join(sorted(exc.valid))}" if exc.valid else \
+            "no output format is loaded (blocked with -p no:trace-formats?)"
+        raise typer.BadParameter(f"{output!r}: {want}", param_hint="--output") from None
     definitions = _definitions(event, file)
     choice = _target_choice(target_arg, target, given_target_options(prog_arg, kernel, initrd, append, symbols, arch,
                                                                 qemu_arg))
@@ -232,52 +258,125 @@ def cmd_trace(
                                  param_hint="--call")
     if plot is not None and not (hist or latency):
         raise typer.BadParameter("--plot draws the --hist FIELD or --latency histograms: add one", param_hint="--plot")
+    if (comm is not None or pid is not None) and choice.kind in LIVE_KINDS:
+        raise typer.BadParameter(f"a {choice.kind} target has tasks of its own: the prefix shows them",
+                                 param_hint="--comm/--pid")
+    if comm is not None:
+        try:
+            check_comm(comm)
+        except KpsdkError as exc:
+            raise typer.BadParameter(str(exc), param_hint="--comm") from None
+    if out is not None:
+        check_out_path(out)
+    if plot is not None:
+        check_plot(plot)
+    precheck(choice, definitions, hist or [])  # before a target starts: a mistake costs no boot
     limit = choice.run_timeout(duration)
     session: Session | None = None
+    trace: Trace | None = None
+    writer: Writer | None = None
     interrupted = False
+    limits = _Limits(None, count)
     with ExitStack() as stack:
-        stream: IO[str] = stack.enter_context(out.open("w")) if out is not None else _Stdout()  # type: ignore[assignment]
         # reports (histograms, profile) go to stdout unless it carries machine-readable records
-        report = console(stderr=out is None and output != "text")
-        writer = make_writer(output, stream, process_name=f"kpsdk trace {choice.spec}")
+        report = console(stderr=out is None and fmt.machine_readable)
         records: list[TraceRecord] = []
         try:
             try:
-                session = choice.open(split_commas(noprobe))
-                limits = _Limits(session, count)
+                stack.enter_context(_sigterm_as_interrupt())
+                session = limits.session = choice.open(split_commas(noprobe))
 
                 def sink(record: TraceRecord) -> None:
-                    if limits.reached():
+                    if limits.reached() or writer is None or limits.pipe_closed:
                         return
                     limits.seen += 1
-                    writer.write(record)
+                    try:
+                        writer.write(record)
+                    except BrokenPipeError:  # `| head` has read enough: stop, and end quietly
+                        limits.pipe_closed = True
+                        session.stop()  # type: ignore[union-attr]
+                        return
                     if hist or latency:
                         records.append(record)
                     if limits.reached():
                         session.stop()  # type: ignore[union-attr]
 
-                trace = session.trace(definitions, sink=sink, filter=filter_expr)
-                _run(session, trace, fn_args, limit)
+                trace = session.trace(definitions, sink=sink, filter=filter_expr, comm=comm, pid=pid)
+                # --out is opened (and truncated) only now: the definitions and the target were good
+                stream: IO[str] = stack.enter_context(out.open("w")) if out is not None else _Stdout()  # type: ignore[assignment]
+                writer = fmt.open(stream, WriterContext(
+                    process_name=f"kpsdk trace {choice.spec}", target=choice.spec, prefix=not no_prefix,
+                    notes=(TIME_NOTE, trace.tasks_note)))
+                _run(session, trace, fn_args, limit, limits)
             except KeyboardInterrupt:
                 interrupted = True
-                console(stderr=True).print("[bold yellow]interrupted[/] (Ctrl-C): stopping the target")
-            writer.close()
-            if session is not None and not interrupted:
-                _reports(report, session, trace, records, hist or [], latency, plot, profile, show_console)
+                console(stderr=True).print("[bold yellow]interrupted[/]: stopping the target")
+            if writer is not None and not limits.pipe_closed:
+                try:
+                    writer.close()
+                except BrokenPipeError:
+                    limits.pipe_closed = True
+            if limits.pipe_closed:
+                # as click ends any command whose stdout closed (kpsdk list | head): quietly
+                raise BrokenPipeError(errno.EPIPE, "the reader of the output went away")
+            if session is not None and trace is not None:
+                _reports(report, session, trace, records, hist or [], latency, plot, profile, show_console,
+                         interrupted)
         finally:
             close_session(session)
     if interrupted:
         raise typer.Exit(INTERRUPTED)
 
 
-def _run(session: Session, trace: Trace, fn_args: tuple[str, list[int]] | None, limit: float) -> None:
+def check_plot(path: Path) -> Path:
+    """``--plot FILE`` before the run: a suffix kpsdk can write, a writable place, matplotlib there."""
+    import importlib.util
+
+    if path.suffix.lower() not in PLOT_FORMATS:
+        raise typer.BadParameter(f"{str(path)!r}: the format comes from the suffix: want one of "
+                                 f"{', '.join(PLOT_FORMATS)}", param_hint="--plot")
+    check_out_path(path, "--plot")
+    if importlib.util.find_spec("matplotlib") is None:
+        raise typer.BadParameter("--plot needs matplotlib: pip install 'kpsdk[plot]'", param_hint="--plot")
+    return path
+
+
+#: what the prefix's timestamps are (said in the text header)
+TIME_NOTE = "TIMESTAMP: seconds since the trace started, on the host's monotonic clock (not the guest's clock)"
+
+
+@contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM while the trace runs is Ctrl-C: the records and reports so far are written,
+    the target closed (QEMU, gdb, the socket directory), and the exit code is Ctrl-C's."""
+
+    def handler(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    try:
+        previous = signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread (an embedding application): leave SIGTERM alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _run(session: Session, trace: Trace, fn_args: tuple[str, list[int]] | None, limit: float,
+         limits: _Limits) -> None:
     """Run the target (or the one call) with the live counts table on a terminal's stderr."""
     err = console(stderr=True)
 
     def go() -> None:
         if fn_args is not None:
             fn, args = fn_args
-            session.call(fn, *args)
+            try:
+                session.call(fn, *args)
+            except TargetError:
+                if not (limits.reached() or limits.pipe_closed):
+                    raise  # else --count or a closed pipe stopped the call on purpose: it cannot return
         else:
             session.run(timeout=limit)
 
@@ -291,20 +390,24 @@ def _run(session: Session, trace: Trace, fn_args: tuple[str, list[int]] | None, 
 
 
 def _reports(con: Any, session: Session, trace: Trace, records: list[TraceRecord], hist_fields: list[str],
-             latency: bool, plot_path: Path | None, profile: bool, show_console: bool) -> None:
+             latency: bool, plot_path: Path | None, profile: bool, show_console: bool,
+             interrupted: bool = False) -> None:
+    """The reports asked for, at the end of the run or when it was interrupted (then what
+    was collected so far, and no complaint about what did not happen yet)."""
     from kpsdk.trace.hist import field_histograms, latency_histograms, plot
 
     hists = [h for f in hist_fields for h in field_histograms(records, f)]
-    if hist_fields and not hists:
+    if hist_fields and not hists and not interrupted:
         raise KpsdkError(f"--hist {', '.join(hist_fields)}: no record had an integer value for it")
     if latency:
         lat = latency_histograms(records)
-        if not lat:
+        if not lat and not interrupted:
             raise KpsdkError("--latency: no return event (r SYM or p SYM%return) completed a call")
         hists += lat
     _print_histograms(con, hists)
-    if plot_path is not None:
-        plot(hists, str(plot_path), xlabel="latency (us)" if latency and not hist_fields else "value")
+    if plot_path is not None and hists:
+        xlabel = "latency (us)" if latency and not hist_fields else "value"
+        plot(hists, str(plot_path), fmt=PLOT_FORMATS[plot_path.suffix.lower()], xlabel=xlabel)
         console(stderr=True).print(Text(f"plot saved to {plot_path}", style="dim"))
     if profile:
         from rich.table import Table

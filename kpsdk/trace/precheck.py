@@ -1,0 +1,103 @@
+"""What ``kpsdk trace`` checks before it starts a target: a mistake costs no boot.
+
+A kernel under qemu-system takes seconds to tens of seconds to reach the point where
+probes are registered, so everything that can be known without the running target is
+checked first (issue: "a bad definition for a kernel target is found after ~7 s of
+boot"):
+
+- every definition, against the grammar of the target's architecture (which is known
+  from the target spec: ``qemu-system:ARCH``, ``unicorn:ARCH``, the ELF header of
+  ``elf:``/``qemu-user:`` programs, ``--arch`` for ``gdb://``);
+- for a kernel, the symbols the definitions name, in the kernel's own symbol table
+  (read from the image, cached), as the kernel's ``trace_kprobe`` would refuse them;
+- each ``--hist FIELD``: a field some definition has, and one with integer values.
+
+The same checks run again on the live target (``Session.trace``); this only moves the
+failures earlier.  Errors are the ones the target would raise: a
+:class:`~kpsdk.errors.TraceDefinitionError` with the kernel's error_log, or a usage error.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import typer
+
+from kpsdk.errors import KpsdkError, TraceDefinitionError
+from kpsdk.symbols import did_you_mean
+
+if TYPE_CHECKING:
+    from kpsdk.arch import Arch
+    from kpsdk.cli.target_choice import TargetChoice
+    from kpsdk.symbols import SymbolTable
+    from kpsdk.trace.grammar import ProbeDef
+
+
+def target_arch(choice: TargetChoice) -> Arch | None:
+    """The architecture the target will have, where the spec says it without opening it."""
+    from kpsdk.registry import get_registry
+
+    registry = get_registry()
+    scheme, _, rest = choice.spec.partition(":")
+    try:
+        if scheme in ("qemu-system", "unicorn"):
+            return registry.arch(rest)
+        if scheme in ("elf", "qemu-user"):
+            from kpsdk.elfimage import load_elf
+
+            image = load_elf(rest)
+            return registry.archs.by_elf(image.machine, image.elf_class, image.endian)
+        if scheme == "gdb" and choice.options.get("arch"):
+            return registry.arch(str(choice.options["arch"]))
+    except KpsdkError:
+        return None  # opening the target says what is wrong with it, as it always did
+    return None
+
+
+def precheck(choice: TargetChoice, definitions: list[str], hist_fields: list[str]) -> None:
+    """Raise what the definitions and ``--hist`` fields will meet on this target, before it starts."""
+    arch = target_arch(choice)
+    if arch is None:
+        return
+    from kpsdk.trace.grammar import Parser
+
+    parser = Parser(arch)
+    parsed = [parser.parse(line) for line in definitions]
+    if choice.spec.startswith("qemu-system:"):
+        _kernel_symbols(choice, parsed)
+    _hist_fields(parsed, hist_fields)
+
+
+def _kernel_symbols(choice: TargetChoice, parsed: list[ProbeDef]) -> None:
+    source = choice.options.get("symbols") or choice.options.get("kernel")
+    if not source or not any(d.symbol is not None for d in parsed):
+        return
+    from kpsdk.targets.qemu import load_symbols
+
+    try:
+        table = load_symbols(Path(str(source)))[0]
+    except KpsdkError:
+        return  # the target's opener reports an unreadable image
+    check_symbols(parsed, table)
+
+
+def check_symbols(parsed: list[ProbeDef], table: SymbolTable) -> None:
+    """The kernel's BAD_PROBE_ADDR for a kprobe on a symbol ``table`` does not have."""
+    for d in parsed:
+        if d.op != "-" and d.symbol is not None and not d.is_uprobe and d.symbol not in table:
+            word = d.text.split()[1]
+            raise TraceDefinitionError("BAD_PROBE_ADDR", d.text, d.text.find(word),
+                                       f"unknown symbol {d.symbol!r}" + did_you_mean(table.suggest(d.symbol)),
+                                       "trace_kprobe")
+
+
+def _hist_fields(parsed: list[ProbeDef], fields: list[str]) -> None:
+    have = {a.name: a.type for d in parsed for a in d.args}
+    for name in fields:
+        argtype = have.get(name)
+        if argtype is None:
+            known = ", ".join(sorted(have)) or "none: the definitions fetch no arguments"
+            raise typer.BadParameter(f"{name!r} is no event's field (fields: {known})", param_hint="--hist")
+        if argtype.is_string or argtype.display == "symbol":
+            raise typer.BadParameter(f"{name!r} is a {argtype.name}: a histogram needs integers", param_hint="--hist")
