@@ -535,6 +535,11 @@ class _Descriptors:
         return int.from_bytes(self.data[off : off + 8], "big")
 
 
+#: the symbol types kpsdk keeps, and their kinds: STT_GNU_IFUNC (10, which pyelftools calls
+#: STT_LOOS) is the resolver of a function glibc picks at startup (``strlen``): "ifunc"
+_KINDS = {"STT_FUNC": "func", "STT_OBJECT": "object", "STT_LOOS": "ifunc"}
+
+
 def _symbols(elf: ElfFile, deref: _Descriptors) -> SymbolTable:
     """The defined function and object symbols of ``.symtab`` (none without one)."""
     symtab = elf.section(".symtab")
@@ -544,14 +549,14 @@ def _symbols(elf: ElfFile, deref: _Descriptors) -> SymbolTable:
     found: list[Symbol] = []
     for sym in elf.symbols(symtab):
         kind = sym["st_info"]["type"]
-        if kind not in ("STT_FUNC", "STT_OBJECT") or not sym.name or sym["st_shndx"] == "SHN_UNDEF":
+        if kind not in _KINDS or not sym.name or sym["st_shndx"] == "SHN_UNDEF":
             continue
         value = sym["st_value"]
-        func = kind == "STT_FUNC"
+        func = kind != "STT_OBJECT"
         thumb = arm and func and bool(value & 1)
         if thumb:
             value &= ~1
         if func:
             value = deref(f"symbol {sym.name!r}", value)
-        found.append(Symbol(sym.name, value, sym["st_size"], "func" if func else "object", thumb))
+        found.append(Symbol(sym.name, value, sym["st_size"], _KINDS[kind], thumb))
     return SymbolTable(found)

@@ -234,6 +234,13 @@ class UnicornTarget(Target):
         if self.linux is not None:
             self.linux.close()
 
+    def ifunc_args(self) -> tuple[int, ...]:
+        """AT_HWCAP (and AT_HWCAP2), as glibc's resolvers get them (x86's ignore them)."""
+        linux = self._sys.linux if self._sys is not None else None
+        if linux is None:
+            return super().ifunc_args()
+        return (linux.hwcap, linux.hwcap2)
+
     @property
     def syscalls_unimplemented(self) -> dict[str, int]:
         """System calls the program made that the Linux layer does not emulate (each got
