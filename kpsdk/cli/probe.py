@@ -25,7 +25,9 @@ from kpsdk.cli.options import (
     InitrdOpt,
     KernelOpt,
     ProgArgOpt,
+    StdinOpt,
     SymbolsOpt,
+    SysrootOpt,
     TargetOpt,
     given_target_options,
 )
@@ -101,6 +103,8 @@ def cmd_probe(
         help="Symbols that may not be probed (the kernel's NOKPROBE_SYMBOL).")] = None,
     target: TargetOpt = None,
     prog_arg: ProgArgOpt = None,
+    sysroot: SysrootOpt = None,
+    stdin: StdinOpt = None,
     kernel: KernelOpt = None,
     initrd: InitrdOpt = None,
     append: AppendOpt = None,
@@ -176,7 +180,8 @@ def cmd_probe(
     if live_kind in LIVE_KINDS and fn_args is not None:
         raise typer.BadParameter(f"--call calls one function in Unicorn; a {live_kind} target runs its own "
                                  "code: drop --call (or --target)", param_hint="--call")
-    choice = choose_target(elf, target, given_target_options(prog_arg, kernel, initrd, append, symbols, arch))
+    choice = choose_target(elf, target, given_target_options(prog_arg, kernel, initrd, append, symbols, arch,
+                                                                      sysroot, stdin))
     reg = kpsdk.get_registry()
     if kprobes:
         probe_class(reg, "kprobe")
