@@ -1,10 +1,15 @@
 /* A small real Linux program for the Unicorn target's ground-truth tests
    (tests/test_linux_programs.py): arguments, environment, stdin, malloc, printf,
-   a file read from the sysroot and a nonzero exit status.  Built static with
+   a file read from the sysroot and a nonzero exit status.  argv[1]: the file to
+   read (/data.txt); argv[2]: how many mallocs; argv[3]: "fork", or a system call
+   number to make with no arguments (its result and errno are printed).  Built static with
    each cross compiler; its output under qemu-user is the expected one. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 char greeting[64] = "hello, world";
 
@@ -28,6 +33,15 @@ int main(int argc, char **argv) {
         char *p = malloc(size);
         memset(p, 'a' + i % 26, size);
         printf("malloc %zu -> %c\n", size, p[size - 1]);
+    }
+    if (argc > 3) {
+        if (strcmp(argv[3], "fork") == 0) {
+            fflush(stdout);
+            printf("fork -> %d\n", fork() >= 0);
+        } else {
+            long r = syscall(atol(argv[3]));
+            printf("syscall %s -> %ld errno=%d\n", argv[3], r, r < 0 ? errno : 0);
+        }
     }
     FILE *f = fopen(argc > 1 ? argv[1] : "/data.txt", "r");
     if (!f) {
