@@ -12,6 +12,7 @@ from __future__ import annotations
 import errno
 import os
 import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -209,3 +210,42 @@ def test_a_program_cannot_read_outside_its_sysroot(build: Callable[[str], Path],
         out, status, _ = under_kpsdk(exe, [path, "1"], {}, b"", root)
         assert status == 3, path
         assert "must not be read" not in out
+
+
+# -- the CLI -----------------------------------------------------------------------------------------
+
+
+def kpsdk_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "kpsdk.cli", *args], capture_output=True, text=True, timeout=120,
+                          check=False)
+
+
+def test_cli_probe_runs_a_program_with_its_arguments_input_and_sysroot(build: Callable[[str], Path],
+                                                                       sysroot: Path, tmp_path: Path) -> None:
+    exe = build("arm")
+    stdin = tmp_path / "input.txt"
+    stdin.write_bytes(b"a\nbb\nccc\n")
+    expected, status = under_qemu("arm", exe, ["/data.txt", "2"], {}, stdin.read_bytes(), sysroot)
+    proc = kpsdk_cli("probe", str(exe), "--arg", "/data.txt", "--arg", "2", "--stdin", str(stdin),
+                     "--sysroot", str(sysroot), "--kprobe", "main", "--regs", "arg0")
+    assert proc.returncode == 0, proc.stderr
+    assert "[1] main+0x0" in proc.stdout and "arg0=0x3" in proc.stdout  # argc: the path and two arguments
+    assert expected in proc.stdout
+    assert f"exit status {status}" in proc.stdout
+    assert "warning" not in proc.stderr
+
+
+def test_cli_warns_once_of_unimplemented_calls(build: Callable[[str], Path], sysroot: Path) -> None:
+    proc = kpsdk_cli("probe", str(build("x86_64")), "--arg", "/data.txt", "--arg", "1", "--arg", "500",
+                     "--sysroot", str(sysroot), "--kprobe", "main")
+    assert proc.returncode == 0, proc.stderr
+    warnings = [line for line in proc.stderr.splitlines() if line.startswith("warning:")]
+    assert warnings == ["warning: the program made system calls kpsdk does not emulate (each answered -ENOSYS): "
+                        "syscall_500 (1x)"]
+
+
+def test_cli_sysroot_goes_with_an_elf_only(build: Callable[[str], Path], sysroot: Path) -> None:
+    proc = kpsdk_cli("probe", "--target", f"qemu-user:{build('x86_64')}", "--sysroot", str(sysroot),
+                     "--kprobe", "main")
+    assert proc.returncode == 2
+    assert "--sysroot goes with an ELF run in Unicorn" in proc.stderr
