@@ -20,7 +20,7 @@ import pytest
 
 import kpsdk
 from kpsdk.errors import NotEmulatedError
-from kpsdk.targets.linux.files import GuestError, Sysroot
+from kpsdk.targets.linux.files import Sysroot, _GuestErrno
 from tests.conftest import QEMU, require_tool
 
 SOURCE = Path(__file__).parent / "programs" / "linuxprog.c"
@@ -184,7 +184,7 @@ def test_paths_resolve_inside_the_sysroot(tmp_path: Path) -> None:
     assert sr.resolve("../../etc/motd", "/etc") == real / "etc" / "motd"
     for path, code in (("/up", errno.ENOENT), ("/../secret", errno.ENOENT), ("/loop", errno.ELOOP),
                        ("/etc/motd/x", errno.ENOTDIR), ("", errno.ENOENT)):
-        with pytest.raises(GuestError) as info:
+        with pytest.raises(_GuestErrno) as info:
             sr.resolve(path, "/")
         assert info.value.errno == code, path
     f = sr.open("/abs", "/", 0)
@@ -192,10 +192,10 @@ def test_paths_resolve_inside_the_sysroot(tmp_path: Path) -> None:
         assert os.read(f.fd, 100) == b"inside"
     finally:
         os.close(f.fd)
-    with pytest.raises(GuestError) as info:
+    with pytest.raises(_GuestErrno) as info:
         sr.open("/etc/motd", "/", os.O_WRONLY)
     assert info.value.errno == errno.EROFS
-    with pytest.raises(GuestError) as info:
+    with pytest.raises(_GuestErrno) as info:
         Sysroot(None).resolve("/etc/motd", "/")
     assert info.value.errno == errno.ENOENT
 

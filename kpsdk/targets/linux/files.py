@@ -27,8 +27,9 @@ PATH_MAX = 4096
 O_ACCMODE, O_CREAT, O_TRUNC, O_APPEND = 3, 0o100, 0o1000, 0o2000
 
 
-class GuestError(Exception):
-    """A system call fails with ``errno`` (returned to the program as ``-errno``)."""
+class _GuestErrno(Exception):
+    """A system call fails with ``errno`` (returned to the program as ``-errno``): control flow
+    inside the Linux layer, never raised to a user (hence private, and not in kpsdk.errors)."""
 
     def __init__(self, code: int) -> None:
         super().__init__(code)
@@ -73,13 +74,13 @@ class Sysroot:
     def resolve(self, path: str, cwd: str, follow: bool = True) -> Path:
         """The host path of guest ``path`` (relative to guest ``cwd``), every symbolic link
         on the way followed inside the sysroot (the last one only if ``follow``).
-        Raises :class:`GuestError` (ENOENT, ELOOP, ENAMETOOLONG, ENOTDIR)."""
+        Raises :class:`_GuestErrno` (ENOENT, ELOOP, ENAMETOOLONG, ENOTDIR)."""
         if not path:
-            raise GuestError(errno.ENOENT)
+            raise _GuestErrno(errno.ENOENT)
         if len(path) >= PATH_MAX:
-            raise GuestError(errno.ENAMETOOLONG)
+            raise _GuestErrno(errno.ENAMETOOLONG)
         if self.root is None:
-            raise GuestError(errno.ENOENT)
+            raise _GuestErrno(errno.ENOENT)
         todo = [c for c in (path if path.startswith("/") else f"{cwd}/{path}").split("/") if c]
         todo.reverse()
         done: list[str] = []
@@ -96,22 +97,22 @@ class Sysroot:
             try:
                 st = os.lstat(host)
             except FileNotFoundError:
-                raise GuestError(errno.ENOENT) from None
+                raise _GuestErrno(errno.ENOENT) from None
             except NotADirectoryError:
-                raise GuestError(errno.ENOTDIR) from None
+                raise _GuestErrno(errno.ENOTDIR) from None
             except OSError as e:
-                raise GuestError(e.errno or errno.EACCES) from None
+                raise _GuestErrno(e.errno or errno.EACCES) from None
             if stat.S_ISLNK(st.st_mode) and (todo or follow):
                 links += 1
                 if links > MAX_SYMLINKS:
-                    raise GuestError(errno.ELOOP)
+                    raise _GuestErrno(errno.ELOOP)
                 target = os.readlink(host)
                 if target.startswith("/"):
                     done = []
                 todo.extend(reversed([c for c in target.split("/") if c]))
                 continue
             if todo and not stat.S_ISDIR(st.st_mode):
-                raise GuestError(errno.ENOTDIR)
+                raise _GuestErrno(errno.ENOTDIR)
             done.append(part)
         return self.root.joinpath(*done)
 
@@ -126,14 +127,14 @@ class Sysroot:
         """Open guest ``path`` read-only (``EROFS`` for any write or create)."""
         if flags & O_ACCMODE or flags & (O_CREAT | O_TRUNC | O_APPEND):
             self.resolve(path, cwd)  # a missing file is ENOENT first, as Linux
-            raise GuestError(errno.EROFS)
+            raise _GuestErrno(errno.EROFS)
         host = self.resolve(path, cwd)
         if not self.inside(host):
-            raise GuestError(errno.EACCES)
+            raise _GuestErrno(errno.EACCES)
         try:
             fd = os.open(host, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
         except OSError as e:
-            raise GuestError(e.errno or errno.EACCES) from None
+            raise _GuestErrno(e.errno or errno.EACCES) from None
         return OpenFile("host", path=path, fd=fd, flags=flags)
 
 
@@ -153,7 +154,7 @@ class FdTable:
     def get(self, fd: int) -> OpenFile:
         f = self.fds.get(fd)
         if f is None:
-            raise GuestError(errno.EBADF)
+            raise _GuestErrno(errno.EBADF)
         return f
 
     def install(self, f: OpenFile, fd: int | None = None, lowest: int = 0) -> int:
@@ -163,9 +164,9 @@ class FdTable:
             while fd in self.fds:
                 fd += 1
             if fd >= self.LIMIT:
-                raise GuestError(errno.EMFILE)
+                raise _GuestErrno(errno.EMFILE)
         elif not 0 <= fd < self.LIMIT:
-            raise GuestError(errno.EBADF)
+            raise _GuestErrno(errno.EBADF)
         elif fd in self.fds:
             self.close(fd)
         f.refs += 1
@@ -177,7 +178,7 @@ class FdTable:
     def close(self, fd: int) -> None:
         f = self.fds.pop(fd, None)
         if f is None:
-            raise GuestError(errno.EBADF)
+            raise _GuestErrno(errno.EBADF)
         f.refs -= 1
         if f.refs == 0:
             release(f)

@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import unicorn
 
-from kpsdk.targets.linux.files import GuestError
+from kpsdk.targets.linux.files import _GuestErrno
 
 PAGE = 0x1000
 #: where anonymous and file mappings go, lowest first (below the stack on 32-bit arches)
@@ -61,7 +61,7 @@ class AddressSpace:
 
     def _check_reserved(self, start: int, end: int) -> None:
         if any(lo < end and start < hi for lo, hi in self.reserved):
-            raise GuestError(errno.EINVAL)
+            raise _GuestErrno(errno.EINVAL)
 
     def find(self, size: int, hint: int = 0) -> int:
         """The lowest free ``size`` bytes from :data:`MMAP_BASE` (``hint`` first, when free)."""
@@ -75,7 +75,7 @@ class AddressSpace:
                 break
             at = page_up(hi + 1)
         if at + size > self.space:
-            raise GuestError(errno.ENOMEM)
+            raise _GuestErrno(errno.ENOMEM)
         return at
 
     # -- the calls ------------------------------------------------------------------------
@@ -92,7 +92,7 @@ class AddressSpace:
                 self.uc.mem_map(old, new - old, unicorn.UC_PROT_READ | unicorn.UC_PROT_WRITE)
             elif new < old:
                 self.unmap(new, old)
-        except (unicorn.UcError, GuestError):
+        except (unicorn.UcError, _GuestErrno):
             return self.brk_end
         self.brk_end = want
         return want
@@ -100,28 +100,28 @@ class AddressSpace:
     def mmap(self, addr: int, length: int, prot: int, flags: int) -> int:
         """Map ``length`` bytes (zeroed; the caller copies a file's bytes in); the address."""
         if not length or length > self.space or addr % PAGE:
-            raise GuestError(errno.EINVAL)
+            raise _GuestErrno(errno.EINVAL)
         size = page_up(length)
         if flags & MAP_FIXED:
             self._check_reserved(addr, addr + size)
             if addr + size > self.space:
-                raise GuestError(errno.ENOMEM)
+                raise _GuestErrno(errno.ENOMEM)
             self.unmap(addr, addr + size)
         elif flags & MAP_FIXED_NOREPLACE:
             if not self.free(addr, addr + size):
-                raise GuestError(errno.EEXIST)
+                raise _GuestErrno(errno.EEXIST)
         else:
             addr = self.find(size, addr)
         try:
             self.uc.mem_map(addr, size, prot & 7)
         except unicorn.UcError:
-            raise GuestError(errno.ENOMEM) from None
+            raise _GuestErrno(errno.ENOMEM) from None
         return addr
 
     def unmap(self, start: int, end: int) -> None:
         """``munmap`` of ``[start, end)``: whatever of it is mapped."""
         if start % PAGE or end <= start:
-            raise GuestError(errno.EINVAL)
+            raise _GuestErrno(errno.EINVAL)
         end = page_up(end)
         self._check_reserved(start, end)
         for lo, hi, _ in self.regions(start, end):
@@ -132,12 +132,12 @@ class AddressSpace:
     def protect(self, start: int, length: int, prot: int) -> None:
         """``mprotect``: every page of the range must be mapped (else ``ENOMEM``)."""
         if start % PAGE:
-            raise GuestError(errno.EINVAL)
+            raise _GuestErrno(errno.EINVAL)
         end = page_up(start + length)
         self._check_reserved(start, end)
         parts = self.regions(start, end)
         if sum(hi - lo for lo, hi, _ in parts) != end - start:
-            raise GuestError(errno.ENOMEM)
+            raise _GuestErrno(errno.ENOMEM)
         for lo, hi, _ in parts:
             self.uc.mem_protect(lo, hi - lo, prot & 7)
 
@@ -145,12 +145,12 @@ class AddressSpace:
         """``mremap`` without MREMAP_FIXED: shrink in place, grow in place when the pages
         after are free, else move (MREMAP_MAYMOVE) by copying."""
         if old % PAGE or not new_size or flags & MREMAP_FIXED:
-            raise GuestError(errno.EINVAL)
+            raise _GuestErrno(errno.EINVAL)
         old_size, new_size = page_up(old_size), page_up(new_size)
         self._check_reserved(old, old + old_size)
         parts = self.regions(old, old + old_size)
         if sum(hi - lo for lo, hi, _ in parts) != old_size:
-            raise GuestError(errno.EFAULT)
+            raise _GuestErrno(errno.EFAULT)
         perms = parts[0][2]
         if new_size <= old_size:
             if new_size < old_size:
@@ -160,7 +160,7 @@ class AddressSpace:
             self.uc.mem_map(old + old_size, new_size - old_size, perms)
             return old
         if not flags & MREMAP_MAYMOVE:
-            raise GuestError(errno.ENOMEM)
+            raise _GuestErrno(errno.ENOMEM)
         new = self.find(new_size)
         self.uc.mem_map(new, new_size, perms)
         self.uc.mem_write(new, bytes(self.uc.mem_read(old, old_size)))

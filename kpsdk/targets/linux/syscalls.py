@@ -26,7 +26,7 @@ import unicorn
 
 from kpsdk.errors import NotEmulatedError
 from kpsdk.targets.linux import structs
-from kpsdk.targets.linux.files import FdTable, GuestError, OpenFile, Pipe, Sysroot, release
+from kpsdk.targets.linux.files import FdTable, OpenFile, Pipe, Sysroot, _GuestErrno, release
 from kpsdk.targets.linux.memory import MAP_ANONYMOUS, PAGE, AddressSpace
 
 if TYPE_CHECKING:
@@ -84,7 +84,7 @@ class LinuxProcess:
             return -errno.ENOSYS
         try:
             return handler(*args)
-        except GuestError as e:
+        except _GuestErrno as e:
             return -e.errno
 
     def close(self) -> None:
@@ -102,13 +102,13 @@ class LinuxProcess:
         try:
             return bytes(self.uc.mem_read(addr, size))
         except unicorn.UcError:
-            raise GuestError(errno.EFAULT) from None
+            raise _GuestErrno(errno.EFAULT) from None
 
     def write(self, addr: int, data: bytes) -> None:
         try:
             self.uc.mem_write(addr, data)
         except unicorn.UcError:
-            raise GuestError(errno.EFAULT) from None
+            raise _GuestErrno(errno.EFAULT) from None
 
     def read_word(self, addr: int) -> int:
         return int(self.word.unpack(self.read(addr, self.word.size))[0])
@@ -116,7 +116,7 @@ class LinuxProcess:
     def string(self, addr: int, limit: int = 4096) -> str:
         """A NUL-terminated string the program passed (a path), read page by page."""
         if not addr:
-            raise GuestError(errno.EFAULT)
+            raise _GuestErrno(errno.EFAULT)
         out = bytearray()
         while len(out) < limit:
             chunk = self.read(addr + len(out), min(limit - len(out), PAGE - (addr + len(out)) % PAGE))
@@ -124,7 +124,7 @@ class LinuxProcess:
             if end >= 0:
                 return (out + chunk[:end]).decode("utf-8", "surrogateescape")
             out += chunk
-        raise GuestError(errno.ENAMETOOLONG)
+        raise _GuestErrno(errno.ENAMETOOLONG)
 
     def pair(self, args: tuple[int, ...], i: int) -> int:
         """A 64-bit argument from ``args[i]`` (two registers on a 32-bit arch: low word first in a
@@ -145,9 +145,9 @@ class LinuxProcess:
             try:
                 return os.pread(f.fd, n, offset) if offset is not None else os.read(f.fd, n)
             except OSError as e:
-                raise GuestError(e.errno or errno.EIO) from None
+                raise _GuestErrno(e.errno or errno.EIO) from None
         if offset is not None:
-            raise GuestError(errno.ESPIPE)
+            raise _GuestErrno(errno.ESPIPE)
         if f.kind == "stdin":
             data = f.data[f.pos:f.pos + count]
             f.pos += len(data)
@@ -161,7 +161,7 @@ class LinuxProcess:
             return data
         if f.kind == "null":
             return b""
-        raise GuestError(errno.EBADF)
+        raise _GuestErrno(errno.EBADF)
 
     def _write_to(self, f: OpenFile, data: bytes) -> int:
         if f.kind == "console":
@@ -169,7 +169,7 @@ class LinuxProcess:
         elif f.kind == "pipe_w" and f.pipe is not None:
             f.pipe.data += data
         elif f.kind != "null":
-            raise GuestError(errno.EBADF)
+            raise _GuestErrno(errno.EBADF)
         return len(data)
 
     def sys_read(self, fd: int, buf: int, count: int, *_: int) -> int:
@@ -196,7 +196,7 @@ class LinuxProcess:
             except unicorn.UcError:
                 break
         if count and not out:
-            raise GuestError(errno.EFAULT)
+            raise _GuestErrno(errno.EFAULT)
         return bytes(out)
 
     def sys_write(self, fd: int, buf: int, count: int, *_: int) -> int:
@@ -205,7 +205,7 @@ class LinuxProcess:
 
     def _iovecs(self, iov: int, n: int) -> list[tuple[int, int]]:
         if self.sint(n) < 0 or n > 1024:
-            raise GuestError(errno.EINVAL)
+            raise _GuestErrno(errno.EINVAL)
         raw = self.read(iov, 2 * self.word.size * n) if n else b""
         words = [w for (w,) in self.word.iter_unpack(raw)]
         return list(zip(words[::2], words[1::2], strict=True))
@@ -234,7 +234,7 @@ class LinuxProcess:
             f = self.root.open(path, self._base(dirfd, path), flags)
         try:
             return self.fds.install(f)
-        except GuestError:
+        except _GuestErrno:
             release(f)
             raise
 
@@ -245,7 +245,7 @@ class LinuxProcess:
             return self.cwd
         f = self.fds.get(dirfd)
         if f.kind != "host":
-            raise GuestError(errno.ENOTDIR)
+            raise _GuestErrno(errno.ENOTDIR)
         return str(PurePosixPath(self.cwd, f.path))
 
     def sys_open(self, path: int, flags: int, *_: int) -> int:
@@ -263,12 +263,12 @@ class LinuxProcess:
             try:
                 return os.lseek(f.fd, offset, whence)
             except OSError as e:
-                raise GuestError(e.errno or errno.EINVAL) from None
+                raise _GuestErrno(e.errno or errno.EINVAL) from None
         if f.kind != "stdin":
-            raise GuestError(errno.ESPIPE)
+            raise _GuestErrno(errno.ESPIPE)
         base = {SEEK_SET: 0, SEEK_CUR: f.pos, SEEK_END: len(f.data)}.get(whence)
         if base is None or base + offset < 0:
-            raise GuestError(errno.EINVAL)
+            raise _GuestErrno(errno.EINVAL)
         f.pos = base + offset
         return f.pos
 
@@ -292,7 +292,7 @@ class LinuxProcess:
 
     def sys_dup3(self, old: int, new: int, flags: int, *_: int) -> int:
         if self.sint(old) == self.sint(new):
-            raise GuestError(errno.EINVAL)
+            raise _GuestErrno(errno.EINVAL)
         return self.fds.install(self.fds.get(self.sint(old)), self.sint(new))
 
     def sys_fcntl(self, fd: int, cmd: int, arg: int, *_: int) -> int:
@@ -303,7 +303,7 @@ class LinuxProcess:
             return 0
         if cmd == F_GETFL:
             return 1 if f.kind in ("console", "pipe_w", "null") else f.flags & ~0o3
-        raise GuestError(errno.EINVAL)
+        raise _GuestErrno(errno.EINVAL)
 
     sys_fcntl64 = sys_fcntl
 
@@ -322,7 +322,7 @@ class LinuxProcess:
 
     def sys_ioctl(self, fd: int, request: int, *_: int) -> int:
         self.fds.get(self.sint(fd))
-        raise GuestError(errno.ENOTTY)  # no descriptor is a terminal (TCGETS, TIOCGWINSZ...)
+        raise _GuestErrno(errno.ENOTTY)  # no descriptor is a terminal (TCGETS, TIOCGWINSZ...)
 
     # -- file status --------------------------------------------------------------------------
 
@@ -336,7 +336,7 @@ class LinuxProcess:
         try:
             return structs.stat_values(os.lstat(host))
         except OSError as e:
-            raise GuestError(e.errno or errno.ENOENT) from None
+            raise _GuestErrno(e.errno or errno.ENOENT) from None
 
     def _fstat_values(self, fd: int) -> dict[str, int]:
         f = self.fds.get(fd)
@@ -349,7 +349,7 @@ class LinuxProcess:
     def _put_stat(self, buf: int, values: dict[str, int], wide: bool) -> int:
         layout = self.abi.stat64 if wide else self.abi.stat
         if layout is None:
-            raise GuestError(errno.ENOSYS)
+            raise _GuestErrno(errno.ENOSYS)
         self.write(buf, structs.pack_stat(layout, values, self.order))
         return 0
 
@@ -384,9 +384,9 @@ class LinuxProcess:
     def _access(self, dirfd: int, path_addr: int, mode: int, flags: int = 0) -> int:
         values = self._stat_of(dirfd, path_addr, flags & AT_SYMLINK_NOFOLLOW)
         if mode & 2:
-            raise GuestError(errno.EROFS)
+            raise _GuestErrno(errno.EROFS)
         if mode & 1 and not values["st_mode"] & 0o111:
-            raise GuestError(errno.EACCES)
+            raise _GuestErrno(errno.EACCES)
         return 0
 
     def sys_access(self, path: int, mode: int, *_: int) -> int:
@@ -401,7 +401,7 @@ class LinuxProcess:
     def _readlink(self, dirfd: int, path_addr: int, buf: int, size: int) -> int:
         path = self.string(path_addr)
         if self.sint(size) <= 0:
-            raise GuestError(errno.EINVAL)
+            raise _GuestErrno(errno.EINVAL)
         if path == "/proc/self/exe":
             target = self.exe
         else:
@@ -409,7 +409,7 @@ class LinuxProcess:
             try:
                 target = os.readlink(host)
             except OSError as e:
-                raise GuestError(e.errno or errno.EINVAL) from None
+                raise _GuestErrno(e.errno or errno.EINVAL) from None
         data = os.fsencode(target)[:size]
         self.write(buf, data)
         return len(data)
@@ -423,7 +423,7 @@ class LinuxProcess:
     def sys_getcwd(self, buf: int, size: int, *_: int) -> int:
         data = os.fsencode(self.cwd) + b"\0"
         if len(data) > size:
-            raise GuestError(errno.ERANGE)
+            raise _GuestErrno(errno.ERANGE)
         self.write(buf, data)
         return len(data)
 
@@ -431,14 +431,14 @@ class LinuxProcess:
         path = self.string(path_addr)
         host = self.root.resolve(path, self.cwd)
         if not os.path.isdir(host):
-            raise GuestError(errno.ENOTDIR)
+            raise _GuestErrno(errno.ENOTDIR)
         assert self.root.root is not None
         rel = os.path.relpath(host, self.root.root)
         self.cwd = "/" if rel == "." else "/" + rel
         return 0
 
     def _read_only(self, *_: int) -> int:
-        raise GuestError(errno.EROFS)
+        raise _GuestErrno(errno.EROFS)
 
     sys_unlink = sys_unlinkat = sys_mkdir = sys_mkdirat = sys_rename = sys_renameat = _read_only
 
@@ -450,16 +450,16 @@ class LinuxProcess:
     def _mmap(self, addr: int, length: int, prot: int, flags: int, fd: int, offset: int) -> int:
         f = None if flags & MAP_ANONYMOUS else self.fds.get(self.sint(fd))
         if f is not None and f.kind != "host":
-            raise GuestError(errno.ENODEV)
+            raise _GuestErrno(errno.ENODEV)
         if offset % PAGE:
-            raise GuestError(errno.EINVAL)
+            raise _GuestErrno(errno.EINVAL)
         at = self.mem.mmap(addr, length, prot, flags)
         if f is not None:
             try:
                 data = os.pread(f.fd, length, offset)
             except OSError as e:
                 self.mem.unmap(at, at + length)
-                raise GuestError(e.errno or errno.EACCES) from None
+                raise _GuestErrno(e.errno or errno.EACCES) from None
             self.write(at, data)
             if self.on_file_map is not None:
                 self.on_file_map(f.path, at, offset, prot)
@@ -490,25 +490,25 @@ class LinuxProcess:
     def sys_arch_prctl(self, code: int, addr: int, *_: int) -> int:
         reg = self.abi.tls_register
         if reg is None:
-            raise GuestError(errno.EINVAL)
+            raise _GuestErrno(errno.EINVAL)
         if code == ARCH_SET_FS:
             self.uc.reg_write(reg, addr)
             return 0
         if code == ARCH_GET_FS:
             self.write(addr, self.word.pack(self.uc.reg_read(reg)))
             return 0
-        raise GuestError(errno.EINVAL)
+        raise _GuestErrno(errno.EINVAL)
 
     def sys_set_tls(self, addr: int, *_: int) -> int:
         if self.abi.tls_register is None:
-            raise GuestError(errno.ENOSYS)
+            raise _GuestErrno(errno.ENOSYS)
         self.uc.reg_write(self.abi.tls_register, addr)
         return 0
 
     def sys_set_thread_area(self, desc: int, *_: int) -> int:
         setter = self.abi.set_thread_area
         if setter is None:
-            raise GuestError(errno.ENOSYS)
+            raise _GuestErrno(errno.ENOSYS)
         entry, base, limit, flags = struct.unpack(self.order + "iIII", self.read(desc, 16))
         if not self._gdt:
             self._gdt = self.mem.mmap(0, PAGE, 3, 0)
@@ -596,7 +596,7 @@ class LinuxProcess:
 
     def sys_sched_getaffinity(self, pid: int, size: int, mask: int, *_: int) -> int:
         if size < self.word.size:
-            raise GuestError(errno.EINVAL)
+            raise _GuestErrno(errno.EINVAL)
         self.write(mask, self.word.pack(1))  # one CPU: the one Unicorn emulates
         return self.word.size
 
@@ -645,7 +645,7 @@ class LinuxProcess:
 
     def sys_rt_sigaction(self, sig: int, act: int, oact: int, *_: int) -> int:
         if not 1 <= sig <= 64 or sig in (9, 19):  # SIGKILL and SIGSTOP cannot be caught
-            raise GuestError(errno.EINVAL)
+            raise _GuestErrno(errno.EINVAL)
         two = 2 * self.word.size  # the handler and the flags: the first two words on every arch
         old = self.sigactions.get(sig, bytes(two))
         if act:
@@ -686,10 +686,10 @@ class LinuxProcess:
         if option == PR_GET_NAME:
             self.write(arg, os.fsencode(PurePosixPath(self.exe).name)[:15].ljust(16, b"\0"))
             return 0
-        raise GuestError(errno.EINVAL)
+        raise _GuestErrno(errno.EINVAL)
 
     def sys_wait4(self, *_: int) -> int:
-        raise GuestError(errno.ECHILD)
+        raise _GuestErrno(errno.ECHILD)
 
     # -- what needs another thread or process ---------------------------------------------------
 
