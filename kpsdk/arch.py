@@ -464,6 +464,8 @@ class Arch:
     ``mode_bit``          the register bit that says which instruction set runs (ARM's T)
     ``unicorn_setup``     CPU state a new Unicorn engine needs (ARM's VFP)
     ``local_entry``       ELFv2 local entry points (ppc64): where a kretprobe by name lands
+    ``entry_registers``   registers a process starts with beyond sp, from its entry's
+                          function descriptor (ppc64 ELFv1: r2, the TOC)
     ====================  ================================================================
     """
 
@@ -509,6 +511,9 @@ class Arch:
     mode_bit: ModeBit | None = None
     unicorn_setup: Callable[[Any], None] | None = None
     local_entry: Callable[[bytes], int] | None = None
+    #: ``(descriptor bytes) -> {register: value}``: what the kernel loads from an ELFv1 entry
+    #: descriptor besides the pc (only called when e_entry is one)
+    entry_registers: Callable[[bytes], dict[str, int]] | None = None
 
     def require(self, capability: str, feature: str) -> Any:
         """The capability named ``capability`` (an attribute of this class, or of its

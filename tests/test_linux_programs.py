@@ -30,6 +30,7 @@ COMPILERS = {
     "i386": ("i686-linux-gnu-gcc", "gcc-i686-linux-gnu libc6-dev-i386-cross"),
     "arm": ("arm-linux-gnueabihf-gcc", "gcc-arm-linux-gnueabihf libc6-dev-armhf-cross"),
     "riscv64": ("riscv64-linux-gnu-gcc", "gcc-riscv64-linux-gnu libc6-dev-riscv64-cross"),
+    "ppc64": ("powerpc64-linux-gnu-gcc", "gcc-powerpc64-linux-gnu libc6-dev-ppc64-cross"),
 }
 LINUX_ARCHS = tuple(COMPILERS)
 BUSYBOX = Path("/bin/busybox")
@@ -118,7 +119,7 @@ def test_fork_is_an_honest_not_yet(build: Callable[[str], Path], sysroot: Path) 
     assert "malloc 107" in s.console  # what ran before the fork did run
 
 
-@pytest.mark.parametrize("arch", ["x86_64", "arm", "riscv64", "i386"])
+@pytest.mark.parametrize("arch", ["x86_64", "arm", "riscv64", "i386", "ppc64"])
 def test_kprobe_on_malloc_sees_the_programs_sizes_in_order(build: Callable[[str], Path], sysroot: Path,
                                                           arch: str) -> None:
     exe = build(arch)

@@ -49,6 +49,7 @@ import math
 import mmap
 import os
 import struct
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -694,6 +695,18 @@ class UnicornTarget(Target):
         over what it needs)."""
         detours, area, probes = self.detours, self._area_words, self._tramp_probe
         assert detours is not None
+        if self.arch.endian != sys.byteorder:  # a big-endian guest (ppc64): the word in its byte order
+            packer, mem, offset = self._word, self._area_mem, word * self.arch.word_size
+            assert mem is not None
+
+            def on_trampoline_swapped(handle: int, addr: int, size: int, user: int) -> None:
+                try:
+                    probes[at].hits += 1
+                    packer.pack_into(mem, offset, detours.general_return("the trampoline"))
+                except BaseException as exc:  # noqa: BLE001 - stored and re-raised by run()/call()
+                    self.fail(exc)
+
+            return on_trampoline_swapped
 
         def on_trampoline(handle: int, addr: int, size: int, user: int) -> None:
             try:
@@ -984,6 +997,10 @@ def open_elf(rest: str, registry: Registry, abi: str = "user", args: Sequence[st
         raise ImageFormatError(image.path, f"its segments leave no room for kpsdk's area and stack: {e}") from e
     target.symbols = image.symbols
     target.entry = image.entry
+    descriptor = image.raw_entry + bias
+    if arch.entry_registers is not None and descriptor != image.entry:  # e_entry is a function descriptor
+        for name, value in arch.entry_registers(target.read_memory(descriptor, 3 * arch.word_size)).items():
+            target.fast.write(arch.register(name), value)
     if arch.syscalls is not None and arch.syscalls.linux is not None:
         area = target.sentinel
         reserved = [(area, area + AREA_SIZE), (STACK_TOP - STACK_SIZE, STACK_TOP)]
