@@ -15,6 +15,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -250,3 +251,69 @@ def test_cli_sysroot_goes_with_an_elf_only(build: Callable[[str], Path], sysroot
                      "--kprobe", "main")
     assert proc.returncode == 2
     assert "--sysroot goes with an ELF run in Unicorn" in proc.stderr
+
+
+# -- dynamically linked programs: the sysroot's ld.so maps libc ----------------------------------------
+
+#: the sysroot each architecture's dynamic program runs in (x86_64: the host's own, given explicitly),
+#: and a text file in it to read
+DYNAMIC = {
+    "x86_64": ("/", "/usr/include/stdio.h"),
+    "i386": ("/usr/i686-linux-gnu", "/include/stdio.h"),
+    "arm": ("/usr/arm-linux-gnueabihf", "/include/stdio.h"),
+    "riscv64": ("/usr/riscv64-linux-gnu", "/include/stdio.h"),
+}
+
+
+@pytest.fixture(scope="module")
+def build_dynamic(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
+    """``build_dynamic(arch)``: linuxprog.c, dynamically linked (the compiler's default)."""
+    out = tmp_path_factory.mktemp("linuxprog-dyn")
+
+    def make(arch: str) -> Path:
+        cc, package = COMPILERS[arch]
+        require_tool(cc, package)
+        exe = out / f"linuxprog-{arch}"
+        if not exe.exists():
+            subprocess.run([cc, "-O1", "-o", str(exe), str(SOURCE)], check=True, capture_output=True)
+        return exe
+
+    return make
+
+
+@pytest.mark.parametrize("arch", sorted(DYNAMIC))
+def test_dynamic_program_matches_qemu_user(build_dynamic: Callable[[str], Path], arch: str) -> None:
+    exe = build_dynamic(arch)
+    root, text = DYNAMIC[arch]
+    args, env, stdin = [text, "3"], {"GREETING": "dynamic"}, b"in\nput\n"
+    expected = under_qemu(arch, exe, args, env, stdin, Path(root) if root != "/" else None)
+    seen: list[tuple[str, int]] = []
+
+    class Listener:
+        @kpsdk.hookimpl
+        def kpsdk_library_loaded(self, session: kpsdk.Session, library: Any) -> None:
+            seen.append((library.path.name, library.bias))
+
+    listener = Listener()
+    kpsdk.get_registry().pm.register(listener)
+    try:
+        out, status, s = under_kpsdk(exe, args, env, stdin, Path(root))
+    finally:
+        kpsdk.get_registry().pm.unregister(listener)
+    assert (out, status) == expected
+    assert status == 42 and out.count("file: ") > 100  # it read the whole header
+    names = [name for name, _ in seen]
+    assert names[0] == exe.name and names[1].startswith("ld-") and "libc.so.6" in names
+    assert all(bias % 0x1000 == 0 for _, bias in seen)
+    assert s.syscalls_unimplemented == {}
+
+
+def test_dynamic_program_without_its_loader_is_refused(build_dynamic: Callable[[str], Path], tmp_path: Path) -> None:
+    exe = build_dynamic("arm")
+    with pytest.raises(kpsdk.TargetError, match="ld-linux-armhf.so.3 is not in the sysroot"):
+        kpsdk.open(f"elf:{exe}", sysroot=tmp_path)
+
+
+def test_ppc64_dynamic_program_is_an_honest_not_yet(build_dynamic: Callable[[str], Path]) -> None:
+    with pytest.raises(kpsdk.UnsupportedTargetError, match="ELFv1"):
+        kpsdk.open(f"elf:{build_dynamic('ppc64')}")

@@ -11,8 +11,10 @@ The parts, one job each:
 :func:`check_options` checks what the user passed (``args``, ``env``, ``stdin``,
 ``sysroot``, ``cwd``) before anything is mapped; :func:`start_process` builds
 the process on a loaded :class:`~kpsdk.targets.unicorn.UnicornTarget`.
-What is not emulated (yet): signal delivery, threads, ``fork``/``exec``, writes to
-files (``EROFS``); each is an error naming it, never a silent wrong answer.
+A dynamically linked program starts in its ``PT_INTERP`` loader, mapped from the
+sysroot (:func:`load_interpreter`); ld.so maps the libraries itself.  What is not
+emulated (yet): signal delivery, threads, ``fork``/``exec``, writes to files
+(``EROFS``); each is an error naming it, never a silent wrong answer.
 """
 
 from __future__ import annotations
@@ -118,24 +120,79 @@ def start_process(target: UnicornTarget, image: ElfImage, program: str, options:
     if arch.syscalls is None or arch.syscalls.linux is None:
         raise UnsupportedTargetError(f"the Unicorn target has no Linux layer for {arch.name} yet")
     linux = arch.syscalls.linux
-    if image.interp is not None:
-        raise UnsupportedTargetError(
-            f"{image.path} is dynamically linked (its interpreter is {image.interp}): the Unicorn target runs "
-            "statically linked programs only (not yet dynamic ones); build it with -static, or run it with "
-            "--target qemu-user")
     sysroot = options.sysroot if options.sysroot is not None else default_sysroot(target)
     brk_base = page_up(reserved[0][1]) + PAGE  # after kpsdk's area, which sits right after the program
     space = AddressSpace(target.uc, 1 << (8 * arch.word_size) if arch.word_size == 4 else 1 << 47,
                          brk_base, reserved)
+    interp_base = 0
+    if image.interp is not None:
+        interp_base, target.entry = load_interpreter(target, image, Sysroot(sysroot), space)
     exe = os.path.abspath(program)
     process = LinuxProcess(arch, target.uc, target._console, space, Sysroot(sysroot), options.stdin,
                            options.cwd, exe)
+    process.on_file_map = lambda host, at, offset: library_mapped(target, host, at, offset)
     word = struct.Struct(("<" if arch.endian == "little" else ">") + ("Q" if arch.word_size == 8 else "I"))
     argv = [os.fsencode(program), *(a.encode("utf-8", "surrogateescape") for a in options.args)]
     envp = [f"{k}={v}".encode("utf-8", "surrogateescape") for k, v in options.env]
     info = ProcessImage(phdr=image.phdr[0], phent=image.phdr[1], phnum=image.phdr[2], entry=image.entry,
-                        base=0, uid=os.getuid(), gid=os.getgid(), platform=linux.platform, hwcap=linux.hwcap,
+                        base=interp_base, uid=os.getuid(), gid=os.getgid(), platform=linux.platform, hwcap=linux.hwcap,
                         hwcap2=linux.hwcap2)
     sp, _ = build_stack(target.uc.mem_write, stack_top, word, argv, envp, argv[0], info, os.urandom(16))
     target.fast.write(target.arch.register(arch.sp), sp)
     return process
+
+
+def load_interpreter(target: UnicornTarget, image: ElfImage, root: Sysroot, space: AddressSpace) -> tuple[int, int]:
+    """Map ``image``'s PT_INTERP (the dynamic loader) from the sysroot, as Linux's
+    load_elf_binary does: at a free base (an ET_DYN), its segments' bytes copied in.
+    Returns its base (AT_BASE) and entry point, where the process starts; the loader then
+    maps the libraries itself (openat, mmap)."""
+    from kpsdk.elfimage import load_elf
+    from kpsdk.target import MappedFile
+    from kpsdk.targets.linux.files import _GuestErrno
+    from kpsdk.targets.unicorn import load_mappings
+
+    assert image.interp is not None
+    where = f"{image.path} is dynamically linked: its interpreter {image.interp}"
+    if root.root is None:
+        raise TargetError(f"{where} needs a sysroot holding it (sysroot=DIR; \"/\" for the host's own)")
+    try:
+        host = root.resolve(image.interp, "/")
+    except _GuestErrno as e:
+        raise TargetError(f"{where} is not in the sysroot {root.root} ({os.strerror(e.errno)})") from None
+    interp = load_elf(host)
+    if (interp.machine, interp.elf_class, interp.endian) != (image.machine, image.elf_class, image.endian) \
+            or interp.kind != "ET_DYN" or interp.interp is not None:
+        raise TargetError(f"{where} ({host}) is not a loader for this program")
+    if interp.entry != interp.raw_entry:
+        raise UnsupportedTargetError(f"{where}: an ELFv1 (function descriptor) loader is not supported yet")
+    span = page_up(max(seg.vaddr + seg.memsz for seg in interp.segments)) - (interp.segments[0].vaddr & ~(PAGE - 1))
+    base = space.find(span)
+    placed = interp.relocated(base)
+    for start, size, perms in load_mappings(placed, target.arch):
+        target.map(start, size, perms)
+    for seg in placed.segments:
+        target.uc.mem_write(seg.vaddr, seg.data)
+    target._files = (*target._files, MappedFile.of(interp, base))  # reported with the program at session start
+    return base, placed.entry
+
+
+def library_mapped(target: UnicornTarget, host: Path, at: int, offset: int) -> None:
+    """A file's start was mapped at ``at`` (ld.so maps a library's first segment, file offset 0,
+    where its whole span goes): when it is an ELF object, plugins hear ``kpsdk_library_loaded``
+    with its host path and load bias (the address minus its first PT_LOAD's)."""
+    from kpsdk.elfimage import load_elf
+    from kpsdk.errors import KpsdkError
+    from kpsdk.target import MappedFile
+
+    if offset:
+        return
+    try:
+        with open(host, "rb") as f:
+            if f.read(4) != b"\x7fELF":
+                return
+        image = load_elf(host)
+    except (OSError, KpsdkError):
+        return  # not an object ld.so could load either: it reports that itself
+    bias = at - (image.segments[0].vaddr & ~(PAGE - 1))
+    target.emit("library_loaded", library=MappedFile.of(image, bias))

@@ -63,6 +63,8 @@ class OpenFile:
     pipe: Pipe | None = None
     refs: int = 0
     tty: bool = False
+    #: the host file behind a ``host`` description (what a mapping of it reports)
+    host: Path | None = None
 
 
 class Sysroot:
@@ -135,7 +137,7 @@ class Sysroot:
             fd = os.open(host, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
         except OSError as e:
             raise _GuestErrno(e.errno or errno.EACCES) from None
-        return OpenFile("host", path=path, fd=fd, flags=flags)
+        return OpenFile("host", path=path, fd=fd, flags=flags, host=host)
 
 
 class FdTable:

@@ -19,7 +19,7 @@ import struct
 import time
 from collections import Counter
 from collections.abc import Callable
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
 import unicorn
@@ -69,7 +69,8 @@ class LinuxProcess:
         self.sigactions: dict[int, bytes] = {}
         self.clock_skew = 0.0  #: seconds nanosleep "slept" (the clocks move on, nothing waits)
         self._gdt = 0
-        self.on_file_map: Callable[[str, int, int, int], None] | None = None
+        #: called as ``(host path, address, file offset)`` after a file is mapped (ld.so mapping a library)
+        self.on_file_map: Callable[[Path, int, int], None] | None = None
         names = {nr: name for name, nr in arch.syscalls.calls.items()}
         self.handlers: dict[int, tuple[str, Callable[..., int] | None]] = {
             nr: (name, getattr(self, "sys_" + name.lstrip("_"), None)) for nr, name in names.items()}
@@ -461,8 +462,8 @@ class LinuxProcess:
                 self.mem.unmap(at, at + length)
                 raise _GuestErrno(e.errno or errno.EACCES) from None
             self.write(at, data)
-            if self.on_file_map is not None:
-                self.on_file_map(f.path, at, offset, prot)
+            if self.on_file_map is not None and f.host is not None:
+                self.on_file_map(f.host, at, offset)
         return at
 
     def sys_mmap(self, addr: int, length: int, prot: int, flags: int, fd: int, offset: int, *_: int) -> int:
