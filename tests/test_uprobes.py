@@ -384,4 +384,6 @@ def test_cli_uprobe_and_uretprobe(prog: Path) -> None:
 
 
 def test_unicorn_archs_all_have_pie_fixtures() -> None:
-    assert set(UNICORN_ARCHS) <= set(fixtures.PIE_ARCHS)
+    # but ppc64: ELFv1's function descriptors need a loader to relocate them (docs/api.md, Uprobes)
+    assert set(UNICORN_ARCHS) - {"ppc64"} <= set(fixtures.PIE_ARCHS)
+    assert "ppc64" not in fixtures.PIE_ARCHS
