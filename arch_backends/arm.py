@@ -28,14 +28,17 @@ from kpsdk.arch import (
     FrameRecord,
     InsnRules,
     InstructionSet,
+    LinuxAbi,
     ModeBit,
     OutOfLine,
     QemuMachine,
     Register,
     ReturnDetour,
+    StatLayout,
     Syscalls,
     WatchRules,
 )
+from kpsdk.arch_backends import syscall_tables as tables
 from kpsdk.insn import ReadMem, ReadReg, changes_flow
 
 _PC_IDS = frozenset({ca.ARM_REG_PC})
@@ -305,6 +308,11 @@ def page_walk(read_reg: ReadReg, read_phys: ReadMem, va: int) -> int | None:
     return (second & 0xFFFFF000) | (va & 0xFFF)
 
 
+#: AT_HWCAP: what the CPU Unicorn emulates (Cortex-A15) has and glibc's IFUNCs look at
+#: (arch/arm/include/uapi/asm/hwcap.h): half, thumb, fast_mult, vfp, edsp, neon, vfpv3,
+#: tls, vfpv4, idiva, idivt, vfpd32
+HWCAP = 2 | 4 | 16 | 64 | 128 | 4096 | 8192 | 32768 | 65536 | 131072 | 262144 | 524288
+
 ARM = Arch(
     name="arm",
     aliases=("arm32", "armhf", "thumb"),
@@ -324,8 +332,10 @@ ARM = Arch(
     gdb_arch="arm",
     elf_machine="EM_ARM",
     elf_class=32,
-    syscalls=Syscalls("r7", ("r0", "r1", "r2", "r3", "r4", "r5"), "r0", 2,
-                      {"write": 4, "exit": 1, "exit_group": 248}),
+    syscalls=Syscalls("r7", ("r0", "r1", "r2", "r3", "r4", "r5"), "r0", 2, tables.ARM,
+                      linux=LinuxAbi("v7l", HWCAP, machine="armv7l", sysroot="/usr/arm-linux-gnueabihf",
+                                     stat64=StatLayout(*tables.STAT64_ARM), tls_register=ua.UC_ARM_REG_C13_C0_3,
+                                     pair_aligned=True)),
     stack_alignment=8,
     qemu_user="qemu-arm",
     qemu_system=QemuMachine("qemu-system-arm", "qemu-system-arm", machine="virt", console="ttyAMA0"),

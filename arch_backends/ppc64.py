@@ -1,10 +1,13 @@
 """ppc64, big-endian (ELFv1 function descriptors by default), and ppc64le, its
 little-endian variant (ELFv2: global and local entry points, no descriptors).
 
-Described fully so disassembly, symbols and (with the live-targets work) QEMU
-can use it, but Unicorn 2.1.4 cannot run it: explicit PPC64 CPU models map to
-32-bit ones and the default POWER10 model faults on its first instruction.
-``unicorn_unsupported`` carries that cause so ``kpsdk.open`` can say it.
+Unicorn 2.1.4 runs it with three settings (:func:`unicorn_setup`): the default
+CPU model (the explicit PPC64 models map to 32-bit ones), the soft MMU off
+(``UC_TLB_VIRTUAL``: the hash MMU would raise an instruction storage interrupt at
+the first fetch, MSR[HV] being dropped at reset) and MSR = SF|FP|VR|VSX.  On any
+exception Unicorn 2.1.4 reports the pc 4 bytes past the instruction: a ``tw`` at A
+arrives at A+4 (hence the breakpoint's ``pc_adjust``), and an ``sc`` at A at A+4,
+which is where Linux returns to anyway.
 """
 
 from __future__ import annotations
@@ -25,12 +28,15 @@ from kpsdk.arch import (
     DebianPort,
     InsnRules,
     InstructionSet,
+    LinuxAbi,
     OutOfLine,
     QemuMachine,
     Register,
+    StatLayout,
     Syscalls,
     WatchRules,
 )
+from kpsdk.arch_backends import syscall_tables as tables
 from kpsdk.insn import ReadMem, ReadReg, changes_flow, immediate_targets
 
 TRAP = struct.pack(">I", 0x7FE00008)  # tw 31,0,0
@@ -109,12 +115,52 @@ def jump_back_le(at: int, target: int, iset: InstructionSet) -> bytes | None:
     return _branch(at, target, "<")
 
 
+#: MSR bits a 64-bit Linux process runs with: SF (64-bit), VEC, VSX, FP (Power ISA 3.0, 4.2.1);
+#: FP is needed for the ``stfd`` of functions that save f14-f31
+MSR = (1 << 63) | (1 << 25) | (1 << 23) | (1 << 13)
+#: CR0's summary-overflow bit: a system call failed
+CR0_SO = 0x10000000
+#: AT_HWCAP: 32- and 64-bit, an FPU and an MMU (arch/powerpc/include/uapi/asm/cputable.h); no
+#: AltiVec/VSX claimed, so glibc's IFUNCs pick their generic code
+HWCAP = 0x80000000 | 0x40000000 | 0x08000000 | 0x04000000
+
+
+def unicorn_setup(uc: unicorn.Uc) -> None:
+    """Make Unicorn 2.1.4 run 64-bit code (see the module's doc): no soft MMU, MSR for a
+    64-bit process with the FPU and vector units on."""
+    uc.ctl_set_tlb_mode(unicorn.UC_TLB_VIRTUAL)  # type: ignore[attr-defined]  # the stubs lack it
+    uc.reg_write(up.UC_PPC_REG_MSR, MSR)
+
+
+def entry_registers(descriptor: bytes) -> dict[str, int]:
+    """ELFv1: the entry is a function descriptor (code address, TOC, environment); Linux's
+    start_thread loads r2 with its TOC (arch/powerpc/kernel/process.c)."""
+    return {"r2": struct.unpack(">Q", descriptor[8:16])[0]}
+
+
+def return_jump(at: int, iset: InstructionSet, sp_word: int) -> tuple[bytes, int, int]:
+    """The kretprobe trampoline, reached by the probed function's ``blr`` (so lr holds its
+    address): ``mflr r12; addis r11,r12,ha; std r1,lo(r11)`` stores sp at ``sp_word`` (r11
+    and r12 are volatile across a call in the ELFv1 ABI), then ``ld r12,24(r12); mtctr
+    r12; bctr`` jumps through the doubleword 24 bytes on, which kpsdk's hook (on the
+    ``ld``) has just written.  Returns the code, the offset of the hooked ``ld`` and of
+    the doubleword."""
+    off = sp_word - at
+    lo = ((off & 0xFFFF) ^ 0x8000) - 0x8000
+    hi = ((off - lo) >> 16) & 0xFFFF
+    assert not lo % 4 and -(1 << 31) <= off < (1 << 31), "std's displacement is a multiple of 4 within 2 GiB"
+    code = struct.pack(">IIIIII", 0x7D8802A6, 0x3D6C0000 | hi, 0xF82B0000 | (lo & 0xFFFC), 0xE98C0018,
+                       0x7D8903A6, 0x4E800420)
+    return code + bytes(8), 12, 24
+
+
 PPC64_ISET = InstructionSet(
     name="ppc64",
     capstone=(capstone.CS_ARCH_PPC, capstone.CS_MODE_64 | capstone.CS_MODE_BIG_ENDIAN),
     keystone=(keystone.KS_ARCH_PPC, keystone.KS_MODE_PPC64 | keystone.KS_MODE_BIG_ENDIAN),
     kernel_breakpoints={4: TRAP},
-    unicorn_breakpoint=Breakpoint({4: TRAP}, intno=-1, pc_adjust=0),
+    # a program exception (POWERPC_EXCP_PROGRAM), reported at the trap + 4 (see the module's doc)
+    unicorn_breakpoint=Breakpoint({4: TRAP}, intno=6, pc_adjust=-4),
     min_insn=4,
     # ISA 3.1 prefixed instructions (primary opcode 1) are 8 bytes
     length_rule=lambda code: 8 if code[0] >> 2 == 1 else 4,
@@ -135,17 +181,17 @@ PPC64 = Arch(
     isets=(PPC64_ISET,),
     insn=InsnRules(classify, successors),
     unicorn=(unicorn.UC_ARCH_PPC, unicorn.UC_MODE_PPC64 | unicorn.UC_MODE_BIG_ENDIAN),
-    unicorn_unsupported=(
-        "Unicorn 2.1.4 cannot run ppc64: its explicit PPC64 CPU models map to 32-bit ones and the "
-        "default POWER10 model raises an unhandled CPU exception on the first instruction "
-        "(checked: two nops fail with UC_ERR_EXCEPTION). Run ppc64 code under QEMU instead "
-        "(kpsdk.open(\"qemu-user:PROG\"))"
-    ),
+    unicorn_unsupported=None,
+    unicorn_setup=unicorn_setup,
+    entry_registers=entry_registers,
     gdb_arch="powerpc:common64",
     elf_machine="EM_PPC64",
     elf_class=64,
-    syscalls=Syscalls("r0", tuple(f"r{i}" for i in range(3, 9)), "r3", None,
-                      {"write": 4, "exit": 1, "exit_group": 234}),
+    # sc: a system call exception (POWERPC_EXCP_SYSCALL, 8); a failed call sets CR0.SO and
+    # returns the positive errno (Linux arch/powerpc/kernel/syscall.c; the ppc64 ELF ABI)
+    syscalls=Syscalls("r0", tuple(f"r{i}" for i in range(3, 9)), "r3", 8, tables.PPC64,
+                      linux=LinuxAbi("ppc970", HWCAP, machine="ppc64", sysroot="/usr/powerpc64-linux-gnu",
+                                     stat=StatLayout(*tables.STAT_X86_64), error_flag=(up.UC_PPC_REG_CR, CR0_SO))),
     stack_alignment=16,
     qemu_user="qemu-ppc64",
     qemu_system=QemuMachine("qemu-system-ppc64", "qemu-system-ppc", machine="pseries", console="hvc0",
@@ -155,7 +201,7 @@ PPC64 = Arch(
     watch=WatchRules(slots=1, types=frozenset({"w", "r", "rw"}), lengths=tuple(range(1, 513)), aligned=False,
                      window=512, source="Power ISA 3.0 DAWR0; Linux arch/powerpc/kernel/hw_breakpoint.c"),
     cross_gcc_package="gcc-powerpc64-linux-gnu",
-    out_of_line=OutOfLine(jump_back),
+    out_of_line=OutOfLine(jump_back, return_jump),
     local_entry=local_entry,
 )
 

@@ -27,13 +27,16 @@ from kpsdk.arch import (
     FrameRecord,
     InsnRules,
     InstructionSet,
+    LinuxAbi,
     OutOfLine,
     QemuMachine,
     Register,
     ReturnDetour,
+    StatLayout,
     Syscalls,
     WatchRules,
 )
+from kpsdk.arch_backends import syscall_tables as tables
 from kpsdk.insn import ReadMem, ReadReg, sign_extend
 
 _ABI_NAMES = (
@@ -255,6 +258,13 @@ RISCV_ISET = InstructionSet(
                              restores_fp=r"(c\.ldsp|ld) s0, ", leaf_saved_fp=-8),
 )
 
+def unicorn_setup(uc: unicorn.Uc) -> None:
+    """Turn the FPU on, as Linux does for a process (mstatus.FS = Initial; the privileged
+    spec, 3.1.6.6): Unicorn 2.1.4 starts with FS off, so the first ``frflags`` (glibc's
+    ``__sigsetjmp``) or ``fsd`` is an illegal instruction."""
+    uc.reg_write(ur.UC_RISCV_REG_MSTATUS, uc.reg_read(ur.UC_RISCV_REG_MSTATUS) | (1 << 13))
+
+
 RISCV64 = Arch(
     name="riscv64",
     aliases=("riscv", "rv64"),
@@ -271,11 +281,16 @@ RISCV64 = Arch(
     insn=InsnRules(classify, successors),
     unicorn=(unicorn.UC_ARCH_RISCV, unicorn.UC_MODE_RISCV64),
     unicorn_unsupported=None,
+    unicorn_setup=unicorn_setup,
     gdb_arch="riscv:rv64",
     elf_machine="EM_RISCV",
     elf_class=64,
-    syscalls=Syscalls("a7", tuple(f"a{i}" for i in range(6)), "a0", 8,
-                      {"write": 64, "exit": 93, "exit_group": 94}),
+    syscalls=Syscalls("a7", tuple(f"a{i}" for i in range(6)), "a0", 8, tables.RISCV64,
+                      # AT_HWCAP: one bit per single-letter extension, RV64IMAFDC
+                      # (arch/riscv/kernel/cpufeature.c); no ELF_PLATFORM on riscv
+                      linux=LinuxAbi(None, sum(1 << (ord(c) - ord("a")) for c in "imafdc"),
+                                     machine="riscv64", sysroot="/usr/riscv64-linux-gnu",
+                                     stat=StatLayout(*tables.STAT_GENERIC64))),
     stack_alignment=16,
     qemu_user="qemu-riscv64",
     qemu_system=QemuMachine("qemu-system-riscv64", "qemu-system-misc", machine="virt"),

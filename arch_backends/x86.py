@@ -27,13 +27,16 @@ from kpsdk.arch import (
     InsnRules,
     InstructionSet,
     KernelTasks,
+    LinuxAbi,
     OutOfLine,
     QemuMachine,
     Register,
     ReturnDetour,
+    StatLayout,
     Syscalls,
     WatchRules,
 )
+from kpsdk.arch_backends import syscall_tables as tables
 from kpsdk.insn import ReadMem, ReadReg, changes_flow
 
 INT3 = b"\xcc"
@@ -305,6 +308,40 @@ KERNEL_TASKS_64 = KernelTasks(
     preempt_need_resched_inverted=0x80000000,
 )
 
+
+#: the first of the three TLS entries in the GDT a 64-bit kernel gives 32-bit processes
+#: (arch/x86/include/asm/segment.h, GDT_ENTRY_TLS_MIN); glibc asks for "any" (-1) and loads
+#: gs with the entry it gets back
+GDT_ENTRY_TLS_MIN = 12
+#: kpsdk's flat stack segment (any entry outside the TLS ones)
+GDT_ENTRY_STACK = 2
+GDT_ENTRIES = 32
+
+
+def set_thread_area(uc: unicorn.Uc, gdt: int, base: int, limit: int, pages: bool) -> int:
+    """i386's ``set_thread_area``: a 32-bit data descriptor (present, DPL 3, read/write)
+    for ``base``/``limit`` at GDT_ENTRY_TLS_MIN of the table at ``gdt`` (one page the
+    caller mapped), and GDTR pointed at the table, so the program's ``mov gs, ...`` loads it.
+    The descriptor format: Intel SDM vol. 3A, 3.4.5 "Segment Descriptors"; the kernel's
+    fill_ldt() in arch/x86/include/asm/desc.h."""
+    uc.mem_write(gdt + 8 * GDT_ENTRY_TLS_MIN, _descriptor(base, limit, pages, dpl=3))
+    if uc.reg_read(ux.UC_X86_REG_GDTR)[1] != gdt:
+        # Loading any segment register makes the CPU re-derive its 32-bit stack flag from
+        # SS's cached descriptor, which Unicorn 2.1.4 leaves without the B bit: the first
+        # push after ``mov gs`` then wrapped sp to 16 bits.  So SS gets a flat 32-bit
+        # descriptor of its own first (kernel privilege, as the CPU Unicorn runs is at CPL 0).
+        uc.mem_write(gdt + 8 * GDT_ENTRY_STACK, _descriptor(0, 0xFFFFF, True, dpl=0))
+        uc.reg_write(ux.UC_X86_REG_GDTR, (0, gdt, 8 * GDT_ENTRIES - 1, 0))
+        uc.reg_write(ux.UC_X86_REG_SS, GDT_ENTRY_STACK << 3)
+    return GDT_ENTRY_TLS_MIN
+
+
+def _descriptor(base: int, limit: int, pages: bool, dpl: int) -> bytes:
+    """A present, read/write, 32-bit data segment descriptor (Intel SDM vol. 3A, 3.4.5)."""
+    return struct.pack("<HHBBBB", limit & 0xFFFF, base & 0xFFFF, (base >> 16) & 0xFF, 0x93 | (dpl << 5),
+                       (0x80 if pages else 0) | 0x40 | ((limit >> 16) & 0xF), (base >> 24) & 0xFF)
+
+
 X86_64 = Arch(
     name="x86_64",
     aliases=("amd64", "x86-64"),
@@ -324,8 +361,10 @@ X86_64 = Arch(
     gdb_arch="i386:x86-64",
     elf_machine="EM_X86_64",
     elf_class=64,
-    syscalls=Syscalls("rax", ("rdi", "rsi", "rdx", "r10", "r8", "r9"), "rax", None,
-                      {"write": 1, "exit": 60, "exit_group": 231}, unicorn_insn=ux.UC_X86_INS_SYSCALL),
+    syscalls=Syscalls("rax", ("rdi", "rsi", "rdx", "r10", "r8", "r9"), "rax", None, tables.X86_64,
+                      unicorn_insn=ux.UC_X86_INS_SYSCALL,
+                      linux=LinuxAbi("x86_64", 0, machine="x86_64", stat=StatLayout(*tables.STAT_X86_64),
+                                     tls_register=ux.UC_X86_REG_FS_BASE)),
     stack_alignment=16,
     qemu_user="qemu-x86_64",
     qemu_system=QemuMachine("qemu-system-x86_64", "qemu-system-x86"),
@@ -357,8 +396,9 @@ I386 = Arch(
     gdb_arch="i386",
     elf_machine="EM_386",
     elf_class=32,
-    syscalls=Syscalls("eax", ("ebx", "ecx", "edx", "esi", "edi", "ebp"), "eax", 0x80,
-                      {"write": 4, "exit": 1, "exit_group": 252}),
+    syscalls=Syscalls("eax", ("ebx", "ecx", "edx", "esi", "edi", "ebp"), "eax", 0x80, tables.I386,
+                      linux=LinuxAbi("i686", 0, machine="i686", sysroot="/usr/i686-linux-gnu",
+                                     stat64=StatLayout(*tables.STAT64_I386), set_thread_area=set_thread_area)),
     stack_alignment=16,
     qemu_user="qemu-i386",
     qemu_system=QemuMachine("qemu-system-i386", "qemu-system-x86"),

@@ -78,18 +78,75 @@ class Breakpoint:
 
 
 @dataclass(frozen=True)
+class StatLayout:
+    """One ``struct stat`` as an architecture's kernel fills it (asm/stat.h), as data.
+
+    :param size: the structure's size in bytes.
+    :param fields: ``(name, offset, struct code)`` of each field the Linux layer
+        fills (``st_mode``...; ``st_atime_nsec`` and friends included); the rest is 0.
+    """
+
+    size: int
+    fields: tuple[tuple[str, int, str], ...]
+
+
+@dataclass(frozen=True)
+class LinuxAbi:
+    """What the Unicorn target's Linux layer (:mod:`kpsdk.targets.linux`) must know of an
+    architecture's process ABI beyond the call numbers: data, so generic code never asks
+    which architecture it runs.
+
+    :param platform: ``AT_PLATFORM`` (the kernel's ``ELF_PLATFORM``), None where the
+        kernel gives none (riscv).
+    :param hwcap: ``AT_HWCAP``, the features a program may pick code for (IFUNCs).
+    :param hwcap2: ``AT_HWCAP2``.
+    :param machine: ``uname -m`` (``struct utsname``'s machine).
+    :param sysroot: Debian's cross sysroot (``/usr/TRIPLE``), the default root of a
+        program of a foreign architecture; None: none by default.
+    :param stat: ``struct stat`` of ``fstat``/``newfstatat``/``stat``.
+    :param stat64: ``struct stat64`` of ``fstat64``/``fstatat64`` (32-bit arches).
+    :param tls_register: the Unicorn register ``arch_prctl(ARCH_SET_FS)`` or ARM's
+        ``set_tls`` writes (x86_64 fs base, ARM TPIDRURO); None where the program
+        sets its thread pointer itself (riscv tp, ppc64 r13).
+    :param set_thread_area: i386's ``set_thread_area``: ``(uc, gdt, base, limit,
+        pages) -> entry``: writes a TLS descriptor into the GDT at ``gdt`` (one
+        page the layer maps) and returns its entry number.
+    :param pair_aligned: a 64-bit argument starts at an even register (ARM EABI:
+        ``pread64(fd, buf, count, pad, lo, hi)``).
+    :param error_flag: how a failed call says so: None, a negative result
+        (``-errno``); else ``(register, bit)``: the bit is set and the result is
+        the positive errno (ppc64's CR0.SO).
+    :param big_endian: the byte order of the guest's words.
+    """
+
+    platform: str | None
+    hwcap: int
+    hwcap2: int = 0
+    machine: str = ""
+    sysroot: str | None = None
+    stat: StatLayout | None = None
+    stat64: StatLayout | None = None
+    tls_register: int | None = None
+    set_thread_area: Callable[[Any, int, int, int, bool], int] | None = None
+    pair_aligned: bool = False
+    error_flag: tuple[int, int] | None = None
+
+
+@dataclass(frozen=True)
 class Syscalls:
-    """The minimal Linux system-call layer for freestanding programs.
+    """The Linux system-call convention and table of an architecture.
 
     :param number: register holding the call number.
     :param args: argument registers in order.
     :param result: register receiving the result.
     :param intno: Unicorn interrupt number of the trap, or ``None`` when the
         trap is an instruction hook (x86_64 ``syscall``).
-    :param calls: Linux numbers of the calls kpsdk emulates (``write``,
-        ``exit``, ``exit_group``).
+    :param calls: Linux numbers by call name (:mod:`kpsdk.arch_backends.syscall_tables`);
+        at least ``write``, ``exit`` and ``exit_group``.
     :param unicorn_insn: Unicorn's instruction id to hook (``UC_HOOK_INSN``) where
         the trap is an instruction rather than an interrupt (x86_64's ``syscall``).
+    :param linux: the process ABI the Linux layer needs (auxv, TLS, structs);
+        None: only the freestanding calls (write, exit) are emulated.
     """
 
     number: str
@@ -98,6 +155,7 @@ class Syscalls:
     intno: int | None
     calls: dict[str, int]
     unicorn_insn: int | None = None
+    linux: LinuxAbi | None = None
 
 
 @dataclass(frozen=True)
@@ -465,6 +523,8 @@ class Arch:
                           debugger (ARM's software PAN: user memory from kernel mode)
     ``kernel_tasks``      where a kernel keeps ``current`` (x86_64): comm and pid in the
                           trace prefix on a live kernel (else ``<...>-0``)
+    ``entry_registers``   registers a process starts with beyond sp, from its entry's
+                          function descriptor (ppc64 ELFv1: r2, the TOC)
     ====================  ================================================================
     """
 
@@ -514,6 +574,9 @@ class Arch:
     local_entry: Callable[[bytes], int] | None = None
     page_walk: PageWalk | None = None
     kernel_tasks: KernelTasks | None = None
+    #: ``(descriptor bytes) -> {register: value}``: what the kernel loads from an ELFv1 entry
+    #: descriptor besides the pc (only called when e_entry is one)
+    entry_registers: Callable[[bytes], dict[str, int]] | None = None
 
     def require(self, capability: str, feature: str) -> Any:
         """The capability named ``capability`` (an attribute of this class, or of its

@@ -16,8 +16,8 @@ and checks, with real probes, that:
 6. ``s.list()`` and ``s.profile()`` report the probes (``[OPTIMIZED]``,
    ``[DISABLED]``, hits and misses).
 
-Architectures Unicorn cannot run (ppc64) are reported with the reason, which is
-not a failure of the demo.  Only the ``kpsdk demo`` command
+An architecture Unicorn cannot run would be reported with the reason, which is
+not a failure of the demo (every one runs today, ppc64 included).  Only the ``kpsdk demo`` command
 (``kpsdk/cli/demo.py``) turns the result into an exit code; :func:`run_demo`
 returns one :class:`ArchResult` per architecture.
 """

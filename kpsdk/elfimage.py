@@ -389,6 +389,11 @@ class ElfImage:
     bias: int = 0
     #: ``(st_dev, st_ino)`` of the file the bytes were read from (None: not read from a file)
     identity: tuple[int, int] | None = None
+    #: where the program headers are in memory, as linked (0: in no PT_LOAD), their size
+    #: and count: the AT_PHDR, AT_PHENT and AT_PHNUM a Linux process gets
+    phdr: tuple[int, int, int] = (0, 0, 0)
+    #: PT_INTERP: the program interpreter a dynamically linked program names (None: static)
+    interp: str | None = None
 
     @property
     def thumb_entry(self) -> bool:
@@ -403,7 +408,8 @@ class ElfImage:
         if bias == 0:
             return self
         table = SymbolTable([replace(sym, address=sym.address + bias) for sym in self.symbols])
-        return replace(self, entry=self.entry + bias, symbols=table, bias=self.bias + bias,
+        phdr = (self.phdr[0] + bias if self.phdr[0] else 0, *self.phdr[1:])
+        return replace(self, entry=self.entry + bias, symbols=table, bias=self.bias + bias, phdr=phdr,
                        segments=[replace(seg, vaddr=seg.vaddr + bias) for seg in self.segments])
 
     def offset_to_vaddr(self, offset: int) -> int | None:
@@ -439,7 +445,42 @@ def parse_elf(raw: bytes, path: Path, identity: tuple[int, int] | None = None) -
         raise elf.error("no PT_LOAD segment with memory: not an executable")
     deref = _Descriptors(elf)
     return ElfImage(path, elf.machine, elf.elf_class, elf.endian, deref("e_entry", elf.entry), segments,
-                    _symbols(elf, deref), kind=elf.type, raw_entry=elf.entry, identity=identity)
+                    _symbols(elf, deref), kind=elf.type, raw_entry=elf.entry, identity=identity,
+                    phdr=_phdr(elf, segments), interp=_interp(elf))
+
+
+def _phdr(elf: ElfFile, segments: list[Segment]) -> tuple[int, int, int]:
+    """AT_PHDR/AT_PHENT/AT_PHNUM as Linux's load_elf_binary computes them: the table's
+    file offset moved into the PT_LOAD whose file bytes hold it (fs/binfmt_elf.c)."""
+    header = elf.elf.header
+    phoff, count = header["e_phoff"], len(elf.program_headers)
+    size = elf.elf.structs.Elf_Phdr.sizeof()
+    addr = next((seg.vaddr + phoff - seg.offset for seg in segments
+                 if seg.offset <= phoff and phoff + count * size <= seg.offset + len(seg.data)), 0)
+    return addr, size, count
+
+
+#: the longest PT_INTERP Linux takes (PATH_MAX, fs/binfmt_elf.c)
+MAX_INTERP = 4096
+
+
+def _interp(elf: ElfFile) -> str | None:
+    """The PT_INTERP path, checked as Linux does: inside the file, at most PATH_MAX bytes,
+    NUL-terminated (fs/binfmt_elf.c, load_elf_binary)."""
+    for i, seg in enumerate(elf.program_headers):
+        ph = seg.header
+        if ph["p_type"] != "PT_INTERP":
+            continue
+        offset, size = ph["p_offset"], ph["p_filesz"]
+        what = f"program header {i} (PT_INTERP)"
+        if not 2 <= size <= MAX_INTERP or offset + size > elf.size:
+            raise elf.error(f"{what}: {size} bytes at {offset:#x} is not a path inside the file")
+        with elf.pyelftools(what):
+            raw = seg.data()
+        if raw[-1:] != b"\0" or b"\0" in raw[:-1]:
+            raise elf.error(f"{what}: the path is not one NUL-terminated string")
+        return raw[:-1].decode("utf-8", "surrogateescape")
+    return None
 
 
 def _segments(elf: ElfFile) -> list[Segment]:
@@ -494,6 +535,11 @@ class _Descriptors:
         return int.from_bytes(self.data[off : off + 8], "big")
 
 
+#: the symbol types kpsdk keeps, and their kinds: STT_GNU_IFUNC (10, which pyelftools calls
+#: STT_LOOS) is the resolver of a function glibc picks at startup (``strlen``): "ifunc"
+_KINDS = {"STT_FUNC": "func", "STT_OBJECT": "object", "STT_LOOS": "ifunc"}
+
+
 def _symbols(elf: ElfFile, deref: _Descriptors) -> SymbolTable:
     """The defined function and object symbols of ``.symtab`` (none without one)."""
     symtab = elf.section(".symtab")
@@ -503,14 +549,14 @@ def _symbols(elf: ElfFile, deref: _Descriptors) -> SymbolTable:
     found: list[Symbol] = []
     for sym in elf.symbols(symtab):
         kind = sym["st_info"]["type"]
-        if kind not in ("STT_FUNC", "STT_OBJECT") or not sym.name or sym["st_shndx"] == "SHN_UNDEF":
+        if kind not in _KINDS or not sym.name or sym["st_shndx"] == "SHN_UNDEF":
             continue
         value = sym["st_value"]
-        func = kind == "STT_FUNC"
+        func = kind != "STT_OBJECT"
         thumb = arm and func and bool(value & 1)
         if thumb:
             value &= ~1
         if func:
             value = deref(f"symbol {sym.name!r}", value)
-        found.append(Symbol(sym.name, value, sym["st_size"], "func" if func else "object", thumb))
+        found.append(Symbol(sym.name, value, sym["st_size"], _KINDS[kind], thumb))
     return SymbolTable(found)

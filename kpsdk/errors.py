@@ -89,6 +89,13 @@ class UnsupportedTargetError(TargetError):
     """
 
 
+class NotEmulatedError(UnsupportedTargetError):
+    """A program on the Unicorn target needs what its Linux layer does not emulate yet:
+    a second thread or process (``clone``, ``fork``, ``execve``), a signal delivered, a
+    read that would wait forever.  Raised by the run that met it; the message names the call.
+    """
+
+
 class CapabilityError(KprobeError, UnsupportedTargetError):
     """A feature needs something the architecture's backend does not provide.
 

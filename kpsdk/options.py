@@ -10,6 +10,7 @@ type-check through ``typing.cast`` (or ``**dict``).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TypedDict
 
@@ -26,10 +27,17 @@ class OpenOptions(TypedDict, total=False):
     abi: str
     #: symbols that may not be probed (the kernel's NOKPROBE_SYMBOL) [all]
     noprobe: Iterable[str]
-    #: the program's arguments [qemu-user]
+    #: the program's arguments (``argv[1:]``; ``argv[0]`` is its path) [qemu-user, elf]
     args: Sequence[str]
-    #: environment variables for the program [qemu-user]
+    #: environment variables for the program (nothing else is in its environment) [qemu-user, elf]
     env: Mapping[str, str]
+    #: the program's standard input [elf]
+    stdin: bytes
+    #: the directory the program sees as ``/``, read-only (default: the arch's Debian cross
+    #: sysroot ``/usr/TRIPLE`` where installed, else an empty tree; ``"/"`` for the host's) [elf]
+    sysroot: str | os.PathLike[str]
+    #: the program's working directory, inside the sysroot (default ``/``) [elf]
+    cwd: str
     #: gdb hardware breakpoints for probes [qemu-user, qemu-system, gdb]
     hardware_breakpoints: bool
     #: seconds a stalled QEMU or gdb is waited for before the run fails [qemu-user, qemu-system, gdb]

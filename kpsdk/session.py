@@ -402,7 +402,19 @@ class Session(BuiltinVerbs):
         self._check_open()
         check_call(fn, args, restype)
         addr = self.symbols.resolve(fn) if isinstance(fn, str) else fn
+        sym = self.symbols.containing(addr) if isinstance(fn, str) else None
+        if sym is not None and sym.kind == "ifunc" and sym.address == addr:
+            # an STT_GNU_IFUNC (glibc's strlen): its address is the resolver's, which returns the
+            # implementation for this CPU, as the dynamic loader (or a static program's startup) does
+            addr = self.target.call(addr, self.target.ifunc_args(), "ulong")
         return self.target.call(addr, tuple(args), restype)
+
+    @property
+    def syscalls_unimplemented(self) -> dict[str, int]:
+        """System calls the program made that the target's Linux layer does not emulate (the
+        Unicorn target answered each with ``-ENOSYS``), by name with how often; empty when
+        none (and on targets that run the real kernel's calls)."""
+        return dict(getattr(self.target, "syscalls_unimplemented", {}))
 
     def close(self) -> None:
         """Release the target (and its processes); unregisters nothing, runs nothing more.

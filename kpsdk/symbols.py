@@ -27,7 +27,7 @@ class Symbol:
     name: str
     address: int
     size: int
-    kind: str  # "func" or "object"
+    kind: str  # "func", "object" or "ifunc" (an STT_GNU_IFUNC: the address is its resolver's)
     thumb: bool = False
 
 

@@ -163,6 +163,14 @@ class Target(ABC):
 
         raise TargetError(f"{type(self).__name__} cannot call functions")
 
+    def ifunc_args(self) -> tuple[int, ...]:
+        """What an IFUNC resolver is called with to pick its implementation (glibc passes
+        AT_HWCAP on ARM, RISC-V and ppc64; x86's resolvers take nothing).  A target that
+        cannot call functions, or does not know the process's hwcaps, refuses."""
+        from kpsdk.errors import TargetError
+
+        raise TargetError(f"{type(self).__name__} cannot resolve an IFUNC (an STT_GNU_IFUNC symbol)")
+
     @abstractmethod
     def regs(self) -> PtRegs:
         """A register view of the stopped CPU."""

@@ -37,7 +37,7 @@ from kpsdk.cli import app
 from kpsdk.probe import location_fields
 from kpsdk.trace.filter import Filter, FilterError, parse_filter
 from kpsdk.trace.grammar import Parser, ProbeDef, TraceDefinitionError
-from tests.conftest import fuzz_examples
+from tests.conftest import fuzz_examples, require_tool
 
 pytestmark = pytest.mark.fuzz
 
@@ -676,3 +676,62 @@ def fnmatch_translate(pattern: str) -> str:
     import fnmatch
 
     return fnmatch.translate(pattern)
+
+
+# -- a Linux program's inputs on the Unicorn target: args, env, stdin, sysroot, cwd -----------------
+
+#: text a C string can carry (no NUL); surrogates are not text a program is given
+c_text = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\0"), max_size=30)
+process_pieces: list[Piece] = [
+    ("args", st.lists(c_text, max_size=5), st.one_of(wrong_values, st.lists(nasty_text, min_size=1, max_size=3),
+                                                     st.lists(st.binary(max_size=4), min_size=1, max_size=2))),
+    ("env", st.dictionaries(c_text.filter(lambda k: k and "=" not in k), c_text, max_size=4),
+     st.one_of(wrong_values, st.dictionaries(nasty_text, nasty_text, min_size=1, max_size=2),
+               st.just({"A": 1}), st.just({1: "a"}))),
+    ("stdin", st.binary(max_size=600), st.one_of(wrong_values.filter(lambda v: not isinstance(v, bytes)),
+                                                 st.text(max_size=4))),
+    ("sysroot", st.sampled_from([None, "/usr/i686-linux-gnu", "/tmp"]),
+     st.one_of(wrong_values, st.sampled_from(["/nonexistent/root", "/etc/hostname", "", "a\0b"]))),
+    ("cwd", st.sampled_from(["/", "/usr", "/a/../b/./c"]), st.one_of(wrong_values, st.sampled_from(
+        ["", "relative", "a\0b", "/" + "x" * 5000]))),
+]
+
+
+@settings(max_examples=fuzz_examples(150))
+@given(data=st.data())
+def test_elf_process_options_open_or_are_refused(data: st.DataObject) -> None:
+    options = dict(data.draw(one_wrong(process_pieces)))
+    try:
+        s = kpsdk.open(f"elf:{PROG}", **options)
+    except Exception as e:  # noqa: BLE001 - the property is which exceptions
+        expect_kpsdk_error(e)
+        return
+    with s:
+        event("opened")
+        assert s.run(timeout=5) == 0  # the freestanding fixture runs as ever, whatever it was given
+
+
+@pytest.fixture(scope="module")
+def linuxprog(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """tests/programs/linuxprog.c, static, for x86_64 (see tests/test_linux_programs.py)."""
+    from tests.test_linux_programs import SOURCE
+
+    cc = require_tool("x86_64-linux-gnu-gcc", "gcc libc6-dev")
+    exe = tmp_path_factory.mktemp("fuzz-linuxprog") / "linuxprog"
+    subprocess.run([cc, "-static", "-O1", "-o", str(exe), str(SOURCE)], check=True, capture_output=True)
+    return str(exe)
+
+
+@settings(max_examples=fuzz_examples(25), deadline=None)
+@given(args=st.lists(c_text, max_size=4), greeting=c_text, stdin=st.binary(max_size=2000))
+def test_a_programs_args_env_and_stdin_arrive_as_under_qemu_user(linuxprog: str, args: list[str], greeting: str,
+                                                                  stdin: bytes) -> None:
+    """What the program prints of its argv, GREETING and stdin is what it prints under qemu-user."""
+    args = ["/no-file", "0", "500", *args]  # no mallocs, an ENOSYS call, no file: it prints its inputs, exits 3
+    qemu = require_tool("qemu-x86_64", "qemu-user")
+    env = {"GREETING": greeting}
+    expected = subprocess.run([qemu, linuxprog, *args], input=stdin, env=env, capture_output=True, timeout=60,
+                              check=False)
+    with kpsdk.open(f"elf:{linuxprog}", args=args, env=env, stdin=stdin) as s:
+        status = s.run(timeout=60)
+        assert (s.console, status) == (expected.stdout.decode("utf-8", "replace"), expected.returncode)

@@ -17,6 +17,7 @@ import kpsdk
 from kpsdk import fixtures
 from kpsdk.manager import ProbePoint
 from kpsdk.regs import PtRegs
+from tests.conftest import UNICORN_ARCHS
 
 Ri = kpsdk.KretprobeInstance
 
@@ -46,6 +47,25 @@ def point(s: kpsdk.Session, name: str) -> ProbePoint:
 def raw(s: kpsdk.Session, name: str, n: int) -> bytes:
     """Bytes as the CPU fetches them (no K10 overlay)."""
     return bytes(s.target.uc.mem_read(s.symbols.resolve(name), n))  # type: ignore[attr-defined]
+
+
+@pytest.fixture(params=[a for a in UNICORN_ARCHS if kpsdk.get_registry().arch(a).detours is not None])
+def arch(request: pytest.FixtureRequest) -> str:
+    """The arches whose backend writes detours (ppc64's does not: see test_ppc64_kretprobes_take_the_hook_path)."""
+    return str(request.param)
+
+
+def test_ppc64_kretprobes_take_the_hook_path() -> None:
+    """Without the ``detours`` capability a kretprobe still works, on the hook path."""
+    with kpsdk.open(f"elf:{fixtures.path('ppc64')}") as s:
+        returns: list[int] = []
+        rp = kpsdk.Kretprobe(symbol_name="fact", handler=lambda ri, regs: returns.append(int(regs.return_value)))
+        s.register_kretprobe(rp)
+        point = s.target.manager.point_of(rp)
+        assert point is not None and point.mechanism == "hook"
+        assert s.run(timeout=10) == 0
+        assert s.console == fixtures.EXPECTED_OUTPUT
+        assert returns == [1, 2, 6, 24, 120]
 
 
 @pytest.fixture

@@ -88,7 +88,7 @@ def test_strings_arrays_bitfields_signed_match_the_program_output(tarch: str) ->
         assert f["first"] == list(raw[:3])
         assert (f["lo"], f["hi"]) == (raw[0] & 0xF, raw[0] >> 4)
         assert f["c"] == raw[0]  # ASCII: the same as signed
-        assert f["w"] == int.from_bytes(raw[1:3], "little")
+        assert f["w"] == int.from_bytes(raw[1:3], s.arch.endian)
         assert f["comm"] == fixtures.path(tarch).name[:15]  # task->comm: the file name, 15 characters
 
 

@@ -42,6 +42,8 @@ def binary(arch: str, pie: bool) -> Path:
 @pytest.fixture(params=["exec", "pie"])
 def pie(request: pytest.FixtureRequest, arch: str) -> bool:
     if request.param == "pie" and arch not in fixtures.PIE_ARCHS:
+        if arch == "ppc64":  # ELFv1's function descriptors need run-time relocation: no static-pie fixture
+            pytest.skip("no PIE fixture for ppc64 (ELFv1)")
         pytest.fail(f"every Unicorn arch has a PIE fixture; {arch} has none")
     return request.param == "pie"
 
@@ -344,11 +346,12 @@ def test_misaligned_offsets_are_einval(prog: Path, delta: int) -> None:
 
 
 def test_ppc64_registration_is_checked_without_a_session() -> None:
-    """System-wide registration validates against the file alone (no Unicorn for ppc64)."""
+    """System-wide registration validates against the file alone (before any session has the file)."""
     path = fixtures.path("ppc64")
     up = kpsdk.Uprobe(path, file_offset(path, "add"))
     kpsdk.register_uprobe(up)
-    assert up.system_wide and up.sessions == []
+    # armed in whichever sessions already run the file (ppc64 runs on Unicorn too), and no other
+    assert up.system_wide and all(s.arch.name == "ppc64" for s in up.sessions)
     assert errno_of(kpsdk.register_uprobe, kpsdk.Uprobe(path, file_offset(path, "add") + 2)) == errno.EINVAL
 
 
@@ -381,4 +384,6 @@ def test_cli_uprobe_and_uretprobe(prog: Path) -> None:
 
 
 def test_unicorn_archs_all_have_pie_fixtures() -> None:
-    assert set(UNICORN_ARCHS) <= set(fixtures.PIE_ARCHS)
+    # but ppc64: ELFv1's function descriptors need a loader to relocate them (docs/api.md, Uprobes)
+    assert set(UNICORN_ARCHS) - {"ppc64"} <= set(fixtures.PIE_ARCHS)
+    assert "ppc64" not in fixtures.PIE_ARCHS

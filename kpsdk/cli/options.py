@@ -9,6 +9,7 @@ their values to :func:`kpsdk.cli.target_choice.choose_target`.
 
 from __future__ import annotations
 
+import sys
 from typing import Annotated, Any
 
 import typer
@@ -29,8 +30,15 @@ TargetOpt = Annotated[str | None, typer.Option(
          "booted in QEMU), gdb://HOST:PORT (a gdbstub already running). Default: ELF in Unicorn.")]
 ProgArgOpt = Annotated[list[str] | None, typer.Option(
     "--arg", metavar="ARG", rich_help_panel=TARGET_PANEL,
-    help="qemu-user: one argument for the program (repeat for more; --arg=-v for one starting "
-         "with -).")]
+    help="ELF in Unicorn, qemu-user: one argument for the program (repeat for more; --arg=-v for one "
+         "starting with -).")]
+SysrootOpt = Annotated[str | None, typer.Option(
+    "--sysroot", metavar="DIR", rich_help_panel=TARGET_PANEL,
+    help="ELF in Unicorn: the directory the program sees as / (read-only). Default: the architecture's "
+         "Debian cross sysroot /usr/TRIPLE where installed, else an empty tree; / for the host's own.")]
+StdinOpt = Annotated[str | None, typer.Option(
+    "--stdin", metavar="FILE", rich_help_panel=TARGET_PANEL,
+    help="ELF in Unicorn: the program's standard input, read from FILE ('-': kpsdk's own). Default: empty.")]
 KernelOpt = Annotated[str | None, typer.Option(
     "--kernel", metavar="VMLINUZ", rich_help_panel=TARGET_PANEL,
     help="qemu-system: the kernel image to boot (its symbols come from its own kallsyms table "
@@ -55,7 +63,29 @@ ArchOpt = Annotated[str | None, typer.Option(
 
 def given_target_options(prog_arg: list[str] | None, kernel: str | None, initrd: str | None, append: str | None,
                          symbols: str | None, arch: str | None,
-                         qemu_arg: list[str] | None = None) -> dict[str, Any]:
-    """The target options' values by option name, as ``choose_target`` checks them (None: not given)."""
+                         qemu_arg: list[str] | None = None, sysroot: str | None = None,
+                         stdin: str | None = None) -> dict[str, Any]:
+    """The target options' values by option name, as ``choose_target`` checks them (None: not given).
+    ``--stdin FILE`` is read here (its bytes are the option's value)."""
     return {"--arg": prog_arg, "--kernel": kernel, "--initrd": initrd, "--append": append, "--symbols": symbols,
-            "--arch": arch, "--qemu-arg": qemu_arg or None}
+            "--arch": arch, "--qemu-arg": qemu_arg or None, "--sysroot": sysroot,
+            "--stdin": None if stdin is None else read_stdin(stdin)}
+
+
+#: the most bytes ``--stdin`` reads (the program gets them all at once, in memory)
+STDIN_MAX = 1 << 28
+
+
+def read_stdin(name: str) -> bytes:
+    """The bytes of ``--stdin FILE`` (``-``: kpsdk's own standard input), at most STDIN_MAX."""
+    try:
+        if name == "-":
+            data = sys.stdin.buffer.read(STDIN_MAX + 1)
+        else:
+            with open(name, "rb") as f:
+                data = f.read(STDIN_MAX + 1)
+    except OSError as e:
+        raise typer.BadParameter(f"cannot read {name}: {e.strerror}", param_hint="--stdin") from None
+    if len(data) > STDIN_MAX:
+        raise typer.BadParameter(f"{name} is larger than {STDIN_MAX} bytes", param_hint="--stdin")
+    return data

@@ -26,7 +26,9 @@ from kpsdk.cli.options import (
     KernelOpt,
     ProgArgOpt,
     QemuArgOpt,
+    StdinOpt,
     SymbolsOpt,
+    SysrootOpt,
     TargetOpt,
     given_target_options,
 )
@@ -104,6 +106,8 @@ def cmd_probe(
         help="Symbols that may not be probed (the kernel's NOKPROBE_SYMBOL).")] = None,
     target: TargetOpt = None,
     prog_arg: ProgArgOpt = None,
+    sysroot: SysrootOpt = None,
+    stdin: StdinOpt = None,
     kernel: KernelOpt = None,
     initrd: InitrdOpt = None,
     append: AppendOpt = None,
@@ -182,7 +186,7 @@ def cmd_probe(
         raise typer.BadParameter(f"--call calls one function in Unicorn; a {live_kind} target runs its own "
                                  "code: drop --call (or --target)", param_hint="--call")
     choice = choose_target(elf, target, given_target_options(prog_arg, kernel, initrd, append, symbols, arch,
-                                                                qemu_arg))
+                                                                qemu_arg, sysroot=sysroot, stdin=stdin))
     reg = kpsdk.get_registry()
     if kprobes:
         probe_class(reg, "kprobe")

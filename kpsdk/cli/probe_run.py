@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
 
-from kpsdk.cli.consoles import heading
+from kpsdk.cli.consoles import console, heading
 from kpsdk.cli.hitregs import check_reg_names, default_regs, show_reg
 from kpsdk.cli.hitstrings import STRING_SLOT, fetch_string, load_strings, show_string, store_strings
 from kpsdk.cli.returns import errno_name, signed_return
@@ -182,6 +182,11 @@ class ProbeRun:
                 con.print(Text("(none: a gdb:// target's output goes to whoever started it)", style="dim"))
         if self.status is not None:
             con.print(Text(f"exit status {self.status}", style="bold"))
+        missing = s.syscalls_unimplemented
+        if missing:  # one line, on stderr: the run's result may differ from Linux's
+            calls = ", ".join(f"{name} ({n}x)" for name, n in sorted(missing.items()))
+            console(stderr=True).print(Text(f"warning: the program made system calls kpsdk does not emulate "
+                                            f"(each answered -ENOSYS): {calls}", style="yellow"), soft_wrap=True)
         heading(con, "kprobes/list")
         con.out(s.list(), end="", highlight=False)
         heading(con, "kprobe_profile")

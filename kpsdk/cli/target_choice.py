@@ -27,7 +27,9 @@ if TYPE_CHECKING:
 LIVE_KINDS = ("qemu-user", "qemu-system", "gdb")
 #: the launcher options of the live kinds: CLI option -> (kpsdk.open keyword, the kinds that take it)
 TARGET_OPTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "--arg": ("args", ("qemu-user",)),
+    "--arg": ("args", ("qemu-user", "elf")),
+    "--sysroot": ("sysroot", ("elf",)),
+    "--stdin": ("stdin", ("elf",)),
     "--kernel": ("kernel", ("qemu-system",)),
     "--initrd": ("initrd", ("qemu-system",)),
     "--append": ("append", ("qemu-system",)),
@@ -91,12 +93,14 @@ def choose_target(elf: str | None, target: str | None, given: dict[str, Any]) ->
             rest = str(elf_path(rest))
         spec, kind = f"{scheme}:{rest}", (scheme if scheme in LIVE_KINDS else None)
     options: dict[str, Any] = {}
+    scheme = kind if kind is not None else spec.partition(":")[0]  # "elf" for the ELF in Unicorn
     for opt, value in given.items():
         if value is None or value == []:
             continue
         keyword, kinds = TARGET_OPTIONS[opt]
-        if kind not in kinds:
-            wanted = " or ".join(f"--target {k}{'://HOST:PORT' if k == 'gdb' else ':...'}" for k in kinds)
+        if scheme not in kinds:
+            wanted = " or ".join("an ELF run in Unicorn" if k == "elf" else
+                                 f"--target {k}{'://HOST:PORT' if k == 'gdb' else ':...'}" for k in kinds)
             raise typer.BadParameter(f"{opt} goes with {wanted}", param_hint=opt)
         options[keyword] = value
     return TargetChoice(spec, options, kind)

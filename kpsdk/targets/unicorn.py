@@ -48,8 +48,10 @@ import ctypes
 import errno
 import math
 import mmap
+import os
 import struct
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -64,6 +66,7 @@ from kpsdk.probe import Probe
 from kpsdk.regs import PtRegs
 from kpsdk.symbols import Symbol, SymbolTable
 from kpsdk.target import MappedFile, Target, TargetKind
+from kpsdk.targets.linux import LinuxProcess, check_options, start_process
 from kpsdk.targets.ucdetour import DATA_SIZE, DetourEngine
 from kpsdk.targets.ucfast import FastHooks, FastRegs, FastWords, cache_remover, memory_writer
 from kpsdk.targets.ucstep import SoftStep
@@ -154,6 +157,10 @@ class UnicornTarget(Target):
         self._next_slot = 0
         self._console = bytearray()
         self._exit_status: int | None = None
+        #: the Linux process (elf: targets): every call but exit goes to it; None: write and exit only
+        self.linux: LinuxProcess | None = None
+        #: where call() builds its frame when no run is under way (below the process's initial stack)
+        self.call_sp = STACK_TOP - 0x2000
         self._pending: BaseException | None = None
         self._depth = 0
         self._started = False
@@ -230,6 +237,24 @@ class UnicornTarget(Target):
         self.uc.mem_write(sp, bytes(8 * self.arch.word_size))  # argc=0, argv=NULL, envp=NULL, AT_NULL
         self.fast.write(self._sp, sp)
         return sp
+
+    def close(self) -> None:
+        """Close the host files the program opened."""
+        if self.linux is not None:
+            self.linux.close()
+
+    def ifunc_args(self) -> tuple[int, ...]:
+        """AT_HWCAP (and AT_HWCAP2), as glibc's resolvers get them (x86's ignore them)."""
+        linux = self._sys.linux if self._sys is not None else None
+        if linux is None:
+            return super().ifunc_args()
+        return (linux.hwcap, linux.hwcap2)
+
+    @property
+    def syscalls_unimplemented(self) -> dict[str, int]:
+        """System calls the program made that the Linux layer does not emulate (each got
+        ``-ENOSYS``), with how often: empty when everything it asked for was there."""
+        return dict(self.linux.unimplemented) if self.linux is not None else {}
 
     @property
     def sentinel(self) -> int:
@@ -739,6 +764,18 @@ class UnicornTarget(Target):
         over what it needs)."""
         detours, area, probes = self.detours, self._area_words, self._tramp_probe
         assert detours is not None
+        if self.arch.endian != sys.byteorder:  # a big-endian guest (ppc64): the word in its byte order
+            packer, mem, offset = self._word, self._area_mem, word * self.arch.word_size
+            assert mem is not None
+
+            def on_trampoline_swapped(handle: int, addr: int, size: int, user: int) -> None:
+                try:
+                    probes[at].hits += 1
+                    packer.pack_into(mem, offset, detours.general_return("the trampoline"))
+                except BaseException as exc:  # noqa: BLE001 - stored and re-raised by run()/call()
+                    self.fail(exc)
+
+            return on_trampoline_swapped
 
         def on_trampoline(handle: int, addr: int, size: int, user: int) -> None:
             try:
@@ -797,7 +834,9 @@ class UnicornTarget(Target):
         call = SyscallEvent(nr, self._syscall_names.get(nr, f"syscall_{nr}"), tuple(read(r) for r in sys.args),
                             self.fast.read(self._pc))
         self.emit("syscall_entry", call=call)
-        if nr == calls["write"]:
+        if self.linux is not None and nr not in (calls["exit"], calls["exit_group"]):
+            result = self.linux.syscall(nr, call.args)
+        elif nr == calls["write"]:
             fd, buf, count = call.args[:3]
             if fd not in (1, 2):
                 result = -errno.EBADF  # nothing else is open
@@ -815,9 +854,23 @@ class UnicornTarget(Target):
             return
         else:
             result = -errno.ENOSYS
-        self.fast.write(self.arch.register(sys.result), result)
+        self._set_result(result)
         call.result = result
         self.emit("syscall_exit", call=call)
+
+    def _set_result(self, result: int) -> None:
+        """Return ``result`` to the program: in the result register, or as a positive errno
+        with the arch's error flag set (ppc64's CR0.SO) where the ABI says so."""
+        sys = self._sys
+        assert sys is not None
+        flag = sys.linux.error_flag if sys.linux is not None else None
+        if flag is not None:
+            reg, bit = flag
+            value = self.uc.reg_read(reg)
+            failed = -4096 < result < 0
+            self.uc.reg_write(reg, (value | bit) if failed else (value & ~bit))
+            result = -result if failed else result
+        self.fast.write(self.arch.register(sys.result), result & self.arch.word_mask)
 
     def _user_bytes(self, addr: int, count: int) -> bytes:
         """Up to ``count`` bytes the program passed a system call, as Linux copies them:
@@ -928,7 +981,7 @@ class UnicornTarget(Target):
         ctx = self.uc.context_save()
         exited_before = self._exit_status
         try:
-            sp = self.fast.read(self._sp) if self._depth else STACK_TOP - 0x2000
+            sp = self.fast.read(self._sp) if self._depth else self.call_sp
             sp = (sp - 0x400) & ~(arch.stack_alignment - 1)
             stack_args = [a & mask for a in args[len(abi.args):]]
             for reg, value in zip(abi.args, args, strict=False):
@@ -984,12 +1037,19 @@ def pie_base(elf_class: int) -> int:
     return PIE_BASE_64 if elf_class == 64 else PIE_BASE_32
 
 
-def open_elf(rest: str, registry: Registry, abi: str = "user", **options: Any) -> UnicornTarget:
-    """``elf:PATH``: load an executable's PT_LOAD segments into Unicorn."""
+def open_elf(rest: str, registry: Registry, abi: str = "user", args: Sequence[str] | None = None,
+             env: Mapping[str, str] | None = None, stdin: bytes | None = None,
+             sysroot: str | os.PathLike[str] | None = None, cwd: str | None = None,
+             **options: Any) -> UnicornTarget:
+    """``elf:PATH``: load an executable's PT_LOAD segments into Unicorn, as the Linux process
+    ``execve(PATH, [PATH, *args], env)`` starts (:mod:`kpsdk.targets.linux`): ``stdin`` its
+    standard input, ``sysroot`` the directory it sees as ``/`` (read-only), ``cwd`` its
+    working directory in there."""
     from kpsdk.elfimage import load_elf  # pyelftools loads when first used (start-up time)
 
     if options:
-        raise TargetError(f"elf: unknown options {', '.join(options)}")
+        raise TargetError(f"elf: unknown options {', '.join(options)} (known: abi, args, env, stdin, sysroot, cwd)")
+    process = check_options(args, env, stdin, sysroot, cwd)
     linked = load_elf(Path(rest))
     arch = registry.archs.by_elf(linked.machine, linked.elf_class, linked.endian)
     bias = pie_base(linked.elf_class) if linked.kind == "ET_DYN" else 0
@@ -1009,6 +1069,15 @@ def open_elf(rest: str, registry: Registry, abi: str = "user", **options: Any) -
         raise ImageFormatError(image.path, f"its segments leave no room for kpsdk's area and stack: {e}") from e
     target.symbols = image.symbols
     target.entry = image.entry
+    descriptor = image.raw_entry + bias
+    if arch.entry_registers is not None and descriptor != image.entry:  # e_entry is a function descriptor
+        for name, value in arch.entry_registers(target.read_memory(descriptor, 3 * arch.word_size)).items():
+            target.fast.write(arch.register(name), value)
+    if arch.syscalls is not None and arch.syscalls.linux is not None:
+        area = target.sentinel
+        reserved = [(area, area + AREA_SIZE), (STACK_TOP - STACK_SIZE, STACK_TOP)]
+        target.linux = start_process(target, image, rest, process, STACK_TOP - 0x10, reserved)
+        target.call_sp = min(target.call_sp, target.fast.read(target._sp) - 0x100)
     return target
 
 

@@ -1,0 +1,200 @@
+"""The files a program on the Unicorn target sees: a read-only sysroot, and its descriptors.
+
+A guest program must never escape: every path it names is resolved inside the
+sysroot as a ``chroot`` would (``..`` at the root stays at the root, symbolic
+links are followed by kpsdk itself, an absolute link target starts again at
+the sysroot: Linux's path walk, fs/namei.c, with the root pinned), and the file
+found is opened ``O_RDONLY | O_NOFOLLOW``, then checked to lie under the
+sysroot once more.  Nothing is ever written to the host: standard output and
+error go to the session's console; opening a file for writing is ``EROFS``.
+Without a sysroot the program sees an empty file system.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path
+
+#: symbolic links followed in one path walk before ELOOP (Linux's MAXSYMLINKS, fs/namei.c)
+MAX_SYMLINKS = 40
+#: the longest path a call takes (PATH_MAX, including the NUL)
+PATH_MAX = 4096
+#: open(2) flags (include/uapi/asm-generic/fcntl.h; the same on every arch kpsdk runs
+#: on Unicorn except O_DIRECTORY/O_NOFOLLOW on ARM/ppc64, which the layer never needs)
+O_ACCMODE, O_CREAT, O_TRUNC, O_APPEND = 3, 0o100, 0o1000, 0o2000
+
+
+class _GuestErrno(Exception):
+    """A system call fails with ``errno`` (returned to the program as ``-errno``): control flow
+    inside the Linux layer, never raised to a user (hence private, and not in kpsdk.errors)."""
+
+    def __init__(self, code: int) -> None:
+        super().__init__(code)
+        self.errno = code
+
+
+@dataclass
+class Pipe:
+    """An in-memory pipe: what one end writes the other reads (no blocking: one thread)."""
+
+    data: bytearray = field(default_factory=bytearray)
+    writers: int = 0
+
+
+@dataclass
+class OpenFile:
+    """One open file description, shared by the descriptors ``dup`` made of it.
+
+    ``kind``: ``host`` (a read-only file of the sysroot, ``fd`` is the host's),
+    ``stdin`` (the bytes given as ``stdin=``), ``console`` (output to the
+    session's console), ``pipe_r``/``pipe_w`` (an end of :class:`Pipe`),
+    ``null`` (``/dev/null``).
+    """
+
+    kind: str
+    path: str = ""
+    fd: int = -1
+    data: bytes = b""
+    pos: int = 0
+    flags: int = 0
+    pipe: Pipe | None = None
+    refs: int = 0
+    tty: bool = False
+    #: the host file behind a ``host`` description (what a mapping of it reports)
+    host: Path | None = None
+
+
+class Sysroot:
+    """Paths of the guest resolved to host files inside ``root`` (None: an empty tree)."""
+
+    def __init__(self, root: Path | None) -> None:
+        self.root = Path(os.path.realpath(root)) if root is not None else None
+
+    def resolve(self, path: str, cwd: str, follow: bool = True) -> Path:
+        """The host path of guest ``path`` (relative to guest ``cwd``), every symbolic link
+        on the way followed inside the sysroot (the last one only if ``follow``).
+        Raises :class:`_GuestErrno` (ENOENT, ELOOP, ENAMETOOLONG, ENOTDIR)."""
+        if not path:
+            raise _GuestErrno(errno.ENOENT)
+        if len(path) >= PATH_MAX:
+            raise _GuestErrno(errno.ENAMETOOLONG)
+        if self.root is None:
+            raise _GuestErrno(errno.ENOENT)
+        todo = [c for c in (path if path.startswith("/") else f"{cwd}/{path}").split("/") if c]
+        todo.reverse()
+        done: list[str] = []
+        links = 0
+        while todo:
+            part = todo.pop()
+            if part == ".":
+                continue
+            if part == "..":
+                if done:
+                    done.pop()
+                continue
+            host = self.root.joinpath(*done, part)
+            try:
+                st = os.lstat(host)
+            except FileNotFoundError:
+                raise _GuestErrno(errno.ENOENT) from None
+            except NotADirectoryError:
+                raise _GuestErrno(errno.ENOTDIR) from None
+            except OSError as e:
+                raise _GuestErrno(e.errno or errno.EACCES) from None
+            if stat.S_ISLNK(st.st_mode) and (todo or follow):
+                links += 1
+                if links > MAX_SYMLINKS:
+                    raise _GuestErrno(errno.ELOOP)
+                target = os.readlink(host)
+                if target.startswith("/"):
+                    done = []
+                todo.extend(reversed([c for c in target.split("/") if c]))
+                continue
+            if todo and not stat.S_ISDIR(st.st_mode):
+                raise _GuestErrno(errno.ENOTDIR)
+            done.append(part)
+        return self.root.joinpath(*done)
+
+    def inside(self, host: Path) -> bool:
+        """``host`` (already resolved) is the sysroot or under it: defence in depth against
+        a link changed between the walk and the open."""
+        assert self.root is not None
+        real = Path(os.path.realpath(host))
+        return real == self.root or self.root in real.parents
+
+    def open(self, path: str, cwd: str, flags: int) -> OpenFile:
+        """Open guest ``path`` read-only (``EROFS`` for any write or create)."""
+        if flags & O_ACCMODE or flags & (O_CREAT | O_TRUNC | O_APPEND):
+            self.resolve(path, cwd)  # a missing file is ENOENT first, as Linux
+            raise _GuestErrno(errno.EROFS)
+        host = self.resolve(path, cwd)
+        if not self.inside(host):
+            raise _GuestErrno(errno.EACCES)
+        try:
+            fd = os.open(host, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+        except OSError as e:
+            raise _GuestErrno(e.errno or errno.EACCES) from None
+        return OpenFile("host", path=path, fd=fd, flags=flags, host=host)
+
+
+class FdTable:
+    """The program's file descriptors: 0 its stdin bytes, 1 and 2 the console."""
+
+    #: the most descriptors open at once (RLIMIT_NOFILE's usual soft limit)
+    LIMIT = 1024
+
+    def __init__(self, stdin: bytes) -> None:
+        self.fds: dict[int, OpenFile] = {}
+        self.install(OpenFile("stdin", data=stdin), 0)
+        console = OpenFile("console")
+        self.install(console, 1)
+        self.install(console, 2)
+
+    def get(self, fd: int) -> OpenFile:
+        f = self.fds.get(fd)
+        if f is None:
+            raise _GuestErrno(errno.EBADF)
+        return f
+
+    def install(self, f: OpenFile, fd: int | None = None, lowest: int = 0) -> int:
+        """Give ``f`` descriptor ``fd`` (closing what it was), or the lowest free one from ``lowest``."""
+        if fd is None:
+            fd = lowest
+            while fd in self.fds:
+                fd += 1
+            if fd >= self.LIMIT:
+                raise _GuestErrno(errno.EMFILE)
+        elif not 0 <= fd < self.LIMIT:
+            raise _GuestErrno(errno.EBADF)
+        elif fd in self.fds:
+            self.close(fd)
+        f.refs += 1
+        if f.kind == "pipe_w" and f.pipe is not None and f.refs == 1:
+            f.pipe.writers += 1
+        self.fds[fd] = f
+        return fd
+
+    def close(self, fd: int) -> None:
+        f = self.fds.pop(fd, None)
+        if f is None:
+            raise _GuestErrno(errno.EBADF)
+        f.refs -= 1
+        if f.refs == 0:
+            release(f)
+
+    def close_all(self) -> None:
+        """Close every host file (the session ends)."""
+        for fd in list(self.fds):
+            self.close(fd)
+
+
+def release(f: OpenFile) -> None:
+    """The last descriptor of ``f`` is gone: close the host file, drop a pipe writer."""
+    if f.kind == "host" and f.fd >= 0:
+        os.close(f.fd)
+        f.fd = -1
+    elif f.kind == "pipe_w" and f.pipe is not None:
+        f.pipe.writers -= 1

@@ -1,0 +1,66 @@
+"""The structures system calls fill, packed in the guest's byte order.
+
+``struct stat`` differs per architecture and comes from its backend as data
+(:class:`kpsdk.arch.StatLayout`); ``struct statx`` and ``struct utsname`` are the
+same everywhere (include/uapi/linux/stat.h, include/uapi/linux/utsname.h).
+"""
+
+from __future__ import annotations
+
+import os
+import stat as statmod
+import struct
+
+from kpsdk.arch import StatLayout
+
+#: STATX_BASIC_STATS: the fields kpsdk fills (include/uapi/linux/stat.h)
+STATX_BASIC_STATS = 0x7FF
+STATX_SIZE = 256
+#: what fstat says of the console, stdin and pipes: a FIFO, never a terminal, so a
+#: program buffers its output as it does under qemu-user with a pipe for stdout
+FIFO_MODE = statmod.S_IFIFO | 0o600
+
+
+def stat_values(st: os.stat_result | None) -> dict[str, int]:
+    """A host file's ``stat`` as the guest sees it (None: one of kpsdk's pipes)."""
+    if st is None:
+        return {"st_mode": FIFO_MODE, "st_nlink": 1, "st_uid": os.getuid(), "st_gid": os.getgid(),
+                "st_blksize": 4096, "st_dev": 0xC, "st_ino": 1}
+    return {
+        "st_dev": st.st_dev, "st_ino": st.st_ino, "st_mode": st.st_mode, "st_nlink": st.st_nlink,
+        "st_uid": st.st_uid, "st_gid": st.st_gid, "st_rdev": st.st_rdev, "st_size": st.st_size,
+        "st_blksize": st.st_blksize, "st_blocks": st.st_blocks,
+        "st_atime": int(st.st_atime), "st_atime_nsec": st.st_atime_ns % 10**9,
+        "st_mtime": int(st.st_mtime), "st_mtime_nsec": st.st_mtime_ns % 10**9,
+        "st_ctime": int(st.st_ctime), "st_ctime_nsec": st.st_ctime_ns % 10**9,
+    }
+
+
+def pack_stat(layout: StatLayout, values: dict[str, int], order: str) -> bytes:
+    """``values`` laid out as ``layout`` says, each cut to its field's width."""
+    out = bytearray(layout.size)
+    for name, offset, code in layout.fields:
+        size = struct.calcsize(code)
+        value = values.get(name, 0) & ((1 << (8 * size)) - 1)
+        struct.pack_into(order + code.upper(), out, offset, value)
+    return bytes(out)
+
+
+def pack_statx(values: dict[str, int], order: str) -> bytes:
+    """``struct statx`` (include/uapi/linux/stat.h) with the basic stats."""
+    out = bytearray(STATX_SIZE)
+    v = values.get
+    struct.pack_into(order + "IIQIIIH", out, 0, STATX_BASIC_STATS, v("st_blksize", 0), 0, v("st_nlink", 0),
+                     v("st_uid", 0), v("st_gid", 0), v("st_mode", 0) & 0xFFFF)
+    struct.pack_into(order + "QQQ", out, 32, v("st_ino", 0), v("st_size", 0) & (2**64 - 1), v("st_blocks", 0))
+    for at, key in ((64, "st_atime"), (96, "st_ctime"), (112, "st_mtime")):
+        struct.pack_into(order + "qI", out, at, v(key, 0), v(key + "_nsec", 0))
+    rdev, dev = v("st_rdev", 0), v("st_dev", 0)
+    struct.pack_into(order + "IIII", out, 128, os.major(rdev), os.minor(rdev), os.major(dev), os.minor(dev))
+    return bytes(out)
+
+
+def pack_utsname(machine: str, order: str) -> bytes:
+    """``struct new_utsname``: six 65-byte strings."""
+    fields = ("Linux", "kpsdk", "6.1.0-kpsdk", "#1 SMP kpsdk Unicorn", machine, "(none)")
+    return b"".join(f.encode()[:64].ljust(65, b"\0") for f in fields)

@@ -1,0 +1,701 @@
+"""The system calls of a Linux process on Unicorn, by name.
+
+:class:`LinuxProcess` holds the process's state (descriptors, address space,
+working directory, signal actions recorded) and one ``sys_NAME`` method per
+call it emulates; the architecture's table (:mod:`kpsdk.arch_backends.syscall_tables`)
+maps numbers to names, so nothing here depends on the architecture except
+through :class:`kpsdk.arch.LinuxAbi` data.  A call it does not know returns
+``-ENOSYS`` and is recorded in :attr:`LinuxProcess.unimplemented`.  What would need a
+second thread, a second process or a signal delivered raises
+:class:`~kpsdk.errors.NotEmulatedError` (an honest "not yet").
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat as statmod
+import struct
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING
+
+import unicorn
+
+from kpsdk.errors import NotEmulatedError
+from kpsdk.targets.linux import structs
+from kpsdk.targets.linux.files import FdTable, OpenFile, Pipe, Sysroot, _GuestErrno, release
+from kpsdk.targets.linux.memory import MAP_ANONYMOUS, PAGE, AddressSpace
+
+if TYPE_CHECKING:
+    from kpsdk.arch import Arch, LinuxAbi
+
+#: the process's ids (there is one process; it has no parent kpsdk shows)
+PID, PPID = 1000, 1
+AT_FDCWD = -100
+AT_SYMLINK_NOFOLLOW, AT_EMPTY_PATH = 0x100, 0x1000
+F_DUPFD, F_GETFD, F_SETFD, F_GETFL, F_SETFL, F_DUPFD_CLOEXEC = 0, 1, 2, 3, 4, 1030
+SEEK_SET, SEEK_CUR, SEEK_END = 0, 1, 2
+ARCH_SET_GS, ARCH_SET_FS, ARCH_GET_FS = 0x1001, 0x1002, 0x1003
+PR_SET_NAME, PR_GET_NAME = 15, 16
+FUTEX_WAIT, FUTEX_WAKE = 0, 1
+RLIMIT_STACK, RLIMIT_NOFILE = 3, 7
+#: the most one read or write moves at once (Linux's MAX_RW_COUNT)
+MAX_RW_COUNT = 0x7FFFF000
+#: what one read from a host file brings at most (a short read: programs loop)
+READ_CHUNK = 1 << 24
+SIGNALS = {6: "SIGABRT", 9: "SIGKILL", 11: "SIGSEGV", 15: "SIGTERM"}
+
+
+class LinuxProcess:
+    """One single-threaded Linux process's kernel side, over a Unicorn engine."""
+
+    def __init__(self, arch: Arch, uc: unicorn.Uc, console: bytearray, space: AddressSpace, sysroot: Sysroot,
+                 stdin: bytes, cwd: str, exe: str) -> None:
+        assert arch.syscalls is not None and arch.syscalls.linux is not None
+        self.arch, self.uc, self.console, self.mem, self.root = arch, uc, console, space, sysroot
+        self.abi: LinuxAbi = arch.syscalls.linux
+        self.order = "<" if arch.endian == "little" else ">"
+        self.word = struct.Struct(self.order + ("Q" if arch.word_size == 8 else "I"))
+        self.bits = 8 * arch.word_size
+        self.fds = FdTable(stdin)
+        self.cwd = cwd
+        self.exe = exe
+        #: calls the layer does not emulate, by name, with how often the program made them
+        self.unimplemented: Counter[str] = Counter()
+        #: signal actions the program installed (handler word by signal): recorded, never delivered
+        self.sigactions: dict[int, bytes] = {}
+        self.clock_skew = 0.0  #: seconds nanosleep "slept" (the clocks move on, nothing waits)
+        self._gdt = 0
+        #: called as ``(host path, address, file offset)`` after a file is mapped (ld.so mapping a library)
+        self.on_file_map: Callable[[Path, int, int], None] | None = None
+        names = {nr: name for name, nr in arch.syscalls.calls.items()}
+        self.handlers: dict[int, tuple[str, Callable[..., int] | None]] = {
+            nr: (name, getattr(self, "sys_" + name.lstrip("_"), None)) for nr, name in names.items()}
+
+    # -- dispatch ---------------------------------------------------------------------------
+
+    def syscall(self, nr: int, args: tuple[int, ...]) -> int:
+        """Run call ``nr``; its result (``-errno`` on failure)."""
+        name, handler = self.handlers.get(nr, (f"syscall_{nr}", None))
+        if handler is None:
+            self.unimplemented[name] += 1
+            return -errno.ENOSYS
+        try:
+            return handler(*args)
+        except _GuestErrno as e:
+            return -e.errno
+
+    def close(self) -> None:
+        self.fds.close_all()
+
+    # -- guest memory --------------------------------------------------------------------------
+
+    def sint(self, x: int, bits: int | None = None) -> int:
+        """A register's value as the signed C ``int`` (32 bits) or ``long`` it holds."""
+        bits = bits or 32
+        x &= (1 << bits) - 1
+        return x - (1 << bits) if x >> (bits - 1) else x
+
+    def read(self, addr: int, size: int) -> bytes:
+        try:
+            return bytes(self.uc.mem_read(addr, size))
+        except unicorn.UcError:
+            raise _GuestErrno(errno.EFAULT) from None
+
+    def write(self, addr: int, data: bytes) -> None:
+        try:
+            self.uc.mem_write(addr, data)
+        except unicorn.UcError:
+            raise _GuestErrno(errno.EFAULT) from None
+
+    def read_word(self, addr: int) -> int:
+        return int(self.word.unpack(self.read(addr, self.word.size))[0])
+
+    def string(self, addr: int, limit: int = 4096) -> str:
+        """A NUL-terminated string the program passed (a path), read page by page."""
+        if not addr:
+            raise _GuestErrno(errno.EFAULT)
+        out = bytearray()
+        while len(out) < limit:
+            chunk = self.read(addr + len(out), min(limit - len(out), PAGE - (addr + len(out)) % PAGE))
+            end = chunk.find(b"\0")
+            if end >= 0:
+                return (out + chunk[:end]).decode("utf-8", "surrogateescape")
+            out += chunk
+        raise _GuestErrno(errno.ENAMETOOLONG)
+
+    def pair(self, args: tuple[int, ...], i: int) -> int:
+        """A 64-bit argument from ``args[i]`` (two registers on a 32-bit arch: low word first in a
+        little-endian one, and starting at an even register where the ABI says so)."""
+        if self.bits == 64:
+            return args[i]
+        if self.abi.pair_aligned and i % 2:
+            i += 1
+        lo, hi = (args[i], args[i + 1]) if self.order == "<" else (args[i + 1], args[i])
+        return (hi << 32) | lo
+
+    # -- files ----------------------------------------------------------------------------------
+
+    def _read_from(self, f: OpenFile, count: int, offset: int | None = None) -> bytes:
+        count = min(count, MAX_RW_COUNT)
+        if f.kind == "host":
+            n = min(count, READ_CHUNK)
+            try:
+                return os.pread(f.fd, n, offset) if offset is not None else os.read(f.fd, n)
+            except OSError as e:
+                raise _GuestErrno(e.errno or errno.EIO) from None
+        if offset is not None:
+            raise _GuestErrno(errno.ESPIPE)
+        if f.kind == "stdin":
+            data = f.data[f.pos:f.pos + count]
+            f.pos += len(data)
+            return data
+        if f.kind == "pipe_r" and f.pipe is not None:
+            if not f.pipe.data and f.pipe.writers:
+                raise NotEmulatedError("the program reads an empty pipe whose write end is open: it would wait "
+                                       "for another process, and the Unicorn target runs one (not yet emulated)")
+            data = bytes(f.pipe.data[:count])
+            del f.pipe.data[:count]
+            return data
+        if f.kind == "null":
+            return b""
+        raise _GuestErrno(errno.EBADF)
+
+    def _write_to(self, f: OpenFile, data: bytes) -> int:
+        if f.kind == "console":
+            self.console += data
+        elif f.kind == "pipe_w" and f.pipe is not None:
+            f.pipe.data += data
+        elif f.kind != "null":
+            raise _GuestErrno(errno.EBADF)
+        return len(data)
+
+    def sys_read(self, fd: int, buf: int, count: int, *_: int) -> int:
+        f = self.fds.get(self.sint(fd))
+        data = self._read_from(f, count)
+        self.write(buf, data)
+        return len(data)
+
+    def sys_pread64(self, fd: int, buf: int, count: int, *rest: int) -> int:
+        f = self.fds.get(self.sint(fd))
+        offset = self.pair((fd, buf, count, *rest), 3)
+        data = self._read_from(f, count, offset)
+        self.write(buf, data)
+        return len(data)
+
+    def _user_data(self, addr: int, count: int) -> bytes:
+        """What a write passes: up to ``count`` bytes, page by page to the first unmapped one."""
+        out = bytearray()
+        count = min(count, MAX_RW_COUNT)
+        while len(out) < count:
+            at = addr + len(out)
+            try:
+                out += self.uc.mem_read(at, min(count - len(out), PAGE - at % PAGE))
+            except unicorn.UcError:
+                break
+        if count and not out:
+            raise _GuestErrno(errno.EFAULT)
+        return bytes(out)
+
+    def sys_write(self, fd: int, buf: int, count: int, *_: int) -> int:
+        f = self.fds.get(self.sint(fd))
+        return self._write_to(f, self._user_data(buf, count))
+
+    def _iovecs(self, iov: int, n: int) -> list[tuple[int, int]]:
+        if self.sint(n) < 0 or n > 1024:
+            raise _GuestErrno(errno.EINVAL)
+        raw = self.read(iov, 2 * self.word.size * n) if n else b""
+        words = [w for (w,) in self.word.iter_unpack(raw)]
+        return list(zip(words[::2], words[1::2], strict=True))
+
+    def sys_writev(self, fd: int, iov: int, n: int, *_: int) -> int:
+        f = self.fds.get(self.sint(fd))
+        data = b"".join(self._user_data(base, size) for base, size in self._iovecs(iov, n) if size)
+        return self._write_to(f, data)
+
+    def sys_readv(self, fd: int, iov: int, n: int, *_: int) -> int:
+        f = self.fds.get(self.sint(fd))
+        total = 0
+        for base, size in self._iovecs(iov, n):
+            data = self._read_from(f, size)
+            self.write(base, data)
+            total += len(data)
+            if len(data) < size:
+                break
+        return total
+
+    def _open(self, dirfd: int, path_addr: int, flags: int) -> int:
+        path = self.string(path_addr)
+        if path == "/dev/null":
+            f = OpenFile("null", path=path)
+        else:
+            f = self.root.open(path, self._base(dirfd, path), flags)
+        try:
+            return self.fds.install(f)
+        except _GuestErrno:
+            release(f)
+            raise
+
+    def _base(self, dirfd: int, path: str) -> str:
+        """The directory a relative ``path`` starts from: the cwd, or ``dirfd``'s own path."""
+        dirfd = self.sint(dirfd)
+        if path.startswith("/") or dirfd == AT_FDCWD:
+            return self.cwd
+        f = self.fds.get(dirfd)
+        if f.kind != "host":
+            raise _GuestErrno(errno.ENOTDIR)
+        return str(PurePosixPath(self.cwd, f.path))
+
+    def sys_open(self, path: int, flags: int, *_: int) -> int:
+        return self._open(AT_FDCWD, path, flags)
+
+    def sys_openat(self, dirfd: int, path: int, flags: int, *_: int) -> int:
+        return self._open(dirfd, path, flags)
+
+    def sys_close(self, fd: int, *_: int) -> int:
+        self.fds.close(self.sint(fd))
+        return 0
+
+    def _seek(self, f: OpenFile, offset: int, whence: int) -> int:
+        if f.kind == "host":
+            try:
+                return os.lseek(f.fd, offset, whence)
+            except OSError as e:
+                raise _GuestErrno(e.errno or errno.EINVAL) from None
+        if f.kind != "stdin":
+            raise _GuestErrno(errno.ESPIPE)
+        base = {SEEK_SET: 0, SEEK_CUR: f.pos, SEEK_END: len(f.data)}.get(whence)
+        if base is None or base + offset < 0:
+            raise _GuestErrno(errno.EINVAL)
+        f.pos = base + offset
+        return f.pos
+
+    def sys_lseek(self, fd: int, offset: int, whence: int, *_: int) -> int:
+        return self._seek(self.fds.get(self.sint(fd)), self.sint(offset, self.bits), whence)
+
+    def sys_llseek(self, fd: int, hi: int, lo: int, result: int, whence: int, *_: int) -> int:
+        offset = self.sint((hi << 32) | lo, 64)
+        pos = self._seek(self.fds.get(self.sint(fd)), offset, whence)
+        self.write(result, struct.pack(self.order + "q", pos))
+        return 0
+
+    def sys_dup(self, fd: int, *_: int) -> int:
+        return self.fds.install(self.fds.get(self.sint(fd)))
+
+    def sys_dup2(self, old: int, new: int, *_: int) -> int:
+        f = self.fds.get(self.sint(old))
+        if self.sint(old) == self.sint(new):
+            return self.sint(new)
+        return self.fds.install(f, self.sint(new))
+
+    def sys_dup3(self, old: int, new: int, flags: int, *_: int) -> int:
+        if self.sint(old) == self.sint(new):
+            raise _GuestErrno(errno.EINVAL)
+        return self.fds.install(self.fds.get(self.sint(old)), self.sint(new))
+
+    def sys_fcntl(self, fd: int, cmd: int, arg: int, *_: int) -> int:
+        f = self.fds.get(self.sint(fd))
+        if cmd in (F_DUPFD, F_DUPFD_CLOEXEC):
+            return self.fds.install(f, lowest=self.sint(arg))
+        if cmd in (F_GETFD, F_SETFD, F_SETFL):
+            return 0
+        if cmd == F_GETFL:
+            return 1 if f.kind in ("console", "pipe_w", "null") else f.flags & ~0o3
+        raise _GuestErrno(errno.EINVAL)
+
+    sys_fcntl64 = sys_fcntl
+
+    def _pipe(self, fds: int) -> int:
+        pipe = Pipe()
+        r = self.fds.install(OpenFile("pipe_r", pipe=pipe))
+        w = self.fds.install(OpenFile("pipe_w", pipe=pipe))
+        self.write(fds, struct.pack(self.order + "ii", r, w))
+        return 0
+
+    def sys_pipe(self, fds: int, *_: int) -> int:
+        return self._pipe(fds)
+
+    def sys_pipe2(self, fds: int, flags: int, *_: int) -> int:
+        return self._pipe(fds)
+
+    def sys_ioctl(self, fd: int, request: int, *_: int) -> int:
+        self.fds.get(self.sint(fd))
+        raise _GuestErrno(errno.ENOTTY)  # no descriptor is a terminal (TCGETS, TIOCGWINSZ...)
+
+    # -- file status --------------------------------------------------------------------------
+
+    def _stat_of(self, dirfd: int, path_addr: int, flags: int) -> dict[str, int]:
+        path = self.string(path_addr) if path_addr else ""
+        if not path and flags & AT_EMPTY_PATH:
+            return self._fstat_values(self.sint(dirfd))
+        if path == "/dev/null":
+            return {"st_mode": statmod.S_IFCHR | 0o666, "st_rdev": os.makedev(1, 3), "st_nlink": 1}
+        host = self.root.resolve(path, self._base(dirfd, path), follow=not flags & AT_SYMLINK_NOFOLLOW)
+        try:
+            return structs.stat_values(os.lstat(host))
+        except OSError as e:
+            raise _GuestErrno(e.errno or errno.ENOENT) from None
+
+    def _fstat_values(self, fd: int) -> dict[str, int]:
+        f = self.fds.get(fd)
+        if f.kind == "host":
+            return structs.stat_values(os.fstat(f.fd))
+        if f.kind == "null":
+            return {"st_mode": statmod.S_IFCHR | 0o666, "st_rdev": os.makedev(1, 3), "st_nlink": 1}
+        return structs.stat_values(None)
+
+    def _put_stat(self, buf: int, values: dict[str, int], wide: bool) -> int:
+        layout = self.abi.stat64 if wide else self.abi.stat
+        if layout is None:
+            raise _GuestErrno(errno.ENOSYS)
+        self.write(buf, structs.pack_stat(layout, values, self.order))
+        return 0
+
+    def sys_fstat(self, fd: int, buf: int, *_: int) -> int:
+        return self._put_stat(buf, self._fstat_values(self.sint(fd)), False)
+
+    def sys_fstat64(self, fd: int, buf: int, *_: int) -> int:
+        return self._put_stat(buf, self._fstat_values(self.sint(fd)), True)
+
+    def sys_newfstatat(self, dirfd: int, path: int, buf: int, flags: int, *_: int) -> int:
+        return self._put_stat(buf, self._stat_of(dirfd, path, flags), False)
+
+    def sys_fstatat64(self, dirfd: int, path: int, buf: int, flags: int, *_: int) -> int:
+        return self._put_stat(buf, self._stat_of(dirfd, path, flags), True)
+
+    def sys_stat(self, path: int, buf: int, *_: int) -> int:
+        return self._put_stat(buf, self._stat_of(AT_FDCWD, path, 0), False)
+
+    def sys_lstat(self, path: int, buf: int, *_: int) -> int:
+        return self._put_stat(buf, self._stat_of(AT_FDCWD, path, AT_SYMLINK_NOFOLLOW), False)
+
+    def sys_stat64(self, path: int, buf: int, *_: int) -> int:
+        return self._put_stat(buf, self._stat_of(AT_FDCWD, path, 0), True)
+
+    def sys_lstat64(self, path: int, buf: int, *_: int) -> int:
+        return self._put_stat(buf, self._stat_of(AT_FDCWD, path, AT_SYMLINK_NOFOLLOW), True)
+
+    def sys_statx(self, dirfd: int, path: int, flags: int, mask: int, buf: int, *_: int) -> int:
+        self.write(buf, structs.pack_statx(self._stat_of(dirfd, path, flags), self.order))
+        return 0
+
+    def _access(self, dirfd: int, path_addr: int, mode: int, flags: int = 0) -> int:
+        values = self._stat_of(dirfd, path_addr, flags & AT_SYMLINK_NOFOLLOW)
+        if mode & 2:
+            raise _GuestErrno(errno.EROFS)
+        if mode & 1 and not values["st_mode"] & 0o111:
+            raise _GuestErrno(errno.EACCES)
+        return 0
+
+    def sys_access(self, path: int, mode: int, *_: int) -> int:
+        return self._access(AT_FDCWD, path, mode)
+
+    def sys_faccessat(self, dirfd: int, path: int, mode: int, *_: int) -> int:
+        return self._access(dirfd, path, mode)
+
+    def sys_faccessat2(self, dirfd: int, path: int, mode: int, flags: int, *_: int) -> int:
+        return self._access(dirfd, path, mode, flags)
+
+    def _readlink(self, dirfd: int, path_addr: int, buf: int, size: int) -> int:
+        path = self.string(path_addr)
+        if self.sint(size) <= 0:
+            raise _GuestErrno(errno.EINVAL)
+        if path == "/proc/self/exe":
+            target = self.exe
+        else:
+            host = self.root.resolve(path, self._base(dirfd, path), follow=False)
+            try:
+                target = os.readlink(host)
+            except OSError as e:
+                raise _GuestErrno(e.errno or errno.EINVAL) from None
+        data = os.fsencode(target)[:size]
+        self.write(buf, data)
+        return len(data)
+
+    def sys_readlink(self, path: int, buf: int, size: int, *_: int) -> int:
+        return self._readlink(AT_FDCWD, path, buf, size)
+
+    def sys_readlinkat(self, dirfd: int, path: int, buf: int, size: int, *_: int) -> int:
+        return self._readlink(dirfd, path, buf, size)
+
+    def sys_getcwd(self, buf: int, size: int, *_: int) -> int:
+        data = os.fsencode(self.cwd) + b"\0"
+        if len(data) > size:
+            raise _GuestErrno(errno.ERANGE)
+        self.write(buf, data)
+        return len(data)
+
+    def sys_chdir(self, path_addr: int, *_: int) -> int:
+        path = self.string(path_addr)
+        host = self.root.resolve(path, self.cwd)
+        if not os.path.isdir(host):
+            raise _GuestErrno(errno.ENOTDIR)
+        assert self.root.root is not None
+        rel = os.path.relpath(host, self.root.root)
+        self.cwd = "/" if rel == "." else "/" + rel
+        return 0
+
+    def _read_only(self, *_: int) -> int:
+        raise _GuestErrno(errno.EROFS)
+
+    sys_unlink = sys_unlinkat = sys_mkdir = sys_mkdirat = sys_rename = sys_renameat = _read_only
+
+    # -- memory -----------------------------------------------------------------------------------
+
+    def sys_brk(self, addr: int, *_: int) -> int:
+        return self.mem.brk(addr)
+
+    def _mmap(self, addr: int, length: int, prot: int, flags: int, fd: int, offset: int) -> int:
+        f = None if flags & MAP_ANONYMOUS else self.fds.get(self.sint(fd))
+        if f is not None and f.kind != "host":
+            raise _GuestErrno(errno.ENODEV)
+        if offset % PAGE:
+            raise _GuestErrno(errno.EINVAL)
+        at = self.mem.mmap(addr, length, prot, flags)
+        if f is not None:
+            try:
+                data = os.pread(f.fd, length, offset)
+            except OSError as e:
+                self.mem.unmap(at, at + length)
+                raise _GuestErrno(e.errno or errno.EACCES) from None
+            self.write(at, data)
+            if self.on_file_map is not None and f.host is not None:
+                self.on_file_map(f.host, at, offset)
+        return at
+
+    def sys_mmap(self, addr: int, length: int, prot: int, flags: int, fd: int, offset: int, *_: int) -> int:
+        return self._mmap(addr, length, prot, flags, fd, offset)
+
+    def sys_mmap2(self, addr: int, length: int, prot: int, flags: int, fd: int, pgoff: int, *_: int) -> int:
+        return self._mmap(addr, length, prot, flags, fd, pgoff * PAGE)  # mmap2's offset is in 4096-byte units
+
+    def sys_munmap(self, addr: int, length: int, *_: int) -> int:
+        self.mem.unmap(addr, addr + length)
+        return 0
+
+    def sys_mprotect(self, addr: int, length: int, prot: int, *_: int) -> int:
+        self.mem.protect(addr, length, prot)
+        return 0
+
+    def sys_mremap(self, old: int, old_size: int, new_size: int, flags: int, *_: int) -> int:
+        return self.mem.remap(old, old_size, new_size, flags)
+
+    def sys_madvise(self, *_: int) -> int:
+        return 0
+
+    # -- the thread and its TLS -------------------------------------------------------------------
+
+    def sys_arch_prctl(self, code: int, addr: int, *_: int) -> int:
+        reg = self.abi.tls_register
+        if reg is None:
+            raise _GuestErrno(errno.EINVAL)
+        if code == ARCH_SET_FS:
+            self.uc.reg_write(reg, addr)
+            return 0
+        if code == ARCH_GET_FS:
+            self.write(addr, self.word.pack(self.uc.reg_read(reg)))
+            return 0
+        raise _GuestErrno(errno.EINVAL)
+
+    def sys_set_tls(self, addr: int, *_: int) -> int:
+        if self.abi.tls_register is None:
+            raise _GuestErrno(errno.ENOSYS)
+        self.uc.reg_write(self.abi.tls_register, addr)
+        return 0
+
+    def sys_set_thread_area(self, desc: int, *_: int) -> int:
+        setter = self.abi.set_thread_area
+        if setter is None:
+            raise _GuestErrno(errno.ENOSYS)
+        entry, base, limit, flags = struct.unpack(self.order + "iIII", self.read(desc, 16))
+        if not self._gdt:
+            self._gdt = self.mem.mmap(0, PAGE, 3, 0)
+        got = setter(self.uc, self._gdt, base, limit, bool(flags & 0x10))  # bit 4: limit_in_pages
+        if entry == -1:
+            self.write(desc, struct.pack(self.order + "i", got))
+        return 0
+
+    def sys_cacheflush(self, *_: int) -> int:
+        return 0  # ARM's: Unicorn sees written code anyway (kpsdk drops its translations)
+
+    def sys_set_tid_address(self, *_: int) -> int:
+        return PID
+
+    def sys_set_robust_list(self, *_: int) -> int:
+        return 0
+
+    def sys_rseq(self, *_: int) -> int:
+        return -errno.ENOSYS  # glibc runs without restartable sequences (it asks, then does without)
+
+    def sys_futex(self, addr: int, op: int, val: int, *_: int) -> int:
+        if op & 0x7F == FUTEX_WAKE:
+            return 0
+        if op & 0x7F == FUTEX_WAIT and self.read_word(addr) & 0xFFFFFFFF != val & 0xFFFFFFFF:
+            return -errno.EAGAIN
+        raise NotEmulatedError("the program waits on a futex: only another thread could wake it, and "
+                               "threads are not emulated yet on the Unicorn target")
+
+    # -- ids, limits, time -----------------------------------------------------------------------
+
+    def sys_getpid(self, *_: int) -> int:
+        return PID
+
+    sys_gettid = sys_getpgrp = sys_getpid
+
+    def sys_getppid(self, *_: int) -> int:
+        return PPID
+
+    def sys_getpgid(self, *_: int) -> int:
+        return PID
+
+    sys_getsid = sys_getpgid
+
+    def sys_setpgid(self, *_: int) -> int:
+        return 0
+
+    def sys_getuid(self, *_: int) -> int:
+        return os.getuid()
+
+    sys_geteuid = sys_getuid32 = sys_geteuid32 = sys_getuid
+
+    def sys_getgid(self, *_: int) -> int:
+        return os.getgid()
+
+    sys_getegid = sys_getgid32 = sys_getegid32 = sys_getgid
+
+    def sys_umask(self, *_: int) -> int:
+        return 0o022
+
+    def sys_uname(self, buf: int, *_: int) -> int:
+        self.write(buf, structs.pack_utsname(self.abi.machine, self.order))
+        return 0
+
+    def _limit(self, resource: int) -> tuple[int, int]:
+        inf = (1 << 64) - 1
+        return {RLIMIT_STACK: (8 << 20, inf), RLIMIT_NOFILE: (FdTable.LIMIT, FdTable.LIMIT)}.get(resource, (inf, inf))
+
+    def sys_prlimit64(self, pid: int, resource: int, new: int, old: int, *_: int) -> int:
+        if old:
+            self.write(old, struct.pack(self.order + "QQ", *self._limit(resource)))
+        return 0
+
+    def sys_getrlimit(self, resource: int, buf: int, *_: int) -> int:
+        mask = (1 << self.bits) - 1
+        cur, top = self._limit(resource)
+        self.write(buf, self.word.pack(min(cur, mask)) + self.word.pack(min(top, mask)))
+        return 0
+
+    sys_ugetrlimit = sys_getrlimit
+
+    def sys_getrandom(self, buf: int, size: int, *_: int) -> int:
+        size = min(size, 1 << 20)
+        self.write(buf, os.urandom(size))
+        return size
+
+    def sys_sched_getaffinity(self, pid: int, size: int, mask: int, *_: int) -> int:
+        if size < self.word.size:
+            raise _GuestErrno(errno.EINVAL)
+        self.write(mask, self.word.pack(1))  # one CPU: the one Unicorn emulates
+        return self.word.size
+
+    def _now(self, clock: int) -> float:
+        now = time.monotonic() if clock in (1, 4, 7) else time.time()  # MONOTONIC, MONOTONIC_RAW, BOOTTIME
+        return now + self.clock_skew
+
+    def sys_clock_gettime(self, clock: int, ts: int, *_: int) -> int:
+        now = self._now(clock)
+        self.write(ts, self.word.pack(int(now)) + self.word.pack(int(now % 1 * 1e9)))
+        return 0
+
+    def sys_clock_gettime64(self, clock: int, ts: int, *_: int) -> int:
+        now = self._now(clock)
+        self.write(ts, struct.pack(self.order + "qq", int(now), int(now % 1 * 1e9)))
+        return 0
+
+    def sys_gettimeofday(self, tv: int, tz: int, *_: int) -> int:
+        now = self._now(0)
+        if tv:
+            self.write(tv, self.word.pack(int(now)) + self.word.pack(int(now % 1 * 1e6)))
+        return 0
+
+    def sys_time(self, out: int, *_: int) -> int:
+        now = int(self._now(0))
+        if out:
+            self.write(out, self.word.pack(now))
+        return now
+
+    def _sleep(self, req: int, wide: bool) -> int:
+        sec, nsec = struct.unpack(self.order + "qq", self.read(req, 16)) if wide else \
+            (self.read_word(req), self.read_word(req + self.word.size))
+        self.clock_skew += sec + nsec / 1e9  # the clocks move on; nothing waits
+        return 0
+
+    def sys_nanosleep(self, req: int, *_: int) -> int:
+        return self._sleep(req, self.bits == 64)
+
+    def sys_clock_nanosleep(self, clock: int, flags: int, req: int, *_: int) -> int:
+        return self._sleep(req, self.bits == 64)
+
+    def sys_clock_nanosleep_time64(self, clock: int, flags: int, req: int, *_: int) -> int:
+        return self._sleep(req, True)
+
+    # -- signals: recorded, never delivered --------------------------------------------------------
+
+    def sys_rt_sigaction(self, sig: int, act: int, oact: int, *_: int) -> int:
+        if not 1 <= sig <= 64 or sig in (9, 19):  # SIGKILL and SIGSTOP cannot be caught
+            raise _GuestErrno(errno.EINVAL)
+        two = 2 * self.word.size  # the handler and the flags: the first two words on every arch
+        old = self.sigactions.get(sig, bytes(two))
+        if act:
+            self.sigactions[sig] = self.read(act, two)
+        if oact:
+            self.write(oact, old)
+        return 0
+
+    def sys_rt_sigprocmask(self, how: int, new: int, old: int, size: int, *_: int) -> int:
+        if old:
+            self.write(old, bytes(min(size, 128)))
+        return 0
+
+    def sys_sigaltstack(self, new: int, old: int, *_: int) -> int:
+        if old:
+            self.write(old, self.word.pack(0) + self.word.pack(2) + self.word.pack(0))  # SS_DISABLE
+        return 0
+
+    def _signal(self, sig: int) -> int:
+        if not sig:
+            return 0
+        name = SIGNALS.get(sig, f"signal {sig}")
+        raise NotEmulatedError(f"the program sent itself {name}: signal delivery is not emulated yet on the "
+                               "Unicorn target (run it with --target qemu-user)")
+
+    def sys_kill(self, pid: int, sig: int, *_: int) -> int:
+        return self._signal(sig)
+
+    def sys_tgkill(self, tgid: int, tid: int, sig: int, *_: int) -> int:
+        return self._signal(sig)
+
+    def sys_tkill(self, tid: int, sig: int, *_: int) -> int:
+        return self._signal(sig)
+
+    def sys_prctl(self, option: int, arg: int, *_: int) -> int:
+        if option == PR_SET_NAME:
+            return 0
+        if option == PR_GET_NAME:
+            self.write(arg, os.fsencode(PurePosixPath(self.exe).name)[:15].ljust(16, b"\0"))
+            return 0
+        raise _GuestErrno(errno.EINVAL)
+
+    def sys_wait4(self, *_: int) -> int:
+        raise _GuestErrno(errno.ECHILD)
+
+    # -- what needs another thread or process ---------------------------------------------------
+
+    def _no_process(self, *_: int) -> int:
+        raise NotEmulatedError("the program starts a thread or process (clone/fork/execve): threads, fork and "
+                               "exec are not emulated yet on the Unicorn target (run it with --target qemu-user)")
+
+    sys_clone = sys_clone3 = sys_fork = sys_vfork = sys_execve = _no_process

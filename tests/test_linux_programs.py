@@ -1,0 +1,319 @@
+"""Real Linux programs on the Unicorn target (``elf:``), against qemu-user as ground truth.
+
+tests/programs/linuxprog.c, built statically with each cross compiler, reads its
+arguments, environment, standard input and a file of the sysroot, mallocs and
+exits 42; Debian's busybox-static runs applets.  Each runs under kpsdk's Linux
+layer and under qemu-user with the same arguments, environment, input and
+sysroot: the output and exit status must be identical.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import kpsdk
+from kpsdk.errors import NotEmulatedError
+from kpsdk.targets.linux.files import Sysroot, _GuestErrno
+from tests.conftest import QEMU, require_tool
+
+SOURCE = Path(__file__).parent / "programs" / "linuxprog.c"
+#: the cross compiler of each architecture, and the Debian packages with it and its static libc
+COMPILERS = {
+    "x86_64": ("x86_64-linux-gnu-gcc", "gcc libc6-dev"),
+    "i386": ("i686-linux-gnu-gcc", "gcc-i686-linux-gnu libc6-dev-i386-cross"),
+    "arm": ("arm-linux-gnueabihf-gcc", "gcc-arm-linux-gnueabihf libc6-dev-armhf-cross"),
+    "riscv64": ("riscv64-linux-gnu-gcc", "gcc-riscv64-linux-gnu libc6-dev-riscv64-cross"),
+    "ppc64": ("powerpc64-linux-gnu-gcc", "gcc-powerpc64-linux-gnu libc6-dev-ppc64-cross"),
+}
+LINUX_ARCHS = tuple(COMPILERS)
+BUSYBOX = Path("/bin/busybox")
+DATA = "the sysroot's file\nits second line\n"
+
+
+@pytest.fixture(scope="module")
+def build(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
+    """``build(arch)``: linuxprog.c, statically linked for ``arch`` (built once per module)."""
+    out = tmp_path_factory.mktemp("linuxprog")
+    built: dict[str, Path] = {}
+
+    def make(arch: str) -> Path:
+        if arch not in built:
+            cc, package = COMPILERS[arch]
+            require_tool(cc, package)
+            exe = out / f"linuxprog-{arch}"
+            subprocess.run([cc, "-static", "-O1", "-o", str(exe), str(SOURCE)], check=True, capture_output=True)
+            built[arch] = exe
+        return built[arch]
+
+    return make
+
+
+@pytest.fixture
+def sysroot(tmp_path: Path) -> Path:
+    root = tmp_path / "root"
+    root.mkdir()
+    (root / "data.txt").write_text(DATA)
+    return root
+
+
+def under_qemu(arch: str, exe: Path, args: list[str], env: dict[str, str], stdin: bytes,
+               root: Path | None = None) -> tuple[str, int]:
+    """The program's stdout and exit status under qemu-user (``-L root``: absolute paths are
+    looked up there first), with exactly ``env`` as its environment."""
+    qemu = require_tool(QEMU[arch], "qemu-user")
+    cmd = [qemu, *(["-L", str(root)] if root is not None else []), str(exe), *args]
+    proc = subprocess.run(cmd, input=stdin, capture_output=True, env=env, timeout=60, check=False)
+    return proc.stdout.decode(), proc.returncode
+
+
+def under_kpsdk(exe: Path, args: list[str], env: dict[str, str], stdin: bytes,
+                root: Path | None = None) -> tuple[str, int | None, kpsdk.Session]:
+    s = kpsdk.open(f"elf:{exe}", args=args, env=env, stdin=stdin, sysroot=root)
+    status = s.run(timeout=60)
+    return s.console, status, s
+
+
+CASES = {
+    "reads-the-file": (["/data.txt", "4"], {"GREETING": "hi there"}, b"one\ntwo\nthree\n"),
+    "no-such-file": (["/missing.txt", "2"], {"GREETING": "x=y", "OTHER": ""}, b""),
+    "long-stdin": (["/data.txt", "1"], {}, b"".join(b"line %d\n" % i for i in range(3000))),
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("arch", LINUX_ARCHS)
+def test_static_program_matches_qemu_user(build: Callable[[str], Path], sysroot: Path, arch: str,
+                                          case: str) -> None:
+    exe = build(arch)
+    args, env, stdin = CASES[case]
+    expected = under_qemu(arch, exe, args, env, stdin, sysroot)
+    out, status, s = under_kpsdk(exe, args, env, stdin, sysroot)
+    assert (out, status) == expected
+    assert expected[1] in (3, 42)  # the program ran to its end (42), or told it could not open (3)
+    assert s.syscalls_unimplemented == {}
+
+
+@pytest.mark.parametrize("arch", LINUX_ARCHS)
+def test_unknown_system_call_is_enosys_and_recorded(build: Callable[[str], Path], sysroot: Path,
+                                                     arch: str) -> None:
+    exe = build(arch)
+    args = ["/data.txt", "1", "500"]  # 500: no call has that number on any of these arches
+    expected = under_qemu(arch, exe, args, {}, b"", sysroot)
+    out, status, s = under_kpsdk(exe, args, {}, b"", sysroot)
+    assert (out, status) == expected
+    assert f"syscall 500 -> -1 errno={errno.ENOSYS}" in out
+    assert s.syscalls_unimplemented == {"syscall_500": 1}
+
+
+def test_fork_is_an_honest_not_yet(build: Callable[[str], Path], sysroot: Path) -> None:
+    s = kpsdk.open(f"elf:{build('x86_64')}", args=["/data.txt", "1", "fork"], sysroot=sysroot)
+    with pytest.raises(NotEmulatedError, match="fork"):
+        s.run(timeout=60)
+    assert "malloc 107" in s.console  # what ran before the fork did run
+
+
+@pytest.mark.parametrize("arch", ["x86_64", "arm", "riscv64", "i386", "ppc64"])
+def test_kprobe_on_malloc_sees_the_programs_sizes_in_order(build: Callable[[str], Path], sysroot: Path,
+                                                          arch: str) -> None:
+    exe = build(arch)
+    s = kpsdk.open(f"elf:{exe}", args=["/data.txt", "5"], sysroot=sysroot)
+    sizes: list[int] = []
+    s.register_kprobe(kpsdk.Kprobe(symbol_name="malloc",
+                                   pre_handler=lambda p, regs: sizes.append(regs.arg(0)) or 0))
+    assert s.run(timeout=60) == 42
+    printed = [int(line.split()[1]) for line in s.console.splitlines() if line.startswith("malloc ")]
+    assert len(printed) == 5
+    # the program's own mallocs, in the order it printed them, among libc's own (stdio buffers)
+    mine = [size for size in sizes if size in printed]
+    assert mine == printed
+    assert len(sizes) > len(printed)  # stdio's buffers and the FILE of fopen are malloc'd too
+
+
+@pytest.mark.parametrize("arch", LINUX_ARCHS)
+def test_call_strlen_resolves_the_ifunc(build: Callable[[str], Path], arch: str) -> None:
+    s = kpsdk.open(f"elf:{build(arch)}")
+    greeting = s.symbols.resolve("greeting")
+    assert s.call("strlen", greeting) == len("hello, world")
+    s.write_memory(greeting, b"kprobes outside the kernel\0")
+    assert s.call("strlen", greeting) == len("kprobes outside the kernel")
+
+
+APPLETS = {
+    "echo": (["echo", "hi", "there"], b""),
+    "sort": (["sort"], b"".join(b"%d\n" % ((i * 7919) % 1000) for i in range(1000))),
+    "wc": (["wc"], b"one two\nthree\n\nfour five six\n"),
+    "sh": (["sh", "-c", "echo $((6*7))"], b""),
+    "sh-exit": (["sh", "-c", "echo out; exit 7"], b""),
+}
+
+
+@pytest.mark.parametrize("applet", APPLETS)
+def test_busybox_matches_qemu_user(applet: str) -> None:
+    if not BUSYBOX.exists():
+        message = f"{BUSYBOX} not found: install the Debian package busybox-static"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    args, stdin = APPLETS[applet]
+    expected = under_qemu("x86_64", BUSYBOX, args, {}, stdin)
+    out, status, s = under_kpsdk(BUSYBOX, args, {}, stdin)
+    assert (out, status) == expected
+    assert out  # every applet here prints something
+
+
+# -- the sysroot: a guest never escapes it ----------------------------------------------------------
+
+
+def test_paths_resolve_inside_the_sysroot(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    (root / "etc").mkdir(parents=True)
+    (root / "etc" / "motd").write_text("inside")
+    (tmp_path / "secret").write_text("outside")
+    (root / "abs").symlink_to("/etc/motd")  # absolute: starts again at the sysroot
+    (root / "up").symlink_to("../../../../secret")  # climbs no higher than the sysroot
+    (root / "loop").symlink_to("loop")
+    sr = Sysroot(root)
+    real = Path(os.path.realpath(root))
+    assert sr.resolve("/abs", "/") == real / "etc" / "motd"
+    assert sr.resolve("../../etc/motd", "/etc") == real / "etc" / "motd"
+    for path, code in (("/up", errno.ENOENT), ("/../secret", errno.ENOENT), ("/loop", errno.ELOOP),
+                       ("/etc/motd/x", errno.ENOTDIR), ("", errno.ENOENT)):
+        with pytest.raises(_GuestErrno) as info:
+            sr.resolve(path, "/")
+        assert info.value.errno == code, path
+    f = sr.open("/abs", "/", 0)
+    try:
+        assert os.read(f.fd, 100) == b"inside"
+    finally:
+        os.close(f.fd)
+    with pytest.raises(_GuestErrno) as info:
+        sr.open("/etc/motd", "/", os.O_WRONLY)
+    assert info.value.errno == errno.EROFS
+    with pytest.raises(_GuestErrno) as info:
+        Sysroot(None).resolve("/etc/motd", "/")
+    assert info.value.errno == errno.ENOENT
+
+
+def test_a_program_cannot_read_outside_its_sysroot(build: Callable[[str], Path], tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    root.mkdir()
+    (tmp_path / "secret.txt").write_text("must not be read\n")
+    (root / "link.txt").symlink_to(tmp_path / "secret.txt")
+    exe = build("x86_64")
+    for path in ("/link.txt", "/../secret.txt", f"/../../..{tmp_path}/secret.txt"):
+        out, status, _ = under_kpsdk(exe, [path, "1"], {}, b"", root)
+        assert status == 3, path
+        assert "must not be read" not in out
+
+
+# -- the CLI -----------------------------------------------------------------------------------------
+
+
+def kpsdk_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "kpsdk.cli", *args], capture_output=True, text=True, timeout=120,
+                          check=False)
+
+
+def test_cli_probe_runs_a_program_with_its_arguments_input_and_sysroot(build: Callable[[str], Path],
+                                                                       sysroot: Path, tmp_path: Path) -> None:
+    exe = build("arm")
+    stdin = tmp_path / "input.txt"
+    stdin.write_bytes(b"a\nbb\nccc\n")
+    expected, status = under_qemu("arm", exe, ["/data.txt", "2"], {}, stdin.read_bytes(), sysroot)
+    proc = kpsdk_cli("probe", str(exe), "--arg", "/data.txt", "--arg", "2", "--stdin", str(stdin),
+                     "--sysroot", str(sysroot), "--kprobe", "main", "--regs", "arg0")
+    assert proc.returncode == 0, proc.stderr
+    assert "[1] main+0x0" in proc.stdout and "arg0=0x3" in proc.stdout  # argc: the path and two arguments
+    assert expected in proc.stdout
+    assert f"exit status {status}" in proc.stdout
+    assert "warning" not in proc.stderr
+
+
+def test_cli_warns_once_of_unimplemented_calls(build: Callable[[str], Path], sysroot: Path) -> None:
+    proc = kpsdk_cli("probe", str(build("x86_64")), "--arg", "/data.txt", "--arg", "1", "--arg", "500",
+                     "--sysroot", str(sysroot), "--kprobe", "main")
+    assert proc.returncode == 0, proc.stderr
+    warnings = [line for line in proc.stderr.splitlines() if line.startswith("warning:")]
+    assert warnings == ["warning: the program made system calls kpsdk does not emulate (each answered -ENOSYS): "
+                        "syscall_500 (1x)"]
+
+
+def test_cli_sysroot_goes_with_an_elf_only(build: Callable[[str], Path], sysroot: Path) -> None:
+    proc = kpsdk_cli("probe", "--target", f"qemu-user:{build('x86_64')}", "--sysroot", str(sysroot),
+                     "--kprobe", "main")
+    assert proc.returncode == 2
+    assert "--sysroot goes with an ELF run in Unicorn" in proc.stderr
+
+
+# -- dynamically linked programs: the sysroot's ld.so maps libc ----------------------------------------
+
+#: the sysroot each architecture's dynamic program runs in (x86_64: the host's own, given explicitly),
+#: and a text file in it to read
+DYNAMIC = {
+    "x86_64": ("/", "/usr/include/stdio.h"),
+    "i386": ("/usr/i686-linux-gnu", "/include/stdio.h"),
+    "arm": ("/usr/arm-linux-gnueabihf", "/include/stdio.h"),
+    "riscv64": ("/usr/riscv64-linux-gnu", "/include/stdio.h"),
+}
+
+
+@pytest.fixture(scope="module")
+def build_dynamic(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
+    """``build_dynamic(arch)``: linuxprog.c, dynamically linked (the compiler's default)."""
+    out = tmp_path_factory.mktemp("linuxprog-dyn")
+
+    def make(arch: str) -> Path:
+        cc, package = COMPILERS[arch]
+        require_tool(cc, package)
+        exe = out / f"linuxprog-{arch}"
+        if not exe.exists():
+            subprocess.run([cc, "-O1", "-o", str(exe), str(SOURCE)], check=True, capture_output=True)
+        return exe
+
+    return make
+
+
+@pytest.mark.parametrize("arch", sorted(DYNAMIC))
+def test_dynamic_program_matches_qemu_user(build_dynamic: Callable[[str], Path], arch: str) -> None:
+    exe = build_dynamic(arch)
+    root, text = DYNAMIC[arch]
+    args, env, stdin = [text, "3"], {"GREETING": "dynamic"}, b"in\nput\n"
+    expected = under_qemu(arch, exe, args, env, stdin, Path(root) if root != "/" else None)
+    seen: list[tuple[str, int]] = []
+
+    class Listener:
+        @kpsdk.hookimpl
+        def kpsdk_library_loaded(self, session: kpsdk.Session, library: Any) -> None:
+            seen.append((library.path.name, library.bias))
+
+    listener = Listener()
+    kpsdk.get_registry().pm.register(listener)
+    try:
+        out, status, s = under_kpsdk(exe, args, env, stdin, Path(root))
+    finally:
+        kpsdk.get_registry().pm.unregister(listener)
+    assert (out, status) == expected
+    assert status == 42 and out.count("file: ") > 100  # it read the whole header
+    names = [name for name, _ in seen]
+    assert names[0] == exe.name and names[1].startswith("ld-") and "libc.so.6" in names
+    assert all(bias % 0x1000 == 0 for _, bias in seen)
+    assert s.syscalls_unimplemented == {}
+
+
+def test_dynamic_program_without_its_loader_is_refused(build_dynamic: Callable[[str], Path], tmp_path: Path) -> None:
+    exe = build_dynamic("arm")
+    with pytest.raises(kpsdk.TargetError, match="ld-linux-armhf.so.3 is not in the sysroot"):
+        kpsdk.open(f"elf:{exe}", sysroot=tmp_path)
+
+
+def test_ppc64_dynamic_program_is_an_honest_not_yet(build_dynamic: Callable[[str], Path]) -> None:
+    with pytest.raises(kpsdk.UnsupportedTargetError, match="ELFv1"):
+        kpsdk.open(f"elf:{build_dynamic('ppc64')}")
