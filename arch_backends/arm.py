@@ -293,6 +293,8 @@ ARM = Arch(
                       {"write": 4, "exit": 1, "exit_group": 248}),
     stack_alignment=8,
     qemu_user="qemu-arm",
+    multiarch="arm-linux-gnueabihf",
+    cross_libc_package="libc6-armhf-cross",
     qemu_system=QemuMachine("qemu-system-arm", "qemu-system-arm", machine="virt", console="ttyAMA0"),
     kernel_stack_size=8192,
     watch=WATCH,

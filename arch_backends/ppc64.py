@@ -125,6 +125,8 @@ PPC64 = Arch(
                       {"write": 4, "exit": 1, "exit_group": 234}),
     stack_alignment=16,
     qemu_user="qemu-ppc64",
+    multiarch="powerpc64-linux-gnu",
+    cross_libc_package="libc6-ppc64-cross",
     qemu_system=QemuMachine("qemu-system-ppc64", "qemu-system-ppc", machine="pseries", console="hvc0"),
     # one DAWR (POWER10 adds a second; Linux counts 1 before it): up to 512 bytes at any address,
     # not crossing a 512-byte boundary; read, write or both, no execute

@@ -277,6 +277,8 @@ RISCV64 = Arch(
                       {"write": 64, "exit": 93, "exit_group": 94}),
     stack_alignment=16,
     qemu_user="qemu-riscv64",
+    multiarch="riscv64-linux-gnu",
+    cross_libc_package="libc6-riscv64-cross",
     qemu_system=QemuMachine("qemu-system-riscv64", "qemu-system-misc", machine="virt"),
     # the Sdtrig trigger module: QEMU implements 2 mcontrol triggers (RV_MAX_TRIGGERS), each
     # matching loads, stores or execution of a naturally aligned 1, 2, 4 or 8-byte range

@@ -451,6 +451,11 @@ class Arch:
     mode_bit: ModeBit | None = None
     unicorn_setup: Callable[[Any], None] | None = None
     local_entry: Callable[[bytes], int] | None = None
+    #: Debian's multiarch triple: user programs of this arch find their libraries in the
+    #: cross sysroot ``/usr/<triple>`` (QEMU's ``-L``) when they are not the host's own
+    multiarch: str = ""
+    #: the Debian package that installs that sysroot's C library
+    cross_libc_package: str = ""
 
     def require(self, capability: str, feature: str) -> Any:
         """The capability named ``capability`` (an attribute of this class, or of its

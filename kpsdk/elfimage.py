@@ -389,6 +389,8 @@ class ElfImage:
     bias: int = 0
     #: ``(st_dev, st_ino)`` of the file the bytes were read from (None: not read from a file)
     identity: tuple[int, int] | None = None
+    #: ``PT_INTERP``: the dynamic loader a dynamically linked program asks for (None: static)
+    interp: str | None = None
 
     @property
     def thumb_entry(self) -> bool:
@@ -439,7 +441,22 @@ def parse_elf(raw: bytes, path: Path, identity: tuple[int, int] | None = None) -
         raise elf.error("no PT_LOAD segment with memory: not an executable")
     deref = _Descriptors(elf)
     return ElfImage(path, elf.machine, elf.elf_class, elf.endian, deref("e_entry", elf.entry), segments,
-                    _symbols(elf, deref), kind=elf.type, raw_entry=elf.entry, identity=identity)
+                    _symbols(elf, deref), kind=elf.type, raw_entry=elf.entry, identity=identity,
+                    interp=_interpreter(elf, raw))
+
+
+def _interpreter(elf: ElfFile, raw: bytes) -> str | None:
+    """The path in ``PT_INTERP`` (a NUL-terminated string inside the file, at most PATH_MAX)."""
+    for i, seg in enumerate(elf.program_headers):
+        ph = seg.header
+        if ph["p_type"] != "PT_INTERP":
+            continue
+        offset, size = ph["p_offset"], ph["p_filesz"]
+        if offset + size > elf.size or not 0 < size <= 4096:
+            raise elf.error(f"program header {i} (PT_INTERP): {size} bytes at file offset {offset:#x} are not "
+                            f"a path inside the file ({elf.size} bytes)")
+        return raw[offset : offset + size].split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
+    return None
 
 
 def _segments(elf: ElfFile) -> list[Segment]:
@@ -494,23 +511,38 @@ class _Descriptors:
         return int.from_bytes(self.data[off : off + 8], "big")
 
 
+#: symbol types kept, and the kind each becomes
+_KINDS = {"STT_FUNC": "func", "STT_OBJECT": "object", "STT_GNU_IFUNC": "ifunc", "STT_LOOS": "ifunc"}
+
+
 def _symbols(elf: ElfFile, deref: _Descriptors) -> SymbolTable:
-    """The defined function and object symbols of ``.symtab`` (none without one)."""
-    symtab = elf.section(".symtab")
-    if symtab is None or symtab.header["sh_type"] != "SHT_SYMTAB":
-        return SymbolTable()
+    """The defined function, object and IFUNC symbols of ``.symtab`` and ``.dynsym``.
+
+    A stripped program or a shared library has only ``.dynsym`` (what the dynamic
+    loader links against); a symbol in both tables is kept once, from ``.symtab``.
+    pyelftools names dynamic symbols without their version (``malloc``, not
+    ``malloc@@GLIBC_2.2.5``); :meth:`SymbolTable.get` takes either form.
+    """
     arm = elf.machine == "EM_ARM"
     found: list[Symbol] = []
-    for sym in elf.symbols(symtab):
-        kind = sym["st_info"]["type"]
-        if kind not in ("STT_FUNC", "STT_OBJECT") or not sym.name or sym["st_shndx"] == "SHN_UNDEF":
+    seen: set[tuple[str, int]] = set()
+    for table_name, table_type in ((".symtab", "SHT_SYMTAB"), (".dynsym", "SHT_DYNSYM")):
+        table = elf.section(table_name)
+        if table is None or table.header["sh_type"] != table_type:
             continue
-        value = sym["st_value"]
-        func = kind == "STT_FUNC"
-        thumb = arm and func and bool(value & 1)
-        if thumb:
-            value &= ~1
-        if func:
-            value = deref(f"symbol {sym.name!r}", value)
-        found.append(Symbol(sym.name, value, sym["st_size"], "func" if func else "object", thumb))
+        for sym in elf.symbols(table):
+            kind = _KINDS.get(sym["st_info"]["type"])
+            if kind is None or not sym.name or sym["st_shndx"] == "SHN_UNDEF":
+                continue
+            value = sym["st_value"]
+            code = kind != "object"
+            thumb = arm and code and bool(value & 1)
+            if thumb:
+                value &= ~1
+            if code:
+                value = deref(f"symbol {sym.name!r}", value)
+            if (sym.name, value) in seen:
+                continue
+            seen.add((sym.name, value))
+            found.append(Symbol(sym.name, value, sym["st_size"], kind, thumb, table_name))
     return SymbolTable(found)

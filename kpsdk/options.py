@@ -10,6 +10,7 @@ type-check through ``typing.cast`` (or ``**dict``).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TypedDict
 
@@ -25,6 +26,13 @@ class OpenOptions(TypedDict, total=False):
     args: Sequence[str]
     #: environment variables for the program [qemu-user]
     env: Mapping[str, str]
+    #: where the program's loader and libraries are looked up first (QEMU's ``-L``; default:
+    #: ``/usr/<triple>`` for another architecture's dynamically linked program) [qemu-user]
+    sysroot: str | os.PathLike[str]
+    #: the program's working directory [qemu-user]
+    cwd: str | os.PathLike[str]
+    #: a file the program's standard input reads (default: none) [qemu-user]
+    stdin: str | os.PathLike[str]
     #: gdb hardware breakpoints for probes [qemu-user, qemu-system, gdb]
     hardware_breakpoints: bool
     #: seconds a stalled QEMU or gdb is waited for before the run fails [qemu-user, qemu-system, gdb]

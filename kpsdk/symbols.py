@@ -20,13 +20,20 @@ _CLONE_SUFFIX = re.compile(r"\.(isra|constprop|part|cold|lto_priv|llvm)\.\d+$")
 
 @dataclass(frozen=True)
 class Symbol:
-    """A named address range.  ``thumb`` marks ARM Thumb code (ELF value bit 0)."""
+    """A named address range.  ``thumb`` marks ARM Thumb code (ELF value bit 0).
+
+    ``kind`` is ``"func"``, ``"object"`` or ``"ifunc"`` (``STT_GNU_IFUNC``: the address
+    of a resolver, which the dynamic loader calls to pick the implementation that
+    calls will reach); ``source`` is the table it came from (``".symtab"``,
+    ``".dynsym"``; empty for other sources).
+    """
 
     name: str
     address: int
     size: int
-    kind: str  # "func" or "object"
+    kind: str  # "func", "object" or "ifunc"
     thumb: bool = False
+    source: str = ""
 
 
 class SymbolTable:
@@ -67,13 +74,21 @@ class SymbolTable:
         return len(self._sorted)
 
     def get(self, name: str) -> Symbol:
-        try:
-            return self._by_name[name]
-        except KeyError:
-            raise SymbolError(f"unknown symbol {name!r}") from None
+        """The symbol called ``name``; a versioned name (``malloc@@GLIBC_2.2.5``,
+        ``malloc@GLIBC_2.2.5``, as ``readelf`` and ``nm -D`` print them) is its plain one."""
+        found = self._by_name.get(name)
+        if found is None and "@" in name:
+            found = self._by_name.get(name.partition("@")[0])
+        if found is None:
+            raise SymbolError(f"unknown symbol {name!r}")
+        return found
 
     def __contains__(self, name: str) -> bool:
-        return name in self._by_name
+        try:
+            self.get(name)
+        except SymbolError:
+            return False
+        return True
 
     def resolve(self, expr: str | int) -> int:
         """``"add"``, ``"add+0x4"``, ``"0x401000"`` or an int -> address."""

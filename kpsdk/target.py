@@ -38,12 +38,20 @@ class MappedFile:
         ``ET_EXEC``; a PIE's load base).
     :param image: the file as linked (:func:`~kpsdk.elfimage.load_elf`, not relocated):
         its program headers map a file offset to a link-time address.
+    :param name: the path the program itself used for it (the loader's ``l_name``),
+        when that differs from ``path`` (a file found in a sysroot); "" otherwise.
     """
 
     path: Path
     identity: tuple[int, int]
     bias: int
     image: ElfImage
+    name: str = ""
+
+    def executable_at(self, addr: int) -> bool:
+        """Whether ``addr`` is inside one of this mapping's executable segments."""
+        return any(seg.executable and seg.vaddr + self.bias <= addr < seg.vaddr + self.bias + seg.memsz
+                   for seg in self.image.segments)
 
     @classmethod
     def of(cls, image: ElfImage, bias: int) -> MappedFile:

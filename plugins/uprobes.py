@@ -300,6 +300,8 @@ class _Armed:
     enabled and shown as its owner."""
 
     owner: FileProbe
+    #: the mapping of the file it is armed in: ((st_dev, st_ino), load bias)
+    mapping: tuple[tuple[int, int], int] | None = None
 
     @property
     def disabled(self) -> bool:
@@ -435,16 +437,20 @@ def _attach(up: FileProbe, session: Session, mf: MappedFile) -> None:
         assert isinstance(up, Uprobe)
         inst = SessionUprobe(up)
         session.target.manager.add(inst, addr)
+    inst.mapping = (mf.identity, mf.bias)
     up._instances.append((session, inst))
 
 
-def _detach(up: FileProbe, session: Session | None = None, since: int = 0, disarm: bool = True) -> None:
+def _detach(up: FileProbe, session: Session | None = None, since: int = 0, disarm: bool = True,
+            mapping: tuple[tuple[int, int], int] | None = None) -> None:
     """Disarm ``up`` in ``session`` (every session when None), only the instances
-    armed after the first ``since``; keep their counts.  ``disarm=False``: the
-    session is closing, its target goes with its probes (and may be dead already)."""
+    armed after the first ``since`` (and, given ``mapping``, only in that mapping of
+    a file); keep their counts.  ``disarm=False``: the session is closing, its target
+    goes with its probes (and may be dead already)."""
     keep = up._instances[:since]
     for s, inst in up._instances[since:]:
-        if session is not None and s is not session:
+        if (session is not None and s is not session) or (mapping is not None and
+                                                          getattr(inst, "mapping", None) != mapping):
             keep.append((s, inst))
             continue
         up._retired[0] += inst.hits
@@ -587,6 +593,31 @@ def kpsdk_session_start(session: Session) -> None:
     except BaseException:
         session.close()  # nothing half-armed, no target left running
         raise
+
+
+def _armed_at(up: FileProbe, session: Session, mapping: tuple[tuple[int, int], int]) -> bool:
+    return any(s is session and getattr(inst, "mapping", None) == mapping for s, inst in up._instances)
+
+
+@hookimpl
+def kpsdk_library_loaded(session: Session, library: MappedFile) -> None:
+    """A file was mapped into a running session (a library the loader brought in, a
+    ``dlopen``): arm the uprobes on that file, system-wide and the session's own."""
+    if session.closed:
+        return
+    mapping = (library.identity, library.bias)
+    for up in [*_system.values(), *_local.get(session, {}).values()]:
+        if up.identity == library.identity and not _armed_at(up, session, mapping):
+            _attach(up, session, library)
+
+
+@hookimpl
+def kpsdk_library_unloaded(session: Session, library: MappedFile) -> None:
+    """A file was unmapped (``dlclose``): its uprobes are disarmed there, their counts kept."""
+    mapping = (library.identity, library.bias)
+    for up in [*_system.values(), *_local.get(session, {}).values()]:
+        if up.identity == library.identity:
+            _detach(up, session, mapping=mapping)
 
 
 @hookimpl

@@ -27,9 +27,11 @@ def cmd_list(
 ) -> None:
     """The functions in an ELF file: what you can put a kprobe on.
 
-    Reads the symbol table only (nothing runs, no Unicorn needed, any
-    architecture).  A probe goes on SYM (the function's first instruction) or
-    SYM+OFF (any instruction boundary inside it, see kpsdk disasm).  thumb marks
+    Reads the symbol tables only, .symtab and .dynsym (the table column says
+    which; a stripped program or a shared library has only .dynsym): nothing
+    runs, no Unicorn needed, any architecture.  An IFUNC symbol (glibc's strlen
+    on x86) is the resolver the loader calls to pick an implementation.  A
+    probe goes on SYM (the function's first instruction) or SYM+OFF (any instruction boundary inside it, see kpsdk disasm).  thumb marks
     ARM Thumb functions (ELF symbol value bit 0).  Names given with --noprobe
     are marked as kpsdk would refuse them (EINVAL), as the kernel does for
     NOKPROBE_SYMBOL functions.
@@ -54,14 +56,17 @@ def cmd_list(
     if all_:
         table.add_column("kind")
     table.add_column("thumb")
+    table.add_column("table")
     table.add_column("probe")
     count = 0
     for sym in image.symbols:
-        if sym.kind != "func" and not all_:
+        if sym.kind == "object" and not all_:
             continue
         count += 1
-        if sym.kind != "func":
+        if sym.kind == "object":
             probe = "[dim]no (data)[/]"
+        elif sym.kind == "ifunc":
+            probe = "[yellow]resolver (IFUNC)[/]"
         elif sym.name in blocked:
             probe = "[red]no (--noprobe)[/]"
         else:
@@ -69,7 +74,7 @@ def cmd_list(
         row = [escape(sym.name), f"{sym.address:#0{width + 2}x}", str(sym.size)]
         if all_:
             row.append(sym.kind)
-        row += ["thumb" if sym.thumb else "", probe]
+        row += ["thumb" if sym.thumb else "", sym.source, probe]
         table.add_row(*row)
     con = console()
     con.print(header, soft_wrap=True)
