@@ -32,7 +32,8 @@ def cmd_list(
     runs, no Unicorn needed, any architecture.  An IFUNC symbol (glibc's strlen
     on x86) is the resolver the loader calls to pick an implementation.  A
     probe goes on SYM (the function's first instruction) or SYM+OFF (any
-    instruction boundary inside it, see kpsdk disasm).  thumb marks ARM Thumb functions (ELF symbol value bit 0).  Names given with --noprobe
+    instruction boundary inside it, see kpsdk disasm).  thumb marks ARM Thumb
+    functions (ELF symbol value bit 0).  Names given with --noprobe
     are marked as kpsdk would refuse them (EINVAL), as the kernel does for
     NOKPROBE_SYMBOL functions.
     """
