@@ -108,12 +108,23 @@ class Libraries:
             self.target._files = (self.main,)
             return
         self.refresh(emit=False)
-        brk = self.map.r_debug(self.r_debug).brk
-        if brk:
-            if self.target.arch.has_thumb:
-                brk &= ~1
+        brk = self._code_address(self.map.r_debug(self.r_debug).brk)
+        if brk is not None:
             self.brk = brk
             self.target.add_stop_hook(brk, self.on_brk)
+
+    def _code_address(self, pointer: int) -> int | None:
+        """Where the function a function pointer (``r_brk``) designates starts: the pointer
+        itself when it points at code (without ARM's Thumb bit), else the first word it
+        points at when that is code (a function descriptor: ppc64 ELFv1's ``.opd``)."""
+        if not pointer:
+            return None
+        if self.target.arch.has_thumb:
+            pointer &= ~1
+        if self.target.is_executable(pointer):
+            return pointer
+        code = self.map.word_at(pointer)
+        return code if self.target.is_executable(code) else None
 
     # -- keeping up ----------------------------------------------------------------------------
 
