@@ -44,13 +44,17 @@ AppendOpt = Annotated[str | None, typer.Option(
 SymbolsOpt = Annotated[str | None, typer.Option(
     "--symbols", metavar="FILE", rich_help_panel=TARGET_PANEL,
     help="qemu-system, gdb://: symbols from an ELF (vmlinux), System.map or a kallsyms dump.")]
+SysrootOpt = Annotated[str | None, typer.Option(
+    "--sysroot", metavar="DIR", rich_help_panel=TARGET_PANEL,
+    help="qemu-user: look the program's loader and libraries up in DIR first (QEMU's -L). Default for "
+         "another architecture's program: Debian's cross sysroot /usr/TRIPLE (libc6-ARCH-cross).")]
 ArchOpt = Annotated[str | None, typer.Option(
     "--arch", metavar="ARCH", rich_help_panel=TARGET_PANEL,
     help="gdb://: the architecture (not needed when --symbols is an ELF).")]
 
 
 def given_target_options(prog_arg: list[str] | None, kernel: str | None, initrd: str | None, append: str | None,
-                         symbols: str | None, arch: str | None) -> dict[str, Any]:
+                         symbols: str | None, arch: str | None, sysroot: str | None = None) -> dict[str, Any]:
     """The target options' values by option name, as ``choose_target`` checks them (None: not given)."""
     return {"--arg": prog_arg, "--kernel": kernel, "--initrd": initrd, "--append": append, "--symbols": symbols,
-            "--arch": arch}
+            "--arch": arch, "--sysroot": sysroot}

@@ -26,6 +26,7 @@ from kpsdk.cli.options import (
     KernelOpt,
     ProgArgOpt,
     SymbolsOpt,
+    SysrootOpt,
     TargetOpt,
     given_target_options,
 )
@@ -106,6 +107,7 @@ def cmd_probe(
     append: AppendOpt = None,
     symbols: SymbolsOpt = None,
     arch: ArchOpt = None,
+    sysroot: SysrootOpt = None,
     show_console: Annotated[bool, typer.Option(
         "--console", rich_help_panel=OUTPUT_PANEL,
         help="Live targets: print the target's output at the end (qemu-user: the program's; qemu-system: "
@@ -176,7 +178,7 @@ def cmd_probe(
     if live_kind in LIVE_KINDS and fn_args is not None:
         raise typer.BadParameter(f"--call calls one function in Unicorn; a {live_kind} target runs its own "
                                  "code: drop --call (or --target)", param_hint="--call")
-    choice = choose_target(elf, target, given_target_options(prog_arg, kernel, initrd, append, symbols, arch))
+    choice = choose_target(elf, target, given_target_options(prog_arg, kernel, initrd, append, symbols, arch, sysroot))
     reg = kpsdk.get_registry()
     if kprobes:
         probe_class(reg, "kprobe")

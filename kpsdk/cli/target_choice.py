@@ -33,6 +33,7 @@ TARGET_OPTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
     "--append": ("append", ("qemu-system",)),
     "--symbols": ("symbols", ("qemu-system", "gdb")),
     "--arch": ("arch", ("gdb",)),
+    "--sysroot": ("sysroot", ("qemu-user",)),
 }
 TARGET_SPECS = "qemu-user:PROG, qemu-system:ARCH, gdb://HOST:PORT (or elf:PATH, the default)"
 #: default --timeout: a program in Unicorn, a live target

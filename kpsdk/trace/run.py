@@ -30,6 +30,7 @@ from kpsdk.cli.options import (
     KernelOpt,
     ProgArgOpt,
     SymbolsOpt,
+    SysrootOpt,
     TargetOpt,
     given_target_options,
 )
@@ -218,11 +219,13 @@ def cmd_trace(
     append: AppendOpt = None,
     symbols: SymbolsOpt = None,
     arch: ArchOpt = None,
+    sysroot: SysrootOpt = None,
 ) -> None:
     if output not in FORMATS:
         raise typer.BadParameter(f"{output!r}: want one of {', '.join(FORMATS)}", param_hint="--output")
     definitions = _definitions(event, file)
-    choice = _target_choice(target_arg, target, given_target_options(prog_arg, kernel, initrd, append, symbols, arch))
+    given = given_target_options(prog_arg, kernel, initrd, append, symbols, arch, sysroot)
+    choice = _target_choice(target_arg, target, given)
     fn_args = parse_call(call) if call is not None else None
     if fn_args is not None and choice.kind in LIVE_KINDS:
         raise typer.BadParameter(f"--call calls one function in Unicorn; a {choice.kind} target runs its own code",
