@@ -48,11 +48,11 @@ from kpsdk.errors import (
     KprobeError,
     KpsdkError,
     LocationError,
-    SymbolError,
     TargetError,
     TargetFault,
     shown,
 )
+from kpsdk.filelocation import find_file, symbol_offset
 from kpsdk.plugins.kretprobes import Kretprobe, KretprobeInstance, check_limits, function_entry
 from kpsdk.plugins.kretprobes import register as kretprobe_register
 from kpsdk.plugins.kretprobes import unregister as kretprobe_unregister
@@ -93,10 +93,12 @@ def parse_location(text: str | Any) -> dict[str, Any]:
     """``"PATH:SYMBOL"``, ``"PATH:SYMBOL+0x4"``, ``"PATH:0xOFFSET"`` -> ``{"path", "offset"}``.
 
     The offset is a file offset; a symbol is looked up in the file's ``.symtab``
-    and turned into one through the program headers.  Raises
-    :class:`~kpsdk.errors.LocationError` (``EINVAL``, a ValueError) for text of
-    another shape, :class:`KprobeError` ``ENOENT`` for a missing file or
-    symbol, ``EINVAL`` for a symbol outside every executable segment.
+    and ``.dynsym`` and turned into one through the program headers.  PATH may
+    be a library's bare name (``libc.so.6``): :func:`kpsdk.filelocation.find_file`
+    says which file that is.  Raises :class:`~kpsdk.errors.LocationError`
+    (``EINVAL``, a ValueError) for text of another shape, :class:`KprobeError`
+    ``ENOENT`` for a missing file or symbol, ``EOPNOTSUPP`` for an IFUNC symbol,
+    ``EINVAL`` for a symbol outside every executable segment.
     """
     if not isinstance(text, str):
         raise LocationError(errno.EINVAL, f"{shown(text)}: a uprobe location is text, PATH:SYMBOL or PATH:0xOFFSET")
@@ -108,19 +110,12 @@ def parse_location(text: str | Any) -> dict[str, Any]:
     if not sep or not path or not where.strip():
         raise LocationError(errno.EINVAL, f"{shown(text)}: want PATH:SYMBOL, PATH:SYMBOL+0xOFF or PATH:0xOFFSET")
     check_path(path)
+    path = find_file(path, list(_sessions))
     where = where.strip()
     offset = parse_number(where)
     if offset is not None:
         return {"path": path, "offset": offset}
-    image = _read_image(path)
-    try:
-        vaddr = image.symbols.resolve(where)
-    except SymbolError as e:
-        raise KprobeError(errno.ENOENT, f"{path}: {e}") from None
-    offset = image.vaddr_to_offset(vaddr)
-    if offset is None:
-        raise KprobeError(errno.EINVAL, f"{path}:{where} ({vaddr:#x}) is not in an executable segment of the file")
-    return {"path": path, "offset": offset}
+    return {"path": path, "offset": symbol_offset(_read_image(path), path, where)}
 
 
 def parse_uprobe(text: str, **fields: Any) -> Uprobe | Uretprobe:
@@ -168,7 +163,7 @@ class FileProbe:
         if path is None or offset is None:
             raise LocationError(errno.EINVAL, f"{type(self).__name__} needs path= and offset= (a file offset), "
                                               "or spec='PATH:SYMBOL'")
-        self.path = _file_path(type(self).__name__, path)
+        self.path = find_file(_file_path(type(self).__name__, path), list(_sessions))
         self.offset = offset
         self.fault_handler = fault_handler
         self.flags = flags
