@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import errno
 import os
+import warnings
 import weakref
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, cast
@@ -48,10 +49,12 @@ from kpsdk.errors import (
     KprobeError,
     KpsdkError,
     LocationError,
+    NeverMappedWarning,
     TargetError,
     TargetFault,
     shown,
 )
+from kpsdk.events import RUN_EXITED
 from kpsdk.filelocation import find_file, symbol_offset
 from kpsdk.plugins.kretprobes import Kretprobe, KretprobeInstance, check_limits, function_entry
 from kpsdk.plugins.kretprobes import register as kretprobe_register
@@ -173,6 +176,8 @@ class FileProbe:
         self.scope: object = None
         self._instances: list[tuple[Session, Probe]] = []
         self._retired = [0, 0]  # hits and nmissed of instances gone with their sessions
+        #: whether any session ever mapped the file while the probe was registered
+        self.ever_armed = False
 
     @classmethod
     def parse(cls, text: str, **fields: Any) -> Any:
@@ -412,6 +417,8 @@ _system: dict[Key, FileProbe] = {}
 _local: weakref.WeakKeyDictionary[Session, dict[Key, FileProbe]] = weakref.WeakKeyDictionary()
 #: the open sessions (those a system-wide registration applies to)
 _sessions: weakref.WeakSet[Session] = weakref.WeakSet()
+#: the files each session has had a uprobe armed in (for the end-of-run report)
+_mapped_in: weakref.WeakKeyDictionary[Session, set[tuple[int, int]]] = weakref.WeakKeyDictionary()
 
 
 def _files_of(session: Session, identity: tuple[int, int]) -> list[MappedFile]:
@@ -434,6 +441,8 @@ def _attach(up: FileProbe, session: Session, mf: MappedFile) -> None:
         session.target.manager.add(inst, addr)
     inst.mapping = (mf.identity, mf.bias)
     up._instances.append((session, inst))
+    _mapped_in.setdefault(session, set()).add(mf.identity)
+    up.ever_armed = True
 
 
 def _detach(up: FileProbe, session: Session | None = None, since: int = 0, disarm: bool = True,
@@ -613,6 +622,28 @@ def kpsdk_library_unloaded(session: Session, library: MappedFile) -> None:
     for up in [*_system.values(), *_local.get(session, {}).values()]:
         if up.identity == library.identity:
             _detach(up, session, mapping=mapping)
+
+
+@hookimpl
+def kpsdk_run_end(session: Session, reason: str, status: int | None) -> None:
+    """When a program ended, say which of its uprobes could never fire: their file was never
+    mapped (a :class:`~kpsdk.errors.NeverMappedWarning` each, naming the files the program
+    did map under the same name)."""
+    if reason != RUN_EXITED:
+        return
+    seen = _mapped_in.get(session, set())
+    local = list(_local.get(session, {}).values())
+    for up in [*local, *(up for up in _system.values() if not up.ever_armed)]:
+        if up.identity in seen or (up in local and up.hits):
+            continue
+        name = os.path.basename(up.path)
+        others = [str(mf.path) for mf in session.target.mapped_files()
+                  if name in (mf.path.name, os.path.basename(mf.name)) and mf.identity != up.identity]
+        where = f"this program maps {', '.join(others)} (a different file)" if others else \
+            f"this program maps no file called {name}"
+        # attributed to kpsdk itself (the hook's caller is pluggy, no help to a user)
+        warnings.warn_explicit(NeverMappedWarning(f"0 hits: {up.path} was never mapped; {where}"),
+                               NeverMappedWarning, "kpsdk", 0)
 
 
 @hookimpl
