@@ -26,6 +26,7 @@ from kpsdk.errors import (
     KprobeError,
     KpsdkError,
     LocationError,
+    NeverMappedWarning,
     PluginLoadError,
     ProbeHandlerError,
     SymbolError,
@@ -69,7 +70,7 @@ __version__ = "0.1.0"
 __all__ = [
     "KPROBE_FLAG_DISABLED", "KPROBE_FLAG_GONE", "TRAP_HANDLER_EXCEPTION",
     "ArgumentError", "CapabilityError", "FieldTypeError", "ImageFormatError", "KpsdkError", "KprobeError",
-    "LocationError", "ProbeHandlerError", "SymbolError", "TargetError", "TargetFault", "TargetExited",
+    "LocationError", "NeverMappedWarning", "ProbeHandlerError", "SymbolError", "TargetError", "TargetFault", "TargetExited",
     "TargetStalled", "ToolMissingError", "UnknownNameError", "UnsupportedTargetError", "PluginLoadError",
     "GdbError", "TraceDefinitionError", "FilterError", "FixtureError", "Probe", "ProbeType", "Session",
     "PtRegs", "OpenOptions", "hookimpl", "open", "get_registry",

@@ -246,7 +246,7 @@ TRACE_ERRORS: dict[str, str] = {
 }
 
 
-class NeverMappedWarning(UserWarning):
+class NeverMappedWarning(KpsdkError, UserWarning):
     """A run ended and a uprobe in it never fired because its file was never mapped (a
     path to another copy of a library, a library the program never loads)."""
 
