@@ -318,6 +318,24 @@ def file_offset(path: Path, name: str) -> int:
     raise AssertionError(name)
 
 
+def test_fork_the_parent_is_probed_the_child_runs_without(tmp_path: Path) -> None:
+    """Documented (docs/api.md, "Fork and exec: not yet"): the session follows the process it
+    started; a forked child runs unprobed and the run ends normally with the parent."""
+    compiler = require_tool("gcc", "gcc")
+    prog = tmp_path / "forks"
+    subprocess.run([compiler, "-O0", "-fno-builtin", "-o", str(prog), str(HERE / "forks.c")], check=True,
+                   timeout=120)
+    sizes: list[int] = []
+    s = open_user(prog, "x86_64")
+    try:
+        s.register_uprobe(kpsdk.Uprobe.parse(f"{LIBC}:malloc", pre_handler=lambda p, r: sizes.append(r.arg(0))))
+        assert s.run(timeout=60) == 0
+        child, parent = (int(word) for word in s.console.split()[1::2])
+    finally:
+        s.close()
+    assert parent in sizes and child not in sizes
+
+
 # -- files that are never mapped, sysroots ------------------------------------------------------------------
 
 
