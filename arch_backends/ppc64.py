@@ -125,6 +125,7 @@ PPC64 = Arch(
                       {"write": 4, "exit": 1, "exit_group": 234}),
     stack_alignment=16,
     qemu_user="qemu-ppc64",
+    function_descriptors=".opd",
     multiarch="powerpc64-linux-gnu",
     cross_libc_package="libc6-ppc64-cross",
     qemu_system=QemuMachine("qemu-system-ppc64", "qemu-system-ppc", machine="pseries", console="hvc0"),

@@ -70,7 +70,8 @@ __version__ = "0.1.0"
 __all__ = [
     "KPROBE_FLAG_DISABLED", "KPROBE_FLAG_GONE", "TRAP_HANDLER_EXCEPTION",
     "ArgumentError", "CapabilityError", "FieldTypeError", "ImageFormatError", "KpsdkError", "KprobeError",
-    "LocationError", "NeverMappedWarning", "ProbeHandlerError", "SymbolError", "TargetError", "TargetFault", "TargetExited",
+    "LocationError", "NeverMappedWarning", "ProbeHandlerError", "SymbolError", "TargetError", "TargetFault",
+    "TargetExited",
     "TargetStalled", "ToolMissingError", "UnknownNameError", "UnsupportedTargetError", "PluginLoadError",
     "GdbError", "TraceDefinitionError", "FilterError", "FixtureError", "Probe", "ProbeType", "Session",
     "PtRegs", "OpenOptions", "hookimpl", "open", "get_registry",

@@ -451,6 +451,9 @@ class Arch:
     mode_bit: ModeBit | None = None
     unicorn_setup: Callable[[Any], None] | None = None
     local_entry: Callable[[bytes], int] | None = None
+    #: the ELF section of function descriptors (ppc64 ELFv1's ``.opd``): a function symbol's
+    #: value (and ``e_entry``) is a descriptor there, whose first word is the code's address
+    function_descriptors: str | None = None
     #: Debian's multiarch triple: user programs of this arch find their libraries in the
     #: cross sysroot ``/usr/<triple>`` (QEMU's ``-L``) when they are not the host's own
     multiarch: str = ""

@@ -20,7 +20,11 @@ _CLONE_SUFFIX = re.compile(r"\.(isra|constprop|part|cold|lto_priv|llvm)\.\d+$")
 
 @dataclass(frozen=True)
 class Symbol:
-    """A named address range.  ``thumb`` marks ARM Thumb code (ELF value bit 0).
+    """A named address range.
+
+    ``iset`` names the instruction set the code runs in when it is not the
+    architecture's first (ARM's ``"thumb"``: an ELF symbol value with bit 0 set,
+    see :attr:`kpsdk.arch.InstructionSet.thumb_bit`); "" for the default.
 
     ``kind`` is ``"func"``, ``"object"`` or ``"ifunc"`` (``STT_GNU_IFUNC``: the address
     of a resolver, which the dynamic loader calls to pick the implementation that
@@ -32,8 +36,13 @@ class Symbol:
     address: int
     size: int
     kind: str  # "func", "object" or "ifunc"
-    thumb: bool = False
+    iset: str = ""
     source: str = ""
+
+    @property
+    def thumb(self) -> bool:
+        """Kept for code written before :attr:`iset`: the symbol's instruction set is ARM's Thumb."""
+        return self.iset == "thumb"
 
 
 class SymbolTable:

@@ -132,9 +132,12 @@ class Target(ABC):
     default_iset: InstructionSet | None = None
 
     def iset_at(self, addr: int, sym: Symbol | None) -> InstructionSet:
-        """The instruction set at ``addr``: Thumb where bit 0 or the symbol says so."""
-        if addr & 1 or (sym is not None and sym.thumb):
-            return self.arch.iset_for_address(1)
+        """The instruction set at ``addr``: the symbol's, else the one bit 0 of the address selects
+        (:meth:`kpsdk.arch.Arch.iset_for_address`)."""
+        if sym is not None and sym.iset:
+            return self.arch.iset(sym.iset)
+        if addr & 1:
+            return self.arch.iset_for_address(addr)
         if (sym is not None and sym.kind == "func") or self.default_iset is None:
             return self.arch.isets[0]
         return self.default_iset

@@ -394,7 +394,7 @@ def check_file(up: FileProbe, registry: Registry) -> Key:
     arch = registry.archs.by_elf(image.machine, image.elf_class, image.endian)
     view = FileView(image, arch)
     sym = image.symbols.containing(vaddr)
-    iset = arch.iset_for_address(1) if sym is not None and sym.thumb else arch.isets[0]
+    iset = arch.iset(sym.iset or None) if sym is not None else arch.isets[0]
     where = f"{up.path}:{up.offset:#x} ({image.symbols.format(vaddr)})"
     if vaddr % iset.min_insn:
         raise KprobeError(errno.EINVAL, f"{where} is not aligned to {iset.min_insn}-byte instructions")

@@ -32,8 +32,9 @@ def cmd_list(
     runs, no Unicorn needed, any architecture.  An IFUNC symbol (glibc's strlen
     on x86) is the resolver the loader calls to pick an implementation.  A
     probe goes on SYM (the function's first instruction) or SYM+OFF (any
-    instruction boundary inside it, see kpsdk disasm).  thumb marks ARM Thumb
-    functions (ELF symbol value bit 0).  Names given with --noprobe
+    instruction boundary inside it, see kpsdk disasm).  iset names the
+    instruction set of a function not in the architecture's first one (ARM's
+    thumb: ELF symbol value bit 0).  Names given with --noprobe
     are marked as kpsdk would refuse them (EINVAL), as the kernel does for
     NOKPROBE_SYMBOL functions.
     """
@@ -56,7 +57,7 @@ def cmd_list(
     table.add_column("size", justify="right")
     if all_:
         table.add_column("kind")
-    table.add_column("thumb")
+    table.add_column("iset")
     table.add_column("table")
     table.add_column("probe")
     count = 0
@@ -75,7 +76,7 @@ def cmd_list(
         row = [escape(sym.name), f"{sym.address:#0{width + 2}x}", str(sym.size)]
         if all_:
             row.append(sym.kind)
-        row += ["thumb" if sym.thumb else "", sym.source, probe]
+        row += [sym.iset, sym.source, probe]
         table.add_row(*row)
     con = console()
     con.print(header, soft_wrap=True)
