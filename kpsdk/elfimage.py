@@ -532,12 +532,14 @@ _KINDS = {"STT_FUNC": "func", "STT_OBJECT": "object", "STT_GNU_IFUNC": "ifunc", 
 
 
 def _symbols(elf: ElfFile, deref: _Descriptors, arch: Arch | None) -> SymbolTable:
-    """The defined function, object and IFUNC symbols of ``.symtab`` and ``.dynsym``.
+    """The defined function, object and IFUNC symbols of ``.symtab``, else of ``.dynsym``.
 
-    A stripped program or a shared library has only ``.dynsym`` (what the dynamic
-    loader links against); a symbol in both tables is kept once, from ``.symtab``.
-    pyelftools names dynamic symbols without their version (``malloc``, not
-    ``malloc@@GLIBC_2.2.5``); :meth:`SymbolTable.get` takes either form.
+    A stripped program or shared library has only ``.dynsym`` (what the dynamic loader
+    links against); ``.symtab``, when there is one, holds every symbol of ``.dynsym`` and
+    the local ones, so ``.dynsym`` is then not read (a corrupt one does not matter,
+    as for every section kpsdk does not read).  pyelftools names dynamic symbols
+    without their version (``malloc``, not ``malloc@@GLIBC_2.2.5``);
+    :meth:`SymbolTable.get` takes either form.
     """
     # an instruction set selected by bit 0 of an address (ARM's Thumb: InstructionSet.thumb_bit)
     odd = next((iset for iset in arch.isets if iset.thumb_bit), None) if arch is not None else None
@@ -547,6 +549,8 @@ def _symbols(elf: ElfFile, deref: _Descriptors, arch: Arch | None) -> SymbolTabl
         table = elf.section(table_name)
         if table is None or table.header["sh_type"] != table_type:
             continue
+        if found:
+            break  # .symtab had symbols: .dynsym's are among them
         for sym in elf.symbols(table):
             kind = _KINDS.get(sym["st_info"]["type"])
             if kind is None or not sym.name or sym["st_shndx"] == "SHN_UNDEF":
