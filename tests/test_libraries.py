@@ -434,3 +434,38 @@ def test_link_map_walks_in_hostile_memory_end(memory: bytes, head: int, layout: 
         lm.objects(head)
     except TargetFault:
         pass
+
+
+@pytest.mark.fuzz
+@settings(max_examples=fuzz_examples(60))
+@given(st.one_of(st.text(max_size=40), st.binary(max_size=20), st.integers(), st.none()))
+def test_fuzzed_sysroot_cwd_and_stdin_values_give_typed_errors(value: object) -> None:
+    """sysroot=, cwd= and stdin= of any type and text: a directory or file, or a TargetError."""
+    from kpsdk.elfimage import load_elf
+    from kpsdk.targets.qemu import _directory, _input
+
+    image = load_elf("/bin/true")
+    arch = kpsdk.get_registry().archs.by_elf(image.machine, image.elf_class, image.endian)
+    for call in (lambda: choose_sysroot(image, arch, value),  # type: ignore[arg-type]
+                 lambda: _directory(value, "cwd"),  # type: ignore[arg-type]
+                 lambda: _input(value).__enter__()):  # type: ignore[arg-type]
+        try:
+            got = call()
+        except TargetError:
+            continue
+        if isinstance(got, Path):
+            assert got.is_dir()
+
+
+@pytest.mark.fuzz
+@settings(max_examples=fuzz_examples(60))
+@given(st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters=" \t\n\r\0"),
+               min_size=1, max_size=40))
+def test_fuzzed_trace_lines_with_library_symbols_give_definition_errors(where: str) -> None:
+    """``p libc.so.6:WHERE`` (kpsdk's extension): an event, or the kernel-style error with a column."""
+    from kpsdk.trace.grammar import Parser
+
+    try:
+        Parser().parse(f"p:m /lib/x86_64-linux-gnu/{LIBC}:{where} x=%di")
+    except kpsdk.TraceDefinitionError as e:
+        assert 0 <= e.column <= len(f"p:m /lib/x86_64-linux-gnu/{LIBC}:{where} x=%di") + 1
