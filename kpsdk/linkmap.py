@@ -20,7 +20,7 @@ reader's own error (:class:`~kpsdk.errors.TargetFault` for kpsdk's targets).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Literal, cast
 
@@ -69,12 +69,21 @@ class LoadedObject:
     :param bias: ``l_addr``, what was added to the object's link-time addresses.
     :param dynamic: ``l_ld``, the address of its dynamic section.
     :param address: where the entry itself is (the loader's handle for it).
+    :param name_at: ``l_name``, where the name is.
     """
 
     name: str
     bias: int
     dynamic: int
     address: int
+    name_at: int = 0
+
+    @property
+    def key(self) -> tuple[int, int, int, int]:
+        """What tells this entry from any other the loader makes later: the entry's, its
+        name's and its dynamic section's addresses and its bias (a reused entry address
+        alone could be another object's)."""
+        return (self.address, self.bias, self.name_at, self.dynamic)
 
 
 @dataclass(frozen=True)
@@ -165,13 +174,16 @@ class LinkMap:
 
     # -- the list ---------------------------------------------------------------------------------
 
-    def objects(self, head: int) -> list[LoadedObject]:
+    def objects(self, head: int, names: Mapping[tuple[int, int, int, int], str] | None = None) -> list[LoadedObject]:
         """The ``link_map`` list from ``head`` (``r_debug.r_map``), in load order.
 
         ``struct link_map`` starts ``l_addr, l_name, l_ld, l_next, l_prev``, one word
         each.  The walk stops at a null ``l_next``, at an entry seen before (a loop) and
-        after :data:`MAX_OBJECTS`.
+        after :data:`MAX_OBJECTS`.  ``names``: the names of entries read before, by
+        :attr:`LoadedObject.key`: the loader never renames an entry, so they are not
+        read again (a walk after each ``dlopen`` then reads one word group per entry).
         """
+        names = names or {}
         w = self.word
         out: list[LoadedObject] = []
         seen: set[int] = set()
@@ -180,7 +192,10 @@ class LinkMap:
             seen.add(node)
             raw = self.read(node, 4 * w)
             l_addr, l_name, l_ld, l_next = (int.from_bytes(raw[i * w : (i + 1) * w], self.endian) for i in range(4))
-            out.append(LoadedObject(self.string(l_name) if l_name else "", l_addr, l_ld, node))
+            name = names.get((node, l_addr, l_name, l_ld))
+            if name is None:
+                name = self.string(l_name) if l_name else ""
+            out.append(LoadedObject(name, l_addr, l_ld, node, l_name))
             node = l_next
         return out
 

@@ -144,3 +144,46 @@ class SymbolTable:
 
     def functions(self) -> list[Symbol]:
         return [s for s in self._sorted if s.kind == "func"]
+
+
+class SymbolTables(SymbolTable):
+    """Several tables answering as one, without copying them: a program's and each of its
+    libraries' (each already at its run-time addresses).  A name resolves in the first
+    table that has it (the program's first, as the dynamic loader looks names up); an
+    address in the table whose symbol holds it.  A table changes by being replaced
+    (a library loaded or unloaded), which costs nothing per symbol."""
+
+    def __init__(self, tables: Iterable[SymbolTable]) -> None:
+        self.tables = list(tables) or [SymbolTable()]
+
+    def add(self, sym: Symbol) -> None:
+        self.tables[0].add(sym)
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        return (sym for table in self.tables for sym in table)
+
+    def __len__(self) -> int:
+        return sum(len(table) for table in self.tables)
+
+    def get(self, name: str) -> Symbol:
+        for table in self.tables:
+            if name in table:
+                return table.get(name)
+        raise SymbolError(f"unknown symbol {name!r}")
+
+    def lookup(self, addr: int) -> tuple[str, int, int] | None:
+        for table in self.tables:
+            found = table.lookup(addr)
+            if found is not None:
+                return found
+        return None
+
+    def containing(self, addr: int) -> Symbol | None:
+        for table in self.tables:
+            found = table.containing(addr)
+            if found is not None:
+                return found
+        return None
+
+    def functions(self) -> list[Symbol]:
+        return [sym for table in self.tables for sym in table.functions()]

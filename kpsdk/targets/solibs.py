@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING
 
 from kpsdk.elfimage import ElfImage, load_elf
 from kpsdk.errors import SymbolError, TargetError
-from kpsdk.linkmap import AT_BASE, RT_CONSISTENT, LinkMap, LoadedObject
-from kpsdk.symbols import SymbolTable
+from kpsdk.linkmap import AT_BASE, RT_CONSISTENT, LinkMap, LoadedObject, RDebug
+from kpsdk.symbols import SymbolTable, SymbolTables
 from kpsdk.target import MappedFile
 
 if TYPE_CHECKING:
@@ -77,10 +77,12 @@ class Libraries:
         self.target, self.program, self.auxv, self.sysroot, self.cwd = target, program, auxv, sysroot, cwd
         self.map = LinkMap(target.read_memory, target.arch.word_size, target.arch.endian)
         self.main = MappedFile.of(program, bias)
-        #: the link_map entries seen, by (entry address, name, bias): what each became
-        self.known: dict[tuple[int, str, int], MappedFile | None] = {}
+        #: the link_map entries seen, by :attr:`~kpsdk.linkmap.LoadedObject.key`: what each became
+        self.known: dict[tuple[int, int, int, int], MappedFile | None] = {}
         self.r_debug = 0
         self.brk: int | None = None
+        #: the names of the entries of the last walk (never read twice)
+        self._names: dict[tuple[int, int, int, int], str] = {}
         #: every object path the program mapped, host file or not (for "never mapped" reports)
         self.names: set[str] = set()
 
@@ -131,16 +133,19 @@ class Libraries:
     def on_brk(self) -> None:
         """The loader is at ``r_brk`` (the CPU stopped there): when its list is consistent
         again, tell plugins what came and went."""
-        if self.map.r_debug(self.r_debug).state == RT_CONSISTENT:
-            self.refresh(emit=True)
-
-    def refresh(self, emit: bool) -> None:
-        """Walk the list, update the target's files and symbols, fire the events for the difference."""
         debug = self.map.r_debug(self.r_debug)
-        now: dict[tuple[int, str, int], MappedFile | None] = {}
-        for entry in self.map.objects(debug.map):
-            key = (entry.address, entry.name, entry.bias)
+        if debug.state == RT_CONSISTENT:
+            self.refresh(emit=True, debug=debug)
+
+    def refresh(self, emit: bool, debug: RDebug | None = None) -> None:
+        """Walk the list, update the target's files and symbols, fire the events for the difference."""
+        debug = debug or self.map.r_debug(self.r_debug)
+        now: dict[tuple[int, int, int, int], MappedFile | None] = {}
+        entries = self.map.objects(debug.map, self._names)
+        for entry in entries:
+            key = entry.key
             now[key] = self.known[key] if key in self.known else self._mapped(entry, first=not now)
+        self._names = {entry.key: entry.name for entry in entries}
         gone = [mf for key, mf in self.known.items() if key not in now and mf is not None]
         new = [mf for key, mf in now.items() if key not in self.known and mf is not None]
         self.known = now
@@ -170,8 +175,22 @@ class Libraries:
         return replace(MappedFile.of(image, entry.bias), name=entry.name)
 
 
+#: each object's symbols at a load bias, made once: a library dlopen'ed again at the same
+#: address (the usual case) costs nothing, and libc is relocated once per session's bias
+_relocated: dict[tuple[tuple[int, int], int], SymbolTable] = {}
+MAX_RELOCATED = 256
+
+
 def _combined(files: list[MappedFile]) -> SymbolTable:
     """Every object's symbols at their run-time addresses (the program's first: a name
     defined in several objects resolves as the program's, as the loader's lookup would)."""
-    return SymbolTable([replace(sym, address=sym.address + mf.bias)
-                        for mf in files for sym in mf.image.symbols])
+    tables = []
+    for mf in files:
+        key = (mf.identity, mf.bias)
+        table = _relocated.get(key)
+        if table is None:
+            if len(_relocated) >= MAX_RELOCATED:
+                _relocated.clear()
+            table = _relocated[key] = mf.image.relocated(mf.bias).symbols
+        tables.append(table)
+    return SymbolTables(tables)
