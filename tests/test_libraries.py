@@ -380,11 +380,14 @@ def test_the_cross_sysroot_is_the_default_and_its_absence_names_the_package(
 
 def test_an_explicit_sysroot_is_where_libraries_come_from(built: dict[str, tuple[Path, Path]],
                                                            tmp_path: Path) -> None:
-    """sysroot=DIR: a copy of Debian's riscv64 sysroot's lib directory; the libc the program
-    maps is the copy (its identity), and a probe by the sysroot-relative path finds it."""
+    """sysroot=DIR: a copy of the loader and C library of Debian's riscv64 sysroot; the libc
+    the program maps is the copy (its identity), and a probe by the sysroot-relative path finds it."""
     prog, _ = built["riscv64"]
     root = tmp_path / "root"
-    shutil.copytree("/usr/riscv64-linux-gnu/lib", root / "lib", symlinks=True)
+    (root / "lib").mkdir(parents=True)
+    for name in ("ld-linux-riscv64-lp64d.so.1", LIBC, "libdl.so.2"):
+        if (Path("/usr/riscv64-linux-gnu/lib") / name).exists():
+            shutil.copy2(Path("/usr/riscv64-linux-gnu/lib") / name, root / "lib" / name)
     s = open_user(prog, "riscv64", sysroot=root)
     try:
         libc = libc_of(s)
