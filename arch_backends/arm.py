@@ -338,6 +338,8 @@ ARM = Arch(
                                      pair_aligned=True)),
     stack_alignment=8,
     qemu_user="qemu-arm",
+    multiarch="arm-linux-gnueabihf",
+    cross_libc_package="libc6-armhf-cross",
     qemu_system=QemuMachine("qemu-system-arm", "qemu-system-arm", machine="virt", console="ttyAMA0"),
     debian=DebianPort("armhf", "bookworm", "linux-image-armmp"),
     kernel_stack_size=8192,

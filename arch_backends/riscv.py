@@ -293,6 +293,8 @@ RISCV64 = Arch(
                                      stat=StatLayout(*tables.STAT_GENERIC64))),
     stack_alignment=16,
     qemu_user="qemu-riscv64",
+    multiarch="riscv64-linux-gnu",
+    cross_libc_package="libc6-riscv64-cross",
     qemu_system=QemuMachine("qemu-system-riscv64", "qemu-system-misc", machine="virt"),
     # Debian 12 has no riscv64 kernel; 13 (trixie) has, as an uncompressed Image named vmlinux-*
     debian=DebianPort("riscv64", "trixie", "linux-image-riscv64", "vmlinux-*"),

@@ -577,6 +577,14 @@ class Arch:
     #: ``(descriptor bytes) -> {register: value}``: what the kernel loads from an ELFv1 entry
     #: descriptor besides the pc (only called when e_entry is one)
     entry_registers: Callable[[bytes], dict[str, int]] | None = None
+    #: the ELF section of function descriptors (ppc64 ELFv1's ``.opd``): a function symbol's
+    #: value (and ``e_entry``) is a descriptor there, whose first word is the code's address
+    function_descriptors: str | None = None
+    #: Debian's multiarch triple: user programs of this arch find their libraries in the
+    #: cross sysroot ``/usr/<triple>`` (QEMU's ``-L``) when they are not the host's own
+    multiarch: str = ""
+    #: the Debian package that installs that sysroot's C library
+    cross_libc_package: str = ""
 
     def require(self, capability: str, feature: str) -> Any:
         """The capability named ``capability`` (an attribute of this class, or of its

@@ -111,7 +111,7 @@ def find_conditional_branch(s: Session, func: str) -> tuple[int, int, int, str]:
     """
     sym = s.symbols.get(func)
     arch = s.arch
-    iset = arch.iset("thumb") if sym.thumb else arch.isets[0]
+    iset = arch.iset(sym.iset or None)
     code = s.read_memory(sym.address, sym.size)
     for insn in arch.disassembler(iset).disasm(code, sym.address):
         succ = arch.insn.successors(insn, lambda name: 0, lambda a, n: bytes(n), arch.word_size)

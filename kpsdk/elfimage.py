@@ -1,8 +1,10 @@
 """Reading ELF executables with pyelftools: segments, entry, symbols.
 
 Kept apart from any target so the Unicorn loader, the qemu-user launcher, uprobes and the
-CLI's ``list`` command read a file the same way.  ARM Thumb symbols (odd values) and ppc64
-ELFv1 function descriptors are turned into the address the code really starts at.
+CLI's ``list`` command read a file the same way.  The architecture's backend says what a
+symbol's value means beyond an address: bit 0 selecting an instruction set (ARM's Thumb,
+``InstructionSet.thumb_bit``), a function descriptor (ppc64 ELFv1, ``Arch.function_descriptors``);
+each is turned into the address the code really starts at, and its instruction set.
 pyelftools parses the bytes :func:`load_elf` read through :func:`kpsdk.files.read_regular`
 (a regular file, at most ``MAX_FILE_SIZE``), from an :class:`io.BytesIO`: it opens no file.
 
@@ -46,7 +48,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, Literal, NamedTuple
 
 from elftools.common.exceptions import ELFError
 from elftools.common.utils import struct_parse
@@ -59,9 +61,12 @@ from elftools.elf.sections import Symbol as ElfSymbol
 from elftools.elf.segments import Segment as ElfSegment
 from elftools.elf.structs import ELFStructs
 
-from kpsdk.errors import ImageFormatError, TargetError
+from kpsdk.errors import ImageFormatError, TargetError, UnknownNameError
 from kpsdk.files import read_regular
 from kpsdk.symbols import Symbol, SymbolTable
+
+if TYPE_CHECKING:
+    from kpsdk.arch import Arch
 
 #: e_phnum saying "the count is section 0's sh_info"
 PN_XNUM = 0xFFFF
@@ -104,7 +109,7 @@ class ElfFile:
         if data[5] not in (1, 2):
             raise self.error(f"EI_DATA is {data[5]}: neither 1 (little-endian) nor 2 (big-endian)")
         self.elf_class = 32 if data[4] == 1 else 64
-        self.endian = "little" if data[5] == 1 else "big"
+        self.endian: Literal["little", "big"] = "little" if data[5] == 1 else "big"
         basic = ELFStructs(little_endian=data[5] == 1, elfclass=self.elf_class)
         basic.create_basic_structs()
         self._inside("the ELF header", 0, 1, basic.Elf_Ehdr.sizeof())
@@ -395,9 +400,6 @@ class ElfImage:
     #: PT_INTERP: the program interpreter a dynamically linked program names (None: static)
     interp: str | None = None
 
-    @property
-    def thumb_entry(self) -> bool:
-        return self.machine == "EM_ARM" and bool(self.entry & 1)
 
     def relocated(self, bias: int) -> ElfImage:
         """The image as a run loaded at ``bias`` sees it: segments, entry and symbols moved.
@@ -443,9 +445,10 @@ def parse_elf(raw: bytes, path: Path, identity: tuple[int, int] | None = None) -
     segments = _segments(elf)
     if not segments:
         raise elf.error("no PT_LOAD segment with memory: not an executable")
-    deref = _Descriptors(elf)
+    arch = _arch_of(elf)
+    deref = _Descriptors(elf, arch)
     return ElfImage(path, elf.machine, elf.elf_class, elf.endian, deref("e_entry", elf.entry), segments,
-                    _symbols(elf, deref), kind=elf.type, raw_entry=elf.entry, identity=identity,
+                    _symbols(elf, deref, arch), kind=elf.type, raw_entry=elf.entry, identity=identity,
                     phdr=_phdr(elf, segments), interp=_interp(elf))
 
 
@@ -514,13 +517,27 @@ def _segments(elf: ElfFile) -> list[Segment]:
     return out
 
 
-class _Descriptors:
-    """ppc64 ELFv1: a function symbol (and e_entry) is the address of its descriptor in ``.opd``,
-    whose first doubleword is the code's address.  Other files: the identity."""
+def _arch_of(elf: ElfFile) -> Arch | None:
+    """The architecture a backend declares for the file's machine, class and byte order (None:
+    no loaded backend runs it; its symbols are then read as they are)."""
+    from kpsdk.registry import get_registry
 
-    def __init__(self, elf: ElfFile) -> None:
+    try:
+        return get_registry().archs.by_elf(elf.machine, elf.elf_class, elf.endian)
+    except UnknownNameError:
+        return None
+
+
+class _Descriptors:
+    """Function descriptors (:attr:`kpsdk.arch.Arch.function_descriptors`, ppc64 ELFv1's ``.opd``):
+    a function symbol (and e_entry) is the address of its descriptor, whose first word is the
+    code's address.  Files of other architectures: the identity."""
+
+    def __init__(self, elf: ElfFile, arch: Arch | None) -> None:
         self.elf = elf
-        opd = elf.section(".opd") if elf.machine == "EM_PPC64" else None
+        self.word = elf.elf_class // 8
+        name = arch.function_descriptors if arch is not None else None
+        opd = elf.section(name) if name else None
         self.start = opd.header["sh_addr"] if opd is not None else 0
         self.data = elf.contents(opd) if opd is not None else b""
         self.end = self.start + (opd.header["sh_size"] if opd is not None else 0)
@@ -529,34 +546,49 @@ class _Descriptors:
         if not self.start <= value < self.end:
             return value
         off = value - self.start
-        if off + 8 > len(self.data):
+        if off + self.word > len(self.data):
             raise self.elf.error(f"{what} ({value:#x}) points at a function descriptor past the end of the "
                                  f"contents of .opd ({len(self.data)} bytes at {self.start:#x})")
-        return int.from_bytes(self.data[off : off + 8], "big")
+        return int.from_bytes(self.data[off : off + self.word], self.elf.endian)
 
 
-#: the symbol types kpsdk keeps, and their kinds: STT_GNU_IFUNC (10, which pyelftools calls
-#: STT_LOOS) is the resolver of a function glibc picks at startup (``strlen``): "ifunc"
-_KINDS = {"STT_FUNC": "func", "STT_OBJECT": "object", "STT_LOOS": "ifunc"}
+#: symbol types kept, and the kind each becomes
+_KINDS = {"STT_FUNC": "func", "STT_OBJECT": "object", "STT_GNU_IFUNC": "ifunc", "STT_LOOS": "ifunc"}
 
 
-def _symbols(elf: ElfFile, deref: _Descriptors) -> SymbolTable:
-    """The defined function and object symbols of ``.symtab`` (none without one)."""
-    symtab = elf.section(".symtab")
-    if symtab is None or symtab.header["sh_type"] != "SHT_SYMTAB":
-        return SymbolTable()
-    arm = elf.machine == "EM_ARM"
+def _symbols(elf: ElfFile, deref: _Descriptors, arch: Arch | None) -> SymbolTable:
+    """The defined function, object and IFUNC symbols of ``.symtab``, else of ``.dynsym``.
+
+    A stripped program or shared library has only ``.dynsym`` (what the dynamic loader
+    links against); ``.symtab``, when there is one, holds every symbol of ``.dynsym`` and
+    the local ones, so ``.dynsym`` is then not read (a corrupt one does not matter,
+    as for every section kpsdk does not read).  pyelftools names dynamic symbols
+    without their version (``malloc``, not ``malloc@@GLIBC_2.2.5``);
+    :meth:`SymbolTable.get` takes either form.
+    """
+    # an instruction set selected by bit 0 of an address (ARM's Thumb: InstructionSet.thumb_bit)
+    odd = next((iset for iset in arch.isets if iset.thumb_bit), None) if arch is not None else None
     found: list[Symbol] = []
-    for sym in elf.symbols(symtab):
-        kind = sym["st_info"]["type"]
-        if kind not in _KINDS or not sym.name or sym["st_shndx"] == "SHN_UNDEF":
+    seen: set[tuple[str, int]] = set()
+    for table_name, table_type in ((".symtab", "SHT_SYMTAB"), (".dynsym", "SHT_DYNSYM")):
+        table = elf.section(table_name)
+        if table is None or table.header["sh_type"] != table_type:
             continue
-        value = sym["st_value"]
-        func = kind != "STT_OBJECT"
-        thumb = arm and func and bool(value & 1)
-        if thumb:
-            value &= ~1
-        if func:
-            value = deref(f"symbol {sym.name!r}", value)
-        found.append(Symbol(sym.name, value, sym["st_size"], _KINDS[kind], thumb))
+        if found:
+            break  # .symtab had symbols: .dynsym's are among them
+        for sym in elf.symbols(table):
+            kind = _KINDS.get(sym["st_info"]["type"])
+            if kind is None or not sym.name or sym["st_shndx"] == "SHN_UNDEF":
+                continue
+            value = sym["st_value"]
+            code = kind != "object"
+            iset = odd.name if odd is not None and code and value & 1 else ""
+            if iset:
+                value &= ~1
+            if code:
+                value = deref(f"symbol {sym.name!r}", value)
+            if (sym.name, value) in seen:
+                continue
+            seen.add((sym.name, value))
+            found.append(Symbol(sym.name, value, sym["st_size"], kind, iset, table_name))
     return SymbolTable(found)

@@ -253,6 +253,11 @@ TRACE_ERRORS: dict[str, str] = {
 }
 
 
+class NeverMappedWarning(KpsdkError, UserWarning):
+    """A run ended and a uprobe in it never fired because its file was never mapped (a
+    path to another copy of a library, a library the program never loads)."""
+
+
 class TraceDefinitionError(KpsdkError, ValueError):
     """A probe definition the kernel would refuse, with where it is wrong (:mod:`kpsdk.trace.grammar`).
 

@@ -31,13 +31,15 @@ class OpenOptions(TypedDict, total=False):
     args: Sequence[str]
     #: environment variables for the program (nothing else is in its environment) [qemu-user, elf]
     env: Mapping[str, str]
-    #: the program's standard input [elf]
-    stdin: bytes
+    #: the program's standard input: its bytes [elf, qemu-user], or a file it reads [qemu-user]
+    stdin: bytes | str | os.PathLike[str]
     #: the directory the program sees as ``/``, read-only (default: the arch's Debian cross
-    #: sysroot ``/usr/TRIPLE`` where installed, else an empty tree; ``"/"`` for the host's) [elf]
+    #: sysroot ``/usr/TRIPLE`` where installed, else an empty tree; ``"/"`` for the host's) [elf];
+    #: where the program's loader and libraries are looked up first (QEMU's ``-L``; default:
+    #: ``/usr/<triple>`` for another architecture's dynamically linked program) [qemu-user]
     sysroot: str | os.PathLike[str]
-    #: the program's working directory, inside the sysroot (default ``/``) [elf]
-    cwd: str
+    #: the program's working directory (elf: inside the sysroot, default ``/``) [elf, qemu-user]
+    cwd: str | os.PathLike[str]
     #: gdb hardware breakpoints for probes [qemu-user, qemu-system, gdb]
     hardware_breakpoints: bool
     #: seconds a stalled QEMU or gdb is waited for before the run fails [qemu-user, qemu-system, gdb]

@@ -22,13 +22,29 @@ _CLONE_SUFFIX = re.compile(r"\.(isra|constprop|part|cold|lto_priv|llvm)\.\d+$")
 
 @dataclass(frozen=True)
 class Symbol:
-    """A named address range.  ``thumb`` marks ARM Thumb code (ELF value bit 0)."""
+    """A named address range.
+
+    ``iset`` names the instruction set the code runs in when it is not the
+    architecture's first (ARM's ``"thumb"``: an ELF symbol value with bit 0 set,
+    see :attr:`kpsdk.arch.InstructionSet.thumb_bit`); "" for the default.
+
+    ``kind`` is ``"func"``, ``"object"`` or ``"ifunc"`` (``STT_GNU_IFUNC``: the address
+    of a resolver, which the dynamic loader calls to pick the implementation that
+    calls will reach); ``source`` is the table it came from (``".symtab"``,
+    ``".dynsym"``; empty for other sources).
+    """
 
     name: str
     address: int
     size: int
     kind: str  # "func", "object" or "ifunc" (an STT_GNU_IFUNC: the address is its resolver's)
-    thumb: bool = False
+    iset: str = ""
+    source: str = ""
+
+    @property
+    def thumb(self) -> bool:
+        """Kept for code written before :attr:`iset`: the symbol's instruction set is ARM's Thumb."""
+        return self.iset == "thumb"
 
 
 def is_glob(text: str) -> bool:
@@ -81,10 +97,18 @@ class SymbolTable:
         return len(self._sorted)
 
     def get(self, name: str) -> Symbol:
-        try:
-            return self._by_name[name]
-        except KeyError:
-            raise SymbolError(f"unknown symbol {name!r}{did_you_mean(self.suggest(name))}") from None
+        """The symbol called ``name``; a versioned name (``malloc@@GLIBC_2.2.5``,
+        ``malloc@GLIBC_2.2.5``, as ``readelf`` and ``nm -D`` print them) is its plain one."""
+        found = self._find(name)
+        if found is None:
+            raise SymbolError(f"unknown symbol {name!r}{did_you_mean(self.suggest(name))}")
+        return found
+
+    def _find(self, name: str) -> Symbol | None:
+        found = self._by_name.get(name)
+        if found is None and "@" in name:
+            found = self._by_name.get(name.partition("@")[0])
+        return found
 
     def suggest(self, name: str, n: int = 3) -> list[str]:
         """Names close to ``name`` (a typo: ``fcat`` -> ``fact``), best first.
@@ -110,7 +134,7 @@ class SymbolTable:
         return [sym for sym in self._sorted if (kind is None or sym.kind == kind) and rx.match(sym.name)]
 
     def __contains__(self, name: str) -> bool:
-        return name in self._by_name
+        return self._find(name) is not None
 
     def resolve(self, expr: str | int) -> int:
         """``"add"``, ``"add+0x4"``, ``"0x401000"`` or an int -> address."""
@@ -157,3 +181,46 @@ class SymbolTable:
 
     def functions(self) -> list[Symbol]:
         return [s for s in self._sorted if s.kind == "func"]
+
+
+class SymbolTables(SymbolTable):
+    """Several tables answering as one, without copying them: a program's and each of its
+    libraries' (each already at its run-time addresses).  A name resolves in the first
+    table that has it (the program's first, as the dynamic loader looks names up); an
+    address in the table whose symbol holds it.  A table changes by being replaced
+    (a library loaded or unloaded), which costs nothing per symbol."""
+
+    def __init__(self, tables: Iterable[SymbolTable]) -> None:
+        self.tables = list(tables) or [SymbolTable()]
+
+    def add(self, sym: Symbol) -> None:
+        self.tables[0].add(sym)
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        return (sym for table in self.tables for sym in table)
+
+    def __len__(self) -> int:
+        return sum(len(table) for table in self.tables)
+
+    def get(self, name: str) -> Symbol:
+        for table in self.tables:
+            if name in table:
+                return table.get(name)
+        raise SymbolError(f"unknown symbol {name!r}")
+
+    def lookup(self, addr: int) -> tuple[str, int, int] | None:
+        for table in self.tables:
+            found = table.lookup(addr)
+            if found is not None:
+                return found
+        return None
+
+    def containing(self, addr: int) -> Symbol | None:
+        for table in self.tables:
+            found = table.containing(addr)
+            if found is not None:
+                return found
+        return None
+
+    def functions(self) -> list[Symbol]:
+        return [sym for table in self.tables for sym in table.functions()]

@@ -39,12 +39,20 @@ class MappedFile:
         ``ET_EXEC``; a PIE's load base).
     :param image: the file as linked (:func:`~kpsdk.elfimage.load_elf`, not relocated):
         its program headers map a file offset to a link-time address.
+    :param name: the path the program itself used for it (the loader's ``l_name``),
+        when that differs from ``path`` (a file found in a sysroot); "" otherwise.
     """
 
     path: Path
     identity: tuple[int, int]
     bias: int
     image: ElfImage
+    name: str = ""
+
+    def executable_at(self, addr: int) -> bool:
+        """Whether ``addr`` is inside one of this mapping's executable segments."""
+        return any(seg.executable and seg.vaddr + self.bias <= addr < seg.vaddr + self.bias + seg.memsz
+                   for seg in self.image.segments)
 
     @classmethod
     def of(cls, image: ElfImage, bias: int) -> MappedFile:
@@ -125,9 +133,12 @@ class Target(ABC):
     default_iset: InstructionSet | None = None
 
     def iset_at(self, addr: int, sym: Symbol | None) -> InstructionSet:
-        """The instruction set at ``addr``: Thumb where bit 0 or the symbol says so."""
-        if addr & 1 or (sym is not None and sym.thumb):
-            return self.arch.iset_for_address(1)
+        """The instruction set at ``addr``: the symbol's, else the one bit 0 of the address selects
+        (:meth:`kpsdk.arch.Arch.iset_for_address`)."""
+        if sym is not None and sym.iset:
+            return self.arch.iset(sym.iset)
+        if addr & 1:
+            return self.arch.iset_for_address(addr)
         if (sym is not None and sym.kind == "func") or self.default_iset is None:
             return self.arch.isets[0]
         return self.default_iset

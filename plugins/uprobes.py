@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import errno
 import os
+import warnings
 import weakref
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, cast
@@ -47,11 +48,13 @@ from kpsdk.errors import (
     KprobeError,
     KpsdkError,
     LocationError,
-    SymbolError,
+    NeverMappedWarning,
     TargetError,
     TargetFault,
     shown,
 )
+from kpsdk.events import RUN_EXITED
+from kpsdk.filelocation import find_file, symbol_offset
 from kpsdk.plugins.kretprobes import Kretprobe, KretprobeInstance, check_limits, function_entry
 from kpsdk.plugins.kretprobes import register as kretprobe_register
 from kpsdk.plugins.kretprobes import unregister as kretprobe_unregister
@@ -93,10 +96,12 @@ def parse_location(text: str | Any) -> dict[str, Any]:
     """``"PATH:SYMBOL"``, ``"PATH:SYMBOL+0x4"``, ``"PATH:0xOFFSET"`` -> ``{"path", "offset"}``.
 
     The offset is a file offset; a symbol is looked up in the file's ``.symtab``
-    and turned into one through the program headers.  Raises
-    :class:`~kpsdk.errors.LocationError` (``EINVAL``, a ValueError) for text of
-    another shape, :class:`KprobeError` ``ENOENT`` for a missing file or
-    symbol, ``EINVAL`` for a symbol outside every executable segment.
+    and ``.dynsym`` and turned into one through the program headers.  PATH may
+    be a library's bare name (``libc.so.6``): :func:`kpsdk.filelocation.find_file`
+    says which file that is.  Raises :class:`~kpsdk.errors.LocationError`
+    (``EINVAL``, a ValueError) for text of another shape, :class:`KprobeError`
+    ``ENOENT`` for a missing file or symbol, ``EOPNOTSUPP`` for an IFUNC symbol,
+    ``EINVAL`` for a symbol outside every executable segment.
     """
     if not isinstance(text, str):
         raise LocationError(errno.EINVAL, f"{shown(text)}: a uprobe location is text, PATH:SYMBOL or PATH:0xOFFSET")
@@ -108,19 +113,12 @@ def parse_location(text: str | Any) -> dict[str, Any]:
     if not sep or not path or not where.strip():
         raise LocationError(errno.EINVAL, f"{shown(text)}: want PATH:SYMBOL, PATH:SYMBOL+0xOFF or PATH:0xOFFSET")
     check_path(path)
+    path = find_file(path, list(_sessions))
     where = where.strip()
     offset = parse_number(where)
     if offset is not None:
         return {"path": path, "offset": offset}
-    image = _read_image(path)
-    try:
-        vaddr = image.symbols.resolve(where)
-    except SymbolError as e:
-        raise KprobeError(errno.ENOENT, f"{path}: {e}") from None
-    offset = image.vaddr_to_offset(vaddr)
-    if offset is None:
-        raise KprobeError(errno.EINVAL, f"{path}:{where} ({vaddr:#x}) is not in an executable segment of the file")
-    return {"path": path, "offset": offset}
+    return {"path": path, "offset": symbol_offset(_read_image(path), path, where)}
 
 
 def parse_uprobe(text: str, **fields: Any) -> Uprobe | Uretprobe:
@@ -168,7 +166,7 @@ class FileProbe:
         if path is None or offset is None:
             raise LocationError(errno.EINVAL, f"{type(self).__name__} needs path= and offset= (a file offset), "
                                               "or spec='PATH:SYMBOL'")
-        self.path = _file_path(type(self).__name__, path)
+        self.path = find_file(_file_path(type(self).__name__, path), list(_sessions))
         self.offset = offset
         self.fault_handler = fault_handler
         self.flags = flags
@@ -178,6 +176,8 @@ class FileProbe:
         self.scope: object = None
         self._instances: list[tuple[Session, Probe]] = []
         self._retired = [0, 0]  # hits and nmissed of instances gone with their sessions
+        #: whether any session ever mapped the file while the probe was registered
+        self.ever_armed = False
 
     @classmethod
     def parse(cls, text: str, **fields: Any) -> Any:
@@ -310,6 +310,8 @@ class _Armed:
     enabled and shown as its owner."""
 
     owner: FileProbe
+    #: the mapping of the file it is armed in: ((st_dev, st_ino), load bias)
+    mapping: tuple[tuple[int, int], int] | None = None
 
     @property
     def disabled(self) -> bool:
@@ -404,7 +406,7 @@ def check_file(up: FileProbe, registry: Registry) -> Key:
     arch = registry.archs.by_elf(image.machine, image.elf_class, image.endian)
     view = FileView(image, arch)
     sym = image.symbols.containing(vaddr)
-    iset = arch.iset_for_address(1) if sym is not None and sym.thumb else arch.isets[0]
+    iset = arch.iset(sym.iset or None) if sym is not None else arch.isets[0]
     where = f"{up.path}:{up.offset:#x} ({image.symbols.format(vaddr)})"
     if vaddr % iset.min_insn:
         raise KprobeError(errno.EINVAL, f"{where} is not aligned to {iset.min_insn}-byte instructions")
@@ -427,6 +429,8 @@ _system: dict[Key, FileProbe] = {}
 _local: weakref.WeakKeyDictionary[Session, dict[Key, FileProbe]] = weakref.WeakKeyDictionary()
 #: the open sessions (those a system-wide registration applies to)
 _sessions: weakref.WeakSet[Session] = weakref.WeakSet()
+#: the files each session has had a uprobe armed in (for the end-of-run report)
+_mapped_in: weakref.WeakKeyDictionary[Session, set[tuple[int, int]]] = weakref.WeakKeyDictionary()
 
 
 def _files_of(session: Session, identity: tuple[int, int]) -> list[MappedFile]:
@@ -447,16 +451,22 @@ def _attach(up: FileProbe, session: Session, mf: MappedFile) -> None:
         assert isinstance(up, Uprobe)
         inst = SessionUprobe(up)
         session.target.manager.add(inst, addr)
+    inst.mapping = (mf.identity, mf.bias)
     up._instances.append((session, inst))
+    _mapped_in.setdefault(session, set()).add(mf.identity)
+    up.ever_armed = True
 
 
-def _detach(up: FileProbe, session: Session | None = None, since: int = 0, disarm: bool = True) -> None:
+def _detach(up: FileProbe, session: Session | None = None, since: int = 0, disarm: bool = True,
+            mapping: tuple[tuple[int, int], int] | None = None) -> None:
     """Disarm ``up`` in ``session`` (every session when None), only the instances
-    armed after the first ``since``; keep their counts.  ``disarm=False``: the
-    session is closing, its target goes with its probes (and may be dead already)."""
+    armed after the first ``since`` (and, given ``mapping``, only in that mapping of
+    a file); keep their counts.  ``disarm=False``: the session is closing, its target
+    goes with its probes (and may be dead already)."""
     keep = up._instances[:since]
     for s, inst in up._instances[since:]:
-        if session is not None and s is not session:
+        if (session is not None and s is not session) or (mapping is not None and
+                                                          getattr(inst, "mapping", None) != mapping):
             keep.append((s, inst))
             continue
         up._retired[0] += inst.hits
@@ -599,6 +609,53 @@ def kpsdk_session_start(session: Session) -> None:
     except BaseException:
         session.close()  # nothing half-armed, no target left running
         raise
+
+
+def _armed_at(up: FileProbe, session: Session, mapping: tuple[tuple[int, int], int]) -> bool:
+    return any(s is session and getattr(inst, "mapping", None) == mapping for s, inst in up._instances)
+
+
+@hookimpl
+def kpsdk_library_loaded(session: Session, library: MappedFile) -> None:
+    """A file was mapped into a running session (a library the loader brought in, a
+    ``dlopen``): arm the uprobes on that file, system-wide and the session's own."""
+    if session.closed:
+        return
+    mapping = (library.identity, library.bias)
+    for up in [*_system.values(), *_local.get(session, {}).values()]:
+        if up.identity == library.identity and not _armed_at(up, session, mapping):
+            _attach(up, session, library)
+
+
+@hookimpl
+def kpsdk_library_unloaded(session: Session, library: MappedFile) -> None:
+    """A file was unmapped (``dlclose``): its uprobes are disarmed there, their counts kept."""
+    mapping = (library.identity, library.bias)
+    for up in [*_system.values(), *_local.get(session, {}).values()]:
+        if up.identity == library.identity:
+            _detach(up, session, mapping=mapping)
+
+
+@hookimpl
+def kpsdk_run_end(session: Session, reason: str, status: int | None) -> None:
+    """When a program ended, say which of its uprobes could never fire: their file was never
+    mapped (a :class:`~kpsdk.errors.NeverMappedWarning` each, naming the files the program
+    did map under the same name)."""
+    if reason != RUN_EXITED:
+        return
+    seen = _mapped_in.get(session, set())
+    local = list(_local.get(session, {}).values())
+    for up in [*local, *(up for up in _system.values() if not up.ever_armed)]:
+        if up.identity in seen or (up in local and up.hits):
+            continue
+        name = os.path.basename(up.path)
+        others = [str(mf.path) for mf in session.target.mapped_files()
+                  if name in (mf.path.name, os.path.basename(mf.name)) and mf.identity != up.identity]
+        where = f"this program maps {', '.join(others)} (a different file)" if others else \
+            f"this program maps no file called {name}"
+        # attributed to kpsdk itself (the hook's caller is pluggy, no help to a user)
+        warnings.warn_explicit(NeverMappedWarning(f"0 hits: {up.path} was never mapped; {where}"),
+                               NeverMappedWarning, "kpsdk", 0)
 
 
 @hookimpl

@@ -113,7 +113,27 @@ def test_list_functions_and_noprobe():
 
 def test_list_marks_thumb_functions():
     out = invoke("list", "thumb").stdout
-    assert "thumb" in out.split("add", 1)[1].splitlines()[0]
+    header = next(line for line in out.splitlines() if "name" in line and "address" in line)
+    column = [c.strip() for c in header.split("┃")].index("iset")
+
+    def row_of(text: str, name: str) -> list[str]:
+        return next(cells for cells in ([c.strip() for c in line.split("│")] for line in text.splitlines())
+                    if len(cells) > column and cells[1] == name)
+
+    assert row_of(out, "add")[column] == "thumb"
+    assert row_of(invoke("list", "arm").stdout, "add")[column] == ""
+
+
+def test_list_reads_dynamic_symbols_and_says_which_table():
+    out = invoke("list", "/bin/ls").stdout  # stripped: only .dynsym
+    rows = [[c.strip() for c in line.split("│")] for line in out.splitlines() if line.startswith("│")]
+    assert rows and all(row[-3] == ".dynsym" for row in rows)
+    with open("/bin/ls", "rb") as f:
+        from elftools.elf.elffile import ELFFile
+
+        defined = {s.name for s in ELFFile(f).get_section_by_name(".dynsym").iter_symbols()
+                   if s["st_info"]["type"] == "STT_FUNC" and s["st_shndx"] != "SHN_UNDEF"}
+    assert {row[1] for row in rows} == defined
 
 
 def test_disasm_x86_64_classifies_instructions():

@@ -56,7 +56,7 @@ def cmd_disasm(
     func = image.symbols.containing(start)
     if func is None:
         raise KpsdkError(f"{sym} ({start:#x}) is not inside a symbol of {image.path.name}")
-    iset = arch.iset("thumb") if func.thumb else arch.isets[0]
+    iset = arch.iset(func.iset or None)
     end = func.address + func.size if func.size else start + 64 * iset.min_insn * 4
     code = _image_bytes(image, start, end - start)
     classify = arch.insn.classify

@@ -36,10 +36,14 @@ def cmd_list(
 ) -> None:
     """The functions in an ELF file or a kernel: what you can put a kprobe on.
 
-    Reads the symbol table only (nothing runs, no Unicorn needed, any
-    architecture).  A probe goes on SYM (the function's first instruction) or
-    SYM+OFF (any instruction boundary inside it, see kpsdk disasm).  thumb marks
-    ARM Thumb functions (ELF symbol value bit 0).  Names given with --noprobe
+    Reads the symbol tables only, .symtab and .dynsym (the table column says
+    which; a stripped program or a shared library has only .dynsym): nothing
+    runs, no Unicorn needed, any architecture.  An IFUNC symbol (glibc's strlen
+    on x86) is the resolver the loader calls to pick an implementation.  A
+    probe goes on SYM (the function's first instruction) or SYM+OFF (any
+    instruction boundary inside it, see kpsdk disasm).  iset names the
+    instruction set of a function not in the architecture's first one (ARM's
+    thumb: ELF symbol value bit 0).  Names given with --noprobe
     are marked as kpsdk would refuse them (EINVAL), as the kernel does for
     NOKPROBE_SYMBOL functions.  A kernel (vmlinuz, /proc/kallsyms text,
     System.map) lists its symbols the same way; --functions 'vfs_*' keeps the
@@ -73,17 +77,20 @@ def cmd_list(
     table.add_column("size", justify="right")
     if all_:
         table.add_column("kind")
-    table.add_column("thumb")
+    table.add_column("iset")
+    table.add_column("table")
     table.add_column("probe")
     count = 0
     for sym in image.symbols:
-        if sym.kind != "func" and not all_:
+        if sym.kind == "object" and not all_:
             continue
         if pattern is not None and not pattern.match(sym.name):
             continue
         count += 1
-        if sym.kind != "func":
+        if sym.kind == "object":
             probe = "[dim]no (data)[/]"
+        elif sym.kind == "ifunc":
+            probe = "[yellow]resolver (IFUNC)[/]"
         elif sym.name in blocked:
             probe = "[red]no (--noprobe)[/]"
         else:
@@ -91,7 +98,7 @@ def cmd_list(
         row = [escape(sym.name), f"{sym.address:#0{width + 2}x}", str(sym.size)]
         if all_:
             row.append(sym.kind)
-        row += ["thumb" if sym.thumb else "", probe]
+        row += [sym.iset, sym.source, probe]
         table.add_row(*row)
     con = console()
     con.print(header, soft_wrap=True)

@@ -34,11 +34,13 @@ ProgArgOpt = Annotated[list[str] | None, typer.Option(
          "starting with -).")]
 SysrootOpt = Annotated[str | None, typer.Option(
     "--sysroot", metavar="DIR", rich_help_panel=TARGET_PANEL,
-    help="ELF in Unicorn: the directory the program sees as / (read-only). Default: the architecture's "
-         "Debian cross sysroot /usr/TRIPLE where installed, else an empty tree; / for the host's own.")]
+    help="ELF in Unicorn: the directory the program sees as / (read-only); qemu-user: where the program's "
+         "loader and libraries are looked up first (QEMU's -L). Default for another architecture's program: "
+         "Debian's cross sysroot /usr/TRIPLE (libc6-ARCH-cross); in Unicorn / for the host's own.")]
 StdinOpt = Annotated[str | None, typer.Option(
     "--stdin", metavar="FILE", rich_help_panel=TARGET_PANEL,
-    help="ELF in Unicorn: the program's standard input, read from FILE ('-': kpsdk's own). Default: empty.")]
+    help="ELF in Unicorn, qemu-user: the program's standard input, read from FILE ('-': kpsdk's own). "
+         "Default: empty.")]
 KernelOpt = Annotated[str | None, typer.Option(
     "--kernel", metavar="VMLINUZ", rich_help_panel=TARGET_PANEL,
     help="qemu-system: the kernel image to boot (its symbols come from its own kallsyms table "

@@ -28,8 +28,8 @@ LIVE_KINDS = ("qemu-user", "qemu-system", "gdb")
 #: the launcher options of the live kinds: CLI option -> (kpsdk.open keyword, the kinds that take it)
 TARGET_OPTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
     "--arg": ("args", ("qemu-user", "elf")),
-    "--sysroot": ("sysroot", ("elf",)),
-    "--stdin": ("stdin", ("elf",)),
+    "--sysroot": ("sysroot", ("elf", "qemu-user")),
+    "--stdin": ("stdin", ("elf", "qemu-user")),
     "--kernel": ("kernel", ("qemu-system",)),
     "--initrd": ("initrd", ("qemu-system",)),
     "--append": ("append", ("qemu-system",)),

@@ -62,6 +62,7 @@ from kpsdk.targets.mi import GdbError, MiConnection, c_string
 if TYPE_CHECKING:
     from kpsdk.elfimage import ElfImage
     from kpsdk.rethook import RethookNode, ShadowStacks
+    from kpsdk.targets.solibs import Libraries
     from kpsdk.tasks import TaskInfo, TaskLayout
 
 AGENT = Path(__file__).with_name("gdb_agent.py")
@@ -175,6 +176,11 @@ class GdbTarget(Target):
         self._return_bps: dict[int, int] = {}  # return address -> hooked calls returning there
         self._dormant = False  # breakpoints removed during a hit wait for a purge
         self._frozen_since: float | None = None  # when the run loop first saw a QEMU stopped
+        #: the program's libraries (qemu-user, dynamically linked programs), and where they are looked up
+        self.libraries: Libraries | None = None
+        self.sysroot: Path | None = None
+        #: kpsdk's own breakpoints (the loader's r_brk): address -> what runs when it is hit
+        self._stop_hooks: dict[int, Callable[[], None]] = {}
         self.link = AgentLink()
         self.mi: MiConnection | None = None
         _open_targets.add(self)
@@ -352,6 +358,8 @@ class GdbTarget(Target):
         return True
 
     def is_executable(self, addr: int) -> bool:
+        if self._files:  # the mappings the program really has: its own and its libraries'
+            return any(mf.executable_at(addr) for mf in self._files)
         if self.image is not None:
             return any(s.executable and s.vaddr <= addr < s.vaddr + s.memsz for s in self.image.segments)
         sym = self.symbols.containing(addr)
@@ -384,7 +392,7 @@ class GdbTarget(Target):
             return
         if point.mechanism is not None:
             point.mechanism = None
-            if point.addr not in self._return_bps:
+            if point.addr not in self._return_bps and point.addr not in self._stop_hooks:
                 self._remove_breakpoint(point.addr)
         if want:
             self._insert_breakpoint(point.addr)
@@ -398,6 +406,18 @@ class GdbTarget(Target):
         self._agent(f"d {addr:x}", f"delete({addr:#x})", addr)
         self._dormant |= self.in_hit  # the agent only parks it during a hit; purged before the next run
 
+    def add_stop_hook(self, addr: int, hook: Callable[[], None]) -> None:
+        """Run ``hook()`` whenever the program reaches ``addr`` (the CPU stopped there, memory
+        readable, probes may be added): kpsdk's own breakpoint, not a probe."""
+        point = self.manager.points.get(addr)
+        if addr not in self._return_bps and (point is None or point.mechanism is None):
+            self._insert_breakpoint(addr)
+        self._stop_hooks[addr] = hook
+
+    def set_symbols(self, table: SymbolTable) -> None:
+        """What ``symbols`` answers from now on (the program's and its libraries', at run-time addresses)."""
+        self.symbols = table
+
     # -- return probes: a breakpoint at the return address, matched by sp ------------------
 
     def attach_rethook(self, core: ShadowStacks) -> None:
@@ -409,7 +429,7 @@ class GdbTarget(Target):
         count = self._return_bps.get(addr, 0)
         if count == 0:
             point = self.manager.points.get(addr)
-            if point is None or point.mechanism is None:
+            if (point is None or point.mechanism is None) and addr not in self._stop_hooks:
                 self._insert_breakpoint(addr)
         self._return_bps[addr] = count + 1
         return node.ret_addr
@@ -422,7 +442,8 @@ class GdbTarget(Target):
             return
         self._return_bps.pop(addr, None)
         point = self.manager.points.get(addr)
-        if (point is None or point.mechanism is None) and not self.closed and self._exit_status is None:
+        if (point is None or point.mechanism is None) and addr not in self._stop_hooks \
+                and not self.closed and self._exit_status is None:
             self._remove_breakpoint(addr)
 
     def current_task(self) -> int:
@@ -682,7 +703,10 @@ class GdbTarget(Target):
         try:
             if watch is not None:
                 self.watch_engine().hit(addr, watch, self._regs)
-            elif addr in self._return_bps and self.rethook is not None:
+            elif self._stop_hooks and addr in self._stop_hooks:
+                self._regs._reset(addr)
+                self._stop_hooks[addr]()
+            if watch is None and addr in self._return_bps and self.rethook is not None:
                 self._regs._reset(addr)
                 resume = self.rethook.on_return(self._regs, False)
                 if resume is not None and resume & ~1 != addr:

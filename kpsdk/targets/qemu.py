@@ -16,26 +16,32 @@ with a TargetError that names it.
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import os
 import re
 import shutil
 import signal
 import subprocess
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kpsdk import hookimpl
 from kpsdk.errors import SymbolError, TargetError, ToolMissingError
 from kpsdk.files import read_regular
+from kpsdk.linkmap import AT_ENTRY, LinkMap
 from kpsdk.options import STALL_LIMIT
 from kpsdk.symbols import SymbolTable
 from kpsdk.target import MappedFile, TargetKind
 from kpsdk.targets.mi import check_text
 from kpsdk.targets.sockdir import private_dir
+from kpsdk.targets.solibs import Libraries
 
 if TYPE_CHECKING:
+    from kpsdk.arch import Arch
     from kpsdk.elfimage import ElfImage
     from kpsdk.registry import Registry
     from kpsdk.targets.live import GdbTarget
@@ -59,12 +65,13 @@ def _need(tool: str, package: str) -> str:
     return path
 
 
-def _start(cmd: list[str], sock: Path) -> subprocess.Popen[bytes]:
+def _start(cmd: list[str], sock: Path, stdin: Any = subprocess.DEVNULL,
+           cwd: Path | None = None) -> subprocess.Popen[bytes]:
     """Start QEMU in its own process group and wait for its gdbstub socket."""
     from kpsdk.targets.live import _reap  # the live target loads when first used (start-up time)
 
-    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            start_new_session=True)
+    proc = subprocess.Popen(cmd, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=True, cwd=cwd)
     deadline = time.monotonic() + STARTUP_TIMEOUT
     while not sock.exists():
         if proc.poll() is not None:
@@ -102,27 +109,43 @@ def load_symbols(path: str | Path) -> tuple[SymbolTable, ElfImage | None]:
 
 def open_qemu_user(rest: str, registry: Registry, args: list[str] | tuple[str, ...] = (), abi: str = "user",
                    hardware_breakpoints: bool = False, env: dict[str, str] | None = None,
-                   stall_limit: float = STALL_LIMIT, **options: Any) -> GdbTarget:
-    """``qemu-user:PROG``: run PROG under ``qemu-<arch>`` (picked from its ELF header) and attach."""
+                   stall_limit: float = STALL_LIMIT, sysroot: str | os.PathLike[str] | None = None,
+                   cwd: str | os.PathLike[str] | None = None,
+                   stdin: bytes | str | os.PathLike[str] | None = None,
+                   **options: Any) -> GdbTarget:
+    """``qemu-user:PROG``: run PROG under ``qemu-<arch>`` (picked from its ELF header) and attach.
+
+    A dynamically linked program opens stopped at its entry point, its libraries
+    loaded (:mod:`kpsdk.targets.solibs`); they are looked up in ``sysroot`` first
+    (QEMU's ``-L``; by default Debian's cross sysroot ``/usr/<triple>`` for a program
+    of another architecture).  ``cwd``: its working directory; ``stdin``: its standard input, bytes or a
+    file to read (else none).
+    """
     from kpsdk.elfimage import load_elf
     from kpsdk.targets.live import GdbTarget
 
     if options:
         raise TargetError(f"qemu-user: unknown options {', '.join(options)} (known: args, abi, "
-                          "hardware_breakpoints, env, stall_limit)")
+                          "hardware_breakpoints, env, stall_limit, sysroot, cwd, stdin)")
     prog = Path(rest)
     check_text(os.path.abspath(prog), "the program file")  # gdb is given it, and cannot take a line break
     image = load_elf(prog)
     arch = registry.archs.by_elf(image.machine, image.elf_class, image.endian)
     qemu = _need(arch.qemu_user, "qemu-user")
     _need("gdb-multiarch", "gdb-multiarch")
-    cmd = [qemu, *_env_options(env or {})]
+    workdir = _directory(cwd, "cwd") if cwd is not None else Path.cwd()
+    root = choose_sysroot(image, arch, sysroot)
+    cmd = [qemu, *_env_options(env or {}), *(["-L", str(root)] if root is not None else [])]
     tmp, cleanup = private_dir()
     sock = tmp / "gdb.sock"
     # a program named like an option would be taken for one by qemu-user
     program = f"./{prog}" if str(prog).startswith("-") else str(prog)
+    if cwd is not None and not prog.is_absolute():
+        program = str(prog.absolute())  # QEMU runs in cwd; the path was the caller's
     try:
-        proc = _start([*cmd, "-g", str(sock), program, *map(str, args)], sock)
+        with _input(stdin) as source:
+            proc = _start([*cmd, "-g", str(sock), program, *map(str, args)], sock, source,
+                          workdir if cwd is not None else None)
     except BaseException:
         cleanup()
         raise
@@ -135,12 +158,83 @@ def open_qemu_user(rest: str, registry: Registry, args: list[str] | tuple[str, .
     target = GdbTarget(arch, str(sock), abi_kind=abi, image=image, processes=[proc], interrupt=interrupt,
                        hardware_breakpoints=hardware_breakpoints, cleanup=cleanup, stall_limit=stall_limit)
     target.hw_watchpoints = False  # qemu-user's gdbstub answers Z2/Z3/Z4 as unsupported
+    target.sysroot = root
     try:
-        _place(target, image)
+        _place(target, image, root, workdir)
     except BaseException:
         target.close()
         raise
     return target
+
+
+def _directory(value: str | os.PathLike[str], option: str) -> Path:
+    path = Path(os.fspath(value)) if isinstance(value, (str, os.PathLike)) else None
+    if path is None or "\0" in str(path) or not path.is_dir():
+        raise TargetError(f"qemu-user: {option}={value!r} is not a directory")
+    return path
+
+
+@contextlib.contextmanager
+def _input(stdin: bytes | str | os.PathLike[str] | None) -> Iterator[Any]:
+    """The program's standard input: ``stdin``'s bytes (through an unnamed temporary file, so
+    a program that reads late never blocks QEMU's start), the file ``stdin`` names (opened for
+    reading), else none."""
+    if stdin is None:
+        yield subprocess.DEVNULL
+        return
+    if isinstance(stdin, bytes | bytearray | memoryview):
+        with tempfile.TemporaryFile() as data:
+            data.write(stdin)
+            data.seek(0)
+            yield data
+        return
+    path = Path(os.fspath(stdin)) if isinstance(stdin, (str, os.PathLike)) else None
+    if path is None or "\0" in str(path):
+        raise TargetError(f"qemu-user: stdin={stdin!r} is not a file name")
+    try:
+        f = open(path, "rb")  # noqa: SIM115 - closed once QEMU has its own copy
+    except OSError as exc:
+        raise TargetError(f"qemu-user: cannot read stdin={stdin!r}: {exc.strerror}") from exc
+    with f:
+        yield f
+
+
+def choose_sysroot(image: ElfImage, arch: Arch, sysroot: str | os.PathLike[str] | None) -> Path | None:
+    """The directory qemu-user looks up the program's loader and libraries in first (``-L``).
+
+    Given: it must be a directory.  Otherwise, for a dynamically linked program whose
+    loader (``PT_INTERP``) the host does not have for this architecture, Debian's cross
+    sysroot ``/usr/<triple>``; if that is missing too, a :class:`ToolMissingError`
+    naming its package.  Static programs and the host's own need none.
+    """
+    if sysroot is not None:
+        return _directory(sysroot, "sysroot")
+    if image.interp is None or _runs_natively(image):
+        return None
+    root = Path("/usr") / arch.multiarch if arch.multiarch else None
+    if root is not None and (root / image.interp.lstrip("/")).is_file():
+        return root
+    if not arch.cross_libc_package:
+        raise TargetError(f"{image.path} needs the loader {image.interp}, which this host does not have for "
+                          f"{arch.name}: pass sysroot=DIR (--sysroot), a directory holding it")
+    raise ToolMissingError(f"the {arch.name} loader {image.interp} (sysroot {root})", arch.cross_libc_package)
+
+
+def _runs_natively(image: ElfImage) -> bool:
+    """Whether the host has the program's loader, built for the program's machine."""
+    assert image.interp is not None
+    try:
+        with open(image.interp, "rb") as f:
+            head = f.read(20)
+    except OSError:
+        return False
+    machine = int.from_bytes(head[18:20], "little" if head[5:6] == b"\x01" else "big")
+    return head[:4] == b"\x7fELF" and head[4] == (1 if image.elf_class == 32 else 2) and \
+        ELF_MACHINES.get(image.machine) == machine
+
+
+#: e_machine numbers of the machines kpsdk's architectures name (the gABI's table)
+ELF_MACHINES = {"EM_386": 3, "EM_PPC64": 21, "EM_ARM": 40, "EM_X86_64": 62, "EM_RISCV": 243}
 
 
 def _env_options(env: dict[str, str]) -> list[str]:
@@ -156,27 +250,49 @@ def _env_options(env: dict[str, str]) -> list[str]:
     return options
 
 
-_AT_ENTRY = re.compile(r"^\s*9\s+AT_ENTRY\b.*?(0x[0-9a-fA-F]+)\s*$", re.MULTILINE)
+#: one line of gdb's ``info auxv``: ``9    AT_ENTRY    Entry point of program    0x4000001040``
+_AUXV_LINE = re.compile(r"^\s*(\d+)\s+\S+\s.*?\s(0x[0-9a-fA-F]+|\d+)(\s+\".*\")?\s*$", re.MULTILINE)
+#: how long the loader gets to map and relocate a program's libraries
+LOADER_TIMEOUT = 60.0
 
 
-def _place(target: GdbTarget, linked: ElfImage) -> None:
-    """Say where qemu-user loaded the program (uprobes map file offsets through it).
+def read_auxv(target: GdbTarget) -> dict[int, int]:
+    """The auxiliary vector the program started with, through gdb's ``info auxv`` (the
+    stub's ``qXfer:auxv:read``; the command takes nothing from the user)."""
+    text = target._mi().console_command("info auxv")
+    auxv = {int(m.group(1)): int(m.group(2), 0) for m in _AUXV_LINE.finditer(text)}
+    if AT_ENTRY not in auxv:
+        raise TargetError(f"cannot find where qemu-user loaded the program: gdb's 'info auxv' has no "
+                          f"AT_ENTRY ({text.strip()[:200]!r})")
+    return auxv
 
-    A PIE's load bias is its AT_ENTRY, from the auxiliary vector the program was
-    started with (gdb's ``info auxv``, qemu's qXfer:auxv), minus the file's
-    e_entry; the image and its symbols are then moved by it.  ET_EXEC: 0.
+
+def _place(target: GdbTarget, linked: ElfImage, sysroot: Path | None, cwd: Path) -> None:
+    """Say where qemu-user loaded the program and, for a dynamically linked one, its libraries.
+
+    A PIE's load bias comes from the auxiliary vector (``AT_PHDR`` against
+    ``PT_PHDR``, else ``AT_ENTRY`` against ``e_entry``); the image and its symbols
+    are moved by it.  A program with a loader is then run to its entry point, where
+    the loader has mapped and relocated the libraries, and they are read from its
+    link map (:class:`kpsdk.targets.solibs.Libraries`).
     """
     bias = 0
-    if linked.kind == "ET_DYN":
-        text = target._mi().console_command("info auxv")
-        found = _AT_ENTRY.search(text)
-        if found is None:
-            raise TargetError(f"cannot find where qemu-user loaded {linked.path}: gdb's 'info auxv' has no "
-                              f"AT_ENTRY ({text.strip()[:200]!r})")
-        bias = int(found.group(1), 16) - linked.raw_entry
+    auxv: dict[int, int] = {}
+    if linked.kind == "ET_DYN" or linked.interp is not None:
+        auxv = read_auxv(target)
+        bias = LinkMap(target.read_memory, target.arch.word_size, target.arch.endian).program_bias(
+            auxv, linked.raw_entry)
         target.image = linked.relocated(bias)
         target.symbols = target.image.symbols
     target._files = (MappedFile.of(linked, bias),)
+    if linked.interp is None:
+        return
+    entry = linked.entry + bias
+    if target.arch.has_thumb:
+        entry &= ~1
+    target.run_to(entry, LOADER_TIMEOUT)
+    target.libraries = Libraries(target, linked, bias, auxv, sysroot, cwd)
+    target.libraries.start()
 
 
 def open_qemu_system(rest: str, registry: Registry, kernel: str | None = None, initrd: str | None = None,

@@ -647,7 +647,7 @@ class UnicornTarget(Target):
         if self.arch.has_thumb and not addr & 1:
             sym = self.symbols.containing(addr)
             if sym is not None:
-                thumb = sym.thumb
+                thumb = bool(sym.iset) and self.arch.iset(sym.iset).thumb_bit
             elif point is not None and self.is_reserved(addr):
                 thumb = point.iset.thumb_bit
             else:
@@ -676,7 +676,7 @@ class UnicornTarget(Target):
                 self.write_code(slot, code)
                 assert word % self.arch.word_size == 0, "kpsdk writes the trampoline's word as a word"
                 name = "kretprobe_trampoline" + ("_thumb" if iset.thumb_bit else "")
-                self.symbols.add(Symbol(name, slot, word, "func", thumb=iset.thumb_bit))
+                self.symbols.add(Symbol(name, slot, word, "func", iset="" if iset is self.arch.isets[0] else iset.name))
                 thumb = 1 if iset.thumb_bit else 0
                 self._trampolines[iset.thumb_bit] = slot | thumb
                 self.detours.traps.add(slot | thumb)
@@ -998,7 +998,7 @@ class UnicornTarget(Target):
                 self.uc.mem_write(sp, blob)
             self.fast.write(self._sp, sp)
             sym = self.symbols.containing(addr)
-            begin = addr | (1 if sym is not None and sym.thumb else 0)
+            begin = addr | (1 if sym is not None and sym.iset and self.arch.iset(sym.iset).thumb_bit else 0)
             try:
                 self._emu(begin, self.sentinel, None)
             finally:

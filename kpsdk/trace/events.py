@@ -291,7 +291,7 @@ class Trace:
     def add(self, definitions: str | Iterable[str]) -> list[TraceEvent]:
         """Parse, bind and register definitions, all or none; ``-:`` lines remove events."""
         lines = _lines(definitions)
-        parser = Parser(self.session.arch)
+        parser = Parser(self.session.arch, sessions=[self.session])
         alive = alive_events(self.session)
         pending: list[TraceEvent] = []
         removals: list[TraceEvent] = []

@@ -7,6 +7,7 @@ Users already know the kernel's syntax (``Documentation/trace/kprobetrace.rst`` 
     r[MAXACTIVE][:[GRP/]EVENT] [MOD:]SYM[+0] [FETCHARGS]
     p[:[GRP/]EVENT] SYM[+0]%return [FETCHARGS]
     p|r[:[GRP/]EVENT] PATH:OFFSET[%return] [FETCHARGS]          (uprobes)
+    p|r[:[GRP/]EVENT] FILE:SYMBOL[+OFF][%return] [FETCHARGS]    (uprobes, a kpsdk extension)
     -:[GRP/]EVENT
 
 A definition is split into words (the kernel's ``argv_split``), and each word
@@ -21,13 +22,16 @@ are the kernel's (``trace_probe.h``, ``trace.h``, ``trace_kprobe.c``).
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from kpsdk.errors import TRACE_ERRORS, TraceDefinitionError
+from kpsdk.errors import TRACE_ERRORS, KprobeError, TargetError, TraceDefinitionError
+from kpsdk.filelocation import find_file, symbol_offset
 
 if TYPE_CHECKING:
     from kpsdk.arch import Arch
+    from kpsdk.session import Session
 
 #: most fetch arguments per event (trace_probe.h MAX_TRACE_ARGS)
 MAX_TRACE_ARGS = 128
@@ -328,9 +332,12 @@ class Parser:
     'myprobe'
     """
 
-    def __init__(self, arch: Arch | None = None, word_bits: int | None = None) -> None:
+    def __init__(self, arch: Arch | None = None, word_bits: int | None = None,
+                 sessions: Sequence[Session] = ()) -> None:
         self.arch = arch
         self.word_bits = word_bits or (arch.bits if arch is not None else 64)
+        #: where a uprobe's bare library name is looked for (:func:`kpsdk.filelocation.find_file`)
+        self.sessions = sessions
 
     def parse(self, definition: str) -> ProbeDef:
         text = definition.rstrip("\n")
@@ -474,13 +481,14 @@ class Parser:
                 raise TraceDefinitionError("BAD_ADDR_SUFFIX", text, spec_col + len(body), f"%{suffix}",
                                            "trace_uprobe")
             ret = True
-        offset = parse_uint(body)
-        if offset is None:
-            raise TraceDefinitionError("BAD_UPROBE_OFFS", text, spec_col, f"{body!r}", "trace_uprobe")
+        path = find_file(path, self.sessions)
         if not os.path.exists(path):
             raise TraceDefinitionError("FILE_NOT_FOUND", text, word.start, path, "trace_uprobe")
         if not os.path.isfile(path):
             raise TraceDefinitionError("NO_REGULAR_FILE", text, word.start, path, "trace_uprobe")
+        offset = parse_uint(body)
+        if offset is None:
+            offset = _symbol_offset(text, spec_col, path, body)
         return path, offset, ret
 
     # -- fetch arguments ----------------------------------------------------------------------------
@@ -783,9 +791,26 @@ def _event_name(text: str, cur: _Cursor, subsystem: str, allow_empty: bool) -> t
 
 
 def _looks_like_uprobe(where: str) -> bool:
-    """The kernel's test: a ``/`` in the word and a digit after its last ``:``."""
+    """The kernel's test, a ``/`` in the word and a digit after its last ``:``; and kpsdk's
+    extension, ``FILE:SYMBOL[+OFF]`` / ``LIB:0xOFF``, where FILE holds a ``/`` or a ``.``
+    (a kernel module's name, the kprobe ``MOD:SYM`` form, has neither)."""
     colon = where.rfind(":")
-    return "/" in where and colon >= 0 and where[colon + 1:colon + 2].isdigit()
+    if colon <= 0 or not where[colon + 1:]:
+        return False
+    if "/" in where and where[colon + 1:colon + 2].isdigit():
+        return True
+    file = where[:colon]
+    return ("/" in file or "." in file) and not file.startswith(("@", "%", "$", "+", "-"))
+
+
+def _symbol_offset(text: str, column: int, path: str, where: str) -> int:
+    """A uprobe's ``SYMBOL[+OFF]`` as a file offset (kpsdk's extension of uprobe_events lines)."""
+    from kpsdk.elfimage import load_elf
+
+    try:
+        return symbol_offset(load_elf(path), path, where)
+    except (TargetError, KprobeError) as e:
+        raise TraceDefinitionError("BAD_UPROBE_OFFS", text, column, str(e), "trace_uprobe") from None
 
 
 def _uprobe_tail(path: str) -> str:

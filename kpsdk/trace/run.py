@@ -34,6 +34,7 @@ from kpsdk.cli.options import (
     ProgArgOpt,
     QemuArgOpt,
     SymbolsOpt,
+    SysrootOpt,
     TargetOpt,
     given_target_options,
 )
@@ -242,6 +243,7 @@ def cmd_trace(
     pid: Annotated[int | None, typer.Option(
         "--pid", metavar="N", min=0, max=PID_MAX_LIMIT, rich_help_panel=OUTPUT_PANEL, show_default=False,
         help="Unicorn: the pid the prefix shows (default: 1).")] = None,
+    sysroot: SysrootOpt = None,
 ) -> None:
     try:
         fmt = output_format(output)
@@ -250,8 +252,8 @@ def cmd_trace(
             "no output format is loaded (blocked with -p no:trace-formats?)"
         raise typer.BadParameter(f"{output!r}: {want}", param_hint="--output") from None
     definitions = _definitions(event, file)
-    choice = _target_choice(target_arg, target, given_target_options(prog_arg, kernel, initrd, append, symbols, arch,
-                                                                qemu_arg))
+    given = given_target_options(prog_arg, kernel, initrd, append, symbols, arch, qemu_arg, sysroot=sysroot)
+    choice = _target_choice(target_arg, target, given)
     fn_args = parse_call(call) if call is not None else None
     if fn_args is not None and choice.kind in LIVE_KINDS:
         raise typer.BadParameter(f"--call calls one function in Unicorn; a {choice.kind} target runs its own code",

@@ -1,0 +1,98 @@
+"""Where a uprobe's ``FILE:SYMBOL`` or ``FILE:0xOFFSET`` points: which file, which offset.
+
+Shared by the uprobes plugin (``Uprobe.parse``, ``--uprobe``, decorators) and the trace
+grammar (``p PATH:SYMBOL`` lines), so both find the same file the same way:
+
+* a name with a ``/`` is that path; an absolute one the host does not have is looked
+  up in the open sessions' sysroots (``/lib/libc.so.6`` of an ARM program is
+  ``/usr/arm-linux-gnueabihf/lib/libc.so.6``), as qemu-user's ``-L`` finds it;
+* a bare name (``libc.so.6``) is a file of that name in the working directory, else an
+  object an open session has mapped under that name (its host file), else the first
+  file of that name in the library directories (``lib``, ``usr/lib``, their multiarch
+  subdirectories, ``lib64``) of each open session's sysroot, then of the host;
+* a symbol is looked up in ``.symtab`` and ``.dynsym`` (versioned names such as
+  ``malloc@@GLIBC_2.2.5`` work as plain ones) and turned into a file offset through the
+  program headers.  An IFUNC symbol is refused: its address is the resolver, which the
+  loader runs once to choose the implementation calls really reach.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from kpsdk.errors import KprobeError, SymbolError, shown
+
+if TYPE_CHECKING:
+    from kpsdk.elfimage import ElfImage
+    from kpsdk.session import Session
+
+#: library directories under a root, in the order the loader's defaults search them
+LIBRARY_DIRS = ("lib", "usr/lib", "lib64", "usr/lib64")
+
+
+def _roots(sessions: Iterable[Session]) -> list[Path]:
+    """The open sessions' sysroots (targets that have one), then the host's root."""
+    roots: list[Path] = []
+    for session in sessions:
+        root = getattr(session.target, "sysroot", None)
+        if isinstance(root, Path) and root not in roots:
+            roots.append(root)
+    return [*roots, Path("/")]
+
+
+def find_file(name: str, sessions: Iterable[Session] = ()) -> str:
+    """The host path of the file a uprobe names (see the module's rules); ``name`` itself
+    when nothing better is found (the caller reports a missing file)."""
+    sessions = list(sessions)
+    if "/" in name:
+        if name.startswith("/") and not os.path.exists(name):
+            for root in _roots(sessions)[:-1]:
+                inside = root / name.lstrip("/")
+                if inside.is_file():
+                    return str(inside)
+        return name
+    if not name or os.path.exists(name):
+        return name
+    for session in reversed(sessions):
+        if session.closed:
+            continue
+        for mf in session.target.mapped_files():
+            if name in (mf.path.name, Path(mf.name).name):
+                return str(mf.path)
+    for root in _roots(sessions):
+        for sub in LIBRARY_DIRS:
+            base = root / sub
+            candidates = [base / name]
+            if base.is_dir():
+                candidates += sorted(d / name for d in base.glob("*-linux-gnu*"))
+            for candidate in candidates:
+                if candidate.is_file():
+                    return str(candidate)
+    return name
+
+
+def symbol_offset(image: ElfImage, path: str, where: str) -> int:
+    """The file offset of ``SYMBOL[+OFF]`` (or ``0xADDR``) in ``image``, the file at ``path``.
+
+    ``ENOENT`` for an unknown symbol, ``EOPNOTSUPP`` for an IFUNC, ``EINVAL`` outside
+    every executable segment.
+    """
+    name = where.partition("+")[0].strip()
+    try:
+        vaddr = image.symbols.resolve(where)
+        sym = image.symbols.get(name) if name and not name.lower().startswith("0x") else None
+    except SymbolError as e:
+        raise KprobeError(errno.ENOENT, f"{path}: {e}") from None
+    if sym is not None and sym.kind == "ifunc":
+        raise KprobeError(errno.EOPNOTSUPP, f"{path}:{name} is an IFUNC symbol: its address is the resolver the "
+                          "loader runs once to choose an implementation, not the code calls reach; probe that "
+                          "code by address in a session (a kprobe), or by its file offset")
+    offset = image.vaddr_to_offset(vaddr)
+    if offset is None:
+        raise KprobeError(errno.EINVAL, f"{shown(path)}:{where} ({vaddr:#x}) is not in an executable segment "
+                          "of the file")
+    return offset
