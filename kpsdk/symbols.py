@@ -11,10 +11,14 @@ import bisect
 import difflib
 import fnmatch
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from kpsdk.errors import SymbolError
+
+if TYPE_CHECKING:
+    from kpsdk.target import MappedFile
 
 _EXPR = re.compile(r"^\s*(?P<sym>[A-Za-z_.$][\w.$@]*)?\s*(?:(?P<sign>[+-])\s*(?P<off>0[xX][0-9a-fA-F]+|\d+))?\s*$")
 _CLONE_SUFFIX = re.compile(r"\.(isra|constprop|part|cold|lto_priv|llvm)\.\d+$")
@@ -224,3 +228,24 @@ class SymbolTables(SymbolTable):
 
     def functions(self) -> list[Symbol]:
         return [sym for table in self.tables for sym in table.functions()]
+
+
+#: each object's symbols at a load bias, made once: a library dlopen'ed again at the same
+#: address (the usual case) costs nothing, and libc is relocated once per session's bias
+_relocated: dict[tuple[tuple[int, int], int], SymbolTable] = {}
+MAX_RELOCATED = 256
+
+
+def loaded_symbols(files: Sequence[MappedFile]) -> SymbolTable:
+    """Every object's symbols at their run-time addresses (the program's first: a name
+    defined in several objects resolves as the program's, as the loader's lookup would)."""
+    tables = []
+    for mf in files:
+        key = (mf.identity, mf.bias)
+        table = _relocated.get(key)
+        if table is None:
+            if len(_relocated) >= MAX_RELOCATED:
+                _relocated.clear()
+            table = _relocated[key] = mf.image.relocated(mf.bias).symbols
+        tables.append(table)
+    return SymbolTables(tables)

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 from kpsdk.elfimage import ElfImage, load_elf
 from kpsdk.errors import SymbolError, TargetError
 from kpsdk.linkmap import AT_BASE, RT_CONSISTENT, LinkMap, LoadedObject, RDebug
-from kpsdk.symbols import SymbolTable, SymbolTables
+from kpsdk.symbols import loaded_symbols
 from kpsdk.target import MappedFile
 
 if TYPE_CHECKING:
@@ -153,7 +153,7 @@ class Libraries:
         if not any(mf is self.main for mf in files):
             files.insert(0, self.main)
         self.target._files = tuple(files)
-        self.target.set_symbols(_combined(files))
+        self.target.set_symbols(loaded_symbols(files))
         if emit:
             for mf in gone:
                 self.target.emit("library_unloaded", library=mf)
@@ -173,24 +173,3 @@ class Libraries:
         except (OSError, TargetError):
             return None
         return replace(MappedFile.of(image, entry.bias), name=entry.name)
-
-
-#: each object's symbols at a load bias, made once: a library dlopen'ed again at the same
-#: address (the usual case) costs nothing, and libc is relocated once per session's bias
-_relocated: dict[tuple[tuple[int, int], int], SymbolTable] = {}
-MAX_RELOCATED = 256
-
-
-def _combined(files: list[MappedFile]) -> SymbolTable:
-    """Every object's symbols at their run-time addresses (the program's first: a name
-    defined in several objects resolves as the program's, as the loader's lookup would)."""
-    tables = []
-    for mf in files:
-        key = (mf.identity, mf.bias)
-        table = _relocated.get(key)
-        if table is None:
-            if len(_relocated) >= MAX_RELOCATED:
-                _relocated.clear()
-            table = _relocated[key] = mf.image.relocated(mf.bias).symbols
-        tables.append(table)
-    return SymbolTables(tables)

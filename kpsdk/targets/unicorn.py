@@ -64,7 +64,7 @@ from kpsdk.events import SyscallEvent
 from kpsdk.manager import ProbeManager, ProbePoint
 from kpsdk.probe import Probe
 from kpsdk.regs import PtRegs
-from kpsdk.symbols import Symbol, SymbolTable
+from kpsdk.symbols import Symbol, SymbolTable, loaded_symbols
 from kpsdk.target import MappedFile, Target, TargetKind
 from kpsdk.targets.linux import LinuxProcess, check_options, start_process
 from kpsdk.targets.ucdetour import DATA_SIZE, DetourEngine
@@ -119,6 +119,10 @@ def timeout_usec(timeout: float | None) -> int:
     return min(max(1, math.ceil(min(timeout, USEC_MAX / 1e6) * 1e6)), USEC_MAX)
 
 
+#: the system calls ld.so maps one library's segments with: a library is complete at the first other call
+MAPPING_CALLS = frozenset({"mmap", "mmap2", "mprotect", "munmap"})
+
+
 class UnicornTarget(Target):
     """One Unicorn CPU with its memory, symbols and probe points."""
 
@@ -157,6 +161,8 @@ class UnicornTarget(Target):
         self._next_slot = 0
         self._console = bytearray()
         self._exit_status: int | None = None
+        #: libraries ld.so is mapping, announced at its first system call past their mappings
+        self.pending_libraries: list[MappedFile] = []
         #: the Linux process (elf: targets): every call but exit goes to it; None: write and exit only
         self.linux: LinuxProcess | None = None
         #: where call() builds its frame when no run is under way (below the process's initial stack)
@@ -833,6 +839,8 @@ class UnicornTarget(Target):
         calls = sys.calls
         call = SyscallEvent(nr, self._syscall_names.get(nr, f"syscall_{nr}"), tuple(read(r) for r in sys.args),
                             self.fast.read(self._pc))
+        if self.pending_libraries and call.name not in MAPPING_CALLS:
+            self._announce_libraries()
         self.emit("syscall_entry", call=call)
         if self.linux is not None and nr not in (calls["exit"], calls["exit_group"]):
             result = self.linux.syscall(nr, call.args)
@@ -857,6 +865,16 @@ class UnicornTarget(Target):
         self._set_result(result)
         call.result = result
         self.emit("syscall_exit", call=call)
+
+    def _announce_libraries(self) -> None:
+        """The libraries ld.so finished mapping: they join mapped_files() (so uprobes
+        registered later find them) and plugins hear ``kpsdk_library_loaded`` (uprobes on
+        them are armed)."""
+        done, self.pending_libraries = self.pending_libraries, []
+        self._files = (*self._files, *done)
+        self.symbols = loaded_symbols(self._files)  # the libraries' too: Thumb functions are decoded as such
+        for library in done:
+            self.emit("library_loaded", library=library)
 
     def _set_result(self, result: int) -> None:
         """Return ``result`` to the program: in the result register, or as a positive errno

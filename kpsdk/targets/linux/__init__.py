@@ -180,7 +180,8 @@ def load_interpreter(target: UnicornTarget, image: ElfImage, root: Sysroot, spac
 def library_mapped(target: UnicornTarget, host: Path, at: int, offset: int) -> None:
     """A file's start was mapped at ``at`` (ld.so maps a library's first segment, file offset 0,
     where its whole span goes): when it is an ELF object, plugins hear ``kpsdk_library_loaded``
-    with its host path and load bias (the address minus its first PT_LOAD's)."""
+    with its host path and load bias (the address minus its first PT_LOAD's) once its
+    segments are mapped."""
     from kpsdk.elfimage import load_elf
     from kpsdk.errors import KpsdkError
     from kpsdk.target import MappedFile
@@ -195,4 +196,8 @@ def library_mapped(target: UnicornTarget, host: Path, at: int, offset: int) -> N
     except (OSError, KpsdkError):
         return  # not an object ld.so could load either: it reports that itself
     bias = at - (image.segments[0].vaddr & ~(PAGE - 1))
-    target.emit("library_loaded", library=MappedFile.of(image, bias))
+    # Announced once its segments are in place, not now: ld.so maps the file's whole span
+    # read-only first and then each segment over it with its own protection, so a uprobe
+    # armed at this point would find its code not yet executable (UnicornTarget._syscall
+    # announces it at the first system call that is not one of that mapping's).
+    target.pending_libraries.append(MappedFile.of(image, bias))

@@ -1,0 +1,46 @@
+"""Uprobes inside the shared libraries of a dynamically linked program on Unicorn.
+
+On ``elf:PROG`` the program's own ``ld.so`` maps its libraries through the Linux layer's
+``mmap``; each one is announced (``kpsdk_library_loaded``) once its segments are in place,
+and a uprobe on that file is armed there, as under qemu-user.  Ground truth is the program
+itself: tests/libprogs/calls.c mallocs known sizes and prints them; the probe on libc's
+``malloc`` must see each of them, in the program's order.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import kpsdk
+from tests.test_libraries import built, report  # noqa: F401 - the module fixture that builds calls.c
+
+#: the libc each arch's program maps: the host's own for x86_64 (sysroot "/"), else Debian's
+#: cross sysroot (the Unicorn target's default sysroot for another architecture)
+LIBC = {
+    "x86_64": ("/", "/lib/x86_64-linux-gnu/libc.so.6"),
+    "i386": ("/usr/i686-linux-gnu", "/usr/i686-linux-gnu/lib/libc.so.6"),
+    "arm": ("/usr/arm-linux-gnueabihf", "/usr/arm-linux-gnueabihf/lib/libc.so.6"),
+    "riscv64": ("/usr/riscv64-linux-gnu", "/usr/riscv64-linux-gnu/lib/libc.so.6"),
+}
+
+
+@pytest.mark.parametrize("arch", sorted(LIBC))
+def test_malloc_in_libc_sees_the_programs_sizes(arch: str, built: dict[str, tuple[Path, Path]]) -> None:  # noqa: F811
+    prog, _lib = built[arch]
+    sysroot, libc = LIBC[arch]
+    sizes: list[int] = []
+    up = kpsdk.Uprobe.parse(f"{libc}:malloc", pre_handler=lambda p, regs: sizes.append(regs.arg(0)))
+    with kpsdk.open(f"elf:{prog}", sysroot=sysroot) as s:
+        s.register_uprobe(up)
+        status = s.run(timeout=120)
+        libraries = [mf.path.name for mf in s.target.mapped_files()]
+        console = s.console
+    assert status == 0, console
+    assert "libc.so.6" in libraries
+    expected = [int(fields[0]) for fields in report(console, "malloc")]
+    assert expected == [37, 4096, 100003]  # the program ran to its report
+    seen = [n for n in sizes if n in expected]
+    assert seen == expected, sizes
+    assert up.hits == len(sizes)
