@@ -17,6 +17,7 @@ import lzma
 import os
 import random
 import re
+import shlex
 import shutil
 import stat
 import struct
@@ -714,3 +715,23 @@ def test_boot_is_bounded(debian_kernel: Path, kernel_initramfs: Callable[..., Pa
     with pytest.raises(TargetError, match=r"did not power off within 15 s; console ends with"):
         kernel.boot(debian_kernel, initrd, timeout=15)
     assert time.monotonic() - start < 60
+
+
+def test_fixture_prints_a_trace_command_that_parses(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """``python -m kpsdk.fixtures.kernel``'s ``kpsdk:`` line is a command kpsdk trace accepts
+    (it printed ``-e 'r:do_sys_openat2 $retval'``: an event named do_sys_openat2 on the symbol
+    ``$retval``, refused), with the paths quoted for a shell."""
+    from kpsdk.trace.grammar import parse
+
+    vmlinuz, initrd = tmp_path / "a dir" / "vmlinuz", tmp_path / "a dir" / "initrd.cpio.gz"
+    monkeypatch.setattr(kernel, "fetch_kernel", lambda *a, **k: vmlinuz)
+    monkeypatch.setattr(kernel, "build_initramfs", lambda *a, **k: initrd)
+    assert kernel.main([]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("kpsdk:"))
+    words = shlex.split(line.removeprefix("kpsdk:"))
+    assert words[:3] == ["kpsdk", "trace", "qemu-system:x86_64"]
+    assert words[words.index("--kernel") + 1] == str(vmlinuz)
+    assert words[words.index("--initrd") + 1] == str(initrd)
+    definition = parse(words[words.index("-e") + 1])
+    assert (definition.op, definition.symbol) == ("r", "do_sys_openat2")
