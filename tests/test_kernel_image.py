@@ -507,11 +507,11 @@ def test_corrupt_cache_entry_is_rebuilt(tmp_path: Path, damage: str) -> None:
 def test_readme_kernel_stays_one_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The kernel the README boots stays the one file its lookup finds after the kernel's symbols
     are loaded (and cached) twice: the README takes ``$KERNEL`` from ``python -m
-    kpsdk.fixtures.kernel --arch $ARCH --shell``, which for x86_64 is :func:`kernel.fetch_kernel`'s
+    kpsdk.fixtures.kernel --arch x86_64 --shell``, which is :func:`kernel.fetch_kernel`'s
     ``boot/vmlinuz-*`` in the cache, and the kallsyms cache must not put a second ``vmlinuz-*``
     file beside it."""
     readme = (Path(__file__).parent.parent / "README.md").read_text()
-    assert '--kernel "$KERNEL"' in readme and "kpsdk.fixtures.kernel --arch $ARCH --shell" in readme
+    assert '--kernel "$KERNEL"' in readme and "kpsdk.fixtures.kernel --arch x86_64 --shell" in readme
     for name in ("KPSDK_CACHE", "XDG_CACHE_HOME"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("HOME", str(tmp_path))
