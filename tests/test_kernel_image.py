@@ -17,6 +17,7 @@ import lzma
 import os
 import random
 import re
+import shlex
 import shutil
 import stat
 import struct
@@ -506,11 +507,11 @@ def test_corrupt_cache_entry_is_rebuilt(tmp_path: Path, damage: str) -> None:
 def test_readme_kernel_stays_one_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The kernel the README boots stays the one file its lookup finds after the kernel's symbols
     are loaded (and cached) twice: the README takes ``$KERNEL`` from ``python -m
-    kpsdk.fixtures.kernel --arch $ARCH --shell``, which for x86_64 is :func:`kernel.fetch_kernel`'s
+    kpsdk.fixtures.kernel --arch x86_64 --shell``, which is :func:`kernel.fetch_kernel`'s
     ``boot/vmlinuz-*`` in the cache, and the kallsyms cache must not put a second ``vmlinuz-*``
     file beside it."""
     readme = (Path(__file__).parent.parent / "README.md").read_text()
-    assert '--kernel "$KERNEL"' in readme and "kpsdk.fixtures.kernel --arch $ARCH --shell" in readme
+    assert '--kernel "$KERNEL"' in readme and "kpsdk.fixtures.kernel --arch x86_64 --shell" in readme
     for name in ("KPSDK_CACHE", "XDG_CACHE_HOME"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("HOME", str(tmp_path))
@@ -714,3 +715,23 @@ def test_boot_is_bounded(debian_kernel: Path, kernel_initramfs: Callable[..., Pa
     with pytest.raises(TargetError, match=r"did not power off within 15 s; console ends with"):
         kernel.boot(debian_kernel, initrd, timeout=15)
     assert time.monotonic() - start < 60
+
+
+def test_fixture_prints_a_trace_command_that_parses(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """``python -m kpsdk.fixtures.kernel``'s ``kpsdk:`` line is a command kpsdk trace accepts
+    (it printed ``-e 'r:do_sys_openat2 $retval'``: an event named do_sys_openat2 on the symbol
+    ``$retval``, refused), with the paths quoted for a shell."""
+    from kpsdk.trace.grammar import parse
+
+    vmlinuz, initrd = tmp_path / "a dir" / "vmlinuz", tmp_path / "a dir" / "initrd.cpio.gz"
+    monkeypatch.setattr(kernel, "fetch_kernel", lambda *a, **k: vmlinuz)
+    monkeypatch.setattr(kernel, "build_initramfs", lambda *a, **k: initrd)
+    assert kernel.main([]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("kpsdk:"))
+    words = shlex.split(line.removeprefix("kpsdk:"))
+    assert words[:3] == ["kpsdk", "trace", "qemu-system:x86_64"]
+    assert words[words.index("--kernel") + 1] == str(vmlinuz)
+    assert words[words.index("--initrd") + 1] == str(initrd)
+    definition = parse(words[words.index("-e") + 1])
+    assert (definition.op, definition.symbol) == ("r", "do_sys_openat2")
