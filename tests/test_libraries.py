@@ -292,7 +292,7 @@ def test_trace_lines_with_library_symbols_and_offsets(built: dict[str, tuple[Pat
     require_tool("gdb-multiarch", "gdb-multiarch")
     mix_offset = file_offset(lib, "lib_mix")
     result = CliRunner().invoke(app, [
-        "trace", f"qemu-user:{prog}", "--arg", str(lib), "--console",
+        "trace", f"qemu-user:{prog}", "--arg", str(lib), "--console", "--no-prefix",
         "-e", f"p:m {LIBC}:malloc size=%r0:u32",
         "-e", f"p:x {lib}:{mix_offset:#x} a=%r0:s32 b=%r1:s32",
         "-e", f"r:xr {lib}:lib_mix ret=$retval:s32"])

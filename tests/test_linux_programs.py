@@ -229,9 +229,9 @@ def test_cli_probe_runs_a_program_with_its_arguments_input_and_sysroot(build: Ca
     stdin.write_bytes(b"a\nbb\nccc\n")
     expected, status = under_qemu("arm", exe, ["/data.txt", "2"], {}, stdin.read_bytes(), sysroot)
     proc = kpsdk_cli("probe", str(exe), "--arg", "/data.txt", "--arg", "2", "--stdin", str(stdin),
-                     "--sysroot", str(sysroot), "--kprobe", "main", "--regs", "arg0")
+                     "--sysroot", str(sysroot), "--kprobe", "main", "--regs", "arg1")
     assert proc.returncode == 0, proc.stderr
-    assert "[1] main+0x0" in proc.stdout and "arg0=0x3" in proc.stdout  # argc: the path and two arguments
+    assert "[1] main+0x0" in proc.stdout and "arg1=0x3" in proc.stdout  # argc: the path and two arguments
     assert expected in proc.stdout
     assert f"exit status {status}" in proc.stdout
     assert "warning" not in proc.stderr
@@ -246,11 +246,12 @@ def test_cli_warns_once_of_unimplemented_calls(build: Callable[[str], Path], sys
                         "syscall_500 (1x)"]
 
 
-def test_cli_sysroot_goes_with_an_elf_only(build: Callable[[str], Path], sysroot: Path) -> None:
-    proc = kpsdk_cli("probe", "--target", f"qemu-user:{build('x86_64')}", "--sysroot", str(sysroot),
-                     "--kprobe", "main")
+def test_cli_sysroot_goes_with_a_program_only(sysroot: Path) -> None:
+    """--sysroot is for a program (an ELF in Unicorn, qemu-user's -L), never a kernel target."""
+    proc = kpsdk_cli("probe", "--target", "qemu-system:x86_64", "--kernel", "vmlinuz", "--sysroot", str(sysroot),
+                     "--kprobe", "do_sys_openat2")
     assert proc.returncode == 2
-    assert "--sysroot goes with an ELF run in Unicorn" in proc.stderr
+    assert "--sysroot goes with" in proc.stderr
 
 
 # -- dynamically linked programs: the sysroot's ld.so maps libc ----------------------------------------
