@@ -71,6 +71,9 @@ class LinuxProcess:
         self._gdt = 0
         #: called as ``(host path, address, file offset)`` after a file is mapped (ld.so mapping a library)
         self.on_file_map: Callable[[Path, int, int], None] | None = None
+        #: called as ``(start, end)`` before ``munmap`` removes that range (ld.so unmapping a
+        #: library at dlclose): while its pages are still there to take probes out of
+        self.on_unmap: Callable[[int, int], None] | None = None
         names = {nr: name for name, nr in arch.syscalls.calls.items()}
         self.handlers: dict[int, tuple[str, Callable[..., int] | None]] = {
             nr: (name, getattr(self, "sys_" + name.lstrip("_"), None)) for nr, name in names.items()}
@@ -473,6 +476,8 @@ class LinuxProcess:
         return self._mmap(addr, length, prot, flags, fd, pgoff * PAGE)  # mmap2's offset is in 4096-byte units
 
     def sys_munmap(self, addr: int, length: int, *_: int) -> int:
+        if self.on_unmap is not None and not addr % PAGE and length:
+            self.on_unmap(addr, addr + length)
         self.mem.unmap(addr, addr + length)
         return 0
 
