@@ -263,6 +263,13 @@ class LinuxProcess:
         return 0
 
     def _seek(self, f: OpenFile, offset: int, whence: int) -> int:
+        if f.entries is not None:  # a directory: its position is getdents64's cookie (rewinddir: 0)
+            if whence != SEEK_SET or offset < 0:
+                raise _GuestErrno(errno.EINVAL)
+            f.pos = offset
+            if not offset:
+                f.entries = None
+            return offset
         if f.kind == "host":
             try:
                 return os.lseek(f.fd, offset, whence)
@@ -327,6 +334,49 @@ class LinuxProcess:
     def sys_ioctl(self, fd: int, request: int, *_: int) -> int:
         self.fds.get(self.sint(fd))
         raise _GuestErrno(errno.ENOTTY)  # no descriptor is a terminal (TCGETS, TIOCGWINSZ...)
+
+    def sys_getdents64(self, fd: int, dirp: int, count: int, *_: int) -> int:
+        """As many ``linux_dirent64`` records as fit in ``count`` bytes (``.`` and ``..`` first,
+        then the host directory's entries in its own order); 0 at the end, EINVAL when not even
+        the next one fits."""
+        f = self.fds.get(self.sint(fd))
+        if f.kind != "host" or f.host is None or not statmod.S_ISDIR(os.fstat(f.fd).st_mode):
+            raise _GuestErrno(errno.ENOTDIR)
+        if f.entries is None:
+            f.entries = self._list_directory(f)
+        out = bytearray()
+        while f.pos < len(f.entries):
+            name, ino, dtype = f.entries[f.pos]
+            record = structs.pack_dirent64(ino, f.pos + 1, dtype, name, self.order)
+            if len(out) + len(record) > (count & 0xFFFFFFFF):
+                if not out:
+                    raise _GuestErrno(errno.EINVAL)
+                break
+            out += record
+            f.pos += 1
+        self.write(dirp, bytes(out))
+        return len(out)
+
+    def _list_directory(self, f: OpenFile) -> list[tuple[bytes, int, int]]:
+        """The entries of directory ``f``: itself, its parent (itself at the sysroot's top), then
+        what the host lists, each with its inode and type (lstat's: a link is DT_LNK)."""
+        assert f.host is not None
+        here = os.fstat(f.fd)
+        parent = here if self.root.root is not None and Path(os.path.realpath(f.host)) == self.root.root \
+            else os.stat(f.host.parent)
+        entries = [(b".", here.st_ino, structs.dirent_type(here.st_mode)),
+                   (b"..", parent.st_ino, structs.dirent_type(parent.st_mode))]
+        try:
+            with os.scandir(f.fd) as listing:
+                for entry in listing:
+                    try:
+                        dtype = structs.dirent_type(entry.stat(follow_symlinks=False).st_mode)
+                    except OSError:
+                        dtype = structs.DT_UNKNOWN
+                    entries.append((os.fsencode(entry.name), entry.inode(), dtype))
+        except OSError as e:
+            raise _GuestErrno(e.errno or errno.EIO) from None
+        return entries
 
     # -- file status --------------------------------------------------------------------------
 
