@@ -180,13 +180,14 @@ DIRECTORY_APPLETS = {
     "find": ["find", "/etc"],
     "ls-missing": ["ls", "/nonexistent"],
     "ls-file": ["ls", "-l", "/etc/passwd"],
+    "cat": ["cat", "/etc/passwd", "/etc/sub/deep.txt"],  # sendfile
 }
 
 
 def make_tree(root: Path) -> Path:
     (root / "etc" / "sub").mkdir(parents=True)
-    (root / "etc" / "passwd").write_text("root:x:0:0:root:/root:/bin/sh\nkp:x:%d:%d::/:/bin/sh\n"
-                                         % (os.getuid(), os.getgid()))
+    me = f"kp:x:{os.getuid()}:{os.getgid()}::/:/bin/sh\n"
+    (root / "etc" / "passwd").write_text("root:x:0:0:root:/root:/bin/sh\n" + me)
     (root / "etc" / "group").write_text("root:x:0:\n")
     (root / "etc" / "sub" / "deep.txt").write_text("x" * 100)
     (root / "etc" / "link").symlink_to("passwd")

@@ -189,6 +189,30 @@ class LinuxProcess:
         self.write(buf, data)
         return len(data)
 
+    def _sendfile(self, out_fd: int, in_fd: int, offset_ptr: int, count: int, offset_code: str) -> int:
+        """Copy up to ``count`` bytes from ``in_fd`` (at ``*offset_ptr``, which is advanced, or
+        at its position) to ``out_fd``: busybox ``cat`` tries this before read/write."""
+        out = self.fds.get(self.sint(out_fd))
+        src = self.fds.get(self.sint(in_fd))
+        if src.kind != "host":
+            raise _GuestErrno(errno.EINVAL)
+        if offset_ptr:
+            fmt = self.order + offset_code
+            (offset,) = struct.unpack(fmt, self.read(offset_ptr, struct.calcsize(fmt)))
+            if offset < 0:
+                raise _GuestErrno(errno.EINVAL)
+            data = self._read_from(src, count, offset)
+            self.write(offset_ptr, struct.pack(fmt, offset + len(data)))
+        else:
+            data = self._read_from(src, count)
+        return self._write_to(out, data)
+
+    def sys_sendfile(self, out_fd: int, in_fd: int, offset: int, count: int, *_: int) -> int:
+        return self._sendfile(out_fd, in_fd, offset, count, "q" if self.bits == 64 else "i")
+
+    def sys_sendfile64(self, out_fd: int, in_fd: int, offset: int, count: int, *_: int) -> int:
+        return self._sendfile(out_fd, in_fd, offset, count, "q")
+
     def _user_data(self, addr: int, count: int) -> bytes:
         """What a write passes: up to ``count`` bytes, page by page to the first unmapped one."""
         out = bytearray()
