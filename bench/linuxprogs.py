@@ -155,7 +155,7 @@ def bench_hot(reps: int) -> list[list[str]]:
 
 def markdown(rows: list[list[str]], reps: int) -> str:
     head = ["measured", "kpsdk (Unicorn)", "qemu-user / truth", "ratio", "Qiling 1.4"]
-    out = [f"Linux programs on the embedded default: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} "
+    out = [f"Linux programs on the embedded default: {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} "
            f"UTC, {platform.processor() or platform.machine()} ({os.cpu_count()} cores), Python "
            f"{platform.python_version()}, best of {reps} (worst in brackets), load {os.getloadavg()[0]:.1f}", "",
            "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]

@@ -402,6 +402,58 @@ class LinuxProcess:
             raise _GuestErrno(e.errno or errno.EIO) from None
         return entries
 
+    # -- extended attributes: read from the sysroot's files (``ls -l`` asks for ACLs) -------------
+
+    def _xattr_target(self, path_addr: int, follow: bool) -> Path | int:
+        path = self.string(path_addr)
+        return self.root.resolve(path, self.cwd, follow=follow)
+
+    def _xattr_fd(self, fd: int) -> int:
+        f = self.fds.get(self.sint(fd))
+        if f.kind != "host":
+            raise _GuestErrno(errno.ENODATA)  # kpsdk's pipes and console carry no attributes
+        return f.fd
+
+    def _getxattr(self, where: Path | int, name_addr: int, value: int, size: int, follow: bool = True) -> int:
+        try:
+            data = os.getxattr(where, self.string(name_addr, 256), follow_symlinks=follow)
+        except OSError as e:
+            raise _GuestErrno(e.errno or errno.ENODATA) from None
+        if size:
+            if len(data) > size:
+                raise _GuestErrno(errno.ERANGE)
+            self.write(value, data)
+        return len(data)
+
+    def _listxattr(self, where: Path | int, out: int, size: int, follow: bool = True) -> int:
+        try:
+            data = b"".join(os.fsencode(n) + b"\0" for n in os.listxattr(where, follow_symlinks=follow))
+        except OSError as e:
+            raise _GuestErrno(e.errno or errno.ENOTSUP) from None
+        if size:
+            if len(data) > size:
+                raise _GuestErrno(errno.ERANGE)
+            self.write(out, data)
+        return len(data)
+
+    def sys_getxattr(self, path: int, name: int, value: int, size: int, *_: int) -> int:
+        return self._getxattr(self._xattr_target(path, True), name, value, size)
+
+    def sys_lgetxattr(self, path: int, name: int, value: int, size: int, *_: int) -> int:
+        return self._getxattr(self._xattr_target(path, False), name, value, size, follow=False)
+
+    def sys_fgetxattr(self, fd: int, name: int, value: int, size: int, *_: int) -> int:
+        return self._getxattr(self._xattr_fd(fd), name, value, size)
+
+    def sys_listxattr(self, path: int, out: int, size: int, *_: int) -> int:
+        return self._listxattr(self._xattr_target(path, True), out, size)
+
+    def sys_llistxattr(self, path: int, out: int, size: int, *_: int) -> int:
+        return self._listxattr(self._xattr_target(path, False), out, size, follow=False)
+
+    def sys_flistxattr(self, fd: int, out: int, size: int, *_: int) -> int:
+        return self._listxattr(self._xattr_fd(fd), out, size)
+
     # -- file status --------------------------------------------------------------------------
 
     def _stat_of(self, dirfd: int, path_addr: int, flags: int) -> dict[str, int]:
