@@ -361,3 +361,19 @@ def test_dynamic_program_without_its_loader_is_refused(build_dynamic: Callable[[
 def test_ppc64_dynamic_program_is_an_honest_not_yet(build_dynamic: Callable[[str], Path]) -> None:
     with pytest.raises(kpsdk.UnsupportedTargetError, match="ELFv1"):
         kpsdk.open(f"elf:{build_dynamic('ppc64')}")
+
+
+def test_debians_own_ls_long_listing_equals_a_native_run(tmp_path: Path) -> None:
+    """GNU ls (dynamic, stripped; Debian's) with -l: ld.so and its libraries from "/", the
+    directory read with getdents64, owners from /etc/passwd, ACLs asked with lgetxattr, the
+    times and sizes with statx: the same lines as /bin/ls run natively."""
+    ls = Path("/bin/ls")
+    if os.uname().machine != "x86_64" or not ls.exists():
+        pytest.skip("this compares the x86_64 host's own /bin/ls")
+    root = make_tree(tmp_path / "tree")
+    args = ["-la", "--time-style=full-iso", str(root / "etc"), str(root / "etc" / "sub")]
+    native = subprocess.run([str(ls), *args], capture_output=True, text=True, timeout=60, check=False,
+                            env={"LC_ALL": "C"})
+    out, status, s = under_kpsdk(ls, args, {"LC_ALL": "C"}, b"", Path("/"))
+    assert (out, status) == (native.stdout, native.returncode)
+    assert not {"getxattr", "lgetxattr", "getdents64"} & set(s.syscalls_unimplemented)
