@@ -419,21 +419,22 @@ class LinuxProcess:
             data = os.getxattr(where, self.string(name_addr, 256), follow_symlinks=follow)
         except OSError as e:
             raise _GuestErrno(e.errno or errno.ENODATA) from None
-        if size:
-            if len(data) > size:
-                raise _GuestErrno(errno.ERANGE)
-            self.write(value, data)
-        return len(data)
+        return self._put_sized(value, size, data)
 
     def _listxattr(self, where: Path | int, out: int, size: int, follow: bool = True) -> int:
         try:
             data = b"".join(os.fsencode(n) + b"\0" for n in os.listxattr(where, follow_symlinks=follow))
         except OSError as e:
             raise _GuestErrno(e.errno or errno.ENOTSUP) from None
+        return self._put_sized(out, size, data)
+
+    def _put_sized(self, buf: int, size: int, data: bytes) -> int:
+        """The xattr calls' contract: size 0 asks only how big ``data`` is; a buffer too small is
+        ERANGE; else ``data`` is copied out.  Returns its length."""
         if size:
             if len(data) > size:
                 raise _GuestErrno(errno.ERANGE)
-            self.write(out, data)
+            self.write(buf, data)
         return len(data)
 
     def sys_getxattr(self, path: int, name: int, value: int, size: int, *_: int) -> int:
