@@ -23,6 +23,7 @@ from unicorn import ppc_const as up
 from kpsdk import hookimpl
 from kpsdk.arch import (
     Abi,
+    AccessGate,
     Arch,
     Breakpoint,
     DebianPort,
@@ -95,6 +96,14 @@ def local_entry(code: bytes) -> int:
 def local_entry_le(code: bytes) -> int:
     """:func:`_local_entry` of little-endian code (ppc64le: every function is ELFv2)."""
     return _local_entry(code, "<")
+
+
+#: Kernel Userspace Access Prevention (CONFIG_PPC_KUAP, on in Debian's kernels): outside
+#: its uaccess windows the kernel keeps the AMR at AMR_KUAP_BLOCKED, which denies
+#: kernel-mode reads and writes of non-privileged (user) pages; QEMU's radix translation
+#: applies it to the debugger too (target/ppc/mmu-radix64.c, ppc_radix64_get_prot_amr), so a
+#: syscall's string argument reads as a fault at a probe.  An AMR of 0 masks nothing.
+KUAP = AccessGate("amr", 0, "Linux arch/powerpc/include/asm/book3s/64/kup.h; Power ISA 3.0 AMR")
 
 
 def _branch(at: int, target: int, order: str) -> bytes | None:
@@ -204,6 +213,7 @@ PPC64 = Arch(
     watch=WatchRules(slots=1, types=frozenset({"w", "r", "rw"}), lengths=tuple(range(1, 513)), aligned=False,
                      window=512, source="Power ISA 3.0 DAWR0; Linux arch/powerpc/kernel/hw_breakpoint.c"),
     cross_gcc_package="gcc-powerpc64-linux-gnu",
+    access_gate=KUAP,
     out_of_line=OutOfLine(jump_back, return_jump),
     local_entry=local_entry,
 )
