@@ -249,8 +249,10 @@ PPC64LE = replace(
         "under QEMU instead (qemu-user:PROG, qemu-system:ppc64le)"
     ),
     qemu_user="qemu-ppc64le",
+    # VOF, QEMU's minimal client-interface firmware, instead of SLOF: it runs the kernel that
+    # QEMU loads itself (-kernel), and boots to init ~30 s sooner under TCG
     qemu_system=QemuMachine("qemu-system-ppc64", "qemu-system-ppc", machine="pseries", console="hvc0",
-                            memory="1G"),
+                            args=("-machine", "x-vof=on"), memory="1G"),
     # Debian's ppc64el kernel package ships an uncompressed ELF vmlinux with its .symtab
     debian=DebianPort("ppc64el", "bookworm", "linux-image-powerpc64le", "vmlinux-*"),
     cross_gcc_package="gcc-powerpc64le-linux-gnu",
