@@ -32,9 +32,8 @@ from tests.conftest import KERNEL_ARCHS, require_tool
 
 pytestmark = pytest.mark.kernel
 
-#: the archs whose kernels kpsdk probes through QEMU's gdbstub (ppc64le: see docs/api.md's
-#: limitations: QEMU 7.2's pseries never reports a breakpoint at a kernel address)
-PROBED_ARCHS = ("i386", "arm", "riscv64")
+#: the archs whose kernels kpsdk probes through QEMU's gdbstub
+PROBED_ARCHS = ("i386", "arm", "riscv64", "ppc64le")
 NAMED = ("_stext", "do_sys_openat2", "kernel_clone", "start_kernel", kernel.TRACING_ON_WRITE)
 
 
@@ -109,11 +108,22 @@ def test_probes_match_the_guest(arch: str, arch_kernel: Callable[[str], Path],
             window[0] = writes[0] == 2
             return 0
 
+        gate = s.target.arch.access_gate  # ppc64: the AMR that KUAP closes, opened for each read
+        gate_values: list[tuple[int, int]] = []
+
+        def gate_value() -> int:
+            assert gate is not None
+            return int(s.target.link.request(f"r {gate.register}"), 16)
+
         def user_string(addr: int) -> str | None:
+            before = gate_value() if gate is not None else 0
             try:
                 return s.read_string(addr, max=256)
             except kpsdk.TargetFault:
                 return None  # not paged in yet (at entry the kernel has not touched it)
+            finally:
+                if gate is not None:
+                    gate_values.append((before, gate_value()))
 
         opened: list[str | None] = []
 
@@ -157,6 +167,8 @@ def test_probes_match_the_guest(arch: str, arch_kernel: Callable[[str], Path],
     assert len(spawned) == kernel.SPAWN_COUNT and set(spawned) <= set(clone_rets)
     assert {"/etc/kpsdk-hello", "/kpsdk-missing", "/etc/kpsdk-hello/sub"} <= set(opened), opened
     assert ("/kpsdk-missing", -2) in failed and ("/etc/kpsdk-hello/sub", -20) in failed, failed
+    if gate is not None:  # the kernel had its gate closed at each read, and found it closed again
+        assert gate_values and all(b == a != gate.open_value for b, a in gate_values), gate_values
     # what the guest kernel recorded of the same functions over the same window
     mode, hits, values = _guest_record(console, kpsdk.get_registry().arch(arch).bits)
     if mode == "kprobe":
@@ -191,6 +203,39 @@ def test_write_watchpoint_on_a_riscv64_kernel_global(arch_kernel: Callable[[str]
     assert [(old, new) for old, new, _, _ in seen] == list(zip(values, values[1:], strict=False))
     for _old, new, function, in_memory in seen:
         assert in_memory == new and function != "start_kernel"  # stopped in the sysctl code that wrote it
+
+
+def test_ppc64le_local_entries_match_the_elf(arch_kernel: Callable[[str], Path]) -> None:
+    """Where kpsdk stops a ppc64le kernel (``start_kernel``'s local entry: the ``bl`` from
+    ``start_here_common`` skips the two instructions that set up r2, so a breakpoint on the
+    symbol itself is never passed) and where probes by name land: the local entry kpsdk
+    reads from the code must be the one the ELF's ``st_other`` records, for every function."""
+    from elftools.elf.elffile import ELFFile
+
+    from kpsdk.elfimage import load_elf
+    from kpsdk.targets.qemu import ready_address
+
+    image_path = arch_kernel("ppc64le")
+    arch = kpsdk.get_registry().arch("ppc64le")
+    assert arch.local_entry is not None
+    image = load_elf(image_path)
+    # ELFv2's st_other bits 5-7: 0 and 1 mean no separate local entry, 2..6 mean 4 << (n - 2) bytes
+    offsets = {0: 0, 1: 0, 2: 4, 3: 8, 4: 16, 5: 32, 6: 64}
+    seen: dict[tuple[int, int], int] = {}
+    with open(image_path, "rb") as f:
+        symtab = ELFFile(f).get_section_by_name(".symtab")
+        for sym in symtab.iter_symbols():  # type: ignore[union-attr]
+            if sym["st_info"]["type"] != "STT_FUNC" or sym["st_value"] == 0:
+                continue
+            code = image.read(sym["st_value"], 8)
+            assert code is not None, sym.name
+            pair = (offsets[sym["st_other"]["local"]], arch.local_entry(code))
+            assert pair[0] == pair[1], (sym.name, hex(sym["st_value"]), code.hex())
+            seen[pair] = seen.get(pair, 0) + 1
+    assert seen.get((8, 8), 0) > 10000 and seen.get((0, 0), 0) > 1000, seen  # both kinds were there
+    start_kernel = image.symbols.get("start_kernel").address
+    assert ready_address(arch, image.symbols, image, "start_kernel") == start_kernel + 8
+    assert ready_address(arch, image.symbols, None, "start_kernel") == start_kernel  # no code: the symbol
 
 
 @pytest.mark.parametrize("arch", ["i386", "arm", "ppc64le"])
