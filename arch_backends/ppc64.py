@@ -23,6 +23,7 @@ from unicorn import ppc_const as up
 from kpsdk import hookimpl
 from kpsdk.arch import (
     Abi,
+    AccessGate,
     Arch,
     Breakpoint,
     DebianPort,
@@ -95,6 +96,14 @@ def local_entry(code: bytes) -> int:
 def local_entry_le(code: bytes) -> int:
     """:func:`_local_entry` of little-endian code (ppc64le: every function is ELFv2)."""
     return _local_entry(code, "<")
+
+
+#: Kernel Userspace Access Prevention (CONFIG_PPC_KUAP, on in Debian's kernels): outside
+#: its uaccess windows the kernel keeps the AMR at AMR_KUAP_BLOCKED, which denies
+#: kernel-mode reads and writes of non-privileged (user) pages; QEMU's radix translation
+#: applies it to the debugger too (target/ppc/mmu-radix64.c, ppc_radix64_get_prot_amr), so a
+#: syscall's string argument reads as a fault at a probe.  An AMR of 0 masks nothing.
+KUAP = AccessGate("amr", 0, "Linux arch/powerpc/include/asm/book3s/64/kup.h; Power ISA 3.0 AMR")
 
 
 def _branch(at: int, target: int, order: str) -> bytes | None:
@@ -208,6 +217,7 @@ PPC64 = Arch(
     watch=WatchRules(slots=1, types=frozenset({"w", "r", "rw"}), lengths=tuple(range(1, 513)), aligned=False,
                      window=512, source="Power ISA 3.0 DAWR0; Linux arch/powerpc/kernel/hw_breakpoint.c"),
     cross_gcc_package="gcc-powerpc64-linux-gnu",
+    access_gate=KUAP,
     out_of_line=OutOfLine(jump_back, return_jump),
     local_entry=local_entry,
 )
@@ -243,8 +253,10 @@ PPC64LE = replace(
         "under QEMU instead (qemu-user:PROG, qemu-system:ppc64le)"
     ),
     qemu_user="qemu-ppc64le",
+    # VOF, QEMU's minimal client-interface firmware, instead of SLOF: it runs the kernel that
+    # QEMU loads itself (-kernel), and boots to init ~30 s sooner under TCG
     qemu_system=QemuMachine("qemu-system-ppc64", "qemu-system-ppc", machine="pseries", console="hvc0",
-                            memory="1G"),
+                            args=("-machine", "x-vof=on"), memory="1G"),
     # Debian's ppc64el kernel package ships an uncompressed ELF vmlinux with its .symtab
     debian=DebianPort("ppc64el", "bookworm", "linux-image-powerpc64le", "vmlinux-*"),
     cross_gcc_package="gcc-powerpc64le-linux-gnu",
