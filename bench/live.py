@@ -123,7 +123,7 @@ def run_pygdbmi(arch: str, hits: int) -> float:
             for cmd in ("-gdb-set auto-connect-native-target off", f"-gdb-set architecture {arch_name}",
                         f"-file-exec-and-symbols {spin(arch)}", f"-target-select remote {sock}",
                         f"-data-evaluate-expression *(int*){iterations:#x}={hits}", f"-break-insert -h *{inc:#x}"):
-                gdb.write(cmd)
+                gdb.write(cmd, timeout_sec=30)  # a loaded machine answers late
             seen = 0
             while True:  # the usual pygdbmi loop: write, then poll get_gdb_response
                 gdb.write("-exec-continue", read_response=False)
