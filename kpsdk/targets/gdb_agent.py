@@ -107,7 +107,7 @@ def insert(addr, hardware=0):
     if bp is None:
         _breakpoints[addr] = KpsdkBreakpoint(addr, bool(hardware))
     else:
-        bp.dormant = False
+        bp.dormant = bp.transient = False
         bp.wake()
 
 
@@ -117,7 +117,7 @@ def arm_step(addr, hardware, thread):
     bp = _breakpoints.get(addr)
     if bp is None:
         bp = _breakpoints[addr] = KpsdkBreakpoint(addr, bool(hardware))
-        bp.dormant = True
+        bp.dormant = bp.transient = True
     bp.steps.add(thread)
     bp.wake()
 
@@ -127,15 +127,16 @@ def delete(addr):
 
     Inside a ``stop()`` gdb must not lose a breakpoint (deleting the one
     being processed crashes gdb 13), so there it only goes dormant: it stays
-    in gdb's list, disabled unless a step still ends there, ``stop()`` returns
-    False at once, and :func:`purge` deletes it once the CPU is stopped under MI.
+    inserted, ``stop()`` returns False at once, and :func:`purge` deletes it
+    once the CPU is stopped under MI.  It stays enabled: a kretprobe's return
+    breakpoint goes dormant at each return and wakes at the next entry, and
+    disabling it in between would cost gdb two more packets a call.
     """
     bp = _breakpoints.get(addr)
     if bp is None:
         return
     if _in_stop:
         bp.dormant = True
-        bp.rest()
     else:
         del _breakpoints[addr]
         bp.delete()
@@ -283,14 +284,16 @@ class KpsdkBreakpoint(gdb.Breakpoint):
         self.dormant = False
         #: gdb's threads whose single-step ends here: their next hit is reported
         self.steps = set()
+        #: made for steps only (a successor nobody probes): disabled while no step ends here
+        self.transient = False
 
     def wake(self):
         if not self.enabled:  # type: ignore[has-type]  # gdb.Breakpoint's, untyped
             self.enabled = True
 
     def rest(self):
-        """Disable a breakpoint nobody waits for, so that it no longer traps."""
-        if self.dormant and not self.steps and self.enabled:
+        """Disable a successor breakpoint no step ends at, so that it no longer traps."""
+        if self.transient and not self.steps and self.enabled:
             self.enabled = False
 
     def stop(self):
