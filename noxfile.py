@@ -86,10 +86,10 @@ def bench(session: nox.Session) -> None:
     """
     session.install("-e", ".")
     session.run("python", "bench/run.py", *session.posargs)
-    # live targets: hits/s on qemu-user against gdb's own loop and a plain pygdbmi loop
-    session.run("python", "bench/live.py", "--out", "bench/results/live.md")
     # start-up: kpsdk --help and import kpsdk against their references (median of 20 interleaved runs)
     session.run("python", "bench/startup.py", "--out", "bench/results/startup.md")
+    # live targets: hits/s on qemu-user against gdb's own loop and a plain pygdbmi loop
+    session.run("python", "bench/live.py", "--out", "bench/results/live.md")
 
 
 @nox.session
