@@ -449,8 +449,15 @@ class Trace:
         return [(e, h) for e in self.events for h in e.triggers.hists]
 
     def hist_text(self) -> str:
-        """Every hist trigger's ``hist`` file, one after the other (a blank line between events)."""
-        return "\n".join(h.render() for _, h in self.hists())
+        """Each event's ``hist`` file, after a ``==> events/GROUP/EVENT/hist <==`` line (as ``head``
+        names the files it shows); the triggers of one event two blank lines apart, as the kernel
+        prints them (``hist_show``)."""
+        parts = []
+        for event in self.events:
+            if event.triggers.hists:
+                body = "\n\n".join(h.render() for h in event.triggers.hists)
+                parts.append(f"==> events/{event.group}/{event.name}/hist <==\n{body}")
+        return "\n".join(parts)
 
     # -- reports ------------------------------------------------------------------------------------
 

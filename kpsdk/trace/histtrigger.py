@@ -15,7 +15,8 @@ can be compared with the kernel's own for the same trigger (tests/test_hist_kern
   only), ``.log2``, ``.buckets=N``, ``.usecs``, checked where the kernel checks them;
 - the values as the kernel keeps them: a field is read as its type (signed types
   sign-extended to the word, ``(u64)(unsigned long)``), sums wrap at 64 bits, a
-  ``.log2`` key is ``ilog2(roundup_pow_of_two(v))`` and a ``.buckets=N`` key ``v / N * N``;
+  ``.log2`` key is ``ilog2(roundup_pow_of_two(v))`` (``~ 2^64`` for a negative value, as the
+  kernel prints it) and a ``.buckets=N`` key ``v / N * N``;
 - the table holds ``size`` entries (2048, a power of two from 128 to 131072): a hit on
   a new key once it is full is *Dropped*;
 - the output: ``# event histogram``, the trigger as the kernel prints it back, one
@@ -152,12 +153,11 @@ class HistField:
 
 
 def log2_key(value: int, word: int = 8) -> int:
-    """``ilog2(roundup_pow_of_two(v))``: 0 for 0 and 1 (x86's shift by the word size is no
-    shift), then the exponent of the next power of two."""
-    if value <= 1:
-        return 0
-    exponent = (value - 1).bit_length()
-    return 0 if exponent >= word * 8 else exponent
+    """``ilog2(roundup_pow_of_two(v))`` as the kernel computes it: ``fls_long(v - 1)``, the
+    exponent of the next power of two (0 for 1).  ``v - 1`` wraps: 0 and values above 2**63
+    (a negative field) give 64, as Debian's 6.1 x86_64 kernel prints them (``~ 2^64``;
+    tests/test_trace_triggers_kernel.py)."""
+    return ((value - 1) & ((1 << (word * 8)) - 1)).bit_length()
 
 
 @dataclass(frozen=True)

@@ -133,4 +133,5 @@ def _hist_fields(parsed: list[ProbeDef], fields: list[str]) -> None:
             known = ", ".join(sorted(have)) or "none: the definitions fetch no arguments"
             raise typer.BadParameter(f"{name!r} is no event's field (fields: {known})", param_hint="--hist/--lhist")
         if argtype.is_string or argtype.display == "symbol":
-            raise typer.BadParameter(f"{name!r} is a {argtype.name}: a histogram needs integers", param_hint="--hist/--lhist")
+            raise typer.BadParameter(f"{name!r} is a {argtype.name}: a histogram needs integers",
+                                     param_hint="--hist/--lhist")
