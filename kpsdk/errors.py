@@ -300,6 +300,11 @@ HIST_ERRORS: dict[str, str] = {
 }
 
 
+class FunctionsError(KpsdkError, ValueError):
+    """``kpsdk trace --functions GLOB`` (:mod:`kpsdk.trace.functions`): no ``$func`` template, an
+    event name that would repeat for each function, no matching function, or too many."""
+
+
 #: what the shell says when the kernel fails a trigger write without an error_log entry
 ERRNO_TEXTS = {"EINVAL": "Invalid argument", "ENOENT": "No such file or directory"}
 

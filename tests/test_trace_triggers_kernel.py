@@ -7,17 +7,22 @@ the default workload, and prints its ``hist`` files and its ``trace`` file (with
 ``sym-offset`` option, so that stack frames print as ``sym+0xoff/0xsize``).  kpsdk traces
 the same definitions with the same triggers from outside, through QEMU's gdbstub.
 
+Triggers the kernel refuses are written first: kpsdk refuses them with the same
+``error_log`` entries (or, where the kernel logs nothing, with its bare EINVAL).
+
 Every trigger is filtered on ``comm == "cat"``: the workload's three ``cat`` commands are
 the only cats of the boot, so the guest (which enables its triggers just before the
 workload) and kpsdk (which traces from early boot) count the same hits; the guest prints
 its files with ``sed``, not ``cat``.  What must match:
 
-- each ``hist`` file but its Totals' *Dropped* line... in full: the ``# trigger info``
-  line as the kernel prints the trigger back, every entry line (keys, hitcount, sums),
-  byte for byte and in the same order, and ``Hits``/``Entries``;
-- each stack trace of a ``cat`` open: the frames kpsdk's backtrace finds are the guest's,
-  from the caller of the probed function up; the kernel's own first frames (its kprobe
-  handling, the probed function's ftrace site) are said in the test.
+- each ``hist`` file in full: the ``# trigger info`` line as the kernel prints the trigger
+  back, every entry line (keys, hitcount, sums), byte for byte and in the same order, and
+  the Totals (blank lines aside);
+- each stack trace of a ``cat`` open, printed right after its event's line: the frames
+  kpsdk's backtrace finds are the guest's, in order, from the probed function's caller to
+  the outermost frame.  What differs, and why, is said in the test: the guest's first
+  frames are its own kprobe handling, and kpsdk's frame-pointer walk can miss a frame of a
+  kernel built without frame pointers.
 """
 
 from __future__ import annotations
@@ -29,8 +34,12 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+import kpsdk
 from kpsdk.cli import app
+from kpsdk.errors import TriggerError
 from kpsdk.fixtures import kernel
+from kpsdk.trace.grammar import Parser
+from kpsdk.trace.triggers import parse_trigger
 from tests.conftest import require_tool
 
 pytestmark = pytest.mark.kernel
@@ -46,10 +55,26 @@ TRIGGERS = [
     ("myopen", f"hist:keys=__probe_ip.sym:vals=hitcount,dfd:sort=hitcount.descending {CAT}"),
     ("myopen", f"stacktrace {CAT}"),
 ]
+#: triggers the kernel refuses: with an error_log entry (message, command, caret), or with
+#: EINVAL alone (the last two)
+BAD_TRIGGERS = [
+    "hist:keys=nosuch",
+    "hist:keys=ret.bogus",
+    "hist:keys=ret:sort=nosuch",
+    "hist:keys=ret:sort=ret.up",
+    "hist:keys=ret:vals=ret.log2",
+    "hist:keys=ret:sort=ret,hitcount,ret",
+    "hist:keys=ret:size=64",
+    "hist:vals=ret",
+]
 TRACING = "/sys/kernel/tracing"
 SELF_TRACING = "\n".join([
     f"mount -t tracefs nodev {TRACING}",
     *(f"echo '{d}' >> {TRACING}/kprobe_events" for d in DEFINITIONS),
+    *(f"echo KPSDK-CASE-{i}\necho > {TRACING}/error_log\n"
+      f"echo '{t}' >> {TRACING}/events/kprobes/myopenret/trigger 2>/dev/null && echo KPSDK-ACCEPTED\n"
+      f"sed -n p {TRACING}/error_log" for i, t in enumerate(BAD_TRIGGERS)),
+    "echo KPSDK-CASES-END",
     *(f"echo '{t}' >> {TRACING}/events/kprobes/{e}/trigger" for e, t in TRIGGERS),
     f"echo 1 > {TRACING}/options/sym-offset",
     f"echo 1 > {TRACING}/events/kprobes/enable",
@@ -71,8 +96,7 @@ def hist_blocks(text: str) -> list[list[str]]:
             blocks.append([])
         if blocks and line:
             blocks[-1].append(line)
-    return [[line for line in b if not line.startswith("    Dropped")] for b in
-            ([line for line in b if not line.startswith("==> ")] for b in blocks)]
+    return [[line for line in b if not line.startswith("==> ")] for b in blocks]
 
 
 def stacks(text: str) -> list[list[str]]:
@@ -94,6 +118,18 @@ def between(text: str, begin: str, end: str) -> str:
     return text.split(begin, 1)[1].split(end, 1)[0]
 
 
+def guest_errors(console: str) -> dict[int, tuple[str, ...] | None]:
+    """Case number -> the error_log's three lines without the timestamp, or None (no entry)."""
+    out: dict[int, tuple[str, ...] | None] = {}
+    for m in re.finditer(r"KPSDK-CASE-(\d+)\n(.*?)(?=KPSDK-CASE|KPSDK-CASES-END)", console, re.S):
+        body = m[2].rstrip("\n")
+        assert "KPSDK-ACCEPTED" not in body, (BAD_TRIGGERS[int(m[1])], body)
+        lines = body.split("\n") if body else []
+        assert len(lines) in (0, 3), body
+        out[int(m[1])] = (re.sub(r"^\[\s*[\d.]+\] ", "", lines[0]), lines[1], lines[2]) if lines else None
+    return out
+
+
 def test_hist_and_stacktrace_triggers_match_the_guest_kernels_own(
         debian_kernel: Path, kernel_initramfs: Callable[..., Path], tmp_path: Path) -> None:
     require_tool("gdb-multiarch", "gdb-multiarch")
@@ -110,6 +146,17 @@ def test_hist_and_stacktrace_triggers_match_the_guest_kernels_own(
     console = result.stderr.replace("\r", "")
     assert "KPSDK-GUEST-TRACE-END" in console, console[-3000:]
 
+    # the refused triggers: the same error_log entries (message, command, caret), or none
+    guest = guest_errors(console)
+    assert sorted(guest) == list(range(len(BAD_TRIGGERS))), console[-3000:]
+    definition = Parser(kpsdk.get_registry().arch("x86_64")).parse(DEFINITIONS[1])
+    for i, bad in enumerate(BAD_TRIGGERS):
+        with pytest.raises(TriggerError) as info:
+            parse_trigger(bad, definition, 8)
+        log = info.value.error_log
+        assert (tuple(log.split("\n")) if log is not None else None) == guest[i], (bad, guest[i], log)
+    assert sum(v is not None for v in guest.values()) == 6
+
     # the hist files: the guest's (myopen's, then myopenret's) against kpsdk's report, in
     # trigger order per event
     guest_hist = hist_blocks(between(console, "KPSDK-GUEST-HIST-BEGIN myopen\n", "KPSDK-GUEST-HIST-END")) + \
@@ -123,12 +170,26 @@ def test_hist_and_stacktrace_triggers_match_the_guest_kernels_own(
     cats = [line for line in by_pid if line.startswith("{ common_pid: cat")]
     assert len(cats) >= 3, by_pid  # the workload's three cats, each seen by both
 
-    # the stack traces of the cats' opens
-    guest_stacks = stacks(between(console, "KPSDK-GUEST-TRACE-BEGIN\n", "KPSDK-GUEST-TRACE-END"))
-    ours_stacks = stacks(out.read_text())
-    assert guest_stacks and len(guest_stacks) == len(ours_stacks), (guest_stacks, ours_stacks)
+    # the stack traces of the cats' opens: each right after its event's line, in both
+    guest_trace = between(console, "KPSDK-GUEST-TRACE-BEGIN\n", "KPSDK-GUEST-TRACE-END")
+    ours_trace = out.read_text()
+    for text in (guest_trace, ours_trace):
+        lines = text.splitlines()
+        before = [lines[i - 1] for i, line in enumerate(lines) if line.endswith("<stack trace>")]
+        assert before and all(" myopen: (do_sys_openat2+0x0/" in line and "cat-" in line for line in before), before
+    guest_stacks, ours_stacks = stacks(guest_trace), stacks(ours_trace)
+    assert len(guest_stacks) == len(ours_stacks) == 3, (guest_stacks, ours_stacks)
     for guest, ours in zip(guest_stacks, ours_stacks, strict=True):
-        # kpsdk's frames from the probed function's caller up are the guest's last frames
-        callers = ours[1:]
-        assert callers and guest[-len(callers):] == callers, (guest, ours)
-        assert re.match(r"do_sys_openat2\+0x0/0x[0-9a-f]+$", ours[0]), ours
+        # The guest's first frames are its own kprobe machinery (kprobe_trace_func ...
+        # kprobe_ftrace_handler) and the probed function after its fentry call (+0x5);
+        # kpsdk's first is the probed function's first byte, where its breakpoint is.
+        probed = next(i for i, f in enumerate(guest) if f.startswith("do_sys_openat2+"))
+        assert ours[0].startswith("do_sys_openat2+0x0/") and guest[probed].split("/")[1] == ours[0].split("/")[1]
+        # Then kpsdk's callers are the guest's, in order, from the return address at the
+        # entry to the last frame.  kpsdk's x86 walk follows the rbp chain; Debian's kernel is
+        # built without frame pointers (ORC), so a frame whose function did not keep rbp
+        # (do_syscall_64) can be missing, never one the guest does not have.
+        callers, rest = ours[1:], iter(guest[probed + 1:])
+        assert callers and callers[0] == guest[probed + 1], (guest, ours)
+        assert callers[-1] == guest[-1], (guest, ours)
+        assert all(frame in rest for frame in callers), (guest, ours)  # a subsequence

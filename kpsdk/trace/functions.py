@@ -19,7 +19,7 @@ import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from kpsdk.errors import KprobeError, KpsdkError
+from kpsdk.errors import FunctionsError, KprobeError
 from kpsdk.symbols import did_you_mean, is_glob
 
 if TYPE_CHECKING:
@@ -31,10 +31,6 @@ MAX_FUNCTIONS = 1000
 PLACEHOLDER = "$func"
 #: a template: ``p|r[MAXACTIVE][:[GRP/]]`` then ``$func`` (with an optional +offs or %return), then the rest
 _TEMPLATE = re.compile(r"^(?P<head>[pr]\d*(?::\S*)?)\s+\$func(?P<tail>(?:\+\S*|%return)?)(?P<rest>(?:\s.*)?)$")
-
-
-class FunctionsError(KpsdkError, ValueError):
-    """``--functions``: no template, an event name that would repeat, no or too many matches."""
 
 
 def is_template(definition: str) -> bool:

@@ -94,8 +94,14 @@ TASK-PID [CPU] FLAGS TIMESTAMP: EVENT: (sym+0x0/0x14) a=2 b=3 (returns: EVENT: (
 bodies only.  --output jsonl (one JSON object a line), perfetto (a Chrome/Perfetto trace-event
 JSON: open it in ui.perfetto.dev) or a plugin's format ('kpsdk plugins' lists them); --out FILE.
 While it runs, a live table of counts per event on stderr (a terminal only).  At the end (or on
-Ctrl-C): --hist FIELD and --latency histograms (log2 buckets, as bpftrace), --plot FILE (.png,
-.svg, .pdf), --profile (kprobe_profile).
+Ctrl-C): --hist FIELD and --latency histograms (log2 buckets, as bpftrace), --lhist (linear), --plot
+FILE (.png, .svg, .pdf), --profile (kprobe_profile).
+
+[bold]Triggers[/bold] (--trigger EVENT:CMD, as written to events/GROUP/EVENT/trigger):
+hist:keys=K[,K2..]:vals=V:sort=S.descending[:size=N] [if FILTER] (printed at the end as the
+event's hist file; modifiers .hex .sym .sym-offset .execname .log2 .buckets=N), stacktrace[:N]
+[if FILTER] (the stack after the event's line; --stack: after every line).
+--functions GLOB: each definition probing $func, once per matching function.
 """
 
 EXAMPLES = """\
@@ -108,6 +114,9 @@ kpsdk trace x86_64 -e 'r sub $retval:s32' --call 'sub 3 5'          # r_sub_0: (
 kpsdk trace qemu-user:ppc64 -e 'p:add add a=%r3:s32 b=%gpr4:s32' --profile
 kpsdk trace i386 -f probes.txt --output perfetto --out trace.json   # open in ui.perfetto.dev
 kpsdk trace x86_64 -e 'r fact' --latency --plot latency.png
+kpsdk trace x86_64 -e 'r:fact fact n=$arg1:s64 ret=$retval:s64' -t 'fact:hist:keys=n.log2:vals=ret'
+kpsdk trace x86_64 -e 'p:f fact n=%di:s64' -t 'f:stacktrace if n == 1'
+kpsdk trace x86_64 --functions 'check*' -e 'p $func x=%di:s32'
 kpsdk trace qemu-system:x86_64 --kernel vmlinuz --initrd initrd.img \\
     -e 'r:open do_sys_openat2 name=+0($arg2):ustring ret=$retval:s32' --filter 'ret < 0'
 """
@@ -425,7 +434,7 @@ def _expand_functions(session: Session, definitions: list[str], pattern: str) ->
     from kpsdk.trace.functions import expand, matching_functions
 
     names, skipped = matching_functions(pattern, session.symbols, session.target.manager.check_address)
-    console(stderr=True).print(Text(f"--functions {pattern}: {len(names)} functions"
+    console(stderr=True).print(Text(f"--functions {pattern}: {len(names)} function{'' if len(names) == 1 else 's'}"
                                     + (f" ({skipped} that cannot be probed left out)" if skipped else ""),
                                     style="dim"), soft_wrap=True)
     return expand(definitions, names)
