@@ -176,6 +176,19 @@ def test_cli_stack_prints_ftraces_stack_entry_after_each_line() -> None:
     assert lines[at + 2].startswith(" => fact+0x0/") and lines[at + 3].startswith(" => main+0x")
 
 
+def test_a_stacktrace_entry_follows_its_event_filtered_or_not() -> None:
+    """As the kernel writes them (tests/test_trace_triggers_kernel.py): after the event's line,
+    one entry per trigger that fired."""
+    for triggers, entries in ((["f:stacktrace:1"], 1), (["f:stacktrace:1 if n > 0"], 1),
+                              (["f:stacktrace:1", "f:stacktrace if n > 4"], 2)):
+        args = [a for t in triggers for a in ("--trigger", t)]
+        result = runner.invoke(app, ["trace", "x86_64", "-e", "p:f fact n=%di:s64", *args, "--no-prefix",
+                                     "--count", "1"])
+        assert result.exit_code == 0, result.output
+        lines = [line for line in result.stdout.splitlines() if not line.startswith(" => ")]
+        assert lines == ["f: (fact+0x0/0x2b) n=5", *["<stack trace>"] * entries], result.stdout
+
+
 def test_cli_trigger_prints_the_hist_file_and_refuses_like_the_kernel() -> None:
     ok = runner.invoke(app, ["trace", "x86_64", "-e", "p:put put name=+0(%di):string v=%si:s64",
                              "--trigger", "put:hist:keys=v.log2:vals=hitcount", "--no-prefix"])

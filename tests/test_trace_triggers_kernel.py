@@ -18,6 +18,8 @@ its files with ``sed``, not ``cat``.  What must match:
 - each ``hist`` file in full: the ``# trigger info`` line as the kernel prints the trigger
   back, every entry line (keys, hitcount, sums), byte for byte and in the same order, and
   the Totals (blank lines aside);
+- where a stack entry goes: right after its event's line, for a filtered trigger and for
+  one without a filter;
 - each stack trace of a ``cat`` open, printed right after its event's line: the frames
   kpsdk's backtrace finds are the guest's, in order, from the probed function's caller to
   the outermost frame.  What differs, and why, is said in the test: the guest's first
@@ -47,6 +49,7 @@ pytestmark = pytest.mark.kernel
 DEFINITIONS = [
     "p:myopen do_sys_openat2 dfd=$arg1",
     "r:myopenret do_sys_openat2 ret=$retval:s32",
+    "p:myclone kernel_clone",
 ]
 CAT = 'if comm == "cat"'
 TRIGGERS = [
@@ -54,6 +57,7 @@ TRIGGERS = [
     ("myopenret", f"hist:keys=__probe_ret_ip.sym-offset,ret.log2:vals=hitcount:sort=ret {CAT}"),
     ("myopen", f"hist:keys=__probe_ip.sym:vals=hitcount,dfd:sort=hitcount.descending {CAT}"),
     ("myopen", f"stacktrace {CAT}"),
+    ("myclone", "stacktrace:1"),  # an event whose triggers are all unconditional: where its entry goes
 ]
 #: triggers the kernel refuses: with an error_log entry (message, command, caret), or with
 #: EINVAL alone (the last two)
@@ -99,18 +103,21 @@ def hist_blocks(text: str) -> list[list[str]]:
     return [[line for line in b if not line.startswith("==> ")] for b in blocks]
 
 
-def stacks(text: str) -> list[list[str]]:
-    """The frames of each ``<stack trace>`` entry of a trace file."""
+def stacks(text: str, event: str) -> list[list[str]]:
+    """The frames of each ``<stack trace>`` entry of a trace file that follows an ``event`` line."""
     out: list[list[str]] = []
     inside = False
+    previous = ""
     for line in text.splitlines():
         if line.endswith("<stack trace>"):
-            out.append([])
-            inside = True
+            inside = f" {event}: (" in previous
+            if inside:
+                out.append([])
         elif inside and line.startswith(" => "):
             out[-1].append(line[4:])
         else:
             inside = False
+        previous = line
     return out
 
 
@@ -173,11 +180,16 @@ def test_hist_and_stacktrace_triggers_match_the_guest_kernels_own(
     # the stack traces of the cats' opens: each right after its event's line, in both
     guest_trace = between(console, "KPSDK-GUEST-TRACE-BEGIN\n", "KPSDK-GUEST-TRACE-END")
     ours_trace = out.read_text()
+    (tmp_path / "guest-trace.txt").write_text(guest_trace)  # kept by pytest for a failure's reader
     for text in (guest_trace, ours_trace):
         lines = text.splitlines()
-        before = [lines[i - 1] for i, line in enumerate(lines) if line.endswith("<stack trace>")]
-        assert before and all(" myopen: (do_sys_openat2+0x0/" in line and "cat-" in line for line in before), before
-    guest_stacks, ours_stacks = stacks(guest_trace), stacks(ours_trace)
+        after = [lines[i - 1] for i, line in enumerate(lines) if line.endswith("<stack trace>")]
+        # every stack entry right after its event's line: the filtered trigger's (myopen, the
+        # cats) and the unfiltered one's (myclone)
+        assert sum(" myopen: (" in line and "cat-" in line for line in after) == 3, (after, text[-6000:])
+        assert sum(" myclone: (kernel_clone+0x0/" in line for line in after) == 1, (after, text[-6000:])
+        assert len(after) == 4, (after, text[-6000:])
+    guest_stacks, ours_stacks = stacks(guest_trace, "myopen"), stacks(ours_trace, "myopen")
     assert len(guest_stacks) == len(ours_stacks) == 3, (guest_stacks, ours_stacks)
     for guest, ours in zip(guest_stacks, ours_stacks, strict=True):
         # The guest's first frames are its own kprobe machinery (kprobe_trace_func ...

@@ -87,6 +87,9 @@ class TraceRecord:
     flags: str = NO_FLAGS
     #: the stack at the hit (``--stack``, a ``stacktrace`` trigger): ``sym+0xoff/0xsize`` per frame, innermost first
     stack: tuple[str, ...] | None = field(default=None, repr=False, compare=False)
+    #: one ``after`` per stack entry the trace shows after the event's line (``--stack``, each
+    #: stacktrace trigger that fired: the kernel writes one entry for each)
+    stack_where: tuple[str, ...] = field(default=(), repr=False, compare=False)
 
     @property
     def duration(self) -> float | None:
@@ -165,10 +168,15 @@ class TraceEvent:
             return
         self.recorded += 1
         trace.counts[self.name] += 1
-        # every stacktrace trigger sees the hit (each counts its own N down)
-        wanted = [t.wants(record) for t in self.triggers.stacks]
-        if trace.stack or any(wanted):
+        # every stacktrace trigger sees the hit (each counts its own N down) and writes its own
+        # stack entry after the event's, filtered or not, as Debian's 6.1 kernel does
+        # (tests/test_trace_triggers_kernel.py)
+        where = ["after" for t in self.triggers.stacks if t.wants(record)]
+        if trace.stack:
+            where.append("after")
+        if where:
             record.stack = trace.stack_of(regs)
+            record.stack_where = tuple(where)
         trace.deliver(record)
         for hist in self.triggers.hists:
             hist.hit(record)

@@ -90,7 +90,7 @@ HEADER_LEGEND = """\
 
 
 def format_stack(prefix: str, frames: tuple[str, ...]) -> str:
-    """A stack entry as ftrace prints it after its event (``trace_stack_print``): the prefix and
+    """A stack entry as ftrace prints it (``trace_stack_print``): the prefix and
     ``<stack trace>``, then `` => sym+0xoff/0xsize`` per frame (the ``sym-offset`` option's form)."""
     return f"{prefix}<stack trace>\n" + "".join(f" => {frame}\n" for frame in frames)
 
@@ -132,7 +132,9 @@ class TextWriter(Writer):
         prefix = format_prefix(record) if self.prefix else ""
         text = prefix + format_text(record) + "\n"
         if record.stack is not None:
-            text += format_stack(prefix, record.stack)
+            stack = format_stack(prefix, record.stack)
+            where = record.stack_where or ("after",)
+            text = stack * where.count("before") + text + stack * where.count("after")
         self.stream.write(text)
         self.stream.flush()
 
