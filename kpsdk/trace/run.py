@@ -98,9 +98,9 @@ Ctrl-C): --hist FIELD and --latency histograms (log2 buckets, as bpftrace), --lh
 FILE (.png, .svg, .pdf), --profile (kprobe_profile).
 
 [bold]Triggers[/bold] (--trigger EVENT:CMD, as written to events/GROUP/EVENT/trigger):
-hist:keys=K[,K2..]:vals=V:sort=S.descending[:size=N] [if FILTER] (printed at the end as the
-event's hist file; modifiers .hex .sym .sym-offset .execname .log2 .buckets=N), stacktrace[:N]
-[if FILTER] (the stack after the event's line; --stack: after every line).
+hist:keys=K\\[,K2..]:vals=V:sort=S.descending\\[:size=N] \\[if FILTER] (printed at the end as the
+event's hist file; modifiers .hex .sym .sym-offset .execname .log2 .buckets=N), stacktrace\\[:N]
+\\[if FILTER] (the stack after the event's line; --stack: after every line).
 --functions GLOB: each definition probing $func, once per matching function.
 """
 
@@ -257,7 +257,8 @@ def cmd_trace(
     trigger: Annotated[list[str] | None, typer.Option(
         "--trigger", "-t", metavar="EVENT:CMD", rich_help_panel=EVENTS_PANEL,
         help="An event trigger, as written to events/GROUP/EVENT/trigger: 'myopen:hist:keys=common_pid:vals=hitcount' "
-             "(printed at the end as the event's hist file), 'myopen:stacktrace[:N] [if FILTER]'. Repeatable.")] = None,
+             "(printed at the end as the event's hist file), 'myopen:stacktrace\\[:N] \\[if FILTER]'. "
+             "Repeatable.")] = None,
     stack_trace: Annotated[bool, typer.Option(
         "--stack", rich_help_panel=OUTPUT_PANEL,
         help="text: each record's stack after its line, as ftrace's stacktrace option "
