@@ -5,7 +5,8 @@ Debian's 6.1 amd64 kernel (CONFIG_HIST_TRIGGERS=y) boots once
 ``kprobe_events``, writes the same triggers into ``events/kprobes/EVENT/trigger``, runs
 the default workload, and prints its ``hist`` files and its ``trace`` file (with the
 ``sym-offset`` option, so that stack frames print as ``sym+0xoff/0xsize``).  kpsdk traces
-the same definitions with the same triggers from outside, through QEMU's gdbstub.
+the same definitions with the same triggers from outside, through QEMU's gdbstub, and
+``--functions 'do_sys_open*' -e 'p:kfn/ $func'`` on the same run.
 
 Triggers the kernel refuses are written first: kpsdk refuses them with the same
 ``error_log`` entries (or, where the kernel logs nothing, with its bare EINVAL).
@@ -148,6 +149,8 @@ def test_hist_and_stacktrace_triggers_match_the_guest_kernels_own(
         args += ["-e", d]
     for event, trigger in TRIGGERS:
         args += ["--trigger", f"{event}:{trigger}"]
+    # and kpsdk's --functions on the same run: one event per function the glob matches
+    args += ["--functions", "do_sys_open*", "-e", "p:kfn/ $func"]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output[-3000:]
     # the kernel's own messages on the serial console (a loaded host: "hrtimer: interrupt took
@@ -179,6 +182,15 @@ def test_hist_and_stacktrace_triggers_match_the_guest_kernels_own(
     by_pid = guest_hist[1] if "execname" in guest_hist[1][2] else guest_hist[2]
     cats = [line for line in by_pid if line.startswith("{ common_pid: cat")]
     assert len(cats) >= 3, by_pid  # the workload's three cats, each seen by both
+
+    # --functions: do_sys_openat2 and do_sys_open, each an event named as the kernel names it;
+    # every open of a cat goes through do_sys_openat2, as the guest's myopen saw
+    assert "--functions do_sys_open*: 2 functions" in console
+    ours_lines = out.read_text().splitlines()
+    guest_cat_opens = [line for line in between(console, "KPSDK-GUEST-TRACE-BEGIN\n", "KPSDK-GUEST-TRACE-END")
+                       .splitlines() if " myopen: (" in line and "cat-" in line]
+    kfn = [line for line in ours_lines if " p_do_sys_openat2_0: (do_sys_openat2+0x0/" in line and "cat-" in line]
+    assert len(kfn) == len(guest_cat_opens) == 3, (kfn, guest_cat_opens)
 
     # the stack traces of the cats' opens: each right after its event's line, in both
     guest_trace = between(console, "KPSDK-GUEST-TRACE-BEGIN\n", "KPSDK-GUEST-TRACE-END")
