@@ -288,6 +288,58 @@ class TraceDefinitionError(KpsdkError, ValueError):
         return caret_log(f"{self.subsystem}: error: {self.message}", self.definition, self.column)
 
 
+#: the hist trigger's error_log texts (kernel/trace/trace_events_hist.c, ``err_text``), by name
+HIST_ERRORS: dict[str, str] = {
+    "BAD_FIELD_MODIFIER": "Invalid field modifier",
+    "FIELD_NOT_FOUND": "Couldn't find field",
+    "EMPTY_ASSIGNMENT": "Empty assignment",
+    "INVALID_SORT_MODIFIER": "Invalid sort modifier",
+    "EMPTY_SORT_FIELD": "Empty sort field",
+    "TOO_MANY_SORT_FIELDS": "Too many sort fields (Max = 2)",
+    "INVALID_SORT_FIELD": "Sort field must be a key or a val",
+}
+
+
+class FunctionsError(KpsdkError, ValueError):
+    """``kpsdk trace --functions GLOB`` (:mod:`kpsdk.trace.functions`): no ``$func`` template, an
+    event name that would repeat for each function, no matching function, or too many."""
+
+
+#: what the shell says when the kernel fails a trigger write without an error_log entry
+ERRNO_TEXTS = {"EINVAL": "Invalid argument", "ENOENT": "No such file or directory"}
+
+
+class TriggerError(KpsdkError, ValueError):
+    """An event trigger (``hist:...``, ``stacktrace``) the kernel would refuse (:mod:`kpsdk.trace.triggers`).
+
+    ``code`` is the kernel's name (``FIELD_NOT_FOUND``) when the kernel writes an
+    ``error_log`` entry for it, with ``message`` its text and ``column`` (0-based)
+    where the kernel's caret goes in ``command`` (``hist:`` and what follows it, as
+    the kernel's ``last_cmd``); ``location`` is the kernel's ``hist:GROUP:EVENT``.
+    Where the kernel only fails the write (``EINVAL``, no ``error_log``), ``code`` is
+    ``EINVAL`` and ``detail`` says what was wrong.  A trigger the kernel would take
+    but kpsdk cannot run (variables, expressions, actions) is ``UNSUPPORTED``.
+    """
+
+    def __init__(self, code: str, command: str, column: int = 0, detail: str = "", location: str = "hist") -> None:
+        self.code = code
+        self.message = HIST_ERRORS.get(code) or ERRNO_TEXTS.get(code, "not supported by kpsdk")
+        self.command = command
+        self.column = max(0, min(column, len(command)))
+        self.detail = detail
+        self.location = location
+        short = detail if len(detail) <= DETAIL_MAX else f"{detail[:DETAIL_MAX - 3]}..."
+        extra = f" ({short})" if detail else ""
+        super().__init__(f"{location}: {self.message}{extra} at column {self.column + 1} of {shown(command)}")
+
+    @property
+    def error_log(self) -> str | None:
+        """The kernel's ``error_log`` entry with its caret, for the errors the kernel logs."""
+        if self.code not in HIST_ERRORS:
+            return None
+        return caret_log(f"{self.location}: error: {self.message}", self.command, self.column)
+
+
 class FilterError(KpsdkError, ValueError):
     """A filter expression that does not parse (:mod:`kpsdk.trace.filter`): ``column`` (0-based)
     points at the problem; :attr:`error_log` shows it with a caret, as a definition error does."""

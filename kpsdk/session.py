@@ -232,7 +232,8 @@ class Session(BuiltinVerbs):
         return make
 
     def trace(self, definitions: str | Iterable[str], sink: Any = None, filter: str | None = None,  # noqa: A002
-              comm: str | None = None, pid: int | None = None) -> Any:
+              comm: str | None = None, pid: int | None = None, triggers: Iterable[str] = (),
+              stack: bool = False) -> Any:
         """ftrace-style events (``"p:add a=%di"``, ``"r:fact $retval"``): see ``docs/trace.md``.
 
         Returns a :class:`kpsdk.trace.events.Trace`; each hit gives a
@@ -240,10 +241,13 @@ class Session(BuiltinVerbs):
         ``trace.records``).  ``filter`` is a kernel event filter on the fields.
         ``comm`` and ``pid`` name the task in records of a target without tasks
         of its own (Unicorn; default: the program's file name and 1).
+        ``triggers`` are ``EVENT:COMMAND`` event triggers (``hist:keys=...``,
+        ``stacktrace``); ``stack=True`` records every hit's stack (``record.stack``).
         """
         from kpsdk.trace.events import start_trace
 
-        return start_trace(self, definitions, sink=sink, filter=filter, comm=comm, pid=pid)
+        return start_trace(self, definitions, sink=sink, filter=filter, comm=comm, pid=pid, triggers=triggers,
+                           stack=stack)
 
     # -- knobs and reports ------------------------------------------------------------
 

@@ -319,6 +319,60 @@ def test_a_trace_registers_or_refuses_and_its_hits_never_fail(s: kpsdk.Session, 
     assert_clean(s)
 
 
+# -- event triggers (hist, stacktrace) -------------------------------------------------------------------
+
+TRIGGER_DEFS = ["p:f fact n=%di:s64 name=+0(%di):string", "r:fr fact ret=$retval:s32"]
+hist_keys = st.sampled_from(["n", "common_pid", "common_pid.execname", "n.log2", "n.buckets=4", "name",
+                             "__probe_ip.sym", "n.hex", "common_cpu", "__probe_ip.sym-offset", "n,common_pid"])
+trigger_pieces: list[Piece] = [
+    ("event", st.sampled_from(["f", "kprobes/f", "kprobes.f"]), st.one_of(nasty_text, st.just("fr"))),
+    ("keys", hist_keys.map(lambda k: f"keys={k}"), st.one_of(nasty_text.map(lambda t: f"keys={t}"),
+                                                            st.sampled_from(["keys=", "key=n,n,n,n", "vals=n"]))),
+    ("vals", st.sampled_from(["vals=hitcount", "vals=n", "vals=hitcount,n", "values=n.hex"]),
+     st.one_of(nasty_text.map(lambda t: f"vals={t}"), st.sampled_from(["vals=name", "vals=n,n,n", "vals=n.log2"]))),
+    ("sort", st.sampled_from(["sort=hitcount", "sort=n.descending", "sort=n,hitcount", "sort=hitcount.ascending"]),
+     st.one_of(nasty_text.map(lambda t: f"sort={t}"), st.sampled_from(["sort=", "sort=n,n,n", "sort=n.up"]))),
+    ("size", st.sampled_from(["size=128", "size=2048", "size=0x1000"]),
+     st.one_of(numbers.map(lambda t: f"size={t}"), st.just("size="))),
+]
+
+
+@st.composite
+def triggers(draw: st.DrawFn) -> str:
+    """``EVENT:hist:ATTRS [if FILTER]`` or ``EVENT:stacktrace[:N] [if FILTER]`` from their pieces."""
+    pieces = dict(draw(one_wrong(trigger_pieces)))
+    tail = draw(st.one_of(st.just(""), filters.map(lambda f: f" if {f}"), st.sampled_from([" if", " if ("])))
+    if draw(st.booleans()):
+        count = draw(st.one_of(st.just(""), st.integers(0, 9).map(lambda n: f":{n}"), nasty_text))
+        return f"{pieces['event']}:stacktrace{count}{tail}"
+    attrs = [pieces["keys"]] + [pieces[k] for k in ("vals", "sort", "size") if draw(st.booleans())]
+    return f"{pieces['event']}:hist:{':'.join(attrs)}{tail}"
+
+
+@settings(max_examples=fuzz_examples(200))
+@given(text=st.one_of(triggers(), nasty_text))
+def test_a_trigger_is_taken_or_refused_and_its_hits_never_fail(s: kpsdk.Session, text: str) -> None:
+    """``s.trace(..., triggers=[TEXT])``: the events with the trigger, or one of kpsdk's errors with
+    nothing left registered; a hist that takes hits renders."""
+    try:
+        trace = s.trace(TRIGGER_DEFS, triggers=[text])
+    except Exception as e:  # noqa: BLE001 - the property is which exceptions
+        expect_kpsdk_error(e)
+        error_log = getattr(e, "error_log", None)
+        assert error_log is None or len(error_log.splitlines()) == 3, error_log
+        assert "\n" not in str(e)
+        assert_clean(s)
+        return
+    event("triggered")
+    try:
+        s.call("fact", 3)
+        for _, hist in trace.hists():
+            assert hist.render().startswith("# event histogram\n")
+    finally:
+        trace.close()
+    assert_clean(s)
+
+
 # -- filters ---------------------------------------------------------------------------------------------
 
 
@@ -474,7 +528,11 @@ commands = st.one_of(
         option("--noprobe", st.sampled_from(["sub"])),
         option("--comm", st.sampled_from(["cat", "a-b", "x" * 15])),
         option("--pid", st.sampled_from(["0", "85", "4194304"])),
-    ], flags=("--latency", "--profile", "--console", "--no-prefix")),
+        option("--trigger", triggers()),
+        option("--lhist", st.sampled_from([f"{f},0,100,10" for f in FILTER_FIELDS]),
+               st.one_of(cli_text, st.sampled_from(["a,1,0,1", "a,0,10,0", "a,0,1e9,1", "a"]))),
+        option("--functions", st.sampled_from(["a*", "[a-f]*", "fact"])),
+    ], flags=("--latency", "--profile", "--console", "--no-prefix", "--stack")),
     command(["disasm"], [ELF, positional("SYM", st.sampled_from(FUNCTIONS + ["add+4", "fact+0x3"]), cli_text)],
             [option("-n", st.integers(1, 20).map(str))]),
     command(["list"], [ELF], [option("--noprobe", st.sampled_from(["add", "add,sub"]))], flags=("--all",)),

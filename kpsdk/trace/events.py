@@ -31,17 +31,19 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from kpsdk.errors import ArgumentError, KprobeError, KpsdkError, shown
+from kpsdk.errors import ArgumentError, KprobeError, KpsdkError, TriggerError, shown
 from kpsdk.symbols import did_you_mean
 from kpsdk.tasks import NO_FLAGS, UNKNOWN_COMM, TaskInfo, check_comm, check_pid, program_comm
 from kpsdk.trace.fetch import BoundArg, HitContext, Value, entry_args, format_symbol
 from kpsdk.trace.filter import Filter, parse_filter
 from kpsdk.trace.grammar import Parser, ProbeDef, TraceDefinitionError
+from kpsdk.trace.triggers import STACK_DEPTH, EventTriggers, StackTrigger, matches, parse_trigger, split_trigger
 
 if TYPE_CHECKING:
     from kpsdk.probe import Probe
     from kpsdk.regs import PtRegs
     from kpsdk.session import Session
+    from kpsdk.trace.histtrigger import HistTrigger
 
 Sink = Callable[["TraceRecord"], Any] | list["TraceRecord"]
 
@@ -83,6 +85,11 @@ class TraceRecord:
     pid: int = 0
     cpu: int = 0
     flags: str = NO_FLAGS
+    #: the stack at the hit (``--stack``, a ``stacktrace`` trigger): ``sym+0xoff/0xsize`` per frame, innermost first
+    stack: tuple[str, ...] | None = field(default=None, repr=False, compare=False)
+    #: one ``after`` per stack entry the trace shows after the event's line (``--stack``, each
+    #: stacktrace trigger that fired: the kernel writes one entry for each)
+    stack_where: tuple[str, ...] = field(default=(), repr=False, compare=False)
 
     @property
     def duration(self) -> float | None:
@@ -140,6 +147,7 @@ class TraceEvent:
         self._entries: dict[int, tuple[float, dict[int, int | None] | None, int]] = {}
         self.filtered = trace.filter is not None and trace.filter.applies_to({a.name for a in args})
         self._arg_numbers = sorted({n.index for a in definition.args for n in a.fetch.walk() if n.kind == "arg"})
+        self.triggers = EventTriggers()
 
     @property
     def hits(self) -> int:
@@ -154,13 +162,24 @@ class TraceEvent:
     def _values(self, hit: HitContext) -> dict[str, Value]:
         return {a.name: a.value(hit) for a in self.args}
 
-    def _emit(self, record: TraceRecord) -> None:
+    def _emit(self, record: TraceRecord, regs: PtRegs) -> None:
         trace = self.trace
         if self.filtered and trace.filter is not None and not trace.filter(record.fields):
             return
         self.recorded += 1
         trace.counts[self.name] += 1
+        # every stacktrace trigger sees the hit (each counts its own N down) and writes its own
+        # stack entry after the event's, filtered or not, as Debian's 6.1 kernel does
+        # (tests/test_trace_triggers_kernel.py)
+        where = ["after" for t in self.triggers.stacks if t.wants(record)]
+        if trace.stack:
+            where.append("after")
+        if where:
+            record.stack = trace.stack_of(regs)
+            record.stack_where = tuple(where)
         trace.deliver(record)
+        for hist in self.triggers.hists:
+            hist.hit(record)
 
     def on_hit(self, p: Any, regs: PtRegs) -> int:
         """pre_handler of ``p`` events (kprobes and uprobes)."""
@@ -173,7 +192,7 @@ class TraceEvent:
         record = TraceRecord(self.name, self.group, "p", now, ip, where, self._values(HitContext(regs)),
                              task=self.trace.task_id(), definition=self.definition, entry_sp=int(regs.sp),
                              comm=task.comm, pid=task.pid, cpu=task.cpu, flags=task.flags)
-        self._emit(record)
+        self._emit(record, regs)
         return 0
 
     def on_entry(self, ri: Any, regs: PtRegs) -> int:
@@ -203,7 +222,7 @@ class TraceEvent:
                              caller=caller, func=func, entry_time=entry_time, task=self.trace.task_id(),
                              definition=self.definition, entry_sp=getattr(ri, "frame", None),
                              comm=task.comm, pid=task.pid, cpu=task.cpu, flags=task.flags)
-        self._emit(record)
+        self._emit(record, regs)
 
     @property
     def func_addr(self) -> int | None:
@@ -231,7 +250,7 @@ class Trace:
     """Events registered on a session by :meth:`Session.trace`; :meth:`close` removes them."""
 
     def __init__(self, session: Session, sink: Sink | None = None, filter: str | Filter | None = None,  # noqa: A002
-                 comm: str | None = None, pid: int | None = None) -> None:
+                 comm: str | None = None, pid: int | None = None, stack: bool = False) -> None:
         if filter is not None and not isinstance(filter, str | Filter):
             raise ArgumentError(f"filter={shown(filter)}: want an expression (str) or a Filter")
         if sink is not None and not (isinstance(sink, list) or callable(sink)):
@@ -242,6 +261,8 @@ class Trace:
         self.events: list[TraceEvent] = []
         self.counts: Counter[str] = Counter()
         self.start_time = time.perf_counter()
+        #: every record gets its stack (``--stack``, ftrace's ``options/stacktrace``)
+        self.stack = bool(stack)
         self._sink = sink
         self._tasks: dict[int, int] = {}
         self._task_of: Callable[[], int] | None = getattr(session.target, "current_task", None)
@@ -276,6 +297,18 @@ class Trace:
         except KpsdkError:  # current could not be read (a fault): the kernel's "<...>"
             return TaskInfo(UNKNOWN_COMM, 0)
         return info if info is not None else self.fixed_task
+
+    def stack_of(self, regs: PtRegs) -> tuple[str, ...]:
+        """The hit's stack as ftrace prints its frames (``sym+0xoff/0xsize``): kpsdk's backtrace,
+        which puts the real return address where a return probe's trampoline stands."""
+        from kpsdk.backtrace import backtrace
+
+        session = self.session
+        try:
+            frames = backtrace(session.target, regs, STACK_DEPTH)
+        except KpsdkError:
+            return ()
+        return tuple(format_symbol(session, f.pc) for f in frames)
 
     def deliver(self, record: TraceRecord) -> None:
         sink = self._sink
@@ -398,6 +431,42 @@ class Trace:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    # -- triggers ------------------------------------------------------------------------------------
+
+    def add_trigger(self, text: str) -> HistTrigger | StackTrigger:
+        """``EVENT:COMMAND`` (``myopen:hist:keys=common_pid``, ``myopen:stacktrace``): what the kernel
+        takes in ``events/GROUP/EVENT/trigger``, on one of this trace's events."""
+        if not isinstance(text, str):
+            raise ArgumentError(f"trigger {shown(text)}: want a str ('EVENT:hist:keys=FIELD')")
+        name, command = split_trigger(text)
+        event = next((e for e in self.events if matches(name, e.name, e.group)), None)
+        if event is None:
+            known = ", ".join(e.name for e in self.events) or "none"
+            raise TriggerError("ENOENT", text, 0, f"no event {name!r} (events: {known})", "trigger")
+        session = self.session
+        trigger = parse_trigger(command, event.definition, session.arch.word_size,
+                                lambda addr, offset: format_symbol(session, addr, with_offset=offset))
+        if isinstance(trigger, StackTrigger):
+            event.triggers.stacks.append(trigger)
+        else:
+            event.triggers.hists.append(trigger)
+        return trigger
+
+    def hists(self) -> list[tuple[TraceEvent, HistTrigger]]:
+        """Each hist trigger with its event, in the order they were added per event."""
+        return [(e, h) for e in self.events for h in e.triggers.hists]
+
+    def hist_text(self) -> str:
+        """Each event's ``hist`` file, after a ``==> events/GROUP/EVENT/hist <==`` line (as ``head``
+        names the files it shows); the triggers of one event two blank lines apart, as the kernel
+        prints them (``hist_show``)."""
+        parts = []
+        for event in self.events:
+            if event.triggers.hists:
+                body = "\n\n".join(h.render() for h in event.triggers.hists)
+                parts.append(f"==> events/{event.group}/{event.name}/hist <==\n{body}")
+        return "\n".join(parts)
+
     # -- reports ------------------------------------------------------------------------------------
 
     def profile_rows(self) -> list[tuple[str, int, int]]:
@@ -443,10 +512,18 @@ def _probe_class(registry: Any, name: str) -> type:
 
 def start_trace(session: Session, definitions: str | Iterable[str], sink: Sink | None = None,
                 filter: str | Filter | None = None, comm: str | None = None,  # noqa: A002
-                pid: int | None = None) -> Trace:
+                pid: int | None = None, triggers: Iterable[str] = (), stack: bool = False) -> Trace:
     """What :meth:`Session.trace` does: a :class:`Trace` with these events registered."""
-    trace = Trace(session, sink=sink, filter=filter, comm=comm, pid=pid)
+    if isinstance(triggers, str):
+        raise ArgumentError(f"triggers={shown(triggers)}: want a list of 'EVENT:COMMAND' strings")
+    trace = Trace(session, sink=sink, filter=filter, comm=comm, pid=pid, stack=stack)
     trace.add(definitions)
+    try:
+        for text in triggers:
+            trace.add_trigger(text)
+    except BaseException:
+        trace.close()
+        raise
     if trace.filter is not None and trace.events and not any(e.filtered for e in trace.events):
         trace.close()
         raise KpsdkError(f"filter {trace.filter.expr!r} names fields ({', '.join(sorted(trace.filter.fields))}) "

@@ -89,6 +89,69 @@ def field_histograms(records: Iterable[TraceRecord], field_name: str) -> list[Hi
     return list(hists.values())
 
 
+@dataclass
+class LinearHistogram(Histogram):
+    """bpftrace's ``lhist(v, min, max, step)``: buckets ``[min + k*step, min + (k+1)*step)``, one below
+    ``min`` (``(..., min)``) and one from ``max`` up (``[max, ...)``)."""
+
+    low: int = 0
+    high: int = 100
+    step: int = 10
+
+    def add(self, value: int) -> None:
+        if value < self.low:
+            bucket = -1
+        elif value >= self.high:
+            bucket = (self.high - self.low + self.step - 1) // self.step
+        else:
+            bucket = (value - self.low) // self.step
+        self.buckets[bucket] += 1
+        self.total += 1
+
+    def label(self, bucket: int) -> str:
+        if bucket < 0:
+            return f"(..., {self.low})"
+        start = self.low + bucket * self.step
+        if start >= self.high:
+            return f"[{self.high}, ...)"
+        return f"[{start}, {min(start + self.step, self.high)})"
+
+    def rows(self) -> list[tuple[str, int]]:
+        if not self.buckets:
+            return []
+        low, high = min(self.buckets), max(self.buckets)
+        return [(self.label(b), self.buckets.get(b, 0)) for b in range(low, high + 1)]
+
+
+def parse_lhist(spec: str) -> tuple[str, int, int, int]:
+    """``--lhist FIELD,MIN,MAX,STEP`` (bpftrace's ``lhist()`` arguments): MIN < MAX, STEP > 0."""
+    parts = [p.strip() for p in spec.split(",")]
+    if len(parts) != 4 or not parts[0]:
+        raise KpsdkError(f"--lhist {spec!r}: want FIELD,MIN,MAX,STEP (as bpftrace's lhist(v, 0, 100, 10))")
+    try:
+        low, high, step = (int(p, 0) for p in parts[1:])
+    except ValueError:
+        raise KpsdkError(f"--lhist {spec!r}: MIN, MAX and STEP are integers") from None
+    if step <= 0 or low >= high:
+        raise KpsdkError(f"--lhist {spec!r}: want MIN < MAX and STEP > 0")
+    if (high - low) // step > 10_000:
+        raise KpsdkError(f"--lhist {spec!r}: {(high - low) // step} buckets; at most 10000")
+    return parts[0], low, high, step
+
+
+def linear_histograms(records: Iterable[TraceRecord], field_name: str, low: int, high: int,
+                      step: int) -> list[Histogram]:
+    """``--lhist FIELD,MIN,MAX,STEP``: one linear histogram per event that has the field."""
+    hists: dict[str, Histogram] = {}
+    for record in records:
+        value = record.fields.get(field_name)
+        for v in value if isinstance(value, list) else [value]:
+            if isinstance(v, int) and not isinstance(v, bool):
+                hists.setdefault(record.event, LinearHistogram(f"@{field_name}[{record.event}]", low=low,
+                                                               high=high, step=step)).add(v)
+    return list(hists.values())
+
+
 def latency_histograms(records: Iterable[TraceRecord]) -> list[Histogram]:
     """``--latency``: per return event, entry-to-return time in microseconds."""
     hists: dict[str, Histogram] = {}

@@ -89,6 +89,12 @@ HEADER_LEGEND = """\
 """
 
 
+def format_stack(prefix: str, frames: tuple[str, ...]) -> str:
+    """A stack entry as ftrace prints it (``trace_stack_print``): the prefix and
+    ``<stack trace>``, then `` => sym+0xoff/0xsize`` per frame (the ``sym-offset`` option's form)."""
+    return f"{prefix}<stack trace>\n" + "".join(f" => {frame}\n" for frame in frames)
+
+
 def text_header(notes: tuple[str, ...] = ()) -> str:
     """The kernel's ``trace`` header: ``# tracer: nop``, then (where the kernel counts the
     entries, which a stream cannot know yet) kpsdk's notes on where the columns come
@@ -123,7 +129,13 @@ class TextWriter(Writer):
 
     def write(self, record: TraceRecord) -> None:
         self._start()
-        self.stream.write((format_prefix(record) if self.prefix else "") + format_text(record) + "\n")
+        prefix = format_prefix(record) if self.prefix else ""
+        text = prefix + format_text(record) + "\n"
+        if record.stack is not None:
+            stack = format_stack(prefix, record.stack)
+            where = record.stack_where or ("after",)
+            text = stack * where.count("before") + text + stack * where.count("after")
+        self.stream.write(text)
         self.stream.flush()
 
     def close(self) -> None:

@@ -10,7 +10,10 @@ boot"):
   ``elf:``/``qemu-user:`` programs, ``--arch`` for ``gdb://``);
 - for a kernel, the symbols the definitions name, in the kernel's own symbol table
   (read from the image, cached), as the kernel's ``trace_kprobe`` would refuse them;
-- each ``--hist FIELD``: a field some definition has, and one with integer values.
+- each ``--hist FIELD``: a field some definition has, and one with integer values;
+- each ``--trigger``: its event exists and the trigger parses for it (the kernel's hist errors);
+- ``--functions GLOB``: the templates, and on a kernel that the image has matching functions
+  (and not more than the limit).
 
 The same checks run again on the live target (``Session.trace``); this only moves the
 failures earlier.  Errors are the ones the target would raise: a
@@ -19,13 +22,15 @@ failures earlier.  Errors are the ones the target would raise: a
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
 
-from kpsdk.errors import KpsdkError, TraceDefinitionError
+from kpsdk.errors import KpsdkError, TraceDefinitionError, TriggerError
 from kpsdk.symbols import did_you_mean
+from kpsdk.trace.triggers import matches, parse_trigger, split_trigger
 
 if TYPE_CHECKING:
     from kpsdk.arch import Arch
@@ -55,23 +60,47 @@ def target_arch(choice: TargetChoice) -> Arch | None:
     return None
 
 
-def precheck(choice: TargetChoice, definitions: list[str], hist_fields: list[str]) -> None:
-    """Raise what the definitions and ``--hist`` fields will meet on this target, before it starts."""
+def precheck(choice: TargetChoice, definitions: list[str], hist_fields: list[str], triggers: Sequence[str] = (),
+             functions: str | None = None) -> None:
+    """Raise what the definitions, ``--hist`` fields, ``--trigger`` triggers and ``--functions``
+    glob will meet on this target, before it starts."""
+    from kpsdk.trace.functions import is_template, placeholder_definitions
+
+    for text in triggers:
+        split_trigger(text)
     arch = target_arch(choice)
     if arch is None:
         return
     from kpsdk.trace.grammar import Parser
 
     parser = Parser(arch)
-    parsed = [parser.parse(line) for line in definitions]
+    templates = {i for i, line in enumerate(definitions) if functions is not None and is_template(line)}
+    lines = placeholder_definitions(definitions) if functions is not None else definitions
+    parsed = [parser.parse(line) for line in lines]
     if choice.spec.startswith("qemu-system:"):
-        _kernel_symbols(choice, parsed)
+        _kernel_symbols(choice, [d for i, d in enumerate(parsed) if i not in templates], functions)
     _hist_fields(parsed, hist_fields)
+    _triggers([d for i, d in enumerate(parsed) if i not in templates], triggers, arch.word_size,
+              loose=bool(templates))
 
 
-def _kernel_symbols(choice: TargetChoice, parsed: list[ProbeDef]) -> None:
+def _triggers(parsed: list[ProbeDef], triggers: Sequence[str], word: int, loose: bool) -> None:
+    """Each trigger parses for its event (the kernel's errors); an event that ``--functions`` will
+    name (``loose``) is checked once the functions are known."""
+    for text in triggers:
+        name, command = split_trigger(text)
+        found = next((d for d in parsed if d.op != "-" and matches(name, d.event, d.group)), None)
+        if found is None:
+            if loose:
+                continue
+            known = ", ".join(d.event for d in parsed if d.op != "-") or "none"
+            raise TriggerError("ENOENT", text, 0, f"no event {name!r} (events: {known})", "trigger")
+        parse_trigger(command, found, word)
+
+
+def _kernel_symbols(choice: TargetChoice, parsed: list[ProbeDef], functions: str | None = None) -> None:
     source = choice.options.get("symbols") or choice.options.get("kernel")
-    if not source or not any(d.symbol is not None for d in parsed):
+    if not source or not (functions is not None or any(d.symbol is not None for d in parsed)):
         return
     from kpsdk.targets.qemu import load_symbols
 
@@ -80,6 +109,10 @@ def _kernel_symbols(choice: TargetChoice, parsed: list[ProbeDef]) -> None:
     except KpsdkError:
         return  # the target's opener reports an unreadable image
     check_symbols(parsed, table)
+    if functions is not None:
+        from kpsdk.trace.functions import matching_functions
+
+        matching_functions(functions, table)  # none or too many: said before the boot
 
 
 def check_symbols(parsed: list[ProbeDef], table: SymbolTable) -> None:
@@ -98,6 +131,7 @@ def _hist_fields(parsed: list[ProbeDef], fields: list[str]) -> None:
         argtype = have.get(name)
         if argtype is None:
             known = ", ".join(sorted(have)) or "none: the definitions fetch no arguments"
-            raise typer.BadParameter(f"{name!r} is no event's field (fields: {known})", param_hint="--hist")
+            raise typer.BadParameter(f"{name!r} is no event's field (fields: {known})", param_hint="--hist/--lhist")
         if argtype.is_string or argtype.display == "symbol":
-            raise typer.BadParameter(f"{name!r} is a {argtype.name}: a histogram needs integers", param_hint="--hist")
+            raise typer.BadParameter(f"{name!r} is a {argtype.name}: a histogram needs integers",
+                                     param_hint="--hist/--lhist")

@@ -49,7 +49,8 @@ from kpsdk.cli.target_choice import (
 )
 from kpsdk.errors import KpsdkError, TargetError, UnknownNameError
 from kpsdk.tasks import PID_MAX_LIMIT, check_comm
-from kpsdk.trace.hist import PLOT_FORMATS
+from kpsdk.trace.functions import FunctionsError, check_templates
+from kpsdk.trace.hist import PLOT_FORMATS, parse_lhist
 from kpsdk.trace.output import Writer, WriterContext, output_format
 from kpsdk.trace.precheck import precheck
 
@@ -93,8 +94,14 @@ TASK-PID [CPU] FLAGS TIMESTAMP: EVENT: (sym+0x0/0x14) a=2 b=3 (returns: EVENT: (
 bodies only.  --output jsonl (one JSON object a line), perfetto (a Chrome/Perfetto trace-event
 JSON: open it in ui.perfetto.dev) or a plugin's format ('kpsdk plugins' lists them); --out FILE.
 While it runs, a live table of counts per event on stderr (a terminal only).  At the end (or on
-Ctrl-C): --hist FIELD and --latency histograms (log2 buckets, as bpftrace), --plot FILE (.png,
-.svg, .pdf), --profile (kprobe_profile).
+Ctrl-C): --hist FIELD and --latency histograms (log2 buckets, as bpftrace), --lhist (linear), --plot
+FILE (.png, .svg, .pdf), --profile (kprobe_profile).
+
+[bold]Triggers[/bold] (--trigger EVENT:CMD, as written to events/GROUP/EVENT/trigger):
+hist:keys=K\\[,K2..]:vals=V:sort=S.descending\\[:size=N] \\[if FILTER] (printed at the end as the
+event's hist file; modifiers .hex .sym .sym-offset .execname .log2 .buckets=N), stacktrace\\[:N]
+\\[if FILTER] (the stack after the event's line; --stack: after every line).
+--functions GLOB: each definition probing $func, once per matching function.
 """
 
 EXAMPLES = """\
@@ -107,6 +114,9 @@ kpsdk trace x86_64 -e 'r sub $retval:s32' --call 'sub 3 5'          # r_sub_0: (
 kpsdk trace qemu-user:ppc64 -e 'p:add add a=%r3:s32 b=%gpr4:s32' --profile
 kpsdk trace i386 -f probes.txt --output perfetto --out trace.json   # open in ui.perfetto.dev
 kpsdk trace x86_64 -e 'r fact' --latency --plot latency.png
+kpsdk trace x86_64 -e 'r:fact fact n=$arg1:s64 ret=$retval:s64' -t 'fact:hist:keys=n.log2:vals=ret'
+kpsdk trace x86_64 -e 'p:f fact n=%di:s64' -t 'f:stacktrace if n == 1'
+kpsdk trace x86_64 --functions 'check*' -e 'p $func x=%di:s32'
 kpsdk trace qemu-system:x86_64 --kernel vmlinuz --initrd initrd.img \\
     -e 'r:open do_sys_openat2 name=+0($arg2):ustring ret=$retval:s32' --filter 'ret < 0'
 """
@@ -244,6 +254,22 @@ def cmd_trace(
         "--pid", metavar="N", min=0, max=PID_MAX_LIMIT, rich_help_panel=OUTPUT_PANEL, show_default=False,
         help="Unicorn: the pid the prefix shows (default: 1).")] = None,
     sysroot: SysrootOpt = None,
+    trigger: Annotated[list[str] | None, typer.Option(
+        "--trigger", "-t", metavar="EVENT:CMD", rich_help_panel=EVENTS_PANEL,
+        help="An event trigger, as written to events/GROUP/EVENT/trigger: 'myopen:hist:keys=common_pid:vals=hitcount' "
+             "(printed at the end as the event's hist file), 'myopen:stacktrace\\[:N] \\[if FILTER]'. "
+             "Repeatable.")] = None,
+    stack_trace: Annotated[bool, typer.Option(
+        "--stack", rich_help_panel=OUTPUT_PANEL,
+        help="text: each record's stack after its line, as ftrace's stacktrace option "
+             "('=> sym+0xoff/0xsize').")] = False,
+    functions: Annotated[str | None, typer.Option(
+        "--functions", metavar="GLOB", rich_help_panel=EVENTS_PANEL, show_default=False,
+        help="Write each definition whose probe point is $func once per function matching GLOB: "
+             "--functions 'vfs_*' -e 'p $func' (at most 1000).")] = None,
+    lhist: Annotated[list[str] | None, typer.Option(
+        "--lhist", metavar="FIELD,MIN,MAX,STEP", rich_help_panel=OUTPUT_PANEL,
+        help="At the end, a linear histogram of FIELD per event (as bpftrace's lhist()). Repeatable.")] = None,
 ) -> None:
     try:
         fmt = output_format(output)
@@ -258,7 +284,7 @@ def cmd_trace(
     if fn_args is not None and choice.kind in LIVE_KINDS:
         raise typer.BadParameter(f"--call calls one function in Unicorn; a {choice.kind} target runs its own code",
                                  param_hint="--call")
-    if plot is not None and not (hist or latency):
+    if plot is not None and not (hist or latency or lhist):
         raise typer.BadParameter("--plot draws the --hist FIELD or --latency histograms: add one", param_hint="--plot")
     if (comm is not None or pid is not None) and choice.kind in LIVE_KINDS:
         raise typer.BadParameter(f"a {choice.kind} target has tasks of its own: the prefix shows them",
@@ -272,7 +298,17 @@ def cmd_trace(
         check_out_path(out)
     if plot is not None:
         check_plot(plot)
-    precheck(choice, definitions, hist or [])  # before a target starts: a mistake costs no boot
+    try:
+        linear = [parse_lhist(spec) for spec in lhist or []]
+    except KpsdkError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--lhist") from None
+    if functions is not None:
+        try:
+            check_templates(definitions, functions)
+        except FunctionsError as exc:
+            raise typer.BadParameter(str(exc), param_hint="--functions") from None
+    # before a target starts: a mistake costs no boot
+    precheck(choice, definitions, [*(hist or []), *(f for f, *_ in linear)], trigger or [], functions)
     limit = choice.run_timeout(duration)
     session: Session | None = None
     trace: Trace | None = None
@@ -298,12 +334,15 @@ def cmd_trace(
                         limits.pipe_closed = True
                         session.stop()  # type: ignore[union-attr]
                         return
-                    if hist or latency:
+                    if hist or latency or linear:
                         records.append(record)
                     if limits.reached():
                         session.stop()  # type: ignore[union-attr]
 
-                trace = session.trace(definitions, sink=sink, filter=filter_expr, comm=comm, pid=pid)
+                if functions is not None:
+                    definitions = _expand_functions(session, definitions, functions)
+                trace = session.trace(definitions, sink=sink, filter=filter_expr, comm=comm, pid=pid,
+                                      triggers=trigger or [], stack=stack_trace)
                 # --out is opened (and truncated) only now: the definitions and the target were good
                 stream: IO[str] = stack.enter_context(out.open("w")) if out is not None else _Stdout()  # type: ignore[assignment]
                 writer = fmt.open(stream, WriterContext(
@@ -323,7 +362,7 @@ def cmd_trace(
                 raise BrokenPipeError(errno.EPIPE, "the reader of the output went away")
             if session is not None and trace is not None:
                 _reports(report, session, trace, records, hist or [], latency, plot, profile, show_console,
-                         interrupted)
+                         interrupted, linear)
         finally:
             close_session(session)
     if interrupted:
@@ -391,12 +430,23 @@ def _run(session: Session, trace: Trace, fn_args: tuple[str, list[int]] | None, 
         go()
 
 
+def _expand_functions(session: Session, definitions: list[str], pattern: str) -> list[str]:
+    """``--functions GLOB``: each ``$func`` template once per matching function that can be probed."""
+    from kpsdk.trace.functions import expand, matching_functions
+
+    names, skipped = matching_functions(pattern, session.symbols, session.target.manager.check_address)
+    console(stderr=True).print(Text(f"--functions {pattern}: {len(names)} function{'' if len(names) == 1 else 's'}"
+                                    + (f" ({skipped} that cannot be probed left out)" if skipped else ""),
+                                    style="dim"), soft_wrap=True)
+    return expand(definitions, names)
+
+
 def _reports(con: Any, session: Session, trace: Trace, records: list[TraceRecord], hist_fields: list[str],
              latency: bool, plot_path: Path | None, profile: bool, show_console: bool,
-             interrupted: bool = False) -> None:
+             interrupted: bool = False, linear: list[tuple[str, int, int, int]] | None = None) -> None:
     """The reports asked for, at the end of the run or when it was interrupted (then what
     was collected so far, and no complaint about what did not happen yet)."""
-    from kpsdk.trace.hist import field_histograms, latency_histograms, plot
+    from kpsdk.trace.hist import field_histograms, latency_histograms, linear_histograms, plot
 
     hists = [h for f in hist_fields for h in field_histograms(records, f)]
     if hist_fields and not hists and not interrupted:
@@ -406,7 +456,14 @@ def _reports(con: Any, session: Session, trace: Trace, records: list[TraceRecord
         if not lat and not interrupted:
             raise KpsdkError("--latency: no return event (r SYM or p SYM%return) completed a call")
         hists += lat
+    for field_name, low, high, step in linear or []:
+        lin = linear_histograms(records, field_name, low, high, step)
+        if not lin and not interrupted:
+            raise KpsdkError(f"--lhist {field_name}: no record had an integer value for it")
+        hists += lin
     _print_histograms(con, hists)
+    if trace.hists():
+        con.out(trace.hist_text(), highlight=False, end="")
     if plot_path is not None and hists:
         xlabel = "latency (us)" if latency and not hist_fields else "value"
         plot(hists, str(plot_path), fmt=PLOT_FORMATS[plot_path.suffix.lower()], xlabel=xlabel)

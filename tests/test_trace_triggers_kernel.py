@@ -1,0 +1,222 @@
+"""Hist and stacktrace triggers against the guest kernel's own, on one boot.
+
+Debian's 6.1 amd64 kernel (CONFIG_HIST_TRIGGERS=y) boots once
+(:mod:`kpsdk.fixtures.kernel`).  The guest defines the events in its own
+``kprobe_events``, writes the same triggers into ``events/kprobes/EVENT/trigger``, runs
+the default workload, and prints its ``hist`` files and its ``trace`` file (with the
+``sym-offset`` option, so that stack frames print as ``sym+0xoff/0xsize``).  kpsdk traces
+the same definitions with the same triggers from outside, through QEMU's gdbstub, and
+``--functions 'do_sys_open*' -e 'p:kfn/ $func'`` on the same run.
+
+Triggers the kernel refuses are written first: kpsdk refuses them with the same
+``error_log`` entries (or, where the kernel logs nothing, with its bare EINVAL).
+
+Every trigger is filtered on ``comm == "cat"``: the workload's three ``cat`` commands are
+the only cats of the boot, so the guest (which enables its triggers just before the
+workload) and kpsdk (which traces from early boot) count the same hits; the guest prints
+its files with ``sed``, not ``cat``.  What must match:
+
+- each ``hist`` file in full: the ``# trigger info`` line as the kernel prints the trigger
+  back, every entry line (keys, hitcount, sums), byte for byte and in the same order, and
+  the Totals (blank lines aside);
+- where a stack entry goes: right after its event's line, for a filtered trigger and for
+  one without a filter;
+- each stack trace of a ``cat`` open, printed right after its event's line: the frames
+  kpsdk's backtrace finds are the guest's, in order, from the probed function's caller to
+  the outermost frame.  What differs, and why, is said in the test: the guest's first
+  frames are its own kprobe handling, and kpsdk's frame-pointer walk can miss a frame of a
+  kernel built without frame pointers.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+import kpsdk
+from kpsdk.cli import app
+from kpsdk.errors import TriggerError
+from kpsdk.fixtures import kernel
+from kpsdk.trace.grammar import Parser
+from kpsdk.trace.triggers import parse_trigger
+from tests.conftest import require_tool
+
+pytestmark = pytest.mark.kernel
+
+DEFINITIONS = [
+    "p:myopen do_sys_openat2 dfd=$arg1",
+    "r:myopenret do_sys_openat2 ret=$retval:s32",
+    "p:myclone kernel_clone",
+]
+CAT = 'if comm == "cat"'
+TRIGGERS = [
+    ("myopenret", f"hist:keys=common_pid.execname,ret:vals=hitcount:sort=common_pid,ret {CAT}"),
+    ("myopenret", f"hist:keys=__probe_ret_ip.sym-offset,ret.log2:vals=hitcount:sort=ret {CAT}"),
+    ("myopen", f"hist:keys=__probe_ip.sym:vals=hitcount,dfd:sort=hitcount.descending {CAT}"),
+    ("myopen", f"stacktrace {CAT}"),
+    ("myclone", "stacktrace:1"),  # an event whose triggers are all unconditional: where its entry goes
+]
+#: triggers the kernel refuses: with an error_log entry (message, command, caret), or with
+#: EINVAL alone (the last two)
+BAD_TRIGGERS = [
+    "hist:keys=nosuch",
+    "hist:keys=ret.bogus",
+    "hist:keys=ret:sort=nosuch",
+    "hist:keys=ret:sort=ret.up",
+    "hist:keys=ret:vals=ret.log2",
+    "hist:keys=ret:sort=ret,hitcount,ret",
+    "hist:keys=ret:size=64",
+    "hist:vals=ret",
+]
+TRACING = "/sys/kernel/tracing"
+SELF_TRACING = "\n".join([
+    f"mount -t tracefs nodev {TRACING}",
+    *(f"echo '{d}' >> {TRACING}/kprobe_events" for d in DEFINITIONS),
+    *(f"echo KPSDK-CASE-{i}\necho > {TRACING}/error_log\n"
+      f"echo '{t}' >> {TRACING}/events/kprobes/myopenret/trigger 2>/dev/null && echo KPSDK-ACCEPTED\n"
+      f"sed -n p {TRACING}/error_log" for i, t in enumerate(BAD_TRIGGERS)),
+    "echo KPSDK-CASES-END",
+    *(f"echo '{t}' >> {TRACING}/events/kprobes/{e}/trigger" for e, t in TRIGGERS),
+    f"echo 1 > {TRACING}/options/sym-offset",
+    f"echo 1 > {TRACING}/events/kprobes/enable",
+    kernel.DEFAULT_WORKLOAD.rstrip("\n"),
+    f"echo 0 > {TRACING}/tracing_on",
+    *(f"echo KPSDK-GUEST-HIST-BEGIN {e}\nsed -n p {TRACING}/events/kprobes/{e}/hist\necho KPSDK-GUEST-HIST-END"
+      for e in ("myopen", "myopenret")),
+    "echo KPSDK-GUEST-TRACE-BEGIN",
+    f"sed -n p {TRACING}/trace",
+    "echo KPSDK-GUEST-TRACE-END",
+])
+
+
+def hist_blocks(text: str) -> list[list[str]]:
+    """Each ``# event histogram`` block of a hist file: its lines up to the Totals."""
+    blocks: list[list[str]] = []
+    for line in text.splitlines():
+        if line == "# event histogram":
+            blocks.append([])
+        if blocks and line:
+            blocks[-1].append(line)
+    return [[line for line in b if not line.startswith("==> ")] for b in blocks]
+
+
+def stacks(text: str, event: str) -> list[list[str]]:
+    """The frames of each ``<stack trace>`` entry of a trace file that follows an ``event`` line."""
+    out: list[list[str]] = []
+    inside = False
+    previous = ""
+    for line in text.splitlines():
+        if line.endswith("<stack trace>"):
+            inside = f" {event}: (" in previous
+            if inside:
+                out.append([])
+        elif inside and line.startswith(" => "):
+            out[-1].append(line[4:])
+        else:
+            inside = False
+        previous = line
+    return out
+
+
+def between(text: str, begin: str, end: str) -> str:
+    return text.split(begin, 1)[1].split(end, 1)[0]
+
+
+def guest_errors(console: str) -> dict[int, tuple[str, ...] | None]:
+    """Case number -> the error_log's three lines without the timestamp, or None (no entry)."""
+    out: dict[int, tuple[str, ...] | None] = {}
+    for m in re.finditer(r"KPSDK-CASE-(\d+)\n(.*?)(?=KPSDK-CASE|KPSDK-CASES-END)", console, re.S):
+        body = m[2].rstrip("\n")
+        assert "KPSDK-ACCEPTED" not in body, (BAD_TRIGGERS[int(m[1])], body)
+        lines = body.split("\n") if body else []
+        assert len(lines) in (0, 3), body
+        out[int(m[1])] = (re.sub(r"^\[\s*[\d.]+\] ", "", lines[0]), lines[1], lines[2]) if lines else None
+    return out
+
+
+def test_hist_and_stacktrace_triggers_match_the_guest_kernels_own(
+        debian_kernel: Path, kernel_initramfs: Callable[..., Path], tmp_path: Path) -> None:
+    require_tool("gdb-multiarch", "gdb-multiarch")
+    initrd = kernel_initramfs(workload=SELF_TRACING)
+    out = tmp_path / "trace.txt"
+    args = ["trace", "qemu-system:x86_64", "--kernel", str(debian_kernel), "--initrd", str(initrd),
+            "--console", "--duration", "300", "--out", str(out)]
+    for d in DEFINITIONS:
+        args += ["-e", d]
+    for event, trigger in TRIGGERS:
+        args += ["--trigger", f"{event}:{trigger}"]
+    # and kpsdk's --functions on the same run: one event per function the glob matches
+    args += ["--functions", "do_sys_open*", "-e", "p:kfn/ $func"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output[-3000:]
+    # the kernel's own messages on the serial console (a loaded host: "hrtimer: interrupt took
+    # ... ns") can land between the guest's lines; error_log entries start "[time] hist:"
+    console = "".join(line for line in result.stderr.replace("\r", "").splitlines(keepends=True)
+                      if not re.match(r"\[\s*\d+\.\d+\] (?!hist:)", line))
+    assert "KPSDK-GUEST-TRACE-END" in console, console[-3000:]
+
+    # the refused triggers: the same error_log entries (message, command, caret), or none
+    guest = guest_errors(console)
+    assert sorted(guest) == list(range(len(BAD_TRIGGERS))), console[-3000:]
+    definition = Parser(kpsdk.get_registry().arch("x86_64")).parse(DEFINITIONS[1])
+    for i, bad in enumerate(BAD_TRIGGERS):
+        with pytest.raises(TriggerError) as info:
+            parse_trigger(bad, definition, 8)
+        log = info.value.error_log
+        assert (tuple(log.split("\n")) if log is not None else None) == guest[i], (bad, guest[i], log)
+    assert sum(v is not None for v in guest.values()) == 6
+
+    # the hist files: the guest's (myopen's, then myopenret's) against kpsdk's report, in
+    # trigger order per event
+    guest_hist = hist_blocks(between(console, "KPSDK-GUEST-HIST-BEGIN myopen\n", "KPSDK-GUEST-HIST-END")) + \
+        hist_blocks(between(console, "KPSDK-GUEST-HIST-BEGIN myopenret\n", "KPSDK-GUEST-HIST-END"))
+    ours_hist = hist_blocks(result.stdout)
+    assert len(guest_hist) == len(ours_hist) == 3, console[-3000:] + result.stdout
+    # kpsdk prints myopen's triggers first as well (the events' order)
+    for guest, ours in zip(guest_hist, ours_hist, strict=True):
+        assert guest == ours, "\n".join(["guest:", *guest, "kpsdk:", *ours])
+    by_pid = guest_hist[1] if "execname" in guest_hist[1][2] else guest_hist[2]
+    cats = [line for line in by_pid if line.startswith("{ common_pid: cat")]
+    assert len(cats) >= 3, by_pid  # the workload's three cats, each seen by both
+
+    # --functions: do_sys_openat2 and do_sys_open, each an event named as the kernel names it;
+    # every open of a cat goes through do_sys_openat2, as the guest's myopen saw
+    assert "--functions do_sys_open*: 2 functions" in console
+    ours_lines = out.read_text().splitlines()
+    guest_cat_opens = [line for line in between(console, "KPSDK-GUEST-TRACE-BEGIN\n", "KPSDK-GUEST-TRACE-END")
+                       .splitlines() if " myopen: (" in line and "cat-" in line]
+    kfn = [line for line in ours_lines if " p_do_sys_openat2_0: (do_sys_openat2+0x0/" in line and "cat-" in line]
+    assert len(kfn) == len(guest_cat_opens) == 3, (kfn, guest_cat_opens)
+
+    # the stack traces of the cats' opens: each right after its event's line, in both
+    guest_trace = between(console, "KPSDK-GUEST-TRACE-BEGIN\n", "KPSDK-GUEST-TRACE-END")
+    ours_trace = out.read_text()
+    (tmp_path / "guest-trace.txt").write_text(guest_trace)  # kept by pytest for a failure's reader
+    for text in (guest_trace, ours_trace):
+        lines = text.splitlines()
+        after = [lines[i - 1] for i, line in enumerate(lines) if line.endswith("<stack trace>")]
+        # every stack entry right after its event's line: the filtered trigger's (myopen, the
+        # cats) and the unfiltered one's (myclone)
+        assert sum(" myopen: (" in line and "cat-" in line for line in after) == 3, (after, text[-6000:])
+        assert sum(" myclone: (kernel_clone+0x0/" in line for line in after) == 1, (after, text[-6000:])
+        assert len(after) == 4, (after, text[-6000:])
+    guest_stacks, ours_stacks = stacks(guest_trace, "myopen"), stacks(ours_trace, "myopen")
+    assert len(guest_stacks) == len(ours_stacks) == 3, (guest_stacks, ours_stacks)
+    for guest, ours in zip(guest_stacks, ours_stacks, strict=True):
+        # The guest's first frames are its own kprobe machinery (kprobe_trace_func ...
+        # kprobe_ftrace_handler) and the probed function after its fentry call (+0x5);
+        # kpsdk's first is the probed function's first byte, where its breakpoint is.
+        probed = next(i for i, f in enumerate(guest) if f.startswith("do_sys_openat2+"))
+        assert ours[0].startswith("do_sys_openat2+0x0/") and guest[probed].split("/")[1] == ours[0].split("/")[1]
+        # Then kpsdk's callers are the guest's, in order, from the return address at the
+        # entry to the last frame.  kpsdk's x86 walk follows the rbp chain; Debian's kernel is
+        # built without frame pointers (ORC), so a frame whose function did not keep rbp
+        # (do_syscall_64) can be missing, never one the guest does not have.
+        callers, rest = ours[1:], iter(guest[probed + 1:])
+        assert callers and callers[0] == guest[probed + 1], (guest, ours)
+        assert callers[-1] == guest[-1], (guest, ours)
+        assert all(frame in rest for frame in callers), (guest, ours)  # a subsequence
