@@ -132,10 +132,12 @@ def unicorn_setup(uc: unicorn.Uc) -> None:
     uc.reg_write(up.UC_PPC_REG_MSR, MSR)
 
 
-def entry_registers(descriptor: bytes) -> dict[str, int]:
+def entry_registers(descriptor: bytes, bias: int) -> dict[str, int]:
     """ELFv1: the entry is a function descriptor (code address, TOC, environment); Linux's
-    start_thread loads r2 with its TOC (arch/powerpc/kernel/process.c)."""
-    return {"r2": struct.unpack(">Q", descriptor[8:16])[0]}
+    start_thread loads r2 with its TOC (arch/powerpc/kernel/process.c), plus the load bias
+    when the object was loaded at one (ld.so's descriptor is not relocated yet: ld.so
+    relocates itself, with that TOC)."""
+    return {"r2": struct.unpack(">Q", descriptor[8:16])[0] + bias}
 
 
 def return_jump(at: int, iset: InstructionSet, sp_word: int) -> tuple[bytes, int, int]:

@@ -574,9 +574,10 @@ class Arch:
     local_entry: Callable[[bytes], int] | None = None
     page_walk: PageWalk | None = None
     kernel_tasks: KernelTasks | None = None
-    #: ``(descriptor bytes) -> {register: value}``: what the kernel loads from an ELFv1 entry
-    #: descriptor besides the pc (only called when e_entry is one)
-    entry_registers: Callable[[bytes], dict[str, int]] | None = None
+    #: ``(descriptor bytes, load bias) -> {register: value}``: what the kernel loads from an
+    #: ELFv1 entry descriptor besides the pc (only called when e_entry is one); the descriptor
+    #: as the file has it, the bias that of the object it belongs to (the loader's, if any)
+    entry_registers: Callable[[bytes, int], dict[str, int]] | None = None
     #: the ELF section of function descriptors (ppc64 ELFv1's ``.opd``): a function symbol's
     #: value (and ``e_entry``) is a descriptor there, whose first word is the code's address
     function_descriptors: str | None = None
