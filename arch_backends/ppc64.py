@@ -26,6 +26,7 @@ from kpsdk.arch import (
     Arch,
     Breakpoint,
     DebianPort,
+    FrameRecord,
     InsnRules,
     InstructionSet,
     LinuxAbi,
@@ -97,6 +98,25 @@ def local_entry_le(code: bytes) -> int:
     return _local_entry(code, "<")
 
 
+def is_call(insn: capstone.CsInsn) -> bool:
+    """A branch with the LK bit set (``bl``, ``bla``, ``bcl``, ``bctrl``, ``blrl``...): it
+    writes the return address to LR.  Capstone 5 puts these in its JUMP group only.  Read
+    from the encoding of big-endian code (I-form b, B-form bc, XL-form bclr/bcctr/bctar)."""
+    return _links(int.from_bytes(bytes(insn.bytes[:4]), "big"))
+
+
+def is_call_le(insn: capstone.CsInsn) -> bool:
+    """:func:`is_call` of little-endian code."""
+    return _links(int.from_bytes(bytes(insn.bytes[:4]), "little"))
+
+
+def _links(word: int) -> bool:
+    opcode = word >> 26
+    if opcode in (16, 18):
+        return bool(word & 1)
+    return opcode == 19 and (word >> 1) & 0x3FF in (16, 528, 560) and bool(word & 1)
+
+
 def _branch(at: int, target: int, order: str) -> bytes | None:
     """``b target`` when within +-32 MiB."""
     off = target - at
@@ -156,6 +176,13 @@ def return_jump(at: int, iset: InstructionSet, sp_word: int) -> tuple[bytes, int
     return code + bytes(8), 12, 24
 
 
+#: the 64-bit PowerPC ELF ABIs' stack frames (ELFv1 3.2.2, ELFv2 2.2.2): 0(r1) is the back
+#: chain, the caller's r1, stored by the ``stdu r1,-N(r1)`` that allocates a frame; a function
+#: saves its return address at 16 in its caller's frame.  The frame goes with ``addi r1,...``
+#: (gcc with a frame pointer: ``addi r1,r31,N``), ``ld r1,0(r1)`` or ``mr r1,...``
+FRAMES = FrameRecord(fp="r1", saved_fp=0, saved_ret=16, sets_fp=r"stdux? r1, ",
+                     restores_fp=r"(addi r1, r\d+, |ld r1, 0\(r1\)|mr r1, )", back_chain=True)
+
 PPC64_ISET = InstructionSet(
     name="ppc64",
     capstone=(capstone.CS_ARCH_PPC, capstone.CS_MODE_64 | capstone.CS_MODE_BIG_ENDIAN),
@@ -166,6 +193,8 @@ PPC64_ISET = InstructionSet(
     min_insn=4,
     # ISA 3.1 prefixed instructions (primary opcode 1) are 8 bytes
     length_rule=lambda code: 8 if code[0] >> 2 == 1 else 4,
+    frame_record=FRAMES,
+    is_call=is_call,
 )
 
 PPC64 = Arch(
@@ -221,6 +250,8 @@ PPC64LE_ISET = InstructionSet(
     min_insn=4,
     # the primary opcode is in the top bits of the word, its last byte in memory
     length_rule=lambda code: 8 if code[3] >> 2 == 1 else 4,
+    frame_record=FRAMES,
+    is_call=is_call_le,
 )
 
 #: Little-endian ppc64 (ELFv2), what Debian's ppc64el port and its kernels are: the same

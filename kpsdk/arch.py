@@ -25,6 +25,8 @@ if TYPE_CHECKING:
 
 #: ``classify(insn) -> (boostable, refused reason or None)``
 Classify = Callable[["capstone.CsInsn"], tuple[bool, "str | None"]]
+#: ``is_call(insn) -> bool``: an instruction set's own rule for calls (InstructionSet.is_call)
+CallRule = Callable[["capstone.CsInsn"], bool]
 #: ``successors(insn, read_reg, read_mem, word_size) -> addresses, or None where it cannot be followed``
 Successors = Callable[["capstone.CsInsn", "ReadReg", "ReadMem", int], "set[int] | None"]
 #: ``page_walk(read_reg, read_phys, va) -> physical address, or None where va is not mapped``
@@ -177,6 +179,12 @@ class FrameRecord:
     :param leaf_saved_fp: a function that calls nothing may save only fp and
         keep its return address in the link register; its caller's fp is
         then at this offset from fp (ARM 0, RISC-V -8).
+    :param back_chain: the PowerPC ABIs' chain instead: fp is the stack pointer,
+        every frame's word at ``saved_fp`` is its caller's stack pointer (the back
+        chain, stored by the ``stdu`` that ``sets_fp`` matches), and the return
+        address into the caller is saved at ``saved_ret`` in the *caller's* frame
+        (the LR save doubleword), by the callee; a function that calls nothing
+        keeps it in the link register.
     """
 
     fp: str
@@ -186,6 +194,7 @@ class FrameRecord:
     restores_fp: str
     saves_fp: str | None = None
     leaf_saved_fp: int | None = None
+    back_chain: bool = False
 
 
 @dataclass(frozen=True)
@@ -211,6 +220,9 @@ class InstructionSet:
         pointers, or None where backtraces scan the stack.
     :param max_call: the longest call instruction, in bytes: a stack scan looks
         this far back from a candidate return address for the call before it.
+    :param is_call: whether an instruction is a call where capstone does not put it
+        in ``CS_GRP_CALL`` (PowerPC's branches with the LK bit: ``bl``, ``bctrl``);
+        None: capstone's group decides.
     """
 
     name: str
@@ -225,6 +237,7 @@ class InstructionSet:
     length_rule: Callable[[bytes], int | None] = lambda code: None
     frame_record: FrameRecord | None = None
     max_call: int = 4
+    is_call: CallRule | None = None
 
 
 @dataclass(frozen=True)

@@ -289,8 +289,6 @@ def test_tail_call_returns_through_both_functions(session: kpsdk.Session) -> Non
 
 def test_backtrace_reports_real_return_addresses(session: kpsdk.Session) -> None:
     s = session
-    if s.arch.name == "ppc64":
-        pytest.skip("ppc64 backtraces are not unwound yet (no frame record in its backend; docs/api.md)")
     traces: dict[str, list[Frame]] = {}
     raw: list[tuple[int, int]] = []
 
@@ -328,8 +326,6 @@ def test_backtrace_reports_real_return_addresses(session: kpsdk.Session) -> None
 
 def test_backtrace_of_the_whole_program(session: kpsdk.Session) -> None:
     s = session
-    if s.arch.name == "ppc64":
-        pytest.skip("ppc64 backtraces are not unwound yet (no frame record in its backend; docs/api.md)")
     traces: list[list[str]] = []
     rp = kpsdk.Kretprobe(symbol_name="main", handler=lambda ri, r: None)
     s.register_kretprobes([rp, kpsdk.Kretprobe(symbol_name="loop", handler=lambda ri, r: None)])
