@@ -26,6 +26,7 @@ from kpsdk.arch import (
     Arch,
     Breakpoint,
     DebianPort,
+    DetourCode,
     FrameRecord,
     InsnRules,
     InstructionSet,
@@ -37,6 +38,7 @@ from kpsdk.arch import (
     Syscalls,
     WatchRules,
 )
+from kpsdk.arch_backends import ppc64_detour
 from kpsdk.arch_backends import syscall_tables as tables
 from kpsdk.insn import ReadMem, ReadReg, changes_flow, immediate_targets
 
@@ -161,19 +163,16 @@ def entry_registers(descriptor: bytes, bias: int) -> dict[str, int]:
 
 
 def return_jump(at: int, iset: InstructionSet, sp_word: int) -> tuple[bytes, int, int]:
-    """The kretprobe trampoline, reached by the probed function's ``blr`` (so lr holds its
-    address): ``mflr r12; addis r11,r12,ha; std r1,lo(r11)`` stores sp at ``sp_word`` (r11
-    and r12 are volatile across a call in the ELFv1 ABI), then ``ld r12,24(r12); mtctr
-    r12; bctr`` jumps through the doubleword 24 bytes on, which kpsdk's hook (on the
-    ``ld``) has just written.  Returns the code, the offset of the hooked ``ld`` and of
-    the doubleword."""
-    off = sp_word - at
-    lo = ((off & 0xFFFF) ^ 0x8000) - 0x8000
-    hi = ((off - lo) >> 16) & 0xFFFF
-    assert not lo % 4 and -(1 << 31) <= off < (1 << 31), "std's displacement is a multiple of 4 within 2 GiB"
-    code = struct.pack(">IIIIII", 0x7D8802A6, 0x3D6C0000 | hi, 0xF82B0000 | (lo & 0xFFFC), 0xE98C0018,
-                       0x7D8903A6, 0x4E800420)
-    return code + bytes(8), 12, 24
+    """The kretprobe trampoline: ``bcl 20,31,$+4; mflr r12`` (its own address: lr is dead
+    once the probed function has returned, and the code is reached by its ``blr`` or by a
+    ``b`` from a detour's return code once the detour is gone, so lr cannot be trusted to
+    point here), then ``ld r12,20(r12)`` (hooked: kpsdk writes the real return address
+    into the doubleword the code ends with just before it runs), ``mtctr r12; bctr``.
+    r12 is volatile across a call in both ELF ABIs.  It does not store sp at ``sp_word``
+    (the 32-byte slot has no room for the address arithmetic; kpsdk reads r1 itself).
+    Returns the code, the offset of the hooked ``ld`` and of the doubleword."""
+    code = struct.pack(">IIIIII", 0x429F0005, 0x7D8802A6, 0xE98C0014, 0x7D8903A6, 0x4E800420, 0x60000000)
+    return code + bytes(8), 8, 24
 
 
 #: the 64-bit PowerPC ELF ABIs' stack frames (ELFv1 3.2.2, ELFv2 2.2.2): 0(r1) is the back
@@ -236,6 +235,9 @@ PPC64 = Arch(
                      window=512, source="Power ISA 3.0 DAWR0; Linux arch/powerpc/kernel/hw_breakpoint.c"),
     cross_gcc_package="gcc-powerpc64-linux-gnu",
     out_of_line=OutOfLine(jump_back, return_jump),
+    detours=DetourCode(ppc64_detour.near_jump, ppc64_detour.entry_detour, ppc64_detour.return_detour,
+                       scratch=("r11", "r12"), flags="cr0", regs_access=ppc64_detour.regs_access,
+                       data_endian="little"),
     local_entry=local_entry,
 )
 
@@ -278,6 +280,7 @@ PPC64LE = replace(
     debian=DebianPort("ppc64el", "bookworm", "linux-image-powerpc64le", "vmlinux-*"),
     cross_gcc_package="gcc-powerpc64le-linux-gnu",
     out_of_line=OutOfLine(jump_back_le),
+    detours=None,  # big-endian code, and no Unicorn for ppc64le anyway
     local_entry=local_entry_le,
 )
 

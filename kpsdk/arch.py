@@ -420,6 +420,10 @@ class DetourCode:
     :param writes_flags: likewise for writing them.
     :param regs_access: ``insn -> (registers read, registers written)`` by name, where
         capstone's own ``regs_access`` is not enough.
+    :param data_endian: the byte order the code reads and writes kpsdk's data words in
+        (the count, records and jump words), which must be the host's; None: the guest's.
+        A big-endian guest with byte-reversing loads and stores (ppc64's ``ldbrx`` and
+        ``stdbrx``) keeps them little-endian.
     """
 
     near_jump: Jump
@@ -430,6 +434,7 @@ class DetourCode:
     reads_flags: Callable[[capstone.CsInsn, set[str]], bool] | None = None
     writes_flags: Callable[[capstone.CsInsn, set[str]], bool] | None = None
     regs_access: Callable[[capstone.CsInsn], tuple[set[str], set[str]]] | None = None
+    data_endian: Literal["little", "big"] | None = None
 
 
 @dataclass(frozen=True)
