@@ -53,7 +53,7 @@ def fuzz_examples(ci: int) -> int:
 #: fixture programs Unicorn runs (ppc64 too: arch_backends/ppc64.py says how)
 UNICORN_ARCHS = ("x86_64", "i386", "arm", "thumb", "riscv64", "ppc64")
 QEMU = {"x86_64": "qemu-x86_64", "i386": "qemu-i386", "arm": "qemu-arm", "thumb": "qemu-arm",
-        "riscv64": "qemu-riscv64", "ppc64": "qemu-ppc64"}
+        "riscv64": "qemu-riscv64", "ppc64": "qemu-ppc64", "ppc64le": "qemu-ppc64le"}
 
 
 def require_tool(tool: str, package: str) -> str:
