@@ -7,7 +7,8 @@ CPU model (the explicit PPC64 models map to 32-bit ones), the soft MMU off
 the first fetch, MSR[HV] being dropped at reset) and MSR = SF|FP|VR|VSX.  On any
 exception Unicorn 2.1.4 reports the pc 4 bytes past the instruction: a ``tw`` at A
 arrives at A+4 (hence the breakpoint's ``pc_adjust``), and an ``sc`` at A at A+4,
-which is where Linux returns to anyway.
+which is where Linux returns to anyway.  ppc64le runs on the same big-endian engine
+with MSR[LE] set (:func:`unicorn_setup_le`; ``UC_MODE_LITTLE_ENDIAN`` is refused).
 """
 
 from __future__ import annotations
@@ -145,6 +146,10 @@ CR0_SO = 0x10000000
 #: AT_HWCAP: 32- and 64-bit, an FPU and an MMU (arch/powerpc/include/uapi/asm/cputable.h); no
 #: AltiVec/VSX claimed, so glibc's IFUNCs pick their generic code
 HWCAP = 0x80000000 | 0x40000000 | 0x08000000 | 0x04000000
+#: ppc64le's AT_HWCAP: the same and TRUE_LE (0x2); AT_HWCAP2: ARCH_2_07 (POWER8), the least
+#: glibc's ppc64le port starts on ("CPU ISA level is lower than required" otherwise)
+HWCAP_LE = HWCAP | 0x00000002
+HWCAP2_LE = 0x80000000
 
 
 def unicorn_setup(uc: unicorn.Uc) -> None:
@@ -154,12 +159,31 @@ def unicorn_setup(uc: unicorn.Uc) -> None:
     uc.reg_write(up.UC_PPC_REG_MSR, MSR)
 
 
+#: MSR[LE]: the CPU fetches instructions and accesses data little-endian (Power ISA 3.0, 4.2.1)
+MSR_LE = 1
+
+
+def unicorn_setup_le(uc: unicorn.Uc) -> None:
+    """ppc64le on Unicorn 2.1.4: the big-endian engine (``UC_MODE_LITTLE_ENDIAN`` is refused
+    with UC_ERR_MODE for PPC64) with MSR[LE] set, as Linux runs a little-endian process:
+    QEMU's PowerPC translator then byte-swaps every fetch and data access (checked: code,
+    ``std``/``ld``/``lwz``, ``sc`` and ``tw`` behave as on POWER, MSR[LE] kept across the
+    interrupt hook)."""
+    unicorn_setup(uc)
+    uc.reg_write(up.UC_PPC_REG_MSR, MSR | MSR_LE)
+
+
 def entry_registers(descriptor: bytes, bias: int) -> dict[str, int]:
     """ELFv1: the entry is a function descriptor (code address, TOC, environment); Linux's
     start_thread loads r2 with its TOC (arch/powerpc/kernel/process.c), plus the load bias
     when the object was loaded at one (ld.so's descriptor is not relocated yet: ld.so
     relocates itself, with that TOC)."""
     return {"r2": struct.unpack(">Q", descriptor[8:16])[0] + bias}
+
+
+def _return_jump(at: int, order: str) -> tuple[bytes, int, int]:
+    code = struct.pack(f"{order}IIIIII", 0x429F0005, 0x7D8802A6, 0xE98C0014, 0x7D8903A6, 0x4E800420, 0x60000000)
+    return code + bytes(8), 8, 24
 
 
 def return_jump(at: int, iset: InstructionSet, sp_word: int) -> tuple[bytes, int, int]:
@@ -171,8 +195,12 @@ def return_jump(at: int, iset: InstructionSet, sp_word: int) -> tuple[bytes, int
     r12 is volatile across a call in both ELF ABIs.  It does not store sp at ``sp_word``
     (the 32-byte slot has no room for the address arithmetic; kpsdk reads r1 itself).
     Returns the code, the offset of the hooked ``ld`` and of the doubleword."""
-    code = struct.pack(">IIIIII", 0x429F0005, 0x7D8802A6, 0xE98C0014, 0x7D8903A6, 0x4E800420, 0x60000000)
-    return code + bytes(8), 8, 24
+    return _return_jump(at, ">")
+
+
+def return_jump_le(at: int, iset: InstructionSet, sp_word: int) -> tuple[bytes, int, int]:
+    """:func:`return_jump` in little-endian code (ppc64le)."""
+    return _return_jump(at, "<")
 
 
 #: the 64-bit PowerPC ELF ABIs' stack frames (ELFv1 3.2.2, ELFv2 2.2.2): 0(r1) is the back
@@ -248,7 +276,8 @@ PPC64LE_ISET = InstructionSet(
     capstone=(capstone.CS_ARCH_PPC, capstone.CS_MODE_64 | capstone.CS_MODE_LITTLE_ENDIAN),
     keystone=(keystone.KS_ARCH_PPC, keystone.KS_MODE_PPC64 | keystone.KS_MODE_LITTLE_ENDIAN),
     kernel_breakpoints={4: TRAP_LE},
-    unicorn_breakpoint=Breakpoint({4: TRAP_LE}, intno=-1, pc_adjust=0),
+    # a program exception reported at the trap + 4, as in big-endian mode
+    unicorn_breakpoint=Breakpoint({4: TRAP_LE}, intno=6, pc_adjust=-4),
     min_insn=4,
     # the primary opcode is in the top bits of the word, its last byte in memory
     length_rule=lambda code: 8 if code[3] >> 2 == 1 else 4,
@@ -267,19 +296,24 @@ PPC64LE = replace(
     aliases=("powerpc64le", "ppc64el"),
     endian="little",
     isets=(PPC64LE_ISET,),
-    unicorn=None,
-    unicorn_unsupported=(
-        "Unicorn 2.1.4 has no little-endian PowerPC: Uc(UC_ARCH_PPC, UC_MODE_PPC64 | UC_MODE_LITTLE_ENDIAN) "
-        "raises UC_ERR_MODE (checked), and the big-endian ppc64 model cannot run either. Run ppc64le code "
-        "under QEMU instead (qemu-user:PROG, qemu-system:ppc64le)"
-    ),
+    unicorn_setup=unicorn_setup_le,
+    # no descriptors: Linux's start_thread puts the entry in r12 for the global entry's TOC set-up
+    entry_registers=None,
+    function_descriptors=None,
+    entry_address_register="r12",
+    syscalls=Syscalls("r0", tuple(f"r{i}" for i in range(3, 9)), "r3", 8, tables.PPC64,
+                      linux=LinuxAbi("power8", HWCAP_LE, HWCAP2_LE, machine="ppc64le",
+                                     sysroot="/usr/powerpc64le-linux-gnu", stat=StatLayout(*tables.STAT_X86_64),
+                                     error_flag=(up.UC_PPC_REG_CR, CR0_SO))),
+    multiarch="powerpc64le-linux-gnu",
+    cross_libc_package="libc6-ppc64el-cross",
     qemu_user="qemu-ppc64le",
     qemu_system=QemuMachine("qemu-system-ppc64", "qemu-system-ppc", machine="pseries", console="hvc0",
                             memory="1G"),
     # Debian's ppc64el kernel package ships an uncompressed ELF vmlinux with its .symtab
     debian=DebianPort("ppc64el", "bookworm", "linux-image-powerpc64le", "vmlinux-*"),
     cross_gcc_package="gcc-powerpc64le-linux-gnu",
-    out_of_line=OutOfLine(jump_back_le),
+    out_of_line=OutOfLine(jump_back_le, return_jump_le),
     detours=None,  # big-endian code, and no Unicorn for ppc64le anyway
     local_entry=local_entry_le,
 )

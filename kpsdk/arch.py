@@ -596,6 +596,10 @@ class Arch:
     #: ELFv1 entry descriptor besides the pc (only called when e_entry is one); the descriptor
     #: as the file has it, the bias that of the object it belongs to (the loader's, if any)
     entry_registers: Callable[[bytes, int], dict[str, int]] | None = None
+    #: the register a function's global entry expects its own address in (ppc64le, ELFv2:
+    #: r12, from which it computes its TOC pointer); Linux's start_thread sets it to the entry
+    #: point, and a call kpsdk makes sets it to the function called; None: no such convention
+    entry_address_register: str | None = None
     #: the ELF section of function descriptors (ppc64 ELFv1's ``.opd``): a function symbol's
     #: value (and ``e_entry``) is a descriptor there, whose first word is the code's address
     function_descriptors: str | None = None

@@ -33,6 +33,7 @@ COMPILERS = {
     "arm": ("arm-linux-gnueabihf-gcc", "gcc-arm-linux-gnueabihf libc6-dev-armhf-cross"),
     "riscv64": ("riscv64-linux-gnu-gcc", "gcc-riscv64-linux-gnu libc6-dev-riscv64-cross"),
     "ppc64": ("powerpc64-linux-gnu-gcc", "gcc-powerpc64-linux-gnu libc6-dev-ppc64-cross"),
+    "ppc64le": ("powerpc64le-linux-gnu-gcc", "gcc-powerpc64le-linux-gnu libc6-dev-ppc64el-cross"),
 }
 LINUX_ARCHS = tuple(COMPILERS)
 BUSYBOX = Path("/bin/busybox")
@@ -121,7 +122,7 @@ def test_fork_is_an_honest_not_yet(build: Callable[[str], Path], sysroot: Path) 
     assert "malloc 107" in s.console  # what ran before the fork did run
 
 
-@pytest.mark.parametrize("arch", ["x86_64", "arm", "riscv64", "i386", "ppc64"])
+@pytest.mark.parametrize("arch", ["x86_64", "arm", "riscv64", "i386", "ppc64", "ppc64le"])
 def test_kprobe_on_malloc_sees_the_programs_sizes_in_order(build: Callable[[str], Path], sysroot: Path,
                                                           arch: str) -> None:
     exe = build(arch)
@@ -265,6 +266,7 @@ DYNAMIC = {
     "arm": ("/usr/arm-linux-gnueabihf", "/include/stdio.h"),
     "riscv64": ("/usr/riscv64-linux-gnu", "/include/stdio.h"),
     "ppc64": ("/usr/powerpc64-linux-gnu", "/include/stdio.h"),
+    "ppc64le": ("/usr/powerpc64le-linux-gnu", "/include/stdio.h"),
 }
 
 

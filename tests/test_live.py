@@ -20,11 +20,10 @@ from pathlib import Path
 
 import capstone
 import pytest
-from elftools.elf.elffile import ELFFile
 
 import kpsdk
 from kpsdk import fixtures
-from tests.conftest import QEMU, instructions, probe_addr, require_tool
+from tests.conftest import QEMU, instructions, local_entry_offset, probe_addr, require_tool
 
 LIVE_ARCHS = ("x86_64", "i386", "arm", "thumb", "riscv64", "ppc64", "ppc64le")
 
@@ -206,16 +205,6 @@ def test_k9_list_profile_and_k1_errors(live: kpsdk.Session) -> None:
     assert {m.group(1): int(m.group(2), 16) for m in found if m} == {"fact": fact, "add": 0}
     assert {r[0]: r[1:] for r in s.profile_rows()} == {f"k_fact_{fact:#x}": (5, 0), "k_add_0x0": (0, 0)}
 
-
-def local_entry_offset(path: Path, name: str) -> int:
-    """ELFv2's local entry offset of a function, from its symbol's st_other as pyelftools reads
-    it (``PPC64_LOCAL_ENTRY_OFFSET``: 0 for other ABIs)."""
-    with open(path, "rb") as f:
-        elf = ELFFile(f)
-        if elf["e_machine"] != "EM_PPC64" or elf["e_flags"] & 3 != 2:
-            return 0
-        sym = next(sym for sym in elf.get_section_by_name(".symtab").iter_symbols() if sym.name == name)
-        return int((1 << sym["st_other"]["local"]) >> 2 << 2)
 
 
 def test_memory_reads_are_the_program_s_bytes(live: kpsdk.Session) -> None:

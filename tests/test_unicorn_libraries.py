@@ -24,6 +24,7 @@ LIBC = {
     "arm": ("/usr/arm-linux-gnueabihf", "/usr/arm-linux-gnueabihf/lib/libc.so.6"),
     "riscv64": ("/usr/riscv64-linux-gnu", "/usr/riscv64-linux-gnu/lib/libc.so.6"),
     "ppc64": ("/usr/powerpc64-linux-gnu", "/usr/powerpc64-linux-gnu/lib/libc.so.6"),
+    "ppc64le": ("/usr/powerpc64le-linux-gnu", "/usr/powerpc64le-linux-gnu/lib/libc.so.6"),
 }
 
 

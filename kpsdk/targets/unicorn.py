@@ -994,13 +994,16 @@ class UnicornTarget(Target):
 
     def _through_descriptor(self, addr: int) -> int:
         """Where a call to ``addr`` starts, with the registers a call through its function
-        descriptor loads (ppc64 ELFv1: r2, the TOC of the object the function is in) written.
+        descriptor loads (ppc64 ELFv1: r2, the TOC of the object the function is in) written,
+        or the one that holds the function's address (ELFv2's r12).
 
         ``addr`` is a function's code (its symbol names its descriptor), or a function
         pointer, which on ELFv1 is the descriptor itself (what an IFUNC resolver returns);
         the descriptor is read from memory, where the loader has relocated it.
         Other architectures: ``addr`` unchanged."""
         arch = self.arch
+        if arch.entry_address_register is not None:  # ELFv2: the global entry finds its TOC from it
+            self.fast.write(arch.register(arch.entry_address_register), addr)
         if arch.entry_registers is None or arch.function_descriptors is None:
             return addr
         sym = self.symbols.containing(addr)
@@ -1115,6 +1118,8 @@ def open_elf(rest: str, registry: Registry, abi: str = "user", args: Sequence[st
     if arch.entry_registers is not None and descriptor != image.entry:  # e_entry is a function descriptor
         for name, value in arch.entry_registers(target.read_memory(descriptor, 3 * arch.word_size), bias).items():
             target.fast.write(arch.register(name), value)
+    if arch.entry_address_register is not None:
+        target.fast.write(arch.register(arch.entry_address_register), image.entry)
     if arch.syscalls is not None and arch.syscalls.linux is not None:
         area = target.sentinel
         reserved = [(area, area + AREA_SIZE), (STACK_TOP - STACK_SIZE, STACK_TOP)]

@@ -181,6 +181,8 @@ def load_interpreter(target: UnicornTarget, image: ElfImage, root: Sysroot, spac
         descriptor = target.read_memory(interp.raw_entry + base, 3 * arch.word_size)
         for name, value in arch.entry_registers(descriptor, base).items():
             target.fast.write(arch.register(name), value)
+    if arch.entry_address_register is not None:  # ELFv2: start_thread's r12
+        target.fast.write(arch.register(arch.entry_address_register), placed.entry)
     target._files = (*target._files, MappedFile.of(interp, base))  # reported with the program at session start
     return base, placed.entry
 
