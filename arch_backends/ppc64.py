@@ -314,7 +314,6 @@ PPC64LE = replace(
     debian=DebianPort("ppc64el", "bookworm", "linux-image-powerpc64le", "vmlinux-*"),
     cross_gcc_package="gcc-powerpc64le-linux-gnu",
     out_of_line=OutOfLine(jump_back_le, return_jump_le),
-    detours=None,  # big-endian code, and no Unicorn for ppc64le anyway
     local_entry=local_entry_le,
 )
 

@@ -1,12 +1,13 @@
-"""ppc64 (big-endian) kretprobe detours on Unicorn: the guest code of
+"""ppc64 and ppc64le kretprobe detours on Unicorn: the guest code of
 :class:`kpsdk.arch.EntryDetour` and :class:`kpsdk.arch.ReturnDetour`
 (``kpsdk/targets/ucdetour.py`` says what they do), hand-encoded.
 
 kpsdk keeps the detours' data words in the host's byte order (Python reads them as a
-native array); the big-endian guest reaches them with the byte-reversing ``ldbrx`` and
-``stdbrx`` (Power ISA 2.06), so nothing is swapped in Python.  Addresses are built in
-registers (``lis; ori; sldi; oris; ori``): reading a literal pc-relative needs
-``bcl``, which would clobber lr, the very register the entry must save.
+native array): little-endian.  The big-endian guest reaches them with the byte-reversing
+``ldbrx`` and ``stdbrx`` (Power ISA 2.06), ppc64le with plain ``ldx``/``stdx``, so
+nothing is swapped in Python; the code itself is stored in the instruction set's order.
+Addresses are built in registers (``lis; ori; sldi; oris; ori``): reading a literal
+pc-relative needs ``bcl``, which would clobber lr, the very register the entry must save.
 
 Registers: r11 and r12 (volatile, and free at a call: ELFv1 gives r11 the environment
 pointer only to languages that use one, r12 to glink and PLT stubs) and CR0 (volatile)
@@ -48,12 +49,19 @@ def _x(rt: int, ra: int, rb: int, xo: int) -> int:
     return 31 << 26 | rt << 21 | ra << 16 | rb << 11 | xo << 1
 
 
-def _ldbrx(rt: int, ra: int, rb: int) -> int:
-    return _x(rt, ra, rb, 532)
+def _order(iset: InstructionSet) -> str:
+    """The struct byte order of the instruction set's code (ppc64 ``>``, ppc64le ``<``)."""
+    return ">" if iset.capstone[1] & capstone.CS_MODE_BIG_ENDIAN else "<"
 
 
-def _stdbrx(rs: int, ra: int, rb: int) -> int:
-    return _x(rs, ra, rb, 660)
+def _ldbrx(rt: int, ra: int, rb: int, order: str = ">") -> int:
+    """Load the little-endian data doubleword: ``ldbrx`` on a big-endian CPU, ``ldx`` on ppc64le."""
+    return _x(rt, ra, rb, 532 if order == ">" else 21)
+
+
+def _stdbrx(rs: int, ra: int, rb: int, order: str = ">") -> int:
+    """Store it: ``stdbrx`` / ``stdx``."""
+    return _x(rs, ra, rb, 660 if order == ">" else 149)
 
 
 def _add(rt: int, ra: int, rb: int) -> int:
@@ -97,17 +105,18 @@ _BCTR = 0x4E800420
 
 def entry_detour(at: int, iset: InstructionSet, d: EntryDetour) -> tuple[bytes, int]:
     """The return probes' fast entry: three guest stores (the count, the record's two words)."""
+    order = _order(iset)
     w: list[int] = []
     w += li64(_R12, d.gate)
-    w += [_ldbrx(_R11, 0, _R12), _cmpdi0(_R11), 0]  # bne slow (patched below)
+    w += [_ldbrx(_R11, 0, _R12, order), _cmpdi0(_R11), 0]  # bne slow (patched below)
     bne_gate = len(w) - 1
     w += li64(_R12, d.avail)
-    w += [_ldbrx(_R11, 0, _R12), _cmpdi0(_R11), 0]  # beq slow
+    w += [_ldbrx(_R11, 0, _R12, order), _cmpdi0(_R11), 0]  # beq slow
     beq_empty = len(w) - 1
-    w += [_d(14, _R11, _R11, -1), _stdbrx(_R11, 0, _R12), _sldi4(_R11, _R11)]  # n -= 1; store; n * 16
+    w += [_d(14, _R11, _R11, -1), _stdbrx(_R11, 0, _R12, order), _sldi4(_R11, _R11)]  # n -= 1; store; n * 16
     w += li64(_R12, d.records)
-    w += [_add(_R12, _R12, _R11), _MFLR_R11, _stdbrx(_R11, 0, _R12),  # record.ret = lr
-          _d(14, _R12, _R12, 8), _stdbrx(_R1, 0, _R12)]  # record.sp = r1
+    w += [_add(_R12, _R12, _R11), _MFLR_R11, _stdbrx(_R11, 0, _R12, order),  # record.ret = lr
+          _d(14, _R12, _R12, 8), _stdbrx(_R1, 0, _R12, order)]  # record.sp = r1
     w += li64(_R11, d.tramp)
     w += [_MTLR_R11]
     w += [_b(at + 4 * len(w), d.resume)]
@@ -115,7 +124,7 @@ def entry_detour(at: int, iset: InstructionSet, d: EntryDetour) -> tuple[bytes, 
     w += [_b(at + slow, d.resume)]  # hooked: Python runs the entry as a hit
     w[bne_gate] = _bc("ne", at + 4 * bne_gate, at + slow)
     w[beq_empty] = _bc("eq", at + 4 * beq_empty, at + slow)
-    return struct.pack(f">{len(w)}I", *w), slow
+    return struct.pack(f"{order}{len(w)}I", *w), slow
 
 
 def return_detour(at: int, iset: InstructionSet, r: ReturnDetour) -> tuple[bytes, int, int]:
@@ -123,23 +132,24 @@ def return_detour(at: int, iset: InstructionSet, r: ReturnDetour) -> tuple[bytes
     general instruction (``ldbrx r12, r12, r0``: the jump word two after the count) can
     load through it; the short one loads the record's first word."""
     assert r.ret_sp == 0, "lr holds the return address: sp is the entry's again"
+    order = _order(iset)
     w: list[int] = []
     w += li64(_R12, r.avail)
-    w += [_ldbrx(_R11, 0, _R12), _d(14, _R0, 0, 8), _ldbrx(_R0, _R12, _R0),  # n, and the free count m
+    w += [_ldbrx(_R11, 0, _R12, order), _d(14, _R0, 0, 8), _ldbrx(_R0, _R12, _R0, order),  # n, and the free count m
           _cmpld(_R11, _R0), 0]  # bge general
     bge = len(w) - 1
     w += [_sldi4(_R11, _R11)]
     w += li64(_R0, r.records)
-    w += [_add(_R11, _R11, _R0), _d(14, _R0, 0, 8), _ldbrx(_R0, _R11, _R0),  # record.sp
+    w += [_add(_R11, _R11, _R0), _d(14, _R0, 0, 8), _ldbrx(_R0, _R11, _R0, order),  # record.sp
           _cmpld(_R0, _R1), 0]  # bne general
     bne = len(w) - 1
     short = 4 * len(w)
-    w += [_ldbrx(_R12, 0, _R11), _MTCTR_R12, _BCTR]  # hooked: through the record's first word
+    w += [_ldbrx(_R12, 0, _R11, order), _MTCTR_R12, _BCTR]  # hooked: through the record's first word
     general = 4 * len(w)
-    w += [_d(14, _R0, 0, 16), _ldbrx(_R12, _R12, _R0), _MTCTR_R12, _BCTR]  # hooked at the ldbrx
+    w += [_d(14, _R0, 0, 16), _ldbrx(_R12, _R12, _R0, order), _MTCTR_R12, _BCTR]  # hooked at the ldbrx
     w[bge] = _bc("ge", at + 4 * bge, at + general)
     w[bne] = _bc("ne", at + 4 * bne, at + general)
-    return struct.pack(f">{len(w)}I", *w), short, general + 4
+    return struct.pack(f"{order}{len(w)}I", *w), short, general + 4
 
 
 def near_jump(at: int, target: int, iset: InstructionSet) -> bytes | None:
@@ -147,7 +157,7 @@ def near_jump(at: int, target: int, iset: InstructionSet) -> bytes | None:
     off = target - at
     if not -(1 << 25) <= off < (1 << 25):
         return None
-    return struct.pack(">I", 18 << 26 | (off & 0x03FFFFFC))
+    return struct.pack(f"{_order(iset)}I", 18 << 26 | (off & 0x03FFFFFC))
 
 
 _UNCONDITIONAL = frozenset({"b", "ba", "bl", "bla", "blr", "blrl", "bctr", "bctrl"})

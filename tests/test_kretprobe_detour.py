@@ -17,7 +17,7 @@ import kpsdk
 from kpsdk import fixtures
 from kpsdk.manager import ProbePoint
 from kpsdk.regs import PtRegs
-from tests.conftest import UNICORN_ARCHS
+from tests.conftest import UNICORN_ARCHS, local_entry_offset
 
 Ri = kpsdk.KretprobeInstance
 
@@ -30,6 +30,7 @@ DETOURED = {
     "thumb": ("add", "sum7", "inc", "loop", "twice"),
     "riscv64": ("add", "sum7", "inc", "loop", "twice"),
     "ppc64": ("add", "fact", "inc", "loop", "twice", "escape"),
+    "ppc64le": ("add", "fact", "inc", "loop", "twice", "escape"),
 }
 #: and some each keeps on the hook path, with why
 NOT_DETOURED = {
@@ -39,16 +40,23 @@ NOT_DETOURED = {
     "thumb": ("fact",),  # the 4-byte b.w would cover ``cmp; ble``: a branch cannot move
     "riscv64": ("fact",),  # the same: ``li; bge``
     "ppc64": ("try_escape",),  # ``mfcr r12`` (saving CR2-CR4) reads CR0 and the scratch r12 before writing it
+    "ppc64le": ("try_escape",),  # the same
 }
 
 
+def entry(s: kpsdk.Session, name: str) -> int:
+    """Where a probe on ``name`` is: its first instruction, or ppc64le's local entry."""
+    files = s.target.mapped_files()  # none on a blank CPU (unicorn:ARCH), whose symbols kpsdk was given
+    return s.symbols.resolve(name) + (local_entry_offset(files[0].path, name) if files else 0)
+
+
 def point(s: kpsdk.Session, name: str) -> ProbePoint:
-    return s.target.manager.points[s.symbols.resolve(name)]
+    return s.target.manager.points[entry(s, name)]
 
 
 def raw(s: kpsdk.Session, name: str, n: int) -> bytes:
     """Bytes as the CPU fetches them (no K10 overlay)."""
-    return bytes(s.target.uc.mem_read(s.symbols.resolve(name), n))  # type: ignore[attr-defined]
+    return bytes(s.target.uc.mem_read(entry(s, name), n))  # type: ignore[attr-defined]
 
 
 @pytest.fixture(params=[a for a in UNICORN_ARCHS if kpsdk.get_registry().arch(a).detours is not None])
@@ -77,13 +85,13 @@ def test_detoured_returns_match_the_program(s: kpsdk.Session, arch: str) -> None
     """Every return of ``loop``'s callee and of ``loop`` is seen with the value the
     program computes, and reads of the patched entry show the original bytes."""
     name = "inc" if "inc" in DETOURED[arch] else "loop"
-    before = s.target.read_memory(s.symbols.resolve(name), 16)
+    before = s.target.read_memory(entry(s, name), 16)
     seen: list[int] = []
     rp = kpsdk.Kretprobe(symbol_name=name, handler=lambda ri, regs: seen.append(regs.signed(s.arch.return_value)))
     s.register_kretprobe(rp)
     assert point(s, name).mechanism == "detour"
     assert raw(s, name, 16) != before  # the CPU fetches the jump ...
-    assert s.target.read_memory(s.symbols.resolve(name), 16) == before  # ... reads show the function (K10)
+    assert s.target.read_memory(entry(s, name), 16) == before  # ... reads show the function (K10)
     total = s.call("loop", 100)
     assert total == sum(range(1, 101))
     if name == "inc":
@@ -168,7 +176,7 @@ def test_writing_over_a_detoured_entry_is_refused(s: kpsdk.Session, arch: str) -
     length = point(s, name).state["detour_plan"]
     assert isinstance(length, int)
     with pytest.raises(kpsdk.KprobeError) as e:
-        s.target.write_memory(s.symbols.resolve(name) + length - 1, b"\0")
+        s.target.write_memory(entry(s, name) + length - 1, b"\0")
     assert e.value.errno == errno.EBUSY
 
 
@@ -224,7 +232,9 @@ THUNKS = {
                   "mflr 0\nstd 0, 16(1)\nstdu 1, -32(1)\ncmpdi 1, 1\nbl {f}\naddi 1, 1, 32\n"
                   "ld 0, 16(1)\nmtlr 0\nblr"),
 }
-THUNK_RESULTS = {"x86_64": (42, 10), "i386": (1, 0), "arm": (42, 10), "ppc64": (42, 10), "ppc64-cr0": (0, 0)}
+THUNKS["ppc64le"], THUNKS["ppc64le-cr0"] = THUNKS["ppc64"], THUNKS["ppc64-cr0"]  # the same code, little-endian
+THUNK_RESULTS = {"x86_64": (42, 10), "i386": (1, 0), "arm": (42, 10), "ppc64": (42, 10), "ppc64-cr0": (0, 0),
+                 "ppc64le": (42, 10), "ppc64le-cr0": (0, 0)}
 
 
 @pytest.mark.parametrize("isa", sorted(THUNKS))
@@ -280,11 +290,11 @@ def test_a_detour_unregistered_mid_call_returns_through_its_code_and_its_block_w
         s.register_kprobe(kpsdk.Kprobe(symbol_name="inc", pre_handler=on_inc))
         s.register_kretprobe(rp)
         assert point(s, "loop").mechanism == "detour"
-        old_block = s.target.detours.by_addr[s.symbols.resolve("loop")].block  # type: ignore[attr-defined]
+        old_block = s.target.detours.by_addr[entry(s, "loop")].block  # type: ignore[attr-defined]
         assert s.call("loop", 10) == sum(range(1, 11))
         assert outer == [] and s.target.rethook.in_flight() == []  # type: ignore[union-attr]
         if point(s, "add").mechanism == "detour":
-            assert s.target.detours.by_addr[s.symbols.resolve("add")].block != old_block  # type: ignore[attr-defined]
+            assert s.target.detours.by_addr[entry(s, "add")].block != old_block  # type: ignore[attr-defined]
         assert s.call("add", 2, 3) == 5 and adds == [5]
     finally:
         s.close()
