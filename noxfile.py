@@ -88,6 +88,8 @@ def bench(session: nox.Session) -> None:
     session.run("python", "bench/run.py", *session.posargs)
     # live targets: hits/s on qemu-user against gdb's own loop and a plain pygdbmi loop
     session.run("python", "bench/live.py", "--out", "bench/results/live.md")
+    # real Linux programs on Unicorn: busybox sort and a hot libc probe against qemu-user and Qiling
+    session.run("python", "bench/linuxprogs.py", "--out", "bench/results/linuxprogs.md")
 
 
 @nox.session

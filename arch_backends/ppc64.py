@@ -145,6 +145,9 @@ MSR = (1 << 63) | (1 << 25) | (1 << 23) | (1 << 13)
 CR0_SO = 0x10000000
 #: AT_HWCAP: 32- and 64-bit, an FPU and an MMU (arch/powerpc/include/uapi/asm/cputable.h); no
 #: AltiVec/VSX claimed, so glibc's IFUNCs pick their generic code
+#: arch/powerpc/include/uapi/asm/fcntl.h: the open(2) flags whose bits are powerpc's own
+OPEN_FLAG_BITS = (("O_DIRECTORY", 0o40000), ("O_NOFOLLOW", 0o100000), ("O_LARGEFILE", 0o200000),
+                  ("O_DIRECT", 0o400000), ("O_TMPFILE", 0o20040000))
 HWCAP = 0x80000000 | 0x40000000 | 0x08000000 | 0x04000000
 #: ppc64le's AT_HWCAP: the same and TRUE_LE (0x2); AT_HWCAP2: ARCH_2_07 (POWER8), the least
 #: glibc's ppc64le port starts on ("CPU ISA level is lower than required" otherwise)
@@ -249,7 +252,8 @@ PPC64 = Arch(
     # returns the positive errno (Linux arch/powerpc/kernel/syscall.c; the ppc64 ELF ABI)
     syscalls=Syscalls("r0", tuple(f"r{i}" for i in range(3, 9)), "r3", 8, tables.PPC64,
                       linux=LinuxAbi("ppc970", HWCAP, machine="ppc64", sysroot="/usr/powerpc64-linux-gnu",
-                                     stat=StatLayout(*tables.STAT_X86_64), error_flag=(up.UC_PPC_REG_CR, CR0_SO))),
+                                     stat=StatLayout(*tables.STAT_X86_64), error_flag=(up.UC_PPC_REG_CR, CR0_SO),
+                                     open_flag_bits=OPEN_FLAG_BITS)),
     stack_alignment=16,
     qemu_user="qemu-ppc64",
     function_descriptors=".opd",

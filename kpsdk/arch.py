@@ -119,6 +119,9 @@ class LinuxAbi:
         (``-errno``); else ``(register, bit)``: the bit is set and the result is
         the positive errno (ppc64's CR0.SO).
     :param big_endian: the byte order of the guest's words.
+    :param open_flag_bits: the ``open(2)`` flags whose bits differ from asm-generic's
+        (arch/*/include/uapi/asm/fcntl.h: ``O_DIRECTORY``, ``O_NOFOLLOW``, ``O_DIRECT``,
+        ``O_LARGEFILE`` on arm and powerpc), by name: what ``--strace`` prints.
     """
 
     platform: str | None
@@ -132,6 +135,7 @@ class LinuxAbi:
     set_thread_area: Callable[[Any, int, int, int, bool], int] | None = None
     pair_aligned: bool = False
     error_flag: tuple[int, int] | None = None
+    open_flag_bits: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True)
