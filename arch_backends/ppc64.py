@@ -24,6 +24,7 @@ from unicorn import ppc_const as up
 from kpsdk import hookimpl
 from kpsdk.arch import (
     Abi,
+    AccessGate,
     Arch,
     Breakpoint,
     DebianPort,
@@ -118,6 +119,14 @@ def _links(word: int) -> bool:
     if opcode in (16, 18):
         return bool(word & 1)
     return opcode == 19 and (word >> 1) & 0x3FF in (16, 528, 560) and bool(word & 1)
+
+
+#: Kernel Userspace Access Prevention (CONFIG_PPC_KUAP, on in Debian's kernels): outside
+#: its uaccess windows the kernel keeps the AMR at AMR_KUAP_BLOCKED, which denies
+#: kernel-mode reads and writes of non-privileged (user) pages; QEMU's radix translation
+#: applies it to the debugger too (target/ppc/mmu-radix64.c, ppc_radix64_get_prot_amr), so a
+#: syscall's string argument reads as a fault at a probe.  An AMR of 0 masks nothing.
+KUAP = AccessGate("amr", 0, "Linux arch/powerpc/include/asm/book3s/64/kup.h; Power ISA 3.0 AMR")
 
 
 def _branch(at: int, target: int, order: str) -> bytes | None:
@@ -266,6 +275,7 @@ PPC64 = Arch(
     watch=WatchRules(slots=1, types=frozenset({"w", "r", "rw"}), lengths=tuple(range(1, 513)), aligned=False,
                      window=512, source="Power ISA 3.0 DAWR0; Linux arch/powerpc/kernel/hw_breakpoint.c"),
     cross_gcc_package="gcc-powerpc64-linux-gnu",
+    access_gate=KUAP,
     out_of_line=OutOfLine(jump_back, return_jump),
     detours=DetourCode(ppc64_detour.near_jump, ppc64_detour.entry_detour, ppc64_detour.return_detour,
                        scratch=("r11", "r12"), flags="cr0", regs_access=ppc64_detour.regs_access,
@@ -312,8 +322,10 @@ PPC64LE = replace(
     multiarch="powerpc64le-linux-gnu",
     cross_libc_package="libc6-ppc64el-cross",
     qemu_user="qemu-ppc64le",
+    # VOF, QEMU's minimal client-interface firmware, instead of SLOF: it runs the kernel that
+    # QEMU loads itself (-kernel), and boots to init ~30 s sooner under TCG
     qemu_system=QemuMachine("qemu-system-ppc64", "qemu-system-ppc", machine="pseries", console="hvc0",
-                            memory="1G"),
+                            args=("-machine", "x-vof=on"), memory="1G"),
     # Debian's ppc64el kernel package ships an uncompressed ELF vmlinux with its .symtab
     debian=DebianPort("ppc64el", "bookworm", "linux-image-powerpc64le", "vmlinux-*"),
     cross_gcc_package="gcc-powerpc64le-linux-gnu",

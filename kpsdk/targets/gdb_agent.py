@@ -18,6 +18,7 @@ agent -> host
 host -> agent (during a hit; the CPU is stopped)
     ``r NAME``  read a register; ``m ADDR SIZE``  read memory (hex bytes back);
     ``p ADDR SIZE``  read physical memory (QEMU's ``Qqemu.PhyMemMode``);
+    ``W NAME VALUE``  write a register now (kpsdk puts the old value back itself);
     ``w ADDR HEXBYTES``  write memory; ``b ADDR HW`` / ``d ADDR``  insert or
     delete a breakpoint; then one final
     ``c|s [NAME=VALUE ...] [+NAME ...]``  write registers, add NAMEs to this
@@ -155,6 +156,10 @@ def _serve(cmd):
         if op == "p":
             addr, size = (int(x, 16) for x in rest.split())
             return "v " + _read_physical(addr, size).hex()
+        if op == "W":
+            name, value = rest.split()
+            _write_register(name, int(value, 16))
+            return "v"
         if op == "w":
             addr, data = rest.split()
             gdb.selected_inferior().write_memory(int(addr, 16), bytes.fromhex(data))

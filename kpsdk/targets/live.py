@@ -302,7 +302,11 @@ class GdbTarget(Target):
             try:
                 return bytes.fromhex(self.link.request(f"m {addr:x} {size:x}"))
             except TargetFault:
-                if self.arch.page_walk is None or self.abi_kind != "kernel":
+                if self.abi_kind != "kernel":
+                    raise
+                if self.arch.access_gate is not None:
+                    return self._read_through_gate(addr, size)
+                if self.arch.page_walk is None:
                     raise
                 return self._read_through_page_tables(addr, size)
         try:
@@ -313,6 +317,20 @@ class GdbTarget(Target):
         if len(data) < size:
             raise TargetFault(f"cannot read {size} bytes (only {len(data)})", addr, self.symbols.format(addr))
         return data[:size]
+
+    def _read_through_gate(self, addr: int, size: int) -> bytes:
+        """A read the kernel's own access gate refused to the debugger (ppc64's KUAP:
+        :attr:`~kpsdk.arch.Arch.access_gate`), again with the gate open; the guest's value
+        is back in the register before the hit goes on, whatever the read gave.  A read that
+        fails with the gate open is a real fault (:class:`TargetFault`)."""
+        gate = self.arch.access_gate
+        assert gate is not None
+        saved = int(self.link.request(f"r {gate.register}"), 16)
+        self.link.request(f"W {gate.register} {gate.open_value:x}")
+        try:
+            return bytes.fromhex(self.link.request(f"m {addr:x} {size:x}"))
+        finally:
+            self.link.request(f"W {gate.register} {saved:x}")
 
     def _read_through_page_tables(self, addr: int, size: int) -> bytes:
         """A read the CPU's access control refused to the debugger (ARM's software PAN),
