@@ -7,7 +7,8 @@ CPU model (the explicit PPC64 models map to 32-bit ones), the soft MMU off
 the first fetch, MSR[HV] being dropped at reset) and MSR = SF|FP|VR|VSX.  On any
 exception Unicorn 2.1.4 reports the pc 4 bytes past the instruction: a ``tw`` at A
 arrives at A+4 (hence the breakpoint's ``pc_adjust``), and an ``sc`` at A at A+4,
-which is where Linux returns to anyway.
+which is where Linux returns to anyway.  ppc64le runs on the same big-endian engine
+with MSR[LE] set (:func:`unicorn_setup_le`; ``UC_MODE_LITTLE_ENDIAN`` is refused).
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ from kpsdk.arch import (
     Arch,
     Breakpoint,
     DebianPort,
+    DetourCode,
+    FrameRecord,
     InsnRules,
     InstructionSet,
     LinuxAbi,
@@ -37,6 +40,7 @@ from kpsdk.arch import (
     Syscalls,
     WatchRules,
 )
+from kpsdk.arch_backends import ppc64_detour
 from kpsdk.arch_backends import syscall_tables as tables
 from kpsdk.insn import ReadMem, ReadReg, changes_flow, immediate_targets
 
@@ -98,6 +102,25 @@ def local_entry_le(code: bytes) -> int:
     return _local_entry(code, "<")
 
 
+def is_call(insn: capstone.CsInsn) -> bool:
+    """A branch with the LK bit set (``bl``, ``bla``, ``bcl``, ``bctrl``, ``blrl``...): it
+    writes the return address to LR.  Capstone 5 puts these in its JUMP group only.  Read
+    from the encoding of big-endian code (I-form b, B-form bc, XL-form bclr/bcctr/bctar)."""
+    return _links(int.from_bytes(bytes(insn.bytes[:4]), "big"))
+
+
+def is_call_le(insn: capstone.CsInsn) -> bool:
+    """:func:`is_call` of little-endian code."""
+    return _links(int.from_bytes(bytes(insn.bytes[:4]), "little"))
+
+
+def _links(word: int) -> bool:
+    opcode = word >> 26
+    if opcode in (16, 18):
+        return bool(word & 1)
+    return opcode == 19 and (word >> 1) & 0x3FF in (16, 528, 560) and bool(word & 1)
+
+
 #: Kernel Userspace Access Prevention (CONFIG_PPC_KUAP, on in Debian's kernels): outside
 #: its uaccess windows the kernel keeps the AMR at AMR_KUAP_BLOCKED, which denies
 #: kernel-mode reads and writes of non-privileged (user) pages; QEMU's radix translation
@@ -135,6 +158,10 @@ CR0_SO = 0x10000000
 OPEN_FLAG_BITS = (("O_DIRECTORY", 0o40000), ("O_NOFOLLOW", 0o100000), ("O_LARGEFILE", 0o200000),
                   ("O_DIRECT", 0o400000), ("O_TMPFILE", 0o20040000))
 HWCAP = 0x80000000 | 0x40000000 | 0x08000000 | 0x04000000
+#: ppc64le's AT_HWCAP: the same and TRUE_LE (0x2); AT_HWCAP2: ARCH_2_07 (POWER8), the least
+#: glibc's ppc64le port starts on ("CPU ISA level is lower than required" otherwise)
+HWCAP_LE = HWCAP | 0x00000002
+HWCAP2_LE = 0x80000000
 
 
 def unicorn_setup(uc: unicorn.Uc) -> None:
@@ -144,27 +171,56 @@ def unicorn_setup(uc: unicorn.Uc) -> None:
     uc.reg_write(up.UC_PPC_REG_MSR, MSR)
 
 
-def entry_registers(descriptor: bytes) -> dict[str, int]:
+#: MSR[LE]: the CPU fetches instructions and accesses data little-endian (Power ISA 3.0, 4.2.1)
+MSR_LE = 1
+
+
+def unicorn_setup_le(uc: unicorn.Uc) -> None:
+    """ppc64le on Unicorn 2.1.4: the big-endian engine (``UC_MODE_LITTLE_ENDIAN`` is refused
+    with UC_ERR_MODE for PPC64) with MSR[LE] set, as Linux runs a little-endian process:
+    QEMU's PowerPC translator then byte-swaps every fetch and data access (checked: code,
+    ``std``/``ld``/``lwz``, ``sc`` and ``tw`` behave as on POWER, MSR[LE] kept across the
+    interrupt hook)."""
+    unicorn_setup(uc)
+    uc.reg_write(up.UC_PPC_REG_MSR, MSR | MSR_LE)
+
+
+def entry_registers(descriptor: bytes, bias: int) -> dict[str, int]:
     """ELFv1: the entry is a function descriptor (code address, TOC, environment); Linux's
-    start_thread loads r2 with its TOC (arch/powerpc/kernel/process.c)."""
-    return {"r2": struct.unpack(">Q", descriptor[8:16])[0]}
+    start_thread loads r2 with its TOC (arch/powerpc/kernel/process.c), plus the load bias
+    when the object was loaded at one (ld.so's descriptor is not relocated yet: ld.so
+    relocates itself, with that TOC)."""
+    return {"r2": struct.unpack(">Q", descriptor[8:16])[0] + bias}
+
+
+def _return_jump(at: int, order: str) -> tuple[bytes, int, int]:
+    code = struct.pack(f"{order}IIIIII", 0x429F0005, 0x7D8802A6, 0xE98C0014, 0x7D8903A6, 0x4E800420, 0x60000000)
+    return code + bytes(8), 8, 24
 
 
 def return_jump(at: int, iset: InstructionSet, sp_word: int) -> tuple[bytes, int, int]:
-    """The kretprobe trampoline, reached by the probed function's ``blr`` (so lr holds its
-    address): ``mflr r12; addis r11,r12,ha; std r1,lo(r11)`` stores sp at ``sp_word`` (r11
-    and r12 are volatile across a call in the ELFv1 ABI), then ``ld r12,24(r12); mtctr
-    r12; bctr`` jumps through the doubleword 24 bytes on, which kpsdk's hook (on the
-    ``ld``) has just written.  Returns the code, the offset of the hooked ``ld`` and of
-    the doubleword."""
-    off = sp_word - at
-    lo = ((off & 0xFFFF) ^ 0x8000) - 0x8000
-    hi = ((off - lo) >> 16) & 0xFFFF
-    assert not lo % 4 and -(1 << 31) <= off < (1 << 31), "std's displacement is a multiple of 4 within 2 GiB"
-    code = struct.pack(">IIIIII", 0x7D8802A6, 0x3D6C0000 | hi, 0xF82B0000 | (lo & 0xFFFC), 0xE98C0018,
-                       0x7D8903A6, 0x4E800420)
-    return code + bytes(8), 12, 24
+    """The kretprobe trampoline: ``bcl 20,31,$+4; mflr r12`` (its own address: lr is dead
+    once the probed function has returned, and the code is reached by its ``blr`` or by a
+    ``b`` from a detour's return code once the detour is gone, so lr cannot be trusted to
+    point here), then ``ld r12,20(r12)`` (hooked: kpsdk writes the real return address
+    into the doubleword the code ends with just before it runs), ``mtctr r12; bctr``.
+    r12 is volatile across a call in both ELF ABIs.  It does not store sp at ``sp_word``
+    (the 32-byte slot has no room for the address arithmetic; kpsdk reads r1 itself).
+    Returns the code, the offset of the hooked ``ld`` and of the doubleword."""
+    return _return_jump(at, ">")
 
+
+def return_jump_le(at: int, iset: InstructionSet, sp_word: int) -> tuple[bytes, int, int]:
+    """:func:`return_jump` in little-endian code (ppc64le)."""
+    return _return_jump(at, "<")
+
+
+#: the 64-bit PowerPC ELF ABIs' stack frames (ELFv1 3.2.2, ELFv2 2.2.2): 0(r1) is the back
+#: chain, the caller's r1, stored by the ``stdu r1,-N(r1)`` that allocates a frame; a function
+#: saves its return address at 16 in its caller's frame.  The frame goes with ``addi r1,...``
+#: (gcc with a frame pointer: ``addi r1,r31,N``), ``ld r1,0(r1)`` or ``mr r1,...``
+FRAMES = FrameRecord(fp="r1", saved_fp=0, saved_ret=16, sets_fp=r"stdux? r1, ",
+                     restores_fp=r"(addi r1, r\d+, |ld r1, 0\(r1\)|mr r1, )", back_chain=True)
 
 PPC64_ISET = InstructionSet(
     name="ppc64",
@@ -176,6 +232,8 @@ PPC64_ISET = InstructionSet(
     min_insn=4,
     # ISA 3.1 prefixed instructions (primary opcode 1) are 8 bytes
     length_rule=lambda code: 8 if code[0] >> 2 == 1 else 4,
+    frame_record=FRAMES,
+    is_call=is_call,
 )
 
 PPC64 = Arch(
@@ -219,6 +277,9 @@ PPC64 = Arch(
     cross_gcc_package="gcc-powerpc64-linux-gnu",
     access_gate=KUAP,
     out_of_line=OutOfLine(jump_back, return_jump),
+    detours=DetourCode(ppc64_detour.near_jump, ppc64_detour.entry_detour, ppc64_detour.return_detour,
+                       scratch=("r11", "r12"), flags="cr0", regs_access=ppc64_detour.regs_access,
+                       data_endian="little"),
     local_entry=local_entry,
 )
 
@@ -229,10 +290,13 @@ PPC64LE_ISET = InstructionSet(
     capstone=(capstone.CS_ARCH_PPC, capstone.CS_MODE_64 | capstone.CS_MODE_LITTLE_ENDIAN),
     keystone=(keystone.KS_ARCH_PPC, keystone.KS_MODE_PPC64 | keystone.KS_MODE_LITTLE_ENDIAN),
     kernel_breakpoints={4: TRAP_LE},
-    unicorn_breakpoint=Breakpoint({4: TRAP_LE}, intno=-1, pc_adjust=0),
+    # a program exception reported at the trap + 4, as in big-endian mode
+    unicorn_breakpoint=Breakpoint({4: TRAP_LE}, intno=6, pc_adjust=-4),
     min_insn=4,
     # the primary opcode is in the top bits of the word, its last byte in memory
     length_rule=lambda code: 8 if code[3] >> 2 == 1 else 4,
+    frame_record=FRAMES,
+    is_call=is_call_le,
 )
 
 #: Little-endian ppc64 (ELFv2), what Debian's ppc64el port and its kernels are: the same
@@ -246,12 +310,17 @@ PPC64LE = replace(
     aliases=("powerpc64le", "ppc64el"),
     endian="little",
     isets=(PPC64LE_ISET,),
-    unicorn=None,
-    unicorn_unsupported=(
-        "Unicorn 2.1.4 has no little-endian PowerPC: Uc(UC_ARCH_PPC, UC_MODE_PPC64 | UC_MODE_LITTLE_ENDIAN) "
-        "raises UC_ERR_MODE (checked), and the big-endian ppc64 model cannot run either. Run ppc64le code "
-        "under QEMU instead (qemu-user:PROG, qemu-system:ppc64le)"
-    ),
+    unicorn_setup=unicorn_setup_le,
+    # no descriptors: Linux's start_thread puts the entry in r12 for the global entry's TOC set-up
+    entry_registers=None,
+    function_descriptors=None,
+    entry_address_register="r12",
+    syscalls=Syscalls("r0", tuple(f"r{i}" for i in range(3, 9)), "r3", 8, tables.PPC64,
+                      linux=LinuxAbi("power8", HWCAP_LE, HWCAP2_LE, machine="ppc64le",
+                                     sysroot="/usr/powerpc64le-linux-gnu", stat=StatLayout(*tables.STAT_X86_64),
+                                     error_flag=(up.UC_PPC_REG_CR, CR0_SO))),
+    multiarch="powerpc64le-linux-gnu",
+    cross_libc_package="libc6-ppc64el-cross",
     qemu_user="qemu-ppc64le",
     # VOF, QEMU's minimal client-interface firmware, instead of SLOF: it runs the kernel that
     # QEMU loads itself (-kernel), and boots to init ~30 s sooner under TCG
@@ -260,7 +329,7 @@ PPC64LE = replace(
     # Debian's ppc64el kernel package ships an uncompressed ELF vmlinux with its .symtab
     debian=DebianPort("ppc64el", "bookworm", "linux-image-powerpc64le", "vmlinux-*"),
     cross_gcc_package="gcc-powerpc64le-linux-gnu",
-    out_of_line=OutOfLine(jump_back_le),
+    out_of_line=OutOfLine(jump_back_le, return_jump_le),
     local_entry=local_entry_le,
 )
 

@@ -25,6 +25,8 @@ if TYPE_CHECKING:
 
 #: ``classify(insn) -> (boostable, refused reason or None)``
 Classify = Callable[["capstone.CsInsn"], tuple[bool, "str | None"]]
+#: ``is_call(insn) -> bool``: an instruction set's own rule for calls (InstructionSet.is_call)
+CallRule = Callable[["capstone.CsInsn"], bool]
 #: ``successors(insn, read_reg, read_mem, word_size) -> addresses, or None where it cannot be followed``
 Successors = Callable[["capstone.CsInsn", "ReadReg", "ReadMem", int], "set[int] | None"]
 #: ``page_walk(read_reg, read_phys, va) -> physical address, or None where va is not mapped``
@@ -181,6 +183,12 @@ class FrameRecord:
     :param leaf_saved_fp: a function that calls nothing may save only fp and
         keep its return address in the link register; its caller's fp is
         then at this offset from fp (ARM 0, RISC-V -8).
+    :param back_chain: the PowerPC ABIs' chain instead: fp is the stack pointer,
+        every frame's word at ``saved_fp`` is its caller's stack pointer (the back
+        chain, stored by the ``stdu`` that ``sets_fp`` matches), and the return
+        address into the caller is saved at ``saved_ret`` in the *caller's* frame
+        (the LR save doubleword), by the callee; a function that calls nothing
+        keeps it in the link register.
     """
 
     fp: str
@@ -190,6 +198,7 @@ class FrameRecord:
     restores_fp: str
     saves_fp: str | None = None
     leaf_saved_fp: int | None = None
+    back_chain: bool = False
 
 
 @dataclass(frozen=True)
@@ -215,6 +224,9 @@ class InstructionSet:
         pointers, or None where backtraces scan the stack.
     :param max_call: the longest call instruction, in bytes: a stack scan looks
         this far back from a candidate return address for the call before it.
+    :param is_call: whether an instruction is a call where capstone does not put it
+        in ``CS_GRP_CALL`` (PowerPC's branches with the LK bit: ``bl``, ``bctrl``);
+        None: capstone's group decides.
     """
 
     name: str
@@ -229,6 +241,7 @@ class InstructionSet:
     length_rule: Callable[[bytes], int | None] = lambda code: None
     frame_record: FrameRecord | None = None
     max_call: int = 4
+    is_call: CallRule | None = None
 
 
 @dataclass(frozen=True)
@@ -429,6 +442,10 @@ class DetourCode:
     :param writes_flags: likewise for writing them.
     :param regs_access: ``insn -> (registers read, registers written)`` by name, where
         capstone's own ``regs_access`` is not enough.
+    :param data_endian: the byte order the code reads and writes kpsdk's data words in
+        (the count, records and jump words), which must be the host's; None: the guest's.
+        A big-endian guest with byte-reversing loads and stores (ppc64's ``ldbrx`` and
+        ``stdbrx``) keeps them little-endian.
     """
 
     near_jump: Jump
@@ -439,6 +456,7 @@ class DetourCode:
     reads_flags: Callable[[capstone.CsInsn, set[str]], bool] | None = None
     writes_flags: Callable[[capstone.CsInsn, set[str]], bool] | None = None
     regs_access: Callable[[capstone.CsInsn], tuple[set[str], set[str]]] | None = None
+    data_endian: Literal["little", "big"] | None = None
 
 
 @dataclass(frozen=True)
@@ -599,9 +617,14 @@ class Arch:
     page_walk: PageWalk | None = None
     access_gate: AccessGate | None = None
     kernel_tasks: KernelTasks | None = None
-    #: ``(descriptor bytes) -> {register: value}``: what the kernel loads from an ELFv1 entry
-    #: descriptor besides the pc (only called when e_entry is one)
-    entry_registers: Callable[[bytes], dict[str, int]] | None = None
+    #: ``(descriptor bytes, load bias) -> {register: value}``: what the kernel loads from an
+    #: ELFv1 entry descriptor besides the pc (only called when e_entry is one); the descriptor
+    #: as the file has it, the bias that of the object it belongs to (the loader's, if any)
+    entry_registers: Callable[[bytes, int], dict[str, int]] | None = None
+    #: the register a function's global entry expects its own address in (ppc64le, ELFv2:
+    #: r12, from which it computes its TOC pointer); Linux's start_thread sets it to the entry
+    #: point, and a call kpsdk makes sets it to the function called; None: no such convention
+    entry_address_register: str | None = None
     #: the ELF section of function descriptors (ppc64 ELFv1's ``.opd``): a function symbol's
     #: value (and ``e_entry``) is a descriptor there, whose first word is the code's address
     function_descriptors: str | None = None

@@ -29,6 +29,8 @@ from typing import TYPE_CHECKING
 import capstone
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from kpsdk.arch import FrameRecord, InstructionSet
     from kpsdk.regs import PtRegs
     from kpsdk.target import Target
@@ -130,7 +132,9 @@ class _Walker:
         pc = self.regs.ip
         frames = [self.frame(pc)]
         record = self.iset(pc).frame_record
-        if record is not None:
+        if record is not None and record.back_chain:
+            self.chain_walk(record, pc, frames, limit)
+        elif record is not None:
             self.fp_walk(record, pc, frames, limit)
         else:
             self.scan(pc, frames, limit)
@@ -160,6 +164,33 @@ class _Walker:
             fp = caller_fp
             at = fp + rec.saved_ret
             ret, caller_fp = self.word_at(at), self.word_at(fp + rec.saved_fp)
+
+    def chain_walk(self, rec: FrameRecord, pc: int, frames: list[Frame], limit: int) -> None:
+        """PowerPC's back chain (:attr:`~kpsdk.arch.FrameRecord.back_chain`).  A return
+        address is looked up by the stack pointer of the frame holding it, which is
+        the hooked call's entry sp (its ``frame``), as on the other arches."""
+        sp = self.regs.sp
+        link = self.arch.link
+        assert link is not None, "a back chain goes with a link register"
+        sym = self.target.symbols.containing(pc & self.strip)
+        leaf = sym is not None and sym.kind == "func" and _is_leaf(self.target, sym.address, sym.size,
+                                                                   self.iset(pc))
+        if _frame_state(self.target, pc & self.strip, rec) == "framed":
+            fp = self.word_at(sp + rec.saved_fp)  # the caller's frame
+            if fp is None or fp <= sp:
+                return
+            ret = self.reg(link) if leaf else self.word_at(fp + rec.saved_ret)
+        else:  # no frame of its own (yet, or any more): sp is the caller's, lr holds the return
+            fp, ret = sp, self.reg(link)
+        while ret is not None and len(frames) < limit:
+            found = self.resolve(ret, fp)
+            if found is None:
+                return
+            frames.append(self.frame(*found))
+            caller = self.word_at(fp + rec.saved_fp)
+            if not caller or caller <= fp:
+                return
+            fp, ret = caller, self.word_at(caller + rec.saved_ret)
 
     def scan(self, pc: int, frames: list[Frame], limit: int) -> None:
         sp = self.regs.sp
@@ -225,17 +256,28 @@ def _call_before(target: Target, iset: InstructionSet, addr: int, start: int) ->
             code = target.read_memory(at, size)
         except Exception:  # noqa: BLE001 - unreadable: not a call
             return False
-        if _is_call(iset.capstone, code, at):
+        if _is_call(iset.capstone, iset.is_call, code, at):
             return True
     return False
 
 
+def is_call(iset: InstructionSet, insn: capstone.CsInsn) -> bool:
+    """Whether ``insn`` is a call: capstone's CALL group, or the instruction set's own rule."""
+    return _calls(iset.is_call, insn)
+
+
+def _calls(rule: Callable[[capstone.CsInsn], bool] | None, insn: capstone.CsInsn) -> bool:
+    return capstone.CS_GRP_CALL in insn.groups or (rule is not None and rule(insn))
+
+
 @lru_cache(maxsize=4096)
-def _is_call(engine: tuple[int, int], code: bytes, at: int) -> bool:
-    """``code`` is exactly one call instruction (decoded at ``at``: capstone's CALL group)."""
+def _is_call(engine: tuple[int, int], rule: Callable[[capstone.CsInsn], bool] | None, code: bytes,
+             at: int) -> bool:
+    """``code`` is exactly one call instruction (decoded at ``at``: capstone's CALL group, or
+    the instruction set's ``is_call``)."""
     md = _disassembler(engine)
     for insn in md.disasm(code, at, 1):
-        return insn.size == len(code) and capstone.CS_GRP_CALL in insn.groups
+        return insn.size == len(code) and _calls(rule, insn)
     return False
 
 
@@ -249,4 +291,4 @@ def _disassembler(engine: tuple[int, int]) -> capstone.Cs:
 def _is_leaf(target: Target, start: int, size: int, iset: InstructionSet) -> bool:
     """A function with no call instruction keeps its return address in the link register."""
     md = target.arch.disassembler(iset)
-    return not any(capstone.CS_GRP_CALL in insn.groups for insn in md.disasm(target.read_memory(start, size), start))
+    return not any(is_call(iset, insn) for insn in md.disasm(target.read_memory(start, size), start))

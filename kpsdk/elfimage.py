@@ -409,7 +409,9 @@ class ElfImage:
         """
         if bias == 0:
             return self
-        table = SymbolTable([replace(sym, address=sym.address + bias) for sym in self.symbols])
+        table = SymbolTable([replace(sym, address=sym.address + bias,
+                                     descriptor=sym.descriptor + bias if sym.descriptor else 0)
+                             for sym in self.symbols])
         phdr = (self.phdr[0] + bias if self.phdr[0] else 0, *self.phdr[1:])
         return replace(self, entry=self.entry + bias, symbols=table, bias=self.bias + bias, phdr=phdr,
                        segments=[replace(seg, vaddr=seg.vaddr + bias) for seg in self.segments])
@@ -593,10 +595,12 @@ def _symbols(elf: ElfFile, deref: _Descriptors, arch: Arch | None) -> SymbolTabl
             iset = odd.name if odd is not None and code and value & 1 else ""
             if iset:
                 value &= ~1
+            descriptor = 0
             if code:
-                value = deref(f"symbol {sym.name!r}", value)
+                descriptor, value = value, deref(f"symbol {sym.name!r}", value)
+                descriptor = descriptor if descriptor != value else 0
             if (sym.name, value) in seen:
                 continue
             seen.add((sym.name, value))
-            found.append(Symbol(sym.name, value, sym["st_size"], kind, iset, table_name))
+            found.append(Symbol(sym.name, value, sym["st_size"], kind, iset, table_name, descriptor))
     return SymbolTable(found)

@@ -36,6 +36,10 @@ class Symbol:
     of a resolver, which the dynamic loader calls to pick the implementation that
     calls will reach); ``source`` is the table it came from (``".symtab"``,
     ``".dynsym"``; empty for other sources).
+
+    ``descriptor`` is where the function's descriptor is (ppc64 ELFv1: the symbol's
+    value in ``.opd``, ``{code, TOC, environment}``), 0 when it has none; ``address``
+    is always the code's.  A call needs the descriptor's TOC in r2.
     """
 
     name: str
@@ -44,6 +48,7 @@ class Symbol:
     kind: str  # "func", "object" or "ifunc" (an STT_GNU_IFUNC: the address is its resolver's)
     iset: str = ""
     source: str = ""
+    descriptor: int = 0
 
     @property
     def thumb(self) -> bool:

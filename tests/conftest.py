@@ -50,10 +50,10 @@ def fuzz_examples(ci: int) -> int:
     return max(1, ci * settings.default.max_examples // FUZZ_CI_EXAMPLES)
 
 
-#: fixture programs Unicorn runs (ppc64 too: arch_backends/ppc64.py says how)
-UNICORN_ARCHS = ("x86_64", "i386", "arm", "thumb", "riscv64", "ppc64")
+#: fixture programs Unicorn runs (ppc64 and ppc64le too: arch_backends/ppc64.py says how)
+UNICORN_ARCHS = ("x86_64", "i386", "arm", "thumb", "riscv64", "ppc64", "ppc64le")
 QEMU = {"x86_64": "qemu-x86_64", "i386": "qemu-i386", "arm": "qemu-arm", "thumb": "qemu-arm",
-        "riscv64": "qemu-riscv64", "ppc64": "qemu-ppc64"}
+        "riscv64": "qemu-riscv64", "ppc64": "qemu-ppc64", "ppc64le": "qemu-ppc64le"}
 
 
 def require_tool(tool: str, package: str) -> str:
@@ -89,6 +89,20 @@ def instructions(s: kpsdk.Session, name: str) -> list[capstone.CsInsn]:
     sym = s.symbols.get(name)
     md = s.arch.disassembler(s.arch.iset_for_address(1 if sym.thumb else 0))
     return list(md.disasm(s.read_memory(sym.address, sym.size), sym.address))
+
+
+def local_entry_offset(path: os.PathLike[str] | str, name: str) -> int:
+    """ELFv2's local entry offset of a function (ppc64le), from its symbol's st_other as
+    pyelftools reads it (``PPC64_LOCAL_ENTRY_OFFSET``); 0 for every other ABI.  Calls from
+    inside the object enter there, and the kernel puts a kprobe on the function there."""
+    from elftools.elf.elffile import ELFFile
+
+    with open(path, "rb") as f:
+        elf = ELFFile(f)
+        if elf["e_machine"] != "EM_PPC64" or elf["e_flags"] & 3 != 2:
+            return 0
+        sym = next(sym for sym in elf.get_section_by_name(".symtab").iter_symbols() if sym.name == name)
+        return int((1 << sym["st_other"]["local"]) >> 2 << 2)
 
 
 def probe_addr(s: kpsdk.Session, addr: int) -> int:

@@ -16,7 +16,7 @@ import pytest
 
 import kpsdk
 from kpsdk import fixtures
-from tests.conftest import instructions, probe_addr
+from tests.conftest import instructions, local_entry_offset, probe_addr
 
 
 def test_program_runs_to_its_expected_output(session: kpsdk.Session) -> None:
@@ -191,8 +191,9 @@ def test_k9_list_and_profile_formats(session: kpsdk.Session) -> None:
     assert all(re.fullmatch(rf"[0-9a-f]{{{width}}}  k  \w+\+0x[0-9a-f]+(  (\[DISABLED\])?(\[OPTIMIZED\])?)?", ln)
                for ln in lines), lines
     profile = {row[0]: row[1:] for row in session.profile_rows()}
-    assert profile == {"k_fact_0x0": (5, 0), "k_add_0x0": (0, 0)}
-    assert re.search(r"^  k_fact_0x0 +5 +0$", session.profile(), re.M)
+    fact = local_entry_offset(session.target.mapped_files()[0].path, "fact")  # ppc64le: the local entry, +0x8
+    assert profile == {f"k_fact_{fact:#x}": (5, 0), "k_add_0x0": (0, 0)}
+    assert re.search(rf"^  k_fact_{fact:#x} +5 +0$", session.profile(), re.M)
 
 
 def test_k10_memory_is_restored_byte_for_byte(session: kpsdk.Session) -> None:
@@ -244,7 +245,8 @@ def test_o1_optimization_marks_and_knob(arch: str) -> None:
         s.register_kprobes([plain, with_post])
         lines = dict(line.split("  ")[2:4] if line.count("  ") >= 3 else (line.split("  ")[2], "")
                      for line in s.list().splitlines())
-        assert lines == {"add+0x0": "[OPTIMIZED]", "fact+0x0": ""}
+        fact = local_entry_offset(fixtures.path(arch), "fact")
+        assert lines == {"add+0x0": "[OPTIMIZED]", f"fact+{fact:#x}": ""}
         s.kprobes_optimization = False
         assert "[OPTIMIZED]" not in s.list()
         assert s.call("add", 1, 2) == 3 and plain.hits == 1
@@ -264,6 +266,24 @@ def test_ppc64_runs_on_a_blank_unicorn_cpu() -> None:
     s.kprobes_optimization = False  # the breakpoint path: a tw trap
     assert s.call(0x100000, 37, restype="ulong") == 42 << 32
     assert seen == [0x100004]
+
+
+def test_ppc64le_runs_on_a_blank_unicorn_cpu() -> None:
+    """Little-endian ppc64 runs on Unicorn's big-endian engine with MSR[LE] set (its
+    little-endian mode is refused): the same code stored little-endian, a 64-bit result
+    stored to memory little-endian, and the trap reported at its own address."""
+    s = kpsdk.open("unicorn:ppc64le")
+    s.target.map(0x100000, 0x1000, "rx")
+    s.target.map(0x200000, 0x1000, "rw")
+    # li r4, 5 ; add r3, r3, r4 ; rldicr r3, r3, 32, 31 ; lis r5, 0x20 ; std r3, 0(r5) ; blr
+    words = (0x38800005, 0x7C632214, 0x786307C6, 0x3CA00020, 0xF8650000, 0x4E800020)
+    s.write_memory(0x100000, b"".join(w.to_bytes(4, "little") for w in words))
+    seen: list[int] = []
+    s.register_kprobe(kpsdk.Kprobe(addr=0x100004, pre_handler=lambda p, regs: seen.append(regs.ip) or 0))
+    s.kprobes_optimization = False  # the breakpoint path: a tw trap, little-endian
+    assert s.call(0x100000, 37, restype="ulong") == 42 << 32
+    assert seen == [0x100004]
+    assert s.read_memory(0x200000, 8) == (42 << 32).to_bytes(8, "little")
 
 
 @pytest.mark.parametrize("optimize", [True, False], ids=["hook", "breakpoint"])

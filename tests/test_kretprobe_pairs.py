@@ -48,7 +48,7 @@ def observe(arch: str, a: str, b: str, extra: str, optimization: bool) -> tuple[
         return status, s.console, tuple(seen), tuple(p.nmissed for p in probes), tuple(p.hits for p in hits)
 
 
-@pytest.mark.parametrize("arch", ("x86_64", "i386", "arm", "thumb", "riscv64"))
+@pytest.mark.parametrize("arch", ("x86_64", "i386", "arm", "thumb", "riscv64", "ppc64", "ppc64le"))
 def test_every_pair_sees_what_the_hook_path_sees(arch: str) -> None:
     differ = []
     pairs = list(itertools.combinations(FUNCTIONS, 2)) + [(f, f) for f in FUNCTIONS]

@@ -39,6 +39,7 @@ COMPILERS = {
     "thumb": ("arm-linux-gnueabihf-gcc", "gcc-arm-linux-gnueabihf", ("-mthumb",)),
     "riscv64": ("riscv64-linux-gnu-gcc", "gcc-riscv64-linux-gnu", ()),
     "ppc64": ("powerpc64-linux-gnu-gcc", "gcc-powerpc64-linux-gnu", ()),
+    "ppc64le": ("powerpc64le-linux-gnu-gcc", "gcc-powerpc64le-linux-gnu", ()),
 }
 LIBC = "libc.so.6"
 
@@ -96,7 +97,7 @@ def libc_of(s: kpsdk.Session) -> kpsdk.target.MappedFile:
 # -- the link map against dl_iterate_phdr, and every probe against the program's report ----------
 
 
-@pytest.mark.parametrize("arch", ["x86_64", "i386", "arm", "thumb", "riscv64", "ppc64"])
+@pytest.mark.parametrize("arch", ["x86_64", "i386", "arm", "thumb", "riscv64", "ppc64", "ppc64le"])
 def test_library_probes_see_what_the_program_passed(arch: str, built: dict[str, tuple[Path, Path]]) -> None:
     prog, lib = built[arch]
     mallocs: list[int] = []

@@ -2,7 +2,7 @@
 
 The same semantics as on Unicorn (K1-K10) where they apply to a program that
 runs by itself (a live target cannot ``call()`` functions), on all five
-architectures including ppc64, checked against what the program prints when
+architectures including ppc64, and ppc64le (ELFv2), checked against what the program prints when
 qemu-user runs it without kpsdk.
 """
 
@@ -23,9 +23,9 @@ import pytest
 
 import kpsdk
 from kpsdk import fixtures
-from tests.conftest import QEMU, instructions, probe_addr, require_tool
+from tests.conftest import QEMU, instructions, local_entry_offset, probe_addr, require_tool
 
-LIVE_ARCHS = ("x86_64", "i386", "arm", "thumb", "riscv64", "ppc64")
+LIVE_ARCHS = ("x86_64", "i386", "arm", "thumb", "riscv64", "ppc64", "ppc64le")
 
 
 def open_live(arch: str, **options: object) -> kpsdk.Session:
@@ -196,8 +196,15 @@ def test_k9_list_profile_and_k1_errors(live: kpsdk.Session) -> None:
     width = s.arch.word_size * 2
     lines = s.list().splitlines()
     assert len(lines) == 2
-    assert all(re.fullmatch(rf"[0-9a-f]{{{width}}}  k  \w+\+0x0(  \[DISABLED\])?", ln) for ln in lines), lines
-    assert {r[0]: r[1:] for r in s.profile_rows()} == {"k_fact_0x0": (5, 0), "k_add_0x0": (0, 0)}
+    # ppc64le (ELFv2): a probe on a function that sets up its TOC lands on its local entry, as the
+    # kernel's kprobe_lookup_name puts it, and the list shows where it is (fact+0x8)
+    fact = local_entry_offset(s.target.image.path, "fact")
+    assert fact == (8 if s.arch.name == "ppc64le" else 0)
+    found = [re.fullmatch(rf"[0-9a-f]{{{width}}}  k  (\w+)\+0x([0-9a-f]+)(  \[DISABLED\])?", ln) for ln in lines]
+    assert all(found), lines
+    assert {m.group(1): int(m.group(2), 16) for m in found if m} == {"fact": fact, "add": 0}
+    assert {r[0]: r[1:] for r in s.profile_rows()} == {f"k_fact_{fact:#x}": (5, 0), "k_add_0x0": (0, 0)}
+
 
 
 def test_memory_reads_are_the_program_s_bytes(live: kpsdk.Session) -> None:

@@ -24,6 +24,8 @@ LIBC = {
     "i386": ("/usr/i686-linux-gnu", "/usr/i686-linux-gnu/lib/libc.so.6"),
     "arm": ("/usr/arm-linux-gnueabihf", "/usr/arm-linux-gnueabihf/lib/libc.so.6"),
     "riscv64": ("/usr/riscv64-linux-gnu", "/usr/riscv64-linux-gnu/lib/libc.so.6"),
+    "ppc64": ("/usr/powerpc64-linux-gnu", "/usr/powerpc64-linux-gnu/lib/libc.so.6"),
+    "ppc64le": ("/usr/powerpc64le-linux-gnu", "/usr/powerpc64le-linux-gnu/lib/libc.so.6"),
 }
 
 
@@ -47,6 +49,33 @@ def test_malloc_in_libc_sees_the_programs_sizes(arch: str, built: dict[str, tupl
     assert up.hits == len(sizes)
 
 
+@pytest.mark.parametrize("arch", sorted(LIBC))
+def test_calls_into_libc_from_a_handler(arch: str, built: dict[str, tuple[Path, Path]]) -> None:  # noqa: F811
+    """``s.call`` of libc's functions by name once ld.so has linked the program: ``getenv``
+    reads libc's globals (on ppc64 ELFv1 through libc's own TOC, which the call loads from
+    the function's descriptor), ``strlen`` is an IFUNC on most of these libcs (on ppc64 its
+    resolver returns a function descriptor)."""
+    prog, _lib = built[arch]
+    sysroot, _libc = LIBC[arch]
+    seen: list[tuple[str | None, int]] = []
+    word = "kprobes outside the kernel"
+
+    with kpsdk.open(f"elf:{prog}", sysroot=sysroot, env={"KPSDK_WORD": word}) as s:
+        def on_main(p: kpsdk.Kprobe, regs: kpsdk.PtRegs) -> int:
+            buf = regs.sp - 0x1000
+            s.write_memory(buf, b"KPSDK_WORD\0")
+            value = s.call("getenv", buf)
+            s.write_memory(buf, word.encode()[:13] + b"\0")
+            seen.append((s.read_string(value) if value else None, s.call("strlen", buf)))
+            return 0
+
+        s.register_kprobe(kpsdk.Kprobe(symbol_name="main", pre_handler=on_main))
+        assert s.run(timeout=120) == 0, s.console
+        console = s.console
+    assert seen == [(word, 13)]
+    assert [int(fields[0]) for fields in report(console, "malloc")] == [37, 4096, 100003]  # ran on unharmed
+
+
 def sysroot_holding(arch: str, lib: Path, tmp: Path) -> tuple[Path, Path]:
     """A sysroot in which the program finds ``lib`` (the program sees only its sysroot): the
     host's own "/" for x86_64, else a small copy of Debian's cross sysroot's loader and libc
@@ -56,9 +85,11 @@ def sysroot_holding(arch: str, lib: Path, tmp: Path) -> tuple[Path, Path]:
         return Path("/"), lib
     copy = tmp / "sysroot"
     (copy / "lib").mkdir(parents=True)
-    for pattern in ("ld-*.so*", "libc.so.6", "libdl.so.2"):
+    for pattern in ("ld-*.so*", "ld64.so*", "libc.so.6", "libdl.so.2"):  # ld64.so.1/.2: ppc64's loaders
         for f in (Path(root) / "lib").glob(pattern):
             shutil.copy(f, copy / "lib" / f.name)
+    if (Path(root) / "lib64").is_dir():  # ppc64's PT_INTERP is /lib64/ld64.so.1 (a link into lib/)
+        shutil.copytree(Path(root) / "lib64", copy / "lib64", symlinks=True)
     shutil.copy(lib, copy / lib.name)
     return copy, copy / lib.name
 

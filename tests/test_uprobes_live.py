@@ -17,9 +17,9 @@ import pytest
 import kpsdk
 from kpsdk import fixtures
 from kpsdk.plugins import uprobes as uprobes_plugin
-from tests.conftest import QEMU, require_tool
+from tests.conftest import QEMU, local_entry_offset, require_tool
 from tests.test_live import LIVE_ARCHS, qemu_truth
-from tests.test_uprobes import file_offset, link_address
+from tests.test_uprobes import entry_offset, file_offset, link_address
 
 
 @pytest.fixture(autouse=True)
@@ -48,7 +48,9 @@ def test_system_wide_uprobes_fire_in_sessions_open_and_opened_later(arch: str, t
     args: list[tuple[int, int]] = []
     returns: list[int] = []
     up = kpsdk.Uprobe(prog, file_offset(prog, "add"), pre_handler=lambda p, r: args.append((r.arg(0), r.arg(1))))
-    rp = kpsdk.Uretprobe.parse(f"{prog}:fact", handler=lambda ri, r: returns.append(int(r.return_value)))
+    # PATH:SYM is the symbol's value; the program's calls enter ppc64le's fact at its local entry
+    local = local_entry_offset(prog, "fact")
+    rp = kpsdk.Uretprobe.parse(f"{prog}:fact+{local}", handler=lambda ri, r: returns.append(int(r.return_value)))
     sessions = [open_user(arch, prog), open_user(arch, prog)]
     try:
         kpsdk.register_uprobes([up, rp])
@@ -75,7 +77,7 @@ def test_pie_bias_comes_from_the_auxiliary_vector(arch: str, tmp_path: Path) -> 
         (mapped,) = s.target.mapped_files()
         assert mapped.bias and mapped.bias % 0x1000 == 0  # qemu-user put the ET_DYN somewhere
         up = kpsdk.Uprobe(prog, file_offset(prog, "sum7"), pre_handler=lambda p, r: seen.append(r.arg(6)))
-        rp = kpsdk.Uretprobe(prog, file_offset(prog, "loop"), handler=lambda ri, r: returns.append(
+        rp = kpsdk.Uretprobe(prog, entry_offset(prog, "loop"), handler=lambda ri, r: returns.append(
             int(r.return_value)))
         s.register_uprobe(up)
         s.register_uretprobe(rp)

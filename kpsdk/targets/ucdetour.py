@@ -129,7 +129,8 @@ class DetourEngine:
         #: short hook reads three of them and writes one per return); detours need
         #: the target's byte order to be the host's (``plan``)
         self.words = memoryview(mem).cast("Q" if w == 8 else "I")
-        self._native = arch.endian == sys.byteorder
+        data_endian = arch.detours.data_endian if arch.detours is not None else None
+        self._native = (data_endian or arch.endian) == sys.byteorder
         #: where the shared trampolines store the stack pointer of each return (word 2)
         self.sp_word = data + 2 * w
         #: free runs of record pairs, as (first word index, pairs)

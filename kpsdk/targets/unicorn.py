@@ -1009,6 +1009,32 @@ class UnicornTarget(Target):
         new = self.hit_regs.new_ip
         return self.begin_at(int(new) if new is not None else point.addr + point.insn.size, point)
 
+    def _through_descriptor(self, addr: int) -> int:
+        """Where a call to ``addr`` starts, with the registers a call through its function
+        descriptor loads (ppc64 ELFv1: r2, the TOC of the object the function is in) written,
+        or the one that holds the function's address (ELFv2's r12).
+
+        ``addr`` is a function's code (its symbol names its descriptor), or a function
+        pointer, which on ELFv1 is the descriptor itself (what an IFUNC resolver returns);
+        the descriptor is read from memory, where the loader has relocated it.
+        Other architectures: ``addr`` unchanged."""
+        arch = self.arch
+        if arch.entry_address_register is not None:  # ELFv2: the global entry finds its TOC from it
+            self.fast.write(arch.register(arch.entry_address_register), addr)
+        if arch.entry_registers is None or arch.function_descriptors is None:
+            return addr
+        sym = self.symbols.containing(addr)
+        if sym is not None and sym.address == addr and sym.descriptor:
+            descriptor = sym.descriptor
+        elif not self.is_executable(addr) and self._region(addr) is not None:
+            descriptor = addr
+        else:
+            return addr
+        words = self.read_memory(descriptor, 3 * arch.word_size)
+        for name, value in arch.entry_registers(words, 0).items():
+            self.fast.write(arch.register(name), value)
+        return int.from_bytes(words[: arch.word_size], arch.endian)
+
     def call(self, addr: int, args: tuple[int, ...], restype: str = "long") -> int:
         arch, abi = self.arch, self.arch.abi(self.abi_kind)
         word, mask = arch.word_size, arch.word_mask
@@ -1032,6 +1058,7 @@ class UnicornTarget(Target):
             if blob:
                 self.uc.mem_write(sp, blob)
             self.fast.write(self._sp, sp)
+            addr = self._through_descriptor(addr)
             sym = self.symbols.containing(addr)
             begin = addr | (1 if sym is not None and sym.iset and self.arch.iset(sym.iset).thumb_bit else 0)
             try:
@@ -1106,8 +1133,10 @@ def open_elf(rest: str, registry: Registry, abi: str = "user", args: Sequence[st
     target.entry = image.entry
     descriptor = image.raw_entry + bias
     if arch.entry_registers is not None and descriptor != image.entry:  # e_entry is a function descriptor
-        for name, value in arch.entry_registers(target.read_memory(descriptor, 3 * arch.word_size)).items():
+        for name, value in arch.entry_registers(target.read_memory(descriptor, 3 * arch.word_size), bias).items():
             target.fast.write(arch.register(name), value)
+    if arch.entry_address_register is not None:
+        target.fast.write(arch.register(arch.entry_address_register), image.entry)
     if arch.syscalls is not None and arch.syscalls.linux is not None:
         area = target.sentinel
         reserved = [(area, area + AREA_SIZE), (STACK_TOP - STACK_SIZE, STACK_TOP)]

@@ -135,7 +135,10 @@ def start_process(target: UnicornTarget, image: ElfImage, program: str, options:
     word = struct.Struct(("<" if arch.endian == "little" else ">") + ("Q" if arch.word_size == 8 else "I"))
     argv = [os.fsencode(program), *(a.encode("utf-8", "surrogateescape") for a in options.args)]
     envp = [f"{k}={v}".encode("utf-8", "surrogateescape") for k, v in options.env]
-    info = ProcessImage(phdr=image.phdr[0], phent=image.phdr[1], phnum=image.phdr[2], entry=image.entry,
+    # AT_ENTRY is e_entry moved by the load bias, as the file has it: on ppc64 ELFv1 a function
+    # descriptor, through which ld.so calls the program (glibc's _dl_start_user)
+    info = ProcessImage(phdr=image.phdr[0], phent=image.phdr[1], phnum=image.phdr[2],
+                        entry=image.raw_entry + image.bias,
                         base=interp_base, uid=os.getuid(), gid=os.getgid(), platform=linux.platform, hwcap=linux.hwcap,
                         hwcap2=linux.hwcap2)
     sp, _ = build_stack(target.uc.mem_write, stack_top, word, argv, envp, argv[0], info, os.urandom(16))
@@ -165,8 +168,6 @@ def load_interpreter(target: UnicornTarget, image: ElfImage, root: Sysroot, spac
     if (interp.machine, interp.elf_class, interp.endian) != (image.machine, image.elf_class, image.endian) \
             or interp.kind != "ET_DYN" or interp.interp is not None:
         raise TargetError(f"{where} ({host}) is not a loader for this program")
-    if interp.entry != interp.raw_entry:
-        raise UnsupportedTargetError(f"{where}: an ELFv1 (function descriptor) loader is not supported yet")
     span = page_up(max(seg.vaddr + seg.memsz for seg in interp.segments)) - (interp.segments[0].vaddr & ~(PAGE - 1))
     base = space.find(span)
     placed = interp.relocated(base)
@@ -174,6 +175,15 @@ def load_interpreter(target: UnicornTarget, image: ElfImage, root: Sysroot, spac
         target.map(start, size, perms)
     for seg in placed.segments:
         target.uc.mem_write(seg.vaddr, seg.data)
+    arch = target.arch
+    if arch.entry_registers is not None and interp.entry != interp.raw_entry:
+        # ELFv1: the loader's e_entry is a function descriptor, as the file has it (ld.so
+        # relocates itself later); Linux's start_thread adds the load bias to its words
+        descriptor = target.read_memory(interp.raw_entry + base, 3 * arch.word_size)
+        for name, value in arch.entry_registers(descriptor, base).items():
+            target.fast.write(arch.register(name), value)
+    if arch.entry_address_register is not None:  # ELFv2: start_thread's r12
+        target.fast.write(arch.register(arch.entry_address_register), placed.entry)
     target._files = (*target._files, MappedFile.of(interp, base))  # reported with the program at session start
     return base, placed.entry
 
