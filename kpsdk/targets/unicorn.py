@@ -361,9 +361,11 @@ class UnicornTarget(Target):
             return None
         if point.internal:  # kpsdk's own point: its own code hook, outside the OPT_LIMIT budget
             return ("hook", False)
-        if (self.detours is not None and self.manager.optimization and len(point.active) == 1
-                and point.active[0].entry_rethook is not None and self.detours.plan(point) is not None):
-            return ("detour", True)
+        if self.detours is not None and self.manager.optimization and len(point.active) == 1 \
+                and point.active[0].entry_rethook is not None:
+            length = self.detours.plan(point)
+            if length is not None:  # 0: the entry cannot hold the jump, the detour's return code serves
+                return ("detour" if length else "hooked-entry", True)
         if point.needs_step or not point.insn.boostable:
             return ("hook", False)
         if self.manager.optimization and (point.optimized or self._n_optimized < OPT_LIMIT):
@@ -393,11 +395,14 @@ class UnicornTarget(Target):
             self._hook_points[addr] = point
             if optimized:
                 self._n_optimized += 1
-        elif mechanism == "detour":
+        elif mechanism in ("detour", "hooked-entry"):
             assert self.detours is not None
             length = int(point.state["detour_plan"])  # type: ignore[call-overload]
             self.detours.arm(point, length)
-            self._bp_lo, self._bp_hi = min(self._bp_lo, addr), max(self._bp_hi, addr + length)
+            if length:
+                self._bp_lo, self._bp_hi = min(self._bp_lo, addr), max(self._bp_hi, addr + length)
+            else:  # a hooked entry: a code hook at the entry, as the hook path's (resuming, steps)
+                self._hook_points[addr] = point
         else:
             slot = self._alloc_slot()
             code = self._slot_code(point, slot)
@@ -443,9 +448,11 @@ class UnicornTarget(Target):
             self._slot_points.pop(slot, None)
             self._free_slots.append(slot)
             self._bp_points.pop(addr, None)
-        elif point.mechanism == "detour":
+        elif point.mechanism in ("detour", "hooked-entry"):
             assert self.detours is not None
             self.detours.disarm(point)
+            if self._hook_points.get(addr) is point:
+                del self._hook_points[addr]
         else:
             return
         point.mechanism, point.optimized = None, False
@@ -465,7 +472,8 @@ class UnicornTarget(Target):
             def heat(p: ProbePoint) -> int:
                 return sum(probe.hits for probe in p.probes)
 
-            coldest = min((p for p in self._hook_points.values() if p.optimized), key=heat, default=None)
+            coldest = min((p for p in self._hook_points.values() if p.optimized and p.mechanism == "hook"),
+                          key=heat, default=None)
             if coldest is None or heat(coldest) >= heat(point):
                 return False
             if self._slot_code(coldest, self._peek_slot()) is None:
