@@ -47,15 +47,33 @@ or the *gate* is shut, which kpsdk does while a handler runs nested code (K6:
 such entries are missed).  That hook runs the probe's pre_handler as a normal
 hit at the function entry.
 
-A function gets a detour only when it is safe, as the kernel checks for
-optprobes: the jump fits in whole boostable instructions inside the function,
+An entry handler needs Python at the entry, but not the core's entry path: a
+detour whose kretprobe has one also hooks its first displaced instruction
+(the *resume hook*), which finds the call's record where the guest code left
+it and runs only the handler, on the record's instance (record ``n``'s is the
+pool's ``free_nodes[n]``, for the entry, the short hook and :meth:`settle`
+alike, so ``ri.data`` goes from the entry handler to the return handler).
+While the handler runs the record is hidden (the count given back), so the
+call is not in flight yet, as on the hook path; a veto, an exception or an
+unregistration unhooks it again.  A hit then costs one kprobe hit more than
+a detoured one, instead of the hook path's two calls through the core.
+
+A function whose entry cannot hold the jump (x86's 5 bytes over ``lea; ret``),
+or whose entry is not safe to move (below), keeps a code hook at its entry, a
+*hooked entry* (mechanism ``hooked-entry``): the hook does in Python what the
+guest entry code does (two register reads, the record, the return address)
+and the return still takes the detour's return code and short hook.
+
+A function gets a detour (guest entry code) only when it is safe, as the
+kernel checks for optprobes: the jump fits in whole boostable instructions inside the function,
 no direct branch of the function lands inside them and, when more than one
 instruction moves, the function has no indirect jump; the function does not
 read the scratch register before writing it, nor the flags before its first
 flag-setting instruction or branch (a thunk taking an argument there); the
 kretprobe is the only active probe at the entry; ``kprobes_optimization`` is on.  Otherwise the
-entry stays on the hook path.  A probe later placed inside a detoured region
-sends the entry back to the hook path.  Reads never show the jump (K10).
+entry is a hooked entry, while the kretprobe is the only active probe there and
+optimization is on; else it stays on the hook path.  A probe later placed inside
+a detoured region makes the entry a hooked entry.  Reads never show the jump (K10).
 """
 
 from __future__ import annotations
@@ -487,14 +505,11 @@ class DetourEngine:
 
     def _entry_hook(self, det: Detour) -> Callable[[int, int, int, int], None]:
         """The code hook of a *hooked entry*: a function whose entry cannot hold the
-        jump (too short), or whose kretprobe has an entry_handler.  It does in
-        Python what the guest entry code does (take a position from the guest
-        count, write the record, point the return address at the detour's return
-        code), so the return takes the detour's short hook as a detoured call's
-        does; then it runs the entry handler, if any, on the record's instance
-        (``free_nodes[n]``, the one the return handler gets, ``data`` and all).
-        A veto, an exception or an unregistration by the handler unhooks the call
-        again (:meth:`_unhook_entry`).
+        jump.  It does in Python what the guest entry code does (take a position
+        from the guest count, write the record, point the return address at the
+        detour's return code), so the return takes the detour's short hook as a
+        detoured call's does.  An entry handler runs first, as the hook path
+        runs it before hooking the return (:meth:`_entry_then_hook`).
 
         What the guest code would leave to its slow path goes to the entry's
         probe as a normal hit (``on_detour_slow``): a reentrant hit (K6), no
@@ -505,15 +520,15 @@ class DetourEngine:
         t = self.target
         core = t.rethook
         assert core is not None
-        words, traps, stacks, manager, regs = self.words, self.traps, core.stacks, t.manager, t.hit_regs
-        hit, task, fail, slow, stepper = regs._hit, t.current_task(), t.fail, t.on_detour_slow, t.stepper
+        words, traps, stacks, manager = self.words, self.traps, core.stacks, t.manager
+        task, fail, slow, stepper = t.current_task(), t.fail, t.on_detour_slow, t.stepper
         av, rb, rh, point, tramp = det.avail_at, det.records_at, det.rethook, det.point, det.tramp
-        free, entry_call, at = rh.free_nodes, rh.entry, point.addr
+        entry_call = rh.entry
         arch = t.arch
         read, write, sp_reg = t.fast.read, t.fast.write, arch.register(arch.sp)
         link = arch.register(arch.link) if arch.link else None
         read_word, hijack_word = t.read_word, t.hijack_word
-        unhook = self._unhook_entry
+        then_hook = self._entry_then_hook
 
         def on_entry(handle: int, addr: int, size: int, user: int) -> None:
             try:
@@ -532,6 +547,9 @@ class DetourEngine:
                 if ra in traps or (stack and stack[-1].frame <= sp):
                     slow(handle, addr, size, user)
                     return
+                if entry_call is not None:
+                    then_hook(det, n - 1, sp, ra)
+                    return
                 n -= 1
                 words[av] = n
                 r = rb + 2 * n
@@ -541,24 +559,39 @@ class DetourEngine:
                     write(link, tramp)
                 else:
                     hijack_word(sp, tramp)
-                if entry_call is None:
-                    return
-                node = free[n]
-                node.task, node.frame, node.ret_addr, node.slot, node.chained = task, sp, ra, tramp, False
-                manager.busy = True
-                hit[0] = None
-                hit[1] = at
-                keep = False
-                try:
-                    keep = entry_call(node, regs)
-                finally:
-                    manager.busy = False
-                    if not keep:
-                        unhook(det, n, node, sp, ra)
             except BaseException as exc:  # noqa: BLE001 - stored and re-raised by run()/call()
                 fail(exc)
 
         return on_entry
+
+    def _entry_then_hook(self, det: Detour, n: int, sp: int, ra: int) -> None:
+        """A hooked entry with an entry handler: run it on record ``n``'s instance
+        (``free_nodes[n]``, the one the return handler gets, ``data`` and all), then
+        hook the return as the entry hook would, unless it vetoed.  As on the
+        hook path the call is not on the shadow stack yet and its return address
+        is the real one while the handler runs."""
+        t, words = self.target, self.words
+        rh, core = det.rethook, t.rethook
+        assert rh.entry is not None and core is not None
+        node = rh.free_nodes[n]
+        node.task, node.frame, node.ret_addr, node.slot, node.chained = t.current_task(), sp, ra, det.tramp, False
+        keep = False
+        try:
+            keep = self._run_entry(det, node)
+        finally:
+            if not keep:  # vetoed, unregistered or raised: nothing was hooked yet
+                det.probe.hits += 1
+        if not keep:
+            return
+        if self._armed(det) and words[det.avail_at] == n + 1 and len(rh.free_nodes) > n \
+                and rh.free_nodes[n] is node:
+            words[det.avail_at] = n
+            r = det.records_at + 2 * n
+            words[r] = ra
+            words[r + 1] = sp
+        else:  # the handler changed the pool (it ran code, or re-registered): the core's way
+            self._push_node(det, node)
+        self._hijack(sp, det.tramp)
 
     def _slow_passing_hook(self, det: Detour) -> Callable[[int, int, int, int], None]:
         """The slow-path hook of a detour whose rethook has an entry handler: the
@@ -576,18 +609,18 @@ class DetourEngine:
         """The code hook on the displaced instructions of a detour whose rethook has an
         entry handler: the guest entry code hooked the call (record ``n``, the
         count's value now) and Python runs only the entry handler, on that
-        record's instance, as :meth:`_entry_hook` does after its own bookkeeping.
-        The registers are the entry's (the entry code keeps them, but the
-        return address, which points at the return code already)."""
+        record's instance.  While it runs, the record is hidden (the count given
+        back), so that the call is not in flight yet, as on the hook path: what
+        the handler looks at or unregisters does not see it.  The return address
+        points at the return code already (``ri.ret_addr`` is the real one)."""
         t = self.target
         core = t.rethook
         assert core is not None
-        words, manager, regs, fail = self.words, t.manager, t.hit_regs, t.fail
-        hit, task, traps, stacks, settle = regs._hit, t.current_task(), self.traps, core.stacks, self.settle
-        av, rb, rh, at, tramp = det.avail_at, det.records_at, det.rethook, det.point.addr, det.tramp
-        free, entry_call = rh.free_nodes, rh.entry
-        assert entry_call is not None
-        unhook = self._unhook_entry
+        words, fail, traps, stacks, settle = self.words, t.fail, self.traps, core.stacks, self.settle
+        task = t.current_task()
+        av, rb, rh, tramp = det.avail_at, det.records_at, det.rethook, det.tramp
+        free = rh.free_nodes
+        run_entry, push_node, armed = self._run_entry, self._push_node, self._armed
 
         def on_resume(handle: int, addr: int, size: int, user: int) -> None:
             try:
@@ -600,44 +633,77 @@ class DetourEngine:
                 ra = words[r]
                 node = free[n]
                 stack = stacks.get(task)
-                if ra in traps or (stack and stack[-1].frame <= sp):
-                    settle()  # a tail call (chained) or a longjmp's leftovers: the core decides, as at an entry
+                chained = bool(ra in traps or (stack and stack[-1].frame <= sp))
+                if chained:
+                    # a tail call (chained) or a longjmp's leftovers: the core decides, as at an
+                    # entry; the node comes off the top of the stack while the handler runs
+                    settle()
+                    stack = stacks[task]
+                    assert stack[-1] is node, "the newest call is on top once settled"
+                    stack.pop()
                 else:
                     node.task, node.frame, node.ret_addr, node.slot, node.chained = task, sp, ra, tramp, False
-                manager.busy = True
-                hit[0] = None
-                hit[1] = at
+                    words[av] = n + 1
                 keep = False
                 try:
-                    keep = entry_call(node, regs)
+                    keep = run_entry(det, node)
                 finally:
-                    manager.busy = False
-                    if not keep:
-                        unhook(det, n, node, sp, ra)
+                    if not keep:  # vetoed, unregistered or raised: the call goes unhooked
+                        if chained:
+                            node.rethook.recycle(node)
+                        else:
+                            det.probe.hits += 1
+                        self._hijack(sp, ra)
+                if not keep:
+                    pass
+                elif chained:
+                    stacks[task].append(node)
+                elif armed(det) and words[av] == n + 1 and len(free) > n and free[n] is node:
+                    words[av] = n
+                else:
+                    push_node(det, node)
             except BaseException as exc:  # noqa: BLE001 - stored and re-raised by run()/call()
                 fail(exc)
 
         return on_resume
 
-    def _unhook_entry(self, det: Detour, n: int, node: RethookNode, sp: int, ra: int) -> None:
-        """A hooked entry's call goes unhooked after all (its entry handler vetoed it,
-        raised, or unregistered the probe): the return address back, the instance
-        back (its record, or the node a settle made of it), and the entry counts
-        as a hit of the probe, as the hook path counts it (a settle counted it already)."""
-        t, words = self.target, self.words
-        if self.by_addr.get(det.point.addr) is det and words[det.avail_at] == n < words[det.avail_at + 1]:
-            words[det.avail_at] = n + 1  # still a record: nothing else saw it
-            det.probe.hits += 1
-        else:  # settled meanwhile (a handler ran code, looked at the stacks, or unregistered): counted then
-            core = t.rethook
-            stack = core.stacks.get(node.task) if core is not None else None
-            if stack is not None and node in stack:
-                stack.remove(node)
-                node.rethook.recycle(node)
+    def _run_entry(self, det: Detour, node: RethookNode) -> bool:
+        """The entry handler on ``node``, as the entry's probe's hit would run it
+        (K6 busy flag, ``regs.ip`` the entry): True keeps the call hooked."""
+        t = self.target
+        entry_call = det.rethook.entry
+        assert entry_call is not None
+        manager, hit = t.manager, t.hit_regs._hit
+        manager.busy = True
+        hit[0] = None
+        hit[1] = det.point.addr
+        try:
+            return entry_call(node, t.hit_regs)
+        finally:
+            manager.busy = False
+
+    def _armed(self, det: Detour) -> bool:
+        return self.by_addr.get(det.point.addr) is det
+
+    def _push_node(self, det: Detour, node: RethookNode) -> None:
+        """Hook a kept call through the core after its entry handler changed the pool:
+        the node out of the pool, onto the shadow stack, with the return code as its slot."""
+        rh, core = det.rethook, self.target.rethook
+        assert core is not None
+        if node in rh.free_nodes:
+            rh.free_nodes.remove(node)
+        if rh.mirror is not None:
+            rh.mirror(rh)
+        det.probe.hits += 1
+        core.entered(node, node.frame, node.ret_addr, det.tramp)
+
+    def _hijack(self, sp: int, value: int) -> None:
+        """Write the return address of the call entered at ``sp`` (link register or [sp])."""
+        t = self.target
         if t.arch.link is not None:
-            t.fast.write(t.arch.register(t.arch.link), ra)
+            t.fast.write(t.arch.register(t.arch.link), value)
         else:
-            t.hijack_word(sp, ra)
+            t.hijack_word(sp, value)
 
     def _general_hook(self, det: Detour) -> Callable[[int, int, int, int], None]:
         """The code hook of ``det``'s general instruction, which jumps through the
