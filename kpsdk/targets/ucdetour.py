@@ -133,6 +133,8 @@ class Detour:
     #: and the resume hook where an entry handler runs after the guest entry code)
     hook_addr: int = 0
     hooks: tuple[int, ...] = ()
+    #: armed (False once disarmed: its blocks wait for the calls in flight)
+    live: bool = True
     #: the slow path ran and its jump to the displaced instructions comes next: the
     #: resume hook lets that one pass (the entry's probe ran in full already)
     slow_passing: bool = False
@@ -383,6 +385,7 @@ class DetourEngine:
         node points there."""
         self.settle()
         det = self.by_addr.pop(point.addr)
+        det.live = False
         t = self.target
         if det.original:
             t.uc.mem_write(point.addr, det.original)
@@ -583,7 +586,7 @@ class DetourEngine:
                 det.probe.hits += 1
         if not keep:
             return
-        if self._armed(det) and words[det.avail_at] == n + 1 and len(rh.free_nodes) > n \
+        if det.live and words[det.avail_at] == n + 1 and len(rh.free_nodes) > n \
                 and rh.free_nodes[n] is node:
             words[det.avail_at] = n
             r = det.records_at + 2 * n
@@ -619,8 +622,11 @@ class DetourEngine:
         words, fail, traps, stacks, settle = self.words, t.fail, self.traps, core.stacks, self.settle
         task = t.current_task()
         av, rb, rh, tramp = det.avail_at, det.records_at, det.rethook, det.tramp
-        free = rh.free_nodes
-        run_entry, push_node, armed = self._run_entry, self._push_node, self._armed
+        free, entry_call, at = rh.free_nodes, rh.entry, det.point.addr
+        assert entry_call is not None
+        manager, regs, hijack = t.manager, t.hit_regs, self._hijack
+        hit = regs._hit
+        run_entry, push_node = self._run_entry, self._push_node
 
         def on_resume(handle: int, addr: int, size: int, user: int) -> None:
             try:
@@ -633,37 +639,46 @@ class DetourEngine:
                 ra = words[r]
                 node = free[n]
                 stack = stacks.get(task)
-                chained = bool(ra in traps or (stack and stack[-1].frame <= sp))
-                if chained:
-                    # a tail call (chained) or a longjmp's leftovers: the core decides, as at an
-                    # entry; the node comes off the top of the stack while the handler runs
-                    settle()
-                    stack = stacks[task]
-                    assert stack[-1] is node, "the newest call is on top once settled"
-                    stack.pop()
-                else:
-                    node.task, node.frame, node.ret_addr, node.slot, node.chained = task, sp, ra, tramp, False
-                    words[av] = n + 1
+                if ra in traps or (stack and stack[-1].frame <= sp):
+                    chained(n, node, sp, ra)
+                    return
+                node.task, node.frame, node.ret_addr, node.slot, node.chained = task, sp, ra, tramp, False
+                words[av] = n + 1  # hidden while the handler runs
                 keep = False
+                manager.busy = True  # _run_entry, inlined: this is half of every such hit
+                hit[0] = None
+                hit[1] = at
                 try:
-                    keep = run_entry(det, node)
+                    keep = entry_call(node, regs)
                 finally:
+                    manager.busy = False
                     if not keep:  # vetoed, unregistered or raised: the call goes unhooked
-                        if chained:
-                            node.rethook.recycle(node)
-                        else:
-                            det.probe.hits += 1
-                        self._hijack(sp, ra)
-                if not keep:
-                    pass
-                elif chained:
-                    stacks[task].append(node)
-                elif armed(det) and words[av] == n + 1 and len(free) > n and free[n] is node:
-                    words[av] = n
-                else:
-                    push_node(det, node)
+                        det.probe.hits += 1
+                        hijack(sp, ra)
+                if keep:
+                    if det.live and words[av] == n + 1 and len(free) > n and free[n] is node:
+                        words[av] = n
+                    else:
+                        push_node(det, node)
             except BaseException as exc:  # noqa: BLE001 - stored and re-raised by run()/call()
                 fail(exc)
+
+        def chained(n: int, node: RethookNode, sp: int, ra: int) -> None:
+            """A tail call (chained) or a longjmp's leftovers: the core decides, as at an
+            entry; the node comes off the top of the stack while the handler runs."""
+            settle()
+            stack = stacks[task]
+            assert stack[-1] is node, "the newest call is on top once settled"
+            stack.pop()
+            keep = False
+            try:
+                keep = run_entry(det, node)
+            finally:
+                if not keep:
+                    node.rethook.recycle(node)
+                    hijack(sp, ra)
+            if keep:
+                stacks[task].append(node)
 
         return on_resume
 
@@ -681,9 +696,6 @@ class DetourEngine:
             return entry_call(node, t.hit_regs)
         finally:
             manager.busy = False
-
-    def _armed(self, det: Detour) -> bool:
-        return self.by_addr.get(det.point.addr) is det
 
     def _push_node(self, det: Detour, node: RethookNode) -> None:
         """Hook a kept call through the core after its entry handler changed the pool:
