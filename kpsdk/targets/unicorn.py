@@ -68,7 +68,7 @@ from kpsdk.symbols import Symbol, SymbolTable, loaded_symbols
 from kpsdk.target import MappedFile, Target, TargetKind
 from kpsdk.targets.linux import LinuxProcess, check_options, start_process
 from kpsdk.targets.ucdetour import DATA_SIZE, DetourEngine
-from kpsdk.targets.ucfast import FastHooks, FastRegs, FastWords, cache_remover, memory_writer
+from kpsdk.targets.ucfast import FastHooks, FastRegs, FastWords, cache_remover, memory_reader, memory_writer
 from kpsdk.targets.ucstep import SoftStep
 from kpsdk.targets.ucwatch import UcWatch
 
@@ -139,6 +139,7 @@ class UnicornTarget(Target):
         self.hooks = FastHooks(self.uc)
         self._remove_cache = cache_remover(self.uc)
         self._write_trap = memory_writer(self.uc)  # a trap over a probed instruction, and back
+        self._mem_read = memory_reader(self.uc)  # every read through kpsdk (decoding at registration)
         #: ``uc.mem_regions()`` as last read: dropped by :meth:`map` and by every run (a
         #: program may map or protect memory), re-read on a miss (see :meth:`_region`)
         self._regions: list[tuple[int, int, int]] | None = None
@@ -271,7 +272,7 @@ class UnicornTarget(Target):
 
     def read_memory(self, addr: int, size: int) -> bytes:
         try:
-            data = bytearray(self.uc.mem_read(addr, size))
+            data = bytearray(self._mem_read(addr, size))
         except unicorn.UcError as e:
             raise TargetFault(f"cannot read {size} bytes: {e}", addr, self.symbols.format(addr)) from e
         if self._bp_points:
