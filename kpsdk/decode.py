@@ -43,7 +43,7 @@ def decode_at(target: CodeView, addr: int, start: int, iset: InstructionSet) -> 
     ``addr`` is decoded on its own.
 
     Registration was mostly this (issue 19), so the walk from ``start`` is
-    made without capstone's details, over a whole page of the function at a
+    made without capstone's details, over 256 bytes of the function at a
     time, and remembered per function (:func:`_walk`, checked against the
     bytes read now: changed code is walked again); only the instruction at
     ``addr`` is decoded in detail, alone.
@@ -91,8 +91,9 @@ def decode_at(target: CodeView, addr: int, start: int, iset: InstructionSet) -> 
                    boostable, refused, cond)
 
 
-#: how much of a function one walk reads beyond the address (rounded up to this)
-_CHUNK = 0x1000
+#: how much of a function one walk reads (rounded up to this): more walks again less often, but
+#: every read of probed memory looks up each probed address in it (the K10 overlay)
+_CHUNK = 0x100
 #: per code view, per (start, instruction set): the bytes walked, and by address whether an
 #: instruction starts there (True) or the address is inside one (False)
 _WALKS: weakref.WeakKeyDictionary[Any, dict[tuple[int, str], tuple[bytes, dict[int, bool]]]] = \
