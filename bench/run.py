@@ -33,6 +33,8 @@ sys.path.insert(0, str(BENCH_DIR))
 import unicorn  # noqa: E402
 from kretentry import bench_kretentry  # noqa: E402
 from kretentry import rows as kretentry_rows  # noqa: E402
+from register import bench_register  # noqa: E402
+from register import rows as register_rows  # noqa: E402
 from unicorn import x86_const  # noqa: E402
 from unicorn.unicorn_py3.unicorn import uclib  # noqa: E402
 from workload import CODE, END_OFF, INC_OFF, NOPS, loop_code, per_hit_us, race  # noqa: E402
@@ -980,6 +982,7 @@ def build_rows(cfg: Config, raw: dict[str, Any]) -> list[Row]:
                                 us(r["floor_us"]), f"kprobe {us(k['per_hit_us'])}",
                                 f"{r['floor_us'] / k['per_hit_us']:.2f}x"))
     rows += kretentry_rows(raw.get("kretentry", {"error": "not run"}), Row, us, status)
+    rows += register_rows(raw.get("register", {}), Row, us, status)
     wt = raw.get("watch", {"error": "not run"})
     if "error" in wt:
         rows.append(Row("W", "loop speed with a data watchpoint that never fires", "n/a", "", "", "", wt["error"]))
@@ -1101,6 +1104,7 @@ def main(argv: list[str] | None = None) -> int:
     bench_uprobe(cfg, raw)
     bench_kretprobe(cfg, raw)
     raw["kretentry"] = bench_kretentry(cfg.reps, cfg.n_fixture, log)
+    raw["register"] = bench_register(3 if cfg.quick else 7, log)
     bench_watch(cfg, raw)
     elapsed = timeit.default_timer() - t0
     rows = build_rows(cfg, raw)
