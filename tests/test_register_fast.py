@@ -6,7 +6,9 @@ kept while the bytes read agree (``kpsdk/decode.py``); every answer must be the
 one a full, detailed decode from the start gives, on every arch, and changed
 code must be walked again.  A probe registered from a handler, over code
 Unicorn has translated already, must fire (its translations dropped), and
-unregistering must put the original bytes back.
+unregistering must put the original bytes back and leave no translation of
+the trap behind (riscv64 did: translations are dropped from the function's
+start now).
 """
 
 from __future__ import annotations
@@ -73,15 +75,9 @@ def test_changed_code_is_walked_again() -> None:
 
 @pytest.mark.parametrize("optimize", [True, False], ids=["hook", "breakpoint"])
 @pytest.mark.parametrize("arch", UNICORN_ARCHS)
-def test_a_probe_registered_while_running_fires_and_unregistering_restores(arch: str, optimize: bool,
-                                                                           request: pytest.FixtureRequest) -> None:
+def test_a_probe_registered_while_running_fires_and_unregistering_restores(arch: str, optimize: bool) -> None:
     """From a hit at loop's entry, a probe on inc's second instruction, which Unicorn
     translated in an earlier run: it fires on each of the 100 calls that follow."""
-    if arch == "riscv64" and not optimize:
-        request.applymarker(pytest.mark.xfail(
-            strict=True, raises=kpsdk.errors.TargetFault,
-            reason="known bug (on main too): after a breakpoint placed mid-run over riscv64's compressed "
-                   "c.sdsp is removed, the next run faults (illegal instruction at inc+0x6)"))
     with kpsdk.open(f"elf:{fixtures.path(arch)}") as s:
         s.kprobes_optimization = optimize
         inc = s.symbols.resolve("inc")
