@@ -31,6 +31,10 @@ BENCH_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH_DIR))
 
 import unicorn  # noqa: E402
+from kretentry import bench_kretentry  # noqa: E402
+from kretentry import rows as kretentry_rows  # noqa: E402
+from register import bench_register  # noqa: E402
+from register import rows as register_rows  # noqa: E402
 from unicorn import x86_const  # noqa: E402
 from unicorn.unicorn_py3.unicorn import uclib  # noqa: E402
 from workload import CODE, END_OFF, INC_OFF, NOPS, loop_code, per_hit_us, race  # noqa: E402
@@ -966,7 +970,7 @@ def build_rows(cfg: Config, raw: dict[str, Any]) -> list[Row]:
             rows.append(Row("R", f"{label}: kretprobe hit (entry on the {r['entry']} path + return) vs kprobe "
                             f"({k['mechanism']})", us(r["kretprobe_us"]), f"kprobe {us(k['per_hit_us'])}",
                             f"{ratio:.2f}x", "<= 2.5x", status(ratio <= 2.5)))
-            if r["entry"] == "detour":
+            if r["entry"] in ("detour", "hooked-entry"):
                 rows.append(Row("R", f"  {label}: the same kretprobe with its entry kept on the hook path",
                                 us(r["kretprobe_hook_us"]), f"kprobe {us(k['per_hit_us'])}",
                                 f"{r['kretprobe_hook_us'] / k['per_hit_us']:.2f}x"))
@@ -977,6 +981,8 @@ def build_rows(cfg: Config, raw: dict[str, Any]) -> list[Row]:
                 rows.append(Row("R", f"  floor: the same hijack and return by two raw ctypes hooks ({label})",
                                 us(r["floor_us"]), f"kprobe {us(k['per_hit_us'])}",
                                 f"{r['floor_us'] / k['per_hit_us']:.2f}x"))
+    rows += kretentry_rows(raw.get("kretentry", {"error": "not run"}), Row, us, status)
+    rows += register_rows(raw.get("register", {}), Row, us, status)
     wt = raw.get("watch", {"error": "not run"})
     if "error" in wt:
         rows.append(Row("W", "loop speed with a data watchpoint that never fires", "n/a", "", "", "", wt["error"]))
@@ -1097,6 +1103,8 @@ def main(argv: list[str] | None = None) -> int:
     bench_arches(cfg, raw)
     bench_uprobe(cfg, raw)
     bench_kretprobe(cfg, raw)
+    raw["kretentry"] = bench_kretentry(cfg.reps, cfg.n_fixture, log)
+    raw["register"] = bench_register(3 if cfg.quick else 7, log)
     bench_watch(cfg, raw)
     elapsed = timeit.default_timer() - t0
     rows = build_rows(cfg, raw)

@@ -197,9 +197,10 @@ class Probe:
         self.name: str | None = None
         #: what ``list()`` shows in place of ``sym+0xoff`` (uprobes: ``path:0xOFFSET``)
         self.label: str | None = None
-        #: set by a return-probe type whose pre_handler does nothing but hook the
-        #: call's return into this rethook (no entry handler): a target may then
-        #: do that in guest code without stopping (see Target.settle_returns)
+        #: set by a return-probe type whose pre_handler hooks the call's return
+        #: into this rethook and runs the rethook's ``entry`` (the entry handler,
+        #: if any) and nothing else: a target may then hook the call by itself,
+        #: without the core's entry path (see Target.settle_returns)
         self.entry_rethook: Rethook | None = None
         check_fields(self, Probe.fields)
 

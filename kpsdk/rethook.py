@@ -104,6 +104,10 @@ class Rethook:
         #: told of every node given back, where the target keeps its own count of
         #: free nodes (entries hooked by guest code, :meth:`ShadowStacks.entered`)
         self.mirror: Callable[[Rethook], None] | None = None
+        #: the user's entry handler for a target that hooks entries itself:
+        #: ``(node, regs) -> keep``, False when the call must go unhooked (vetoed,
+        #: or the user unregistered meanwhile); None when there is none to run
+        self.entry: Callable[[RethookNode, PtRegs], bool] | None = None
 
     def try_get(self) -> RethookNode | None:
         """A free node, or None when all ``count`` are in flight."""

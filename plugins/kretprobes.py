@@ -171,6 +171,26 @@ def _entry(rp: Kretprobe, rh: Rethook, core: ShadowStacks) -> Callable[[Probe, P
     return entry
 
 
+def _entry_call(rp: Kretprobe, rh: Rethook) -> Callable[[RethookNode, PtRegs], bool]:
+    """The entry_handler for a target that hooks the entry by itself (``Rethook.entry``):
+    True keeps the call hooked; False when the handler vetoed it or the probe was
+    unregistered meanwhile, as :func:`_entry` decides.  An exception goes to the
+    fault_handler (K4) and unhooks the call; an unclaimed one propagates."""
+
+    def call(ri: RethookNode, regs: PtRegs) -> bool:
+        handler = rp.entry_handler
+        if handler is None:  # cleared by the user after registration
+            return not rh.freed
+        try:  # the truth test is the handler's too: a return value whose bool() raises
+            veto = bool(handler(cast(KretprobeInstance, ri), regs))
+        except Exception as exc:  # noqa: BLE001 - handed to fault_handler or re-raised with context
+            _fault(rp, regs, exc, "entry_handler")
+            return False
+        return not veto and not rh.freed
+
+    return call
+
+
 def _return(rp: Kretprobe) -> Callable[[RethookNode, PtRegs], None]:
     """What the rethook runs for each returning instance: the user's handler, with K4."""
 
@@ -227,8 +247,9 @@ def register(session: Session, rp: Kretprobe) -> None:
     except TargetError as e:
         raise KprobeError(errno.EOPNOTSUPP, str(e)) from e
     rp.pre_handler = _entry(rp, rh, core)
-    # without an entry_handler the entry only hooks the return: a target may do that in guest code
-    rp.entry_rethook = rh if rp.entry_handler is None else None
+    # the entry hooks the return and runs the entry_handler: a target may do both by itself
+    rh.entry = _entry_call(rp, rh) if rp.entry_handler is not None else None
+    rp.entry_rethook = rh
     try:
         manager.add(rp, addr)
     except BaseException:

@@ -32,7 +32,8 @@ DETOURED = {
     "ppc64": ("add", "fact", "inc", "loop", "twice", "escape"),
     "ppc64le": ("add", "fact", "inc", "loop", "twice", "escape"),
 }
-#: and some each keeps on the hook path, with why
+#: and some whose entry stays a code hook (the "hooked-entry" detour: the return
+#: still comes back through the detour's return code), with why
 NOT_DETOURED = {
     "x86_64": ("inc", "add"),  # 4 bytes (lea; ret): a 5-byte jmp does not fit
     "i386": ("escape",),  # the jmp covers 3 instructions and the function ends in ``jmp *%eax``
@@ -76,7 +77,7 @@ def test_which_functions_get_a_detour(s: kpsdk.Session, arch: str) -> None:
     for name in DETOURED[arch] + NOT_DETOURED[arch]:
         rp = kpsdk.Kretprobe(symbol_name=name, handler=lambda ri, regs: None)
         s.register_kretprobe(rp)
-        want = "detour" if name in DETOURED[arch] else "hook"
+        want = "detour" if name in DETOURED[arch] else "hooked-entry"
         assert point(s, name).mechanism == want, name
         s.unregister_kretprobe(rp)
 
@@ -124,11 +125,18 @@ def test_the_whole_program_under_detours_prints_the_same(s: kpsdk.Session, arch:
         assert returns["loop"] == [fixtures.EXPECTED["loop"]]
 
 
-def test_an_entry_handler_keeps_the_hook_path(s: kpsdk.Session, arch: str) -> None:
-    name = DETOURED[arch][0]
-    rp = kpsdk.Kretprobe(symbol_name=name, handler=lambda ri, regs: None, entry_handler=lambda ri, regs: 0)
+def test_an_entry_handler_keeps_the_detour(s: kpsdk.Session, arch: str) -> None:
+    """The guest code hooks the call, then Python runs the entry handler (on the
+    displaced instructions); tests/test_kretprobe_entry_paths.py compares it with
+    the hook path."""
+    name = "loop"
+    entries: list[int] = []
+    rp = kpsdk.Kretprobe(symbol_name=name, handler=lambda ri, regs: None,
+                         entry_handler=lambda ri, regs: entries.append(regs.ip))
     s.register_kretprobe(rp)
-    assert point(s, name).mechanism == "hook"
+    assert point(s, name).mechanism == "detour"
+    s.call("loop", 3)
+    assert entries == [s.symbols.resolve(name)] and rp.hits == 1
 
 
 def test_the_optimization_knob_turns_detours_off_and_on(s: kpsdk.Session, arch: str) -> None:
@@ -164,7 +172,7 @@ def test_a_probe_inside_the_displaced_bytes_sends_the_entry_back(arch: str, name
     s.register_kretprobe(rp)
     assert point(s, name).mechanism == "detour"
     s.register_kprobe(kp)
-    assert point(s, name).mechanism == "hook"
+    assert point(s, name).mechanism == "hooked-entry"
     assert s.run(timeout=10) == 0 and s.console == fixtures.EXPECTED_OUTPUT
     assert len(inside) == len(returns) == rp.hits > 0
 
@@ -261,7 +269,7 @@ def test_a_thunk_taking_the_scratch_register_or_flags_keeps_the_hook_path(isa: s
             assert s.call(caller_at) == want, name
             assert returns == [want], name
             s.unregister_kretprobe(rp)
-        assert got == {"thunk": "hook", "plain": "detour"}
+        assert got == {"thunk": "hooked-entry", "plain": "detour"}  # no guest entry code for the thunk
     finally:
         s.close()
 

@@ -47,15 +47,33 @@ or the *gate* is shut, which kpsdk does while a handler runs nested code (K6:
 such entries are missed).  That hook runs the probe's pre_handler as a normal
 hit at the function entry.
 
-A function gets a detour only when it is safe, as the kernel checks for
-optprobes: the jump fits in whole boostable instructions inside the function,
+An entry handler needs Python at the entry, but not the core's entry path: a
+detour whose kretprobe has one also hooks its first displaced instruction
+(the *resume hook*), which finds the call's record where the guest code left
+it and runs only the handler, on the record's instance (record ``n``'s is the
+pool's ``free_nodes[n]``, for the entry, the short hook and :meth:`settle`
+alike, so ``ri.data`` goes from the entry handler to the return handler).
+While the handler runs the record is hidden (the count given back), so the
+call is not in flight yet, as on the hook path; a veto, an exception or an
+unregistration unhooks it again.  A hit then costs one kprobe hit more than
+a detoured one, instead of the hook path's two calls through the core.
+
+A function whose entry cannot hold the jump (x86's 5 bytes over ``lea; ret``),
+or whose entry is not safe to move (below), keeps a code hook at its entry, a
+*hooked entry* (mechanism ``hooked-entry``): the hook does in Python what the
+guest entry code does (two register reads, the record, the return address)
+and the return still takes the detour's return code and short hook.
+
+A function gets a detour (guest entry code) only when it is safe, as the
+kernel checks for optprobes: the jump fits in whole boostable instructions inside the function,
 no direct branch of the function lands inside them and, when more than one
 instruction moves, the function has no indirect jump; the function does not
 read the scratch register before writing it, nor the flags before its first
 flag-setting instruction or branch (a thunk taking an argument there); the
 kretprobe is the only active probe at the entry; ``kprobes_optimization`` is on.  Otherwise the
-entry stays on the hook path.  A probe later placed inside a detoured region
-sends the entry back to the hook path.  Reads never show the jump (K10).
+entry is a hooked entry, while the kretprobe is the only active probe there and
+optimization is on; else it stays on the hook path.  A probe later placed inside
+a detoured region makes the entry a hooked entry.  Reads never show the jump (K10).
 """
 
 from __future__ import annotations
@@ -75,7 +93,7 @@ if TYPE_CHECKING:
 
     from kpsdk.manager import ProbePoint
     from kpsdk.probe import Probe
-    from kpsdk.rethook import Rethook
+    from kpsdk.rethook import Rethook, RethookNode
     from kpsdk.targets.uchost import UnicornHost
 
 #: the guest-writable part of kpsdk's area: the gate, the shared trampolines' sp,
@@ -111,9 +129,15 @@ class Detour:
     #: follow) and of its first record; its records are ``rethook.count`` pairs of words
     avail_at: int
     records_at: int
-    #: the slow path's hooked instruction; the hooks' handles (slow, short, general)
+    #: the slow path's hooked instruction; the hooks' handles (slow, short, general,
+    #: and the resume hook where an entry handler runs after the guest entry code)
     hook_addr: int = 0
     hooks: tuple[int, ...] = ()
+    #: armed (False once disarmed: its blocks wait for the calls in flight)
+    live: bool = True
+    #: the slow path ran and its jump to the displaced instructions comes next: the
+    #: resume hook lets that one pass (the entry's probe ran in full already)
+    slow_passing: bool = False
 
 
 class DetourEngine:
@@ -150,24 +174,26 @@ class DetourEngine:
     # -- planning ------------------------------------------------------------------------
 
     def plan(self, point: ProbePoint) -> int | None:
-        """The number of entry bytes a detour at ``point`` displaces, or None when it
-        cannot have one (see the module docstring).  The caller checked that the
-        point's one active probe has an ``entry_rethook``."""
+        """The number of entry bytes a detour at ``point`` displaces, 0 for a
+        *hooked entry* (the entry stays a code hook, see :meth:`_entry_hook`: the
+        entry cannot hold the jump), or
+        None when it cannot have a detour at all (see the module docstring).
+        The caller checked that the point's one active probe has an ``entry_rethook``."""
         arch, entry = self.target.arch, point.addr
         if arch.detours is None or arch.out_of_line is None or not self._native:
             return None
-        if "detour_plan" not in point.state:
-            point.state["detour_plan"] = self._region(point)
-        length = point.state["detour_plan"]
-        if length is None:
-            return None
-        assert isinstance(length, int)
-        if any(other != entry and entry <= other < entry + length for other in self.target.manager.points):
-            return None
-        if entry in self.by_addr:  # armed already
-            return length
         rh = point.active[0].entry_rethook
         assert rh is not None
+        if "detour_region" not in point.state:
+            point.state["detour_region"] = self._region(point)
+        region = point.state["detour_region"]
+        assert region is None or isinstance(region, int)
+        length = region or 0
+        if length and any(other != entry and entry <= other < entry + length for other in self.target.manager.points):
+            length = 0
+        point.state["detour_plan"] = length
+        if entry in self.by_addr:  # armed already
+            return length
         if not self.target.running:
             self.recycle_blocks()
         if self._free_index() is None or not any(n >= rh.count for _, n in self._holes):
@@ -175,7 +201,9 @@ class DetourEngine:
         block = self.peek_code()
         if block is None:
             return None
-        return length if arch.detours.near_jump(entry, block, point.iset) is not None else None
+        if length and arch.detours.near_jump(entry, block, point.iset) is None:
+            point.state["detour_plan"] = length = 0
+        return length
 
     def _code(self) -> DetourCode:
         """The arch backend's detour code (plan() gives no detour to an arch without it)."""
@@ -303,28 +331,42 @@ class DetourEngine:
         resume = block + RESUME_AT
         data = self.data
         code_of = self._code()
-        code, hook = code_of.entry(
-            block, iset, EntryDetour(data, data + avail_at * w, data + records_at * w, tramp, resume))
         ret_code, short, general = code_of.ret(
             block + RETURN_AT, iset, ReturnDetour(data + avail_at * w, data + records_at * w,
                                                   0 if arch.link else w))
-        original = t.read_memory(entry, length)
-        back = arch.require("out_of_line", "a detour").jump_back(resume + length, entry + length, iset)
-        assert back is not None and len(code) <= RESUME_AT and length + len(back) <= RETURN_AT - RESUME_AT
         assert len(ret_code) <= BLOCK_SIZE - RETURN_AT
-        t.write_code(block, code)
-        t.write_code(resume, original + back)
+        if length:
+            code, hook = code_of.entry(
+                block, iset, EntryDetour(data, data + avail_at * w, data + records_at * w, tramp, resume))
+            original = t.read_memory(entry, length)
+            back = arch.require("out_of_line", "a detour").jump_back(resume + length, entry + length, iset)
+            assert back is not None and len(code) <= RESUME_AT and length + len(back) <= RETURN_AT - RESUME_AT
+            t.write_code(block, code)
+            t.write_code(resume, original + back)
+        else:  # a hooked entry: no guest entry code, the entry's own code hook does its work
+            original, hook = b"", entry - block
         t.write_code(block + RETURN_AT, ret_code)
         det = Detour(point, point.active[0], rh, index, block, original, tramp, avail_at, records_at, block + hook)
-        det.hooks = (t.hooks.code(t.on_detour_slow, det.hook_addr, det.hook_addr),
+        if not length:
+            entry_hook = self._entry_hook(det)
+        elif rh.entry is None:
+            entry_hook = t.on_detour_slow
+        else:
+            entry_hook = self._slow_passing_hook(det)
+        det.hooks = (t.hooks.code(entry_hook, det.hook_addr, det.hook_addr),
                      t.hooks.code(self._short_hook(det), block + RETURN_AT + short, block + RETURN_AT + short),
                      t.hooks.code(self._general_hook(det), block + RETURN_AT + general,
                                   block + RETURN_AT + general))
+        if length and rh.entry is not None:
+            det.hooks += (t.hooks.code(self._resume_hook(det), resume, resume),)
         self.by_addr[entry] = self._by_hook[det.hook_addr] = det
         self.traps.add(tramp)
         rh.mirror = mirror = self._mirror_for(avail_at)
         mirror(rh)
+        if not length:
+            return  # the caller drops the entry's translations, for the hook to be seen
         jump = code_of.near_jump(entry, block, iset)
+        assert jump is not None, "plan() checked that the jump reaches the block"
         self.lo, self.hi = min(self.lo, entry), max(self.hi, entry + length)
         t.uc.mem_write(entry, jump)
         t.uc.ctl_remove_cache(entry, entry + length)
@@ -344,9 +386,11 @@ class DetourEngine:
         node points there."""
         self.settle()
         det = self.by_addr.pop(point.addr)
+        det.live = False
         t = self.target
-        t.uc.mem_write(point.addr, det.original)
-        t.uc.ctl_remove_cache(point.addr, point.addr + len(det.original))
+        if det.original:
+            t.uc.mem_write(point.addr, det.original)
+            t.uc.ctl_remove_cache(point.addr, point.addr + len(det.original))
         for handle in det.hooks:
             t.hooks.delete(handle)
         ret_at = det.block + RETURN_AT
@@ -372,7 +416,8 @@ class DetourEngine:
         """Armed detours whose patched bytes overlap ``[addr, addr + size)``."""
         if addr >= self.hi or addr + size <= self.lo:
             return []
-        return [d for a, d in self.by_addr.items() if a < addr + size and a + len(d.original) > addr]
+        return [d for a, d in self.by_addr.items()
+                if d.original and a < addr + size and a + len(d.original) > addr]
 
     def clashing(self, point: ProbePoint) -> ProbePoint | None:
         """The detoured entry whose displaced bytes hold ``point`` (not its own)."""
@@ -411,9 +456,10 @@ class DetourEngine:
         """The code hook of ``det``'s short instruction: its newest unsettled call
         returns (the guest checked).  Runs the handler on a free node of the pool,
         which stays in the pool (the call never became a shadow-stack node), and
-        gives the instance back by bumping the guest count.  The node is the
-        pool's first: anything the handler does that settles records takes nodes
-        from the end, and never all of them (this call's instance is among them).
+        gives the instance back by bumping the guest count.  The node is the one
+        of the record's position (``free_nodes[n]`` for record ``n``, as
+        :meth:`settle` assigns them): the one an entry handler saw at the entry,
+        with the ``data`` it left.
 
         When the return is not that simple (the return address is itself a
         trampoline: a tail call into a hooked function; or the shadow stack holds
@@ -445,7 +491,7 @@ class DetourEngine:
                     return
                 words[av] = n + 1
                 probe.hits += 1
-                node = free[0]
+                node = free[n]
                 node.ret_addr = hit[0] = ra
                 node.frame = words[r + 1]
                 busy, manager.busy = manager.busy, True
@@ -460,6 +506,217 @@ class DetourEngine:
                 fail(exc)
 
         return on_short
+
+    def _entry_hook(self, det: Detour) -> Callable[[int, int, int, int], None]:
+        """The code hook of a *hooked entry*: a function whose entry cannot hold the
+        jump.  It does in Python what the guest entry code does (take a position
+        from the guest count, write the record, point the return address at the
+        detour's return code), so the return takes the detour's short hook as a
+        detoured call's does.  An entry handler runs first, as the hook path
+        runs it before hooking the return (:meth:`_entry_then_hook`).
+
+        What the guest code would leave to its slow path goes to the entry's
+        probe as a normal hit (``on_detour_slow``): a reentrant hit (K6), no
+        instance left, a return address that is a trampoline already (a tail
+        call) or shadow-stack nodes the stack pointer has left (a ``longjmp``).
+        It stays in step with the hook path's ``_hook_callback`` (``resuming``,
+        a pending step ending here)."""
+        t = self.target
+        core = t.rethook
+        assert core is not None
+        words, traps, stacks, manager = self.words, self.traps, core.stacks, t.manager
+        task, fail, slow, stepper = t.current_task(), t.fail, t.on_detour_slow, t.stepper
+        av, rb, rh, point, tramp = det.avail_at, det.records_at, det.rethook, det.point, det.tramp
+        entry_call = rh.entry
+        arch = t.arch
+        read, write, sp_reg = t.fast.read, t.fast.write, arch.register(arch.sp)
+        link = arch.register(arch.link) if arch.link else None
+        read_word, hijack_word = t.read_word, t.hijack_word
+        then_hook = self._entry_then_hook
+
+        def on_entry(handle: int, addr: int, size: int, user: int) -> None:
+            try:
+                if point.resuming:
+                    point.resuming = False
+                    return
+                if stepper.pending is not None:  # a step arriving here ends before this hit starts
+                    stepper.reached(addr)
+                n = words[av]
+                if manager.busy or not n:
+                    slow(handle, addr, size, user)
+                    return
+                sp = read(sp_reg)
+                ra = read(link) if link is not None else read_word(sp)
+                stack = stacks.get(task)
+                if ra in traps or (stack and stack[-1].frame <= sp):
+                    slow(handle, addr, size, user)
+                    return
+                if entry_call is not None:
+                    then_hook(det, n - 1, sp, ra)
+                    return
+                n -= 1
+                words[av] = n
+                r = rb + 2 * n
+                words[r] = ra
+                words[r + 1] = sp
+                if link is not None:
+                    write(link, tramp)
+                else:
+                    hijack_word(sp, tramp)
+            except BaseException as exc:  # noqa: BLE001 - stored and re-raised by run()/call()
+                fail(exc)
+
+        return on_entry
+
+    def _entry_then_hook(self, det: Detour, n: int, sp: int, ra: int) -> None:
+        """A hooked entry with an entry handler: run it on record ``n``'s instance
+        (``free_nodes[n]``, the one the return handler gets, ``data`` and all), then
+        hook the return as the entry hook would, unless it vetoed.  As on the
+        hook path the call is not on the shadow stack yet and its return address
+        is the real one while the handler runs."""
+        t, words = self.target, self.words
+        rh, core = det.rethook, t.rethook
+        assert rh.entry is not None and core is not None
+        node = rh.free_nodes[n]
+        node.task, node.frame, node.ret_addr, node.slot, node.chained = t.current_task(), sp, ra, det.tramp, False
+        keep = False
+        try:
+            keep = self._run_entry(det, node)
+        finally:
+            if not keep:  # vetoed, unregistered or raised: nothing was hooked yet
+                det.probe.hits += 1
+        if not keep:
+            return
+        if det.live and words[det.avail_at] == n + 1 and len(rh.free_nodes) > n \
+                and rh.free_nodes[n] is node:
+            words[det.avail_at] = n
+            r = det.records_at + 2 * n
+            words[r] = ra
+            words[r + 1] = sp
+        else:  # the handler changed the pool (it ran code, or re-registered): the core's way
+            self._push_node(det, node)
+        self._hijack(sp, det.tramp)
+
+    def _slow_passing_hook(self, det: Detour) -> Callable[[int, int, int, int], None]:
+        """The slow-path hook of a detour whose rethook has an entry handler: the
+        entry's probe runs in full (its pre_handler runs the entry handler), and
+        the resume hook, next, must not run it again."""
+        t, slow = self.target, self.target.on_detour_slow
+
+        def on_slow(handle: int, addr: int, size: int, user: int) -> None:
+            slow(handle, addr, size, user)
+            det.slow_passing = not t.failed
+
+        return on_slow
+
+    def _resume_hook(self, det: Detour) -> Callable[[int, int, int, int], None]:
+        """The code hook on the displaced instructions of a detour whose rethook has an
+        entry handler: the guest entry code hooked the call (record ``n``, the
+        count's value now) and Python runs only the entry handler, on that
+        record's instance.  While it runs, the record is hidden (the count given
+        back), so that the call is not in flight yet, as on the hook path: what
+        the handler looks at or unregisters does not see it.  The return address
+        points at the return code already (``ri.ret_addr`` is the real one)."""
+        t = self.target
+        core = t.rethook
+        assert core is not None
+        words, fail, traps, stacks, settle = self.words, t.fail, self.traps, core.stacks, self.settle
+        task = t.current_task()
+        av, rb, rh, tramp = det.avail_at, det.records_at, det.rethook, det.tramp
+        free, entry_call, at = rh.free_nodes, rh.entry, det.point.addr
+        assert entry_call is not None
+        manager, regs, hijack = t.manager, t.hit_regs, self._hijack
+        hit = regs._hit
+        run_entry, push_node = self._run_entry, self._push_node
+
+        def on_resume(handle: int, addr: int, size: int, user: int) -> None:
+            try:
+                if det.slow_passing:
+                    det.slow_passing = False
+                    return
+                n = words[av]
+                r = rb + 2 * n
+                sp = words[r + 1]
+                ra = words[r]
+                node = free[n]
+                stack = stacks.get(task)
+                if ra in traps or (stack and stack[-1].frame <= sp):
+                    chained(n, node, sp, ra)
+                    return
+                node.task, node.frame, node.ret_addr, node.slot, node.chained = task, sp, ra, tramp, False
+                words[av] = n + 1  # hidden while the handler runs
+                keep = False
+                manager.busy = True  # _run_entry, inlined: this is half of every such hit
+                hit[0] = None
+                hit[1] = at
+                try:
+                    keep = entry_call(node, regs)
+                finally:
+                    manager.busy = False
+                    if not keep:  # vetoed, unregistered or raised: the call goes unhooked
+                        det.probe.hits += 1
+                        hijack(sp, ra)
+                if keep:
+                    if det.live and words[av] == n + 1 and len(free) > n and free[n] is node:
+                        words[av] = n
+                    else:
+                        push_node(det, node)
+            except BaseException as exc:  # noqa: BLE001 - stored and re-raised by run()/call()
+                fail(exc)
+
+        def chained(n: int, node: RethookNode, sp: int, ra: int) -> None:
+            """A tail call (chained) or a longjmp's leftovers: the core decides, as at an
+            entry; the node comes off the top of the stack while the handler runs."""
+            settle()
+            stack = stacks[task]
+            assert stack[-1] is node, "the newest call is on top once settled"
+            stack.pop()
+            keep = False
+            try:
+                keep = run_entry(det, node)
+            finally:
+                if not keep:
+                    node.rethook.recycle(node)
+                    hijack(sp, ra)
+            if keep:
+                stacks[task].append(node)
+
+        return on_resume
+
+    def _run_entry(self, det: Detour, node: RethookNode) -> bool:
+        """The entry handler on ``node``, as the entry's probe's hit would run it
+        (K6 busy flag, ``regs.ip`` the entry): True keeps the call hooked."""
+        t = self.target
+        entry_call = det.rethook.entry
+        assert entry_call is not None
+        manager, hit = t.manager, t.hit_regs._hit
+        manager.busy = True
+        hit[0] = None
+        hit[1] = det.point.addr
+        try:
+            return entry_call(node, t.hit_regs)
+        finally:
+            manager.busy = False
+
+    def _push_node(self, det: Detour, node: RethookNode) -> None:
+        """Hook a kept call through the core after its entry handler changed the pool:
+        the node out of the pool, onto the shadow stack, with the return code as its slot."""
+        rh, core = det.rethook, self.target.rethook
+        assert core is not None
+        if node in rh.free_nodes:
+            rh.free_nodes.remove(node)
+        if rh.mirror is not None:
+            rh.mirror(rh)
+        det.probe.hits += 1
+        core.entered(node, node.frame, node.ret_addr, det.tramp)
+
+    def _hijack(self, sp: int, value: int) -> None:
+        """Write the return address of the call entered at ``sp`` (link register or [sp])."""
+        t = self.target
+        if t.arch.link is not None:
+            t.fast.write(t.arch.register(t.arch.link), value)
+        else:
+            t.hijack_word(sp, value)
 
     def _general_hook(self, det: Detour) -> Callable[[int, int, int, int], None]:
         """The code hook of ``det``'s general instruction, which jumps through the
@@ -494,21 +751,28 @@ class DetourEngine:
         entry sp, highest first (the live calls of one task nest), and calls
         at one sp (tail calls) in the order their return addresses chain."""
         words = self.words
-        pending: list[tuple[int, int, int, Detour]] = []
+        pending: list[_Pending] = []
         for det in self.by_addr.values():
             n, m = words[det.avail_at], words[det.avail_at + 1]
             if n < m:
+                # record j's instance is free_nodes[j] (the entry hook and the short hook use
+                # the same one): taken off the pool before any push can give nodes back
+                free = det.rethook.free_nodes
+                assert m == len(free), "the guest's free count mirrors the pool"
+                nodes = free[n:m]
+                del free[n:]
                 rb = det.records_at
-                pending += [(words[rb + 2 * j + 1], words[rb + 2 * j], j, det) for j in range(m - 1, n - 1, -1)]
+                pending += [(words[rb + 2 * j + 1], words[rb + 2 * j], j, det, nodes[j - n])
+                            for j in range(m - 1, n - 1, -1)]
         if not pending:
             return
         core = self.target.rethook
         assert core is not None, "detours exist only while return probes are attached"
-        for frame, ra, _, det in _oldest_first(pending):
-            det.probe.hits += 1
-            core.entered(det.rethook.free_nodes.pop(), frame, ra, det.tramp)
         for det in {rec[3].index: rec[3] for rec in pending}.values():
             self.mirror(det)
+        for frame, ra, _, det, node in _oldest_first(pending):
+            det.probe.hits += 1
+            core.entered(node, frame, ra, det.tramp)
 
 
 def _regs_access(insn: capstone.CsInsn) -> tuple[set[str], set[str]]:
@@ -517,14 +781,18 @@ def _regs_access(insn: capstone.CsInsn) -> tuple[set[str], set[str]]:
     return {insn.reg_name(r) for r in read}, {insn.reg_name(r) for r in written}
 
 
-def _oldest_first(pending: list[tuple[int, int, int, Detour]]) -> list[tuple[int, int, int, Detour]]:
-    """Records (frame, return address, position, detour) in the order the calls
+#: a record waiting to be settled: (entry sp, return address, position, detour, its instance)
+_Pending = tuple[int, int, int, "Detour", "RethookNode"]
+
+
+def _oldest_first(pending: list[_Pending]) -> list[_Pending]:
+    """Records (frame, return address, position, detour, instance) in the order the calls
     began: frames from the highest; at one frame (a chain of tail calls, each
     entry finding the previous one's return code as its return address) the
     one with a real return address first, then each whose return address is the
     previous one's return code (of one detour, the older record first)."""
     pending.sort(key=lambda rec: -rec[0])
-    out: list[tuple[int, int, int, Detour]] = []
+    out: list[_Pending] = []
     i = 0
     while i < len(pending):
         j = i

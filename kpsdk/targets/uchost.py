@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from kpsdk.rethook import ShadowStacks
     from kpsdk.symbols import SymbolTable
     from kpsdk.targets.ucfast import FastHooks, FastRegs
+    from kpsdk.targets.ucstep import SoftStep
 
 #: a ctypes code-hook callback: ``(handle, address, size, user)``
 CodeHook = Callable[[int, int, int, int], None]
@@ -40,6 +41,8 @@ class UnicornHost(Protocol):
     rethook: ShadowStacks | None
     #: the registers view handed to handlers on every hit
     hit_regs: PtRegs
+    #: the post_handlers' pending step (a hooked instruction ends it before its own hit)
+    stepper: SoftStep
 
     @property
     def running(self) -> bool:
@@ -60,6 +63,11 @@ class UnicornHost(Protocol):
         """Set the pc to ``addr`` and return it as ``emu_start`` wants it (Thumb bit)."""
 
     def read_memory(self, addr: int, size: int) -> bytes: ...
+
+    def read_word(self, addr: int) -> int: ...
+
+    def hijack_word(self, addr: int, value: int) -> None:
+        """Overwrite a return address in memory (the stack: host memory on the hot path)."""
 
     def hook_point(self, addr: int) -> ProbePoint | None: ...
 

@@ -68,7 +68,7 @@ from kpsdk.symbols import Symbol, SymbolTable, loaded_symbols
 from kpsdk.target import MappedFile, Target, TargetKind
 from kpsdk.targets.linux import LinuxProcess, check_options, start_process
 from kpsdk.targets.ucdetour import DATA_SIZE, DetourEngine
-from kpsdk.targets.ucfast import FastHooks, FastRegs, FastWords, cache_remover, memory_writer
+from kpsdk.targets.ucfast import FastHooks, FastRegs, FastWords, cache_remover, memory_reader, memory_writer
 from kpsdk.targets.ucstep import SoftStep
 from kpsdk.targets.ucwatch import UcWatch
 
@@ -139,6 +139,7 @@ class UnicornTarget(Target):
         self.hooks = FastHooks(self.uc)
         self._remove_cache = cache_remover(self.uc)
         self._write_trap = memory_writer(self.uc)  # a trap over a probed instruction, and back
+        self._mem_read = memory_reader(self.uc)  # every read through kpsdk (decoding at registration)
         #: ``uc.mem_regions()`` as last read: dropped by :meth:`map` and by every run (a
         #: program may map or protect memory), re-read on a miss (see :meth:`_region`)
         self._regions: list[tuple[int, int, int]] | None = None
@@ -271,7 +272,7 @@ class UnicornTarget(Target):
 
     def read_memory(self, addr: int, size: int) -> bytes:
         try:
-            data = bytearray(self.uc.mem_read(addr, size))
+            data = bytearray(self._mem_read(addr, size))
         except unicorn.UcError as e:
             raise TargetFault(f"cannot read {size} bytes: {e}", addr, self.symbols.format(addr)) from e
         if self._bp_points:
@@ -361,9 +362,11 @@ class UnicornTarget(Target):
             return None
         if point.internal:  # kpsdk's own point: its own code hook, outside the OPT_LIMIT budget
             return ("hook", False)
-        if (self.detours is not None and self.manager.optimization and len(point.active) == 1
-                and point.active[0].entry_rethook is not None and self.detours.plan(point) is not None):
-            return ("detour", True)
+        if self.detours is not None and self.manager.optimization and len(point.active) == 1 \
+                and point.active[0].entry_rethook is not None:
+            length = self.detours.plan(point)
+            if length is not None:  # 0: the entry cannot hold the jump, the detour's return code serves
+                return ("detour" if length else "hooked-entry", True)
         if point.needs_step or not point.insn.boostable:
             return ("hook", False)
         if self.manager.optimization and (point.optimized or self._n_optimized < OPT_LIMIT):
@@ -393,11 +396,14 @@ class UnicornTarget(Target):
             self._hook_points[addr] = point
             if optimized:
                 self._n_optimized += 1
-        elif mechanism == "detour":
+        elif mechanism in ("detour", "hooked-entry"):
             assert self.detours is not None
             length = int(point.state["detour_plan"])  # type: ignore[call-overload]
             self.detours.arm(point, length)
-            self._bp_lo, self._bp_hi = min(self._bp_lo, addr), max(self._bp_hi, addr + length)
+            if length:
+                self._bp_lo, self._bp_hi = min(self._bp_lo, addr), max(self._bp_hi, addr + length)
+            else:  # a hooked entry: a code hook at the entry, as the hook path's (resuming, steps)
+                self._hook_points[addr] = point
         else:
             slot = self._alloc_slot()
             code = self._slot_code(point, slot)
@@ -412,7 +418,22 @@ class UnicornTarget(Target):
             self._bp_lo, self._bp_hi = min(self._bp_lo, addr), max(self._bp_hi, addr)
             self._slot_points[slot] = point
         point.mechanism, point.optimized = mechanism, optimized
-        self._remove_cache(addr, addr + size)
+        self._remove_cache(self._translated_from(point), addr + size)
+
+    def _translated_from(self, point: ProbePoint) -> int:
+        """Where to drop translations from when ``point``'s bytes or hooks change: its
+        function's start (same page), else the point.  Dropping the instruction's
+        own bytes was not enough on riscv64 (Unicorn 2.1.4): after a breakpoint
+        on inc's second instruction was removed, a block translated from inc's
+        start with the trap in it still ran, and the next run faulted there;
+        dropping from the function's start fixes it (tests/test_register_fast.py)."""
+        start = point.state.get("translated_from")
+        if start is None:
+            sym = self.symbols.containing(point.addr)
+            begin = sym.address & ~1 if sym is not None else point.addr
+            start = begin if point.addr - PAGE < begin <= point.addr else point.addr
+            point.state["translated_from"] = start
+        return int(start)  # type: ignore[call-overload]
 
     def write_code(self, addr: int, code: bytes) -> None:
         """Write code into kpsdk's area (a slot reused by another point, a trampoline).
@@ -443,13 +464,15 @@ class UnicornTarget(Target):
             self._slot_points.pop(slot, None)
             self._free_slots.append(slot)
             self._bp_points.pop(addr, None)
-        elif point.mechanism == "detour":
+        elif point.mechanism in ("detour", "hooked-entry"):
             assert self.detours is not None
             self.detours.disarm(point)
+            if self._hook_points.get(addr) is point:
+                del self._hook_points[addr]
         else:
             return
         point.mechanism, point.optimized = None, False
-        self._remove_cache(addr, addr + point.insn.size)
+        self._remove_cache(self._translated_from(point), addr + point.insn.size)
 
     def _promote(self, point: ProbePoint) -> bool:
         """Give a hot breakpoint-path point the [OPTIMIZED] hook path.
@@ -465,7 +488,8 @@ class UnicornTarget(Target):
             def heat(p: ProbePoint) -> int:
                 return sum(probe.hits for probe in p.probes)
 
-            coldest = min((p for p in self._hook_points.values() if p.optimized), key=heat, default=None)
+            coldest = min((p for p in self._hook_points.values() if p.optimized and p.mechanism == "hook"),
+                          key=heat, default=None)
             if coldest is None or heat(coldest) >= heat(point):
                 return False
             if self._slot_code(coldest, self._peek_slot()) is None:

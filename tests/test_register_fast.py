@@ -1,0 +1,104 @@
+"""Registration's fast paths on Unicorn: the decoding walk remembered per function,
+reads through ``uc_mem_read`` directly, and probes placed while code runs.
+
+The walk from a function's start is made once (without capstone's details) and
+kept while the bytes read agree (``kpsdk/decode.py``); every answer must be the
+one a full, detailed decode from the start gives, on every arch, and changed
+code must be walked again.  A probe registered from a handler, over code
+Unicorn has translated already, must fire (its translations dropped), and
+unregistering must put the original bytes back and leave no translation of
+the trap behind (riscv64 did: translations are dropped from the function's
+start now).
+"""
+
+from __future__ import annotations
+
+import errno
+
+import capstone
+import pytest
+
+import kpsdk
+from kpsdk import fixtures
+from kpsdk.insn import Decoded
+from tests.conftest import UNICORN_ARCHS
+
+
+def reference(s: kpsdk.Session, addr: int, start: int, iset: kpsdk.arch.InstructionSet) -> Decoded | None:
+    """The instruction at ``addr`` by one detailed decode from ``start`` (how
+    registration decoded before; Thumb's IT blocks give their condition to the
+    instructions after them), or None inside an instruction; on its own where
+    the walk stops before ``addr``."""
+    md = capstone.Cs(*iset.capstone)
+    md.detail = True
+    code = s.target.read_memory(start, addr - start + 16)
+    for insn in md.disasm(code, start):
+        if insn.address == addr:
+            arch = s.arch
+            boostable, refused = arch.insn.classify(insn)
+            cond = arch.conditions.of(insn) if arch.conditions is not None else None
+            return Decoded(insn.address, insn.size, insn.mnemonic, insn.op_str, bytes(insn.bytes),
+                           boostable, refused, cond)
+        if insn.address < addr < insn.address + insn.size:  # inside it (registration used to miss
+            return None  # this when the next instruction did not fit in the 16 bytes it read past addr)
+    if start == addr:
+        return None
+    return reference(s, addr, addr, iset)
+
+
+@pytest.mark.parametrize("arch", UNICORN_ARCHS)
+def test_every_address_decodes_as_a_full_decode_does(arch: str) -> None:
+    with kpsdk.open(f"elf:{fixtures.path(arch)}") as s:
+        funcs = [sym for sym in s.symbols if sym.kind == "func" and sym.size]
+        assert len(funcs) > 5
+        for sym in funcs:
+            start = sym.address & ~1 if s.arch.has_thumb else sym.address
+            iset = s.target.iset_at(sym.address, sym)
+            for addr in range(start, start + sym.size):
+                assert s.target.decode_at(addr, start, iset) == reference(s, addr, start, iset), \
+                    f"{sym.name}+{addr - start:#x}"
+
+
+def test_changed_code_is_walked_again() -> None:
+    """x86_64 ``inc`` is ``lea eax, [rdi + 1]; ret``: inc+1 is inside the lea, until the
+    function is rewritten as four one-byte nops."""
+    with kpsdk.open(f"elf:{fixtures.path('x86_64')}") as s:
+        inc = s.symbols.resolve("inc")
+        with pytest.raises(kpsdk.KprobeError) as e:
+            s.register_kprobe(kpsdk.Kprobe(addr=inc + 1))
+        assert e.value.errno == errno.EILSEQ
+        s.write_memory(inc, b"\x90\x90\x90\x90")
+        kp = kpsdk.Kprobe(addr=inc + 1)
+        s.register_kprobe(kp)
+        s.unregister_kprobe(kp)
+
+
+@pytest.mark.parametrize("optimize", [True, False], ids=["hook", "breakpoint"])
+@pytest.mark.parametrize("arch", UNICORN_ARCHS)
+def test_a_probe_registered_while_running_fires_and_unregistering_restores(arch: str, optimize: bool) -> None:
+    """From a hit at loop's entry, a probe on inc's second instruction, which Unicorn
+    translated in an earlier run: it fires on each of the 100 calls that follow."""
+    with kpsdk.open(f"elf:{fixtures.path(arch)}") as s:
+        s.kprobes_optimization = optimize
+        inc = s.symbols.resolve("inc")
+        entry = inc & ~1 if s.arch.has_thumb else inc
+        iset = s.target.iset_at(inc, s.symbols.containing(entry))
+        first = s.target.decode_at(entry, entry, iset)
+        assert first is not None
+        second = entry + first.size
+        before = bytes(s.target.uc.mem_read(entry, 16))  # type: ignore[attr-defined]
+        assert s.call("loop", 100) == fixtures.EXPECTED["loop"]  # inc is translated now
+        late = kpsdk.Kprobe(addr=second | (1 if iset.thumb_bit else 0), pre_handler=lambda p, regs: 0)
+
+        def on_loop(p: kpsdk.Probe, regs: kpsdk.PtRegs) -> int:
+            s.register_kprobe(late)
+            return 0
+
+        kp = kpsdk.Kprobe(symbol_name="loop", pre_handler=on_loop)
+        s.register_kprobe(kp)
+        assert s.call("loop", 100) == fixtures.EXPECTED["loop"]
+        assert kp.hits == 1 and late.hits == 100
+        s.unregister_kprobe(late)
+        s.unregister_kprobe(kp)
+        assert bytes(s.target.uc.mem_read(entry, 16)) == before  # type: ignore[attr-defined]
+        assert s.call("loop", 100) == fixtures.EXPECTED["loop"] and late.hits == 100
