@@ -136,7 +136,8 @@ def test_an_entry_handler_keeps_the_detour(s: kpsdk.Session, arch: str) -> None:
     s.register_kretprobe(rp)
     assert point(s, name).mechanism == "detour"
     s.call("loop", 3)
-    assert entries == [s.symbols.resolve(name)] and rp.hits == 1
+    # the function's entry as the probe took it (ppc64le: the local entry, 8 bytes on)
+    assert entries == [point(s, name).addr] and rp.hits == 1
 
 
 def test_the_optimization_knob_turns_detours_off_and_on(s: kpsdk.Session, arch: str) -> None:
