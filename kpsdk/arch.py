@@ -339,7 +339,7 @@ class KernelTasks:
 
     :param percpu_register: gdb's name of the register that holds this CPU's per-cpu
         offset while the kernel runs (x86_64: ``gs_base``, which the kernel's ``swapgs``
-        loads on entry).
+        loads on entry); "" where ``current_register`` holds the task itself.
     :param current: the per-cpu variable holding the task pointer, in the order kernels
         have spelled it (``SYM``, or ``SYM.member`` read through the kernel's BTF): the
         first the kernel's symbols have is used.
@@ -350,6 +350,8 @@ class KernelTasks:
     :param need_resched_bit: TIF_NEED_RESCHED, the bit of ``task_struct.thread_info.flags``.
     :param preempt_need_resched_inverted: the bit of the per-cpu preempt count that is
         *clear* when a preemption is needed (x86's folded PREEMPT_NEED_RESCHED), or 0.
+    :param current_register: gdb's name of a register that holds ``current`` itself while
+        the kernel runs (riscv: ``tp``); then ``percpu_register`` and ``current`` are not used.
     """
 
     percpu_register: str
@@ -359,6 +361,7 @@ class KernelTasks:
     preempt_count: tuple[str, ...] = ()
     need_resched_bit: int | None = None
     preempt_need_resched_inverted: int = 0
+    current_register: str | None = None
 
 
 @dataclass(frozen=True)
@@ -521,7 +524,7 @@ class Arch:
     ``page_walk``         translate a virtual address with the guest's own page tables, for
                           a live kernel's reads that the CPU's access control refuses to a
                           debugger (ARM's software PAN: user memory from kernel mode)
-    ``kernel_tasks``      where a kernel keeps ``current`` (x86_64): comm and pid in the
+    ``kernel_tasks``      where a kernel keeps ``current`` (x86_64, riscv64): comm and pid in the
                           trace prefix on a live kernel (else ``<...>-0``)
     ``entry_registers``   registers a process starts with beyond sp, from its entry's
                           function descriptor (ppc64 ELFv1: r2, the TOC)

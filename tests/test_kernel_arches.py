@@ -9,6 +9,9 @@ checked against the guest itself.
   with its own tracing (:func:`kpsdk.fixtures.kernel.traced_workload`): the hit counts
   must be equal (no call reported twice, none lost), and where the guest's kprobe events
   record return values, the values must be the same, in order.
+- The trace prefix: the task (comm-pid) kpsdk's trace shows at each open in that window
+  equals the task of the guest's own trace line for it, on an arch whose backend says where
+  its kernel keeps ``current`` (riscv64: ``tp``); elsewhere it is ``<...>-0``.
 
 The x86_64 kernel has its own tests (test_kernel_live.py, test_kernel_image.py...).
 """
@@ -93,6 +96,16 @@ def _guest_record(console: str, bits: int) -> tuple[str, dict[str, int], dict[st
     return mode, hits, values
 
 
+def _guest_open_tasks(console: str, mode: str) -> list[tuple[str, int]]:
+    """The task (comm, pid) of each do_sys_openat2 line of the guest's own trace, in order."""
+    tasks = []
+    for line in console.splitlines():
+        m = re.match(r"KTRACE\s+(.+)-(\d+)\s+\[\d+\] \S+\s+[\d.]+: (.*)$", line)
+        if m and (m[3].startswith("open: ") if mode == "kprobe" else m[3].startswith("do_sys_openat2 <-")):
+            tasks.append((m[1].strip(), int(m[2])))
+    return tasks
+
+
 @pytest.mark.parametrize("arch", PROBED_ARCHS)
 def test_probes_match_the_guest(arch: str, arch_kernel: Callable[[str], Path],
                                 arch_initramfs: Callable[..., Path]) -> None:
@@ -137,6 +150,10 @@ def test_probes_match_the_guest(arch: str, arch_kernel: Callable[[str], Path],
             if ret < 0:  # the kernel has read the name by now: its page is present
                 failed.append((user_string(names[id(ri)]), ret))
 
+        # the trace prefix's task at each open in the window, for the guest's own lines' task-pid
+        tasks: list[tuple[str, int]] = []
+        s.trace(["p:kpsdk_open do_sys_openat2"], sink=lambda r: tasks.append((r.comm, r.pid)) if window[0] else None)
+
         clone_rets: list[int] = []
         s.register_kretprobe(kpsdk.Kretprobe(symbol_name="do_sys_openat2", entry_handler=open_entry,
                                              handler=open_return))
@@ -165,6 +182,18 @@ def test_probes_match_the_guest(arch: str, arch_kernel: Callable[[str], Path],
     else:  # the function tracer: calls, no return values (those are checked against the workload above)
         assert hits == {"do_sys_openat2": len(opened), "kernel_clone": len(clone_rets)}, hits
         assert len(open_rets) == len(opened)
+    # the prefix's comm-pid, where kpsdk knows where this arch's kernel keeps current (KernelTasks)
+    guest_tasks = _guest_open_tasks(console, mode)
+    assert len(guest_tasks) == len(tasks) == len(opened)
+    if kpsdk.get_registry().arch(arch).kernel_tasks is not None:
+        # the kernel prints a pid's comm as it last recorded it (test_trace_prefix_kernel.py): a
+        # forked child that then exec'd /bin/true may be "true" in the guest where kpsdk saw "sh"
+        spawned = {int(m.fields["pid"]): Path(m.fields["cmd"]).name for m in markers if m.action == "spawn"}
+        assert all(g == o or (g[1] == o[1] and spawned.get(g[1]) == g[0])
+                   for g, o in zip(guest_tasks, tasks, strict=True)), (guest_tasks, tasks)
+        assert {("cat", pid) for c, pid in tasks if c == "cat"} and len(set(tasks)) > 2, tasks
+    else:
+        assert set(tasks) == {("<...>", 0)}, tasks
     print(f"{arch}: {seconds:.1f} s, guest {mode} {hits}, kpsdk open={len(opened)} openret={len(open_rets)} "
           f"cloneret={len(clone_rets)}")
 
