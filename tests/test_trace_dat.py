@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,7 @@ from typer.testing import CliRunner
 import kpsdk
 from kpsdk.cli import app
 from kpsdk.elfimage import load_elf
+from kpsdk.fixtures import kernel
 from kpsdk.trace.events import TraceRecord
 from kpsdk.trace.grammar import Parser
 from kpsdk.trace.output import TextWriter, WriterContext, format_prefix, format_text, make_writer
@@ -174,3 +176,54 @@ def test_text_writer_unchanged_for_comparison() -> None:
     out = io.StringIO()
     TextWriter(out, prefix=True).write(rec)
     assert out.getvalue().splitlines()[-1] == format_prefix(rec) + format_text(rec)
+
+
+@pytest.mark.kernel
+def test_trace_cmd_reads_a_kernel_trace_as_the_guest_recorded_it(
+        debian_kernel: Path, kernel_initramfs: Callable[..., Path], tmp_path: Path) -> None:
+    """One boot of Debian's 6.1 kernel tracing itself (test_trace_prefix_kernel.py's workload and
+    definitions) while ``kpsdk trace -o trace-dat`` traces it from outside: every line of the
+    guest's own trace file is in ``trace-cmd report``'s output of kpsdk's file, in order and
+    contiguous: task, pid, CPU, event, where (the report's addresses named with the kernel's
+    own symbols) and each field; a faulted string is the kernel's empty one."""
+    from kpsdk.kallsyms import load_kernel_symbols
+    from tests.test_trace_prefix_kernel import DEFINITIONS, SELF_TRACING, entries
+
+    require_tool("gdb-multiarch", "gdb-multiarch")
+    initrd = kernel_initramfs(workload=SELF_TRACING)
+    out = tmp_path / "kernel.dat"
+    args = ["trace", "qemu-system:x86_64", "--kernel", str(debian_kernel), "--initrd", str(initrd),
+            "--console", "--duration", "300", "-o", "trace-dat", "--out", str(out)]
+    for d in DEFINITIONS:
+        args += ["-e", d]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output[-3000:]
+    console = result.stderr.replace("\r", "")
+    guest_text = console.split("KPSDK-GUEST-TRACE-BEGIN\n", 1)[1].split("KPSDK-GUEST-TRACE-END", 1)[0]
+    guest = [(comm.strip(), pid, cpu, body) for comm, pid, cpu, _flags, body in entries(guest_text)]
+    assert len(guest) > 5, guest_text[-2000:]
+    symbols = load_kernel_symbols(debian_kernel)
+
+    def named(addr: str) -> str:
+        found = symbols.lookup(int(addr, 16))
+        assert found is not None, addr
+        return f"{found[0]}+{found[1]:#x}/{found[2]:#x}"
+
+    ours = []
+    for m in report(out):
+        addrs = re.fullmatch(r"\((\w+)(?: <- (\w+))?\)(.*)", m["body"])
+        assert addrs is not None, m.string
+        # the kernel's format prints (func <- ret_ip); its text (caller+off/size <- func)
+        where = f"{named(addrs[2])} <- {named(addrs[1]).split('+')[0]}" if addrs[2] else named(addrs[1])
+        ours.append((m["comm"].strip(), m["pid"], m["cpu"], f"{m['event']}: ({where}){addrs[3]}"))
+    spawned = {mk.fields["pid"]: Path(mk.fields["cmd"]).name for mk in kernel.parse_markers(console)
+               if mk.action == "spawn"}
+
+    def same(g: tuple[str, ...], o: tuple[str, ...]) -> bool:
+        body = g[3].replace("=(fault)", '=""')  # the kernel records a faulted string as an empty one
+        # a forked child's comm: the guest prints the one it recorded last (test_trace_prefix_kernel.py)
+        return (g[1:3], body) == (o[1:3], o[3]) and (g[0] == o[0] or spawned.get(g[1]) == g[0])
+
+    starts = [i for i in range(len(ours) - len(guest) + 1)
+              if all(same(g, o) for g, o in zip(guest, ours[i:i + len(guest)], strict=True))]
+    assert len(starts) == 1, "\n".join(map(str, guest + ["--- trace-cmd report of kpsdk's file:"] + ours))
