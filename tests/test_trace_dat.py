@@ -227,3 +227,26 @@ def test_trace_cmd_reads_a_kernel_trace_as_the_guest_recorded_it(
     starts = [i for i in range(len(ours) - len(guest) + 1)
               if all(same(g, o) for g, o in zip(guest, ours[i:i + len(guest)], strict=True))]
     assert len(starts) == 1, "\n".join(map(str, guest + ["--- trace-cmd report of kpsdk's file:"] + ours))
+
+
+def test_a_record_longer_than_a_page_is_cut_or_dropped(tmp_path: Path) -> None:
+    """An entry lives in one ring-buffer page: three 4000-byte strings are cut to share it (each
+    a prefix of its value), and a record whose fixed part alone is larger (64 u64[64] arrays) is
+    dropped, as the kernel's ring buffer drops an event it cannot reserve; the rest are intact."""
+    strings = _record("p:big f a=+0(%ax):string b=+0(%bx):string c=+0(%cx):string", 1.0, 0, 5, "sh",
+                      a="a" * 4000, b="b" * 4000, c="c" * 10)
+    wide_def = "p:wide f " + " ".join(f"v{i}=+0(%ax):u64[64]" for i in range(64))
+    wide = _record(wide_def, 1.5, 0, 5, "sh", **{f"v{i}": list(range(64)) for i in range(64)})
+    after = _record("p:small f n=%ax:s32", 2.0, 0, 5, "sh", n=-7)
+    path = tmp_path / "long.dat"
+    with path.open("wb") as f:
+        writer = make_writer("trace-dat", f, WriterContext())
+        for r in (strings, wide, after):
+            writer.write(r)
+        writer.close()
+    got = report(path)
+    assert [m["event"] for m in got] == ["big", "small"]
+    cut = re.fullmatch(r'\(\w+\) a="(a*)" b="(b*)" c="(c*)"', got[0]["body"])
+    assert cut is not None, got[0]["body"]
+    assert 1000 < len(cut[1]) < 4000 and 1000 < len(cut[2]) < 4000 and cut[3] == "c" * 10
+    assert got[1]["body"].endswith(" n=-7")

@@ -177,14 +177,21 @@ class EventFormat:
         lines += ["", f'print fmt: "{fmt}", {head_args}{args}', ""]
         return "\n".join(lines)
 
-    def pack(self, record: TraceRecord, endian: str) -> bytes:
-        """One record's data: the common fields, the fixed part, then the strings (data_loc)."""
+    def pack(self, record: TraceRecord, endian: str, limit: int) -> bytes | None:
+        """One record's data: the common fields, the fixed part, then the strings (data_loc).
+
+        An entry lives in one ring-buffer page, so the data is at most ``limit`` bytes: the
+        strings are cut to share what the fixed part leaves (each keeps its NUL); a record
+        whose fixed part alone is longer is None, dropped as the kernel's ring buffer drops
+        an event it cannot reserve.
+        """
         flags, preempt = flag_bits(record.flags)
         fixed = bytearray(struct.pack(endian + "HBBi", self.id, flags, preempt, record.pid))
-        tail = bytearray()
         heads = [record.ip] if len(self.heads) == 1 else [record.ip, record.caller or 0]
         for f, address in zip(self.heads, heads, strict=True):
             fixed += _pack_int(endian, f.code, address)
+        strings: list[bytes] = []
+        locs: list[int] = []  # where each data_loc goes in the fixed part
         for f in self.fields:
             value: object = record.fields.get(f.name)
             if f.kind == "int":
@@ -193,8 +200,18 @@ class EventFormat:
                 continue
             if f.kind == "text":
                 value = format_value(value, f.type)
-            data = _cstring(value)
-            fixed += struct.pack(endian + "I", (len(data) << 16) | (self.size + len(tail)))
+            locs.append(len(fixed))
+            fixed += b"\0\0\0\0"
+            strings.append(_cstring(value))
+        if len(fixed) > limit:
+            return None
+        if len(fixed) + sum(map(len, strings)) > limit:
+            share = (limit - len(fixed)) // len(strings)
+            strings = [data if len(data) <= share else data[:max(share - 1, 0)] + b"\0" if share else b""
+                       for data in strings]
+        tail = bytearray()
+        for at, data in zip(locs, strings, strict=True):
+            struct.pack_into(endian + "I", fixed, at, (len(data) << 16) | (self.size + len(tail)))
             tail += data
         return bytes(fixed + tail)
 
@@ -315,15 +332,18 @@ def tracedat(records: list[TraceRecord], long_size: int = 8,
     blob = "".join(f"{pid} {comm}\n" for pid, comm in sorted(cmdlines.items())).encode()
     out += struct.pack(endian + "Q", len(blob)) + blob
     ncpus = max((r.cpu for r in records), default=0) + 1
+    # an entry's data, with its header, length word and a time extend before it, fits in a page
+    limit = PAGE_SIZE - (8 + long_size) - 16
     out += struct.pack(endian + "I", ncpus)
     out += b"flyrecord\0"
     cpus: list[bytes] = []
     for cpu in range(ncpus):
         mine = [r for r in records if r.cpu == cpu and r.definition is not None]
         times = [max(0, round(r.time * 1e9)) for r in mine]
-        datas = [by_name[(r.definition.group, r.definition.event)].pack(r, endian)  # type: ignore[union-attr]
-                 for r in mine]
-        cpus.append(cpu_pages(endian, long_size, times, datas))
+        packed = [by_name[(r.definition.group, r.definition.event)].pack(r, endian, limit)  # type: ignore[union-attr]
+                  for r in mine]
+        kept = [(t, d) for t, d in zip(times, packed, strict=True) if d is not None]
+        cpus.append(cpu_pages(endian, long_size, [t for t, _ in kept], [d for _, d in kept]))
     table_at = len(out)
     start = table_at + 16 * ncpus
     start += -start % PAGE_SIZE
