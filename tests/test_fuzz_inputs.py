@@ -469,7 +469,7 @@ commands = st.one_of(
         option("--filter", nest(filter_leaves), st.one_of(filters, nasty_text)),
         option("--duration", seconds, bad_seconds),
         option("--count", st.integers(1, 5).map(str)),
-        option("--output", st.sampled_from(["text", "jsonl", "perfetto"])),
+        option("--output", st.sampled_from(["text", "jsonl", "perfetto", "trace-dat"])),
         option("--hist", st.sampled_from(FILTER_FIELDS)),
         option("--call", st.sampled_from(["add 2 3", "fact 4"])),
         option("--noprobe", st.sampled_from(["sub"])),
