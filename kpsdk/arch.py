@@ -528,6 +528,8 @@ class Arch:
                           trace prefix on a live kernel (else ``<...>-0``)
     ``entry_registers``   registers a process starts with beyond sp, from its entry's
                           function descriptor (ppc64 ELFv1: r2, the TOC)
+    ``kernel_arg_access`` the arch's kernel selects HAVE_FUNCTION_ARG_ACCESS_API: its probe
+                          events read ``$argN`` (32-bit arm's does not: "Invalid $-variable")
     ====================  ================================================================
     """
 
@@ -577,6 +579,7 @@ class Arch:
     local_entry: Callable[[bytes], int] | None = None
     page_walk: PageWalk | None = None
     kernel_tasks: KernelTasks | None = None
+    kernel_arg_access: bool = True
     #: ``(descriptor bytes) -> {register: value}``: what the kernel loads from an ELFv1 entry
     #: descriptor besides the pc (only called when e_entry is one)
     entry_registers: Callable[[bytes], dict[str, int]] | None = None

@@ -283,6 +283,16 @@ def test_arg_rules_follow_the_kernel_version(kernel: tuple[int, int] | None, def
     assert e.value.error_log.splitlines()[0].endswith(f"error: {MESSAGES[code]}")
 
 
+def test_an_arm_kernel_has_no_argument_access(archs: dict[str, kpsdk.arch.Arch]) -> None:
+    """32-bit arm kernels refuse $argN anywhere (no HAVE_FUNCTION_ARG_ACCESS_API; test_kernel_arches.py
+    checks it against Debian's armmp 6.1); kpsdk's own arm targets read it."""
+    with pytest.raises(TraceDefinitionError) as e:
+        Parser(archs["arm"], kernel=(6, 1)).parse("p do_sys_openat2 $arg1")
+    assert (e.value.code, e.value.column) == ("BAD_VAR", len("p do_sys_openat2 "))
+    assert [a.fetch.kind for a in Parser(archs["arm"]).parse("p do_sys_openat2 $arg1").args] == ["arg"]
+    assert [a.fetch.kind for a in Parser(archs["i386"], kernel=(6, 1)).parse("p f $arg1").args] == ["arg"]
+
+
 def test_the_version_comes_from_the_banner(tmp_path) -> None:  # type: ignore[no-untyped-def]
     """A vmlinux's ``linux_banner`` gives the version; a file without one (System.map) none."""
     from kpsdk.kernel_version import banner_version, kernel_version
