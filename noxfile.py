@@ -79,15 +79,19 @@ def fuzz(session: nox.Session) -> None:
 
 @nox.session
 def bench(session: nox.Session) -> None:
-    """The benchmark: prints the tables, writes bench/results/latest.{json,md} and live.md.
+    """The benchmark: prints the tables, writes bench/results/latest.{json,md}, live.md and startup.md.
 
     The Qiling comparison runs in its own venv (bench/.qiling-venv), which
     bench/run.py creates with ``pip install qiling`` on the first full run.
     """
     session.install("-e", ".")
     session.run("python", "bench/run.py", *session.posargs)
+    # start-up: kpsdk --help and import kpsdk against their references (median of 20 interleaved runs)
+    session.run("python", "bench/startup.py", "--out", "bench/results/startup.md")
     # live targets: hits/s on qemu-user against gdb's own loop and a plain pygdbmi loop
     session.run("python", "bench/live.py", "--out", "bench/results/live.md")
+    # real Linux programs on Unicorn: busybox sort and a hot libc probe against qemu-user and Qiling
+    session.run("python", "bench/linuxprogs.py", "--out", "bench/results/linuxprogs.md")
 
 
 @nox.session

@@ -308,6 +308,9 @@ def page_walk(read_reg: ReadReg, read_phys: ReadMem, va: int) -> int | None:
     return (second & 0xFFFFF000) | (va & 0xFFF)
 
 
+#: arch/arm/include/uapi/asm/fcntl.h: the open(2) flags whose bits are ARM's own
+OPEN_FLAG_BITS = (("O_DIRECTORY", 0o40000), ("O_NOFOLLOW", 0o100000), ("O_DIRECT", 0o200000),
+                  ("O_LARGEFILE", 0o400000), ("O_TMPFILE", 0o20040000))
 #: AT_HWCAP: what the CPU Unicorn emulates (Cortex-A15) has and glibc's IFUNCs look at
 #: (arch/arm/include/uapi/asm/hwcap.h): half, thumb, fast_mult, vfp, edsp, neon, vfpv3,
 #: tls, vfpv4, idiva, idivt, vfpd32
@@ -335,7 +338,7 @@ ARM = Arch(
     syscalls=Syscalls("r7", ("r0", "r1", "r2", "r3", "r4", "r5"), "r0", 2, tables.ARM,
                       linux=LinuxAbi("v7l", HWCAP, machine="armv7l", sysroot="/usr/arm-linux-gnueabihf",
                                      stat64=StatLayout(*tables.STAT64_ARM), tls_register=ua.UC_ARM_REG_C13_C0_3,
-                                     pair_aligned=True)),
+                                     pair_aligned=True, open_flag_bits=OPEN_FLAG_BITS)),
     stack_alignment=8,
     qemu_user="qemu-arm",
     multiarch="arm-linux-gnueabihf",

@@ -23,6 +23,7 @@ from unicorn import ppc_const as up
 from kpsdk import hookimpl
 from kpsdk.arch import (
     Abi,
+    AccessGate,
     Arch,
     Breakpoint,
     DebianPort,
@@ -97,6 +98,14 @@ def local_entry_le(code: bytes) -> int:
     return _local_entry(code, "<")
 
 
+#: Kernel Userspace Access Prevention (CONFIG_PPC_KUAP, on in Debian's kernels): outside
+#: its uaccess windows the kernel keeps the AMR at AMR_KUAP_BLOCKED, which denies
+#: kernel-mode reads and writes of non-privileged (user) pages; QEMU's radix translation
+#: applies it to the debugger too (target/ppc/mmu-radix64.c, ppc_radix64_get_prot_amr), so a
+#: syscall's string argument reads as a fault at a probe.  An AMR of 0 masks nothing.
+KUAP = AccessGate("amr", 0, "Linux arch/powerpc/include/asm/book3s/64/kup.h; Power ISA 3.0 AMR")
+
+
 def _branch(at: int, target: int, order: str) -> bytes | None:
     """``b target`` when within +-32 MiB."""
     off = target - at
@@ -122,6 +131,9 @@ MSR = (1 << 63) | (1 << 25) | (1 << 23) | (1 << 13)
 CR0_SO = 0x10000000
 #: AT_HWCAP: 32- and 64-bit, an FPU and an MMU (arch/powerpc/include/uapi/asm/cputable.h); no
 #: AltiVec/VSX claimed, so glibc's IFUNCs pick their generic code
+#: arch/powerpc/include/uapi/asm/fcntl.h: the open(2) flags whose bits are powerpc's own
+OPEN_FLAG_BITS = (("O_DIRECTORY", 0o40000), ("O_NOFOLLOW", 0o100000), ("O_LARGEFILE", 0o200000),
+                  ("O_DIRECT", 0o400000), ("O_TMPFILE", 0o20040000))
 HWCAP = 0x80000000 | 0x40000000 | 0x08000000 | 0x04000000
 
 
@@ -191,7 +203,8 @@ PPC64 = Arch(
     # returns the positive errno (Linux arch/powerpc/kernel/syscall.c; the ppc64 ELF ABI)
     syscalls=Syscalls("r0", tuple(f"r{i}" for i in range(3, 9)), "r3", 8, tables.PPC64,
                       linux=LinuxAbi("ppc970", HWCAP, machine="ppc64", sysroot="/usr/powerpc64-linux-gnu",
-                                     stat=StatLayout(*tables.STAT_X86_64), error_flag=(up.UC_PPC_REG_CR, CR0_SO))),
+                                     stat=StatLayout(*tables.STAT_X86_64), error_flag=(up.UC_PPC_REG_CR, CR0_SO),
+                                     open_flag_bits=OPEN_FLAG_BITS)),
     stack_alignment=16,
     qemu_user="qemu-ppc64",
     function_descriptors=".opd",
@@ -204,6 +217,7 @@ PPC64 = Arch(
     watch=WatchRules(slots=1, types=frozenset({"w", "r", "rw"}), lengths=tuple(range(1, 513)), aligned=False,
                      window=512, source="Power ISA 3.0 DAWR0; Linux arch/powerpc/kernel/hw_breakpoint.c"),
     cross_gcc_package="gcc-powerpc64-linux-gnu",
+    access_gate=KUAP,
     out_of_line=OutOfLine(jump_back, return_jump),
     local_entry=local_entry,
 )
@@ -239,8 +253,10 @@ PPC64LE = replace(
         "under QEMU instead (qemu-user:PROG, qemu-system:ppc64le)"
     ),
     qemu_user="qemu-ppc64le",
+    # VOF, QEMU's minimal client-interface firmware, instead of SLOF: it runs the kernel that
+    # QEMU loads itself (-kernel), and boots to init ~30 s sooner under TCG
     qemu_system=QemuMachine("qemu-system-ppc64", "qemu-system-ppc", machine="pseries", console="hvc0",
-                            memory="1G"),
+                            args=("-machine", "x-vof=on"), memory="1G"),
     # Debian's ppc64el kernel package ships an uncompressed ELF vmlinux with its .symtab
     debian=DebianPort("ppc64el", "bookworm", "linux-image-powerpc64le", "vmlinux-*"),
     cross_gcc_package="gcc-powerpc64le-linux-gnu",

@@ -27,6 +27,8 @@ X86_64: dict[str, int] = {
     "newfstatat": 262, "unlinkat": 263, "renameat": 264, "readlinkat": 267, "faccessat": 269, "pselect6": 270,
     "ppoll": 271, "set_robust_list": 273, "dup3": 292, "pipe2": 293, "prlimit64": 302, "getrandom": 318,
     "statx": 332, "rseq": 334, "clone3": 435, "faccessat2": 439,
+    "sendfile": 40,
+    "getxattr": 191, "lgetxattr": 192, "fgetxattr": 193, "listxattr": 194, "llistxattr": 195, "flistxattr": 196,
 }
 
 #: i386
@@ -49,6 +51,8 @@ I386: dict[str, int] = {
     "readlinkat": 305, "faccessat": 307, "pselect6": 308, "ppoll": 309, "set_robust_list": 311, "dup3": 330,
     "pipe2": 331, "prlimit64": 340, "getrandom": 355, "socket": 359, "statx": 383, "arch_prctl": 384,
     "rseq": 386, "clock_gettime64": 403, "clock_nanosleep_time64": 407, "clone3": 435, "faccessat2": 439,
+    "sendfile64": 239,
+    "getxattr": 229, "lgetxattr": 230, "fgetxattr": 231, "listxattr": 232, "llistxattr": 233, "flistxattr": 234,
 }
 
 #: arm
@@ -71,6 +75,8 @@ ARM: dict[str, int] = {
     "prlimit64": 369, "getrandom": 384, "statx": 397, "rseq": 398, "clock_gettime64": 403,
     "clock_nanosleep_time64": 407, "clone3": 435, "faccessat2": 439, "cacheflush": 0xf0002,
     "set_tls": 0xf0005,
+    "sendfile64": 239,
+    "getxattr": 229, "lgetxattr": 230, "fgetxattr": 231, "listxattr": 232, "llistxattr": 233, "flistxattr": 234,
 }
 
 #: riscv64
@@ -87,6 +93,8 @@ RISCV64: dict[str, int] = {
     "getegid": 177, "gettid": 178, "sysinfo": 179, "socket": 198, "brk": 214, "munmap": 215, "mremap": 216,
     "clone": 220, "execve": 221, "mmap": 222, "fadvise64": 223, "mprotect": 226, "madvise": 233, "wait4": 260,
     "prlimit64": 261, "getrandom": 278, "statx": 291, "rseq": 293, "clone3": 435, "faccessat2": 439,
+    "sendfile": 71,
+    "getxattr": 8, "lgetxattr": 9, "fgetxattr": 10, "listxattr": 11, "llistxattr": 12, "flistxattr": 13,
 }
 
 #: ppc64
@@ -107,6 +115,8 @@ PPC64: dict[str, int] = {
     "unlinkat": 292, "renameat": 293, "readlinkat": 296, "faccessat": 298, "set_robust_list": 300,
     "dup3": 316, "pipe2": 317, "prlimit64": 325, "socket": 326, "getrandom": 359, "statx": 383, "rseq": 387,
     "clone3": 435, "faccessat2": 439,
+    "sendfile": 186,
+    "getxattr": 212, "lgetxattr": 213, "fgetxattr": 214, "listxattr": 215, "llistxattr": 216, "flistxattr": 217,
 }
 
 

@@ -1,10 +1,14 @@
 """Live-target benchmark: probe hits per second on qemu-user, per architecture.
 
-Three loops over the same binary (``bench/spin``: ``inc()`` called N times)
-and the same QEMU, each timed for N hits and for 0 hits so start-up and exit
-cancel out (rate = N / (T_N - T_0)):
+Loops over the same binary (``bench/spin``: ``inc()`` called N times) and
+the same QEMU, each timed for N hits and for 0 hits so start-up and exit
+cancel out (rate = N / (T_N - T_0)), taking turns ``--repeats`` times (the
+median is reported, with the spread):
 
 - kpsdk: a kprobe on ``inc`` with an empty pre_handler;
+- kpsdk post_handler: the same kprobe with a post_handler too (the
+  instruction single-stepped, its end reported by the agent);
+- kpsdk kretprobe: a kretprobe on ``inc`` (two breakpoint hits per call);
 - gdb's own loop: ``break *inc`` with ``commands; silent; continue; end``;
 - a plain pygdbmi loop: ``GdbController``, ``-exec-continue``, wait for ``*stopped``.
 
@@ -13,14 +17,16 @@ process (a Python ``while True: pass``) started for the time of the
 measurement, as on a machine shared with other work (``--no-contended``
 skips it; the plain pygdbmi loop runs only in the idle configuration).
 
-Run: ``python bench/live.py [--hits N] [--arch A ...]`` (``nox -s bench`` runs it too).
+Run: ``python bench/live.py [--hits N] [--repeats R] [--arch A ...]`` (``nox -s bench`` runs it too).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -57,17 +63,31 @@ def _addresses(arch: str) -> tuple[int, int]:
     return syms.get("inc").address, syms.get("iterations").address
 
 
-def run_kpsdk(arch: str, hits: int) -> float:
+def run_kpsdk(arch: str, hits: int, kind: str = "pre_handler") -> float:
+    """kpsdk's loop: a probe on ``inc`` of ``kind`` (see :data:`KINDS`), every hit counted."""
     start = time.perf_counter()
     with kpsdk.open(f"qemu-user:{spin(arch)}") as s:
         s.write_memory(s.symbols.get("iterations").address, hits.to_bytes(4, s.arch.endian))
-        if hits:
-            kp = kpsdk.Kprobe(symbol_name="inc", pre_handler=lambda p, r: 0)
+        seen: list[int] = []
+        kp: kpsdk.Probe
+        if hits and kind == "kretprobe":
+            rp = kpsdk.Kretprobe(symbol_name="inc", handler=lambda ri, r: seen.append(1))
+            s.register_kretprobe(rp)
+            kp = rp
+        elif hits:
+            post = (lambda p, r, f: seen.append(1)) if kind == "post_handler" else None
+            kp = kpsdk.Kprobe(symbol_name="inc", pre_handler=lambda p, r: 0, post_handler=post)
             s.register_kprobe(kp)
         assert s.run(timeout=600) is not None
         if hits:
             assert kp.hits == hits, (kp.hits, hits)
+            assert kind == "pre_handler" or len(seen) == hits, (kind, len(seen), hits)
     return time.perf_counter() - start
+
+
+#: kpsdk's probe kinds measured: an empty pre_handler, a kprobe with a post_handler (the
+#: instruction single-stepped), a kretprobe with a return handler
+KINDS = ("pre_handler", "post_handler", "kretprobe")
 
 
 def run_gdb_commands(arch: str, hits: int) -> float:
@@ -103,7 +123,7 @@ def run_pygdbmi(arch: str, hits: int) -> float:
             for cmd in ("-gdb-set auto-connect-native-target off", f"-gdb-set architecture {arch_name}",
                         f"-file-exec-and-symbols {spin(arch)}", f"-target-select remote {sock}",
                         f"-data-evaluate-expression *(int*){iterations:#x}={hits}", f"-break-insert -h *{inc:#x}"):
-                gdb.write(cmd)
+                gdb.write(cmd, timeout_sec=30)  # a loaded machine answers late
             seen = 0
             while True:  # the usual pygdbmi loop: write, then poll get_gdb_response
                 gdb.write("-exec-continue", read_response=False)
@@ -127,7 +147,11 @@ def run_pygdbmi(arch: str, hits: int) -> float:
 
 LOOPS: dict[str, Callable[[str, int], float]] = {
     "kpsdk": run_kpsdk, "gdb commands": run_gdb_commands, "pygdbmi": run_pygdbmi,
+    "kpsdk post_handler": functools.partial(run_kpsdk, kind="post_handler"),
+    "kpsdk kretprobe": functools.partial(run_kpsdk, kind="kretprobe"),
 }
+#: what runs next to a competing busy process
+CONTENDED = ("kpsdk", "gdb commands")
 
 
 def rate(loop: Callable[[str, int], float], arch: str, hits: int) -> float:
@@ -147,52 +171,87 @@ def busy_process() -> Iterator[None]:
         proc.wait()
 
 
+def interleaved(names: tuple[str, ...], arch: str, hits: int, repeats: int) -> dict[str, list[float]]:
+    """Each loop's rate ``repeats`` times, the loops taking turns: a machine whose load
+    changes during the run changes every loop's numbers alike."""
+    rates: dict[str, list[float]] = {name: [] for name in names}
+    for _ in range(repeats):
+        for name in names:
+            rates[name].append(rate(LOOPS[name], arch, hits))
+    return rates
+
+
+def summary(rates: dict[str, list[float]]) -> dict[str, Any]:
+    """Medians (the row's numbers), the spread (min, max) of each, and the ratios."""
+    row: dict[str, Any] = {name: statistics.median(v) for name, v in rates.items()}
+    row["spread"] = {name: (min(v), max(v)) for name, v in rates.items()}
+    row["ratio"] = row["kpsdk"] / row["gdb commands"]
+    if "kpsdk post_handler" in row:
+        row["post/pre"] = row["kpsdk post_handler"] / row["kpsdk"]
+        row["kretprobe/pre"] = row["kpsdk kretprobe"] / row["kpsdk"]
+    return row
+
+
 def bench(archs: tuple[str, ...], hits: int, log: Callable[[str], None] = print,
-          contended: bool = True) -> dict[str, Any]:
-    """Hits per second per arch and loop, and kpsdk's ratio to gdb's own loop; with
-    ``contended``, also kpsdk and gdb's loop next to one competing busy process."""
+          contended: bool = True, repeats: int = 3) -> dict[str, Any]:
+    """Hits per second per arch and loop (medians of ``repeats`` interleaved runs), kpsdk's
+    ratio to gdb's own loop, and post_handler and kretprobe hits against pre_handler hits;
+    with ``contended``, also kpsdk and gdb's loop next to one competing busy process."""
     results: dict[str, Any] = {}
     for arch in archs:
         if not spin(arch).exists() or not shutil.which(QEMU[arch]):
             log(f"  {arch}: skipped (no {spin(arch).name} or {QEMU[arch]})")
             continue
-        row = {name: rate(loop, arch, hits) for name, loop in LOOPS.items()}
-        row["ratio"] = row["kpsdk"] / row["gdb commands"]
+        row = summary(interleaved(tuple(LOOPS), arch, hits, repeats))
         results[arch] = row
         log(f"  {arch:8} kpsdk {row['kpsdk']:6.0f}/s  gdb commands {row['gdb commands']:6.0f}/s  "
             f"pygdbmi {row['pygdbmi']:6.0f}/s  kpsdk/gdb {row['ratio']:.2f}x")
+        log(f"  {arch:8} post_handler {row['kpsdk post_handler']:6.0f}/s ({row['post/pre']:.2f}x pre)  "
+            f"kretprobe {row['kpsdk kretprobe']:6.0f} calls/s ({row['kretprobe/pre']:.2f}x pre)")
         if contended:
             with busy_process():
-                busy = {name: rate(LOOPS[name], arch, hits) for name in ("kpsdk", "gdb commands")}
-            busy["ratio"] = busy["kpsdk"] / busy["gdb commands"]
+                busy = summary(interleaved(CONTENDED, arch, hits, repeats))
             row["contended"] = busy
             log(f"  {arch:8} with one busy process: kpsdk {busy['kpsdk']:6.0f}/s  "
                 f"gdb commands {busy['gdb commands']:6.0f}/s  kpsdk/gdb {busy['ratio']:.2f}x")
     return results
 
 
+def _cell(row: dict[str, Any], name: str) -> str:
+    low, high = row["spread"][name]
+    return f"{row[name]:.0f} ({low:.0f}-{high:.0f})"
+
+
+def table(results: dict[str, Any], hits: int, repeats: int) -> list[str]:
+    """The markdown table of :func:`bench`'s results."""
+    import platform
+
+    lines = [f"Live targets, {time.strftime('%Y-%m-%d')}, {platform.node()}: hits/s on qemu-user "
+             f"({hits} hits, start-up subtracted; median of {repeats} interleaved runs, (min-max))", "",
+             "| arch | kpsdk pre_handler | gdb `commands` loop | plain pygdbmi loop | kpsdk / gdb | "
+             "post_handler (/ pre) | kretprobe calls (/ pre) | with one busy process: kpsdk | gdb loop | "
+             "kpsdk / gdb |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for a, r in results.items():
+        c = r.get("contended")
+        busy = (f"{_cell(c, 'kpsdk')} | {_cell(c, 'gdb commands')} | {c['ratio']:.2f}x" if c else "- | - | -")
+        lines.append(f"| {a} | {_cell(r, 'kpsdk')} | {_cell(r, 'gdb commands')} | {_cell(r, 'pygdbmi')} | "
+                     f"{r['ratio']:.2f}x | {_cell(r, 'kpsdk post_handler')} ({r['post/pre']:.2f}x) | "
+                     f"{_cell(r, 'kpsdk kretprobe')} ({r['kretprobe/pre']:.2f}x) | {busy} |")
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--hits", type=int, default=3000)
+    ap.add_argument("--hits", type=int, default=2000)
+    ap.add_argument("--repeats", type=int, default=3, help="interleaved runs per loop (the median is reported)")
     ap.add_argument("--arch", action="append", choices=ARCHS)
     ap.add_argument("--out", type=Path, help="also write the table as markdown here")
     ap.add_argument("--no-contended", action="store_true", help="skip the runs next to a competing busy process")
     args = ap.parse_args(argv)
-    print(f"live targets: {args.hits} probe hits on qemu-user, per arch")
-    results = bench(tuple(args.arch or ARCHS), args.hits, contended=not args.no_contended)
+    print(f"live targets: {args.hits} probe hits on qemu-user, per arch, median of {args.repeats}")
+    results = bench(tuple(args.arch or ARCHS), args.hits, contended=not args.no_contended, repeats=args.repeats)
     if args.out:
-        import platform
-
-        lines = [f"Live targets, {time.strftime('%Y-%m-%d')}, {platform.node()}: hits/s on qemu-user "
-                 f"({args.hits} hits, start-up subtracted)", "",
-                 "| arch | kpsdk | gdb `commands` loop | plain pygdbmi loop | kpsdk / gdb | with one busy process: "
-                 "kpsdk | gdb loop | kpsdk / gdb |", "|---|---|---|---|---|---|---|---|"]
-        for a, r in results.items():
-            c = r.get("contended")
-            busy = f"{c['kpsdk']:.0f} | {c['gdb commands']:.0f} | {c['ratio']:.2f}x" if c else "- | - | -"
-            lines.append(f"| {a} | {r['kpsdk']:.0f} | {r['gdb commands']:.0f} | {r['pygdbmi']:.0f} | "
-                         f"{r['ratio']:.2f}x | {busy} |")
-        args.out.write_text("\n".join(lines) + "\n")
+        args.out.write_text("\n".join(table(results, args.hits, args.repeats)) + "\n")
     return 0
 
 

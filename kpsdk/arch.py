@@ -117,6 +117,9 @@ class LinuxAbi:
         (``-errno``); else ``(register, bit)``: the bit is set and the result is
         the positive errno (ppc64's CR0.SO).
     :param big_endian: the byte order of the guest's words.
+    :param open_flag_bits: the ``open(2)`` flags whose bits differ from asm-generic's
+        (arch/*/include/uapi/asm/fcntl.h: ``O_DIRECTORY``, ``O_NOFOLLOW``, ``O_DIRECT``,
+        ``O_LARGEFILE`` on arm and powerpc), by name: what ``--strace`` prints.
     """
 
     platform: str | None
@@ -130,6 +133,7 @@ class LinuxAbi:
     set_thread_area: Callable[[Any, int, int, int, bool], int] | None = None
     pair_aligned: bool = False
     error_flag: tuple[int, int] | None = None
+    open_flag_bits: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -333,6 +337,24 @@ class InsnRules:
 
 
 @dataclass(frozen=True)
+class AccessGate:
+    """A register by which a kernel forbids itself (and so the debugger) user memory
+    outside its user-access windows; kpsdk opens it for one read during a hit and puts
+    the guest's value back before anything runs (the guest never sees the change).
+
+    :param register: gdb's name of the register (ppc64's ``amr``: KUAP on radix MMUs,
+        where QEMU's debug translation applies the Authority Mask to kernel accesses of
+        non-privileged pages exactly as the CPU does).
+    :param open_value: the value that allows every access the page tables allow.
+    :param source: where the rule comes from.
+    """
+
+    register: str
+    open_value: int
+    source: str
+
+
+@dataclass(frozen=True)
 class KernelTasks:
     """Where a kernel on this arch keeps the running task (``current``): the trace line's
     ``comm-pid`` prefix on a live kernel.
@@ -524,6 +546,8 @@ class Arch:
     ``page_walk``         translate a virtual address with the guest's own page tables, for
                           a live kernel's reads that the CPU's access control refuses to a
                           debugger (ARM's software PAN: user memory from kernel mode)
+    ``access_gate``       a register that denies kernel-mode user accesses, opened for a
+                          live kernel's refused reads (ppc64's KUAP through the AMR)
     ``kernel_tasks``      where a kernel keeps ``current`` (x86_64, riscv64): comm and pid in the
                           trace prefix on a live kernel (else ``<...>-0``)
     ``entry_registers``   registers a process starts with beyond sp, from its entry's
@@ -578,6 +602,7 @@ class Arch:
     unicorn_setup: Callable[[Any], None] | None = None
     local_entry: Callable[[bytes], int] | None = None
     page_walk: PageWalk | None = None
+    access_gate: AccessGate | None = None
     kernel_tasks: KernelTasks | None = None
     kernel_arg_access: bool = True
     #: ``(descriptor bytes) -> {register: value}``: what the kernel loads from an ELFv1 entry

@@ -16,6 +16,9 @@ and checks, with real probes, that:
 6. ``s.list()`` and ``s.profile()`` report the probes (``[OPTIMIZED]``,
    ``[DISABLED]``, hits and misses).
 
+The default run (no architecture chosen) ends with one of the machine's own
+programs, dynamically linked, in Unicorn (:mod:`kpsdk.demo_linux`).
+
 An architecture Unicorn cannot run would be reported with the reason, which is
 not a failure of the demo (every one runs today, ppc64 included).  Only the ``kpsdk demo`` command
 (``kpsdk/cli/demo.py``) turns the result into an exit code; :func:`run_demo`
@@ -69,6 +72,8 @@ class ArchResult:
     path_ok: bool = False
     seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
+    #: a real program of the machine (kpsdk.demo_linux), not a fixture: no fault or path checks
+    real_program: bool = False
 
     @property
     def ok(self) -> bool:
@@ -136,7 +141,7 @@ def _demo_arch(arch: str, console: Console) -> ArchResult:
         status0 = s0.run(timeout=5)
         plain = s0.console
     elf = fixtures.path(arch).name
-    _heading(console, arch, f"{elf}: {s0.arch.name}, exit status {status0} unprobed")
+    heading(console, arch, f"{elf}: {s0.arch.name}, exit status {status0} unprobed")
 
     # 1 + 2. observe: arguments, recursion, a branch; a disabled probe for list()
     add_args: list[tuple[int, int]] = []
@@ -257,6 +262,7 @@ def run_demo(archs: list[str] | tuple[str, ...] | None, console: Console) -> lis
     Returns one :class:`ArchResult` per architecture; the demo passed when
     every ``result.ok`` is true.
     """
+    real_program = not archs  # the default demo ends with one of the machine's own programs
     archs = list(archs or DEFAULT_ARCHS)
     results: list[ArchResult] = []
     console.print(Text.assemble(
@@ -267,7 +273,7 @@ def run_demo(archs: list[str] | tuple[str, ...] | None, console: Console) -> lis
         try:
             results.append(_demo_arch(arch, console))
         except UnsupportedTargetError as e:
-            _heading(console, arch, "not run")
+            heading(console, arch, "not run")
             console.print(Text("Unicorn cannot run it (not a demo failure): ", style="yellow")
                           .append(str(e), style="dim"))
             console.print(Text(f"Without Unicorn these work: kpsdk list {arch}, kpsdk disasm {arch} add",
@@ -276,13 +282,21 @@ def run_demo(archs: list[str] | tuple[str, ...] | None, console: Console) -> lis
         except KpsdkError as e:
             console.print(Text(f"error on {arch}: {e}", style="bold red"))
             results.append(ArchResult(arch, error=str(e)))
+    if real_program:
+        from kpsdk.demo_linux import demo_real_program
+
+        try:
+            results.append(demo_real_program(console))
+        except KpsdkError as e:
+            console.print(Text(f"error running /bin/ls: {e}", style="bold red"))
+            results.append(ArchResult("/bin/ls", error=str(e), real_program=True))
     console.print(summary_table(results))
     console.print(Text("Next: kpsdk probe x86_64 --kprobe fact   kpsdk disasm riscv64 check   "
                        "(the demo's code: kpsdk/demo.py)", style="dim"))
     return results
 
 
-def _heading(console: Console, arch: str, detail: str) -> None:
+def heading(console: Console, arch: str, detail: str) -> None:
     console.print(Text.assemble(("━━ ", "cyan"), (arch, "bold cyan"), (" ━━ ", "cyan"), (detail, "dim")))
 
 
@@ -301,6 +315,9 @@ def summary_table(results: list[ArchResult]) -> Table:
                           "-", "-", "-", "-")
         elif r.error is not None:
             table.add_row(r.arch, "-", Text(f"error: {r.error}", style="red"), FAIL, FAIL, FAIL, "-")
+        elif r.real_program:
+            table.add_row(r.arch, str(r.hits), _mark(r.observed_ok), _mark(r.output_ok), "-", "-",
+                          f"{r.seconds * 1000:.0f} ms")
         else:
             table.add_row(r.arch, str(r.hits), _mark(r.observed_ok), _mark(r.output_ok), _mark(r.fault_ok),
                           _mark(r.path_ok), f"{r.seconds * 1000:.0f} ms")

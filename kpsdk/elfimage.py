@@ -414,6 +414,14 @@ class ElfImage:
         return replace(self, entry=self.entry + bias, symbols=table, bias=self.bias + bias, phdr=phdr,
                        segments=[replace(seg, vaddr=seg.vaddr + bias) for seg in self.segments])
 
+    def read(self, vaddr: int, size: int) -> bytes | None:
+        """``size`` bytes of the file's contents at ``vaddr`` (None: not all of them are in a
+        segment's file bytes), for what must be known of the code before it is in memory."""
+        for seg in self.segments:
+            if seg.vaddr <= vaddr and vaddr + size <= seg.vaddr + len(seg.data):
+                return seg.data[vaddr - seg.vaddr: vaddr - seg.vaddr + size]
+        return None
+
     def offset_to_vaddr(self, offset: int) -> int | None:
         """The address of file offset ``offset`` in an executable PT_LOAD, else None."""
         for seg in self.segments:

@@ -57,11 +57,15 @@ class Registry:
             autoload = not os.environ.get(AUTOLOAD_ENV)
         import importlib.metadata  # ~30 ms: loaded with the first registry, not by ``import kpsdk``
 
+        from kpsdk.lazyplugins import BUILTIN_HOOKS, DeferredPlugin
+
         for ep in importlib.metadata.entry_points(group=GROUP):
             builtin = ep.dist is not None and ep.dist.name == "kpsdk"
             if (autoload or builtin or ep.name in load) and not self.pm.is_blocked(ep.name):
                 if self.pm.get_plugin(ep.name) is None:
-                    self.pm.register(ep.load(), name=ep.name)
+                    hooks = BUILTIN_HOOKS.get(ep.name) if builtin and ep.attr is None else None
+                    plugin = DeferredPlugin(ep.module, hooks, hookimpl) if hooks else ep.load()
+                    self.pm.register(plugin, name=ep.name)
         for name in load:
             if self.pm.get_plugin(name) is None and not self.pm.is_blocked(name):
                 try:

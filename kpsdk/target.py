@@ -14,8 +14,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kpsdk.decode import decode_at
-
 if TYPE_CHECKING:
     from kpsdk.arch import Arch, InstructionSet
     from kpsdk.elfimage import ElfImage
@@ -145,7 +143,10 @@ class Target(ABC):
 
     def decode_at(self, addr: int, start: int, iset: InstructionSet) -> Decoded | None:
         """The instruction at ``addr``, decoding from ``start`` in target memory; None if
-        ``addr`` falls inside an instruction (:func:`kpsdk.decode.decode_at`)."""
+        ``addr`` falls inside an instruction (:func:`kpsdk.decode.decode_at`).
+        Imported here: the decoder needs capstone, which ``import kpsdk`` does not load."""
+        from kpsdk.decode import decode_at
+
         return decode_at(self, addr, start, iset)
 
     @abstractmethod

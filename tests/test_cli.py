@@ -7,6 +7,7 @@ where ``-p`` is scanned from argv before the app is built.
 
 from __future__ import annotations
 
+import io
 import os
 import signal
 import subprocess
@@ -263,6 +264,25 @@ def test_run_demo_returns_results():
     results = run_demo(["x86_64", "thumb"], Console(file=open(os.devnull, "w"), width=120))  # noqa: SIM115
     assert [r.arch for r in results] == ["x86_64", "thumb"]
     assert all(r.ok and r.hits == 10 for r in results)
+
+
+def test_demo_ends_with_the_machines_own_ls_in_unicorn():
+    """The default demo's last part: /bin/ls (dynamic, Debian's) in Unicorn, a uprobe on libc's
+    malloc, and its output equal to a native run's (the demo compares; so does this test)."""
+    from rich.console import Console
+
+    from kpsdk.demo_linux import demo_real_program, skip_reason
+
+    why = skip_reason()
+    if why is not None:
+        pytest.skip(why)
+    text = io.StringIO()
+    result = demo_real_program(Console(file=text, width=200))
+    assert result.ok and result.output_ok and result.hits > 0, result.notes
+    listing = subprocess.run(["/bin/ls", str(Path(fixtures.__file__).parent)], capture_output=True,
+                             text=True, check=True).stdout.splitlines()
+    assert "libc.so.6" in text.getvalue() and f"{result.hits} calls" in text.getvalue()
+    assert all(name in text.getvalue() for name in listing[:4])
 
 
 # -- main(): -p scanned from argv, plugin commands ---------------------------------------------

@@ -38,9 +38,8 @@ from tests.conftest import KERNEL_ARCHS, require_tool
 
 pytestmark = pytest.mark.kernel
 
-#: the archs whose kernels kpsdk probes through QEMU's gdbstub (ppc64le: see docs/api.md's
-#: limitations: QEMU 7.2's pseries never reports a breakpoint at a kernel address)
-PROBED_ARCHS = ("i386", "arm", "riscv64")
+#: the archs whose kernels kpsdk probes through QEMU's gdbstub
+PROBED_ARCHS = ("i386", "arm", "riscv64", "ppc64le")
 NAMED = ("_stext", "do_sys_openat2", "kernel_clone", "start_kernel", kernel.TRACING_ON_WRITE)
 
 
@@ -173,11 +172,22 @@ def test_probes_match_the_guest(arch: str, arch_kernel: Callable[[str], Path],
             window[0] = writes[0] == 2
             return 0
 
+        gate = s.target.arch.access_gate  # ppc64: the AMR that KUAP closes, opened for each read
+        gate_values: list[tuple[int, int]] = []
+
+        def gate_value() -> int:
+            assert gate is not None
+            return int(s.target.link.request(f"r {gate.register}"), 16)
+
         def user_string(addr: int) -> str | None:
+            before = gate_value() if gate is not None else 0
             try:
                 return s.read_string(addr, max=256)
             except kpsdk.TargetFault:
                 return None  # not paged in yet (at entry the kernel has not touched it)
+            finally:
+                if gate is not None:
+                    gate_values.append((before, gate_value()))
 
         opened: list[str | None] = []
 
@@ -225,6 +235,8 @@ def test_probes_match_the_guest(arch: str, arch_kernel: Callable[[str], Path],
     assert len(spawned) == kernel.SPAWN_COUNT and set(spawned) <= set(clone_rets)
     assert {"/etc/kpsdk-hello", "/kpsdk-missing", "/etc/kpsdk-hello/sub"} <= set(opened), opened
     assert ("/kpsdk-missing", -2) in failed and ("/etc/kpsdk-hello/sub", -20) in failed, failed
+    if gate is not None:  # the kernel had its gate closed at each read, and found it closed again
+        assert gate_values and all(b == a != gate.open_value for b, a in gate_values), gate_values
     # what the guest kernel recorded of the same functions over the same window
     mode, hits, values = _guest_record(console, kpsdk.get_registry().arch(arch).bits)
     if mode == "kprobe":
@@ -250,15 +262,17 @@ def test_probes_match_the_guest(arch: str, arch_kernel: Callable[[str], Path],
           f"cloneret={len(clone_rets)}")
 
 
-def test_write_watchpoint_on_a_riscv64_kernel_global(arch_kernel: Callable[[str], Path],
-                                                     arch_initramfs: Callable[..., Path]) -> None:
-    """A hardware write watchpoint (a RISC-V trigger, through QEMU's gdbstub) on ``vm_swappiness``,
-    found by name: each write the workload makes, in order, with the value it printed."""
+@pytest.mark.parametrize("arch", ["riscv64", "ppc64le"])
+def test_write_watchpoint_on_a_kernel_global(arch: str, arch_kernel: Callable[[str], Path],
+                                             arch_initramfs: Callable[..., Path]) -> None:
+    """A hardware write watchpoint (a RISC-V trigger, ppc64's DAWR, through QEMU's gdbstub) on
+    ``vm_swappiness``, found by name (riscv64: in the kallsyms table; ppc64le: in the vmlinux's
+    .symtab): each write the workload makes, in order, with the value it printed."""
     from tests.test_kernel_watch import WORKLOAD, WRITES
 
     require_tool("gdb-multiarch", "gdb-multiarch")
-    image, initrd = arch_kernel("riscv64"), arch_initramfs("riscv64", WORKLOAD)
-    with kpsdk.open("qemu-system:riscv64", kernel=str(image), initrd=str(initrd)) as s:
+    image, initrd = arch_kernel(arch), arch_initramfs(arch, WORKLOAD)
+    with kpsdk.open(f"qemu-system:{arch}", kernel=str(image), initrd=str(initrd)) as s:
         seen: list[tuple[int, int, str, int]] = []
 
         def on_write(wp: kpsdk.Watchpoint, regs: kpsdk.PtRegs, access: Any) -> None:
@@ -274,11 +288,44 @@ def test_write_watchpoint_on_a_riscv64_kernel_global(arch_kernel: Callable[[str]
         assert in_memory == new and function != "start_kernel"  # stopped in the sysctl code that wrote it
 
 
+def test_ppc64le_local_entries_match_the_elf(arch_kernel: Callable[[str], Path]) -> None:
+    """Where kpsdk stops a ppc64le kernel (``start_kernel``'s local entry: the ``bl`` from
+    ``start_here_common`` skips the two instructions that set up r2, so a breakpoint on the
+    symbol itself is never passed) and where probes by name land: the local entry kpsdk
+    reads from the code must be the one the ELF's ``st_other`` records, for every function."""
+    from elftools.elf.elffile import ELFFile
+
+    from kpsdk.elfimage import load_elf
+    from kpsdk.targets.qemu import ready_address
+
+    image_path = arch_kernel("ppc64le")
+    arch = kpsdk.get_registry().arch("ppc64le")
+    assert arch.local_entry is not None
+    image = load_elf(image_path)
+    # ELFv2's st_other bits 5-7: 0 and 1 mean no separate local entry, 2..6 mean 4 << (n - 2) bytes
+    offsets = {0: 0, 1: 0, 2: 4, 3: 8, 4: 16, 5: 32, 6: 64}
+    seen: dict[tuple[int, int], int] = {}
+    with open(image_path, "rb") as f:
+        symtab = ELFFile(f).get_section_by_name(".symtab")
+        for sym in symtab.iter_symbols():  # type: ignore[union-attr]
+            if sym["st_info"]["type"] != "STT_FUNC" or sym["st_value"] == 0:
+                continue
+            code = image.read(sym["st_value"], 8)
+            assert code is not None, sym.name
+            pair = (offsets[sym["st_other"]["local"]], arch.local_entry(code))
+            assert pair[0] == pair[1], (sym.name, hex(sym["st_value"]), code.hex())
+            seen[pair] = seen.get(pair, 0) + 1
+    assert seen.get((8, 8), 0) > 10000 and seen.get((0, 0), 0) > 1000, seen  # both kinds were there
+    start_kernel = image.symbols.get("start_kernel").address
+    assert ready_address(arch, image.symbols, image, "start_kernel") == start_kernel + 8
+    assert ready_address(arch, image.symbols, None, "start_kernel") == start_kernel  # no code: the symbol
+
+
 @pytest.mark.parametrize("arch", ["i386", "arm", "ppc64le"])
 def test_kernels_without_data_symbols(arch: str, arch_kernel: Callable[[str], Path]) -> None:
-    """Why a watchpoint by name is tested on riscv64 (and x86_64) only: Debian builds these
-    kernels without CONFIG_KALLSYMS_ALL, so their kallsyms table names no data at all
-    (ppc64le's .symtab does, but its kernel cannot be probed: see docs/api.md)."""
+    """Why a watchpoint by name is tested on riscv64, ppc64le (and x86_64) only: Debian builds
+    these kernels without CONFIG_KALLSYMS_ALL, so their kallsyms table names no data at all
+    (ppc64le's vmlinux has its .symtab, which does: that is what its sessions use)."""
     image = arch_kernel(arch)
     (config,) = image.parent.glob("config-*")
     assert "# CONFIG_KALLSYMS_ALL is not set" in config.read_text().splitlines()

@@ -65,12 +65,15 @@ def sysroot(tmp_path: Path) -> Path:
 
 
 def under_qemu(arch: str, exe: Path, args: list[str], env: dict[str, str], stdin: bytes,
-               root: Path | None = None) -> tuple[str, int]:
-    """The program's stdout and exit status under qemu-user (``-L root``: absolute paths are
-    looked up there first), with exactly ``env`` as its environment."""
+               root: Path | None = None, stderr_too: bool = False) -> tuple[str, int]:
+    """The program's stdout (and stderr, interleaved, as kpsdk's console has both) and exit
+    status under qemu-user (``-L root``: absolute paths are looked up there first), with
+    exactly ``env`` as its environment."""
     qemu = require_tool(QEMU[arch], "qemu-user")
     cmd = [qemu, *(["-L", str(root)] if root is not None else []), str(exe), *args]
-    proc = subprocess.run(cmd, input=stdin, capture_output=True, env=env, timeout=60, check=False)
+    proc = subprocess.run(cmd, input=stdin, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT if stderr_too else subprocess.PIPE, env=env, timeout=60,
+                          check=False)
     return proc.stdout.decode(), proc.returncode
 
 
@@ -167,6 +170,46 @@ def test_busybox_matches_qemu_user(applet: str) -> None:
     out, status, s = under_kpsdk(BUSYBOX, args, {}, stdin)
     assert (out, status) == expected
     assert out  # every applet here prints something
+
+
+#: directory-reading applets, run in a small tree with its own passwd and group (qemu-user's
+#: ``-L`` would otherwise fall back to the host's, the sysroot never does)
+DIRECTORY_APPLETS = {
+    "ls": ["ls", "/etc"],
+    "ls-la": ["ls", "-la", "/etc", "/etc/sub"],
+    "find": ["find", "/etc"],
+    "ls-missing": ["ls", "/nonexistent"],
+    "ls-file": ["ls", "-l", "/etc/passwd"],
+    "cat": ["cat", "/etc/passwd", "/etc/sub/deep.txt"],  # sendfile
+}
+
+
+def make_tree(root: Path) -> Path:
+    (root / "etc" / "sub").mkdir(parents=True)
+    me = f"kp:x:{os.getuid()}:{os.getgid()}::/:/bin/sh\n"
+    (root / "etc" / "passwd").write_text("root:x:0:0:root:/root:/bin/sh\n" + me)
+    (root / "etc" / "group").write_text("root:x:0:\n")
+    (root / "etc" / "sub" / "deep.txt").write_text("x" * 100)
+    (root / "etc" / "link").symlink_to("passwd")
+    os.mkfifo(root / "etc" / "fifo")
+    return root
+
+
+@pytest.mark.parametrize("applet", DIRECTORY_APPLETS)
+def test_busybox_reads_directories_as_qemu_user_does(applet: str, tmp_path: Path) -> None:
+    """getdents64: ``ls`` (short and long form, with types, links and owners), ``find`` and the
+    errors for a missing path and a file print what they print under qemu-x86_64."""
+    if not BUSYBOX.exists():
+        message = f"{BUSYBOX} not found: install the Debian package busybox-static"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    root = make_tree(tmp_path / "root")
+    args = DIRECTORY_APPLETS[applet]
+    expected = under_qemu("x86_64", BUSYBOX, args, {}, b"", root, stderr_too=True)
+    out, status, s = under_kpsdk(BUSYBOX, args, {}, b"", root)
+    assert (out, status) == expected
+    assert not s.syscalls_unimplemented
 
 
 # -- the sysroot: a guest never escapes it ----------------------------------------------------------
@@ -318,3 +361,19 @@ def test_dynamic_program_without_its_loader_is_refused(build_dynamic: Callable[[
 def test_ppc64_dynamic_program_is_an_honest_not_yet(build_dynamic: Callable[[str], Path]) -> None:
     with pytest.raises(kpsdk.UnsupportedTargetError, match="ELFv1"):
         kpsdk.open(f"elf:{build_dynamic('ppc64')}")
+
+
+def test_debians_own_ls_long_listing_equals_a_native_run(tmp_path: Path) -> None:
+    """GNU ls (dynamic, stripped; Debian's) with -l: ld.so and its libraries from "/", the
+    directory read with getdents64, owners from /etc/passwd, ACLs asked with lgetxattr, the
+    times and sizes with statx: the same lines as /bin/ls run natively."""
+    ls = Path("/bin/ls")
+    if os.uname().machine != "x86_64" or not ls.exists():
+        pytest.skip("this compares the x86_64 host's own /bin/ls")
+    root = make_tree(tmp_path / "tree")
+    args = ["-la", "--time-style=full-iso", str(root / "etc"), str(root / "etc" / "sub")]
+    native = subprocess.run([str(ls), *args], capture_output=True, text=True, timeout=60, check=False,
+                            env={"LC_ALL": "C"})
+    out, status, s = under_kpsdk(ls, args, {"LC_ALL": "C"}, b"", Path("/"))
+    assert (out, status) == (native.stdout, native.returncode)
+    assert not {"getxattr", "lgetxattr", "getdents64"} & set(s.syscalls_unimplemented)

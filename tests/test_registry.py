@@ -96,3 +96,48 @@ def test_a_plugin_format_is_what_make_writer_and_the_cli_use(monkeypatch: pytest
     text = CliRunner().invoke(app, ["trace", "x86_64", "-e", "p:add add a=%di:s32", "--no-prefix"])
     assert plain.exit_code == 0 and text.exit_code == 0
     assert plain.stdout == text.stdout and text.stdout.startswith("add: (add+0x0/")
+
+
+# -- built-in plugins load lazily (kpsdk/lazyplugins.py) ----------------------------------------
+
+
+def test_the_deferred_builtins_declare_exactly_their_modules_hooks() -> None:
+    """BUILTIN_HOOKS is a copy of what each module implements: it must not drift."""
+    import importlib
+    import importlib.metadata
+
+    from kpsdk.lazyplugins import BUILTIN_HOOKS
+
+    builtin = {ep.name: ep.value for ep in importlib.metadata.entry_points(group="kpsdk")
+               if ep.dist is not None and ep.dist.name == "kpsdk"}
+    assert set(BUILTIN_HOOKS) == set(builtin)
+    for name, module_name in builtin.items():
+        module = importlib.import_module(module_name)
+        hooks = {attr for attr in dir(module) if attr.startswith("kpsdk_")
+                 and hasattr(getattr(module, attr), "kpsdk_impl")}
+        assert set(BUILTIN_HOOKS[name]) == hooks, name
+
+
+HEAVY = ("capstone", "unicorn", "keystone", "pygdbmi", "elftools", "kpsdk.targets.unicorn", "kpsdk.trace.run")
+
+
+def _heavy_modules_after(code: str) -> list[str]:
+    probe = f"{code}\nimport sys\nprint(sorted(m for m in {HEAVY!r} if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    return eval(out.splitlines()[-1])  # noqa: S307 - our own print of a list of names
+
+
+def test_import_and_the_registry_load_no_heavy_module() -> None:
+    assert _heavy_modules_after("import kpsdk; kpsdk.get_registry().plugin_names()") == []
+
+
+def test_help_loads_only_the_trace_command_s_plugin() -> None:
+    code = ("import sys, contextlib, io\nsys.argv = ['kpsdk', '--help']\nfrom kpsdk.cli import main\n"
+            "with contextlib.suppress(SystemExit), contextlib.redirect_stdout(io.StringIO()):\n    main()")
+    assert _heavy_modules_after(code) == ["kpsdk.trace.run"]
+
+
+def test_a_deferred_plugin_loads_when_its_hook_runs() -> None:
+    code = "import kpsdk; reg = kpsdk.get_registry(); assert reg.arch('x86_64').name == 'x86_64'"
+    loaded = _heavy_modules_after(code)
+    assert "capstone" in loaded and "kpsdk.targets.unicorn" not in loaded

@@ -9,6 +9,7 @@ itself: tests/libprogs/calls.c mallocs known sizes and prints them; the probe on
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -44,3 +45,59 @@ def test_malloc_in_libc_sees_the_programs_sizes(arch: str, built: dict[str, tupl
     seen = [n for n in sizes if n in expected]
     assert seen == expected, sizes
     assert up.hits == len(sizes)
+
+
+def sysroot_holding(arch: str, lib: Path, tmp: Path) -> tuple[Path, Path]:
+    """A sysroot in which the program finds ``lib`` (the program sees only its sysroot): the
+    host's own "/" for x86_64, else a small copy of Debian's cross sysroot's loader and libc
+    with the library beside them.  Returns the sysroot and the library's host path in it."""
+    root, _libc = LIBC[arch]
+    if root == "/":
+        return Path("/"), lib
+    copy = tmp / "sysroot"
+    (copy / "lib").mkdir(parents=True)
+    for pattern in ("ld-*.so*", "libc.so.6", "libdl.so.2"):
+        for f in (Path(root) / "lib").glob(pattern):
+            shutil.copy(f, copy / "lib" / f.name)
+    shutil.copy(lib, copy / lib.name)
+    return copy, copy / lib.name
+
+
+@pytest.mark.parametrize("arch", sorted(LIBC))
+def test_dlopened_library_is_probed_then_reported_unloaded(arch: str, built: dict[str, tuple[Path, Path]],  # noqa: F811
+                                                           tmp_path: Path) -> None:
+    """calls.c dlopen()s libmix.so, calls lib_mix(a, 10a) three times and dlclose()s it: a uprobe
+    on the library (registered before it was ever mapped) sees the program's arguments in order,
+    and the dlclose is heard as ``kpsdk_library_unloaded`` (the file leaves mapped_files())."""
+    prog, built_lib = built[arch]
+    sysroot, lib = sysroot_holding(arch, built_lib, tmp_path)
+    calls: list[tuple[int, int]] = []
+    events: list[tuple[str, str]] = []
+
+    class Listener:
+        @kpsdk.hookimpl
+        def kpsdk_library_loaded(self, session: kpsdk.Session, library: kpsdk.target.MappedFile) -> None:
+            events.append(("loaded", library.path.name))
+
+        @kpsdk.hookimpl
+        def kpsdk_library_unloaded(self, session: kpsdk.Session, library: kpsdk.target.MappedFile) -> None:
+            events.append(("unloaded", library.path.name))
+
+    listener = Listener()
+    registry = kpsdk.get_registry()
+    registry.pm.register(listener)
+    try:
+        up = kpsdk.Uprobe.parse(f"{lib}:lib_mix", pre_handler=lambda p, regs: calls.append((regs.arg(0), regs.arg(1))))
+        with kpsdk.open(f"elf:{prog}", sysroot=sysroot, args=["/" + str(lib.relative_to(sysroot))]) as s:
+            s.register_uprobe(up)
+            status = s.run(timeout=120)
+            still_mapped = [mf.path.name for mf in s.target.mapped_files()]
+            console = s.console
+    finally:
+        registry.pm.unregister(listener)
+    assert status == 0, console
+    expected = [(int(a), int(b)) for a, b, _ in report(console, "lib_mix")]
+    assert expected == [(1, 10), (2, 20), (3, 30)]  # the program called it and printed so
+    assert calls == expected
+    assert events.index(("loaded", lib.name)) < events.index(("unloaded", lib.name))
+    assert lib.name not in still_mapped and "libc.so.6" in still_mapped

@@ -47,7 +47,10 @@ def cmd_demo(
       5. change the path (K2): regs.ip = sub; return 1 makes add(7, 3) = 4
       6. show s.list() (\\[OPTIMIZED], \\[DISABLED]) and s.profile()
 
-    A summary table ends it.  Exit status 0 when every check passed, 1 if not.
+    Then (without --arch) this machine's own /bin/ls, dynamically linked, runs in
+    Unicorn with its real ld.so and libc: a uprobe on libc.so.6:malloc sees each
+    call, and its output must equal a native run's (an x86_64 host; skipped with
+    the reason elsewhere).  A summary table ends it.  Exit status 0 when every check passed, 1 if not.
     The source is kpsdk/demo.py: read it next.
     """
     from kpsdk.demo import run_demo

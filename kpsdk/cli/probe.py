@@ -8,6 +8,7 @@ exits :data:`kpsdk.cli.exits.INTERRUPTED`.
 
 from __future__ import annotations
 
+import sys
 from typing import Annotated
 
 import typer
@@ -37,6 +38,7 @@ from kpsdk.cli.probe_run import ProbeRun, probe_class
 from kpsdk.cli.target_choice import LIVE_KINDS, LIVE_TIMEOUT, UNICORN_TIMEOUT, choose_target, close_session
 from kpsdk.fixtures import ARCHS
 from kpsdk.session import RESTYPES
+from kpsdk.strace import StracePrinter
 
 PROBES_PANEL = "Probes"
 OUTPUT_PANEL = "What to print"
@@ -114,6 +116,10 @@ def cmd_probe(
     symbols: SymbolsOpt = None,
     arch: ArchOpt = None,
     qemu_arg: QemuArgOpt = None,
+    strace: Annotated[bool, typer.Option(
+        "--strace", rich_help_panel=OUTPUT_PANEL,
+        help="Unicorn Linux programs: print each system call to stderr as strace(1) does, "
+             "openat(AT_FDCWD, \"/etc/passwd\", O_RDONLY) = 3 (probes are then optional).")] = False,
     show_console: Annotated[bool, typer.Option(
         "--console", rich_help_panel=OUTPUT_PANEL,
         help="Live targets: print the target's output at the end (qemu-user: the program's; qemu-system: "
@@ -169,9 +175,9 @@ def cmd_probe(
     kretprobes = [(k.strip(), parse_where(k, "--kretprobe")) for k in kretprobe or []]
     uprobes = [file_location(u, "--uprobe") for u in uprobe or []]
     uretprobes = [file_location(u, "--uretprobe") for u in uretprobe or []]
-    if not kprobes and not kretprobes and not uprobes and not uretprobes:
-        raise typer.BadParameter("give at least one --kprobe SYM, --kretprobe SYM or --uprobe PATH:SYM",
-                                 param_hint="--kprobe")
+    if not kprobes and not kretprobes and not uprobes and not uretprobes and not strace:
+        raise typer.BadParameter("give at least one --kprobe SYM, --kretprobe SYM or --uprobe PATH:SYM "
+                                 "(or --strace)", param_hint="--kprobe")
     if len(set(string_arg or [])) > STRINGS_MAX and (kretprobes or uretprobes):
         raise typer.BadParameter(f"a kretprobe keeps at most {STRINGS_MAX} strings from the entry to the return "
                                  f"({STRING_SLOT} bytes each in ri.data, at most {STRINGS_MAX * STRING_SLOT})",
@@ -182,6 +188,10 @@ def cmd_probe(
     if restype not in RESTYPES:
         raise typer.BadParameter(", ".join(RESTYPES), param_hint="--restype")
     live_kind = (target or "").partition(":")[0]
+    if live_kind in LIVE_KINDS and strace:
+        raise typer.BadParameter(f"a {live_kind} target's system calls are run by QEMU or the guest kernel, "
+                                 "unseen by kpsdk: --strace needs a program run in Unicorn (drop --target)",
+                                 param_hint="--strace")
     if live_kind in LIVE_KINDS and fn_args is not None:
         raise typer.BadParameter(f"--call calls one function in Unicorn; a {live_kind} target runs its own "
                                  "code: drop --call (or --target)", param_hint="--call")
@@ -196,6 +206,9 @@ def cmd_probe(
                    regs_opt, fn_args, restype, no_optimize,
                    choice.run_timeout(timeout),
                    split_commas(noprobe), show_console, console(), uprobes=uprobes, uretprobes=uretprobes)
+    printer = StracePrinter(sys.stderr) if strace else None
+    if printer is not None:
+        reg.pm.register(printer)
     interrupted = False
     try:
         try:
@@ -211,6 +224,8 @@ def cmd_probe(
         interrupted = True
     finally:
         close_session(run.session)
+        if printer is not None:
+            reg.pm.unregister(printer)
     if interrupted:
         raise typer.Exit(INTERRUPTED)
 
@@ -228,7 +243,8 @@ COMMAND = Command(
     "kpsdk probe --target qemu-user:./myprog --arg=-v --arg in.txt --kretprobe parse --string-arg 1\n"
     "kpsdk probe --target qemu-system:x86_64 --kernel vmlinuz --initrd initrd.img \\\n"
     "    --kretprobe do_sys_openat2 --string-arg 2 --failed       # failed opens, with file names\n"
-    "kpsdk probe --target gdb://localhost:1234 --symbols vmlinux --kprobe do_sys_openat2 --string-arg 2",
+    "kpsdk probe --target gdb://localhost:1234 --symbols vmlinux --kprobe do_sys_openat2 --string-arg 2\n"
+    "kpsdk probe /bin/busybox --arg ls --arg /etc --sysroot / --strace      # each system call, as strace",
     # the arguments after --call FN are extra arguments (negative numbers included)
     extra_args=True,
 )

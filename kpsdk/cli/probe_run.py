@@ -187,6 +187,9 @@ class ProbeRun:
             calls = ", ".join(f"{name} ({n}x)" for name, n in sorted(missing.items()))
             console(stderr=True).print(Text(f"warning: the program made system calls kpsdk does not emulate "
                                             f"(each answered -ENOSYS): {calls}", style="yellow"), soft_wrap=True)
+        if not self.lines:  # --strace alone: no probe to list
+            self._check_ended(interrupted)
+            return
         heading(con, "kprobes/list")
         con.out(s.list(), end="", highlight=False)
         heading(con, "kprobe_profile")
@@ -199,11 +202,16 @@ class ProbeRun:
                 counts += f", {line.returns} returns" + (f", {line.failed} failed" if self.failed else "")
             con.print(Text(f"{line.letter} {line.name}: ", style="cyan").append(f"{counts}, {p.nmissed} missed"),
                       soft_wrap=True)
+        self._check_ended(interrupted)
+
+    def _check_ended(self, interrupted: bool) -> None:
+        """A program that did not exit within the timeout is an error; a kernel is just stopped."""
         if interrupted or not self.ran or self.status is not None:
             return
         if self.choice.kind in (None, "qemu-user"):
             raise KpsdkError(f"the program did not exit within {self.timeout:g} s (--timeout)")
-        con.print(Text(f"stopped after {self.timeout:g} s (--timeout): the target was still running", style="dim"))
+        self.con.print(Text(f"stopped after {self.timeout:g} s (--timeout): the target was still running",
+                            style="dim"))
 
 
 def _probe_addr(s: Session, probe: Any) -> int:

@@ -12,17 +12,35 @@ pair inherited by gdb (fd in ``KPSDK_AGENT_FD``), what to do.
 The protocol is one line per message, space-separated, integers in hex:
 
 agent -> host
-    ``H ADDR THREAD [NAME=VALUE ...]``  a hit on the breakpoint at ADDR, with
-    the registers the host asked to have sent with every hit of it.
+    ``H ADDR THREAD [NAME=VALUE ...] [@ADDR=HEX ...]``  a hit on the breakpoint
+    at ADDR, with the registers the host asked to have sent with every hit of it,
+    and the memory (``+@REG:OFF:SIZE``: SIZE bytes at register REG + OFF).
     ``v [VALUE]`` / ``e MESSAGE``  the answer to a request.
 host -> agent (during a hit; the CPU is stopped)
     ``r NAME``  read a register; ``m ADDR SIZE``  read memory (hex bytes back);
     ``p ADDR SIZE``  read physical memory (QEMU's ``Qqemu.PhyMemMode``);
+    ``W NAME VALUE``  write a register now (kpsdk puts the old value back itself);
     ``w ADDR HEXBYTES``  write memory; ``b ADDR HW`` / ``d ADDR``  insert or
     delete a breakpoint; then one final
-    ``c|s [NAME=VALUE ...] [+NAME ...]``  write registers, add NAMEs to this
-    breakpoint's prefetch list, and continue (``c``) or stop for real (``s``:
-    gdb then reports a ``*stopped`` over MI and the host takes over).
+    ``c|s [NAME=VALUE ...] [+NAME ...] [OP:ADDR[:HW] ...]``  write registers,
+    add NAMEs to this breakpoint's prefetch list, change breakpoints, and
+    continue (``c``) or stop for real (``s``: gdb then reports a ``*stopped``
+    over MI and the host takes over).  The breakpoint changes: ``b:ADDR:HW``
+    insert (as ``b``), ``d:ADDR`` delete (as ``d``), ``t:ADDR:HW`` report the
+    next hit at ADDR of this hit's thread only (the end of a single-step: a
+    post_handler's successor, see below).  Carried by the final line, they cost
+    no round trip; one that gdb refuses is reported as ``E MESSAGE`` and the
+    CPU stops for real.
+
+Single-step for post_handlers (K3) without an MI stop: gdb cannot step from
+inside ``stop()``, but resuming from a breakpoint it steps over the probed
+instruction anyway (breakpoint removed, one ``stepi``, breakpoint back), and a
+step that lands on an address with an inserted breakpoint counts as that
+breakpoint's hit.  So the host arms a breakpoint on each successor the
+instruction can reach (``t:ADDR``): the hit there is the end of the step, one
+round trip and no ``*stopped``.  A successor breakpoint nobody else wants is
+disabled in its own ``stop()`` (removed from the stub at the next resume), so
+code reached otherwise does not trap.
 
 When the CPU is stopped under MI the host calls :func:`insert`, :func:`delete`
 and :func:`prefetch` with ``-interpreter-exec console "python ..."``.
@@ -90,7 +108,19 @@ def insert(addr, hardware=0):
     if bp is None:
         _breakpoints[addr] = KpsdkBreakpoint(addr, bool(hardware))
     else:
-        bp.dormant = False
+        bp.dormant = bp.transient = False
+        bp.wake()
+
+
+def arm_step(addr, hardware, thread):
+    """Report the next hit at ``addr`` of gdb's thread ``thread``: the end of its
+    single-step (a breakpoint is made, dormant for every other hit, if none is there)."""
+    bp = _breakpoints.get(addr)
+    if bp is None:
+        bp = _breakpoints[addr] = KpsdkBreakpoint(addr, bool(hardware))
+        bp.dormant = bp.transient = True
+    bp.steps.add(thread)
+    bp.wake()
 
 
 def delete(addr):
@@ -99,7 +129,9 @@ def delete(addr):
     Inside a ``stop()`` gdb must not lose a breakpoint (deleting the one
     being processed crashes gdb 13), so there it only goes dormant: it stays
     inserted, ``stop()`` returns False at once, and :func:`purge` deletes it
-    once the CPU is stopped under MI.
+    once the CPU is stopped under MI.  It stays enabled: a kretprobe's return
+    breakpoint goes dormant at each return and wakes at the next entry, and
+    disabling it in between would cost gdb two more packets a call.
     """
     bp = _breakpoints.get(addr)
     if bp is None:
@@ -113,7 +145,7 @@ def delete(addr):
 
 def purge():
     """Delete the dormant breakpoints (called through MI while the CPU is stopped)."""
-    for addr in [a for a, bp in _breakpoints.items() if bp.dormant]:
+    for addr in [a for a, bp in _breakpoints.items() if bp.dormant and not bp.steps]:
         _breakpoints.pop(addr).delete()
 
 
@@ -155,6 +187,10 @@ def _serve(cmd):
         if op == "p":
             addr, size = (int(x, 16) for x in rest.split())
             return "v " + _read_physical(addr, size).hex()
+        if op == "W":
+            name, value = rest.split()
+            _write_register(name, int(value, 16))
+            return "v"
         if op == "w":
             addr, data = rest.split()
             gdb.selected_inferior().write_memory(int(addr, 16), bytes.fromhex(data))
@@ -175,9 +211,10 @@ def _serve(cmd):
         return "e " + str(exc).replace("\n", " ")
 
 
-def _converse(report, prefetch):
+def _converse(report, prefetch, thread):
     """Send a hit's report, serve the host's requests until its final ``c|s`` line,
-    apply the register writes that line carries and say whether to stop.
+    apply the register writes and breakpoint changes that line carries and say
+    whether to stop.
 
     ``+NAME`` words ask for that register with the point's later hits (``prefetch``,
     a breakpoint's list; None for watchpoints, which send no registers)."""
@@ -187,14 +224,57 @@ def _converse(report, prefetch):
         if line[:1] in ("c", "s"):
             break
         _send(_serve(line))
+    stop = line[0] == "s"
     for word in line[2:].split():
         if word[0] == "+":
             if prefetch is not None and word[1:] not in prefetch:
                 prefetch.append(word[1:])
-        else:
+        elif "=" in word:
             name, _, value = word.partition("=")
             _write_register(name, int(value, 16))
-    return line[0] == "s"
+        else:
+            try:
+                _change(word, thread)
+            except (gdb.error, RuntimeError, ValueError) as exc:
+                _send("E " + f"breakpoint change {word}: {exc}".replace("\n", " "))
+                stop = True
+    return stop
+
+
+def _change(word, thread):
+    """One breakpoint change of a final line: ``b:ADDR:HW``, ``d:ADDR`` or ``t:ADDR:HW``."""
+    op, addr, *hw = word.split(":")
+    if op == "b":
+        insert(int(addr, 16), int(hw[0]))
+    elif op == "d":
+        delete(int(addr, 16))
+    elif op == "t":
+        arm_step(int(addr, 16), int(hw[0]), thread)
+    else:
+        raise ValueError("unknown change")
+
+
+def _prefetched(names):
+    """The words a hit carries: ``NAME=VALUE`` for a register, ``@ADDR=HEX`` for the
+    memory a ``@REG:OFF:SIZE`` entry names (left out if unreadable)."""
+    values = {}
+    words = []
+    for name in names:
+        if name[0] != "@":
+            values[name] = value = _read_register(name)
+            words.append(f"{name}={value:x}")
+            continue
+        reg, off, size = name[1:].split(":")
+        base = values.get(reg)
+        if base is None:
+            base = values[reg] = _read_register(reg)
+        addr = (base + int(off, 16)) & ((1 << 64) - 1)
+        try:
+            data = bytes(gdb.selected_inferior().read_memory(addr, int(size, 16)))
+        except (gdb.error, gdb.MemoryError):
+            continue
+        words.append(f"@{addr:x}={data.hex()}")
+    return " ".join(words)
 
 
 class KpsdkBreakpoint(gdb.Breakpoint):
@@ -205,22 +285,39 @@ class KpsdkBreakpoint(gdb.Breakpoint):
         super().__init__(f"*{addr:#x}", type=kind, internal=True)
         self.addr = addr
         self.prefetch = []
+        #: no hit is reported but a step's end (deleted during a hit, or a successor only)
         self.dormant = False
+        #: gdb's threads whose single-step ends here: their next hit is reported
+        self.steps = set()
+        #: made for steps only (a successor nobody probes): disabled while no step ends here
+        self.transient = False
+
+    def wake(self):
+        if not self.enabled:  # type: ignore[has-type]  # gdb.Breakpoint's, untyped
+            self.enabled = True
+
+    def rest(self):
+        """Disable a successor breakpoint no step ends at, so that it no longer traps."""
+        if self.transient and not self.steps and self.enabled:
+            self.enabled = False
 
     def stop(self):
         global _in_stop
-        if self.dormant:
+        thread = gdb.selected_thread()
+        tid = thread.num if thread is not None else 0
+        if self.steps and tid in self.steps:
+            self.steps.discard(tid)
+        elif self.dormant:
+            self.rest()
             return False
         _in_stop = True
         try:
-            thread = gdb.selected_thread()
-            tid = thread.num if thread is not None else 0
-            regs = " ".join(f"{n}={_read_register(n):x}" for n in self.prefetch)
-            return _converse(f"H {self.addr:x} {tid:x} {regs}", self.prefetch)
+            return _converse(f"H {self.addr:x} {tid:x} {_prefetched(self.prefetch)}", self.prefetch, tid)
         except EOFError:
             return True
         finally:
             _in_stop = False
+            self.rest()
 
 
 #: what the host calls through MI (``python kpsdk_agent.insert(0x401000, 0)``)
@@ -286,7 +383,7 @@ class KpsdkWatchpoint(gdb.Breakpoint):
                 old, new = self.last, self._bytes()
                 self.last = new
                 kind = "w" if new != old or self.kind == "w" else "r"
-            return _converse(f"W {self.wid:x} {tid:x} {kind} {old.hex() or '-'} {new.hex() or '-'}", None)
+            return _converse(f"W {self.wid:x} {tid:x} {kind} {old.hex() or '-'} {new.hex() or '-'}", None, tid)
         except EOFError:
             return True
         finally:

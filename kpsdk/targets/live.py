@@ -56,6 +56,7 @@ from kpsdk.regs import PtRegs
 from kpsdk.symbols import SymbolTable
 from kpsdk.target import Target
 from kpsdk.targets.agentlink import AgentLink
+from kpsdk.targets.livestep import LiveStep
 from kpsdk.targets.livewatch import LiveWatch
 from kpsdk.targets.mi import GdbError, MiConnection, c_string
 
@@ -76,6 +77,10 @@ POLL_SECONDS = 0.5
 #: how long the run loop spins for the next hit before blocking: not at all, since gdb and
 #: QEMU need the CPU to produce it (kpsdk.targets.agentlink, docs/performance.md)
 NEXT_HIT_SPIN = 0.0
+#: memory reads during a hit this close above the stack pointer, and this small, are learned
+#: (sent by the agent with the point's later hits): return addresses, stack arguments
+MEMORY_PREFETCH_REACH = 0x100
+MEMORY_PREFETCH_SIZE = 0x40
 #: default ``stall_limit`` (kpsdk.options): the same bound as one MI command's
 STALL_LIMIT = _STALL_LIMIT
 #: gdb waits this much longer for a stub's reply than kpsdk waits for gdb
@@ -108,6 +113,18 @@ class LiveRegs:
         self.cache: dict[str, int] = {}
         self.writes: dict[str, int] = {}
         self.learned: list[str] = []
+        #: memory the agent sent with the hit, by address (``@ADDR=HEX`` words)
+        self.memory: dict[int, bytes] = {}
+        self._sp = target.arch.register(target.arch.sp).gdb
+
+    def learn_memory(self, addr: int, size: int) -> None:
+        """A read during a hit near the stack pointer (a return address, a stack argument):
+        ask the agent to send those bytes with the point's later hits (``+@SP:OFF:SIZE``),
+        as registers are learned, so that a kretprobe's entry on x86 or a stack argument
+        costs no round trip."""
+        sp = self.cache.get(self._sp)
+        if sp is not None and 0 <= addr - sp < MEMORY_PREFETCH_REACH and size <= MEMORY_PREFETCH_SIZE:
+            self.learned.append(f"@{self._sp}:{addr - sp:x}:{size:x}")
 
     def read(self, reg: Register) -> int:
         value = self.cache.get(reg.gdb)
@@ -181,6 +198,10 @@ class GdbTarget(Target):
         self.sysroot: Path | None = None
         #: kpsdk's own breakpoints (the loader's r_brk): address -> what runs when it is hit
         self._stop_hooks: dict[int, Callable[[], None]] = {}
+        #: post_handlers' single-steps whose end the agent reports (kpsdk.targets.livestep)
+        self._steps = LiveStep(arch, self.hardware)
+        #: breakpoint changes made during the current hit, sent on its final line
+        self._changes: list[str] = []
         self.link = AgentLink()
         self.mi: MiConnection | None = None
         _open_targets.add(self)
@@ -299,10 +320,19 @@ class GdbTarget(Target):
         if size <= 0:
             return b""
         if self.in_hit:
+            sent = self._io.memory.get(addr) if self._io.memory else None
+            if sent is not None and len(sent) >= size:
+                return sent[:size]
             try:
-                return bytes.fromhex(self.link.request(f"m {addr:x} {size:x}"))
+                data = bytes.fromhex(self.link.request(f"m {addr:x} {size:x}"))
+                self._io.learn_memory(addr, size)
+                return data
             except TargetFault:
-                if self.arch.page_walk is None or self.abi_kind != "kernel":
+                if self.abi_kind != "kernel":
+                    raise
+                if self.arch.access_gate is not None:
+                    return self._read_through_gate(addr, size)
+                if self.arch.page_walk is None:
                     raise
                 return self._read_through_page_tables(addr, size)
         try:
@@ -313,6 +343,20 @@ class GdbTarget(Target):
         if len(data) < size:
             raise TargetFault(f"cannot read {size} bytes (only {len(data)})", addr, self.symbols.format(addr))
         return data[:size]
+
+    def _read_through_gate(self, addr: int, size: int) -> bytes:
+        """A read the kernel's own access gate refused to the debugger (ppc64's KUAP:
+        :attr:`~kpsdk.arch.Arch.access_gate`), again with the gate open; the guest's value
+        is back in the register before the hit goes on, whatever the read gave.  A read that
+        fails with the gate open is a real fault (:class:`TargetFault`)."""
+        gate = self.arch.access_gate
+        assert gate is not None
+        saved = int(self.link.request(f"r {gate.register}"), 16)
+        self.link.request(f"W {gate.register} {gate.open_value:x}")
+        try:
+            return bytes.fromhex(self.link.request(f"m {addr:x} {size:x}"))
+        finally:
+            self.link.request(f"W {gate.register} {saved:x}")
 
     def _read_through_page_tables(self, addr: int, size: int) -> bytes:
         """A read the CPU's access control refused to the debugger (ARM's software PAN),
@@ -343,6 +387,7 @@ class GdbTarget(Target):
         if not data:
             return
         if self.in_hit:
+            self._io.memory.clear()  # what the agent sent may be stale now
             self.link.request(f"w {addr:x} {bytes(data).hex()}")
             return
         try:
@@ -374,6 +419,9 @@ class GdbTarget(Target):
 
     #: the gdbstub takes hardware watchpoints (Z2-Z4); qemu-user's does not
     hw_watchpoints = True
+    #: post_handler steps end in the agent (kpsdk.targets.livestep); False: every step
+    #: through MI, the slow way (tests compare the two)
+    agent_steps = True
     watch: LiveWatch | None = None
 
     def watch_engine(self) -> LiveWatch:
@@ -507,9 +555,10 @@ class GdbTarget(Target):
         return tid
 
     def _agent(self, request: str, python_call: str, addr: int) -> None:
-        """Insert or delete an agent breakpoint: over the socket during a hit, else through MI."""
+        """Insert or delete an agent breakpoint: on the hit's final line during a hit (no
+        round trip: ``b ADDR HW`` becomes ``b:ADDR:HW``), else through MI."""
         if self.in_hit:
-            self.link.request(request)
+            self._changes.append(request.replace(" ", ":"))
             return
         try:
             self._mi().console_command(f"python kpsdk_agent.{python_call}")
@@ -549,8 +598,7 @@ class GdbTarget(Target):
         while True:
             line = link.wait_line(POLL_SECONDS, spin=NEXT_HIT_SPIN, also=mi.fileno)
             if line is not None:
-                if line.startswith(("H ", "W ")):
-                    self._hit(line)
+                self._agent_line(line)
                 continue
             result = self._between_hits()
             if result is not _RUNNING:
@@ -616,8 +664,8 @@ class GdbTarget(Target):
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             line = self.link.wait_line(0.05, spin=0, also=self._mi().fileno)
-            if line is not None and line.startswith(("H ", "W ")):
-                self._hit(line)
+            if line is not None:
+                self._agent_line(line)
             self._mi().pump(0)
             stopped = self._take_stopped()
             if stopped is not None:
@@ -671,16 +719,40 @@ class GdbTarget(Target):
         return _RUNNING
 
     def _step_and_post(self, point: ProbePoint) -> None:
-        """K3 on a live target: execute the probed instruction with ``stepi``, then the post_handlers."""
-        self._resume("-exec-step-instruction")
-        stopped = self._await_stop(self.stall_limit)
-        if stopped is None:
-            raise self._abandon(TargetStalled(f"single-stepping {self.symbols.format(point.addr)} did not finish "
-                                              f"within {self.stall_limit:g} s"))
-        if str(stopped.get("reason", "")).startswith("exited"):
-            self._on_stopped(stopped)
-            return
-        self.manager.post(point, self._regs, self.mi_read_register(self._pc.gdb))
+        """K3 on a live target: execute the probed instruction with ``stepi``, then the post_handlers.
+
+        A step landing on another kpsdk breakpoint is reported as that breakpoint's hit
+        before the ``*stopped``: the step is pending for every address, so that hit runs
+        these post_handlers first (K3's order), as an agent-ended step does."""
+        thread = self._thread
+        following: ProbePoint | None = point
+        while following is not None:
+            point, self._pending_step = following, None
+            self._steps.pending[thread] = (point, None)
+            self._resume("-exec-step-instruction")
+            stopped = self._await_stop(self.stall_limit)
+            if stopped is None:
+                raise self._abandon(TargetStalled(f"single-stepping {self.symbols.format(point.addr)} did not "
+                                                  f"finish within {self.stall_limit:g} s"))
+            self._stopping = False  # a hit on the way that asked for a stop had it: this one
+            if str(stopped.get("reason", "")).startswith("exited"):
+                self._on_stopped(stopped)
+                return
+            step = self._steps.pending.get(thread)
+            if step is not None and step[0] is point:
+                del self._steps.pending[thread]
+                self.manager.post(point, self._regs, self.mi_read_register(self._pc.gdb))
+            # a hit on the way that wants its own step the slow way: the CPU is already stopped there
+            following = self._pending_step
+
+    def _agent_line(self, line: str) -> None:
+        """A line the agent sent unasked: a hit, or a breakpoint change it could not make
+        (``E MESSAGE``; the agent stops the CPU, and run() raises it at that stop)."""
+        if line.startswith(("H ", "W ")):
+            self._hit(line)
+        elif line.startswith("E "):
+            self._pending_error = TargetError(f"gdb: {line[2:]}")
+            self._stopping = True
 
     def _hit(self, line: str) -> None:
         """One probe hit reported by the agent; always answers it.
@@ -697,19 +769,29 @@ class GdbTarget(Target):
         cache.clear()
         io.writes.clear()
         io.learned.clear()
+        if io.memory:
+            io.memory.clear()
         for word in parts[3:]:
             name, _, value = word.partition("=")
-            cache[name] = int(value, 16)
+            if name[0] == "@":
+                io.memory[int(name[1:], 16)] = bytes.fromhex(value)
+            else:
+                cache[name] = int(value, 16)
         verdict = "c"
         point = self.manager.points.get(addr) if watch is None else None
-        self._thread = int(parts[2], 16)
+        thread = self._thread = int(parts[2], 16)
+        changes = self._changes
+        changes.clear()
         self.in_hit = True
         try:
             if watch is not None:
                 self.watch_engine().hit(addr, watch, self._regs)
-            elif self._stop_hooks and addr in self._stop_hooks:
-                self._regs._reset(addr)
-                self._stop_hooks[addr]()
+            else:
+                if self._steps.pending:  # the end of this thread's single-step comes first (K3)
+                    self._steps.reached(thread, addr, self._regs)
+                if self._stop_hooks and addr in self._stop_hooks:
+                    self._regs._reset(addr)
+                    self._stop_hooks[addr]()
             if watch is None and addr in self._return_bps and self.rethook is not None:
                 self._regs._reset(addr)
                 resume = self.rethook.on_return(self._regs, False)
@@ -721,22 +803,39 @@ class GdbTarget(Target):
                 if new is not None:
                     io.writes[self._pc.gdb] = new
                 elif point.needs_step:
-                    verdict = "s"
-                    self._pending_step = point
+                    verdict = self._start_step(thread, point)
         except BaseException as exc:  # noqa: BLE001 - raised from run() once gdb reports the stop
             self._pending_error = exc
             verdict = "s"
         finally:
             self.in_hit = False
-        if self._stop_requested or (self._deadline is not None and time.monotonic() >= self._deadline):
+        if self._ending():
             self._stop_requested = True
             verdict = "s"
         if verdict == "s":
             self._stopping = True
         words = [verdict, *(f"{n}={v & ((1 << 64) - 1):x}" for n, v in io.writes.items()),
-                 *(f"+{n}" for n in io.learned)]
+                 *(f"+{n}" for n in io.learned), *changes]
         self.link.send(" ".join(words))
         cache.clear()
+
+    def _ending(self) -> bool:
+        """Whether the run ends at this hit (stop(), or the run's timeout passed)."""
+        return self._stop_requested or (self._deadline is not None and time.monotonic() >= self._deadline)
+
+    def _start_step(self, thread: int, point: ProbePoint) -> str:
+        """K3 for this hit: the verdict, ``c`` with the step's end armed in the agent
+        (:mod:`kpsdk.targets.livestep`), or ``s`` for the slow way through MI, taken
+        when the backend cannot follow the instruction or the run ends here (run()
+        then returns with the post_handlers run)."""
+        if self.agent_steps and not self._ending():
+            arch = self.arch
+            succ = self._steps.successors(point, lambda name: self._io.read(arch.register(name)), self.read_memory)
+            if succ is not None:
+                self._changes += self._steps.start(thread, point, succ)
+                return "c"
+        self._pending_step = point
+        return "s"
 
     def _condition_passes(self, point: ProbePoint) -> bool:
         arch = self.arch
@@ -774,6 +873,7 @@ class GdbTarget(Target):
         """The program ended with ``status``: hooked calls that never returned are dropped
         (nothing leaks), QEMU's last output collected, plugins told."""
         self._exit_status = status
+        self._steps.clear()
         if self.rethook is not None:
             self.rethook.unwind()
         self._drain_output()

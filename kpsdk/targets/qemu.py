@@ -320,7 +320,7 @@ def open_qemu_system(rest: str, registry: Registry, kernel: str | None = None, i
     qemu = _need(board.binary, board.package)
     _need("gdb-multiarch", "gdb-multiarch")
     source = symbols or kernel
-    table = load_symbols(source)[0] if source else SymbolTable()
+    table, image = load_symbols(source) if source else (SymbolTable(), None)
     tmp, cleanup = private_dir()
     sock = tmp / "gdb.sock"
     cmd = [qemu, *board.command(), "-accel", "tcg", "-m", memory or board.memory, "-smp", str(smp),
@@ -341,11 +341,27 @@ def open_qemu_system(rest: str, registry: Registry, kernel: str | None = None, i
     target.kernel_image = kernel or symbols  # where the trace prefix finds the kernel's BTF
     if kernel and ready_symbol and ready_symbol in table:
         try:
-            target.run_to(table.get(ready_symbol).address, boot_timeout)
+            target.run_to(ready_address(arch, table, image, ready_symbol), boot_timeout)
         except BaseException:
             target.close()
             raise
     return target
+
+
+def ready_address(arch: Arch, table: SymbolTable, image: ElfImage | None, name: str) -> int:
+    """Where the session waits for the kernel: ``name``'s entry as a direct call reaches it.
+
+    On ppc64 ELFv2 (ppc64le kernels) a ``bl`` from the same module lands on the local entry,
+    past the two instructions that set up r2, so a breakpoint on the symbol's own address is
+    never passed by ``start_kernel``'s caller.  The code is not in memory before the boot
+    (the firmware loads it), so the local entry is read from the kernel ELF's bytes; without
+    them (symbols from a System.map) the symbol's address is all there is.
+    """
+    address = table.get(name).address
+    code = image.read(address, 8) if image is not None and arch.local_entry is not None else None
+    if code is None or arch.local_entry is None:
+        return address
+    return address + arch.local_entry(code)
 
 
 #: QEMU options kpsdk sets itself (the gdbstub, the console, the monitor, the start paused):

@@ -876,6 +876,23 @@ class UnicornTarget(Target):
         for library in done:
             self.emit("library_loaded", library=library)
 
+    def unmapping(self, start: int, end: int) -> None:
+        """The program is about to unmap ``[start, end)`` (ld.so at dlclose unmaps a library's
+        whole span at once): each object whose first page lies there leaves mapped_files()
+        and plugins hear ``kpsdk_library_unloaded`` (uprobes there are taken out while the
+        pages still exist).  The program itself is never one of them."""
+        def inside(mf: MappedFile) -> bool:
+            return start <= mf.bias + (mf.image.segments[0].vaddr & ~(PAGE - 1)) < end
+
+        self.pending_libraries = [mf for mf in self.pending_libraries if not inside(mf)]
+        gone = [mf for mf in self._files[1:] if inside(mf)]
+        if not gone:
+            return
+        self._files = tuple(mf for mf in self._files if mf not in gone)
+        self.symbols = loaded_symbols(self._files)
+        for library in gone:
+            self.emit("library_unloaded", library=library)
+
     def _set_result(self, result: int) -> None:
         """Return ``result`` to the program: in the result register, or as a positive errno
         with the arch's error flag set (ppc64's CR0.SO) where the ABI says so."""

@@ -131,6 +131,7 @@ def start_process(target: UnicornTarget, image: ElfImage, program: str, options:
     process = LinuxProcess(arch, target.uc, target._console, space, Sysroot(sysroot), options.stdin,
                            options.cwd, exe)
     process.on_file_map = lambda host, at, offset: library_mapped(target, host, at, offset)
+    process.on_unmap = lambda start, end: target.unmapping(start, end)
     word = struct.Struct(("<" if arch.endian == "little" else ">") + ("Q" if arch.word_size == 8 else "I"))
     argv = [os.fsencode(program), *(a.encode("utf-8", "surrogateescape") for a in options.args)]
     envp = [f"{k}={v}".encode("utf-8", "surrogateescape") for k, v in options.env]
@@ -195,9 +196,14 @@ def library_mapped(target: UnicornTarget, host: Path, at: int, offset: int) -> N
         image = load_elf(host)
     except (OSError, KpsdkError):
         return  # not an object ld.so could load either: it reports that itself
-    bias = at - (image.segments[0].vaddr & ~(PAGE - 1))
+    mapped = MappedFile.of(image, at - (image.segments[0].vaddr & ~(PAGE - 1)))
+    for known in (*target.pending_libraries, *target.mapped_files()):
+        if known.identity == mapped.identity and \
+                known.bias + (known.image.segments[0].vaddr & ~(PAGE - 1)) <= at < \
+                known.bias + max(seg.vaddr + seg.memsz for seg in known.image.segments):
+            return  # a later segment of an object already seen, whose file offset rounds down to 0
     # Announced once its segments are in place, not now: ld.so maps the file's whole span
     # read-only first and then each segment over it with its own protection, so a uprobe
     # armed at this point would find its code not yet executable (UnicornTarget._syscall
     # announces it at the first system call that is not one of that mapping's).
-    target.pending_libraries.append(MappedFile.of(image, bias))
+    target.pending_libraries.append(mapped)

@@ -65,6 +65,9 @@ class OpenFile:
     tty: bool = False
     #: the host file behind a ``host`` description (what a mapping of it reports)
     host: Path | None = None
+    #: a directory's entries as getdents64 hands them out: (name, inode, d_type), ``pos`` the
+    #: next one's index; read at the first getdents64 and again after a rewind
+    entries: list[tuple[bytes, int, int]] | None = None
 
 
 class Sysroot:

@@ -60,6 +60,25 @@ def pack_statx(values: dict[str, int], order: str) -> bytes:
     return bytes(out)
 
 
+#: d_type of ``struct linux_dirent64`` by file type (include/linux/fs_types.h: S_IFMT >> 12)
+DT_UNKNOWN = 0
+#: a linux_dirent64's fixed part: d_ino (u64), d_off (s64), d_reclen (u16), d_type (u8)
+DIRENT64_HEAD = 19
+
+
+def pack_dirent64(ino: int, cookie: int, dtype: int, name: bytes, order: str) -> bytes:
+    """One ``struct linux_dirent64`` (include/linux/dirent.h): its name NUL-terminated and
+    the record padded to 8 bytes, as fs/readdir.c's filldir64 lays it out."""
+    reclen = (DIRENT64_HEAD + len(name) + 1 + 7) & ~7
+    return struct.pack(order + "QqHB", ino & (2**64 - 1), cookie, reclen, dtype) + name.ljust(
+        reclen - DIRENT64_HEAD, b"\0")
+
+
+def dirent_type(mode: int) -> int:
+    """The d_type of a file of ``mode`` (``S_IFMT >> 12`` is the DT_ value on Linux)."""
+    return statmod.S_IFMT(mode) >> 12
+
+
 def pack_utsname(machine: str, order: str) -> bytes:
     """``struct new_utsname``: six 65-byte strings."""
     fields = ("Linux", "kpsdk", "6.1.0-kpsdk", "#1 SMP kpsdk Unicorn", machine, "(none)")

@@ -71,6 +71,9 @@ class LinuxProcess:
         self._gdt = 0
         #: called as ``(host path, address, file offset)`` after a file is mapped (ld.so mapping a library)
         self.on_file_map: Callable[[Path, int, int], None] | None = None
+        #: called as ``(start, end)`` before ``munmap`` removes that range (ld.so unmapping a
+        #: library at dlclose): while its pages are still there to take probes out of
+        self.on_unmap: Callable[[int, int], None] | None = None
         names = {nr: name for name, nr in arch.syscalls.calls.items()}
         self.handlers: dict[int, tuple[str, Callable[..., int] | None]] = {
             nr: (name, getattr(self, "sys_" + name.lstrip("_"), None)) for nr, name in names.items()}
@@ -186,6 +189,30 @@ class LinuxProcess:
         self.write(buf, data)
         return len(data)
 
+    def _sendfile(self, out_fd: int, in_fd: int, offset_ptr: int, count: int, offset_code: str) -> int:
+        """Copy up to ``count`` bytes from ``in_fd`` (at ``*offset_ptr``, which is advanced, or
+        at its position) to ``out_fd``: busybox ``cat`` tries this before read/write."""
+        out = self.fds.get(self.sint(out_fd))
+        src = self.fds.get(self.sint(in_fd))
+        if src.kind != "host":
+            raise _GuestErrno(errno.EINVAL)
+        if offset_ptr:
+            fmt = self.order + offset_code
+            (offset,) = struct.unpack(fmt, self.read(offset_ptr, struct.calcsize(fmt)))
+            if offset < 0:
+                raise _GuestErrno(errno.EINVAL)
+            data = self._read_from(src, count, offset)
+            self.write(offset_ptr, struct.pack(fmt, offset + len(data)))
+        else:
+            data = self._read_from(src, count)
+        return self._write_to(out, data)
+
+    def sys_sendfile(self, out_fd: int, in_fd: int, offset: int, count: int, *_: int) -> int:
+        return self._sendfile(out_fd, in_fd, offset, count, "q" if self.bits == 64 else "i")
+
+    def sys_sendfile64(self, out_fd: int, in_fd: int, offset: int, count: int, *_: int) -> int:
+        return self._sendfile(out_fd, in_fd, offset, count, "q")
+
     def _user_data(self, addr: int, count: int) -> bytes:
         """What a write passes: up to ``count`` bytes, page by page to the first unmapped one."""
         out = bytearray()
@@ -260,6 +287,13 @@ class LinuxProcess:
         return 0
 
     def _seek(self, f: OpenFile, offset: int, whence: int) -> int:
+        if f.entries is not None:  # a directory: its position is getdents64's cookie (rewinddir: 0)
+            if whence != SEEK_SET or offset < 0:
+                raise _GuestErrno(errno.EINVAL)
+            f.pos = offset
+            if not offset:
+                f.entries = None
+            return offset
         if f.kind == "host":
             try:
                 return os.lseek(f.fd, offset, whence)
@@ -324,6 +358,102 @@ class LinuxProcess:
     def sys_ioctl(self, fd: int, request: int, *_: int) -> int:
         self.fds.get(self.sint(fd))
         raise _GuestErrno(errno.ENOTTY)  # no descriptor is a terminal (TCGETS, TIOCGWINSZ...)
+
+    def sys_getdents64(self, fd: int, dirp: int, count: int, *_: int) -> int:
+        """As many ``linux_dirent64`` records as fit in ``count`` bytes (``.`` and ``..`` first,
+        then the host directory's entries in its own order); 0 at the end, EINVAL when not even
+        the next one fits."""
+        f = self.fds.get(self.sint(fd))
+        if f.kind != "host" or f.host is None or not statmod.S_ISDIR(os.fstat(f.fd).st_mode):
+            raise _GuestErrno(errno.ENOTDIR)
+        if f.entries is None:
+            f.entries = self._list_directory(f)
+        out = bytearray()
+        while f.pos < len(f.entries):
+            name, ino, dtype = f.entries[f.pos]
+            record = structs.pack_dirent64(ino, f.pos + 1, dtype, name, self.order)
+            if len(out) + len(record) > (count & 0xFFFFFFFF):
+                if not out:
+                    raise _GuestErrno(errno.EINVAL)
+                break
+            out += record
+            f.pos += 1
+        self.write(dirp, bytes(out))
+        return len(out)
+
+    def _list_directory(self, f: OpenFile) -> list[tuple[bytes, int, int]]:
+        """The entries of directory ``f``: itself, its parent (itself at the sysroot's top), then
+        what the host lists, each with its inode and type (lstat's: a link is DT_LNK)."""
+        assert f.host is not None
+        here = os.fstat(f.fd)
+        parent = here if self.root.root is not None and Path(os.path.realpath(f.host)) == self.root.root \
+            else os.stat(f.host.parent)
+        entries = [(b".", here.st_ino, structs.dirent_type(here.st_mode)),
+                   (b"..", parent.st_ino, structs.dirent_type(parent.st_mode))]
+        try:
+            with os.scandir(f.fd) as listing:
+                for entry in listing:
+                    try:
+                        dtype = structs.dirent_type(entry.stat(follow_symlinks=False).st_mode)
+                    except OSError:
+                        dtype = structs.DT_UNKNOWN
+                    entries.append((os.fsencode(entry.name), entry.inode(), dtype))
+        except OSError as e:
+            raise _GuestErrno(e.errno or errno.EIO) from None
+        return entries
+
+    # -- extended attributes: read from the sysroot's files (``ls -l`` asks for ACLs) -------------
+
+    def _xattr_target(self, path_addr: int, follow: bool) -> Path | int:
+        path = self.string(path_addr)
+        return self.root.resolve(path, self.cwd, follow=follow)
+
+    def _xattr_fd(self, fd: int) -> int:
+        f = self.fds.get(self.sint(fd))
+        if f.kind != "host":
+            raise _GuestErrno(errno.ENODATA)  # kpsdk's pipes and console carry no attributes
+        return f.fd
+
+    def _getxattr(self, where: Path | int, name_addr: int, value: int, size: int, follow: bool = True) -> int:
+        try:
+            data = os.getxattr(where, self.string(name_addr, 256), follow_symlinks=follow)
+        except OSError as e:
+            raise _GuestErrno(e.errno or errno.ENODATA) from None
+        return self._put_sized(value, size, data)
+
+    def _listxattr(self, where: Path | int, out: int, size: int, follow: bool = True) -> int:
+        try:
+            data = b"".join(os.fsencode(n) + b"\0" for n in os.listxattr(where, follow_symlinks=follow))
+        except OSError as e:
+            raise _GuestErrno(e.errno or errno.ENOTSUP) from None
+        return self._put_sized(out, size, data)
+
+    def _put_sized(self, buf: int, size: int, data: bytes) -> int:
+        """The xattr calls' contract: size 0 asks only how big ``data`` is; a buffer too small is
+        ERANGE; else ``data`` is copied out.  Returns its length."""
+        if size:
+            if len(data) > size:
+                raise _GuestErrno(errno.ERANGE)
+            self.write(buf, data)
+        return len(data)
+
+    def sys_getxattr(self, path: int, name: int, value: int, size: int, *_: int) -> int:
+        return self._getxattr(self._xattr_target(path, True), name, value, size)
+
+    def sys_lgetxattr(self, path: int, name: int, value: int, size: int, *_: int) -> int:
+        return self._getxattr(self._xattr_target(path, False), name, value, size, follow=False)
+
+    def sys_fgetxattr(self, fd: int, name: int, value: int, size: int, *_: int) -> int:
+        return self._getxattr(self._xattr_fd(fd), name, value, size)
+
+    def sys_listxattr(self, path: int, out: int, size: int, *_: int) -> int:
+        return self._listxattr(self._xattr_target(path, True), out, size)
+
+    def sys_llistxattr(self, path: int, out: int, size: int, *_: int) -> int:
+        return self._listxattr(self._xattr_target(path, False), out, size, follow=False)
+
+    def sys_flistxattr(self, fd: int, out: int, size: int, *_: int) -> int:
+        return self._listxattr(self._xattr_fd(fd), out, size)
 
     # -- file status --------------------------------------------------------------------------
 
@@ -473,6 +603,8 @@ class LinuxProcess:
         return self._mmap(addr, length, prot, flags, fd, pgoff * PAGE)  # mmap2's offset is in 4096-byte units
 
     def sys_munmap(self, addr: int, length: int, *_: int) -> int:
+        if self.on_unmap is not None and not addr % PAGE and length:
+            self.on_unmap(addr, addr + length)
         self.mem.unmap(addr, addr + length)
         return 0
 
