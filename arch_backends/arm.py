@@ -346,6 +346,9 @@ ARM = Arch(
     qemu_system=QemuMachine("qemu-system-arm", "qemu-system-arm", machine="virt", console="ttyAMA0"),
     debian=DebianPort("armhf", "bookworm", "linux-image-armmp"),
     kernel_stack_size=8192,
+    # arch/arm selects no HAVE_FUNCTION_ARG_ACCESS_API (no regs_get_kernel_argument): its kernel's
+    # probe events refuse $argN anywhere; kpsdk's own targets read it by the AAPCS
+    kernel_arg_access=False,
     watch=WATCH,
     cross_gcc_package="gcc-arm-linux-gnueabihf",
     conditions=Conditions(condition, condition_passes),

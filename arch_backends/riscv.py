@@ -27,6 +27,7 @@ from kpsdk.arch import (
     FrameRecord,
     InsnRules,
     InstructionSet,
+    KernelTasks,
     LinuxAbi,
     OutOfLine,
     QemuMachine,
@@ -265,6 +266,21 @@ def unicorn_setup(uc: unicorn.Uc) -> None:
     uc.reg_write(ur.UC_RISCV_REG_MSTATUS, uc.reg_read(ur.UC_RISCV_REG_MSTATUS) | (1 << 13))
 
 
+#: SSTATUS.SIE: supervisor interrupts enabled (the kernel runs in S-mode)
+SSTATUS_SIE = 1 << 1
+#: a riscv kernel keeps ``current`` in ``tp`` while it runs (arch/riscv/include/asm/current.h:
+#: ``register struct task_struct *riscv_current_is_tp __asm__("tp")``; entry.S loads it from
+#: sscratch on a trap from user mode); the preempt count is in thread_info, not per cpu
+KERNEL_TASKS = KernelTasks(
+    percpu_register="",
+    current=(),
+    flags_register="sstatus",
+    irqs_disabled=lambda status: not status & SSTATUS_SIE,
+    need_resched_bit=3,  # TIF_NEED_RESCHED (arch/riscv/include/asm/thread_info.h)
+    current_register="tp",
+)
+
+
 RISCV64 = Arch(
     name="riscv64",
     aliases=("riscv", "rv64"),
@@ -298,6 +314,7 @@ RISCV64 = Arch(
     qemu_system=QemuMachine("qemu-system-riscv64", "qemu-system-misc", machine="virt"),
     # Debian 12 has no riscv64 kernel; 13 (trixie) has, as an uncompressed Image named vmlinux-*
     debian=DebianPort("riscv64", "trixie", "linux-image-riscv64", "vmlinux-*"),
+    kernel_tasks=KERNEL_TASKS,
     # the Sdtrig trigger module: QEMU implements 2 mcontrol triggers (RV_MAX_TRIGGERS), each
     # matching loads, stores or execution of a naturally aligned 1, 2, 4 or 8-byte range
     watch=WatchRules(slots=2, types=frozenset({"x", "w", "r", "rw"}), lengths=(1, 2, 4, 8),

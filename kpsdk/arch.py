@@ -374,7 +374,7 @@ class KernelTasks:
 
     :param percpu_register: gdb's name of the register that holds this CPU's per-cpu
         offset while the kernel runs (x86_64: ``gs_base``, which the kernel's ``swapgs``
-        loads on entry).
+        loads on entry); "" where ``current_register`` holds the task itself.
     :param current: the per-cpu variable holding the task pointer, in the order kernels
         have spelled it (``SYM``, or ``SYM.member`` read through the kernel's BTF): the
         first the kernel's symbols have is used.
@@ -385,6 +385,8 @@ class KernelTasks:
     :param need_resched_bit: TIF_NEED_RESCHED, the bit of ``task_struct.thread_info.flags``.
     :param preempt_need_resched_inverted: the bit of the per-cpu preempt count that is
         *clear* when a preemption is needed (x86's folded PREEMPT_NEED_RESCHED), or 0.
+    :param current_register: gdb's name of a register that holds ``current`` itself while
+        the kernel runs (riscv: ``tp``); then ``percpu_register`` and ``current`` are not used.
     """
 
     percpu_register: str
@@ -394,6 +396,7 @@ class KernelTasks:
     preempt_count: tuple[str, ...] = ()
     need_resched_bit: int | None = None
     preempt_need_resched_inverted: int = 0
+    current_register: str | None = None
 
 
 @dataclass(frozen=True)
@@ -563,10 +566,12 @@ class Arch:
                           debugger (ARM's software PAN: user memory from kernel mode)
     ``access_gate``       a register that denies kernel-mode user accesses, opened for a
                           live kernel's refused reads (ppc64's KUAP through the AMR)
-    ``kernel_tasks``      where a kernel keeps ``current`` (x86_64): comm and pid in the
+    ``kernel_tasks``      where a kernel keeps ``current`` (x86_64, riscv64): comm and pid in the
                           trace prefix on a live kernel (else ``<...>-0``)
     ``entry_registers``   registers a process starts with beyond sp, from its entry's
                           function descriptor (ppc64 ELFv1: r2, the TOC)
+    ``kernel_arg_access`` the arch's kernel selects HAVE_FUNCTION_ARG_ACCESS_API: its probe
+                          events read ``$argN`` (32-bit arm's does not: "Invalid $-variable")
     ====================  ================================================================
     """
 
@@ -617,6 +622,7 @@ class Arch:
     page_walk: PageWalk | None = None
     access_gate: AccessGate | None = None
     kernel_tasks: KernelTasks | None = None
+    kernel_arg_access: bool = True
     #: ``(descriptor bytes, load bias) -> {register: value}``: what the kernel loads from an
     #: ELFv1 entry descriptor besides the pc (only called when e_entry is one); the descriptor
     #: as the file has it, the bias that of the object it belongs to (the loader's, if any)

@@ -108,14 +108,17 @@ class TaskLayout:
     migration_disabled_size: int = 2
 
     def read(self, read: Callable[[int, int], bytes], percpu_base: int, word: int, endian: Literal["little", "big"],
-             irqs_off: bool, tasks: KernelTasks) -> tuple[str, int, str]:
+             irqs_off: bool, tasks: KernelTasks, current: int | None = None) -> tuple[str, int, str]:
         """``(comm, pid, flags)`` of the running task: ``read(addr, size)`` reads guest memory
-        (one read for the per-cpu words, one per task_struct field)."""
+        (one read for the per-cpu words, one per task_struct field).  ``current``: the task
+        itself, where a register holds it (:attr:`KernelTasks.current_register`)."""
 
         def number(raw: bytes) -> int:
             return int.from_bytes(raw, endian)
 
-        if self.preempt_count is not None:
+        if current is not None:
+            count = 0
+        elif self.preempt_count is not None:
             lo = min(self.current, self.preempt_count)
             raw = read(percpu_base + lo, max(self.current + word, self.preempt_count + 4) - lo)
             current = number(raw[self.current - lo:self.current - lo + word])
@@ -170,28 +173,39 @@ def _layout_of(data: bytes, path: Path, arch: Arch) -> TaskLayout:
     tasks = arch.kernel_tasks
     assert tasks is not None
     vmlinux, _ = unpack_kernel(data, path)
-    try:
-        elf = ElfFile(vmlinux, path)
-    except ImageFormatError as exc:
-        raise TargetError(f"{path}: the kernel inside is not an ELF vmlinux, so kpsdk finds no BTF in it "
-                          f"({exc})") from None
-    section = elf.section(".BTF")
-    if section is None:
-        raise TargetError(f"{path}: the kernel has no .BTF section (built without CONFIG_DEBUG_INFO_BTF)")
-    btf = Btf(elf.contents(section), f"{path} .BTF")
+    if vmlinux[:4] == b"\x7fELF":
+        try:
+            elf = ElfFile(vmlinux, path)
+        except ImageFormatError as exc:
+            raise TargetError(f"{path}: the kernel inside is a broken ELF vmlinux, so kpsdk finds no BTF in it "
+                              f"({exc})") from None
+        section = elf.section(".BTF")
+        if section is None:
+            raise TargetError(f"{path}: the kernel has no .BTF section (built without CONFIG_DEBUG_INFO_BTF)")
+        raw = elf.contents(section)
+    else:
+        raw = _image_btf(vmlinux, {e.name: e.address for e in image_entries(data, path)}, path)
+    btf = Btf(raw, f"{path} .BTF")
     btf.pointer_size = arch.word_size
     try:
         pid = btf.member("task_struct", "pid")
         comm = btf.member("task_struct", "comm")
     except LookupError as exc:
         raise TargetError(f"{path}: {exc}") from None
+    ti_flags = _optional_member(btf, "thread_info.flags")
+    migration = _optional_member(btf, "migration_disabled")
+    if tasks.current_register is not None:  # the register is current: no per-cpu data to find
+        return TaskLayout(0, pid.offset, comm.offset, min(comm.size, TASK_COMM_LEN),
+                          f"comm-pid: current from the {tasks.current_register} register, task_struct.pid and .comm "
+                          f"from the kernel's BTF; flags: irqs-off from {tasks.flags_register}",
+                          None, ti_flags.offset if ti_flags is not None else None,
+                          migration.offset if migration is not None else None,
+                          migration.size if migration is not None else 2)
     percpu = {e.name: e.address for e in image_entries(data, path)}
     current = _percpu(btf, percpu, tasks.current)
     if current is None:
         raise TargetError(f"{path}: its symbols have none of {', '.join(tasks.current)}")
     preempt = _percpu(btf, percpu, tasks.preempt_count)
-    ti_flags = _optional_member(btf, "thread_info.flags")
-    migration = _optional_member(btf, "migration_disabled")
     how = (f"comm-pid: current from the per-cpu {current[0]}, task_struct.pid and .comm from the kernel's BTF; "
            f"flags: irqs-off from {tasks.flags_register}")
     if preempt is not None:
@@ -201,6 +215,25 @@ def _layout_of(data: bytes, path: Path, arch: Arch) -> TaskLayout:
                       ti_flags.offset if ti_flags is not None else None,
                       migration.offset if migration is not None else None,
                       migration.size if migration is not None else 2)
+
+
+#: the first byte of a little- or big-endian BTF blob (``BTF_MAGIC`` 0xeB9F)
+BTF_MAGICS = (b"\x9f\xeb", b"\xeb\x9f")
+
+
+def _image_btf(image: bytes, symbols: dict[str, int], path: Path) -> bytes:
+    """The BTF of a kernel that is a raw image, not an ELF (riscv's and arm64's ``Image``):
+    the bytes between the kernel's own ``__start_BTF`` and ``__stop_BTF``, the image's first
+    byte being ``_start`` (the image is its memory from there on)."""
+    base = symbols.get("_start")
+    start, stop = symbols.get("__start_BTF"), symbols.get("__stop_BTF")
+    if base is None or start is None or stop is None:
+        raise TargetError(f"{path}: the kernel is a raw image whose symbols lack _start, __start_BTF or __stop_BTF, "
+                          "so kpsdk finds no BTF in it")
+    lo, hi = start - base, stop - base
+    if not 0 <= lo < hi <= len(image) or image[lo:lo + 2] not in BTF_MAGICS:
+        raise TargetError(f"{path}: no BTF at __start_BTF ({start:#x}) of the raw image")
+    return image[lo:hi]
 
 
 def _percpu(btf: Btf, percpu: dict[str, int], specs: tuple[str, ...]) -> tuple[str, int] | None:

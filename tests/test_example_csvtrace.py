@@ -40,7 +40,7 @@ def test_installed_from_its_distribution(site: Path) -> None:
         print(json.dumps([kpsdk_csvtrace.__file__, sorted(kpsdk.get_registry().trace_formats)]))
     """)
     assert Path(file).is_relative_to(site)
-    assert formats == ["csv", "jsonl", "perfetto", "text"]
+    assert formats == ["csv", "jsonl", "perfetto", "text", "trace-dat"]
 
 
 def test_csv_rows_are_the_text_lines_of_the_same_run(site: Path) -> None:
@@ -67,7 +67,7 @@ def test_blocked_or_not_autoloaded_it_is_not_a_format(site: Path) -> None:
         proc = run(site, ["-m", "kpsdk.cli", *args, "trace", "x86_64", *EVENTS, "--output", "csv"],
                    check=False, env=env)
         assert proc.returncode == 2, proc.stderr
-        assert "'csv': want one of jsonl, perfetto, text" in proc.stderr
+        assert "'csv': want one of jsonl, perfetto, text, trace-dat" in proc.stderr
     loaded = run(site, ["-m", "kpsdk.cli", "-p", "csvtrace", "trace", "x86_64", *EVENTS, "--output", "csv"],
                  env={"KPSDK_DISABLE_PLUGIN_AUTOLOAD": "1"}).stdout
     assert loaded.splitlines()[0] == "event,kind,time,where"

@@ -24,6 +24,7 @@ import re
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -522,7 +523,7 @@ commands = st.one_of(
         option("--filter", nest(filter_leaves), st.one_of(filters, nasty_text)),
         option("--duration", seconds, bad_seconds),
         option("--count", st.integers(1, 5).map(str)),
-        option("--output", st.sampled_from(["text", "jsonl", "perfetto"])),
+        option("--output", st.sampled_from(["text", "jsonl", "perfetto", "trace-dat"])),
         option("--hist", st.sampled_from(FILTER_FIELDS)),
         option("--call", st.sampled_from(["add 2 3", "fact 4"])),
         option("--noprobe", st.sampled_from(["sub"])),
@@ -641,7 +642,7 @@ def test_kernel_fixture_arch_is_a_known_name_or_refused(name: str) -> None:
 # -- trace output formats ------------------------------------------------------------------------
 
 @settings(max_examples=fuzz_examples(60))
-@given(name=st.one_of(st.sampled_from(["text", "jsonl", "perfetto"]), nasty_text, st.text(max_size=40)))
+@given(name=st.one_of(st.sampled_from(["text", "jsonl", "perfetto", "trace-dat"]), nasty_text, st.text(max_size=40)))
 def test_an_output_format_name_is_a_format_or_a_usage_error(name: str) -> None:
     """``--output NAME``: a loaded format runs; anything else is exit 2 listing the formats."""
     result = runner.invoke(app, ["trace", "x86_64", "-e", "p:add add a=%di:s32", "--output", name])
@@ -650,7 +651,7 @@ def test_an_output_format_name_is_a_format_or_a_usage_error(name: str) -> None:
         assert result.exit_code == 0, result.output
     else:
         flat = "".join(result.stderr.replace("│", "").split())  # rich wraps the message in a box
-        assert result.exit_code == 2 and "wantoneofjsonl,perfetto,text" in flat, result.output
+        assert result.exit_code == 2 and "wantoneofjsonl,perfetto,text,trace-dat" in flat, result.output
 
 
 @settings(max_examples=fuzz_examples(100))
@@ -695,19 +696,23 @@ def test_a_fixed_comm_and_pid_are_taken_or_refused(comm: str, pid: Any) -> None:
 @settings(max_examples=fuzz_examples(60))
 @given(name=st.one_of(st.text(max_size=30), nasty_text, st.sampled_from(["", ".", "..", "a/b", "x.svg", "x.PNG",
                                                                           "x.gif", "\x00", "/", "/dev/full"])),
-       option_name=st.sampled_from(["--out", "--plot"]))
+       option_name=st.sampled_from(["--out", "--plot", "--out trace-dat"]))
 def test_an_output_path_is_written_or_refused(tmp_path_factory: pytest.TempPathFactory, name: str,
                                               option_name: str) -> None:
-    """``--out PATH``/``--plot PATH``: written, or a usage error (2) / one error line (1) with
-    nothing created; never a traceback."""
+    """``--out PATH``/``--plot PATH``, and ``--out PATH`` of the binary ``trace-dat``: written, or a
+    usage error (2) / one error line (1) with nothing created; never a traceback."""
     base = tmp_path_factory.mktemp("out")
     path = name if name.startswith("/") else str(base / name) if name else name
-    argv = ["trace", "x86_64", "-e", "p:put put v=%si:s64", "--hist", "v", option_name, path]
+    option, _, fmt = option_name.partition(" ")
+    argv = ["trace", "x86_64", "-e", "p:put put v=%si:s64", "--hist", "v", option, path,
+            *(["--output", fmt] if fmt else [])]
     result = runner.invoke(app, argv)
     check_cli_result(argv, result.exit_code, result.stderr, result.output)
     assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
     if result.exit_code == 2:
         assert list(base.iterdir()) == [] or name in ("", ".", ".."), list(base.iterdir())
+    if fmt and result.exit_code == 0:
+        assert Path(path).read_bytes()[:10] == b"\x17\x08\x44tracing"  # the whole trace.dat, not text
 
 
 @settings(max_examples=fuzz_examples(80))

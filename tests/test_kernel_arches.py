@@ -9,6 +9,12 @@ checked against the guest itself.
   with its own tracing (:func:`kpsdk.fixtures.kernel.traced_workload`): the hit counts
   must be equal (no call reported twice, none lost), and where the guest's kprobe events
   record return values, the values must be the same, in order.
+- The probe grammar of each kernel's version: ``$argN`` definitions written into the guest's
+  own ``kprobe_events`` before the workload, parsed by kpsdk with the version it reads from
+  the image (6.1 on i386 and arm, 6.12 on riscv64): the same acceptance and error_log lines.
+- The trace prefix: the task (comm-pid) kpsdk's trace shows at each open in that window
+  equals the task of the guest's own trace line for it, on an arch whose backend says where
+  its kernel keeps ``current`` (riscv64: ``tp``); elsewhere it is ``<...>-0``.
 
 The x86_64 kernel has its own tests (test_kernel_live.py, test_kernel_image.py...).
 """
@@ -92,11 +98,69 @@ def _guest_record(console: str, bits: int) -> tuple[str, dict[str, int], dict[st
     return mode, hits, values
 
 
+#: ``$argN`` where each kernel's rules differ (kpsdk.trace.grammar.arg_error): written into the
+#: guest's own kprobe_events before its workload, and parsed by kpsdk with the grammar of the
+#: version it reads from the same image: 6.1 (i386, arm) and 6.12 (riscv64)
+ARG_CASES = ("p:kpsdk_a1 do_sys_openat2 $arg1", "r:kpsdk_a2 do_sys_openat2 $arg2",
+             "r:kpsdk_a3 do_sys_openat2 $arg0", "p:kpsdk_a4 do_sys_openat2+4 $arg1")
+#: what a kernel says when it parsed a definition but could not place the probe (riscv64's 6.12
+#: refuses a kprobe on a function's ftrace site): the grammar accepted it
+REGISTRATION_ERRORS = ("Failed to register probe event",)
+
+
+def _arg_cases_script() -> str:
+    t = "/sys/kernel/tracing"
+    lines = [f"mount -t tracefs nodev {t} 2>/dev/null"]
+    for i, case in enumerate(ARG_CASES):
+        lines += [f"echo KPSDK-ARGCASE-{i}", f"echo > {t}/error_log",
+                  f"echo '{case}' >> {t}/kprobe_events 2>/dev/null && echo KPSDK-ARGCASE-ACCEPTED",
+                  f"cat {t}/error_log"]
+    return "\n".join([*lines, f"echo > {t}/kprobe_events", "echo KPSDK-ARGCASES-END", ""])
+
+
+def _check_arg_cases(console: str, arch: str, image: Path) -> tuple[int, int]:
+    """kpsdk accepts what the guest's kprobe_events parsed, and refuses the rest with its error_log."""
+    from kpsdk.errors import TraceDefinitionError
+    from kpsdk.kernel_version import kernel_version
+    from kpsdk.trace.grammar import Parser
+
+    body = console.replace("\r", "").split("KPSDK-ARGCASES-END", 1)[0]
+    answers = re.findall(r"KPSDK-ARGCASE-(\d+)\n(.*?)(?=KPSDK-ARGCASE-\d|\Z)", body, re.S)
+    assert [int(n) for n, _ in answers] == list(range(len(ARG_CASES))), body[-2000:]
+    version = kernel_version(image)
+    assert version is not None
+    parser = Parser(kpsdk.get_registry().arch(arch), kernel=version)
+    for (_, answer), case in zip(answers, ARG_CASES, strict=True):
+        # Debian's 6.1.176 (i386, arm) still spells BAD_VAR's message "Invalid $-valiable specified",
+        # which later 6.1 stable kernels (6.1.192, x86_64) and kpsdk spell "variable"
+        lines = [re.sub(r"^\[\s*[\d.]+\] ", "", line).replace("$-valiable", "$-variable")
+                 for line in answer.rstrip("\n").split("\n")]
+        parsed = "KPSDK-ARGCASE-ACCEPTED" in answer or any(e in answer for e in REGISTRATION_ERRORS)
+        try:
+            parser.parse(case)
+            ours = None
+        except TraceDefinitionError as exc:
+            ours = exc.error_log.rstrip("\n").split("\n")[-3:]
+        assert (ours is None) == parsed and (parsed or ours == lines[-3:]), (case, version, answer, ours)
+    return version
+
+
+def _guest_open_tasks(console: str, mode: str) -> list[tuple[str, int]]:
+    """The task (comm, pid) of each do_sys_openat2 line of the guest's own trace, in order."""
+    tasks = []
+    for line in console.splitlines():
+        m = re.match(r"KTRACE\s+(.+)-(\d+)\s+\[\d+\] \S+\s+[\d.]+: (.*)$", line)
+        if m and (m[3].startswith("open: ") if mode == "kprobe" else m[3].startswith("do_sys_openat2 <-")):
+            tasks.append((m[1].strip(), int(m[2])))
+    return tasks
+
+
 @pytest.mark.parametrize("arch", PROBED_ARCHS)
 def test_probes_match_the_guest(arch: str, arch_kernel: Callable[[str], Path],
                                 arch_initramfs: Callable[..., Path]) -> None:
     require_tool("gdb-multiarch", "gdb-multiarch")
-    image, initrd = arch_kernel(arch), arch_initramfs(arch)
+    image = arch_kernel(arch)
+    initrd = arch_initramfs(arch, _arg_cases_script() + kernel.traced_workload())
     start = time.monotonic()
     with kpsdk.open(f"qemu-system:{arch}", kernel=str(image), initrd=str(initrd)) as s:
         window = [False]  # between the guest's writes of 1 and 0 to tracing_on
@@ -147,6 +211,10 @@ def test_probes_match_the_guest(arch: str, arch_kernel: Callable[[str], Path],
             if ret < 0:  # the kernel has read the name by now: its page is present
                 failed.append((user_string(names[id(ri)]), ret))
 
+        # the trace prefix's task at each open in the window, for the guest's own lines' task-pid
+        tasks: list[tuple[str, int]] = []
+        s.trace(["p:kpsdk_open do_sys_openat2"], sink=lambda r: tasks.append((r.comm, r.pid)) if window[0] else None)
+
         clone_rets: list[int] = []
         s.register_kretprobe(kpsdk.Kretprobe(symbol_name="do_sys_openat2", entry_handler=open_entry,
                                              handler=open_return))
@@ -177,7 +245,20 @@ def test_probes_match_the_guest(arch: str, arch_kernel: Callable[[str], Path],
     else:  # the function tracer: calls, no return values (those are checked against the workload above)
         assert hits == {"do_sys_openat2": len(opened), "kernel_clone": len(clone_rets)}, hits
         assert len(open_rets) == len(opened)
-    print(f"{arch}: {seconds:.1f} s, guest {mode} {hits}, kpsdk open={len(opened)} openret={len(open_rets)} "
+    version = _check_arg_cases(console, arch, image)
+    # the prefix's comm-pid, where kpsdk knows where this arch's kernel keeps current (KernelTasks)
+    guest_tasks = _guest_open_tasks(console, mode)
+    assert len(guest_tasks) == len(tasks) == len(opened)
+    if kpsdk.get_registry().arch(arch).kernel_tasks is not None:
+        # the kernel prints a pid's comm as it last recorded it (test_trace_prefix_kernel.py): a
+        # forked child that then exec'd /bin/true may be "true" in the guest where kpsdk saw "sh"
+        spawned = {int(m.fields["pid"]): Path(m.fields["cmd"]).name for m in markers if m.action == "spawn"}
+        assert all(g == o or (g[1] == o[1] and spawned.get(g[1]) == g[0])
+                   for g, o in zip(guest_tasks, tasks, strict=True)), (guest_tasks, tasks)
+        assert {("cat", pid) for c, pid in tasks if c == "cat"} and len(set(tasks)) > 2, tasks
+    else:
+        assert set(tasks) == {("<...>", 0)}, tasks
+    print(f"{arch} {version}: {seconds:.1f} s, guest {mode} {hits}, kpsdk open={len(opened)} openret={len(open_rets)} "
           f"cloneret={len(clone_rets)}")
 
 

@@ -246,3 +246,62 @@ def test_no_eval_of_anything() -> None:
     with pytest.raises(TraceDefinitionError) as e:
         parse("p f x=__import__('os')")
     assert e.value.code == "BAD_FETCH_ARG"
+
+
+# -- the grammar follows the target kernel's version ($argN) ---------------------------------------
+
+#: (kernel, definition) -> the error code, None (accepted).  6.1 is checked against the kernel itself
+#: in test_trace_grammar_kernel.py; the other rows follow trace_probe.c of 6.5 (NOFENTRY_ARGS,
+#: BTF arguments) and 6.9 ($argN in return probes).
+ARG_RULES = [
+    (None, "r vfs_read $arg2", None), (None, "p vfs_read+4 $arg1", "NOFENTRY_ARGS"),
+    ((6, 1), "r vfs_read $arg2", "BAD_VAR"), ((6, 1), "r vfs_read $arg0", "BAD_VAR"),
+    ((6, 1), "p vfs_read $arg2", None), ((6, 1), "p vfs_read $arg0", "BAD_ARG_NUM"),
+    ((6, 1), "p vfs_read+4 $arg1", "BAD_VAR"), ((5, 10), "r vfs_read a=$arg1", "BAD_VAR"),
+    ((6, 6), "r vfs_read $arg2", "NOFENTRY_ARGS"), ((6, 6), "p vfs_read+4 $arg1", "NOFENTRY_ARGS"),
+    ((6, 6), "r vfs_read $arg0", "BAD_ARG_NUM"),
+    ((6, 12), "r vfs_read $arg2", None), ((6, 12), "p vfs_read $arg2", None),
+    ((6, 12), "p vfs_read+4 $arg1", "NOFENTRY_ARGS"),
+]
+
+
+@pytest.mark.parametrize(("kernel", "definition", "code"), ARG_RULES)
+def test_arg_rules_follow_the_kernel_version(kernel: tuple[int, int] | None, definition: str,
+                                             code: str | None) -> None:
+    """The kernel's error_log (message, caret under the ``$``) where that kernel refuses, or the
+    definition taken where it takes it."""
+    parser = Parser(kernel=kernel)
+    if code is None:
+        assert [a.fetch.kind for a in parser.parse(definition).args] == ["arg"]
+        return
+    with pytest.raises(TraceDefinitionError) as e:
+        parser.parse(definition)
+    column = definition.index("$")
+    assert (e.value.code, e.value.column) == (code, column)
+    assert e.value.error_log.splitlines()[1:] == [f"  Command: {definition}",
+                                                  " " * (len("  Command: ") + column) + "^"]
+    assert e.value.error_log.splitlines()[0].endswith(f"error: {MESSAGES[code]}")
+
+
+def test_an_arm_kernel_has_no_argument_access(archs: dict[str, kpsdk.arch.Arch]) -> None:
+    """32-bit arm kernels refuse $argN anywhere (no HAVE_FUNCTION_ARG_ACCESS_API; test_kernel_arches.py
+    checks it against Debian's armmp 6.1); kpsdk's own arm targets read it."""
+    with pytest.raises(TraceDefinitionError) as e:
+        Parser(archs["arm"], kernel=(6, 1)).parse("p do_sys_openat2 $arg1")
+    assert (e.value.code, e.value.column) == ("BAD_VAR", len("p do_sys_openat2 "))
+    assert [a.fetch.kind for a in Parser(archs["arm"]).parse("p do_sys_openat2 $arg1").args] == ["arg"]
+    assert [a.fetch.kind for a in Parser(archs["i386"], kernel=(6, 1)).parse("p f $arg1").args] == ["arg"]
+
+
+def test_the_version_comes_from_the_banner(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A vmlinux's ``linux_banner`` gives the version; a file without one (System.map) none."""
+    from kpsdk.kernel_version import banner_version, kernel_version
+
+    image = tmp_path / "vmlinux"
+    image.write_bytes(b"\x7fELF" + b"\0" * 100 + b"Linux version 6.12.107+deb13-riscv64 (debian-kernel@lists) #1\0")
+    assert kernel_version(image) == (6, 12)
+    smap = tmp_path / "System.map"
+    smap.write_text("ffffffff81000000 T _text\n")
+    assert kernel_version(smap) is None
+    assert kernel_version(tmp_path / "missing") is None
+    assert banner_version(b"Linux version %s (%s)") is None  # a format string is no banner

@@ -7,9 +7,14 @@ into its own ``kprobe_events`` and prints ``error_log``; kpsdk must give, for ea
 kernel gave: accepted, or the same ``error_log`` lines (message, command, caret), before any
 target runs (the grammar and, for symbols, the kernel image's own table: kpsdk's precheck).
 
+kpsdk checks them with the grammar of the kernel's version, read from the image's banner
+(:mod:`kpsdk.kernel_version`; the guest's own boot line must say the same): 6.1 refuses
+``$argN`` in a return probe (``r vfs_read $arg2``: "Invalid $-variable specified", before
+it looks at the number: ``r vfs_read $arg0`` too), which newer kernels and kpsdk's own
+targets take.
+
 Left out, with the reason: ``p vfs_read+3`` (BAD_INSN_BNDRY: decided by decoding the live
-kernel's code, tested in test_trace_kernel.py's way, not by the definition) and ``$argN`` on a
-return (``r vfs_read $arg2``: 6.1 refuses it, kpsdk reads it at the entry: docs/trace.md).
+kernel's code, tested in test_trace_kernel.py's way, not by the definition).
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import kpsdk
 from kpsdk.errors import TraceDefinitionError
 from kpsdk.fixtures import kernel
 from kpsdk.kallsyms import load_kernel_symbols
+from kpsdk.kernel_version import kernel_version
 from kpsdk.trace.grammar import Parser
 from kpsdk.trace.precheck import check_symbols
 
@@ -46,6 +52,8 @@ CASES = [
     "p vfs_read +0(@0):u8[10", "p vfs_read +0(@0):u8[10]a", "p vfs_read +0(@0):u8[10a]",
     "p vfs_read +0(@0):u8[256]", "p vfs_read @11:unknown_type", "p vfs_read $stack0:string",
     "p vfs_read @11:b10@a/16", "p vfs_read $comm:string",
+    # $argN: where 6.1 takes it (a kprobe on a function entry) and where not (a return probe)
+    "p vfs_read $arg1 x=$arg2:u32", "r vfs_read $arg2", "r vfs_read $arg0", "r:ret/r vfs_read $retval a=$arg1",
     # argument names and bodies
     "p vfs_read arg123456789012345678901234567890=@11", "p vfs_read =@11", "p vfs_read var.1=@11",
     "p vfs_read var1=@11 var1=@12", "p vfs_read +1234567(+1234567(+1234567(+1234567(+1234567(+1234567(@1234))))))",
@@ -74,7 +82,7 @@ def test_kprobe_syntax_errors_as_the_kernel_reports_them(
         debian_kernel: Path, kernel_initramfs: Callable[..., Path]) -> None:
     # each case from a file (no shell quoting), appended as the selftests do, then undone
     files = {f"/cases/{i}": case for i, case in enumerate(CASES)}
-    script = [f"mount -t tracefs nodev {TRACING}"]
+    script = [f"mount -t tracefs nodev {TRACING}", "echo KPSDK-UNAME $(uname -r)"]
     for i in range(len(CASES)):
         script += [f"echo KPSDK-CASE-{i}", f"echo > {TRACING}/error_log",
                    f"cat /cases/{i} >> {TRACING}/kprobe_events 2>/dev/null && echo KPSDK-ACCEPTED",
@@ -84,7 +92,11 @@ def test_kprobe_syntax_errors_as_the_kernel_reports_them(
     assert sorted(guest) == list(range(len(CASES))), result.console[-3000:]
     assert sum(answer is None for answer in guest.values()) >= 3  # some are accepted, most refused
 
-    parser = Parser(kpsdk.get_registry().arch("x86_64"))
+    banner = re.search(r"KPSDK-UNAME (\d+)\.(\d+)", result.console)  # the running kernel's own uname -r
+    assert banner is not None, result.console[:2000]
+    version = kernel_version(debian_kernel)
+    assert version == (int(banner[1]), int(banner[2])) == (6, 1)
+    parser = Parser(kpsdk.get_registry().arch("x86_64"), kernel=version)
     symbols = load_kernel_symbols(debian_kernel)
     for i, case in enumerate(CASES):
         try:
@@ -93,3 +105,23 @@ def test_kprobe_syntax_errors_as_the_kernel_reports_them(
         except TraceDefinitionError as exc:
             ours = tuple(exc.error_log.rstrip("\n").split("\n")[-3:])
         assert ours == guest[i], (case, guest[i], ours)
+
+
+def test_a_definition_6_1_refuses_is_refused_before_the_boot(debian_kernel: Path) -> None:
+    """``kpsdk trace qemu-system:x86_64 --kernel vmlinuz-6.1... -e 'r vfs_read $arg2'``: the kernel's
+    error and caret, from the precheck (no QEMU starts: the run takes no boot's time)."""
+    import time
+
+    from typer.testing import CliRunner
+
+    from kpsdk.cli import app
+
+    start = time.monotonic()
+    result = CliRunner().invoke(app, ["trace", "qemu-system:x86_64", "--kernel", str(debian_kernel),
+                                      "-e", "r:myret vfs_read $retval a=$arg2"])
+    assert result.exit_code == 1, result.output
+    assert "Invalid $-variable specified" in result.output
+    definition = "r:myret vfs_read $retval a=$arg2"
+    caret = " " * (len("  Command: ") + definition.index("$arg2")) + "^"
+    assert f"  Command: {definition}\n{caret}\n" in result.output, result.output
+    assert time.monotonic() - start < 30  # a boot would be longer; the image's version is cached

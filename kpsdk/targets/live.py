@@ -533,9 +533,13 @@ class GdbTarget(Target):
         layout = self._task_layout
         if layout is None:
             return TaskInfo(UNKNOWN_COMM, 0, cpu, lat_flags(irqs_off))
-        base = self._io.read(self._raw_register(tasks.percpu_register))
+        if tasks.current_register is not None:
+            current: int | None = self._io.read(self._raw_register(tasks.current_register))
+            base = 0
+        else:
+            current, base = None, self._io.read(self._raw_register(tasks.percpu_register))
         comm, pid, flags = layout.read(self.read_memory, base, self.arch.word_size, self.arch.endian, irqs_off,
-                                       tasks)
+                                       tasks, current)
         return TaskInfo(comm, pid, cpu, flags)
 
     def _raw_register(self, name: str) -> Register:

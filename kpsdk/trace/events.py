@@ -36,7 +36,7 @@ from kpsdk.symbols import did_you_mean
 from kpsdk.tasks import NO_FLAGS, UNKNOWN_COMM, TaskInfo, check_comm, check_pid, program_comm
 from kpsdk.trace.fetch import BoundArg, HitContext, Value, entry_args, format_symbol
 from kpsdk.trace.filter import Filter, parse_filter
-from kpsdk.trace.grammar import Parser, ProbeDef, TraceDefinitionError
+from kpsdk.trace.grammar import Parser, ProbeDef, TraceDefinitionError, arg_error
 from kpsdk.trace.triggers import STACK_DEPTH, EventTriggers, StackTrigger, matches, parse_trigger, split_trigger
 
 if TYPE_CHECKING:
@@ -271,6 +271,8 @@ class Trace:
         self.fixed_task = TaskInfo(check_comm(comm) if comm is not None else
                                    program_comm(files[0].path) if files else "kpsdk",
                                    check_pid(pid) if pid is not None else 1)
+        #: the target kernel's version, whose rules the definitions follow (None: not a kernel)
+        self.kernel = _kernel_of(session)
         #: where the prefix's comm and pid come from, for the trace header
         self.tasks_note = session.target.prepare_tasks() or \
             f"comm-pid: {self.fixed_task.comm}-{self.fixed_task.pid}, fixed (the target has no tasks)"
@@ -324,7 +326,7 @@ class Trace:
     def add(self, definitions: str | Iterable[str]) -> list[TraceEvent]:
         """Parse, bind and register definitions, all or none; ``-:`` lines remove events."""
         lines = _lines(definitions)
-        parser = Parser(self.session.arch, sessions=[self.session])
+        parser = Parser(self.session.arch, sessions=[self.session], kernel=self.kernel)
         alive = alive_events(self.session)
         pending: list[TraceEvent] = []
         removals: list[TraceEvent] = []
@@ -362,7 +364,8 @@ class Trace:
             sym = session.symbols.containing(definition.addr & ~1 if session.arch.has_thumb else definition.addr)
             if sym is not None and not definition.is_return and (definition.addr & ~1) != sym.address:
                 col = next(n.column for a in definition.args for n in a.fetch.walk() if n.kind == "arg")
-                raise TraceDefinitionError("NOFENTRY_ARGS", definition.text, col, subsystem=subsystem)
+                raise TraceDefinitionError(arg_error(self.kernel, False, False) or "NOFENTRY_ARGS", definition.text,
+                                           col, subsystem=subsystem)
         args = [BoundArg(a, session, definition.text, subsystem, definition.path) for a in definition.args]
         return TraceEvent(self, definition, args)
 
@@ -476,6 +479,16 @@ class Trace:
     def profile(self) -> str:
         """``kprobe_profile`` as the kernel prints it."""
         return "".join(f"  {n:<44} {h:>15} {m:>15}\n" for n, h, m in self.profile_rows())
+
+
+def _kernel_of(session: Session) -> tuple[int, int] | None:
+    """The version of the kernel a live target runs, from the image it was given (``kernel_image``)."""
+    image = getattr(session.target, "kernel_image", None)
+    if image is None:
+        return None
+    from kpsdk.kernel_version import kernel_version
+
+    return kernel_version(image)
 
 
 def _lines(definitions: str | Iterable[str]) -> list[str]:

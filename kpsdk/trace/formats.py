@@ -1,6 +1,6 @@
 """kpsdk's own ``kpsdk trace --output`` formats, provided as a plugin like any other.
 
-``text``, ``jsonl`` and ``perfetto`` reach :func:`kpsdk.trace.output.make_writer`
+``text``, ``jsonl``, ``perfetto`` and ``trace-dat`` reach :func:`kpsdk.trace.output.make_writer`
 through the ``kpsdk_trace_formats`` hook, exactly as a third-party package's
 formats do (``examples/kpsdk-csvtrace``); ``-p no:trace-formats`` removes them.
 """
@@ -17,6 +17,7 @@ from kpsdk.trace.output import (
     TextWriter,
     WriterContext,
 )
+from kpsdk.trace.tracedat import TraceDatWriter
 
 
 def _text(stream: IO[str], context: WriterContext) -> TextWriter:
@@ -25,6 +26,10 @@ def _text(stream: IO[str], context: WriterContext) -> TextWriter:
 
 def _jsonl(stream: IO[str], context: WriterContext) -> JsonlWriter:
     return JsonlWriter(stream, context)
+
+
+def _trace_dat(stream: IO[bytes], context: WriterContext) -> TraceDatWriter:
+    return TraceDatWriter(stream, context.word_size, context.endian)
 
 
 def _perfetto(stream: IO[str], context: WriterContext) -> PerfettoWriter:
@@ -38,4 +43,6 @@ def kpsdk_trace_formats() -> list[OutputFormat]:
                      machine_readable=False),
         OutputFormat("jsonl", _jsonl, "one JSON object a line"),
         OutputFormat("perfetto", _perfetto, "Trace Event Format JSON for ui.perfetto.dev"),
+        OutputFormat("trace-dat", _trace_dat, "trace-cmd's trace.dat (version 6): trace-cmd report, KernelShark",
+                     binary=True),
     ]

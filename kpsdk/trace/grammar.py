@@ -320,6 +320,8 @@ class ParseContext:
     word_bits: int
     #: ``$argN`` is allowed: the probe is on a function entry, or a return
     function_entry: bool = True
+    #: the target kernel's ``(major, minor)``: its rules for ``$argN``; None: kpsdk's own
+    kernel: tuple[int, int] | None = None
 
     def error(self, code: str, column: int, detail: str = "") -> TraceDefinitionError:
         return TraceDefinitionError(code, self.definition, column, detail, self.subsystem)
@@ -333,8 +335,11 @@ class Parser:
     """
 
     def __init__(self, arch: Arch | None = None, word_bits: int | None = None,
-                 sessions: Sequence[Session] = ()) -> None:
+                 sessions: Sequence[Session] = (), kernel: tuple[int, int] | None = None) -> None:
         self.arch = arch
+        #: the target kernel's version (:func:`kpsdk.kernel_version.kernel_version`): definitions are
+        #: checked as that kernel checks them (:func:`arg_error`); None: kpsdk's own targets
+        self.kernel = kernel
         self.word_bits = word_bits or (arch.bits if arch is not None else 64)
         #: where a uprobe's bare library name is looked for (:func:`kpsdk.filelocation.find_file`)
         self.sessions = sessions
@@ -397,7 +402,8 @@ class Parser:
         default_event = "".join(c if _is_ident_char(c) else "_" for c in default_event)[:MAX_EVENT_NAME_LEN - 1]
         ctx = ParseContext(text, subsystem, is_return, uprobe, self.arch, self.word_bits,
                            function_entry=is_return or (fields.get("offset", 0) == 0 and not uprobe
-                                                        and fields.get("addr") is None) or uprobe)
+                                                        and fields.get("addr") is None) or uprobe,
+                           kernel=self.kernel)
         arg_words = words[2:]
         if len(arg_words) > MAX_TRACE_ARGS:
             raise ctx.error("TOO_MANY_ARGS", arg_words[MAX_TRACE_ARGS].start, f"at most {MAX_TRACE_ARGS}")
@@ -646,14 +652,23 @@ class Parser:
         if name in ("comm", "COMM"):
             return Fetch("comm", column=col)
         if name.startswith("arg"):
+            error = arg_error(ctx.kernel, ctx.is_return, ctx.function_entry, ctx.is_uprobe)
+            if ctx.kernel is not None and ctx.arch is not None and not ctx.arch.kernel_arg_access:
+                raise ctx.error("BAD_VAR", col, f"${name}: the {ctx.arch.name} kernel has no function argument "
+                                "access (HAVE_FUNCTION_ARG_ACCESS_API)")
+            if error == "BAD_VAR":  # before 6.5 the place is checked first: there "$arg..." is no variable
+                raise ctx.error(error, col, f"${name}: {kernel_name(ctx.kernel or (0, 0))} reads $argN only at "
+                                "a kprobe on a function entry")
             rest = name[len("arg"):]
             if not rest.isdigit():
                 raise ctx.error("BAD_VAR", col, f"${name}")
             n = int(rest, 10)
             if n == 0 or n > PARAM_MAX_STACK:
                 raise ctx.error("BAD_ARG_NUM", col, "$argN counts from 1")
-            if not ctx.function_entry:
-                raise ctx.error("NOFENTRY_ARGS", col)
+            if error is not None:
+                raise ctx.error(error, col, "" if ctx.kernel is None or not ctx.is_return else
+                                f"{kernel_name(ctx.kernel)} keeps no arguments for a return probe "
+                                f"(since {kernel_name(RETURN_ARGS_VERSION)})")
             return Fetch("arg", index=n, column=col)
         raise ctx.error("BAD_VAR", col, f"${name}: want $retval, $stack, $stackN, $argN or $comm")
 
@@ -747,6 +762,32 @@ def _too_deep_column(fetch: Fetch) -> int:
     return fetch.column
 
 
+#: the kernel that takes BTF fetch arguments and says NOFENTRY_ARGS ("tracing/probes: Support function
+#: parameters if BTF is available"); before it, ``$argN`` anywhere but a kprobe on a function entry is
+#: no variable (trace_probe.c: ``(flags & TPARG_FL_MASK) == (TPARG_FL_KERNEL | TPARG_FL_FENTRY)``)
+BTF_ARGS_VERSION = (6, 5)
+#: the kernel whose return probes keep the entry's arguments ("tracing/probes: Support $argN in
+#: return probe (kprobe and fprobe)")
+RETURN_ARGS_VERSION = (6, 9)
+
+
+def kernel_name(version: tuple[int, int]) -> str:
+    return f"Linux {version[0]}.{version[1]}"
+
+
+def arg_error(kernel: tuple[int, int] | None, is_return: bool, at_entry: bool, is_uprobe: bool = False) -> str | None:
+    """The error a ``$argN`` gets where it is, from the kernel of version ``kernel``
+    (None: kpsdk's own targets, which read it at any function entry and on returns,
+    and on uprobes by the user calling convention); None: it is accepted."""
+    if kernel is None:
+        return None if at_entry or is_return else "NOFENTRY_ARGS"
+    if kernel < BTF_ARGS_VERSION:
+        return None if at_entry and not is_return and not is_uprobe else "BAD_VAR"
+    if is_return and not is_uprobe:
+        return None if kernel >= RETURN_ARGS_VERSION else "NOFENTRY_ARGS"
+    return None if at_entry and not is_uprobe else "NOFENTRY_ARGS"
+
+
 def _default_type(word_bits: int) -> ArgType:
     """No type: ``x32``/``x64`` by the word size (the kernel's DEFAULT_FETCH_TYPE)."""
     return ArgType(f"x{word_bits}", word_bits // 8, False, "x", default=True)
@@ -822,9 +863,9 @@ def _uprobe_tail(path: str) -> str:
     return base
 
 
-def parse(definition: str, arch: Arch | None = None) -> ProbeDef:
+def parse(definition: str, arch: Arch | None = None, kernel: tuple[int, int] | None = None) -> ProbeDef:
     """Parse one definition line (see :class:`Parser`)."""
-    return Parser(arch).parse(definition)
+    return Parser(arch, kernel=kernel).parse(definition)
 
 
 def parse_lines(text: str, arch: Arch | None = None) -> list[ProbeDef]:

@@ -24,7 +24,7 @@ import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, Literal
 
 from kpsdk.errors import KpsdkError, UnknownNameError
 
@@ -299,12 +299,16 @@ class WriterContext:
     :param prefix: lines as the kernel's trace file has them (task, CPU, flags, time and
         a header); False (``--no-prefix``): the event bodies only.
     :param notes: where the prefix's columns come from, for a header.
+    :param word_size: the target's word (C ``long``) in bytes; ``endian`` its byte order
+        (for binary formats that record the target's layout: ``trace-dat``).
     """
 
     process_name: str = "kpsdk trace"
     target: str = ""
     prefix: bool = True
     notes: tuple[str, ...] = ()
+    word_size: int = 8
+    endian: Literal["little", "big"] = "little"
 
 
 @dataclass(frozen=True)
@@ -317,12 +321,15 @@ class OutputFormat:
     :param machine_readable: the records are for programs, so ``kpsdk trace``
         prints its reports (histograms, profile) on stderr instead of stdout
         when the records go to stdout.
+    :param binary: ``open`` gets a binary stream (``IO[bytes]``), not a text one;
+        ``kpsdk trace`` then wants ``--out FILE`` or a stdout that is not a terminal.
     """
 
     name: str
-    open: Callable[[IO[str], WriterContext], Writer]
+    open: Callable[[IO[Any], WriterContext], Writer]
     help: str = ""
     machine_readable: bool = True
+    binary: bool = False
 
 
 def check_formats(groups: list[list[OutputFormat]]) -> dict[str, OutputFormat]:
@@ -351,6 +358,6 @@ def output_format(name: str) -> OutputFormat:
     return formats[name]
 
 
-def make_writer(fmt: str, stream: IO[str], context: WriterContext | None = None) -> Writer:
-    """A writer of the loaded format ``fmt`` on ``stream``."""
+def make_writer(fmt: str, stream: IO[Any], context: WriterContext | None = None) -> Writer:
+    """A writer of the loaded format ``fmt`` on ``stream`` (binary for a binary format)."""
     return output_format(fmt).open(stream, context or WriterContext())

@@ -7,7 +7,8 @@ boot"):
 
 - every definition, against the grammar of the target's architecture (which is known
   from the target spec: ``qemu-system:ARCH``, ``unicorn:ARCH``, the ELF header of
-  ``elf:``/``qemu-user:`` programs, ``--arch`` for ``gdb://``);
+  ``elf:``/``qemu-user:`` programs, ``--arch`` for ``gdb://``) and, for a kernel, of
+  its version (the banner in ``--kernel``/``--symbols``: :mod:`kpsdk.kernel_version`);
 - for a kernel, the symbols the definitions name, in the kernel's own symbol table
   (read from the image, cached), as the kernel's ``trace_kprobe`` would refuse them;
 - each ``--hist FIELD``: a field some definition has, and one with integer values;
@@ -73,7 +74,7 @@ def precheck(choice: TargetChoice, definitions: list[str], hist_fields: list[str
         return
     from kpsdk.trace.grammar import Parser
 
-    parser = Parser(arch)
+    parser = Parser(arch, kernel=_kernel_version(choice))
     templates = {i for i, line in enumerate(definitions) if functions is not None and is_template(line)}
     lines = placeholder_definitions(definitions) if functions is not None else definitions
     parsed = [parser.parse(line) for line in lines]
@@ -96,6 +97,19 @@ def _triggers(parsed: list[ProbeDef], triggers: Sequence[str], word: int, loose:
             known = ", ".join(d.event for d in parsed if d.op != "-") or "none"
             raise TriggerError("ENOENT", text, 0, f"no event {name!r} (events: {known})", "trigger")
         parse_trigger(command, found, word)
+
+
+def _kernel_version(choice: TargetChoice) -> tuple[int, int] | None:
+    """The version of the kernel a ``qemu-system:``/``gdb://`` target will run, from its image
+    (the grammar follows it); None for other targets and for symbol files without a banner."""
+    if not choice.spec.startswith(("qemu-system:", "gdb:")):
+        return None
+    source = choice.options.get("kernel") or choice.options.get("symbols")
+    if not source:
+        return None
+    from kpsdk.kernel_version import kernel_version
+
+    return kernel_version(str(source))
 
 
 def _kernel_symbols(choice: TargetChoice, parsed: list[ProbeDef], functions: str | None = None) -> None:

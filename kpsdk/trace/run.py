@@ -92,7 +92,8 @@ unicorn:ARCH.  The target runs until it ends, --duration S, --count N or Ctrl-C.
 TASK-PID [CPU] FLAGS TIMESTAMP: EVENT: (sym+0x0/0x14) a=2 b=3 (returns: EVENT: (caller+0xoff/0xsize
 <- sym) ...); on a kernel the task is current, read through the kernel's BTF; --no-prefix: the
 bodies only.  --output jsonl (one JSON object a line), perfetto (a Chrome/Perfetto trace-event
-JSON: open it in ui.perfetto.dev) or a plugin's format ('kpsdk plugins' lists them); --out FILE.
+JSON: open it in ui.perfetto.dev), trace-dat (trace-cmd's trace.dat: trace-cmd report, KernelShark) or a
+plugin's format ('kpsdk plugins' lists them); --out FILE.
 While it runs, a live table of counts per event on stderr (a terminal only).  At the end (or on
 Ctrl-C): --hist FIELD and --latency histograms (log2 buckets, as bpftrace), --lhist (linear), --plot
 FILE (.png, .svg, .pdf), --profile (kprobe_profile).
@@ -201,8 +202,8 @@ def cmd_trace(
              "'name ~ \"/etc/*\"'. Events without those fields pass.")] = None,
     output: Annotated[str, typer.Option(
         "--output", "-o", metavar="FORMAT", rich_help_panel=OUTPUT_PANEL,
-        help="text (ftrace lines), jsonl, perfetto (trace-event JSON for ui.perfetto.dev), or a format a plugin "
-             "adds ('kpsdk plugins' lists them).")] = "text",
+        help="text (ftrace lines), jsonl, perfetto (trace-event JSON for ui.perfetto.dev), trace-dat "
+             "(trace-cmd's trace.dat), or a format a plugin adds ('kpsdk plugins' lists them).")] = "text",
     out: Annotated[Path | None, typer.Option(
         "--out", metavar="FILE", rich_help_panel=OUTPUT_PANEL,
         help="Write the records there instead of stdout.")] = None,
@@ -296,6 +297,9 @@ def cmd_trace(
             raise typer.BadParameter(str(exc), param_hint="--comm") from None
     if out is not None:
         check_out_path(out)
+    elif fmt.binary and sys.stdout.isatty():
+        raise typer.BadParameter(f"{fmt.name} is a binary file: give --out FILE, or send stdout to a file or pipe",
+                                 param_hint="--output")
     if plot is not None:
         check_plot(plot)
     try:
@@ -344,10 +348,11 @@ def cmd_trace(
                 trace = session.trace(definitions, sink=sink, filter=filter_expr, comm=comm, pid=pid,
                                       triggers=trigger or [], stack=stack_trace)
                 # --out is opened (and truncated) only now: the definitions and the target were good
-                stream: IO[str] = stack.enter_context(out.open("w")) if out is not None else _Stdout()  # type: ignore[assignment]
+                stream: IO[Any] = _open_out(stack, out, fmt.binary)
                 writer = fmt.open(stream, WriterContext(
                     process_name=f"kpsdk trace {choice.spec}", target=choice.spec, prefix=not no_prefix,
-                    notes=(TIME_NOTE, trace.tasks_note)))
+                    notes=(TIME_NOTE, trace.tasks_note), word_size=session.arch.word_size,
+                    endian=session.arch.endian))
                 _run(session, trace, fn_args, limit, limits)
             except KeyboardInterrupt:
                 interrupted = True
@@ -367,6 +372,13 @@ def cmd_trace(
             close_session(session)
     if interrupted:
         raise typer.Exit(INTERRUPTED)
+
+
+def _open_out(stack: ExitStack, out: Path | None, binary: bool) -> IO[Any]:
+    """The records' stream: ``--out`` (opened, and truncated, only now) or stdout; bytes for a binary format."""
+    if out is not None:
+        return stack.enter_context(out.open("wb" if binary else "w"))
+    return sys.stdout.buffer if binary else _Stdout()  # type: ignore[return-value]
 
 
 def check_plot(path: Path) -> Path:
