@@ -29,6 +29,7 @@ from kpsdk.arch import (
     KernelTasks,
     LinuxAbi,
     OutOfLine,
+    PltTable,
     QemuMachine,
     Register,
     ReturnDetour,
@@ -342,6 +343,12 @@ def _descriptor(base: int, limit: int, pages: bool, dpl: int) -> bytes:
                        (0x80 if pages else 0) | 0x40 | ((limit >> 16) & 0xF), (base >> 24) & 0xFF)
 
 
+#: the lazy PLT (PLT0, then one 16-byte stub per .rela.plt entry), or with IBT (-fcf-protection)
+#: the 16-byte stubs of .plt.sec that calls reach, .plt holding only the lazy path (binutils
+#: bfd/elfxx-x86.h LAZY_PLT_ENTRY_SIZE, NON_LAZY_PLT_ENTRY_SIZE; elf_x86_64_get_synthetic_symtab)
+X86_PLT = (PltTable(".plt.sec", 0, 16, by_slot=True, source="binutils bfd/elfxx-x86.h (IBT: .plt.sec)"),
+           PltTable(".plt", 16, 16, by_slot=True, source="binutils bfd/elfxx-x86.h (lazy PLT)"))
+
 X86_64 = Arch(
     name="x86_64",
     aliases=("amd64", "x86-64"),
@@ -369,6 +376,7 @@ X86_64 = Arch(
     qemu_user="qemu-x86_64",
     multiarch="x86_64-linux-gnu",
     cross_libc_package="libc6-amd64-cross",
+    plt=X86_PLT,
     qemu_system=QemuMachine("qemu-system-x86_64", "qemu-system-x86"),
     debian=DebianPort("amd64", "bookworm", "linux-image-amd64"),
     gdb_break_adjusts_pc=True,
@@ -405,6 +413,7 @@ I386 = Arch(
     qemu_user="qemu-i386",
     multiarch="i686-linux-gnu",
     cross_libc_package="libc6-i386-cross",
+    plt=X86_PLT,
     qemu_system=QemuMachine("qemu-system-i386", "qemu-system-x86"),
     debian=DebianPort("i386", "bookworm", "linux-image-686"),
     kernel_stack_size=8192,

@@ -63,6 +63,7 @@ from elftools.elf.structs import ELFStructs
 
 from kpsdk.errors import ImageFormatError, TargetError, UnknownNameError
 from kpsdk.files import read_regular
+from kpsdk.pltstubs import plt_symbols
 from kpsdk.symbols import Symbol, SymbolTable
 
 if TYPE_CHECKING:
@@ -448,7 +449,7 @@ def parse_elf(raw: bytes, path: Path, identity: tuple[int, int] | None = None) -
     arch = _arch_of(elf)
     deref = _Descriptors(elf, arch)
     return ElfImage(path, elf.machine, elf.elf_class, elf.endian, deref("e_entry", elf.entry), segments,
-                    _symbols(elf, deref, arch), kind=elf.type, raw_entry=elf.entry, identity=identity,
+                    _symbols(elf, deref, arch, segments), kind=elf.type, raw_entry=elf.entry, identity=identity,
                     phdr=_phdr(elf, segments), interp=_interp(elf))
 
 
@@ -556,7 +557,7 @@ class _Descriptors:
 _KINDS = {"STT_FUNC": "func", "STT_OBJECT": "object", "STT_GNU_IFUNC": "ifunc", "STT_LOOS": "ifunc"}
 
 
-def _symbols(elf: ElfFile, deref: _Descriptors, arch: Arch | None) -> SymbolTable:
+def _symbols(elf: ElfFile, deref: _Descriptors, arch: Arch | None, segments: list[Segment]) -> SymbolTable:
     """The defined function, object and IFUNC symbols of ``.symtab``, else of ``.dynsym``.
 
     A stripped program or shared library has only ``.dynsym`` (what the dynamic loader
@@ -564,7 +565,8 @@ def _symbols(elf: ElfFile, deref: _Descriptors, arch: Arch | None) -> SymbolTabl
     the local ones, so ``.dynsym`` is then not read (a corrupt one does not matter,
     as for every section kpsdk does not read).  pyelftools names dynamic symbols
     without their version (``malloc``, not ``malloc@@GLIBC_2.2.5``);
-    :meth:`SymbolTable.get` takes either form.
+    :meth:`SymbolTable.get` takes either form.  The PLT's stubs follow, named ``SYM@plt``
+    (:mod:`kpsdk.pltstubs`).
     """
     # an instruction set selected by bit 0 of an address (ARM's Thumb: InstructionSet.thumb_bit)
     odd = next((iset for iset in arch.isets if iset.thumb_bit), None) if arch is not None else None
@@ -591,4 +593,5 @@ def _symbols(elf: ElfFile, deref: _Descriptors, arch: Arch | None) -> SymbolTabl
                 continue
             seen.add((sym.name, value))
             found.append(Symbol(sym.name, value, sym["st_size"], kind, iset, table_name))
+    found += plt_symbols(elf, arch, segments)
     return SymbolTable(found)

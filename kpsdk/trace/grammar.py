@@ -10,6 +10,8 @@ Users already know the kernel's syntax (``Documentation/trace/kprobetrace.rst`` 
     p|r[:[GRP/]EVENT] FILE:SYMBOL[+OFF][%return] [FETCHARGS]    (uprobes, a kpsdk extension)
     -:[GRP/]EVENT
 
+A SYM or SYMBOL may name a PLT stub, ``malloc@plt`` (:mod:`kpsdk.pltstubs`), as gdb and perf do.
+
 A definition is split into words (the kernel's ``argv_split``), and each word
 is read by a small recursive-descent parser over its characters
 (:class:`_Cursor`).  Nothing is ``eval``'d and no regular expression guesses the
@@ -28,6 +30,7 @@ from typing import TYPE_CHECKING
 
 from kpsdk.errors import TRACE_ERRORS, KprobeError, TargetError, TraceDefinitionError
 from kpsdk.filelocation import find_file, symbol_offset
+from kpsdk.pltstubs import SUFFIX as PLT_SUFFIX
 
 if TYPE_CHECKING:
     from kpsdk.arch import Arch
@@ -452,6 +455,9 @@ class Parser:
             module, first = first, cur.take(_symbol_char)
         if not first or not (_is_ident_start(first[0]) or first[0] == "."):
             raise TraceDefinitionError("BAD_PROBE_ADDR", text, word.start, f"{body!r}")
+        if body.startswith(PLT_SUFFIX, cur.pos):  # a PLT stub, as gdb and perf name it (kpsdk.pltstubs)
+            first += PLT_SUFFIX
+            cur.pos += len(PLT_SUFFIX)
         offset = 0
         if not cur.at_end():
             sign_col = cur.column

@@ -1,0 +1,141 @@
+"""PLT stubs named ``SYM@plt``, as gdb, objdump and perf name them.
+
+A call from one object to a function of another goes through a stub of the caller's PLT,
+which jumps through the function's GOT slot.  The stubs have no symbols of their own;
+binutils synthesizes ``SYM@plt`` names for them (``bfd_get_synthetic_symtab``), which
+gdb and ``objdump -d`` show, and perf does the same from ``.rela.plt``.  kpsdk names them
+the same way, from the architecture's layout (:class:`kpsdk.arch.PltTable`): stub ``i``
+serves relocation ``i`` of ``.rela.plt`` (``.rel.plt`` on i386 and ARM), whose symbol
+names the function; or, where the linker writes relocations in another order than it lays
+out stubs (x86: a library's ``R_X86_64_IRELATIVE`` come last), the relocation of the
+``i``-th GOT slot, stubs and slots being allocated together.
+
+Nothing is guessed: a layout is used only when its section's size is exactly the header
+plus one stub per relocation (or, for ppc64's glink stubs placed by ``DT_PPC64_GLINK``,
+when every stub lies inside an executable segment); otherwise the file's stubs stay
+unnamed.  Relocations without a symbol (``R_*_IRELATIVE`` of a static program) name nothing.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import TYPE_CHECKING
+
+from kpsdk.symbols import Symbol
+
+if TYPE_CHECKING:
+    from kpsdk.arch import Arch, PltTable
+    from kpsdk.elfimage import ElfFile, SectionHeader, Segment
+
+#: the PLT's relocation sections, by name and type
+RELOCATION_SECTIONS = ((".rela.plt", "SHT_RELA"), (".rel.plt", "SHT_REL"))
+#: the suffix of a stub's name
+SUFFIX = "@plt"
+#: the kind of a PLT stub's Symbol (not "func": globs such as ``prog:*`` and lists of a
+#: file's functions leave the stubs out, as perf probe's default filter ``!*@plt`` does)
+KIND = "plt"
+
+
+def plt_symbols(elf: ElfFile, arch: Arch | None, segments: list[Segment]) -> list[Symbol]:
+    """The ``SYM@plt`` stubs of ``elf`` by the first of the arch's layouts that fits, each one
+    stub long; none when the file has no PLT relocations or no layout fits."""
+    if arch is None or not arch.plt:
+        return []
+    relocations = _relocation_names(elf)
+    if not relocations:
+        return []
+    by_slot = [name for _, name in sorted(relocations)]
+    in_order = [name for _, name in relocations]
+    flags = elf.elf.header["e_flags"]
+    for table in arch.plt:
+        if table.e_flags is not None and flags & table.e_flags[0] != table.e_flags[1]:
+            continue
+        stubs = _stubs(elf, table, len(relocations), segments)
+        if stubs is None:
+            continue
+        names = by_slot if table.by_slot else in_order
+        return [Symbol(name + SUFFIX, addr, table.entry, KIND, "", table.label)
+                for addr, name in zip(stubs, names, strict=True) if name]
+    return []
+
+
+def _stubs(elf: ElfFile, table: PltTable, count: int, segments: list[Segment]) -> list[int] | None:
+    """Where each of ``count`` stubs starts (after any prefix), when the file has the table's
+    layout (else None)."""
+    if table.dynamic_tag is not None:
+        start = _dynamic(elf, table.dynamic_tag)
+        if start is None:
+            return None
+        first, end = start + table.header, start + table.header + count * table.entry
+        inside = any(seg.executable and seg.vaddr <= first and end <= seg.vaddr + len(seg.data) for seg in segments)
+        return [first + i * table.entry for i in range(count)] if inside else None
+    section = elf.section(table.section)
+    if section is None or section.header["sh_type"] != "SHT_PROGBITS":
+        return None
+    size, start = section.header["sh_size"], int(section.header["sh_addr"])
+    if not table.prefix:
+        if size != table.header + count * table.entry:
+            return None
+        return [start + table.header + i * table.entry for i in range(count)]
+    code = elf.contents(section)
+    out, at = [], table.header
+    for _ in range(count):
+        if code.startswith(table.prefix, at):
+            at += table.prefix_size
+        out.append(start + at)
+        at += table.entry
+    return out if at == size == len(code) else None
+
+
+def _relocation_names(elf: ElfFile) -> list[tuple[int, str]]:
+    """``(GOT slot, symbol name)`` of each PLT relocation in the section's order ("": no symbol)."""
+    for name, kind in RELOCATION_SECTIONS:
+        section = elf.section(name)
+        if section is not None and section.header["sh_type"] == kind:
+            return _names(elf, section, kind == "SHT_RELA")
+    return []
+
+
+def _names(elf: ElfFile, section: SectionHeader, rela: bool) -> list[tuple[int, str]]:
+    """Each relocation's ``(r_offset, symbol name)``, in the section's order."""
+    what = elf.describe(section)
+    word = elf.elf_class // 8
+    size = word * (3 if rela else 2)
+    header = section.header
+    if header["sh_entsize"] != size:
+        raise elf.error(f"{what}: sh_entsize is {header['sh_entsize']}, but an ELF{elf.elf_class} relocation "
+                        f"{'with' if rela else 'without'} addend is {size} bytes")
+    data = elf.contents(section)
+    if len(data) % size:
+        raise elf.error(f"{what}: sh_size {len(data):#x} is not a multiple of sh_entsize {size}")
+    link = header["sh_link"]
+    if not 0 < link < len(elf.sections) or elf.sections[link].header["sh_type"] != "SHT_DYNSYM":
+        raise elf.error(f"{what}: sh_link {link} is not the dynamic symbol table")
+    symbols = [sym.name for sym in elf.symbols(elf.sections[link])]
+    code = ">" if elf.endian == "big" else "<"
+    layout = struct.Struct(code + ("Q" if word == 8 else "I") * (size // word))
+    shift = 32 if word == 8 else 8
+    out = []
+    for i, entry in enumerate(layout.iter_unpack(data)):
+        index = entry[1] >> shift
+        if index >= len(symbols):
+            raise elf.error(f"{what}: relocation {i} names symbol {index}, but the dynamic symbol table has "
+                            f"{len(symbols)}")
+        out.append((entry[0], symbols[index]))
+    return out
+
+
+def _dynamic(elf: ElfFile, tag: int) -> int | None:
+    """The value of ``tag`` in ``.dynamic`` (None: no such entry, or no ``.dynamic``)."""
+    section = elf.section(".dynamic")
+    if section is None or section.header["sh_type"] != "SHT_DYNAMIC":
+        return None
+    word = elf.elf_class // 8
+    data = elf.contents(section)
+    code = (">" if elf.endian == "big" else "<") + ("QQ" if word == 8 else "II")
+    for d_tag, value in struct.iter_unpack(code, data[: len(data) - len(data) % (2 * word)]):
+        if d_tag == 0:  # DT_NULL ends the table
+            break
+        if d_tag == tag:
+            return int(value)
+    return None
