@@ -19,7 +19,7 @@ host -> agent (during a hit; the CPU is stopped)
     ``r NAME``  read a register; ``m ADDR SIZE``  read memory (hex bytes back);
     ``p ADDR SIZE``  read physical memory (QEMU's ``Qqemu.PhyMemMode``);
     ``w ADDR HEXBYTES``  write memory; ``b ADDR HW`` / ``d ADDR``  insert or
-    delete a breakpoint; then one final
+    delete a breakpoint; ``a ADDR``  report its every hit again (:func:`always`); then one final
     ``c|s [NAME=VALUE ...] [+NAME ...]``  write registers, add NAMEs to this
     breakpoint's prefetch list, and continue (``c``) or stop for real (``s``:
     gdb then reports a ``*stopped`` over MI and the host takes over).
@@ -111,6 +111,23 @@ def delete(addr):
         bp.delete()
 
 
+def only_when(addr, where, size, value, big_endian):
+    """Report the breakpoint at ``addr`` only when the ``size``-byte integer at ``where`` is
+    ``value``; its other hits continue here, at no cost to the host.  For kpsdk's stop on the
+    loader's ``r_brk``: glibc calls it before a change (``r_state`` RT_ADD or RT_DELETE) and
+    after it (RT_CONSISTENT), and only the second one has news (kpsdk.targets.solibs)."""
+    bp = _breakpoints.get(addr)
+    if bp is not None:
+        bp.only_when = (where, size, value, "big" if big_endian else "little")
+
+
+def always(addr):
+    """Report every hit of the breakpoint at ``addr`` again (a probe was put there)."""
+    bp = _breakpoints.get(addr)
+    if bp is not None:
+        bp.only_when = None
+
+
 def purge():
     """Delete the dormant breakpoints (called through MI while the CPU is stopped)."""
     for addr in [a for a, bp in _breakpoints.items() if bp.dormant]:
@@ -166,6 +183,9 @@ def _serve(cmd):
         if op == "d":
             delete(int(rest, 16))
             return "v"
+        if op == "a":
+            always(int(rest, 16))
+            return "v"
         if op == "t":  # the stub's id of the hit's thread (qemu-user: the guest's thread id)
             thread = gdb.selected_thread()
             ptid = thread.ptid if thread is not None else (0, 0, 0)
@@ -206,10 +226,22 @@ class KpsdkBreakpoint(gdb.Breakpoint):
         self.addr = addr
         self.prefetch = []
         self.dormant = False
+        self.only_when: tuple | None = None
+
+    def _filtered(self):
+        """Whether :func:`only_when`'s condition says this hit is not reported."""
+        if self.only_when is None:
+            return False
+        where, size, value, order = self.only_when
+        try:
+            now = int.from_bytes(bytes(gdb.selected_inferior().read_memory(where, size)), order)
+        except gdb.MemoryError:
+            return False  # unreadable: let the host see the stop
+        return now != value
 
     def stop(self):
         global _in_stop
-        if self.dormant:
+        if self.dormant or self._filtered():
             return False
         _in_stop = True
         try:
@@ -224,7 +256,8 @@ class KpsdkBreakpoint(gdb.Breakpoint):
 
 
 #: what the host calls through MI (``python kpsdk_agent.insert(0x401000, 0)``)
-kpsdk_agent = types.SimpleNamespace(insert=insert, delete=delete, purge=purge, prefetch=prefetch)
+kpsdk_agent = types.SimpleNamespace(insert=insert, delete=delete, purge=purge, prefetch=prefetch,
+                                    only_when=only_when, always=always)
 
 
 # -- watchpoints (kpsdk.targets.livewatch) ---------------------------------------------------

@@ -6,8 +6,9 @@ up its SVR4 link-map reader).  kpsdk reads the loader's list itself with
 :class:`kpsdk.linkmap.LinkMap` (the ``r_debug`` protocol), once when the session opens
 at the program's entry point (the loader has mapped and relocated the libraries the
 program was linked with) and again at each stop on ``r_debug.r_brk``, the function the
-loader calls around every ``dlopen``/``dlclose``: one breakpoint hit per call, never
-anything on a probe hit.
+loader calls around every ``dlopen``/``dlclose``: glibc calls it before the change
+(``r_state`` ``RT_ADD``/``RT_DELETE``) and after it (``RT_CONSISTENT``); gdb's agent
+continues the first call itself, so kpsdk stops once per change, and never on a probe hit.
 
 Each object becomes a :class:`~kpsdk.target.MappedFile`: the host file (the path the
 program used, looked up in the sysroot first, as QEMU's ``-L`` does), its identity
@@ -113,7 +114,9 @@ class Libraries:
         brk = self._code_address(self.map.r_debug(self.r_debug).brk)
         if brk is not None:
             self.brk = brk
-            self.target.add_stop_hook(brk, self.on_brk)
+            # one stop per change: the agent lets the call before it (RT_ADD, RT_DELETE) go on
+            state = self.map.r_state_address(self.r_debug)
+            self.target.add_stop_hook(brk, self.on_brk, only_when=(state, 4, RT_CONSISTENT))
 
     def _code_address(self, pointer: int) -> int | None:
         """Where the function a function pointer (``r_brk``) designates starts: the pointer
