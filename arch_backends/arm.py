@@ -351,6 +351,7 @@ ARM = Arch(
     multiarch="arm-linux-gnueabihf",
     cross_libc_package="libc6-armhf-cross",
     plt=ARM_PLT,
+    irelative=(160,),  # R_ARM_IRELATIVE (ARM ELF ABI)
     qemu_system=QemuMachine("qemu-system-arm", "qemu-system-arm", machine="virt", console="ttyAMA0"),
     debian=DebianPort("armhf", "bookworm", "linux-image-armmp"),
     kernel_stack_size=8192,

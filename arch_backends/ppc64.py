@@ -210,6 +210,8 @@ PPC64 = Arch(
     multiarch="powerpc64-linux-gnu",
     cross_libc_package="libc6-ppc64-cross",
     plt=PPC64_PLT,
+    # R_PPC64_JMP_IREL (.plt: the slot gets the chosen code), R_PPC64_IRELATIVE (glibc elf/elf.h)
+    irelative=(247, 248),
     qemu_system=QemuMachine("qemu-system-ppc64", "qemu-system-ppc", machine="pseries", console="hvc0",
                             memory="1G"),
     # one DAWR (POWER10 adds a second; Linux counts 1 before it): up to 512 bytes at any address,

@@ -632,6 +632,10 @@ class Arch:
     #: the PLT stub layouts of the arch's linker, tried in order (the first that fits a file
     #: names its ``SYM@plt`` stubs); empty: none are named
     plt: tuple[PltTable, ...] = ()
+    #: the relocation types that make the loader call an IFUNC resolver and store its choice
+    #: in a GOT slot (``R_X86_64_IRELATIVE``...): how a session learns what an IFUNC
+    #: symbol resolved to (:mod:`kpsdk.ifunc`); empty: IFUNC symbols are refused
+    irelative: tuple[int, ...] = ()
 
     def require(self, capability: str, feature: str) -> Any:
         """The capability named ``capability`` (an attribute of this class, or of its

@@ -47,6 +47,7 @@ import struct
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
+from dataclasses import field as dataclass_field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, NamedTuple
 
@@ -63,6 +64,7 @@ from elftools.elf.structs import ELFStructs
 
 from kpsdk.errors import ImageFormatError, TargetError, UnknownNameError
 from kpsdk.files import read_regular
+from kpsdk.ifunc import irelative_slots
 from kpsdk.pltstubs import plt_symbols
 from kpsdk.symbols import Symbol, SymbolTable
 
@@ -400,7 +402,12 @@ class ElfImage:
     phdr: tuple[int, int, int] = (0, 0, 0)
     #: PT_INTERP: the program interpreter a dynamically linked program names (None: static)
     interp: str | None = None
+    #: IFUNC resolver -> the GOT slots (as linked) the loader fills with its choice (:mod:`kpsdk.ifunc`)
+    ifunc_slots: dict[int, tuple[int, ...]] = dataclass_field(default_factory=dict)
 
+    def contains(self, vaddr: int) -> bool:
+        """Whether a segment of the file occupies ``vaddr`` (as linked)."""
+        return any(seg.vaddr <= vaddr < seg.vaddr + seg.memsz for seg in self.segments)
 
     def relocated(self, bias: int) -> ElfImage:
         """The image as a run loaded at ``bias`` sees it: segments, entry and symbols moved.
@@ -448,9 +455,12 @@ def parse_elf(raw: bytes, path: Path, identity: tuple[int, int] | None = None) -
         raise elf.error("no PT_LOAD segment with memory: not an executable")
     arch = _arch_of(elf)
     deref = _Descriptors(elf, arch)
+    symbols = _symbols(elf, deref, arch, segments)
+    ifuncs = any(sym.kind == "ifunc" for sym in symbols)
     return ElfImage(path, elf.machine, elf.elf_class, elf.endian, deref("e_entry", elf.entry), segments,
-                    _symbols(elf, deref, arch, segments), kind=elf.type, raw_entry=elf.entry, identity=identity,
-                    phdr=_phdr(elf, segments), interp=_interp(elf))
+                    symbols, kind=elf.type, raw_entry=elf.entry, identity=identity,
+                    phdr=_phdr(elf, segments), interp=_interp(elf),
+                    ifunc_slots=irelative_slots(elf, arch, segments, deref) if ifuncs else {})
 
 
 def _phdr(elf: ElfFile, segments: list[Segment]) -> tuple[int, int, int]:

@@ -21,11 +21,12 @@ from __future__ import annotations
 import struct
 from typing import TYPE_CHECKING
 
+from kpsdk.relocs import read_relocations
 from kpsdk.symbols import Symbol
 
 if TYPE_CHECKING:
     from kpsdk.arch import Arch, PltTable
-    from kpsdk.elfimage import ElfFile, SectionHeader, Segment
+    from kpsdk.elfimage import ElfFile, Segment
 
 #: the PLT's relocation sections, by name and type
 RELOCATION_SECTIONS = ((".rela.plt", "SHT_RELA"), (".rel.plt", "SHT_REL"))
@@ -92,37 +93,8 @@ def _relocation_names(elf: ElfFile) -> list[tuple[int, str]]:
     for name, kind in RELOCATION_SECTIONS:
         section = elf.section(name)
         if section is not None and section.header["sh_type"] == kind:
-            return _names(elf, section, kind == "SHT_RELA")
+            return [(r.offset, r.symbol) for r in read_relocations(elf, section)]
     return []
-
-
-def _names(elf: ElfFile, section: SectionHeader, rela: bool) -> list[tuple[int, str]]:
-    """Each relocation's ``(r_offset, symbol name)``, in the section's order."""
-    what = elf.describe(section)
-    word = elf.elf_class // 8
-    size = word * (3 if rela else 2)
-    header = section.header
-    if header["sh_entsize"] != size:
-        raise elf.error(f"{what}: sh_entsize is {header['sh_entsize']}, but an ELF{elf.elf_class} relocation "
-                        f"{'with' if rela else 'without'} addend is {size} bytes")
-    data = elf.contents(section)
-    if len(data) % size:
-        raise elf.error(f"{what}: sh_size {len(data):#x} is not a multiple of sh_entsize {size}")
-    link = header["sh_link"]
-    if not 0 < link < len(elf.sections) or elf.sections[link].header["sh_type"] != "SHT_DYNSYM":
-        raise elf.error(f"{what}: sh_link {link} is not the dynamic symbol table")
-    symbols = [sym.name for sym in elf.symbols(elf.sections[link])]
-    code = ">" if elf.endian == "big" else "<"
-    layout = struct.Struct(code + ("Q" if word == 8 else "I") * (size // word))
-    shift = 32 if word == 8 else 8
-    out = []
-    for i, entry in enumerate(layout.iter_unpack(data)):
-        index = entry[1] >> shift
-        if index >= len(symbols):
-            raise elf.error(f"{what}: relocation {i} names symbol {index}, but the dynamic symbol table has "
-                            f"{len(symbols)}")
-        out.append((entry[0], symbols[index]))
-    return out
 
 
 def _dynamic(elf: ElfFile, tag: int) -> int | None:

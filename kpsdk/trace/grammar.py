@@ -23,6 +23,7 @@ are the kernel's (``trace_probe.h``, ``trace.h``, ``trace_kprobe.c``).
 
 from __future__ import annotations
 
+import errno
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -336,11 +337,15 @@ class Parser:
     """
 
     def __init__(self, arch: Arch | None = None, word_bits: int | None = None,
-                 sessions: Sequence[Session] = ()) -> None:
+                 sessions: Sequence[Session] = (), ifunc_later: bool = False) -> None:
         self.arch = arch
         self.word_bits = word_bits or (arch.bits if arch is not None else 64)
-        #: where a uprobe's bare library name is looked for (:func:`kpsdk.filelocation.find_file`)
+        #: where a uprobe's bare library name is looked for (:func:`kpsdk.filelocation.find_file`),
+        #: and an IFUNC symbol resolved (:mod:`kpsdk.ifunc`)
         self.sessions = sessions
+        #: a parse before any session (kpsdk trace's precheck): an IFUNC symbol no session can
+        #: resolve yet is accepted with offset 0, to be resolved when the session parses the line
+        self.ifunc_later = ifunc_later
 
     def parse(self, definition: str) -> ProbeDef:
         text = definition.rstrip("\n")
@@ -494,7 +499,7 @@ class Parser:
             raise TraceDefinitionError("NO_REGULAR_FILE", text, word.start, path, "trace_uprobe")
         offset = parse_uint(body)
         if offset is None:
-            offset = _symbol_offset(text, spec_col, path, body)
+            offset = _symbol_offset(text, spec_col, path, body, self.sessions, self.ifunc_later)
         return path, offset, ret
 
     # -- fetch arguments ----------------------------------------------------------------------------
@@ -809,13 +814,18 @@ def _looks_like_uprobe(where: str) -> bool:
     return ("/" in file or "." in file) and not file.startswith(("@", "%", "$", "+", "-"))
 
 
-def _symbol_offset(text: str, column: int, path: str, where: str) -> int:
+def _symbol_offset(text: str, column: int, path: str, where: str, sessions: Sequence[Session] = (),
+                   ifunc_later: bool = False) -> int:
     """A uprobe's ``SYMBOL[+OFF]`` as a file offset (kpsdk's extension of uprobe_events lines)."""
     from kpsdk.elfimage import load_elf
 
     try:
-        return symbol_offset(load_elf(path), path, where)
-    except (TargetError, KprobeError) as e:
+        return symbol_offset(load_elf(path), path, where, sessions)
+    except KprobeError as e:
+        if ifunc_later and e.errno == errno.EOPNOTSUPP:
+            return 0
+        raise TraceDefinitionError("BAD_UPROBE_OFFS", text, column, str(e), "trace_uprobe") from None
+    except TargetError as e:
         raise TraceDefinitionError("BAD_UPROBE_OFFS", text, column, str(e), "trace_uprobe") from None
 
 

@@ -62,7 +62,7 @@ def precheck(choice: TargetChoice, definitions: list[str], hist_fields: list[str
         return
     from kpsdk.trace.grammar import Parser
 
-    parser = Parser(arch)
+    parser = Parser(arch, ifunc_later=True)  # an IFUNC is resolved once the session runs
     parsed = [parser.parse(line) for line in definitions]
     if choice.spec.startswith("qemu-system:"):
         _kernel_symbols(choice, parsed)
