@@ -25,7 +25,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import kpsdk
-from kpsdk.errors import KpsdkError, NeverMappedWarning, TargetError, TargetFault, ToolMissingError
+from kpsdk.errors import (
+    ExecNotFollowedWarning,
+    KpsdkError,
+    NeverMappedWarning,
+    TargetError,
+    TargetFault,
+    ToolMissingError,
+)
 from kpsdk.linkmap import LinkMap, parse_auxv
 from kpsdk.plugins import uprobes as uprobes_plugin
 from kpsdk.targets.qemu import choose_sysroot
@@ -537,3 +544,24 @@ def test_one_stop_per_library_change(built: dict[str, tuple[Path, Path]], probe_
         assert states == [1, 0, 2, 0] and stops == states  # RT_ADD, RT_CONSISTENT, RT_DELETE, RT_CONSISTENT
     else:
         assert stops == [0, 0]
+
+
+def test_exec_is_not_followed_and_says_so(tmp_path: Path) -> None:
+    """Documented (docs/api.md, "Fork and exec"): at the C library's execve kpsdk warns that
+    the new program (/bin/echo here, which prints its argument) runs unprobed; the run ends
+    with its exit status, and the probes saw the first program's calls."""
+    compiler = require_tool("gcc", "gcc")
+    prog = tmp_path / "execs"
+    subprocess.run([compiler, "-O0", "-fno-builtin", "-o", str(prog), str(HERE / "execs.c")], check=True,
+                   timeout=120)
+    sizes: list[int] = []
+    s = open_user(prog, "x86_64", args=["/bin/echo", "after-exec"])
+    try:
+        s.register_uprobe(kpsdk.Uprobe.parse(f"{LIBC}:malloc", pre_handler=lambda p, r: sizes.append(r.arg(0))))
+        with pytest.warns(ExecNotFollowedWarning, match=r"called execve\('/bin/echo'\): kpsdk does not follow exec"):
+            assert s.run(timeout=60) == 0
+        out = s.console
+    finally:
+        s.close()
+    assert out.splitlines()[-1] == "after-exec" and report(out, "malloc")[0][0] == "55"
+    assert 55 in sizes
