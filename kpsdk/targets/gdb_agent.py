@@ -241,7 +241,7 @@ class KpsdkBreakpoint(gdb.Breakpoint):
 
     def stop(self):
         global _in_stop
-        if self.dormant or self._filtered():
+        if self.dormant or (self.only_when is not None and self._filtered()):  # no call on a probe's hit
             return False
         _in_stop = True
         try:
