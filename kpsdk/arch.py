@@ -508,6 +508,28 @@ class PltTable:
 
 
 @dataclass(frozen=True)
+class PltGotTable:
+    """x86's ``.plt.got``: stubs for functions bound at load time (their address is taken as
+    well as called: ``R_*_GLOB_DAT``), one per GOT slot, in no relocation's order; each is
+    named by the relocation of the slot its jump reads, as binutils' x86
+    ``get_synthetic_symtab`` does.
+
+    :param section: the stubs' section.
+    :param entry: bytes of one stub; ``ibt_entry`` when the file has ``ibt_section``
+        (``-fcf-protection``: an ``endbr`` first).
+    :param slot: ``(stub bytes, stub address, address of .got.plt) -> the GOT slot its
+        jump reads``, None for a stub it does not recognise (then left unnamed).
+    """
+
+    section: str
+    entry: int
+    ibt_entry: int
+    ibt_section: str
+    slot: Callable[[bytes, int, int], int | None]
+    source: str = ""
+
+
+@dataclass(frozen=True)
 class DebianPort:
     """Where Debian builds a kernel and a static busybox for this architecture: what
     ``python -m kpsdk.fixtures.kernel --arch ARCH`` fetches to boot under qemu-system.
@@ -632,6 +654,8 @@ class Arch:
     #: the PLT stub layouts of the arch's linker, tried in order (the first that fits a file
     #: names its ``SYM@plt`` stubs); empty: none are named
     plt: tuple[PltTable, ...] = ()
+    #: x86's ``.plt.got`` stubs (None: the arch's linker makes none)
+    plt_got: PltGotTable | None = None
     #: the relocation types that make the loader call an IFUNC resolver and store its choice
     #: in a GOT slot (``R_X86_64_IRELATIVE``...): how a session learns what an IFUNC
     #: symbol resolved to (:mod:`kpsdk.ifunc`); empty: IFUNC symbols are refused

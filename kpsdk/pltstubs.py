@@ -10,6 +10,10 @@ names the function; or, where the linker writes relocations in another order tha
 out stubs (x86: a library's ``R_X86_64_IRELATIVE`` come last), the relocation of the
 ``i``-th GOT slot, stubs and slots being allocated together.
 
+x86's ``.plt.got`` (functions bound at load time, whose address is taken too) follows no
+relocation's order: each stub is named by the relocation of the GOT slot its jump reads
+(:class:`kpsdk.arch.PltGotTable`), as binutils names it.
+
 Nothing is guessed: a layout is used only when its section's size is exactly the header
 plus one stub per relocation (or, for ppc64's glink stubs placed by ``DT_PPC64_GLINK``,
 when every stub lies inside an executable segment); otherwise the file's stubs stay
@@ -21,11 +25,11 @@ from __future__ import annotations
 import struct
 from typing import TYPE_CHECKING
 
-from kpsdk.relocs import read_relocations
+from kpsdk.relocs import dynamic_relocation_sections, read_relocations
 from kpsdk.symbols import Symbol
 
 if TYPE_CHECKING:
-    from kpsdk.arch import Arch, PltTable
+    from kpsdk.arch import Arch, PltGotTable, PltTable
     from kpsdk.elfimage import ElfFile, Segment
 
 #: the PLT's relocation sections, by name and type
@@ -42,9 +46,10 @@ def plt_symbols(elf: ElfFile, arch: Arch | None, segments: list[Segment]) -> lis
     stub long; none when the file has no PLT relocations or no layout fits."""
     if arch is None or not arch.plt:
         return []
+    got = _plt_got(elf, arch.plt_got) if arch.plt_got is not None else []
     relocations = _relocation_names(elf)
     if not relocations:
-        return []
+        return got
     by_slot = [name for _, name in sorted(relocations)]
     in_order = [name for _, name in relocations]
     flags = elf.elf.header["e_flags"]
@@ -56,8 +61,30 @@ def plt_symbols(elf: ElfFile, arch: Arch | None, segments: list[Segment]) -> lis
             continue
         names = by_slot if table.by_slot else in_order
         return [Symbol(name + SUFFIX, addr, table.entry, KIND, "", table.label)
-                for addr, name in zip(stubs, names, strict=True) if name]
-    return []
+                for addr, name in zip(stubs, names, strict=True) if name] + got
+    return got
+
+
+def _plt_got(elf: ElfFile, table: PltGotTable) -> list[Symbol]:
+    """The named stubs of x86's ``.plt.got``: each by the relocation of the slot it jumps through."""
+    section = elf.section(table.section)
+    if section is None or section.header["sh_type"] != "SHT_PROGBITS":
+        return []
+    size = table.ibt_entry if elf.section(table.ibt_section) is not None else table.entry
+    code, start = elf.contents(section), int(section.header["sh_addr"])
+    if not code or len(code) % size:
+        return []
+    got_plt = elf.section(".got.plt")
+    base = int(got_plt.header["sh_addr"]) if got_plt is not None else 0
+    slots = {r.offset: r.symbol for s in dynamic_relocation_sections(elf) for r in read_relocations(elf, s)
+             if r.symbol}
+    out = []
+    for at in range(0, len(code), size):
+        slot = table.slot(code[at:at + size], start + at, base)
+        name = slots.get(slot) if slot is not None else None
+        if name:
+            out.append(Symbol(name + SUFFIX, start + at, size, KIND, "", table.section))
+    return out
 
 
 def _stubs(elf: ElfFile, table: PltTable, count: int, segments: list[Segment]) -> list[int] | None:
@@ -90,9 +117,12 @@ def _stubs(elf: ElfFile, table: PltTable, count: int, segments: list[Segment]) -
 
 def _relocation_names(elf: ElfFile) -> list[tuple[int, str]]:
     """``(GOT slot, symbol name)`` of each PLT relocation in the section's order ("": no symbol)."""
+    dynamic = {s.number for s in dynamic_relocation_sections(elf)}
     for name, kind in RELOCATION_SECTIONS:
         section = elf.section(name)
-        if section is not None and section.header["sh_type"] == kind:
+        # a static program's .rela.plt (its IRELATIVE relocations, linked to no symbol
+        # table: sh_link 0) serves no dynamic symbol: nothing to name
+        if section is not None and section.header["sh_type"] == kind and section.number in dynamic:
             return [(r.offset, r.symbol) for r in read_relocations(elf, section)]
     return []
 
