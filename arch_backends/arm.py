@@ -31,6 +31,7 @@ from kpsdk.arch import (
     LinuxAbi,
     ModeBit,
     OutOfLine,
+    PltTable,
     QemuMachine,
     Register,
     ReturnDetour,
@@ -316,6 +317,15 @@ OPEN_FLAG_BITS = (("O_DIRECTORY", 0o40000), ("O_NOFOLLOW", 0o100000), ("O_DIRECT
 #: tls, vfpv4, idiva, idivt, vfpd32
 HWCAP = 2 | 4 | 16 | 64 | 128 | 4096 | 8192 | 32768 | 65536 | 131072 | 262144 | 524288
 
+#: PLT0 is 5 words; a stub 3 words (4 with --long-plt), ARM code, preceded by ``bx pc; b .-2``
+#: (Thumb, 4 bytes) when Thumb code branches to it (binutils bfd/elf32-arm.c elf32_arm_plt0_entry,
+#: elf32_arm_plt_entry_short/_long, elf32_arm_plt_thumb_stub)
+THUMB_PLT_PREFIX = struct.pack("<H", 0x4778)  # bx pc
+ARM_PLT = (PltTable(".plt", 20, 12, prefix=THUMB_PLT_PREFIX, prefix_size=4,
+                    source="binutils bfd/elf32-arm.c elf32_arm_plt_entry_short"),
+           PltTable(".plt", 20, 16, prefix=THUMB_PLT_PREFIX, prefix_size=4,
+                    source="binutils bfd/elf32-arm.c elf32_arm_plt_entry_long"))
+
 ARM = Arch(
     name="arm",
     aliases=("arm32", "armhf", "thumb"),
@@ -343,6 +353,8 @@ ARM = Arch(
     qemu_user="qemu-arm",
     multiarch="arm-linux-gnueabihf",
     cross_libc_package="libc6-armhf-cross",
+    plt=ARM_PLT,
+    irelative=(160,),  # R_ARM_IRELATIVE (ARM ELF ABI)
     qemu_system=QemuMachine("qemu-system-arm", "qemu-system-arm", machine="virt", console="ttyAMA0"),
     debian=DebianPort("armhf", "bookworm", "linux-image-armmp"),
     kernel_stack_size=8192,

@@ -34,6 +34,7 @@ from kpsdk.arch import (
     InstructionSet,
     LinuxAbi,
     OutOfLine,
+    PltTable,
     QemuMachine,
     Register,
     StatLayout,
@@ -236,6 +237,17 @@ PPC64_ISET = InstructionSet(
     is_call=is_call,
 )
 
+#: .dynamic's DT_PPC64_GLINK: 32 bytes before the first glink stub
+DT_PPC64_GLINK = 0x70000000
+#: ELFv1 and ELFv2 (e_flags' EF_PPC64_ABI): glink stubs of 8 bytes (li r0,N; b resolve) or 4
+#: (b resolve), named SYM@plt from DT_PPC64_GLINK + 32 as binutils' ppc64_elf_get_synthetic_symtab
+#: names them.  Calls reach them only while the function is not bound yet (lazy binding: its
+#: first call); every call goes through a plt_call stub of the caller's, which loads the
+#: function's address from .plt
+PPC64_GLINK = PltTable("", 32, 8, dynamic_tag=DT_PPC64_GLINK, name=".glink", e_flags=(3, 2),
+                       source="binutils bfd/elf64-ppc.c ppc64_elf_get_synthetic_symtab")
+PPC64_PLT = (replace(PPC64_GLINK, entry=4), replace(PPC64_GLINK, e_flags=None))
+
 PPC64 = Arch(
     name="ppc64",
     aliases=("powerpc64", "ppc64be"),
@@ -268,6 +280,9 @@ PPC64 = Arch(
     function_descriptors=".opd",
     multiarch="powerpc64-linux-gnu",
     cross_libc_package="libc6-ppc64-cross",
+    plt=PPC64_PLT,
+    # R_PPC64_JMP_IREL (.plt: the slot gets the chosen code), R_PPC64_IRELATIVE (glibc elf/elf.h)
+    irelative=(247, 248),
     qemu_system=QemuMachine("qemu-system-ppc64", "qemu-system-ppc", machine="pseries", console="hvc0",
                             memory="1G"),
     # one DAWR (POWER10 adds a second; Linux counts 1 before it): up to 512 bytes at any address,

@@ -30,6 +30,7 @@ from kpsdk.arch import (
     KernelTasks,
     LinuxAbi,
     OutOfLine,
+    PltTable,
     QemuMachine,
     Register,
     ReturnDetour,
@@ -311,6 +312,9 @@ RISCV64 = Arch(
     qemu_user="qemu-riscv64",
     multiarch="riscv64-linux-gnu",
     cross_libc_package="libc6-riscv64-cross",
+    # binutils bfd/elfnn-riscv.c: PLT_HEADER_SIZE (32), PLT_ENTRY_SIZE (16)
+    plt=(PltTable(".plt", 32, 16, source="binutils bfd/elfnn-riscv.c PLT_HEADER_SIZE, PLT_ENTRY_SIZE"),),
+    irelative=(58,),  # R_RISCV_IRELATIVE (RISC-V ELF psABI)
     qemu_system=QemuMachine("qemu-system-riscv64", "qemu-system-misc", machine="virt"),
     # Debian 12 has no riscv64 kernel; 13 (trixie) has, as an uncompressed Image named vmlinux-*
     debian=DebianPort("riscv64", "trixie", "linux-image-riscv64", "vmlinux-*"),

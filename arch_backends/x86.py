@@ -29,6 +29,8 @@ from kpsdk.arch import (
     KernelTasks,
     LinuxAbi,
     OutOfLine,
+    PltGotTable,
+    PltTable,
     QemuMachine,
     Register,
     ReturnDetour,
@@ -342,6 +344,32 @@ def _descriptor(base: int, limit: int, pages: bool, dpl: int) -> bytes:
                        (0x80 if pages else 0) | 0x40 | ((limit >> 16) & 0xF), (base >> 24) & 0xFF)
 
 
+#: the lazy PLT (PLT0, then one 16-byte stub per .rela.plt entry), or with IBT (-fcf-protection)
+#: the 16-byte stubs of .plt.sec that calls reach, .plt holding only the lazy path (binutils
+#: bfd/elfxx-x86.h LAZY_PLT_ENTRY_SIZE, NON_LAZY_PLT_ENTRY_SIZE; elf_x86_64_get_synthetic_symtab)
+def plt_got_slot(stub: bytes, addr: int, got_plt: int) -> int | None:
+    """The GOT slot a ``.plt.got`` stub jumps through: ``jmp *disp32(%rip)`` (``ff 25``, x86_64),
+    ``jmp *disp32(%ebx)`` (``ff a3``, i386 PIC: %ebx holds .got.plt's address), after an
+    ``endbr`` and a ``bnd`` prefix when there are (binutils bfd/elfxx-x86.h non-lazy PLTs)."""
+    at = 4 if stub[:3] == b"\xf3\x0f\x1e" else 0  # endbr64 / endbr32
+    if stub[at:at + 1] == b"\xf2":  # bnd
+        at += 1
+    if len(stub) < at + 6:
+        return None
+    disp = int.from_bytes(stub[at + 2:at + 6], "little", signed=True)
+    if stub[at:at + 2] == b"\xff\x25":
+        return addr + at + 6 + disp
+    if stub[at:at + 2] == b"\xff\xa3":
+        return got_plt + disp
+    return None
+
+
+X86_PLT_GOT = PltGotTable(".plt.got", 8, 16, ".plt.sec", plt_got_slot,
+                          source="binutils bfd/elfxx-x86.h elf_x86_64_non_lazy_plt, elf_i386_non_lazy_plt")
+
+X86_PLT = (PltTable(".plt.sec", 0, 16, by_slot=True, source="binutils bfd/elfxx-x86.h (IBT: .plt.sec)"),
+           PltTable(".plt", 16, 16, by_slot=True, source="binutils bfd/elfxx-x86.h (lazy PLT)"))
+
 X86_64 = Arch(
     name="x86_64",
     aliases=("amd64", "x86-64"),
@@ -369,6 +397,9 @@ X86_64 = Arch(
     qemu_user="qemu-x86_64",
     multiarch="x86_64-linux-gnu",
     cross_libc_package="libc6-amd64-cross",
+    plt=X86_PLT,
+    plt_got=X86_PLT_GOT,
+    irelative=(37,),  # R_X86_64_IRELATIVE (x86-64 psABI)
     qemu_system=QemuMachine("qemu-system-x86_64", "qemu-system-x86"),
     debian=DebianPort("amd64", "bookworm", "linux-image-amd64"),
     gdb_break_adjusts_pc=True,
@@ -405,6 +436,9 @@ I386 = Arch(
     qemu_user="qemu-i386",
     multiarch="i686-linux-gnu",
     cross_libc_package="libc6-i386-cross",
+    plt=X86_PLT,
+    plt_got=X86_PLT_GOT,
+    irelative=(42,),  # R_386_IRELATIVE (i386 psABI)
     qemu_system=QemuMachine("qemu-system-i386", "qemu-system-x86"),
     debian=DebianPort("i386", "bookworm", "linux-image-686"),
     kernel_stack_size=8192,

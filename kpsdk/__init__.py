@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Unpack
 from kpsdk.errors import (
     ArgumentError,
     CapabilityError,
+    ExecNotFollowedWarning,
     FieldTypeError,
     FilterError,
     FixtureError,
@@ -73,7 +74,8 @@ __version__ = "0.1.0"
 __all__ = [
     "KPROBE_FLAG_DISABLED", "KPROBE_FLAG_GONE", "TRAP_HANDLER_EXCEPTION",
     "ArgumentError", "CapabilityError", "FieldTypeError", "ImageFormatError", "KpsdkError", "KprobeError",
-    "LocationError", "NeverMappedWarning", "ProbeHandlerError", "SymbolError", "TargetError", "TargetFault",
+    "LocationError", "NeverMappedWarning", "ExecNotFollowedWarning", "ProbeHandlerError", "SymbolError",
+    "TargetError", "TargetFault",
     "TargetExited", "TargetStalled", "ToolMissingError", "UnknownNameError", "UnsupportedTargetError",
     "NotEmulatedError", "PluginLoadError",
     "GdbError", "TraceDefinitionError", "TriggerError", "FunctionsError", "FilterError", "FixtureError",

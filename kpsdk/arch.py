@@ -507,6 +507,72 @@ class QemuMachine:
 
 
 @dataclass(frozen=True)
+class PltTable:
+    """Where a linker puts the stubs that calls to another object's functions go through,
+    so they can be named ``SYM@plt`` as gdb, objdump and perf name them (BFD's synthetic
+    symbols): stub ``i`` serves relocation ``i`` of ``.rela.plt`` (``.rel.plt``), at
+    ``start + header + i * entry``.
+
+    :param section: the section of the stubs (``.plt``, x86's ``.plt.sec`` with IBT);
+        its size must be ``header + count * entry`` or the table is not used (a layout
+        kpsdk does not know is not guessed at).  "" when ``dynamic_tag`` places them.
+    :param header: bytes before the first stub (the lazy-binding trampoline, PLT0).
+    :param entry: bytes of one stub.
+    :param dynamic_tag: a ``.dynamic`` tag whose value is ``start`` (ppc64's
+        ``DT_PPC64_GLINK``: the glink stubs sit inside ``.text``, no section of their own).
+    :param name: the table's name in ``kpsdk list`` (default: ``section``).
+    :param e_flags: ``(mask, value)``: used only for files whose ``e_flags & mask == value``
+        (ppc64's ELF ABI version); None: any file.
+    :param by_slot: stub ``i`` serves the ``i``-th GOT slot (relocations sorted by
+        ``r_offset``), not the ``i``-th relocation: the linker allocates a stub and its slot
+        together but may write the relocations in another order (binutils' x86 linker puts
+        a library's ``R_*_IRELATIVE`` last).
+    :param prefix: the first bytes of a stub's optional prefix of ``prefix_size`` bytes
+        (ARM: ``bx pc`` and a branch, the Thumb entry of a stub that Thumb code branches to
+        without switching to ARM); the stub's name goes after it, on the code every
+        caller runs (a Thumb caller falls through the prefix into it).
+    :param source: where the layout is documented.
+    """
+
+    section: str
+    header: int
+    entry: int
+    dynamic_tag: int | None = None
+    name: str = ""
+    e_flags: tuple[int, int] | None = None
+    by_slot: bool = False
+    prefix: bytes = b""
+    prefix_size: int = 0
+    source: str = ""
+
+    @property
+    def label(self) -> str:
+        return self.name or self.section
+
+
+@dataclass(frozen=True)
+class PltGotTable:
+    """x86's ``.plt.got``: stubs for functions bound at load time (their address is taken as
+    well as called: ``R_*_GLOB_DAT``), one per GOT slot, in no relocation's order; each is
+    named by the relocation of the slot its jump reads, as binutils' x86
+    ``get_synthetic_symtab`` does.
+
+    :param section: the stubs' section.
+    :param entry: bytes of one stub; ``ibt_entry`` when the file has ``ibt_section``
+        (``-fcf-protection``: an ``endbr`` first).
+    :param slot: ``(stub bytes, stub address, address of .got.plt) -> the GOT slot its
+        jump reads``, None for a stub it does not recognise (then left unnamed).
+    """
+
+    section: str
+    entry: int
+    ibt_entry: int
+    ibt_section: str
+    slot: Callable[[bytes, int, int], int | None]
+    source: str = ""
+
+
+@dataclass(frozen=True)
 class DebianPort:
     """Where Debian builds a kernel and a static busybox for this architecture: what
     ``python -m kpsdk.fixtures.kernel --arch ARCH`` fetches to boot under qemu-system.
@@ -639,6 +705,15 @@ class Arch:
     multiarch: str = ""
     #: the Debian package that installs that sysroot's C library
     cross_libc_package: str = ""
+    #: the PLT stub layouts of the arch's linker, tried in order (the first that fits a file
+    #: names its ``SYM@plt`` stubs); empty: none are named
+    plt: tuple[PltTable, ...] = ()
+    #: x86's ``.plt.got`` stubs (None: the arch's linker makes none)
+    plt_got: PltGotTable | None = None
+    #: the relocation types that make the loader call an IFUNC resolver and store its choice
+    #: in a GOT slot (``R_X86_64_IRELATIVE``...): how a session learns what an IFUNC
+    #: symbol resolved to (:mod:`kpsdk.ifunc`); empty: IFUNC symbols are refused
+    irelative: tuple[int, ...] = ()
 
     def require(self, capability: str, feature: str) -> Any:
         """The capability named ``capability`` (an attribute of this class, or of its

@@ -47,6 +47,7 @@ import struct
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
+from dataclasses import field as dataclass_field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, NamedTuple
 
@@ -63,6 +64,8 @@ from elftools.elf.structs import ELFStructs
 
 from kpsdk.errors import ImageFormatError, TargetError, UnknownNameError
 from kpsdk.files import read_regular
+from kpsdk.ifunc import irelative_slots
+from kpsdk.pltstubs import plt_symbols
 from kpsdk.symbols import Symbol, SymbolTable
 
 if TYPE_CHECKING:
@@ -399,7 +402,12 @@ class ElfImage:
     phdr: tuple[int, int, int] = (0, 0, 0)
     #: PT_INTERP: the program interpreter a dynamically linked program names (None: static)
     interp: str | None = None
+    #: IFUNC resolver -> the GOT slots (as linked) the loader fills with its choice (:mod:`kpsdk.ifunc`)
+    ifunc_slots: dict[int, tuple[int, ...]] = dataclass_field(default_factory=dict)
 
+    def contains(self, vaddr: int) -> bool:
+        """Whether a segment of the file occupies ``vaddr`` (as linked)."""
+        return any(seg.vaddr <= vaddr < seg.vaddr + seg.memsz for seg in self.segments)
 
     def relocated(self, bias: int) -> ElfImage:
         """The image as a run loaded at ``bias`` sees it: segments, entry and symbols moved.
@@ -457,9 +465,12 @@ def parse_elf(raw: bytes, path: Path, identity: tuple[int, int] | None = None) -
         raise elf.error("no PT_LOAD segment with memory: not an executable")
     arch = _arch_of(elf)
     deref = _Descriptors(elf, arch)
+    symbols = _symbols(elf, deref, arch, segments)
+    ifuncs = any(sym.kind == "ifunc" for sym in symbols)
     return ElfImage(path, elf.machine, elf.elf_class, elf.endian, deref("e_entry", elf.entry), segments,
-                    _symbols(elf, deref, arch), kind=elf.type, raw_entry=elf.entry, identity=identity,
-                    phdr=_phdr(elf, segments), interp=_interp(elf))
+                    symbols, kind=elf.type, raw_entry=elf.entry, identity=identity,
+                    phdr=_phdr(elf, segments), interp=_interp(elf),
+                    ifunc_slots=irelative_slots(elf, arch, segments, deref) if ifuncs else {})
 
 
 def _phdr(elf: ElfFile, segments: list[Segment]) -> tuple[int, int, int]:
@@ -566,7 +577,7 @@ class _Descriptors:
 _KINDS = {"STT_FUNC": "func", "STT_OBJECT": "object", "STT_GNU_IFUNC": "ifunc", "STT_LOOS": "ifunc"}
 
 
-def _symbols(elf: ElfFile, deref: _Descriptors, arch: Arch | None) -> SymbolTable:
+def _symbols(elf: ElfFile, deref: _Descriptors, arch: Arch | None, segments: list[Segment]) -> SymbolTable:
     """The defined function, object and IFUNC symbols of ``.symtab``, else of ``.dynsym``.
 
     A stripped program or shared library has only ``.dynsym`` (what the dynamic loader
@@ -574,7 +585,8 @@ def _symbols(elf: ElfFile, deref: _Descriptors, arch: Arch | None) -> SymbolTabl
     the local ones, so ``.dynsym`` is then not read (a corrupt one does not matter,
     as for every section kpsdk does not read).  pyelftools names dynamic symbols
     without their version (``malloc``, not ``malloc@@GLIBC_2.2.5``);
-    :meth:`SymbolTable.get` takes either form.
+    :meth:`SymbolTable.get` takes either form.  The PLT's stubs follow, named ``SYM@plt``
+    (:mod:`kpsdk.pltstubs`).
     """
     # an instruction set selected by bit 0 of an address (ARM's Thumb: InstructionSet.thumb_bit)
     odd = next((iset for iset in arch.isets if iset.thumb_bit), None) if arch is not None else None
@@ -603,4 +615,5 @@ def _symbols(elf: ElfFile, deref: _Descriptors, arch: Arch | None) -> SymbolTabl
                 continue
             seen.add((sym.name, value))
             found.append(Symbol(sym.name, value, sym["st_size"], kind, iset, table_name, descriptor))
+    found += plt_symbols(elf, arch, segments)
     return SymbolTable(found)

@@ -258,6 +258,12 @@ class NeverMappedWarning(KpsdkError, UserWarning):
     path to another copy of a library, a library the program never loads)."""
 
 
+class ExecNotFollowedWarning(KpsdkError, UserWarning):
+    """The program called ``execve``: kpsdk does not follow the new program yet (qemu-user
+    hands it to the host's ``execve``, outside the session's gdbstub), so it runs unprobed
+    and the run ends with its exit status."""
+
+
 class TraceDefinitionError(KpsdkError, ValueError):
     """A probe definition the kernel would refuse, with where it is wrong (:mod:`kpsdk.trace.grammar`).
 

@@ -12,8 +12,9 @@ grammar (``p PATH:SYMBOL`` lines), so both find the same file the same way:
   subdirectories, ``lib64``) of each open session's sysroot, then of the host;
 * a symbol is looked up in ``.symtab`` and ``.dynsym`` (versioned names such as
   ``malloc@@GLIBC_2.2.5`` work as plain ones) and turned into a file offset through the
-  program headers.  An IFUNC symbol is refused: its address is the resolver, which the
-  loader runs once to choose the implementation calls really reach.
+  program headers.  An IFUNC symbol is the implementation the loader chose, read in an
+  open session that maps the file (:mod:`kpsdk.ifunc`), else refused: its address is the
+  resolver, which the loader runs once to choose the implementation calls really reach.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kpsdk.errors import KprobeError, SymbolError, shown
+from kpsdk.ifunc import resolve
 
 if TYPE_CHECKING:
     from kpsdk.elfimage import ElfImage
@@ -75,11 +77,13 @@ def find_file(name: str, sessions: Iterable[Session] = ()) -> str:
     return name
 
 
-def symbol_offset(image: ElfImage, path: str, where: str) -> int:
+def symbol_offset(image: ElfImage, path: str, where: str, sessions: Iterable[Session] = ()) -> int:
     """The file offset of ``SYMBOL[+OFF]`` (or ``0xADDR``) in ``image``, the file at ``path``.
 
-    ``ENOENT`` for an unknown symbol, ``EOPNOTSUPP`` for an IFUNC, ``EINVAL`` outside
-    every executable segment.
+    An IFUNC symbol is the implementation the loader chose, read in one of ``sessions``
+    that maps the file (:func:`kpsdk.ifunc.resolve`).  ``ENOENT`` for an unknown symbol,
+    ``EOPNOTSUPP`` for an IFUNC no session can say, ``EINVAL`` outside every executable
+    segment.
     """
     name = where.partition("+")[0].strip()
     try:
@@ -88,9 +92,7 @@ def symbol_offset(image: ElfImage, path: str, where: str) -> int:
     except SymbolError as e:
         raise KprobeError(errno.ENOENT, f"{path}: {e}") from None
     if sym is not None and sym.kind == "ifunc":
-        raise KprobeError(errno.EOPNOTSUPP, f"{path}:{name} is an IFUNC symbol: its address is the resolver the "
-                          "loader runs once to choose an implementation, not the code calls reach; probe that "
-                          "code by address in a session (a kprobe), or by its file offset")
+        vaddr += resolve(image, path, sym, sessions) - sym.address
     offset = image.vaddr_to_offset(vaddr)
     if offset is None:
         raise KprobeError(errno.EINVAL, f"{shown(path)}:{where} ({vaddr:#x}) is not in an executable segment "

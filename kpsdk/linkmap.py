@@ -161,6 +161,11 @@ class LinkMap:
                 return int.from_bytes(raw[self.word :], self.endian)
         return 0
 
+    def r_state_address(self, addr: int) -> int:
+        """Where the ``int r_state`` of the ``struct r_debug`` at ``addr`` is (after the
+        ``int`` version, padded to a word, and two pointers), as :meth:`r_debug` reads it."""
+        return addr + 3 * self.word
+
     def r_debug(self, addr: int) -> RDebug:
         """``struct r_debug`` at ``addr``: an ``int`` version, then word-aligned pointers, the
         ``int`` state, the loader's base."""

@@ -32,9 +32,9 @@ class Symbol:
     architecture's first (ARM's ``"thumb"``: an ELF symbol value with bit 0 set,
     see :attr:`kpsdk.arch.InstructionSet.thumb_bit`); "" for the default.
 
-    ``kind`` is ``"func"``, ``"object"`` or ``"ifunc"`` (``STT_GNU_IFUNC``: the address
+    ``kind`` is ``"func"``, ``"object"``, ``"ifunc"`` (``STT_GNU_IFUNC``: the address
     of a resolver, which the dynamic loader calls to pick the implementation that
-    calls will reach); ``source`` is the table it came from (``".symtab"``,
+    calls will reach) or ``"plt"`` (a PLT stub, ``malloc@plt``); ``source`` is the table it came from (``".symtab"``,
     ``".dynsym"``; empty for other sources).
 
     ``descriptor`` is where the function's descriptor is (ppc64 ELFv1: the symbol's
@@ -45,7 +45,7 @@ class Symbol:
     name: str
     address: int
     size: int
-    kind: str  # "func", "object" or "ifunc" (an STT_GNU_IFUNC: the address is its resolver's)
+    kind: str  # "func", "object", "ifunc" (an STT_GNU_IFUNC: the address is its resolver's) or "plt"
     iset: str = ""
     source: str = ""
     descriptor: int = 0
@@ -107,7 +107,8 @@ class SymbolTable:
 
     def get(self, name: str) -> Symbol:
         """The symbol called ``name``; a versioned name (``malloc@@GLIBC_2.2.5``,
-        ``malloc@GLIBC_2.2.5``, as ``readelf`` and ``nm -D`` print them) is its plain one."""
+        ``malloc@GLIBC_2.2.5``, as ``readelf`` and ``nm -D`` print them) is its plain one;
+        ``malloc@plt`` is only ever the PLT stub (:mod:`kpsdk.pltstubs`), never ``malloc``."""
         found = self._find(name)
         if found is None:
             raise SymbolError(f"unknown symbol {name!r}{did_you_mean(self.suggest(name))}")
@@ -115,7 +116,7 @@ class SymbolTable:
 
     def _find(self, name: str) -> Symbol | None:
         found = self._by_name.get(name)
-        if found is None and "@" in name:
+        if found is None and "@" in name and not name.endswith("@plt"):
             found = self._by_name.get(name.partition("@")[0])
         return found
 
@@ -215,7 +216,17 @@ class SymbolTables(SymbolTable):
         for table in self.tables:
             if name in table:
                 return table.get(name)
-        raise SymbolError(f"unknown symbol {name!r}")
+        raise SymbolError(f"unknown symbol {name!r}{did_you_mean(self.suggest(name))}")
+
+    def __contains__(self, name: str) -> bool:
+        return any(name in table for table in self.tables)
+
+    def suggest(self, name: str, n: int = 3) -> list[str]:
+        return [found for table in self.tables for found in table.suggest(name, n)][:n]
+
+    def matching(self, pattern: str, kind: str | None = "func") -> list[Symbol]:
+        found = [sym for table in self.tables for sym in table.matching(pattern, kind)]
+        return sorted(found, key=lambda sym: sym.address)
 
     def lookup(self, addr: int) -> tuple[str, int, int] | None:
         for table in self.tables:

@@ -100,7 +100,8 @@ def parse_location(text: str | Any) -> dict[str, Any]:
     be a library's bare name (``libc.so.6``): :func:`kpsdk.filelocation.find_file`
     says which file that is.  Raises :class:`~kpsdk.errors.LocationError`
     (``EINVAL``, a ValueError) for text of another shape, :class:`KprobeError`
-    ``ENOENT`` for a missing file or symbol, ``EOPNOTSUPP`` for an IFUNC symbol,
+    ``ENOENT`` for a missing file or symbol, ``EOPNOTSUPP`` for an IFUNC symbol no open
+    session can resolve (:mod:`kpsdk.ifunc`),
     ``EINVAL`` for a symbol outside every executable segment.
     """
     if not isinstance(text, str):
@@ -118,7 +119,7 @@ def parse_location(text: str | Any) -> dict[str, Any]:
     offset = parse_number(where)
     if offset is not None:
         return {"path": path, "offset": offset}
-    return {"path": path, "offset": symbol_offset(_read_image(path), path, where)}
+    return {"path": path, "offset": symbol_offset(_read_image(path), path, where, list(_sessions))}
 
 
 def parse_uprobe(text: str, **fields: Any) -> Uprobe | Uretprobe:

@@ -20,11 +20,19 @@ from pathlib import Path
 
 import pytest
 from elftools.elf.elffile import ELFFile
+from elftools.elf.relocation import Relocation, RelocationSection
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import kpsdk
-from kpsdk.errors import KpsdkError, NeverMappedWarning, TargetError, TargetFault, ToolMissingError
+from kpsdk.errors import (
+    ExecNotFollowedWarning,
+    KpsdkError,
+    NeverMappedWarning,
+    TargetError,
+    TargetFault,
+    ToolMissingError,
+)
 from kpsdk.linkmap import LinkMap, parse_auxv
 from kpsdk.plugins import uprobes as uprobes_plugin
 from kpsdk.targets.qemu import choose_sysroot
@@ -90,6 +98,33 @@ def is_ifunc(path: Path, name: str) -> bool:
                    for sym in table.iter_symbols())
 
 
+#: relocation types whose slot gets an IFUNC resolver's choice (the psABIs; glibc elf/elf.h)
+IRELATIVE = {"EM_X86_64": {37}, "EM_386": {42}, "EM_PPC64": {247, 248}, "EM_ARM": {160}, "EM_RISCV": {58}}
+
+
+def has_irelative_slot(path: Path, name: str) -> bool:
+    """Whether the library has an IRELATIVE relocation for its IFUNC ``name``, read with
+    pyelftools: the addend is the resolver (ppc64 ELFv1: its descriptor, the symbol's value)."""
+    with open(path, "rb") as f:
+        elf = ELFFile(f)
+        value = next(s["st_value"] for s in elf.get_section_by_name(".dynsym").iter_symbols() if s.name == name)
+        types = IRELATIVE[elf["e_machine"]]
+        loads = [(seg["p_vaddr"], seg.data()) for seg in elf.iter_segments() if seg["p_type"] == "PT_LOAD"]
+        word = elf.elfclass // 8
+        endian = "little" if elf.little_endian else "big"
+
+        def addend(reloc: Relocation) -> int | None:
+            if reloc.is_RELA():
+                return int(reloc["r_addend"])
+            at = reloc["r_offset"]  # REL (i386, ARM): the addend is the word the slot holds in the file
+            return next((int.from_bytes(data[at - base: at - base + word], endian)
+                         for base, data in loads if base <= at < base + len(data)), None)
+
+        return any(r["r_info_type"] in types and addend(r) == value
+                   for sec in elf.iter_sections() if isinstance(sec, RelocationSection)
+                   for r in sec.iter_relocations())
+
+
 def libc_of(s: kpsdk.Session) -> kpsdk.target.MappedFile:
     return next(mf for mf in s.target.mapped_files() if mf.path.name == LIBC)
 
@@ -139,8 +174,10 @@ def test_library_probes_see_what_the_program_passed(arch: str, built: dict[str, 
         s.register_uprobe(kpsdk.Uprobe.parse(f"{LIBC}:malloc", pre_handler=lambda p, r: mallocs.append(r.arg(0))))
         s.register_uretprobe(kpsdk.Uretprobe.parse(f"{LIBC}:malloc", handler=on_malloc_return))
         s.register_uprobe(kpsdk.Uprobe.parse(f"{LIBC}:write", pre_handler=on_write))
-        strlen_is_ifunc = is_ifunc(libc.path, "strlen")
-        if strlen_is_ifunc:
+        # an IFUNC is the loader's choice, read from libc's IRELATIVE slot (tests/test_ifunc.py);
+        # without one (i386's strlen) it is refused
+        strlen_refused = is_ifunc(libc.path, "strlen") and not has_irelative_slot(libc.path, "strlen")
+        if strlen_refused:
             with pytest.raises(kpsdk.KprobeError) as refused:
                 kpsdk.Uprobe.parse(f"{LIBC}:strlen")
             assert refused.value.errno == errno.EOPNOTSUPP and "IFUNC" in str(refused.value)
@@ -164,7 +201,7 @@ def test_library_probes_see_what_the_program_passed(arch: str, built: dict[str, 
         assert objects["-"] == main.bias
         assert mallocs[:3] == [int(size) for size, _ in report(out, "malloc")]
         assert returned[:3] == [int(ptr, 16) for _, ptr in report(out, "malloc")]
-        if not strlen_is_ifunc:
+        if not strlen_refused:
             assert lengths == [(" ".join(rest[1:]), int(rest[0])) for rest in report(out, "strlen")]
         assert bytes(written) == out.encode()
         assert mixes == [(int(a), int(b)) for a, b, _ in report(out, "lib_mix")] == [(1, 10), (2, 20), (3, 30)]
@@ -473,3 +510,59 @@ def test_fuzzed_trace_lines_with_library_symbols_give_definition_errors(where: s
         Parser().parse(f"p:m /lib/x86_64-linux-gnu/{LIBC}:{where} x=%di")
     except kpsdk.TraceDefinitionError as e:
         assert 0 <= e.column <= len(f"p:m /lib/x86_64-linux-gnu/{LIBC}:{where} x=%di") + 1
+
+
+# -- one stop per dlopen/dlclose ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("probe_there", [False, True])
+def test_one_stop_per_library_change(built: dict[str, tuple[Path, Path]], probe_there: bool) -> None:
+    """calls.c dlopens its library once and dlcloses it once: kpsdk stops on the loader's
+    r_brk once for each (the agent continues the call before each change itself).  A kprobe
+    on r_brk still sees every call the loader makes: two per change (r_state RT_ADD or
+    RT_DELETE, then RT_CONSISTENT), as glibc's r_debug protocol has it."""
+    prog, lib = built["x86_64"]
+    s = open_user(prog, "x86_64", args=[str(lib)])
+    stops: list[int] = []
+    states: list[int] = []
+    try:
+        libs = s.target.libraries  # type: ignore[attr-defined]
+        hook = s.target._stop_hooks[libs.brk]  # type: ignore[attr-defined]
+
+        def counted() -> None:
+            stops.append(libs.map.r_debug(libs.r_debug).state)
+            hook()
+
+        s.target._stop_hooks[libs.brk] = counted  # type: ignore[attr-defined]
+        if probe_there:
+            s.register_kprobe(kpsdk.Kprobe(addr=libs.brk, pre_handler=lambda p, r: states.append(
+                libs.map.r_debug(libs.r_debug).state)))
+        assert s.run(timeout=60) == 0
+        assert report(s.console, "lib_mix")
+    finally:
+        s.close()
+    if probe_there:
+        assert states == [1, 0, 2, 0] and stops == states  # RT_ADD, RT_CONSISTENT, RT_DELETE, RT_CONSISTENT
+    else:
+        assert stops == [0, 0]
+
+
+def test_exec_is_not_followed_and_says_so(tmp_path: Path) -> None:
+    """Documented (docs/api.md, "Fork and exec"): at the C library's execve kpsdk warns that
+    the new program (/bin/echo here, which prints its argument) runs unprobed; the run ends
+    with its exit status, and the probes saw the first program's calls."""
+    compiler = require_tool("gcc", "gcc")
+    prog = tmp_path / "execs"
+    subprocess.run([compiler, "-O0", "-fno-builtin", "-o", str(prog), str(HERE / "execs.c")], check=True,
+                   timeout=120)
+    sizes: list[int] = []
+    s = open_user(prog, "x86_64", args=["/bin/echo", "after-exec"])
+    try:
+        s.register_uprobe(kpsdk.Uprobe.parse(f"{LIBC}:malloc", pre_handler=lambda p, r: sizes.append(r.arg(0))))
+        with pytest.warns(ExecNotFollowedWarning, match=r"called execve\('/bin/echo'\): kpsdk does not follow exec"):
+            assert s.run(timeout=60) == 0
+        out = s.console
+    finally:
+        s.close()
+    assert out.splitlines()[-1] == "after-exec" and report(out, "malloc")[0][0] == "55"
+    assert 55 in sizes

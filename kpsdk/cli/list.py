@@ -39,7 +39,9 @@ def cmd_list(
     Reads the symbol tables only, .symtab and .dynsym (the table column says
     which; a stripped program or a shared library has only .dynsym): nothing
     runs, no Unicorn needed, any architecture.  An IFUNC symbol (glibc's strlen
-    on x86) is the resolver the loader calls to pick an implementation.  A
+    on x86) is the resolver the loader calls to pick an implementation.  PLT
+    stubs are listed as SYM@plt, as gdb and perf name them, with their table
+    (.plt, .plt.sec, ppc64's .glink).  A
     probe goes on SYM (the function's first instruction) or SYM+OFF (any
     instruction boundary inside it, see kpsdk disasm).  iset names the
     instruction set of a function not in the architecture's first one (ARM's

@@ -21,12 +21,12 @@ host -> agent (during a hit; the CPU is stopped)
     ``p ADDR SIZE``  read physical memory (QEMU's ``Qqemu.PhyMemMode``);
     ``W NAME VALUE``  write a register now (kpsdk puts the old value back itself);
     ``w ADDR HEXBYTES``  write memory; ``b ADDR HW`` / ``d ADDR``  insert or
-    delete a breakpoint; then one final
+    delete a breakpoint; ``a ADDR``  report its every hit again (:func:`always`); then one final
     ``c|s [NAME=VALUE ...] [+NAME ...] [OP:ADDR[:HW] ...]``  write registers,
     add NAMEs to this breakpoint's prefetch list, change breakpoints, and
     continue (``c``) or stop for real (``s``: gdb then reports a ``*stopped``
     over MI and the host takes over).  The breakpoint changes: ``b:ADDR:HW``
-    insert (as ``b``), ``d:ADDR`` delete (as ``d``), ``t:ADDR:HW`` report the
+    insert (as ``b``), ``d:ADDR`` delete (as ``d``), ``a:ADDR`` (as ``a``), ``t:ADDR:HW`` report the
     next hit at ADDR of this hit's thread only (the end of a single-step: a
     post_handler's successor, see below).  Carried by the final line, they cost
     no round trip; one that gdb refuses is reported as ``E MESSAGE`` and the
@@ -143,6 +143,23 @@ def delete(addr):
         bp.delete()
 
 
+def only_when(addr, where, size, value, big_endian):
+    """Report the breakpoint at ``addr`` only when the ``size``-byte integer at ``where`` is
+    ``value``; its other hits continue here, at no cost to the host.  For kpsdk's stop on the
+    loader's ``r_brk``: glibc calls it before a change (``r_state`` RT_ADD or RT_DELETE) and
+    after it (RT_CONSISTENT), and only the second one has news (kpsdk.targets.solibs)."""
+    bp = _breakpoints.get(addr)
+    if bp is not None:
+        bp.only_when = (where, size, value, "big" if big_endian else "little")
+
+
+def always(addr):
+    """Report every hit of the breakpoint at ``addr`` again (a probe was put there)."""
+    bp = _breakpoints.get(addr)
+    if bp is not None:
+        bp.only_when = None
+
+
 def purge():
     """Delete the dormant breakpoints (called through MI while the CPU is stopped)."""
     for addr in [a for a, bp in _breakpoints.items() if bp.dormant and not bp.steps]:
@@ -202,6 +219,9 @@ def _serve(cmd):
         if op == "d":
             delete(int(rest, 16))
             return "v"
+        if op == "a":
+            always(int(rest, 16))
+            return "v"
         if op == "t":  # the stub's id of the hit's thread (qemu-user: the guest's thread id)
             thread = gdb.selected_thread()
             ptid = thread.ptid if thread is not None else (0, 0, 0)
@@ -242,12 +262,14 @@ def _converse(report, prefetch, thread):
 
 
 def _change(word, thread):
-    """One breakpoint change of a final line: ``b:ADDR:HW``, ``d:ADDR`` or ``t:ADDR:HW``."""
+    """One breakpoint change of a final line: ``b:ADDR:HW``, ``d:ADDR``, ``a:ADDR`` or ``t:ADDR:HW``."""
     op, addr, *hw = word.split(":")
     if op == "b":
         insert(int(addr, 16), int(hw[0]))
     elif op == "d":
         delete(int(addr, 16))
+    elif op == "a":
+        always(int(addr, 16))
     elif op == "t":
         arm_step(int(addr, 16), int(hw[0]), thread)
     else:
@@ -291,6 +313,8 @@ class KpsdkBreakpoint(gdb.Breakpoint):
         self.steps = set()
         #: made for steps only (a successor nobody probes): disabled while no step ends here
         self.transient = False
+        #: (where, size, value, byte order): report a hit only when that memory holds value
+        self.only_when: tuple | None = None
 
     def wake(self):
         if not self.enabled:  # type: ignore[has-type]  # gdb.Breakpoint's, untyped
@@ -301,13 +325,24 @@ class KpsdkBreakpoint(gdb.Breakpoint):
         if self.transient and not self.steps and self.enabled:
             self.enabled = False
 
+    def _filtered(self):
+        """Whether :func:`only_when`'s condition says this hit is not reported."""
+        if self.only_when is None:
+            return False
+        where, size, value, order = self.only_when
+        try:
+            now = int.from_bytes(bytes(gdb.selected_inferior().read_memory(where, size)), order)
+        except gdb.MemoryError:
+            return False  # unreadable: let the host see the stop
+        return now != value
+
     def stop(self):
         global _in_stop
         thread = gdb.selected_thread()
         tid = thread.num if thread is not None else 0
         if self.steps and tid in self.steps:
             self.steps.discard(tid)
-        elif self.dormant:
+        elif self.dormant or (self.only_when is not None and self._filtered()):  # no call on a probe's hit
             self.rest()
             return False
         _in_stop = True
@@ -321,7 +356,8 @@ class KpsdkBreakpoint(gdb.Breakpoint):
 
 
 #: what the host calls through MI (``python kpsdk_agent.insert(0x401000, 0)``)
-kpsdk_agent = types.SimpleNamespace(insert=insert, delete=delete, purge=purge, prefetch=prefetch)
+kpsdk_agent = types.SimpleNamespace(insert=insert, delete=delete, purge=purge, prefetch=prefetch,
+                                    only_when=only_when, always=always)
 
 
 # -- watchpoints (kpsdk.targets.livewatch) ---------------------------------------------------

@@ -202,6 +202,8 @@ class GdbTarget(Target):
         self._steps = LiveStep(arch, self.hardware)
         #: breakpoint changes made during the current hit, sent on its final line
         self._changes: list[str] = []
+        #: stop hooks the agent reports only when their condition holds (add_stop_hook's only_when)
+        self._filtered: set[int] = set()
         self.link = AgentLink()
         self.mi: MiConnection | None = None
         _open_targets.add(self)
@@ -444,6 +446,7 @@ class GdbTarget(Target):
                 self._remove_breakpoint(point.addr)
         if want:
             self._insert_breakpoint(point.addr)
+            self._unfilter(point.addr)
             point.mechanism = "hbreak" if self.hardware else "break"
 
     def _insert_breakpoint(self, addr: int) -> None:
@@ -454,13 +457,31 @@ class GdbTarget(Target):
         self._agent(f"d {addr:x}", f"delete({addr:#x})", addr)
         self._dormant |= self.in_hit  # the agent only parks it during a hit; purged before the next run
 
-    def add_stop_hook(self, addr: int, hook: Callable[[], None]) -> None:
+    def add_stop_hook(self, addr: int, hook: Callable[[], None],
+                      only_when: tuple[int, int, int] | None = None) -> None:
         """Run ``hook()`` whenever the program reaches ``addr`` (the CPU stopped there, memory
-        readable, probes may be added): kpsdk's own breakpoint, not a probe."""
+        readable, probes may be added): kpsdk's own breakpoint, not a probe.
+
+        ``only_when=(where, size, value)``: only at the hits where the ``size``-byte integer
+        at ``where`` is ``value``; gdb's agent continues the others itself, without a round
+        trip to kpsdk.  Ignored (every hit seen) while a probe or a return shares ``addr``.
+        """
         point = self.manager.points.get(addr)
-        if addr not in self._return_bps and (point is None or point.mechanism is None):
+        shared = addr in self._return_bps or (point is not None and point.mechanism is not None)
+        if not shared:
             self._insert_breakpoint(addr)
         self._stop_hooks[addr] = hook
+        if only_when is not None and not shared and not self.in_hit:
+            where, size, value = only_when
+            self._mi().console_command(f"python kpsdk_agent.only_when({addr:#x}, {where:#x}, {size}, {value}, "
+                                       f"{int(self.arch.endian == 'big')})")
+            self._filtered.add(addr)
+
+    def _unfilter(self, addr: int) -> None:
+        """A probe or a return shares a stop hook's address: the agent reports its every hit."""
+        if addr in self._filtered:
+            self._filtered.discard(addr)
+            self._agent(f"a {addr:x}", f"always({addr:#x})", addr)
 
     def set_symbols(self, table: SymbolTable) -> None:
         """What ``symbols`` answers from now on (the program's and its libraries', at run-time addresses)."""
@@ -479,6 +500,7 @@ class GdbTarget(Target):
             point = self.manager.points.get(addr)
             if (point is None or point.mechanism is None) and addr not in self._stop_hooks:
                 self._insert_breakpoint(addr)
+            self._unfilter(addr)
         self._return_bps[addr] = count + 1
         return node.ret_addr
 

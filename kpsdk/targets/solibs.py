@@ -6,8 +6,9 @@ up its SVR4 link-map reader).  kpsdk reads the loader's list itself with
 :class:`kpsdk.linkmap.LinkMap` (the ``r_debug`` protocol), once when the session opens
 at the program's entry point (the loader has mapped and relocated the libraries the
 program was linked with) and again at each stop on ``r_debug.r_brk``, the function the
-loader calls around every ``dlopen``/``dlclose``: one breakpoint hit per call, never
-anything on a probe hit.
+loader calls around every ``dlopen``/``dlclose``: glibc calls it before the change
+(``r_state`` ``RT_ADD``/``RT_DELETE``) and after it (``RT_CONSISTENT``); gdb's agent
+continues the first call itself, so kpsdk stops once per change, and never on a probe hit.
 
 Each object becomes a :class:`~kpsdk.target.MappedFile`: the host file (the path the
 program used, looked up in the sysroot first, as QEMU's ``-L`` does), its identity
@@ -18,13 +19,15 @@ are skipped.  New and gone objects fire ``kpsdk_library_loaded`` and
 
 from __future__ import annotations
 
+import functools
 import os
+import warnings
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kpsdk.elfimage import ElfImage, load_elf
-from kpsdk.errors import SymbolError, TargetError
+from kpsdk.errors import ExecNotFollowedWarning, SymbolError, TargetError, TargetFault
 from kpsdk.linkmap import AT_BASE, RT_CONSISTENT, LinkMap, LoadedObject, RDebug
 from kpsdk.symbols import loaded_symbols
 from kpsdk.target import MappedFile
@@ -35,6 +38,9 @@ if TYPE_CHECKING:
 #: parsed images of the files seen, by (device, inode, mtime, size): a library mapped by
 #: many sessions, or again after a dlclose, is read once
 _images: dict[tuple[int, int, int, int], ElfImage] = {}
+#: the C library's exec system call wrappers: execv, execvp, execl..., posix_spawn's child,
+#: fexecve all end in one of them
+EXEC_FUNCTIONS = ("execve", "execveat")
 
 
 def read_image(path: Path) -> ElfImage:
@@ -110,10 +116,49 @@ class Libraries:
             self.target._files = (self.main,)
             return
         self.refresh(emit=False)
+        self._watch_exec()
         brk = self._code_address(self.map.r_debug(self.r_debug).brk)
         if brk is not None:
             self.brk = brk
-            self.target.add_stop_hook(brk, self.on_brk)
+            # one stop per change: the agent lets the call before it (RT_ADD, RT_DELETE) go on
+            state = self.map.r_state_address(self.r_debug)
+            self.target.add_stop_hook(brk, self.on_brk, only_when=(state, 4, RT_CONSISTENT))
+
+    # -- exec: not followed yet ---------------------------------------------------------------
+
+    def _watch_exec(self) -> None:
+        """Stop at the C library's ``execve`` and ``execveat`` (every exec function of glibc
+        ends in one of them) to say that the new program will not be followed."""
+        for mf in self.target._files:
+            if mf is self.main:
+                continue
+            for name in EXEC_FUNCTIONS:
+                try:
+                    sym = mf.image.symbols.get(name)
+                except SymbolError:
+                    continue
+                if sym.kind == "func":
+                    self.target.add_stop_hook(mf.bias + sym.address, functools.partial(self.on_exec, name))
+
+    def on_exec(self, function: str) -> None:
+        """The program is in ``execve``/``execveat``: warn, naming the program it asked for."""
+        regs = self.target.regs()
+        pointer = regs.arg(1 if function == "execveat" else 0)
+        path = self._string(pointer)
+        warnings.warn(ExecNotFollowedWarning(
+            f"the program called {function}({path!r}): kpsdk does not follow exec yet (qemu-user runs the new "
+            "program through the host's execve, outside this session's gdbstub); it runs unprobed and the run "
+            "ends with its exit status"), stacklevel=2)
+
+    def _string(self, pointer: int, limit: int = 4096) -> str:
+        """The NUL-terminated string at ``pointer`` (at most ``limit`` bytes; "?" unreadable)."""
+        out = b""
+        try:
+            while len(out) < limit and b"\0" not in out:
+                out += self.target.read_memory(pointer + len(out), 64)
+        except TargetFault:
+            return "?"
+        return out.partition(b"\0")[0].decode("utf-8", "backslashreplace")
 
     def _code_address(self, pointer: int) -> int | None:
         """Where the function a function pointer (``r_brk``) designates starts: the pointer

@@ -10,6 +10,8 @@ Users already know the kernel's syntax (``Documentation/trace/kprobetrace.rst`` 
     p|r[:[GRP/]EVENT] FILE:SYMBOL[+OFF][%return] [FETCHARGS]    (uprobes, a kpsdk extension)
     -:[GRP/]EVENT
 
+A SYM or SYMBOL may name a PLT stub, ``malloc@plt`` (:mod:`kpsdk.pltstubs`), as gdb and perf do.
+
 A definition is split into words (the kernel's ``argv_split``), and each word
 is read by a small recursive-descent parser over its characters
 (:class:`_Cursor`).  Nothing is ``eval``'d and no regular expression guesses the
@@ -21,6 +23,7 @@ are the kernel's (``trace_probe.h``, ``trace.h``, ``trace_kprobe.c``).
 
 from __future__ import annotations
 
+import errno
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -28,6 +31,7 @@ from typing import TYPE_CHECKING
 
 from kpsdk.errors import TRACE_ERRORS, KprobeError, TargetError, TraceDefinitionError
 from kpsdk.filelocation import find_file, symbol_offset
+from kpsdk.pltstubs import SUFFIX as PLT_SUFFIX
 
 if TYPE_CHECKING:
     from kpsdk.arch import Arch
@@ -335,14 +339,19 @@ class Parser:
     """
 
     def __init__(self, arch: Arch | None = None, word_bits: int | None = None,
-                 sessions: Sequence[Session] = (), kernel: tuple[int, int] | None = None) -> None:
+                 sessions: Sequence[Session] = (), kernel: tuple[int, int] | None = None,
+                 ifunc_later: bool = False) -> None:
         self.arch = arch
         #: the target kernel's version (:func:`kpsdk.kernel_version.kernel_version`): definitions are
         #: checked as that kernel checks them (:func:`arg_error`); None: kpsdk's own targets
         self.kernel = kernel
         self.word_bits = word_bits or (arch.bits if arch is not None else 64)
-        #: where a uprobe's bare library name is looked for (:func:`kpsdk.filelocation.find_file`)
+        #: where a uprobe's bare library name is looked for (:func:`kpsdk.filelocation.find_file`),
+        #: and an IFUNC symbol resolved (:mod:`kpsdk.ifunc`)
         self.sessions = sessions
+        #: a parse before any session (kpsdk trace's precheck): an IFUNC symbol no session can
+        #: resolve yet is accepted with offset 0, to be resolved when the session parses the line
+        self.ifunc_later = ifunc_later
 
     def parse(self, definition: str) -> ProbeDef:
         text = definition.rstrip("\n")
@@ -458,6 +467,9 @@ class Parser:
             module, first = first, cur.take(_symbol_char)
         if not first or not (_is_ident_start(first[0]) or first[0] == "."):
             raise TraceDefinitionError("BAD_PROBE_ADDR", text, word.start, f"{body!r}")
+        if body.startswith(PLT_SUFFIX, cur.pos):  # a PLT stub, as gdb and perf name it (kpsdk.pltstubs)
+            first += PLT_SUFFIX
+            cur.pos += len(PLT_SUFFIX)
         offset = 0
         if not cur.at_end():
             sign_col = cur.column
@@ -494,7 +506,7 @@ class Parser:
             raise TraceDefinitionError("NO_REGULAR_FILE", text, word.start, path, "trace_uprobe")
         offset = parse_uint(body)
         if offset is None:
-            offset = _symbol_offset(text, spec_col, path, body)
+            offset = _symbol_offset(text, spec_col, path, body, self.sessions, self.ifunc_later)
         return path, offset, ret
 
     # -- fetch arguments ----------------------------------------------------------------------------
@@ -844,13 +856,18 @@ def _looks_like_uprobe(where: str) -> bool:
     return ("/" in file or "." in file) and not file.startswith(("@", "%", "$", "+", "-"))
 
 
-def _symbol_offset(text: str, column: int, path: str, where: str) -> int:
+def _symbol_offset(text: str, column: int, path: str, where: str, sessions: Sequence[Session] = (),
+                   ifunc_later: bool = False) -> int:
     """A uprobe's ``SYMBOL[+OFF]`` as a file offset (kpsdk's extension of uprobe_events lines)."""
     from kpsdk.elfimage import load_elf
 
     try:
-        return symbol_offset(load_elf(path), path, where)
-    except (TargetError, KprobeError) as e:
+        return symbol_offset(load_elf(path), path, where, sessions)
+    except KprobeError as e:
+        if ifunc_later and e.errno == errno.EOPNOTSUPP:
+            return 0
+        raise TraceDefinitionError("BAD_UPROBE_OFFS", text, column, str(e), "trace_uprobe") from None
+    except TargetError as e:
         raise TraceDefinitionError("BAD_UPROBE_OFFS", text, column, str(e), "trace_uprobe") from None
 
 

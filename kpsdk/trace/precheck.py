@@ -74,7 +74,8 @@ def precheck(choice: TargetChoice, definitions: list[str], hist_fields: list[str
         return
     from kpsdk.trace.grammar import Parser
 
-    parser = Parser(arch, kernel=_kernel_version(choice))
+    # an IFUNC is resolved once the session runs
+    parser = Parser(arch, kernel=_kernel_version(choice), ifunc_later=True)
     templates = {i for i, line in enumerate(definitions) if functions is not None and is_template(line)}
     lines = placeholder_definitions(definitions) if functions is not None else definitions
     parsed = [parser.parse(line) for line in lines]
