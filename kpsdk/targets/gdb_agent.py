@@ -56,27 +56,13 @@ rereports = 0
 
 
 def _cpu_state():
-    """The general registers (pc, sp, flags included), as one tuple.
-
-    Those the stub cannot give (qemu-user's x86 ``fs_base``: ``<unavailable>``)
-    are left out, decided at the first call; None if reading fails later."""
+    """The general registers (pc, sp, flags included), as one tuple."""
     global _general
     frame = gdb.selected_frame()
-    try:
-        if _general is None:
-            found = []
-            for r in frame.architecture().registers("general"):
-                if r.name in ("cs", "ss", "ds", "es", "fs", "gs"):
-                    continue
-                try:
-                    int(frame.read_register(r))
-                except (gdb.error, ValueError):
-                    continue
-                found.append(r)
-            _general = found
-        return tuple(int(frame.read_register(r)) for r in _general)
-    except (gdb.error, ValueError):
-        return None
+    if _general is None:
+        _general = [r for r in frame.architecture().registers("general")
+                    if r.name not in ("cs", "ss", "ds", "es", "fs", "gs")]
+    return tuple(int(frame.read_register(r)) for r in _general)
 
 
 def _recv_line():
@@ -258,7 +244,7 @@ class KpsdkBreakpoint(gdb.Breakpoint):
         if self.dormant:
             return False
         state = _cpu_state()
-        if state is not None and _last_report == (self.addr, state):
+        if _last_report == (self.addr, state):
             rereports += 1
             return False  # the step over this breakpoint executed nothing: the same hit
         _last_report = None
