@@ -47,22 +47,6 @@ _sock.setblocking(False)
 _buf = b""
 _breakpoints: dict = {}
 _in_stop = False
-#: (breakpoint address, general registers) of the last hit reported: see KpsdkBreakpoint.stop
-_last_report = None
-#: the architecture's general registers but x86's segment registers (constant in one context)
-_general = None
-#: the re-reports KpsdkBreakpoint.stop did not send
-rereports = 0
-
-
-def _cpu_state():
-    """The general registers (pc, sp, flags included), as one tuple."""
-    global _general
-    frame = gdb.selected_frame()
-    if _general is None:
-        _general = [r for r in frame.architecture().registers("general")
-                    if r.name not in ("cs", "ss", "ds", "es", "fs", "gs")]
-    return tuple(int(frame.read_register(r)) for r in _general)
 
 
 def _recv_line():
@@ -193,7 +177,7 @@ def _serve(cmd):
 
 def _converse(report, prefetch):
     """Send a hit's report, serve the host's requests until its final ``c|s`` line,
-    apply the register writes that line carries; whether to stop, and whether it wrote.
+    apply the register writes that line carries and say whether to stop.
 
     ``+NAME`` words ask for that register with the point's later hits (``prefetch``,
     a breakpoint's list; None for watchpoints, which send no registers)."""
@@ -203,7 +187,6 @@ def _converse(report, prefetch):
         if line[:1] in ("c", "s"):
             break
         _send(_serve(line))
-    wrote = False
     for word in line[2:].split():
         if word[0] == "+":
             if prefetch is not None and word[1:] not in prefetch:
@@ -211,26 +194,11 @@ def _converse(report, prefetch):
         else:
             name, _, value = word.partition("=")
             _write_register(name, int(value, 16))
-            wrote = True
-    return line[0] == "s", wrote
+    return line[0] == "s"
 
 
 class KpsdkBreakpoint(gdb.Breakpoint):
-    """A kpsdk probe point: ``stop()`` hands the hit to the host.
-
-    One execution is reported once.  To resume from a breakpoint gdb steps over
-    it (breakpoint removed, one single-step, reinserted); QEMU's system-mode
-    gdbstub sometimes ends that step having executed nothing (``T05`` at the
-    same pc with every register unchanged: seen on an i386 kernel), and gdb then
-    evaluates the breakpoint again, calling ``stop()`` a second time for the same
-    call.  So a hit at the breakpoint last reported, with the general registers
-    exactly as they were when that report was answered, is that re-report: not
-    sent; gdb steps again.  (Anything executed in between changes a register;
-    only an instruction that jumps to itself changing nothing, ``jmp .``, would
-    be counted once instead of once per pass.)  gdb's Python API does not see
-    its internal steps (``events.cont`` fires for user resumes only), hence the
-    registers.
-    """
+    """A kpsdk probe point: ``stop()`` hands the hit to the host."""
 
     def __init__(self, addr, hardware):
         kind = gdb.BP_HARDWARE_BREAKPOINT if hardware else gdb.BP_BREAKPOINT
@@ -240,22 +208,15 @@ class KpsdkBreakpoint(gdb.Breakpoint):
         self.dormant = False
 
     def stop(self):
-        global _in_stop, _last_report, rereports
+        global _in_stop
         if self.dormant:
             return False
-        state = _cpu_state()
-        if _last_report == (self.addr, state):
-            rereports += 1
-            return False  # the step over this breakpoint executed nothing: the same hit
-        _last_report = None
         _in_stop = True
         try:
             thread = gdb.selected_thread()
             tid = thread.num if thread is not None else 0
             regs = " ".join(f"{n}={_read_register(n):x}" for n in self.prefetch)
-            stop, wrote = _converse(f"H {self.addr:x} {tid:x} {regs}", self.prefetch)
-            _last_report = (self.addr, _cpu_state() if wrote else state)  # as the CPU resumes
-            return stop
+            return _converse(f"H {self.addr:x} {tid:x} {regs}", self.prefetch)
         except EOFError:
             return True
         finally:
@@ -263,8 +224,7 @@ class KpsdkBreakpoint(gdb.Breakpoint):
 
 
 #: what the host calls through MI (``python kpsdk_agent.insert(0x401000, 0)``)
-kpsdk_agent = types.SimpleNamespace(insert=insert, delete=delete, purge=purge, prefetch=prefetch,
-                                    rereports=lambda: rereports)
+kpsdk_agent = types.SimpleNamespace(insert=insert, delete=delete, purge=purge, prefetch=prefetch)
 
 
 # -- watchpoints (kpsdk.targets.livewatch) ---------------------------------------------------
@@ -316,7 +276,7 @@ class KpsdkWatchpoint(gdb.Breakpoint):
         return bytes(gdb.selected_inferior().read_memory(self.addr, self.length))
 
     def stop(self):
-        global _in_stop, _last_report
+        global _in_stop
         _in_stop = True
         try:
             thread = gdb.selected_thread()
@@ -326,8 +286,7 @@ class KpsdkWatchpoint(gdb.Breakpoint):
                 old, new = self.last, self._bytes()
                 self.last = new
                 kind = "w" if new != old or self.kind == "w" else "r"
-            _last_report = None  # an access between two hits at one breakpoint: not a re-report
-            return _converse(f"W {self.wid:x} {tid:x} {kind} {old.hex() or '-'} {new.hex() or '-'}", None)[0]
+            return _converse(f"W {self.wid:x} {tid:x} {kind} {old.hex() or '-'} {new.hex() or '-'}", None)
         except EOFError:
             return True
         finally:
