@@ -331,3 +331,54 @@ def test_kernels_without_data_symbols(arch: str, arch_kernel: Callable[[str], Pa
     assert "# CONFIG_KALLSYMS_ALL is not set" in config.read_text().splitlines()
     entries = decode_kallsyms(extract_vmlinux(image)[0], str(image))
     assert "vm_swappiness" not in {e.name for e in entries}
+
+
+#: the guest's count of processes created since boot (``total_forks``, kernel/fork.c:
+#: ``copy_process`` adds one for each task it creates), printed by ``/proc/stat``'s
+#: ``processes`` line (fs/proc/stat.c, ``show_stat``)
+FORKS_WORKLOAD = "grep '^processes ' /proc/stat | sed 's/^processes /KPSDK forks count=/'\n"
+
+
+@pytest.mark.parametrize("arch", ("x86_64", *PROBED_ARCHS))
+def test_whole_boot_clones_match_the_guest(arch: str, arch_kernel: Callable[[str], Path],
+                                           arch_initramfs: Callable[..., Path]) -> None:
+    """Every ``kernel_clone`` of a whole boot, from ``start_kernel`` on: the tasks it
+    created (distinct pids returned) are the guest's own count of created tasks at the
+    moment it reads ``/proc/stat``, none lost; and every call beyond that count is a
+    re-report, an entry back to back with the previous one at the same sp (gdb evaluating
+    the breakpoint again after QEMU ended its step over it having executed nothing: see
+    docs/api.md, "A step that executes nothing").  The count differs from boot to boot;
+    the guest's differs with it."""
+    require_tool("gdb-multiarch", "gdb-multiarch")
+    image = arch_kernel(arch)
+    initrd = arch_initramfs(arch, FORKS_WORKLOAD)
+    with kpsdk.open(f"qemu-system:{arch}", kernel=str(image), initrd=str(initrd)) as s:
+        log: list[tuple[str, int]] = []  # ("E", sp) at each entry, ("R", pid) at each return
+        at_read: list[list[tuple[str, int]]] = []
+
+        def entry(ri: kpsdk.Kretprobe, regs: kpsdk.PtRegs) -> int:
+            log.append(("E", regs.sp))
+            return 0
+
+        def returned(ri: kpsdk.Kretprobe, regs: kpsdk.PtRegs) -> None:
+            log.append(("R", regs.signed("return_value")))
+
+        def show_stat(p: kpsdk.Probe, regs: kpsdk.PtRegs) -> int:
+            at_read.append(list(log))
+            return 0
+
+        s.register_kretprobe(kpsdk.Kretprobe(symbol_name="kernel_clone", entry_handler=entry, handler=returned,
+                                             maxactive=64))
+        s.register_kprobe(kpsdk.Kprobe(symbol_name="show_stat", pre_handler=show_stat))
+        assert s.run(timeout=600) == 0
+        console = s.console
+    (forks,) = [int(m.fields["count"]) for m in kernel.parse_markers(console) if m.action == "forks"]
+    assert len(at_read) == 1, len(at_read)
+    seen = at_read[0]
+    pids = {v for kind, v in seen if kind == "R" and v > 0}
+    calls = sum(kind == "E" for kind, _ in seen)
+    rereports = sum(e == prev and e[0] == "E" for prev, e in zip(seen, seen[1:], strict=False))
+    assert len(pids) == forks, (len(pids), forks)  # each created task seen, none lost
+    assert calls - rereports == forks, (calls, rereports, forks)  # every extra call a re-report
+    print(f"{arch}: kernel_clone created {len(pids)} tasks before the guest read {forks}; "
+          f"{calls} entries reported, {rereports} of them re-reports")

@@ -1,0 +1,149 @@
+"""Hardware watchpoints on Debian's i386, arm and riscv64 kernels under qemu-system (TCG),
+on ``jiffies``, a global every timer tick writes, with each arch's own slot rules.
+
+i386's and armhf's kallsyms name no data (no CONFIG_KALLSYMS_ALL), so the address is
+taken from the code that reads it: ``get_jiffies_64`` (kernel/time/jiffies.c) returns
+``jiffies_64`` (``jiffies`` is its low word on little-endian machines: the linker
+script's ``jiffies = jiffies_64``) read under the ``jiffies_seq`` seqcount.  The data
+address it reads 64 bits from is jiffies_64 (:func:`u64_loaded`; the seqcount is a
+32-bit read).  riscv64's table names data (and its get_jiffies_64 is inline): there the
+name gives the address.  A wrong address could not pass: the values the guest prints
+must be values the watchpoint saw.
+
+Ground truth is what the guest prints: ``/proc/schedstat``'s ``timestamp`` line is
+``jiffies`` (kernel/sched/stats.c), printed twice around a ``sleep``.  The watchpoint
+runs from the first read of the file to a third one, so both printed values are values
+the watchpoint saw jiffies take (the first is the first write's old value or one it wrote).
+gdb reports a write only when it changes the bytes, and jiffies changes at every write:
+the reports chain (each one's old value is the previous one's new value) and only grow.
+"""
+
+from __future__ import annotations
+
+import errno
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import capstone
+import pytest
+
+import kpsdk
+from kpsdk.fixtures import kernel
+from tests.conftest import require_tool
+
+pytestmark = pytest.mark.kernel
+
+WORKLOAD = """\
+grep timestamp /proc/schedstat | sed 's/^timestamp /KPSDK jiffies value=/'
+sleep 1
+grep timestamp /proc/schedstat | sed 's/^timestamp /KPSDK jiffies value=/'
+cat /proc/schedstat > /dev/null
+"""
+#: the seq_file show function that prints the timestamp line (kernel/sched/stats.c), when
+#: its ``v`` argument is 1
+PRINTER = "show_schedstat"
+
+_DISASM = {
+    "i386": (capstone.CS_ARCH_X86, capstone.CS_MODE_32),
+    "arm": (capstone.CS_ARCH_ARM, capstone.CS_MODE_ARM),
+}
+
+
+def u64_loaded(arch: str, code: bytes, address: int) -> set[int]:
+    """The addresses a 32-bit function's code reads a 64-bit value from: i386 two
+    ``mov r32, [disp32]`` at A and A + 4, ARM an ``ldrd`` through a register that a
+    ``movw``/``movt`` pair set to A.  (The seqcount it also reads is a 32-bit load.)"""
+    md = capstone.Cs(*_DISASM[arch])
+    md.detail = True
+    words: set[int] = set()
+    pairs: set[int] = set()
+    low: dict[int, int] = {}  # arm: register -> the movw half
+    value: dict[int, int] = {}  # arm: register -> the address movw + movt built
+    for insn in md.disasm(code, address):
+        ops = insn.operands
+        if arch == "i386" and insn.mnemonic == "mov" and len(ops) == 2:
+            src = ops[1]
+            if src.type == capstone.x86.X86_OP_MEM and src.mem.base == 0 and src.mem.index == 0 and src.size == 4:
+                words.add(src.mem.disp & 0xFFFFFFFF)
+        elif arch == "arm" and insn.mnemonic == "movw":
+            low[ops[0].reg] = ops[1].imm & 0xFFFF
+        elif arch == "arm" and insn.mnemonic == "movt" and ops[0].reg in low:
+            value[ops[0].reg] = (ops[1].imm & 0xFFFF) << 16 | low.pop(ops[0].reg)
+        elif arch == "arm" and insn.mnemonic == "ldrd":
+            mem = ops[2].mem
+            if mem.base in value and mem.index == 0:
+                pairs.add(value[mem.base] + mem.disp)
+    return pairs | {a for a in words if a + 4 in words}
+
+
+@pytest.mark.parametrize("arch", ["i386", "arm", "riscv64"])
+def test_write_watchpoint_on_jiffies(arch: str, arch_kernel: Callable[[str], Path],
+                                     arch_initramfs: Callable[..., Path]) -> None:
+    require_tool("gdb-multiarch", "gdb-multiarch")
+    image, initrd = arch_kernel(arch), arch_initramfs(arch, WORKLOAD)
+    reg = kpsdk.get_registry().arch(arch)
+    rules = reg.watch
+    assert rules is not None
+    with kpsdk.open(f"qemu-system:{arch}", kernel=str(image), initrd=str(initrd)) as s:
+        if arch == "riscv64":  # 64-bit: get_jiffies_64 is inline; the table names the data
+            jiffies = s.symbols.resolve("jiffies_64")
+        else:
+            fn = s.symbols.resolve("get_jiffies_64")
+            found = s.symbols.lookup(fn)
+            assert found is not None
+            (jiffies,) = u64_loaded(arch, s.read_memory(fn, found[2]), fn)
+        prints = [0]
+
+        def on_print(p: kpsdk.Probe, regs: kpsdk.PtRegs) -> int:
+            if regs.arg(1) == 1:  # the header with the timestamp (later calls: one per CPU)
+                prints[0] += 1
+                if prints[0] != 2:  # the first and the third read (watchpoints change only while stopped)
+                    s.stop()
+            return 0
+
+        s.register_kprobe(kpsdk.Kprobe(symbol_name=PRINTER, pre_handler=on_print))
+        assert s.run(timeout=300) is None and prints[0] == 1  # stopped at the first read
+
+        seen: list[Any] = []
+        others: list[Any] = []
+        # the whole u64 where the hardware watches 8 bytes (QEMU 7.2's riscv64 reported no
+        # write of the u64 to a 4-byte watchpoint on its low half); else jiffies, its low word
+        size = 8 if reg.bits == 64 and 8 in rules.lengths else 4
+        wp = kpsdk.Watchpoint(addr=jiffies, length=size, type="w", handler=lambda w, r, a: seen.append(a))
+        assert s.register_watchpoint(wp) == 0
+        # the arch's rules: lengths, alignment or window, types, then the slots
+        if 8 not in rules.lengths:
+            with pytest.raises(kpsdk.KprobeError) as e:
+                s.register_watchpoint(kpsdk.Watchpoint(addr=jiffies, length=8, type="w"))
+            assert e.value.errno == errno.EINVAL
+        with pytest.raises(kpsdk.KprobeError) as e:  # 4 bytes across a word: unaligned, or ARM's window
+            s.register_watchpoint(kpsdk.Watchpoint(addr=jiffies + 2, length=4, type="w"))
+        assert e.value.errno == errno.EINVAL
+        if "r" not in rules.types:  # x86: no read-only type
+            with pytest.raises(kpsdk.KprobeError) as e:
+                s.register_watchpoint(kpsdk.Watchpoint(addr=jiffies, length=4, type="r"))
+            assert e.value.errno == errno.EINVAL
+        # the other slots: the high word (which no tick of this boot changes) and its bytes
+        rest = [kpsdk.Watchpoint(addr=jiffies + 4 + (i and i - 1), length=1 if i else 4,
+                                 type="w", handler=lambda w, r, a: others.append(a))
+                for i in range(rules.slots - 1)]
+        assert [s.register_watchpoint(w) for w in rest] == list(range(1, rules.slots))
+        with pytest.raises(kpsdk.KprobeError) as e:
+            s.register_watchpoint(kpsdk.Watchpoint(addr=jiffies, length=1, type="w"))
+        assert e.value.errno == errno.ENOSPC
+        assert s.run(timeout=300) is None and prints[0] == 3  # stopped at the third read
+        for w in (wp, *rest):
+            s.unregister_watchpoint(w)
+        assert s.run(timeout=300) == 0  # the guest powered off
+        console = s.console
+    printed = [int(m.fields["value"]) for m in kernel.parse_markers(console) if m.action == "jiffies"]
+    assert len(printed) == 2, console[-2000:]
+    assert seen, "no tick was seen"
+    values = [seen[0].old] + [a.new for a in seen]
+    assert all(a.kind == "w" and a.addr == jiffies and a.size == size for a in seen)
+    assert all(b.old == a.new for a, b in zip(seen, seen[1:], strict=False))  # none missed
+    assert values == sorted(set(values))  # jiffies only grows (no wrap: the boot is short)
+    assert printed[0] in values and printed[1] in values, (printed, values[:3], values[-3:])
+    assert printed[1] > printed[0] and others == []  # the high word stayed 0
+    print(f"{arch}: jiffies at {jiffies:#x}, {len(seen)} writes seen, {values[-1] - values[0]} ticks")
