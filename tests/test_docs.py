@@ -33,8 +33,9 @@ reason (``pytest -ra`` lists them), and ``NOT_RUN`` below counts them per page, 
 is a deliberate change.  A printed block's output that is not deterministic says so with
 ``<!-- output not checked: REASON -->`` before its text block (none today).
 
-Blocks that need QEMU and gdb (``qemu-user:``, ``qemu-system:``, ``gdb://``) or Debian's
-kernel (``kpsdk.fixtures.kernel``) require those tools as the other live tests do: they skip
+Blocks that need QEMU and gdb (``qemu-user:``, ``qemu-system:``, ``gdb://``), Debian's
+kernel (``kpsdk.fixtures.kernel``) or trace-cmd (``trace-cmd report`` of a trace.dat kpsdk
+wrote: the one other command a block may run) require those tools as the other live tests do: they skip
 locally naming the package, and fail on CI.  The kernel is fetched once into kpsdk's cache by
 the ``debian_kernel`` fixture, shared with the kernel tests.
 
@@ -210,9 +211,13 @@ def _found(claim: str, printed: str) -> bool:
 # --- shell commands -------------------------------------------------------------------------
 
 def is_kpsdk_words(words: list[str]) -> bool:
-    """``kpsdk ...``, ``python -m kpsdk...`` or ``eval "$(python -m kpsdk...)"`` (``.venv/bin/`` or not)."""
+    """``kpsdk ...``, ``python -m kpsdk...`` or ``eval "$(python -m kpsdk...)"`` (``.venv/bin/`` or not);
+    or ``trace-cmd report FILE``: trace-cmd reading back the trace.dat kpsdk wrote (Debian's
+    trace-cmd, installed on CI; the block requires it like QEMU's)."""
     if not words:
         return False
+    if words[:2] == ["trace-cmd", "report"]:
+        return True
     first = words[0].removeprefix(".venv/bin/")
     if first == "kpsdk":
         return True
@@ -270,9 +275,12 @@ def is_kpsdk_command(command: str) -> bool:
 
 
 def needs(block: Block) -> set[str]:
-    """What a block needs besides kpsdk: "qemu" (qemu-user/system and gdb), "kernel"."""
+    """What a block needs besides kpsdk: "qemu" (qemu-user/system and gdb), "kernel",
+    "trace-cmd" (a block that reads kpsdk's trace.dat back with it)."""
     text = block.text
     found = set()
+    if re.search(r"(^|&& |\$ )trace-cmd ", text, re.M):
+        found.add("trace-cmd")
     if re.search(r"qemu-user:|qemu-system:|gdb://", text):
         found.add("qemu")
     if "qemu-system:" in text or "kpsdk.fixtures.kernel" in text or "debian_kernel" in text:
@@ -441,6 +449,8 @@ def _run_one(block: Block, run: PageRun, request: pytest.FixtureRequest, quiet: 
         return
     need = needs(block)
     try:
+        if "trace-cmd" in need:
+            require_tool("trace-cmd", "trace-cmd")
         if "qemu" in need:
             require_tool("gdb-multiarch", "gdb-multiarch")
             require_tool("qemu-x86_64", "qemu-user")
