@@ -37,6 +37,7 @@ from kpsdk.tasks import NO_FLAGS, UNKNOWN_COMM, TaskInfo, check_comm, check_pid,
 from kpsdk.trace.fetch import BoundArg, HitContext, Value, entry_args, format_symbol
 from kpsdk.trace.filter import Filter, parse_filter
 from kpsdk.trace.grammar import Parser, ProbeDef, TraceDefinitionError, arg_error
+from kpsdk.trace.output import field_types
 from kpsdk.trace.triggers import STACK_DEPTH, EventTriggers, StackTrigger, matches, parse_trigger, split_trigger
 
 if TYPE_CHECKING:
@@ -103,7 +104,7 @@ class TraceRecord:
         hex-typed fields are ``"0x..."`` strings, and integers JSON readers cannot hold
         exactly (beyond 2**53: jq's doubles) decimal strings.
         """
-        types = {a.name: a.type for a in self.definition.args} if self.definition is not None else {}
+        types = field_types(self.definition)
         return {"event": self.event, "group": self.group, "kind": self.kind, "time": round(self.time, 9),
                 "ip": f"{self.ip:#x}", "where": self.where, "comm": self.comm, "pid": self.pid, "cpu": self.cpu,
                 "flags": self.flags, "task": self.task,

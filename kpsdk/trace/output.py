@@ -30,7 +30,7 @@ from kpsdk.errors import KpsdkError, UnknownNameError
 
 if TYPE_CHECKING:
     from kpsdk.trace.events import TraceRecord
-    from kpsdk.trace.grammar import ArgType
+    from kpsdk.trace.grammar import ArgType, ProbeDef
 
 FAULT = "(fault)"
 
@@ -58,9 +58,24 @@ def _scalar(value: Any, argtype: ArgType | None) -> str:
     return str(value)
 
 
+#: each definition's field types by name, made once per definition (id -> (definition, types)):
+#: every record of an event asks for them
+_TYPES: dict[int, tuple[ProbeDef, dict[str, ArgType]]] = {}
+
+
+def field_types(definition: ProbeDef | None) -> dict[str, ArgType]:
+    """The types of a definition's fields, by name (empty without a definition)."""
+    if definition is None:
+        return {}
+    known = _TYPES.get(id(definition))
+    if known is None or known[0] is not definition:
+        known = _TYPES[id(definition)] = (definition, {a.name: a.type for a in definition.args})
+    return known[1]
+
+
 def format_text(record: TraceRecord) -> str:
     """The ftrace line's body for one record: ``EVENT: (where) name=value...``."""
-    types = {a.name: a.type for a in record.definition.args} if record.definition is not None else {}
+    types = field_types(record.definition)
     fields = "".join(f" {name}={format_value(value, types.get(name))}" for name, value in record.fields.items())
     return f"{record.event}: ({record.where}){fields}"
 
@@ -104,10 +119,18 @@ def text_header(notes: tuple[str, ...] = ()) -> str:
 
 
 class Writer:
-    """Base: ``write(record)`` for each record, ``close()`` at the end."""
+    """Base: ``write(record)`` for each record, ``close()`` at the end, ``flush()`` when a run
+    ends in an error (what was written so far reaches the file; nothing is finished).
+
+    kpsdk's writers leave the stream's buffer to write in blocks: a flush per record
+    was a system call per event.  ``close()`` flushes.
+    """
 
     def write(self, record: TraceRecord) -> None:
         raise NotImplementedError
+
+    def flush(self) -> None:
+        """Nothing buffered by default."""
 
     def close(self) -> None:
         """Nothing to finish by default (text and JSON lines are written as they come)."""
@@ -136,6 +159,8 @@ class TextWriter(Writer):
             where = record.stack_where or ("after",)
             text = stack * where.count("before") + text + stack * where.count("after")
         self.stream.write(text)
+
+    def flush(self) -> None:
         self.stream.flush()
 
     def close(self) -> None:
@@ -175,6 +200,11 @@ JSONL_SCHEMA: dict[str, Any] = {
 }
 
 
+#: ``json.dumps(obj, ensure_ascii=False)`` without making an encoder per call (what dumps does
+#: whenever an option is given)
+_ENCODE = json.JSONEncoder(ensure_ascii=False).encode
+
+
 class JsonlWriter(Writer):
     """One JSON object a line: first ``{"schema": "kpsdk-trace", "version": N, ...}``, then
     each record's :meth:`~kpsdk.trace.events.TraceRecord.as_dict` (see :data:`JSONL_SCHEMA`)."""
@@ -192,7 +222,9 @@ class JsonlWriter(Writer):
 
     def write(self, record: TraceRecord) -> None:
         self._start()
-        self.stream.write(json.dumps(record.as_dict(), ensure_ascii=False) + "\n")
+        self.stream.write(_ENCODE(record.as_dict()) + "\n")
+
+    def flush(self) -> None:
         self.stream.flush()
 
     def close(self) -> None:
