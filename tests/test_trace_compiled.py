@@ -23,7 +23,7 @@ import pytest
 import kpsdk
 from kpsdk import fixtures
 from kpsdk.trace.events import Trace, TraceRecord
-from kpsdk.trace.output import WriterContext, make_writer
+from kpsdk.trace.output import WriterContext, format_text, format_value, make_writer, perfetto_trace
 from tests.conftest import UNICORN_ARCHS
 from tests.test_trace_run import PUT_ARGS
 
@@ -118,3 +118,29 @@ def test_outputs_compiled_equal_interpreted(arch: str, filter_expr: str | None) 
     for name, text in compiled.items():
         assert text == interpreted[name], name
     json.loads(compiled["perfetto"])
+
+
+@pytest.mark.parametrize("arch", UNICORN_ARCHS)
+def test_writers_write_what_the_generic_formatting_gives(arch: str) -> None:
+    """The writers' per-definition formatters and one-encoder JSON against the plain way
+    (format_value per field, json.dumps / json.dump per record), on every record of the table."""
+    records: list[TraceRecord] = []
+    with kpsdk.open(f"elf:{fixtures.path(arch)}") as s:
+        s.trace(definitions(arch), sink=records)
+        assert s.run(timeout=20) == 0
+    assert len(records) > 5
+    for record in records:
+        types = {a.name: a.type for a in record.definition.args} if record.definition is not None else {}
+        plain = f"{record.event}: ({record.where})" + "".join(
+            f" {name}={format_value(value, types.get(name))}" for name, value in record.fields.items())
+        assert format_text(record) == plain
+    jsonl, perfetto = io.StringIO(), io.StringIO()
+    for fmt, stream in (("jsonl", jsonl), ("perfetto", perfetto)):
+        writer = make_writer(fmt, stream, WriterContext(target=arch, process_name="p"))
+        for record in records:
+            writer.write(record)
+        writer.close()
+    assert jsonl.getvalue().splitlines()[1:] == [json.dumps(r.as_dict(), ensure_ascii=False) for r in records]
+    plain_perfetto = io.StringIO()
+    json.dump(perfetto_trace(records, "p"), plain_perfetto, ensure_ascii=False)
+    assert perfetto.getvalue() == plain_perfetto.getvalue() + "\n"
