@@ -29,10 +29,12 @@ import weakref
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
 from kpsdk.errors import ArgumentError, KprobeError, KpsdkError, TriggerError, shown
 from kpsdk.symbols import did_you_mean
+from kpsdk.target import Target
 from kpsdk.tasks import NO_FLAGS, UNKNOWN_COMM, TaskInfo, check_comm, check_pid, program_comm
 from kpsdk.trace.fetch import BoundArg, HitContext, Value, entry_args, format_symbol
 from kpsdk.trace.filter import Filter, parse_filter
@@ -49,7 +51,7 @@ if TYPE_CHECKING:
 Sink = Callable[["TraceRecord"], Any] | list["TraceRecord"]
 
 
-@dataclass
+@dataclass(slots=True)
 class TraceRecord:
     """One event: what the kernel's trace buffer holds for a hit, as a Python object.
 
@@ -172,27 +174,36 @@ class TraceEvent:
         # every stacktrace trigger sees the hit (each counts its own N down) and writes its own
         # stack entry after the event's, filtered or not, as Debian's 6.1 kernel does
         # (tests/test_trace_triggers_kernel.py)
-        where = ["after" for t in self.triggers.stacks if t.wants(record)]
-        if trace.stack:
-            where.append("after")
-        if where:
-            record.stack = trace.stack_of(regs)
-            record.stack_where = tuple(where)
+        stacks = self.triggers.stacks
+        if stacks or trace.stack:
+            where = ["after" for t in stacks if t.wants(record)]
+            if trace.stack:
+                where.append("after")
+            if where:
+                record.stack = trace.stack_of(regs)
+                record.stack_where = tuple(where)
         trace.deliver(record)
-        for hist in self.triggers.hists:
-            hist.hit(record)
+        hists = self.triggers.hists
+        if hists:
+            for hist in hists:
+                hist.hit(record)
 
     def on_hit(self, p: Any, regs: PtRegs) -> int:
         """pre_handler of ``p`` events (kprobes and uprobes)."""
-        now = self.trace.now()
+        trace = self.trace
+        now = perf_counter() - trace.start_time
         ip = int(regs.ip)
         where = self._where.get(ip)
         if where is None:
-            where = self._where[ip] = format_symbol(self.trace.session, ip)
-        task = self.trace.task_info()
-        record = TraceRecord(self.name, self.group, "p", now, ip, where, self._values(HitContext(regs)),
-                             task=self.trace.task_id(), definition=self.definition, entry_sp=int(regs.sp),
-                             comm=task.comm, pid=task.pid, cpu=task.cpu, flags=task.flags)
+            where = self._where[ip] = format_symbol(trace.session, ip)
+        if trace.tasks_fixed:
+            task, task_id = trace.fixed_task, 1
+        else:
+            task, task_id = trace.task_info(), trace.task_id()
+        hit = HitContext(regs)
+        record = TraceRecord(self.name, self.group, "p", now, ip, where, {a.name: a.value(hit) for a in self.args},
+                             None, None, None, task_id, self.definition, int(regs.sp),
+                             task.comm, task.pid, task.cpu, task.flags)
         self._emit(record, regs)
         return 0
 
@@ -262,6 +273,11 @@ class Trace:
         self.events: list[TraceEvent] = []
         self.counts: Counter[str] = Counter()
         self.start_time = time.perf_counter()
+        target_type = type(session.target)
+        #: the target has no tasks of its own (Unicorn): every hit is task 1, :attr:`fixed_task`,
+        #: known without asking the target at each hit
+        self.tasks_fixed = target_type.current_task is Target.current_task and \
+            target_type.task_info is Target.task_info
         #: every record gets its stack (``--stack``, ftrace's ``options/stacktrace``)
         self.stack = bool(stack)
         self._sink = sink
