@@ -221,9 +221,24 @@ JSONL_SCHEMA: dict[str, Any] = {
 }
 
 
-#: ``json.dumps(obj, ensure_ascii=False)`` without making an encoder per call (what dumps does
-#: whenever an option is given)
-_ENCODE = json.JSONEncoder(ensure_ascii=False).encode
+def _json_encoder() -> Callable[[Any], str]:
+    """``json.dumps(obj, ensure_ascii=False)`` for the dicts the writers encode, the same bytes,
+    with its C encoder made once: ``dumps`` with an option makes a ``JSONEncoder`` per call,
+    and ``JSONEncoder.encode`` a C encoder per call (~1.5 us of a record's ~5)."""
+    plain = json.JSONEncoder(ensure_ascii=False)
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:  # a Python without the _json accelerator
+        return plain.encode
+    # json.encoder's own arguments for dumps' defaults: no circular check needed for records
+    chunks = make(None, plain.default, json.encoder.encode_basestring, None, ": ", ", ", False, False, True)
+
+    def encode(obj: Any) -> str:
+        return "".join(chunks(obj, 0))
+
+    return encode
+
+
+_ENCODE = _json_encoder()
 
 
 class JsonlWriter(Writer):
