@@ -23,7 +23,14 @@ import pytest
 import kpsdk
 from kpsdk import fixtures
 from kpsdk.trace.events import Trace, TraceRecord
-from kpsdk.trace.output import WriterContext, format_text, format_value, make_writer, perfetto_trace
+from kpsdk.trace.output import (
+    WriterContext,
+    format_prefix,
+    format_text,
+    format_value,
+    make_writer,
+    perfetto_trace,
+)
 from tests.conftest import UNICORN_ARCHS
 from tests.test_trace_run import PUT_ARGS
 
@@ -134,6 +141,12 @@ def test_writers_write_what_the_generic_formatting_gives(arch: str) -> None:
         plain = f"{record.event}: ({record.where})" + "".join(
             f" {name}={format_value(value, types.get(name))}" for name, value in record.fields.items())
         assert format_text(record) == plain
+        record.pid, record.cpu, record.time = 12345678, 3, 1234.5678915  # wider than the columns
+        text = io.StringIO()
+        writer = make_writer("text", text, WriterContext(prefix=True))
+        writer.write(record)
+        header, line = text.getvalue().split("#              | |         |   |||||     |         |\n")
+        assert line == format_prefix(record) + plain + "\n"
     jsonl, perfetto = io.StringIO(), io.StringIO()
     for fmt, stream in (("jsonl", jsonl), ("perfetto", perfetto)):
         writer = make_writer(fmt, stream, WriterContext(target=arch, process_name="p"))

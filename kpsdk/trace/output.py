@@ -157,6 +157,10 @@ class Writer:
         """Nothing to finish by default (text and JSON lines are written as they come)."""
 
 
+#: task parts of the prefix a text writer keeps (a kernel has many tasks; a program one)
+TASK_PREFIXES = 4096
+
+
 class TextWriter(Writer):
     """The kernel's trace file: its header, then each line with the task/CPU/flags/time
     prefix; ``prefix=False``: the bodies only, no header."""
@@ -165,15 +169,29 @@ class TextWriter(Writer):
         self.stream = stream
         self.prefix = prefix
         self._header = text_header(notes) if prefix else ""
+        #: the prefix's task part (comm, pid, CPU, flags) by what it shows: few tasks, many records
+        self._tasks: dict[tuple[str, int, int, str], str] = {}
 
     def _start(self) -> None:
         if self._header:
             self.stream.write(self._header)
             self._header = ""
 
+    def _prefix(self, record: TraceRecord) -> str:
+        """:func:`format_prefix`, its task part made once per task."""
+        key = (record.comm, record.pid, record.cpu, record.flags)
+        task = self._tasks.get(key)
+        if task is None:
+            if len(self._tasks) >= TASK_PREFIXES:
+                self._tasks.clear()
+            task = self._tasks[key] = f"{record.comm:>16}-{record.pid:<7} [{record.cpu:03d}] {record.flags} "
+        usecs = max(0, round(record.time * 1_000_000))
+        return f"{task}{usecs // 1_000_000:5d}.{usecs % 1_000_000:06d}: "
+
     def write(self, record: TraceRecord) -> None:
-        self._start()
-        prefix = format_prefix(record) if self.prefix else ""
+        if self._header:
+            self._start()
+        prefix = self._prefix(record) if self.prefix else ""
         text = prefix + format_text(record) + "\n"
         if record.stack is not None:
             stack = format_stack(prefix, record.stack)
