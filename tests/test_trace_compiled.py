@@ -22,7 +22,7 @@ import pytest
 
 import kpsdk
 from kpsdk import fixtures
-from kpsdk.trace.events import Trace, TraceRecord
+from kpsdk.trace.events import Trace, TraceRecord, json_value
 from kpsdk.trace.output import (
     WriterContext,
     format_prefix,
@@ -141,6 +141,8 @@ def test_writers_write_what_the_generic_formatting_gives(arch: str) -> None:
         plain = f"{record.event}: ({record.where})" + "".join(
             f" {name}={format_value(value, types.get(name))}" for name, value in record.fields.items())
         assert format_text(record) == plain
+        as_dict = record.as_dict()["fields"]
+        assert json.dumps(as_dict) == json.dumps({n: json_value(v, types.get(n)) for n, v in record.fields.items()})
         record.pid, record.cpu, record.time = 12345678, 3, 1234.5678915  # wider than the columns
         text = io.StringIO()
         writer = make_writer("text", text, WriterContext(prefix=True))

@@ -106,11 +106,12 @@ class TraceRecord:
         hex-typed fields are ``"0x..."`` strings, and integers JSON readers cannot hold
         exactly (beyond 2**53: jq's doubles) decimal strings.
         """
-        types = field_types(self.definition)
+        converters = _json_fields(self.definition)
         return {"event": self.event, "group": self.group, "kind": self.kind, "time": round(self.time, 9),
                 "ip": f"{self.ip:#x}", "where": self.where, "comm": self.comm, "pid": self.pid, "cpu": self.cpu,
                 "flags": self.flags, "task": self.task,
-                "fields": {name: json_value(value, types.get(name)) for name, value in self.fields.items()},
+                "fields": {name: converters[name](value) if name in converters else json_value(value, None)
+                           for name, value in self.fields.items()},
                 "caller": f"{self.caller:#x}" if self.caller is not None else None, "func": self.func,
                 "entry_time": round(self.entry_time, 9) if self.entry_time is not None else None,
                 "duration": round(self.time - self.entry_time, 9) if self.entry_time is not None else None}
@@ -132,6 +133,29 @@ def json_value(value: Value, argtype: Any) -> Any:
     if display == "x":
         return f"{value:#x}"
     return value if -JSON_SAFE_INT <= value <= JSON_SAFE_INT else str(value)
+
+
+def json_converter(argtype: Any) -> Callable[[Value], Any]:
+    """:func:`json_value` for one type, with the integer case (most fields) decided once."""
+    display = argtype.display if argtype is not None else "x"
+    if display == "x":
+        return lambda v: f"{v:#x}" if type(v) is int else json_value(v, argtype)
+    return lambda v: ((v if -JSON_SAFE_INT <= v <= JSON_SAFE_INT else str(v)) if type(v) is int
+                      else json_value(v, argtype))
+
+
+#: per definition (by id, with the definition to tell a reused id): each field's JSON converter
+_JSON_FIELDS: dict[int, tuple[ProbeDef, dict[str, Callable[[Value], Any]]]] = {}
+
+
+def _json_fields(definition: ProbeDef | None) -> dict[str, Callable[[Value], Any]]:
+    if definition is None:
+        return {}
+    known = _JSON_FIELDS.get(id(definition))
+    if known is None or known[0] is not definition:
+        known = _JSON_FIELDS[id(definition)] = (definition, {name: json_converter(t) for name, t in
+                                                             field_types(definition).items()})
+    return known[1]
 
 
 class TraceEvent:
