@@ -72,6 +72,9 @@ def compile_arg(bound: BoundArg) -> Compiled:
 
         return string
     convert = _converter(bound, argtype)
+    if fetch.kind == "reg":  # the commonest field: one closure, and a register read cannot fault
+        get = attrgetter(session.arch.register(fetch.name).name)
+        return lambda hit: convert(int(get(hit.regs)))
 
     def value(hit: HitContext) -> Value:
         try:
