@@ -35,6 +35,8 @@ from kretentry import bench_kretentry  # noqa: E402
 from kretentry import rows as kretentry_rows  # noqa: E402
 from register import bench_register  # noqa: E402
 from register import rows as register_rows  # noqa: E402
+from traceevents import bench_traceevents  # noqa: E402
+from traceevents import rows as traceevents_rows  # noqa: E402
 from unicorn import x86_const  # noqa: E402
 from unicorn.unicorn_py3.unicorn import uclib  # noqa: E402
 from workload import CODE, END_OFF, INC_OFF, NOPS, loop_code, per_hit_us, race  # noqa: E402
@@ -983,6 +985,7 @@ def build_rows(cfg: Config, raw: dict[str, Any]) -> list[Row]:
                                 f"{r['floor_us'] / k['per_hit_us']:.2f}x"))
     rows += kretentry_rows(raw.get("kretentry", {"error": "not run"}), Row, us, status)
     rows += register_rows(raw.get("register", {}), Row, us, status)
+    rows += traceevents_rows(raw.get("traceevents", {"error": "not run"}), Row, us, status)
     wt = raw.get("watch", {"error": "not run"})
     if "error" in wt:
         rows.append(Row("W", "loop speed with a data watchpoint that never fires", "n/a", "", "", "", wt["error"]))
@@ -1105,6 +1108,7 @@ def main(argv: list[str] | None = None) -> int:
     bench_kretprobe(cfg, raw)
     raw["kretentry"] = bench_kretentry(cfg.reps, cfg.n_fixture, log)
     raw["register"] = bench_register(3 if cfg.quick else 7, log)
+    raw["traceevents"] = bench_traceevents(5 if cfg.quick else 15, cfg.n_fixture // 2, log)
     bench_watch(cfg, raw)
     elapsed = timeit.default_timer() - t0
     rows = build_rows(cfg, raw)

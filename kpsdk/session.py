@@ -320,18 +320,8 @@ class Session(BuiltinVerbs):
         self.target.write_memory(addr, data)
 
     def read_string(self, addr: int, max: int = 4096) -> str:  # noqa: A002 - the public API name
-        """A NUL-terminated string (decoded as UTF-8, errors replaced)."""
-        out = bytearray()
-        while len(out) < max:
-            at = addr + len(out)
-            # never read across a page boundary in one go: the next page may be unmapped
-            chunk = self.read_memory(at, min(64, max - len(out), 0x1000 - at % 0x1000))
-            end = chunk.find(b"\0")
-            if end >= 0:
-                out += chunk[:end]
-                break
-            out += chunk
-        return out.decode("utf-8", "replace")
+        """A NUL-terminated string (decoded as UTF-8, errors replaced), at most ``max`` bytes."""
+        return self.target.read_cstring(addr, max).decode("utf-8", "replace")
 
     def read_int(self, addr: int, size: int | None = None, signed: bool = False) -> int:
         """An integer of ``size`` bytes (default: a word) at ``addr``, in the target's byte order."""

@@ -116,6 +116,21 @@ class Target(ABC):
         """The machine word at ``addr`` (a return address on the stack), as the program sees it."""
         return int.from_bytes(self.read_memory(addr, self.arch.word_size), self.arch.endian)
 
+    def read_cstring(self, addr: int, max: int) -> bytes:  # noqa: A002 - as Session.read_string
+        """The bytes of a NUL-terminated string at ``addr`` (without the NUL), at most ``max``:
+        read in 64-byte pieces, never across a page boundary in one go (the next page may be
+        unmapped).  A target with a cheaper way to reach its memory overrides this."""
+        out = bytearray()
+        while len(out) < max:
+            at = addr + len(out)
+            chunk = self.read_memory(at, min(64, max - len(out), 0x1000 - at % 0x1000))
+            end = chunk.find(b"\0")
+            if end >= 0:
+                out += chunk[:end]
+                break
+            out += chunk
+        return bytes(out)
+
     @abstractmethod
     def is_mapped(self, addr: int) -> bool: ...
 

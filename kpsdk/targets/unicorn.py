@@ -68,7 +68,15 @@ from kpsdk.symbols import Symbol, SymbolTable, loaded_symbols
 from kpsdk.target import MappedFile, Target, TargetKind
 from kpsdk.targets.linux import LinuxProcess, check_options, start_process
 from kpsdk.targets.ucdetour import DATA_SIZE, DetourEngine
-from kpsdk.targets.ucfast import FastHooks, FastRegs, FastWords, cache_remover, memory_reader, memory_writer
+from kpsdk.targets.ucfast import (
+    FastHooks,
+    FastRegs,
+    FastWords,
+    cache_remover,
+    cstring_reader,
+    memory_reader,
+    memory_writer,
+)
 from kpsdk.targets.ucstep import SoftStep
 from kpsdk.targets.ucwatch import UcWatch
 
@@ -140,6 +148,7 @@ class UnicornTarget(Target):
         self._remove_cache = cache_remover(self.uc)
         self._write_trap = memory_writer(self.uc)  # a trap over a probed instruction, and back
         self._mem_read = memory_reader(self.uc)  # every read through kpsdk (decoding at registration)
+        self._cstring = cstring_reader(self.uc)  # strings a trace fetches at every hit
         #: ``uc.mem_regions()`` as last read: dropped by :meth:`map` and by every run (a
         #: program may map or protect memory), re-read on a miss (see :meth:`_region`)
         self._regions: list[tuple[int, int, int]] | None = None
@@ -282,6 +291,16 @@ class UnicornTarget(Target):
             for det in self.detours.covering(addr, size):
                 _put_back(data, addr, det.point.addr, det.original)
         return bytes(data)
+
+    def read_cstring(self, addr: int, max: int) -> bytes:  # noqa: A002 - as Session.read_string
+        """One ``uc_mem_read`` per page into a kept buffer, the NUL found by C; near kpsdk's
+        breakpoints and detours (K10: the program's own bytes), or where a page cannot be
+        read (the fault names the address), the generic pieces through :meth:`read_memory`."""
+        if not (self._bp_lo - 4 < addr + max and addr < self._bp_hi + 4):
+            data = self._cstring(addr, max)
+            if data is not None:
+                return data
+        return super().read_cstring(addr, max)
 
     def read_word(self, addr: int) -> int:
         off = addr - STACK_TOP + STACK_SIZE

@@ -29,14 +29,17 @@ import weakref
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
 from kpsdk.errors import ArgumentError, KprobeError, KpsdkError, TriggerError, shown
 from kpsdk.symbols import did_you_mean
+from kpsdk.target import Target
 from kpsdk.tasks import NO_FLAGS, UNKNOWN_COMM, TaskInfo, check_comm, check_pid, program_comm
 from kpsdk.trace.fetch import BoundArg, HitContext, Value, entry_args, format_symbol
 from kpsdk.trace.filter import Filter, parse_filter
 from kpsdk.trace.grammar import Parser, ProbeDef, TraceDefinitionError, arg_error
+from kpsdk.trace.output import field_types
 from kpsdk.trace.triggers import STACK_DEPTH, EventTriggers, StackTrigger, matches, parse_trigger, split_trigger
 
 if TYPE_CHECKING:
@@ -48,7 +51,7 @@ if TYPE_CHECKING:
 Sink = Callable[["TraceRecord"], Any] | list["TraceRecord"]
 
 
-@dataclass
+@dataclass(slots=True)
 class TraceRecord:
     """One event: what the kernel's trace buffer holds for a hit, as a Python object.
 
@@ -103,11 +106,12 @@ class TraceRecord:
         hex-typed fields are ``"0x..."`` strings, and integers JSON readers cannot hold
         exactly (beyond 2**53: jq's doubles) decimal strings.
         """
-        types = {a.name: a.type for a in self.definition.args} if self.definition is not None else {}
+        converters = _json_fields(self.definition)
         return {"event": self.event, "group": self.group, "kind": self.kind, "time": round(self.time, 9),
                 "ip": f"{self.ip:#x}", "where": self.where, "comm": self.comm, "pid": self.pid, "cpu": self.cpu,
                 "flags": self.flags, "task": self.task,
-                "fields": {name: json_value(value, types.get(name)) for name, value in self.fields.items()},
+                "fields": {name: converters[name](value) if name in converters else json_value(value, None)
+                           for name, value in self.fields.items()},
                 "caller": f"{self.caller:#x}" if self.caller is not None else None, "func": self.func,
                 "entry_time": round(self.entry_time, 9) if self.entry_time is not None else None,
                 "duration": round(self.time - self.entry_time, 9) if self.entry_time is not None else None}
@@ -129,6 +133,29 @@ def json_value(value: Value, argtype: Any) -> Any:
     if display == "x":
         return f"{value:#x}"
     return value if -JSON_SAFE_INT <= value <= JSON_SAFE_INT else str(value)
+
+
+def json_converter(argtype: Any) -> Callable[[Value], Any]:
+    """:func:`json_value` for one type, with the integer case (most fields) decided once."""
+    display = argtype.display if argtype is not None else "x"
+    if display == "x":
+        return lambda v: f"{v:#x}" if type(v) is int else json_value(v, argtype)
+    return lambda v: ((v if -JSON_SAFE_INT <= v <= JSON_SAFE_INT else str(v)) if type(v) is int
+                      else json_value(v, argtype))
+
+
+#: per definition (by id, with the definition to tell a reused id): each field's JSON converter
+_JSON_FIELDS: dict[int, tuple[ProbeDef, dict[str, Callable[[Value], Any]]]] = {}
+
+
+def _json_fields(definition: ProbeDef | None) -> dict[str, Callable[[Value], Any]]:
+    if definition is None:
+        return {}
+    known = _JSON_FIELDS.get(id(definition))
+    if known is None or known[0] is not definition:
+        known = _JSON_FIELDS[id(definition)] = (definition, {name: json_converter(t) for name, t in
+                                                             field_types(definition).items()})
+    return known[1]
 
 
 class TraceEvent:
@@ -171,27 +198,36 @@ class TraceEvent:
         # every stacktrace trigger sees the hit (each counts its own N down) and writes its own
         # stack entry after the event's, filtered or not, as Debian's 6.1 kernel does
         # (tests/test_trace_triggers_kernel.py)
-        where = ["after" for t in self.triggers.stacks if t.wants(record)]
-        if trace.stack:
-            where.append("after")
-        if where:
-            record.stack = trace.stack_of(regs)
-            record.stack_where = tuple(where)
+        stacks = self.triggers.stacks
+        if stacks or trace.stack:
+            where = ["after" for t in stacks if t.wants(record)]
+            if trace.stack:
+                where.append("after")
+            if where:
+                record.stack = trace.stack_of(regs)
+                record.stack_where = tuple(where)
         trace.deliver(record)
-        for hist in self.triggers.hists:
-            hist.hit(record)
+        hists = self.triggers.hists
+        if hists:
+            for hist in hists:
+                hist.hit(record)
 
     def on_hit(self, p: Any, regs: PtRegs) -> int:
         """pre_handler of ``p`` events (kprobes and uprobes)."""
-        now = self.trace.now()
+        trace = self.trace
+        now = perf_counter() - trace.start_time
         ip = int(regs.ip)
         where = self._where.get(ip)
         if where is None:
-            where = self._where[ip] = format_symbol(self.trace.session, ip)
-        task = self.trace.task_info()
-        record = TraceRecord(self.name, self.group, "p", now, ip, where, self._values(HitContext(regs)),
-                             task=self.trace.task_id(), definition=self.definition, entry_sp=int(regs.sp),
-                             comm=task.comm, pid=task.pid, cpu=task.cpu, flags=task.flags)
+            where = self._where[ip] = format_symbol(trace.session, ip)
+        if trace.tasks_fixed:
+            task, task_id = trace.fixed_task, 1
+        else:
+            task, task_id = trace.task_info(), trace.task_id()
+        hit = HitContext(regs)
+        record = TraceRecord(self.name, self.group, "p", now, ip, where, {a.name: a.value(hit) for a in self.args},
+                             None, None, None, task_id, self.definition, int(regs.sp),
+                             task.comm, task.pid, task.cpu, task.flags)
         self._emit(record, regs)
         return 0
 
@@ -261,6 +297,11 @@ class Trace:
         self.events: list[TraceEvent] = []
         self.counts: Counter[str] = Counter()
         self.start_time = time.perf_counter()
+        target_type = type(session.target)
+        #: the target has no tasks of its own (Unicorn): every hit is task 1, :attr:`fixed_task`,
+        #: known without asking the target at each hit
+        self.tasks_fixed = target_type.current_task is Target.current_task and \
+            target_type.task_info is Target.task_info
         #: every record gets its stack (``--stack``, ftrace's ``options/stacktrace``)
         self.stack = bool(stack)
         self._sink = sink

@@ -3,10 +3,13 @@
 A parsed :class:`~kpsdk.trace.grammar.FetchArg` is bound to a session once
 (:func:`bind_arg`): symbols are resolved then, as the kernel does when it
 registers an event (an unknown one is an error with its column), and ``$comm``
-is checked against what the target can give.  At each hit, :meth:`BoundArg.value`
-walks the fetch tree the way the kernel's fetch instructions run: a load
-(register, stack slot, argument...), then dereferences, then the store by type
-(an integer of the type's size, a string, an array), then a bitfield.
+is checked against what the target can give.  Then the argument is compiled
+(:mod:`kpsdk.trace.compile`) into :attr:`BoundArg.value`, one closure per node
+of the fetch tree, run at each hit the way the kernel's fetch instructions run:
+a load (register, stack slot, argument...), then dereferences, then the store
+by type (an integer of the type's size, a string, an array), then a bitfield.
+:meth:`BoundArg.interpret` walks the tree instead, node by node: the reference
+the compiled closures are tested against.
 
 Memory a fetch cannot read gives ``None`` for that field (printed ``(fault)``,
 as the kernel prints a string it could not fetch); the hit goes on.  The same
@@ -17,11 +20,14 @@ holds for a return probe's ``$argN``, read at the function's entry
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kpsdk.errors import SymbolError, TargetFault
+from kpsdk.target import Target
+from kpsdk.trace.compile import compile_arg
 from kpsdk.trace.grammar import ArgType, Fetch, FetchArg, TraceDefinitionError
 
 if TYPE_CHECKING:
@@ -111,11 +117,31 @@ class BoundArg:
                         "its BTF)", subsystem)
             elif node.kind == "foffs":
                 self._symbols[node.column] = _file_offset_address(uprobe_path, node, definition, subsystem)
+        #: this argument's value at a hit (None where memory could not be read): the compiled fetch
+        self.value: Callable[[HitContext], Value] = compile_arg(self)
 
-    # -- evaluation ------------------------------------------------------------------------------
+    @property
+    def session(self) -> Session:
+        return self._session
 
-    def value(self, hit: HitContext) -> Value:
-        """This argument's value at a hit (None where memory could not be read)."""
+    @property
+    def comm(self) -> str | None:
+        """``$comm``'s fixed value (a program's name), or None."""
+        return self._comm
+
+    @property
+    def comm_live(self) -> bool:
+        """``$comm`` is read at each hit (a kernel's current)."""
+        return self._comm_live
+
+    def symbol_address(self, node: Fetch) -> int:
+        """Where a ``@SYM`` or ``@+FOFFS`` node of this argument points, resolved at binding."""
+        return self._symbols[node.column]
+
+    # -- evaluation, node by node (the compiled closures' reference) ------------------------------
+
+    def interpret(self, hit: HitContext) -> Value:
+        """This argument's value at a hit, walking the fetch tree (None where memory could not be read)."""
         fetch, argtype = self.arg.fetch, self.type
         try:
             if fetch.kind in ("comm", "immstr"):
@@ -128,7 +154,7 @@ class BoundArg:
                 return self._load_typed(addr, argtype)
             raw = self._scalar(fetch, hit)
             if argtype.name == "string":  # \IMM:string: the immediate is an address
-                return self._session.read_string(raw, max=MAX_STRING)
+                return self._read_string(raw)
             return self._convert(raw, argtype)
         except TargetFault:
             return None
@@ -187,9 +213,14 @@ class BoundArg:
 
     def _string_at(self, addr: int) -> str | None:
         try:
-            return self._session.read_string(addr, max=MAX_STRING)
+            return self._read_string(addr)
         except TargetFault:
             return None
+
+    def _read_string(self, addr: int) -> str:
+        """In 64-byte pieces through ``read_memory`` (the generic :meth:`Target.read_cstring`), not
+        the target's own faster path: the compiled fetches are checked against this."""
+        return Target.read_cstring(self._session.target, addr, MAX_STRING).decode("utf-8", "replace")
 
     def _convert(self, raw: int, argtype: ArgType) -> Value:
         """The store and modify stages: cut to the type's size, bitfield, sign, symbol."""

@@ -17,7 +17,7 @@ import errno
 import signal
 import sys
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, contextmanager, suppress
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Annotated, Any
 
@@ -357,6 +357,12 @@ def cmd_trace(
             except KeyboardInterrupt:
                 interrupted = True
                 console(stderr=True).print("[bold yellow]interrupted[/]: stopping the target")
+            except BaseException:
+                # the writers write in blocks: the records before the error reach the output too
+                if writer is not None and not limits.pipe_closed:
+                    with suppress(OSError):
+                        writer.flush()
+                raise
             if writer is not None and not limits.pipe_closed:
                 try:
                     writer.close()
