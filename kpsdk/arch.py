@@ -636,8 +636,9 @@ class Arch:
                           trace prefix on a live kernel (else ``<...>-0``)
     ``entry_registers``   registers a process starts with beyond sp, from its entry's
                           function descriptor (ppc64 ELFv1: r2, the TOC)
-    ``kernel_arg_access`` the arch's kernel selects HAVE_FUNCTION_ARG_ACCESS_API: its probe
-                          events read ``$argN`` (32-bit arm's does not: "Invalid $-variable")
+    ``kernel_arg_access`` the arch's kernel reads ``$argN`` in probe events (32-bit arm's has
+                          no HAVE_FUNCTION_ARG_ACCESS_API; Debian 12's ppc64el refuses it too:
+                          "Invalid $-variable", asked of the guest in the tests)
     ====================  ================================================================
     """
 

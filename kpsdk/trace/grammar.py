@@ -666,8 +666,8 @@ class Parser:
         if name.startswith("arg"):
             error = arg_error(ctx.kernel, ctx.is_return, ctx.function_entry, ctx.is_uprobe)
             if ctx.kernel is not None and ctx.arch is not None and not ctx.arch.kernel_arg_access:
-                raise ctx.error("BAD_VAR", col, f"${name}: the {ctx.arch.name} kernel has no function argument "
-                                "access (HAVE_FUNCTION_ARG_ACCESS_API)")
+                raise ctx.error("BAD_VAR", col, f"${name}: {ctx.arch.name} kernels refuse $argN in probe events "
+                                "(see Arch.kernel_arg_access)")
             if error == "BAD_VAR":  # before 6.5 the place is checked first: there "$arg..." is no variable
                 raise ctx.error(error, col, f"${name}: {kernel_name(ctx.kernel or (0, 0))} reads $argN only at "
                                 "a kprobe on a function entry")
