@@ -239,16 +239,24 @@ def test_probes_match_the_guest(arch: str, arch_kernel: Callable[[str], Path],
         assert gate_values and all(b == a != gate.open_value for b, a in gate_values), gate_values
     # what the guest kernel recorded of the same functions over the same window
     mode, hits, values = _guest_record(console, kpsdk.get_registry().arch(arch).bits)
+    # QEMU 7.2 sometimes ends gdb's step over a breakpoint having run nothing, and gdb then reports
+    # the same hit again (docs/api.md's limitations; test_kernel_watch_arches.py's whole-boot test):
+    # one call seen twice, back to back. Beyond that, every count and value must be the guest's.
     if mode == "kprobe":
-        assert hits == {"open": len(opened), "openret": len(open_rets), "cloneret": len(clone_rets)}, hits
-        assert values["openret"] == open_rets and values["cloneret"] == clone_rets
+        assert same_but_rereports(opened, hits["open"]), (hits, opened)
+        assert same_but_rereports(open_rets, hits["openret"], values["openret"]), (values, open_rets)
+        assert same_but_rereports(clone_rets, hits["cloneret"], values["cloneret"]), (values, clone_rets)
     else:  # the function tracer: calls, no return values (those are checked against the workload above)
-        assert hits == {"do_sys_openat2": len(opened), "kernel_clone": len(clone_rets)}, hits
+        assert same_but_rereports(opened, hits["do_sys_openat2"]), (hits, opened)
+        assert same_but_rereports(clone_rets, hits["kernel_clone"]), (hits, clone_rets)
         assert len(open_rets) == len(opened)
     version = _check_arg_cases(console, arch, image)
     # the prefix's comm-pid, where kpsdk knows where this arch's kernel keeps current (KernelTasks)
     guest_tasks = _guest_open_tasks(console, mode)
-    assert len(guest_tasks) == len(tasks) == len(opened)
+    assert len(tasks) == len(opened) and same_but_rereports(tasks, len(guest_tasks))
+    if len(tasks) > len(guest_tasks):  # the re-reported hit's second task line
+        i = next(i for i in range(1, len(tasks)) if tasks[i] == tasks[i - 1])
+        tasks = tasks[:i] + tasks[i + 1:]
     if kpsdk.get_registry().arch(arch).kernel_tasks is not None:
         # the kernel prints a pid's comm as it last recorded it (test_trace_prefix_kernel.py): a
         # forked child that then exec'd /bin/true may be "true" in the guest where kpsdk saw "sh"
@@ -260,6 +268,21 @@ def test_probes_match_the_guest(arch: str, arch_kernel: Callable[[str], Path],
         assert set(tasks) == {("<...>", 0)}, tasks
     print(f"{arch} {version}: {seconds:.1f} s, guest {mode} {hits}, kpsdk open={len(opened)} openret={len(open_rets)} "
           f"cloneret={len(clone_rets)}")
+
+
+def same_but_rereports(ours: list[Any], count: int, theirs: list[Any] | None = None) -> bool:
+    """``ours`` is what the guest recorded (``count`` items, ``theirs`` if known) but for items
+    repeated back to back: a hit reported twice. At most one such repeat a run is tolerated
+    (more would be a fault of kpsdk's, not that rare QEMU step)."""
+    extra = len(ours) - count
+    if extra == 0:
+        return theirs is None or ours == theirs
+    if extra != 1:
+        return False
+    for i in range(1, len(ours)):
+        if ours[i] == ours[i - 1] and (theirs is None or ours[:i] + ours[i + 1:] == theirs):
+            return True
+    return False
 
 
 @pytest.mark.parametrize("arch", ["riscv64", "ppc64le"])
@@ -382,3 +405,13 @@ def test_whole_boot_clones_match_the_guest(arch: str, arch_kernel: Callable[[str
     assert calls - rereports == forks, (calls, rereports, forks)  # every extra call a re-report
     print(f"{arch}: kernel_clone created {len(pids)} tasks before the guest read {forks}; "
           f"{calls} entries reported, {rereports} of them re-reports")
+
+
+def test_only_one_back_to_back_repeat_is_tolerated() -> None:
+    """The kernel tests' tolerance of QEMU's empty step: exactly one item repeated back to back."""
+    assert same_but_rereports([5, 6, 7], 3, [5, 6, 7])
+    assert same_but_rereports([5, 6, 6, 7], 3, [5, 6, 7])
+    assert not same_but_rereports([5, 6, 7, 8], 3, [5, 6, 7])  # an extra that is no repeat
+    assert not same_but_rereports([5, 6, 6, 6, 7], 3, [5, 6, 7])  # two repeats
+    assert not same_but_rereports([5, 6, 6, 7], 3, [5, 6, 8])  # the values differ besides
+    assert not same_but_rereports([5, 6], 3)  # a hit lost is never tolerated
