@@ -52,6 +52,12 @@ class MappedFile:
         return any(seg.executable and seg.vaddr + self.bias <= addr < seg.vaddr + self.bias + seg.memsz
                    for seg in self.image.segments)
 
+    def span(self, page: int = 0x1000) -> tuple[int, int]:
+        """Where the loader put the file: from its first segment's page to its last segment's end."""
+        segments = self.image.segments
+        return (self.bias + (segments[0].vaddr & ~(page - 1)),
+                self.bias + max(seg.vaddr + seg.memsz for seg in segments))
+
     @classmethod
     def of(cls, image: ElfImage, bias: int) -> MappedFile:
         """Describe ``image`` (as linked) loaded at ``bias``; its identity is the file's whose

@@ -925,7 +925,7 @@ class UnicornTarget(Target):
         and plugins hear ``kpsdk_library_unloaded`` (uprobes there are taken out while the
         pages still exist).  The program itself is never one of them."""
         def inside(mf: MappedFile) -> bool:
-            return start <= mf.bias + (mf.image.segments[0].vaddr & ~(PAGE - 1)) < end
+            return start <= mf.span(PAGE)[0] < end
 
         self.pending_libraries = [mf for mf in self.pending_libraries if not inside(mf)]
         gone = [mf for mf in self._files[1:] if inside(mf)]

@@ -200,6 +200,11 @@ def library_mapped(target: UnicornTarget, host: Path, at: int, offset: int) -> N
     if offset:
         return
     try:
+        st = os.stat(host)
+        for known in (*target.pending_libraries, *target.mapped_files()):
+            start, end = known.span(PAGE)
+            if known.identity == (st.st_dev, st.st_ino) and start <= at < end:
+                return  # a later segment of an object already seen, whose file offset rounds down to 0
         with open(host, "rb") as f:
             if f.read(4) != b"\x7fELF":
                 return
@@ -207,11 +212,6 @@ def library_mapped(target: UnicornTarget, host: Path, at: int, offset: int) -> N
     except (OSError, KpsdkError):
         return  # not an object ld.so could load either: it reports that itself
     mapped = MappedFile.of(image, at - (image.segments[0].vaddr & ~(PAGE - 1)))
-    for known in (*target.pending_libraries, *target.mapped_files()):
-        if known.identity == mapped.identity and \
-                known.bias + (known.image.segments[0].vaddr & ~(PAGE - 1)) <= at < \
-                known.bias + max(seg.vaddr + seg.memsz for seg in known.image.segments):
-            return  # a later segment of an object already seen, whose file offset rounds down to 0
     # Announced once its segments are in place, not now: ld.so maps the file's whole span
     # read-only first and then each segment over it with its own protection, so a uprobe
     # armed at this point would find its code not yet executable (UnicornTarget._syscall
