@@ -295,6 +295,17 @@ def _place(target: GdbTarget, linked: ElfImage, sysroot: Path | None, cwd: Path)
     target.libraries.start()
 
 
+#: QEMU's accelerator for qemu-system targets: TCG with one thread for every vCPU (round-robin).
+#: QEMU's default for x86, arm, riscv64 and ppc64 guests is one thread per vCPU (MTTCG), and there
+#: gdbstub's single-step flag SSTEP_NOTIMER is not applied (only the round-robin loop stops the
+#: virtual clock while stepping): a timer interrupt raised in the main loop during gdb's step over
+#: a breakpoint exits the step's translation block before it executes anything, QEMU still reports
+#: the step as done (``cpu_tb_exec``), and gdb evaluates the same breakpoint a second time, so one
+#: call was reported twice (docs/api.md, "One call, one report").  With ``-smp 1`` one thread is
+#: what MTTCG would run anyway.
+TCG_ACCEL = "tcg,thread=single"
+
+
 def open_qemu_system(rest: str, registry: Registry, kernel: str | None = None, initrd: str | None = None,
                      append: str = DEFAULT_APPEND, symbols: str | None = None, memory: str | None = None,
                      smp: int = 1, qemu_args: list[str] | tuple[str, ...] = (), abi: str = "kernel",
@@ -323,7 +334,7 @@ def open_qemu_system(rest: str, registry: Registry, kernel: str | None = None, i
     table, image = load_symbols(source) if source else (SymbolTable(), None)
     tmp, cleanup = private_dir()
     sock = tmp / "gdb.sock"
-    cmd = [qemu, *board.command(), "-accel", "tcg", "-m", memory or board.memory, "-smp", str(smp),
+    cmd = [qemu, *board.command(), "-accel", TCG_ACCEL, "-m", memory or board.memory, "-smp", str(smp),
            "-display", "none",
            "-monitor", "none", "-serial", "stdio", "-no-reboot", "-S", "-gdb", f"unix:{sock},server=on,wait=off"]
     if kernel:
