@@ -23,6 +23,7 @@ from kpsdk.arch import (
     DebianPort,
     DetourCode,
     EntryDetour,
+    FieldUse,
     FrameRecord,
     InsnRules,
     InstructionSet,
@@ -36,6 +37,7 @@ from kpsdk.arch import (
     ReturnDetour,
     StatLayout,
     Syscalls,
+    TaskCode,
     WatchRules,
 )
 from kpsdk.arch_backends import syscall_tables as tables
@@ -311,6 +313,47 @@ KERNEL_TASKS_64 = KernelTasks(
 )
 
 
+
+def loads_current_32(insn: capstone.CsInsn) -> tuple[str, int] | None:
+    """``mov R, %fs:ADDR``: an i386 kernel reads the per-cpu ``current_task`` through %fs,
+    whose base is this CPU's per-cpu offset (arch/x86/include/asm/percpu.h, ``__percpu_seg``)."""
+    if insn.id != cx.X86_INS_MOV or len(insn.operands) != 2:
+        return None
+    dst, src = insn.operands
+    if dst.type != capstone.CS_OP_REG or src.type != capstone.CS_OP_MEM or src.size != 4:
+        return None
+    mem = src.mem
+    if mem.segment != cx.X86_REG_FS or mem.base or mem.index:
+        return None
+    return insn.reg_name(dst.reg), mem.disp & 0xFFFFFFFF
+
+
+def current_field(insn: capstone.CsInsn, reg: str) -> FieldUse | None:
+    """A read of ``[R + d]`` (``mov``, ``push``...) or ``lea X, [R + d]`` with current in R."""
+    for op in insn.operands:
+        if op.type != capstone.CS_OP_MEM or op.mem.index or op.mem.segment or not op.mem.base \
+                or insn.reg_name(op.mem.base) != reg:
+            continue
+        if insn.id == cx.X86_INS_LEA:
+            return "address", op.mem.disp, 0
+        if op.access & capstone.CS_AC_READ:
+            return "load", op.mem.disp, op.size
+    return None
+
+
+#: i386 kernels: %fs holds the per-cpu offset in kernel mode (entry_32.S loads __KERNEL_PERCPU,
+#: a GDT entry based at it; QEMU's gdbstub shows that base as fs_base), ``current`` is the
+#: per-cpu ``current_task`` (``pcpu_hot.current_task`` since 6.2).  Debian's 686 kernel has no
+#: BTF and no data symbols: the address of ``current_task`` and task_struct's pid and comm are
+#: read in the code of dump_stack_print_info (:mod:`kpsdk.taskcode`).
+KERNEL_TASKS_32 = KernelTasks(
+    percpu_register="fs_base",
+    current=("current_task", "pcpu_hot.current_task"),
+    flags_register="eflags",
+    irqs_disabled=lambda flags: not flags & EFLAGS_IF,
+    code=TaskCode("dump_stack_print_info", loads_current_32, current_field),
+)
+
 #: the first of the three TLS entries in the GDT a 64-bit kernel gives 32-bit processes
 #: (arch/x86/include/asm/segment.h, GDT_ENTRY_TLS_MIN); glibc asks for "any" (-1) and loads
 #: gs with the entry it gets back
@@ -442,6 +485,7 @@ I386 = Arch(
     qemu_system=QemuMachine("qemu-system-i386", "qemu-system-x86"),
     debian=DebianPort("i386", "bookworm", "linux-image-686"),
     kernel_stack_size=8192,
+    kernel_tasks=KERNEL_TASKS_32,
     gdb_break_adjusts_pc=True,
     watch=_watch(4),
     cross_gcc_package="gcc-i686-linux-gnu",

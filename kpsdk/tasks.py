@@ -18,6 +18,10 @@ kernel/trace/trace_output.c).  Each target answers :meth:`Target.task_info
   thread as a host thread with the same id).
 - Unicorn: a fixed name and pid the user can set (``kpsdk trace --comm --pid``).
 
+A kernel built without BTF (Debian's i386, armhf and ppc64el kernels) shows the same facts in
+its code: :func:`code_task_layout` reads them where ``dump_stack_print_info`` loads current
+and prints its pid and comm (:mod:`kpsdk.taskcode`), at the first hit.
+
 The layout found for a kernel image is cached by the image's sha256 under kpsdk's cache
 directory, so only the first trace of an image pays for decompressing it and reading BTF.
 """
@@ -123,8 +127,8 @@ class TaskLayout:
             raw = read(percpu_base + lo, max(self.current + word, self.preempt_count + 4) - lo)
             current = number(raw[self.current - lo:self.current - lo + word])
             count = number(raw[self.preempt_count - lo:self.preempt_count - lo + 4])
-        else:
-            current, count = number(read(percpu_base + self.current, word)), 0
+        else:  # a 32-bit kernel's per-cpu address wraps (i386: %fs base + the variable's address)
+            current, count = number(read((percpu_base + self.current) & ((1 << 8 * word) - 1), word)), 0
         pid = int.from_bytes(read(current + self.pid, 4), endian, signed=True)
         comm = read(current + self.comm, self.comm_size).split(b"\0", 1)[0].decode("utf-8", "replace")
         need_resched = preempt_resched = False
@@ -164,6 +168,27 @@ def kernel_task_layout(image: str | os.PathLike[str], arch: Arch) -> TaskLayout:
     layout = _layout_of(data, path, arch)
     _write_cache(digest, arch.name, layout)
     return layout
+
+
+def code_task_layout(read: Callable[[int, int], bytes], function: tuple[int, int], arch: Arch) -> TaskLayout:
+    """The :class:`TaskLayout` of a running kernel without BTF, from the code of
+    :attr:`TaskCode.function <kpsdk.arch.TaskCode.function>` at ``function`` (address, size),
+    read from the guest (:mod:`kpsdk.taskcode`).  The flags are irqs-off only."""
+    from kpsdk.taskcode import code_layout
+
+    found = code_layout(read, function, arch)
+    return TaskLayout(found.current, found.pid, found.comm, TASK_COMM_LEN, code_tasks_note(arch))
+
+
+def code_tasks_note(arch: Arch) -> str:
+    """The trace header's line for a kernel whose task layout comes from its code."""
+    tasks = arch.kernel_tasks
+    assert tasks is not None and tasks.code is not None
+    where = f"the {tasks.current_register} register" if tasks.current_register else \
+        f"{tasks.percpu_register} + the offset its code reads"
+    irqs = f"irqs-off from {tasks.flags_register}" if tasks.flags_register else "not known (all '.')"
+    return (f"comm-pid: current from {where}, task_struct.pid and .comm where {tasks.code.function} reads them "
+            f"(the kernel has no BTF; its code is read at the first hit); flags: {irqs}")
 
 
 def _layout_of(data: bytes, path: Path, arch: Arch) -> TaskLayout:
