@@ -8,6 +8,7 @@ on the stack (cdecl); the kernel uses regparm(3) (eax, edx, ecx).
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 
 import capstone
 import keystone
@@ -296,36 +297,24 @@ INSN_RULES = InsnRules(classify, successors)
 #: X86_EFLAGS_IF (arch/x86/include/uapi/asm/processor-flags.h): interrupts are enabled
 EFLAGS_IF = 0x200
 
-#: x86_64 kernels address per-cpu data through %gs (arch/x86/include/asm/percpu.h), whose
-#: base the kernel's swapgs loads on entry; ``current`` is the per-cpu ``current_task``
-#: (arch/x86/include/asm/current.h) and the preempt count the per-cpu ``__preempt_count``
-#: (arch/x86/include/asm/preempt.h), both members of ``pcpu_hot`` since 6.2.  That count
-#: folds PREEMPT_NEED_RESCHED in, inverted; TIF_NEED_RESCHED is thread_info flag 3
-#: (arch/x86/include/asm/thread_info.h).
-KERNEL_TASKS_64 = KernelTasks(
-    percpu_register="gs_base",
-    current=("current_task", "pcpu_hot.current_task"),
-    flags_register="eflags",
-    irqs_disabled=lambda flags: not flags & EFLAGS_IF,
-    preempt_count=("__preempt_count", "pcpu_hot.preempt_count"),
-    need_resched_bit=3,
-    preempt_need_resched_inverted=0x80000000,
-)
 
+def _loads_percpu(segment: int, size: int) -> Callable[[capstone.CsInsn], tuple[str, int] | None]:
+    """``mov R, %SEG:ADDR`` of ``size`` bytes, no base or index: how an x86 kernel reads a
+    per-cpu word (arch/x86/include/asm/percpu.h: %gs on x86_64, %fs on i386, whose base is
+    this CPU's per-cpu offset)."""
 
+    def loads(insn: capstone.CsInsn) -> tuple[str, int] | None:
+        if insn.id != cx.X86_INS_MOV or len(insn.operands) != 2:
+            return None
+        dst, src = insn.operands
+        if dst.type != capstone.CS_OP_REG or src.type != capstone.CS_OP_MEM or src.size != size:
+            return None
+        mem = src.mem
+        if mem.segment != segment or mem.base or mem.index:
+            return None
+        return insn.reg_name(dst.reg), mem.disp & (1 << 8 * size) - 1
 
-def loads_current_32(insn: capstone.CsInsn) -> tuple[str, int] | None:
-    """``mov R, %fs:ADDR``: an i386 kernel reads the per-cpu ``current_task`` through %fs,
-    whose base is this CPU's per-cpu offset (arch/x86/include/asm/percpu.h, ``__percpu_seg``)."""
-    if insn.id != cx.X86_INS_MOV or len(insn.operands) != 2:
-        return None
-    dst, src = insn.operands
-    if dst.type != capstone.CS_OP_REG or src.type != capstone.CS_OP_MEM or src.size != 4:
-        return None
-    mem = src.mem
-    if mem.segment != cx.X86_REG_FS or mem.base or mem.index:
-        return None
-    return insn.reg_name(dst.reg), mem.disp & 0xFFFFFFFF
+    return loads
 
 
 def current_field(insn: capstone.CsInsn, reg: str) -> FieldUse | None:
@@ -341,6 +330,24 @@ def current_field(insn: capstone.CsInsn, reg: str) -> FieldUse | None:
     return None
 
 
+#: x86_64 kernels address per-cpu data through %gs (arch/x86/include/asm/percpu.h), whose
+#: base the kernel's swapgs loads on entry; ``current`` is the per-cpu ``current_task``
+#: (arch/x86/include/asm/current.h) and the preempt count the per-cpu ``__preempt_count``
+#: (arch/x86/include/asm/preempt.h), both members of ``pcpu_hot`` since 6.2.  That count
+#: folds PREEMPT_NEED_RESCHED in, inverted; TIF_NEED_RESCHED is thread_info flag 3
+#: (arch/x86/include/asm/thread_info.h).  A kernel built without BTF shows current and
+#: task_struct's pid and comm in the code of dump_stack_print_info (:mod:`kpsdk.taskcode`).
+KERNEL_TASKS_64 = KernelTasks(
+    percpu_register="gs_base",
+    current=("current_task", "pcpu_hot.current_task"),
+    flags_register="eflags",
+    irqs_disabled=lambda flags: not flags & EFLAGS_IF,
+    preempt_count=("__preempt_count", "pcpu_hot.preempt_count"),
+    need_resched_bit=3,
+    preempt_need_resched_inverted=0x80000000,
+    code=TaskCode("dump_stack_print_info", _loads_percpu(cx.X86_REG_GS, 8), current_field),
+)
+
 #: i386 kernels: %fs holds the per-cpu offset in kernel mode (entry_32.S loads __KERNEL_PERCPU,
 #: a GDT entry based at it; QEMU's gdbstub shows that base as fs_base), ``current`` is the
 #: per-cpu ``current_task`` (``pcpu_hot.current_task`` since 6.2).  Debian's 686 kernel has no
@@ -351,8 +358,9 @@ KERNEL_TASKS_32 = KernelTasks(
     current=("current_task", "pcpu_hot.current_task"),
     flags_register="eflags",
     irqs_disabled=lambda flags: not flags & EFLAGS_IF,
-    code=TaskCode("dump_stack_print_info", loads_current_32, current_field),
+    code=TaskCode("dump_stack_print_info", _loads_percpu(cx.X86_REG_FS, 4), current_field),
 )
+
 
 #: the first of the three TLS entries in the GDT a 64-bit kernel gives 32-bit processes
 #: (arch/x86/include/asm/segment.h, GDT_ENTRY_TLS_MIN); glibc asks for "any" (-1) and loads
