@@ -511,6 +511,25 @@ class ModeBit:
 
 
 @dataclass(frozen=True)
+class KernelClock:
+    """A counter of the board that the kernel's ``sched_clock`` (the trace clock ``local``)
+    reads, which kpsdk can read too: at a physical address, through QEMU's gdbstub in its
+    physical memory mode.  With it, a trace's timestamps are the guest's own
+    (:mod:`kpsdk.guestclock`).
+
+    :param counter: the counter's physical address; ``size`` its bytes.
+    :param reader: the kernel function ``sched_clock`` calls to read it once registered
+        (``cd.read_data[].read_sched_clock``, kernel/time/sched_clock.c).
+    :param source: where the address comes from.
+    """
+
+    counter: int
+    size: int
+    reader: str
+    source: str
+
+
+@dataclass(frozen=True)
 class QemuMachine:
     """How ``qemu-system`` runs a whole machine of this architecture (the qemu-system target).
 
@@ -522,6 +541,8 @@ class QemuMachine:
         ``ttyAMA0``, ``hvc0``): ``console=`` is added to a command line that names none.
     :param args: anything else the board needs on QEMU's command line.
     :param memory: ``-m`` unless the user gives ``memory=``.
+    :param clock: the board's counter behind the kernel's sched_clock, where kpsdk can read
+        it (None: a trace's timestamps are the host's).
     """
 
     binary: str
@@ -532,6 +553,7 @@ class QemuMachine:
     args: tuple[str, ...] = ()
     #: ``-m``: what the board's kernels need to boot with an initramfs (pseries wants 1G)
     memory: str = "512M"
+    clock: KernelClock | None = None
 
     def command(self) -> list[str]:
         """The board's part of QEMU's command line (after the binary)."""

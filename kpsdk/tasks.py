@@ -191,12 +191,12 @@ def code_tasks_note(arch: Arch) -> str:
             f"(the kernel has no BTF; its code is read at the first hit); flags: {irqs}")
 
 
-def _layout_of(data: bytes, path: Path, arch: Arch) -> TaskLayout:
+def image_btf(data: bytes, path: Path, arch: Arch) -> Btf:
+    """The BTF of the kernel image ``data`` (read from ``path``): the ``.BTF`` section of an ELF
+    vmlinux, or the bytes between ``__start_BTF`` and ``__stop_BTF`` of a raw image."""
     from kpsdk.elfimage import ElfFile
     from kpsdk.kallsyms import image_entries, unpack_kernel
 
-    tasks = arch.kernel_tasks
-    assert tasks is not None
     vmlinux, _ = unpack_kernel(data, path)
     if vmlinux[:4] == b"\x7fELF":
         try:
@@ -212,6 +212,15 @@ def _layout_of(data: bytes, path: Path, arch: Arch) -> TaskLayout:
         raw = _image_btf(vmlinux, {e.name: e.address for e in image_entries(data, path)}, path)
     btf = Btf(raw, f"{path} .BTF")
     btf.pointer_size = arch.word_size
+    return btf
+
+
+def _layout_of(data: bytes, path: Path, arch: Arch) -> TaskLayout:
+    from kpsdk.kallsyms import image_entries
+
+    tasks = arch.kernel_tasks
+    assert tasks is not None
+    btf = image_btf(data, path, arch)
     try:
         pid = btf.member("task_struct", "pid")
         comm = btf.member("task_struct", "comm")

@@ -61,7 +61,9 @@ from kpsdk.targets.livewatch import LiveWatch
 from kpsdk.targets.mi import GdbError, MiConnection, c_string
 
 if TYPE_CHECKING:
+    from kpsdk.arch import QemuMachine
     from kpsdk.elfimage import ElfImage
+    from kpsdk.guestclock import SchedClock
     from kpsdk.rethook import RethookNode, ShadowStacks
     from kpsdk.targets.solibs import Libraries
     from kpsdk.tasks import TaskInfo, TaskLayout
@@ -193,6 +195,11 @@ class GdbTarget(Target):
         #: read at the first hit; why that failed, if it did
         self._task_code: tuple[int, int] | None = None
         self.task_code_error: str | None = None
+        #: the qemu-system board kpsdk started (its counters), None for other stubs
+        self.board: QemuMachine | None = None
+        self._clock: SchedClock | None = None
+        #: why the guest's clock is not read (the trace header says it)
+        self.clock_error: str | None = None
         self._tids: dict[int, int] = {}  # gdb's thread number -> the stub's thread id (qemu-user)
         self._return_bps: dict[int, int] = {}  # return address -> hooked calls returning there
         self._dormant = False  # breakpoints removed during a hit wait for a purge
@@ -552,6 +559,28 @@ class GdbTarget(Target):
                 self._task_code = (addr, found[2])
                 return code_tasks_note(self.arch)
         return f"comm-pid: <...>-0 ({why})"
+
+    def prepare_clock(self) -> str:
+        from kpsdk.guestclock import check_state, sched_clock_layout
+
+        clock = self.board.clock if self.board is not None else None
+        if self.abi_kind != "kernel" or clock is None or self.kernel_image is None:
+            return ""
+        try:
+            layout, jiffy_reader = sched_clock_layout(self.kernel_image, self.arch, clock)
+            check_state(layout, self.read_memory(layout.cd, layout.span), jiffy_reader, self.arch.endian)
+        except TargetError as exc:
+            self.clock_error = str(exc)
+            return ""
+        self._clock = layout
+        return layout.how
+
+    def clock_ns(self) -> int | None:
+        clock = self._clock
+        if clock is None or not self.in_hit:
+            return None
+        counter = bytes.fromhex(self.link.request(f"p {clock.counter:x} {clock.counter_size:x}"))
+        return clock.ns(self.read_memory(clock.cd, clock.span), counter, self.arch.endian)
 
     def reads_comm(self) -> bool:
         return self.abi_kind == "kernel" and (self._task_layout is not None or self._task_code is not None)
