@@ -12,6 +12,7 @@ is refused: the prefix says ``<...>-0`` there rather than a wrong field.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import keystone
@@ -96,3 +97,19 @@ def test_code_that_does_not_read_so_is_refused(arch: str, asm: str, why: str) ->
     assert the_arch.kernel_tasks is not None and the_arch.kernel_tasks.code is not None
     with pytest.raises(TargetError, match=why):
         current_fields(_code(arch, asm), 0x1000, the_arch, the_arch.kernel_tasks.code)
+
+
+def test_an_image_without_btf_says_why_once(arch_kernel: Callable[[str], Path], tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """Debian's ppc64el kernel has no BTF: kernel_task_layout says so, and says the same from
+    the cache (by the image's sha256) the next time, without unpacking the image again."""
+    image = arch_kernel("ppc64le")
+    monkeypatch.setenv("KPSDK_CACHE", str(tmp_path))
+    arch = kpsdk.get_registry().arch("ppc64le")
+    with pytest.raises(TargetError, match="no .BTF section") as first:
+        kernel_task_layout(image, arch)
+    assert [p.name.endswith(".ppc64le.v2.missing") for p in (tmp_path / "tasks").iterdir()] == [True]
+    monkeypatch.setattr("kpsdk.tasks._layout_of", lambda *a: pytest.fail("the image was read again"))
+    with pytest.raises(TargetError) as second:
+        kernel_task_layout(image, arch)
+    assert str(second.value) == str(first.value)
