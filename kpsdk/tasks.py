@@ -49,6 +49,8 @@ if TYPE_CHECKING:
 TASK_COMM_LEN = 16
 #: PID_MAX_LIMIT (include/linux/threads.h): the largest pid a 64-bit kernel hands out
 PID_MAX_LIMIT = 4 * 1024 * 1024
+#: pid and comm are read together when they are at most this many bytes apart
+MAX_JOINED_READ = 1024
 #: what the kernel prints for a task whose comm it does not know (trace_find_cmdline)
 UNKNOWN_COMM = "<...>"
 CACHE_DIR = "tasks"
@@ -133,8 +135,17 @@ class TaskLayout:
             count = number(raw[self.preempt_count - lo:self.preempt_count - lo + 4])
         else:  # a 32-bit kernel's per-cpu address wraps (i386: %fs base + the variable's address)
             current, count = number(read((percpu_base + self.current) & ((1 << 8 * word) - 1), word)), 0
-        pid = int.from_bytes(read(current + self.pid, 4), endian, signed=True)
-        comm = read(current + self.comm, self.comm_size).split(b"\0", 1)[0].decode("utf-8", "replace")
+        # pid and comm in one read where they are close (each read is a round trip to the stub;
+        # both lie inside the one task_struct)
+        lo, hi = min(self.pid, self.comm), max(self.pid + 4, self.comm + self.comm_size)
+        if hi - lo <= MAX_JOINED_READ:
+            raw = read(current + lo, hi - lo)
+            raw_pid = raw[self.pid - lo:self.pid - lo + 4]
+            raw_comm = raw[self.comm - lo:self.comm - lo + self.comm_size]
+        else:
+            raw_pid, raw_comm = read(current + self.pid, 4), read(current + self.comm, self.comm_size)
+        pid = int.from_bytes(raw_pid, endian, signed=True)
+        comm = raw_comm.split(b"\0", 1)[0].decode("utf-8", "replace")
         need_resched = preempt_resched = False
         if tasks.preempt_need_resched_inverted:
             preempt_resched = not count & tasks.preempt_need_resched_inverted
