@@ -82,7 +82,7 @@ def measure(arch: str, hits: int) -> dict[str, object]:
 def summary(values: list[float]) -> str:
     if not values:
         return "-"
-    q = statistics.quantiles(values, n=10) if len(values) > 1 else [values[0]] * 9
+    q = statistics.quantiles(values, n=10, method="inclusive") if len(values) > 1 else [values[0]] * 9
     return f"{statistics.median(values):.0f} ({q[0]:.0f}-{q[-1]:.0f})"
 
 
