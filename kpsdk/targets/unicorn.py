@@ -655,24 +655,6 @@ class UnicornTarget(Target):
         assert arch.conditions is not None and cond is not None, "only conditional instructions get here"
         return bool(arch.conditions.passes(cond, lambda n: self.fast.read(arch.register(n))))
 
-    def successor_hooks(self, insn: capstone.CsInsn, callback: Any) -> list[int] | None:
-        """One-shot code hooks (``callback``) wherever ``insn``, about to run with the
-        current registers, can go next: kpsdk's software single-step.  Cached
-        translations there are dropped so the hooks are seen.  Returns the hook
-        handles (the caller deletes them at the first one reached), or None when
-        the arch backend cannot follow the instruction (a trap)."""
-        fast, arch = self.fast, self.arch
-        succ = arch.insn.successors(insn, lambda name: fast.read(arch.register(name)),
-                                        lambda a, n: bytes(self.uc.mem_read(a, n)), arch.word_size)
-        if succ is None:
-            return None
-        handles = []
-        for target in succ:
-            a = target & ~1 if arch.has_thumb else target
-            handles.append(self.hooks.code(callback, a, a))
-            self.uc.ctl_remove_cache(a, a + 1)
-        return handles
-
     def slot_point(self, addr: int) -> ProbePoint | None:
         """The probe point whose booster slot holds ``addr`` (its copied instruction
         or the jump back), or None."""
