@@ -85,7 +85,7 @@ _KIND = {unicorn.UC_MEM_WRITE: "w", unicorn.UC_MEM_READ: "r"}
 MAX_SITE_HOOKS = 32
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class _Site:
     """An accessing instruction seen before: its bytes then, and where it goes (hooked)."""
 
@@ -93,18 +93,21 @@ class _Site:
     succ: frozenset[int]
 
 
-@dataclass
+@dataclass(slots=True)
 class _Step:
     """The accessing instruction under way, and what it accessed.
 
     ``succ``: where it can go (a code hook on each ends the step); ``hooks``: the
     one-shot hooks of a site that is not learned (deleted when the step ends);
-    ``recording``: re-executing after an abort (every access in range is noted)."""
+    ``recording``: re-executing after an abort (every access in range is noted);
+    ``unslot``: the instruction or a successor may be in a booster slot (a learned
+    site never is: its report needs no address translation)."""
 
     pc: int
     succ: frozenset[int]
     hooks: list[int]
     recording: bool
+    unslot: bool = True
     accesses: list[tuple[Any, str, int, int, int, int | None]] = field(default_factory=list)
 
 
@@ -128,6 +131,7 @@ class UcWatch:
         self._after = HOOK_CODE(self._on_after)  # one callback object for every successor hook, kept alive
         self._read = memory_reader(self.uc)
         self._endian = target.arch.endian
+        self._pc_reg = target.arch.register(target.arch.pc)
 
     # -- the engine interface (kpsdk.target.Target.watch_engine) --------------------------
 
@@ -230,7 +234,7 @@ class UcWatch:
 
     def _on_mem(self, uc: unicorn.Uc, access: int, addr: int, size: int, value: int, wp: Any) -> None:
         """Record the access into the pending step (a known site, or re-executing), or abort it
-        (a site's first hit: see the module's slow path)."""
+        (a site's first hit: see the module's slow path).  Hot: every hit of a known site."""
         try:
             kind = _KIND.get(access)
             if kind is None:
@@ -244,13 +248,17 @@ class UcWatch:
             if self.t.manager.busy:
                 wp.nmissed += 1  # K6: a handler is running (one that calls target code)
                 return
-            pc = self.t.read_pc()
+            pc = self.t.fast.read(self._pc_reg)
             site = self._sites.get(pc)
             if site is not None and (step is None or (step.pc == pc and not step.hooks)) \
                     and self._read(pc, len(site.raw)) == site.raw:
                 if step is None:  # the instruction's first access in range (a second one appends)
-                    step = self._step = _Step(pc, site.succ, [], False)
-                self._record(step, wp, kind, addr, size, value)
+                    step = self._step = _Step(pc, site.succ, [], False, False)
+                old = int.from_bytes(self._read(addr, size), self._endian)  # _record, inlined
+                if kind == "w":
+                    step.accesses.append((wp, kind, addr, size, value & ((1 << (8 * size)) - 1), old))
+                else:
+                    step.accesses.append((wp, kind, addr, size, old, None))
                 return
             saved = self._regions(addr, size)
             for start, length, _perms in saved:
@@ -309,7 +317,8 @@ class UcWatch:
                               "cannot be followed to its next instruction (a trap)")
         hooks: list[int] = []
         fresh = [a for a in succ if a not in self._site_hooks]
-        if fixed and not t.is_reserved(pc) and len(self._site_hooks) + len(fresh) <= MAX_SITE_HOOKS:
+        plain = not any(t.is_reserved(a) for a in (pc, *succ))  # no booster slot (reused by other probes)
+        if fixed and plain and len(self._site_hooks) + len(fresh) <= MAX_SITE_HOOKS:
             for a in fresh:
                 self._site_hooks[a] = t.hooks.code_shared(self._after, a, a)
             self._sites[pc] = _Site(code[:insn.size], succ)
@@ -319,7 +328,7 @@ class UcWatch:
         for a in fresh:
             self.uc.ctl_remove_cache(a, a + 1)
         self.uc.ctl_remove_cache(pc, pc + insn.size)
-        self._step = _Step(pc, succ, hooks, True)
+        self._step = _Step(pc, succ, hooks, True, not plain)
         point = t.hook_point(pc)
         if point is not None:  # its kprobe ran before the access: do not run it again
             point.resuming = True
@@ -381,7 +390,7 @@ class UcWatch:
             for h in step.hooks:
                 self.t.hooks.delete(h)
             regs = self.t.hit_regs
-            ip, pc = self._unslot(addr), self._unslot(step.pc)
+            ip, pc = (self._unslot(addr), self._unslot(step.pc)) if step.unslot else (addr, step.pc)
             for wp, kind, a, size_, value, old in step.accesses:
                 if wp.armed:
                     regs._reset(ip)
