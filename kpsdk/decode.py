@@ -79,7 +79,7 @@ def decode_at(target: CodeView, addr: int, start: int, iset: InstructionSet) -> 
                     if back == 4:
                         break
     found = None
-    for insn in md.disasm(code[at - start:addr - start + 16], at, 5):
+    for insn in md.disasm(code[at - start:addr - start + 16], at, 1 if at == addr else 5):  # 5: an IT block's
         if insn.address == addr:
             found = insn
             break
