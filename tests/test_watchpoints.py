@@ -450,3 +450,40 @@ def test_a_handler_unregistering_on_a_learned_site_during_a_run(elf: kpsdk.Sessi
     assert s.console == fixtures.EXPECTED_OUTPUT
     assert seen == [(start, start + 1), (start + 1, start + 3), (start, start + args[2])]
     assert len(args) > 3 and engine.sites == 0 and engine.hooked == 0
+
+
+def test_a_run_ending_in_an_error_between_the_access_and_its_report(elf: kpsdk.Session) -> None:
+    """A kprobe on the store's successor (its hook runs before the watchpoint's there) raises: the
+    call ends with ProbeHandlerError after the store was recorded.  The next call reports its own
+    store only, exactly (nothing of the abandoned one is carried over)."""
+    s = elf
+    c = counter_of(s)
+    probe = kpsdk.Watchpoint(addr=c, length=4, handler=lambda wp, r, a: None)
+    s.register_watchpoint(probe)
+    pcs: list[int] = []
+    probe.handler = lambda wp, r, a: pcs.append(a.pc)
+    s.call("bump", 0)
+    s.unregister_watchpoint(probe)
+    after = next_insn(s, pcs[0])
+    fail = [False]
+
+    def on_after(p: kpsdk.Probe, regs: kpsdk.regs.PtRegs) -> int:
+        if fail[0]:
+            raise RuntimeError("stop here")
+        return 0
+
+    s.register_kprobe(kpsdk.Kprobe(addr=probe_addr(s, after), pre_handler=on_after))
+    calls: list[int] = [0]
+    seen: list[tuple[int, int, int]] = []
+    s.register_watchpoint(kpsdk.Watchpoint(addr=c, length=4,
+                                           handler=lambda wp, r, a: seen.append((calls[0], a.old, a.new))))
+    v = s.read_int(c, 4)
+    s.call("bump", 1)  # learns the site
+    calls[0], fail[0] = 1, True
+    with pytest.raises(kpsdk.ProbeHandlerError, match="stop here"):
+        s.call("bump", 2)
+    calls[0], fail[0] = 2, False
+    s.call("bump", 4)
+    assert seen[0] == (0, v, v + 1)
+    assert [(old, new) for n, old, new in seen if n == 2] == [(v + 3, v + 7)]
+    assert s.read_int(c, 4) == v + 7

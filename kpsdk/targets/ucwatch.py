@@ -211,6 +211,15 @@ class UcWatch:
             if perms & unicorn.UC_PROT_EXEC:
                 self.uc.ctl_remove_cache(start, end + 1)
 
+    def clear(self) -> None:
+        """Forget the step under way: the run ended with an error (a handler's, a fault)
+        before its successor was reached, and the CPU is put elsewhere (``call()`` restores
+        it), so its accesses will not be reported, and a re-execution's recording ends."""
+        step, self._step = self._step, None
+        if step is not None:
+            for h in step.hooks:
+                self.t.hooks.delete(h)
+
     @property
     def hooked(self) -> int:
         """Memory hooks installed now (0 when no data watchpoint is armed)."""

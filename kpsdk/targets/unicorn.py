@@ -1040,6 +1040,8 @@ class UnicornTarget(Target):
             if self._pending is not None:
                 pending, self._pending = self._pending, None
                 self.stepper.clear()
+                if self.watch is not None:
+                    self.watch.clear()
                 raise pending
             if error is None:
                 return
