@@ -969,7 +969,7 @@ def build_rows(cfg: Config, raw: dict[str, Any]) -> list[Row]:
                         f"{wt['w_slowdown']:.2f}x / {wt['rw_slowdown']:.2f}x",
                         "Unicorn 2.1.4: ~1.64x (any memory hook)"))
         rows.append(Row("W", f"  watchpoint hit (w, empty handler), registered around each run: its first hit "
-                        f"learns the site ({wt['hits_per_run']:,} hits/run)", us(wt["hit_us"]),
+                        f"learns the site ({wt['hits_per_run']:,} hits/run; CPU time)", us(wt["hit_us"]),
                         f"bare recording hook {us(wt['bare_us'])}", f"{wt['hit_ratio']:.2f}x", "<= 5x",
                         status(wt["hit_ratio"] <= 5)))
         rows.append(Row("W", "  watchpoint hit on a learned site (registered for the whole race)", us(wt["steady_us"]),
