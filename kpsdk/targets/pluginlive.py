@@ -1,0 +1,265 @@
+"""qemu-system with kpsdk's TCG plugin: probe hits without a gdb stop (``mechanism="plugin"``).
+
+:class:`PluginTarget` is a :class:`~kpsdk.targets.live.GdbTarget` (gdb still starts, stops
+and reads the guest) whose probe points go to the plugin when the plugin can serve them:
+kprobes without a post_handler.  Everything else (post_handlers, kretprobes, watchpoints,
+kpsdk's own breakpoints) keeps gdb's breakpoint path in the same session.  ``list()`` shows
+``[PLUGIN]`` or ``[GDB]`` per probe.
+
+How a plugin hit flows::
+
+    the probed instruction runs -> the plugin counts it in the shared table and, when the
+    point has pre_handlers, appends the registers to the shared ring (QEMU does not stop)
+      -> run()'s loop (every POLL_SECONDS_PLUGIN) takes the records, oldest first, and runs
+         the pre_handlers with a read-only snapshot of the registers at the hit
+
+So handlers run *after* the hit, in batches, while the guest goes on: they see the
+registers as they were, may not change them or the execution path (a write, or a
+non-zero return with ``regs.ip`` set, raises :class:`~kpsdk.errors.TargetError`), and may
+not read guest memory (it has moved on: that raises too).  A point whose probes have no
+pre_handler streams nothing; its hits are counted by the plugin alone.  A full ring drops
+records and counts them in the probe's ``nmissed``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from kpsdk.arch import Arch, Register
+from kpsdk.errors import TargetError
+from kpsdk.regs import PtRegs
+from kpsdk.targets.live import _RUNNING, GdbTarget
+from kpsdk.targets.tcgplugin import MAX_REGS, ProbeTable, Record, register_names
+
+if TYPE_CHECKING:
+    from kpsdk.manager import ProbePoint
+
+#: how often run() takes the plugin's records while no gdb hit comes (seconds)
+POLL_SECONDS_PLUGIN = 0.005
+#: how long the plugin gets to list the registers after QEMU starts
+READY_TIMEOUT = 10.0
+
+
+class SnapshotRegs:
+    """Registers as the plugin read them at one hit: reads from the snapshot, writes refused."""
+
+    def __init__(self, arch: Arch) -> None:
+        self.arch = arch
+        self.cache: dict[str, int] = {}
+
+    def read(self, reg: Register) -> int:
+        value = self.cache.get(reg.gdb)
+        if value is None:
+            raise TargetError(f"register {reg.name} is not in the plugin's snapshot of this hit")
+        return value & reg.mask
+
+    def write(self, reg: Register, value: int) -> None:
+        raise TargetError(f"a probe on the plugin mechanism cannot change {reg.name}: its handlers run after "
+                          "the hit on a snapshot (register the probe on a gdb session to change registers)")
+
+
+def _no_memory(addr: int, size: int) -> bytes:
+    raise TargetError(f"a probe on the plugin mechanism cannot read guest memory ({size} bytes at {addr:#x}) "
+                      "from its handler: the guest has moved on since the hit (not yet: memory read by the plugin)")
+
+
+class PluginTarget(GdbTarget):
+    """A qemu-system session whose kprobes without post_handlers are served by the TCG plugin."""
+
+    poll_seconds = POLL_SECONDS_PLUGIN
+
+    def __init__(self, arch: Arch, remote: str, *, table: ProbeTable, regs_file: Path, **kwargs: Any) -> None:
+        self.table = table
+        self._regs_file = regs_file
+        self._plugin_regs: list[tuple[str, int, int]] = []  # gdb name, plugin index, size
+        self._by_ident: dict[int, ProbePoint] = {}
+        self._counted: dict[int, tuple[int, int]] = {}  # ident -> (hits, dropped) already credited
+        self._backlog: deque[Record] = deque()
+        self._next_ident = 1
+        self._snap_io = SnapshotRegs(arch)
+        super().__init__(arch, remote, **kwargs)
+        self._snap = PtRegs.create(arch, self._snap_io, arch.abi(self.abi_kind), _no_memory)
+
+    # -- the plugin's registers ---------------------------------------------------------
+
+    def _registers(self) -> list[tuple[str, int, int]]:
+        """The arch's registers the plugin can read, as (gdb name, plugin index, size)."""
+        if not self._plugin_regs:
+            deadline = time.monotonic() + READY_TIMEOUT
+            while not self.table.ready:
+                if time.monotonic() > deadline:
+                    raise TargetError(f"kpsdk's QEMU plugin did not list the registers within {READY_TIMEOUT:g} s")
+                time.sleep(0.01)
+            known = register_names(self._regs_file)
+            pc = self.arch.register(self.arch.pc).gdb
+            self._plugin_regs = [(r.gdb, *known[r.gdb]) for r in self.arch.registers
+                                 if r.gdb in known and r.gdb != pc][:MAX_REGS]
+        return self._plugin_regs
+
+    # -- arming ------------------------------------------------------------------------
+
+    def plugin_can_serve(self, point: ProbePoint) -> bool:
+        """Kprobes only (letter ``k``), no post_handler, not kpsdk's own points."""
+        return (not point.internal and not point.needs_step and point.addr not in self._return_bps
+                and point.addr not in self._stop_hooks and all(p.letter == "k" for p in point.probes))
+
+    def sync_point(self, point: ProbePoint, force: bool = False) -> None:
+        on_plugin = point.mechanism == "plugin"
+        if on_plugin and not self.plugin_can_serve(point):
+            self._plugin_off(point)  # a post_handler came: gdb's path from now on
+        elif not on_plugin and point.mechanism is None and self.plugin_can_serve(point):
+            if point.active:
+                self._plugin_on(point)
+            return
+        if point.mechanism == "plugin":
+            ident = int(point.state["plugin"])  # type: ignore[call-overload]
+            if not point.active:
+                self._plugin_off(point)
+                return
+            self._put(point, ident)
+            return
+        super().sync_point(point, force)
+
+    def _put(self, point: ProbePoint, ident: int) -> None:
+        stream = any(p.pre_handler is not None for p in point.active)
+        regs = [index for _, index, _ in self._registers()] if stream else []
+        self.table.put(ident, point.addr, regs, (), stream)
+
+    def _plugin_on(self, point: ProbePoint) -> None:
+        self._drain()
+        ident = self._next_ident
+        self._next_ident += 1
+        point.state["plugin"] = ident
+        point.mechanism = "plugin"
+        self._by_ident[ident] = point
+        self._counted[ident] = (0, 0)
+        self._put(point, ident)
+        if not self.in_hit:
+            self.table.commit()
+
+    def _plugin_off(self, point: ProbePoint) -> None:
+        self._drain()
+        ident = int(point.state.pop("plugin"))  # type: ignore[call-overload]
+        self._credit(ident)
+        self.table.remove(ident)
+        self.table.commit()
+        del self._by_ident[ident]
+        self._counted.pop(ident, None)
+        point.mechanism = None
+
+    def list_flag(self, point: ProbePoint) -> str:
+        """``[PLUGIN]`` or ``[GDB]``: which mechanism serves the point."""
+        return "[PLUGIN]" if point.mechanism == "plugin" else "[GDB]" if point.mechanism else ""
+
+    # -- running -----------------------------------------------------------------------
+
+    def _run(self, timeout: float | None) -> int | None:
+        self.table.commit()
+        return super()._run(timeout)
+
+    def _between_hits(self) -> object:
+        self._dispatch()
+        result = super()._between_hits()
+        if result is not _RUNNING:
+            self._dispatch()  # what the plugin wrote up to the stop (the ring has it all)
+        return result
+
+    def _drain(self) -> None:
+        """Take the ring's records now (before the table changes: their layout is the current one)."""
+        self._backlog.extend(self.table.records())
+
+    def _credit(self, ident: int) -> None:
+        """Hits the plugin counted without records (points with no pre_handler), and records
+        the full ring dropped (``nmissed``), added to the point's probes."""
+        point = self._by_ident.get(ident)
+        if point is None:
+            return
+        hits, dropped = self.table.hits(ident), self.table.dropped(ident)
+        old_hits, old_dropped = self._counted[ident]
+        self._counted[ident] = (hits, dropped)
+        stream = any(p.pre_handler is not None for p in point.active)
+        for p in point.active:
+            if not stream:
+                p.hits += hits - old_hits
+            p.nmissed += dropped - old_dropped
+
+    def _dispatch(self) -> None:
+        """Run the pre_handlers of the records taken so far, oldest first."""
+        self._drain()
+        backlog = self._backlog
+        io = self._snap_io
+        regs = self._snap
+        names = self._plugin_regs
+        pc_name = self._pc.gdb
+        while backlog:
+            if self._pending_error is not None:
+                backlog.clear()  # the run ends with that error: later hits are not handled
+                break
+            record = backlog.popleft()
+            point = self._by_ident.get(record.ident)
+            if point is None or point.run_pre is None:
+                continue
+            cache = io.cache
+            cache.clear()
+            for (name, _, _), value in zip(names, record.regs, strict=False):
+                cache[name] = value
+            cache[pc_name] = record.pc
+            try:
+                new = point.run_pre(regs)
+                if new is not None:
+                    raise TargetError(f"a probe on the plugin mechanism at {self.symbols.format(point.addr)} "
+                                      "cannot change the execution path: its handlers run after the hit")
+            except BaseException as exc:  # noqa: BLE001 - raised from run() once the target stops
+                self._pending_error = exc
+                self._stop_requested = True
+        for ident in self._by_ident:
+            self._credit(ident)
+
+    def close(self) -> None:
+        super().close()
+        self.table.close()
+
+
+#: the mechanisms a qemu-system session takes (``mechanism=``)
+MECHANISMS = ("gdb", "plugin")
+
+
+class PluginLaunch:
+    """What a qemu-system session on the plugin mechanism adds to QEMU: QEMU >= 10.0
+    (:mod:`kpsdk.targets.qemu10`), the built plugin, the shared table in the session's
+    private directory."""
+
+    def __init__(self, arch: Arch) -> None:
+        from kpsdk.targets.qemu10 import find_qemu
+        from kpsdk.targets.tcgplugin import build_plugin
+
+        board = arch.qemu_system
+        if board is None:
+            raise TargetError(f"no qemu-system machine is known for {arch.name}")
+        if arch.name != "x86_64":
+            raise TargetError(f"the plugin mechanism is x86_64-only for now, not {arch.name} (use mechanism='gdb')")
+        self.qemu = find_qemu(board.binary)
+        self.plugin = build_plugin()
+        self.table: ProbeTable | None = None
+        self.regs_file: Path | None = None
+
+    def arguments(self, directory: Path) -> list[str]:
+        """QEMU's extra arguments; the table and the register list live in ``directory``
+        (kpsdk's private socket directory: its path holds no comma, which QEMU would split at)."""
+        self.table = ProbeTable(directory / "table")
+        self.regs_file = directory / "regs"
+        for path in (self.plugin, self.table.path, self.regs_file):
+            if "," in str(path):
+                raise TargetError(f"QEMU cannot be given {path}: its -plugin option splits at commas")
+        out = ["-plugin", f"{self.plugin},table={self.table.path},regs={self.regs_file}",
+               "-audio", "none"]  # no audio back-end probing (Debian 12's QEMU 7.2 modules would not load)
+        if self.qemu.datadir is not None:
+            out += ["-L", str(self.qemu.datadir)]
+        return out
+
+    def target(self, arch: Arch, remote: str, **kwargs: Any) -> PluginTarget:
+        assert self.table is not None and self.regs_file is not None, "arguments() first"
+        return PluginTarget(arch, remote, table=self.table, regs_file=self.regs_file, **kwargs)
