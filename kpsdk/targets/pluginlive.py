@@ -80,6 +80,9 @@ class PluginTarget(GdbTarget):
         self._backlog: deque[Record] = deque()
         self._next_ident = 1
         self._snap_io = SnapshotRegs(arch)
+        #: plugin handlers are running: the guest runs too, so table edits wait for the next stop
+        #: (while stopped, at a gdb hit or between runs, QEMU's gdbstub has flushed its translations)
+        self._dispatching = False
         super().__init__(arch, remote, **kwargs)
         self._snap = PtRegs.create(arch, self._snap_io, arch.abi(self.abi_kind), _no_memory)
 
@@ -137,7 +140,7 @@ class PluginTarget(GdbTarget):
         self._by_ident[ident] = point
         self._counted[ident] = (0, 0)
         self._put(point, ident)
-        if not self.in_hit:
+        if not self._dispatching:
             self.table.commit()
 
     def _plugin_off(self, point: ProbePoint) -> None:
@@ -145,7 +148,8 @@ class PluginTarget(GdbTarget):
         ident = int(point.state.pop("plugin"))  # type: ignore[call-overload]
         self._credit(ident)
         self.table.remove(ident)
-        self.table.commit()
+        if not self._dispatching:
+            self.table.commit()
         del self._by_ident[ident]
         self._counted.pop(ident, None)
         point.mechanism = None
@@ -164,8 +168,16 @@ class PluginTarget(GdbTarget):
         self._dispatch()
         result = super()._between_hits()
         if result is not _RUNNING:
-            self._dispatch()  # what the plugin wrote up to the stop (the ring has it all)
+            self._dispatch(stopped=True)  # what the plugin wrote up to the stop (the ring has it all)
+            if self._pending_error is not None:
+                error, self._pending_error = self._pending_error, None
+                raise error
         return result
+
+    def _hit(self, line: str) -> None:
+        """A gdb-path hit: the plugin's records before it are handled first (they happened first)."""
+        self._dispatch(stopped=True)
+        super()._hit(line)
 
     def _drain(self) -> None:
         """Take the ring's records now (before the table changes: their layout is the current one)."""
@@ -186,14 +198,25 @@ class PluginTarget(GdbTarget):
                 p.hits += hits - old_hits
             p.nmissed += dropped - old_dropped
 
-    def _dispatch(self) -> None:
-        """Run the pre_handlers of the records taken so far, oldest first."""
+    def _dispatch(self, stopped: bool = False) -> None:
+        """Run the pre_handlers of the records taken so far, oldest first (``stopped``: the
+        guest is stopped meanwhile, so their table edits can be published at once)."""
         self._drain()
         backlog = self._backlog
         io = self._snap_io
         regs = self._snap
         names = self._plugin_regs
         pc_name = self._pc.gdb
+        self._dispatching = not stopped
+        try:
+            self._run_records(backlog, io, regs, names, pc_name)
+        finally:
+            self._dispatching = False
+        for ident in self._by_ident:
+            self._credit(ident)
+
+    def _run_records(self, backlog: deque[Record], io: SnapshotRegs, regs: PtRegs,
+                     names: list[tuple[str, int, int]], pc_name: str) -> None:
         while backlog:
             if self._pending_error is not None:
                 backlog.clear()  # the run ends with that error: later hits are not handled
@@ -215,8 +238,6 @@ class PluginTarget(GdbTarget):
             except BaseException as exc:  # noqa: BLE001 - raised from run() once the target stops
                 self._pending_error = exc
                 self._stop_requested = True
-        for ident in self._by_ident:
-            self._credit(ident)
 
     def close(self) -> None:
         super().close()

@@ -111,9 +111,9 @@ def fetch_backports(binary: str, package: str, *, log: Callable[[str], None] = l
         if not exe.is_file():
             raise TargetError(f"{main.name} {main.version} has no usr/bin/{binary}")
         _check_runs(exe, main.version)
-        manifest = {"package": main.name, "version": main.version, "binary": binary,
-                    "sha256": {binary: _sha256(exe)}}
-        (work / "root" / "manifest.json").write_text(json.dumps(manifest))
+        record = {"package": main.name, "version": main.version, "binary": binary,
+                  "sha256": {binary: _sha256(exe)}}
+        (work / "root" / "manifest.json").write_text(json.dumps(record))
         if root.exists():
             shutil.rmtree(root)
         os.replace(work / "root", root)
