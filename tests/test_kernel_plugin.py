@@ -10,6 +10,7 @@ kpsdk's session, in the same boot:
 - a kprobe with no handler on ``handle_mm_fault`` (a hot function in the workload: every
   page fault of the forks and execs), counted by the plugin alone, registered when the
   guest starts recording and unregistered when it stops;
+- ``s.trace()`` with the same definition as the guest's, evaluated on the same snapshots;
 - the window itself from a probe on the guest's writes to ``tracing_on`` that has a
   post_handler, so gdb's breakpoint path serves it in the same session.
 
@@ -88,6 +89,13 @@ def test_plugin_probes_match_the_guest(debian_kernel: Path, kernel_initramfs: Ca
                 opens.append((regs["rdi"], regs["rsi"], regs["rdx"]))
             return 0
 
+        traced: list[tuple[int, int, int]] = []
+
+        def record(r: kpsdk.trace.TraceRecord) -> None:
+            if window[0]:  # the sink runs in hit order, as the handlers do
+                traced.append((int(r.fields["dfd"]), int(r.fields["filename"]), int(r.fields["how"])))
+
+        s.trace(["p:opentrace do_sys_openat2 dfd=%di:u64 filename=%si:u64 how=%dx:u64"], sink=record)
         listing = s.list()
         assert re.search(r"do_sys_openat2\+0x0\s+\[PLUGIN\]", listing), listing
         assert re.search(rf"{kernel.TRACING_ON_WRITE}\+0x0\s+\[GDB\]", listing), listing
@@ -97,6 +105,7 @@ def test_plugin_probes_match_the_guest(debian_kernel: Path, kernel_initramfs: Ca
     guest_opens, guest_faults = _guest_events(console)
     assert writes[0] == 3
     assert len(guest_opens) >= 3 and opens == guest_opens
+    assert traced == guest_opens  # kpsdk trace's definitions, evaluated on the same snapshots
     assert guest_faults > 100 and counted == [guest_faults]
     assert on_open.nmissed == 0 and fault.nmissed == 0
 

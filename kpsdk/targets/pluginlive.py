@@ -17,8 +17,10 @@ So handlers run *after* the hit, in batches, while the guest goes on: they see t
 registers as they were, may not change them or the execution path (a write, or a
 non-zero return with ``regs.ip`` set, raises :class:`~kpsdk.errors.TargetError`), and may
 not read guest memory (it has moved on: that raises too).  A point whose probes have no
-pre_handler streams nothing; its hits are counted by the plugin alone.  A full ring drops
-records and counts them in the probe's ``nmissed``.
+pre_handler streams nothing; its hits are counted by the plugin alone.  A full ring makes the
+hit wait until run() has taken records (the guest then goes at the pace of the
+handlers); only a ring still full after 2 s drops the record, counted in the probe's
+``nmissed``.
 """
 
 from __future__ import annotations
@@ -36,9 +38,12 @@ from kpsdk.targets.tcgplugin import MAX_REGS, ProbeTable, Record, register_names
 
 if TYPE_CHECKING:
     from kpsdk.manager import ProbePoint
+    from kpsdk.tasks import TaskInfo
 
 #: how often run() takes the plugin's records while no gdb hit comes (seconds)
 POLL_SECONDS_PLUGIN = 0.005
+#: while waiting for a stop, how often the plugin's records are taken (seconds)
+AWAIT_SLICE = 0.02
 #: how long the plugin gets to list the registers after QEMU starts
 READY_TIMEOUT = 10.0
 
@@ -83,6 +88,8 @@ class PluginTarget(GdbTarget):
         #: plugin handlers are running: the guest runs too, so table edits wait for the next stop
         #: (while stopped, at a gdb hit or between runs, QEMU's gdbstub has flushed its translations)
         self._dispatching = False
+        #: the record whose handlers run now (None outside them): its task and vCPU
+        self._record: Record | None = None
         super().__init__(arch, remote, **kwargs)
         self._snap = PtRegs.create(arch, self._snap_io, arch.abi(self.abi_kind), _no_memory)
 
@@ -174,6 +181,26 @@ class PluginTarget(GdbTarget):
                 raise error
         return result
 
+    def _await_stop(self, timeout: float) -> dict[str, Any] | None:
+        """gdb's stop, taking the plugin's records meanwhile (their handlers run later, in
+        order): a hit waiting for room in the ring would hold the vCPU, and the stop, back."""
+        deadline = time.monotonic() + timeout
+        while True:
+            self._drain()
+            stopped = super()._await_stop(min(AWAIT_SLICE, max(deadline - time.monotonic(), 0.0)))
+            if stopped is not None or time.monotonic() >= deadline:
+                return stopped
+
+    def _program_exited(self, status: int) -> int:
+        """QEMU ended: the ring holds every hit up to its end; their handlers run first (an
+        error of theirs is what run() raises)."""
+        self._dispatch(stopped=True)
+        if self._pending_error is not None:
+            error, self._pending_error = self._pending_error, None
+            super()._program_exited(status)
+            raise error
+        return super()._program_exited(status)
+
     def _hit(self, line: str) -> None:
         """A gdb-path hit: the plugin's records before it are handled first (they happened first)."""
         self._dispatch(stopped=True)
@@ -205,7 +232,7 @@ class PluginTarget(GdbTarget):
         backlog = self._backlog
         io = self._snap_io
         regs = self._snap
-        names = self._plugin_regs
+        names = [name for name, _, _ in self._plugin_regs]
         pc_name = self._pc.gdb
         self._dispatching = not stopped
         try:
@@ -216,7 +243,7 @@ class PluginTarget(GdbTarget):
             self._credit(ident)
 
     def _run_records(self, backlog: deque[Record], io: SnapshotRegs, regs: PtRegs,
-                     names: list[tuple[str, int, int]], pc_name: str) -> None:
+                     names: list[str], pc_name: str) -> None:
         while backlog:
             if self._pending_error is not None:
                 backlog.clear()  # the run ends with that error: later hits are not handled
@@ -227,9 +254,9 @@ class PluginTarget(GdbTarget):
                 continue
             cache = io.cache
             cache.clear()
-            for (name, _, _), value in zip(names, record.regs, strict=False):
-                cache[name] = value
+            cache.update(zip(names, record.regs, strict=False))
             cache[pc_name] = record.pc
+            self._record = record
             try:
                 new = point.run_pre(regs)
                 if new is not None:
@@ -238,6 +265,34 @@ class PluginTarget(GdbTarget):
             except BaseException as exc:  # noqa: BLE001 - raised from run() once the target stops
                 self._pending_error = exc
                 self._stop_requested = True
+            finally:
+                self._record = None
+
+    # -- the trace prefix at a plugin hit: from the snapshot ---------------------------------
+
+    def current_task(self) -> int:
+        """At a plugin hit: the task's kernel stack from the snapshot's stack pointer."""
+        if self._record is None:
+            return super().current_task()
+        return self._snap.sp & ~(self.arch.kernel_stack_size - 1)
+
+    def task_info(self) -> TaskInfo | None:
+        """At a plugin hit: the vCPU and, from the snapshot's flags, irqs-off; the comm and pid
+        live in guest memory the plugin does not read yet (``<...>-0``)."""
+        record = self._record
+        if record is None:
+            return super().task_info()
+        from kpsdk.tasks import UNKNOWN_COMM, TaskInfo, lat_flags
+
+        tasks = self.arch.kernel_tasks
+        if tasks is None:
+            return TaskInfo(UNKNOWN_COMM, 0, record.vcpu)
+        flags = self._snap_io.cache.get(self._raw_register(tasks.flags_register).gdb)
+        irqs_off = tasks.irqs_disabled(flags) if flags is not None else False
+        return TaskInfo(UNKNOWN_COMM, 0, record.vcpu, lat_flags(irqs_off))
+
+    def reads_comm(self) -> bool:
+        return False  # comm is in guest memory: not in a plugin hit's snapshot
 
     def close(self) -> None:
         super().close()

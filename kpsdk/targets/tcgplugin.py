@@ -18,6 +18,7 @@ the SHA256 of its source, so a changed source is built again and a built one is 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import mmap
 import os
@@ -227,11 +228,12 @@ class ProbeTable:
         struct.pack_into("<Q", m, _TAIL, head)  # the bytes are copied: the plugin may reuse the space
         at, end = 0, len(data)
         layouts = self._layouts
+        record_head = _RECORD_HEAD.unpack_from
         out: list[Record] = []
         while at < end:
-            ident, length, vcpu, pc = struct.unpack_from("<IIQQ", data, at)
+            ident, length, vcpu, pc = record_head(data, at)
             nregs, sizes = layouts.get(ident, (0, ()))
-            regs = struct.unpack_from(f"<{nregs}Q", data, at + 32)
+            regs = _regs_struct(nregs).unpack_from(data, at + 32)
             mems: list[bytes | None] = []
             p = at + 32 + 8 * nregs
             for size in sizes:
@@ -244,6 +246,14 @@ class ProbeTable:
 
     def close(self) -> None:
         self.map.close()
+
+
+_RECORD_HEAD = struct.Struct("<IIQQ")  # id length vcpu pc (then 8 reserved bytes)
+
+
+@functools.cache
+def _regs_struct(n: int) -> struct.Struct:
+    return struct.Struct(f"<{n}Q")
 
 
 def register_names(path: Path) -> dict[str, tuple[int, int]]:

@@ -16,8 +16,10 @@
  * entry that streams, appends one record to the ring: the point's id, the
  * registers it asked for (raw, target byte order, in 8-byte slots) and the
  * memory it asked for (register + offset, up to 256 bytes each).  A full ring
- * drops the record and counts it (`dropped` in the entry): kpsdk reports it
- * as the probe's nmissed, as the kernel counts a missed kprobe.
+ * makes the hit wait for kpsdk to take records (the guest then runs at the
+ * pace of kpsdk's handlers), at most 2 s; after that the record is dropped and
+ * counted (`dropped` in the entry): kpsdk reports it as the probe's nmissed,
+ * as the kernel counts a missed kprobe.
  *
  * Only QEMU's documented plugin API is used, declared below as QEMU 10.0's
  * include/qemu/qemu-plugin.h has it (API version 4: register reads since 2,
@@ -34,6 +36,7 @@
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 /* ---- QEMU's plugin API (v4), the part used here ---- */
@@ -195,6 +198,29 @@ static void ring_put(const void *src, uint64_t at, uint64_t len)
     }
 }
 
+/* Whether the ring has room for len more bytes, waiting for kpsdk to take records while it is
+ * full (the guest runs at the pace of kpsdk's handlers then), for at most RING_WAIT_NS: kpsdk
+ * takes records whenever the guest runs, so a longer wait means it is not there to take them. */
+#define RING_WAIT_NS 2000000000ll
+static bool ring_room(uint64_t head, uint64_t len)
+{
+    if (hdr->ring_size - (head - __atomic_load_n(&hdr->tail, __ATOMIC_ACQUIRE)) >= len) {
+        return true;
+    }
+    struct timespec start, now, nap = {0, 50000};
+    clock_gettime(CLOCK_MONOTONIC, &start);
+    for (;;) {
+        nanosleep(&nap, NULL);
+        if (hdr->ring_size - (head - __atomic_load_n(&hdr->tail, __ATOMIC_ACQUIRE)) >= len) {
+            return true;
+        }
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        if ((now.tv_sec - start.tv_sec) * 1000000000ll + (now.tv_nsec - start.tv_nsec) > RING_WAIT_NS) {
+            return false;
+        }
+    }
+}
+
 static void on_hit(unsigned int vcpu, void *userdata)
 {
     const struct site *site = userdata;
@@ -262,8 +288,7 @@ static void on_hit(unsigned int vcpu, void *userdata)
     buf[2] = site->addr;
     buf[3] = 0;
     uint64_t head = hdr->head;
-    uint64_t tail = __atomic_load_n(&hdr->tail, __ATOMIC_ACQUIRE);
-    if (hdr->ring_size - (head - tail) < len) {
+    if (!ring_room(head, len)) {
         e->dropped++;
         return;
     }
