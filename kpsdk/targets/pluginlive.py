@@ -42,6 +42,8 @@ if TYPE_CHECKING:
 
 #: how often run() takes the plugin's records while no gdb hit comes (seconds)
 POLL_SECONDS_PLUGIN = 0.005
+#: handled records between two signs of progress to the plugin (a power of two, minus one)
+PROGRESS_EVERY = 255
 #: while waiting for a stop, how often the plugin's records are taken (seconds)
 AWAIT_SLICE = 0.02
 #: how long the plugin gets to list the registers after QEMU starts
@@ -244,7 +246,12 @@ class PluginTarget(GdbTarget):
 
     def _run_records(self, backlog: deque[Record], io: SnapshotRegs, regs: PtRegs,
                      names: list[str], pc_name: str) -> None:
+        table = self.table
+        count = 0
         while backlog:
+            count += 1
+            if not count & PROGRESS_EVERY:
+                table.progress()  # a hit waiting for room waits on while handlers run
             if self._pending_error is not None:
                 backlog.clear()  # the run ends with that error: later hits are not handled
                 break

@@ -36,7 +36,7 @@ from kpsdk.errors import TargetError, ToolMissingError
 SOURCE = Path(__file__).with_name("tcgplugin") / "kpsdk_tcg.c"
 MAGIC = 0x3154504B  # "KPT1"
 VERSION = 1
-HEADER = struct.Struct("<IIQIIQQQQQ")  # magic version generation capacity nregs ring_size head tail ready pad
+HEADER = struct.Struct("<IIQIIQQQQQ")  # magic version generation capacity nregs ring_size head tail ready progress
 ENTRY_SIZE = 144
 ENTRY_HEAD = struct.Struct("<QQIIII")  # addr hits id flags nregs nmem
 MAX_REGS = 24
@@ -44,7 +44,7 @@ MAX_MEM = 3
 MAX_MEM_SIZE = 256
 F_ENABLED, F_STREAM = 1, 2
 #: offsets inside the header and an entry
-_GENERATION, _HEAD, _TAIL, _READY, _NREGS = 8, 32, 40, 48, 20
+_GENERATION, _HEAD, _TAIL, _READY, _PROGRESS, _NREGS = 8, 32, 40, 48, 56, 20
 _HITS, _REGS, _DROPPED, _MEM = 8, 32, 80, 88
 #: default sizes: probe points, and the ring (a power of two)
 CAPACITY = 4096
@@ -135,6 +135,7 @@ class ProbeTable:
         self._free = list(range(capacity - 1, -1, -1))
         self._dirty = False
         self._layouts: dict[int, tuple[int, tuple[int, ...]]] = {}  # ident -> (nregs, memory sizes)
+        self._progress = 0
 
     # -- kpsdk's side: entries --------------------------------------------------------
 
@@ -204,6 +205,12 @@ class ProbeTable:
     def ready(self) -> bool:
         """Whether the plugin has listed the registers (at the first vCPU's start)."""
         return bool(struct.unpack_from("<Q", self.map, _READY)[0])
+
+    def progress(self) -> None:
+        """Tell the plugin that kpsdk is handling records: a hit waiting for room in a full
+        ring keeps waiting (it gives up only after 2 s without progress)."""
+        self._progress += 1
+        struct.pack_into("<Q", self.map, _PROGRESS, self._progress)
 
     def pending(self) -> int:
         """Bytes of records written and not yet taken."""

@@ -17,8 +17,8 @@
  * registers it asked for (raw, target byte order, in 8-byte slots) and the
  * memory it asked for (register + offset, up to 256 bytes each).  A full ring
  * makes the hit wait for kpsdk to take records (the guest then runs at the
- * pace of kpsdk's handlers), at most 2 s; after that the record is dropped and
- * counted (`dropped` in the entry): kpsdk reports it as the probe's nmissed,
+ * pace of kpsdk's handlers); only when kpsdk makes no progress for 2 s is the
+ * record dropped and counted (`dropped` in the entry): kpsdk reports it as the probe's nmissed,
  * as the kernel counts a missed kprobe.
  *
  * Only QEMU's documented plugin API is used, declared below as QEMU 10.0's
@@ -101,7 +101,7 @@ struct header {
     uint64_t head;              /* plugin: bytes written to the ring, ever */
     uint64_t tail;              /* kpsdk: bytes read from the ring, ever */
     uint64_t ready;             /* plugin: 1 once the registers are known */
-    uint64_t pad;
+    uint64_t progress;          /* kpsdk: bumped as it takes and handles records */
 };
 
 struct memfetch {
@@ -199,8 +199,8 @@ static void ring_put(const void *src, uint64_t at, uint64_t len)
 }
 
 /* Whether the ring has room for len more bytes, waiting for kpsdk to take records while it is
- * full (the guest runs at the pace of kpsdk's handlers then), for at most RING_WAIT_NS: kpsdk
- * takes records whenever the guest runs, so a longer wait means it is not there to take them. */
+ * full (the guest runs at the pace of kpsdk's handlers then).  The wait ends without room only
+ * when kpsdk made no progress (took or handled no record) for RING_WAIT_NS: it is not there. */
 #define RING_WAIT_NS 2000000000ll
 static bool ring_room(uint64_t head, uint64_t len)
 {
@@ -208,6 +208,7 @@ static bool ring_room(uint64_t head, uint64_t len)
         return true;
     }
     struct timespec start, now, nap = {0, 50000};
+    uint64_t progress = __atomic_load_n(&hdr->progress, __ATOMIC_ACQUIRE);
     clock_gettime(CLOCK_MONOTONIC, &start);
     for (;;) {
         nanosleep(&nap, NULL);
@@ -215,6 +216,11 @@ static bool ring_room(uint64_t head, uint64_t len)
             return true;
         }
         clock_gettime(CLOCK_MONOTONIC, &now);
+        uint64_t seen = __atomic_load_n(&hdr->progress, __ATOMIC_ACQUIRE);
+        if (seen != progress) {
+            progress = seen;
+            start = now;
+        }
         if ((now.tv_sec - start.tv_sec) * 1000000000ll + (now.tv_nsec - start.tv_nsec) > RING_WAIT_NS) {
             return false;
         }
