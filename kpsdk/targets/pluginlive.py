@@ -44,6 +44,9 @@ if TYPE_CHECKING:
 POLL_SECONDS_PLUGIN = 0.005
 #: handled records between two signs of progress to the plugin (a power of two, minus one)
 PROGRESS_EVERY = 255
+#: while the guest runs, how often the plugin's own counts reach the probes' hits and nmissed
+#: (at every stop too): reading every point's counters at each poll would cost more than the hits
+CREDIT_SECONDS = 0.1
 #: while waiting for a stop, how often the plugin's records are taken (seconds)
 AWAIT_SLICE = 0.02
 #: how long the plugin gets to list the registers after QEMU starts
@@ -92,6 +95,7 @@ class PluginTarget(GdbTarget):
         self._dispatching = False
         #: the record whose handlers run now (None outside them): its task and vCPU
         self._record: Record | None = None
+        self._credited_at = 0.0
         super().__init__(arch, remote, **kwargs)
         self._snap = PtRegs.create(arch, self._snap_io, arch.abi(self.abi_kind), _no_memory)
 
@@ -241,8 +245,11 @@ class PluginTarget(GdbTarget):
             self._run_records(backlog, io, regs, names, pc_name)
         finally:
             self._dispatching = False
-        for ident in self._by_ident:
-            self._credit(ident)
+        now = time.monotonic()
+        if stopped or now - self._credited_at >= CREDIT_SECONDS:
+            self._credited_at = now
+            for ident in self._by_ident:
+                self._credit(ident)
 
     def _run_records(self, backlog: deque[Record], io: SnapshotRegs, regs: PtRegs,
                      names: list[str], pc_name: str) -> None:
