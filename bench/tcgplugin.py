@@ -14,9 +14,13 @@ Rows, measured in interleaved rounds, each a boot from QEMU's start to the power
 - **gdb, pre_handler**: hits per second of the same kprobe on the gdb path (the default
   mechanism), first hit to the ``--gdb-hits``-th; the whole boot would take hours.
 
-A plugin row's cost per hit is (its dd phase - the unprobed plugin session's dd phase of
-the same round) / its hits.  The load average is printed before and after: every number is
-wall time under TCG on a shared machine.
+Wall times on a shared, loaded machine swing by 2-4x between identical boots, so each row
+also gives CPU seconds, which contention barely changes: QEMU's and gdb's (the children's
+``getrusage``, once they are reaped) and kpsdk's own process (``time.process_time``, the
+handlers included).  A plugin row's cost per hit is (its CPU seconds - the unprobed plugin
+session's of the same round) / its hits; the mechanism's hits per second is the inverse
+of the two costs added (QEMU's part runs in the vCPU thread, kpsdk's in Python).  The
+load average is printed before and after.
 
 Run: ``python bench/tcgplugin.py [--runs N] [--gdb-hits N]``.
 """
@@ -25,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -64,8 +69,14 @@ def dd_seconds(console: str) -> float:
     return float(marker.fields["end"]) - float(marker.fields["start"])
 
 
-def qemu_alone() -> tuple[float, float]:
+def children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def qemu_alone() -> tuple[float, float, float, float]:
     image, initrd = files()
+    cpu = children_cpu()
     qemu = find_qemu("qemu-system-x86_64")
     cmd = kernel.qemu_command(image, initrd, qemu=str(qemu.binary),
                               extra=["-audio", "none", *(["-L", str(qemu.datadir)] if qemu.datadir else [])])
@@ -74,13 +85,14 @@ def qemu_alone() -> tuple[float, float]:
     seconds = time.monotonic() - start
     if proc.returncode != 0 or "KPSDK-POWEROFF" not in proc.stdout:
         raise RuntimeError(f"QEMU 10 alone did not power off:\n{proc.stdout[-1000:]}{proc.stderr[-1000:]}")
-    return seconds, dd_seconds(proc.stdout)
+    return seconds, dd_seconds(proc.stdout), children_cpu() - cpu, 0.0
 
 
-def plugin_boot(kind: str) -> tuple[float, float, int]:
+def plugin_boot(kind: str) -> tuple[float, float, float, float, int]:
     """Seconds from kpsdk.open to power-off on the plugin mechanism, the dd phase's seconds,
-    and the probe's hits."""
+    QEMU's and gdb's CPU seconds, kpsdk's CPU seconds, and the probe's hits."""
     image, initrd = files()
+    cpu, own = children_cpu(), time.process_time()
     start = time.monotonic()
     with kpsdk.open("qemu-system:x86_64", kernel=str(image), initrd=str(initrd), mechanism="plugin") as s:
         probe = None
@@ -97,7 +109,8 @@ def plugin_boot(kind: str) -> tuple[float, float, int]:
     seconds = time.monotonic() - start
     if status != 0:
         raise RuntimeError(f"plugin {kind}: the boot ended with {status!r}")
-    return seconds, dd_seconds(console), probe.hits if probe is not None else 0
+    return (seconds, dd_seconds(console), children_cpu() - cpu, time.process_time() - own,
+            probe.hits if probe is not None else 0)
 
 
 def gdb_rate(hits: int) -> float:
@@ -132,46 +145,52 @@ def main(argv: list[str] | None = None) -> int:
     DD = args.dd
     print(f"load average before: {os.getloadavg()}", flush=True)
     kinds = ("alone", "none", "counted", "pre_handler")
-    boot: dict[str, list[float]] = {k: [] for k in kinds}
-    phase: dict[str, list[float]] = {k: [] for k in kinds}
+    cols = ("boot", "dd", "qemu_cpu", "kpsdk_cpu")
+    m: dict[str, dict[str, list[float]]] = {k: {c: [] for c in cols} for k in kinds}
     hits: dict[str, list[int]] = {"counted": [], "pre_handler": []}
-    per_hit: dict[str, list[float]] = {"counted": [], "pre_handler": []}
+    cost: dict[str, dict[str, list[float]]] = {k: {"qemu": [], "kpsdk": []} for k in hits}
     gdb: list[float] = []
     for r in range(args.runs):
-        b, d = qemu_alone()
-        boot["alone"].append(b)
-        phase["alone"].append(d)
-        for kind in kinds[1:]:
-            b, d, n = plugin_boot(kind)
-            boot[kind].append(b)
-            phase[kind].append(d)
+        for kind in kinds:
+            if kind == "alone":
+                values = qemu_alone()
+            else:
+                *values, n = plugin_boot(kind)  # type: ignore[assignment]
+            for c, v in zip(cols, values, strict=True):
+                m[kind][c].append(v)
             if kind in hits:
                 hits[kind].append(n)
-                per_hit[kind].append((d - phase["none"][-1]) / n)
+                cost[kind]["qemu"].append((m[kind]["qemu_cpu"][-1] - m["none"]["qemu_cpu"][-1]) / n)
+                cost[kind]["kpsdk"].append((m[kind]["kpsdk_cpu"][-1] - m["none"]["kpsdk_cpu"][-1]) / n)
         gdb.append(gdb_rate(args.gdb_hits))
-        print(f"round {r + 1}: " + ", ".join(f"{k}={boot[k][-1]:.1f}s/dd {phase[k][-1]:.2f}s" for k in kinds)
-              + f" hits={hits['counted'][-1]},{hits['pre_handler'][-1]} gdb={gdb[-1]:.0f}/s "
+        print(f"round {r + 1}: " + "; ".join(f"{k} " + " ".join(f"{c}={m[k][c][-1]:.2f}" for c in cols) for k in kinds)
+              + f"; hits={hits['counted'][-1]},{hits['pre_handler'][-1]} gdb={gdb[-1]:.0f}/s "
               f"load={os.getloadavg()[0]:.1f}", flush=True)
     print(f"load average after: {os.getloadavg()}")
     print()
-    print("| row | boot s | dd phase s | hits | cost per hit | hits/s of the mechanism |")
-    print("|---|---|---|---|---|---|")
+    print("| row | boot s | dd phase s | QEMU+gdb CPU s | kpsdk CPU s | hits | CPU per hit: QEMU / kpsdk | hits/s |")
+    print("|---|---|---|---|---|---|---|---|")
     labels = {"alone": "QEMU 10 alone", "none": "plugin, no probe", "counted": f"plugin, `{BUSY}` counted",
               "pre_handler": f"plugin, `{BUSY}` empty pre_handler"}
     for kind in kinds:
-        cells = [spread(boot[kind]), spread(phase[kind], "{:.2f}")]
+        cells = [spread(m[kind]["boot"]), spread(m[kind]["dd"], "{:.2f}"), spread(m[kind]["qemu_cpu"]),
+                 spread(m[kind]["kpsdk_cpu"], "{:.2f}") if kind != "alone" else "-"]
         if kind in hits:
-            us = [x * 1e6 for x in per_hit[kind]]
-            rate = [1 / x for x in per_hit[kind] if x > 0]
-            cells += [f"{int(statistics.median(hits[kind])):,}", spread(us, "{:.2f}") + " us",
-                      f"{statistics.median(rate):,.0f}" if rate else "not measurable"]
+            q = [x * 1e6 for x in cost[kind]["qemu"]]
+            k = [x * 1e6 for x in cost[kind]["kpsdk"]]
+            total = statistics.median(cost[kind]["qemu"]) + statistics.median(cost[kind]["kpsdk"])
+            cells += [f"{int(statistics.median(hits[kind])):,}",
+                      f"{spread(q, '{:.2f}')} / {spread(k, '{:.2f}')} us",
+                      f"{1 / total:,.0f}" if total > 0 else "below noise"]
         else:
             cells += ["-", "-", "-"]
         print(f"| {labels[kind]} | " + " | ".join(cells) + " |")
-    print(f"| gdb, `{BUSY}` empty pre_handler | - | - | {args.gdb_hits} per round | - | {spread(gdb, '{:.0f}')} |")
-    ratio = statistics.median(boot["counted"]) / statistics.median(boot["none"])
-    print(f"boot with {int(statistics.median(hits['counted'])):,} counted hits: {ratio:.2f}x the unprobed plugin "
-          f"session; {statistics.median(boot['counted']) / statistics.median(boot['alone']):.2f}x QEMU 10 alone")
+    print(f"| gdb, `{BUSY}` empty pre_handler | - | - | - | - | {args.gdb_hits} per round | - | "
+          f"{spread(gdb, '{:.0f}')} |")
+    for c in ("boot", "qemu_cpu"):
+        ratio = statistics.median(m["counted"][c]) / statistics.median(m["none"][c])
+        ratio_h = statistics.median(m["pre_handler"][c]) / statistics.median(m["none"][c])
+        print(f"{c}: counted {ratio:.2f}x, pre_handler {ratio_h:.2f}x the unprobed plugin session")
     return 0
 
 
