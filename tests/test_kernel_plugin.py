@@ -110,16 +110,32 @@ def test_plugin_probes_match_the_guest(debian_kernel: Path, kernel_initramfs: Ca
     assert on_open.nmissed == 0 and fault.nmissed == 0
 
 
-def test_plugin_handlers_see_a_read_only_snapshot(debian_kernel: Path,
-                                                  kernel_initramfs: Callable[..., Path]) -> None:
-    """A plugin handler that writes a register gets a TargetError from run(), naming why."""
+def _write_a_register(s: kpsdk.Session, regs: kpsdk.PtRegs) -> None:
+    regs["rdi"] = 0
+
+
+def _read_the_file_name(s: kpsdk.Session, regs: kpsdk.PtRegs) -> None:
+    s.read_string(regs.arg(1), max=256)
+
+
+@pytest.mark.parametrize(("act", "message"), [
+    (_write_a_register, "cannot change rdi"),
+    (_read_the_file_name, "cannot read guest memory"),
+])
+def test_plugin_handlers_see_a_read_only_snapshot(debian_kernel: Path, kernel_initramfs: Callable[..., Path],
+                                                  act: Callable[[kpsdk.Session, kpsdk.PtRegs], None],
+                                                  message: str) -> None:
+    """A plugin handler that writes a register, or reads guest memory (the guest has moved on),
+    gets a TargetError, which run() raises with the probe's context once the guest stopped."""
     require_tool("gdb-multiarch", "gdb-multiarch")
     initrd = kernel_initramfs()
     with kpsdk.open("qemu-system:x86_64", kernel=str(debian_kernel), initrd=str(initrd), mechanism="plugin") as s:
         @s.kprobe("do_sys_openat2")
         def on_open(p: kpsdk.Probe, regs: kpsdk.PtRegs) -> int:
-            regs["rdi"] = 0
+            assert s.regs() is regs and s.symbols.lookup(regs.ip)[:2] == ("do_sys_openat2", 0)
+            act(s, regs)
             return 0
 
-        with pytest.raises(kpsdk.ProbeHandlerError, match="cannot change rdi"):
+        with pytest.raises(kpsdk.ProbeHandlerError, match=message):
             s.run(timeout=600)
+        assert on_open.hits >= 1

@@ -282,6 +282,23 @@ class PluginTarget(GdbTarget):
             finally:
                 self._record = None
 
+    # -- memory at a plugin hit: the guest has moved on ---------------------------------------
+
+    def regs(self) -> PtRegs:
+        """At a plugin hit: the hit's snapshot (``s.regs()`` in a handler), else the live CPU's."""
+        return self._snap if self._record is not None else super().regs()
+
+    def read_memory(self, addr: int, size: int) -> bytes:
+        if self._record is not None:
+            return _no_memory(addr, size)
+        return super().read_memory(addr, size)
+
+    def write_memory(self, addr: int, data: bytes) -> None:
+        if self._record is not None:
+            raise TargetError(f"a probe on the plugin mechanism cannot write guest memory ({len(data)} bytes at "
+                              f"{addr:#x}): its handlers run after the hit")
+        super().write_memory(addr, data)
+
     # -- the trace prefix at a plugin hit: from the snapshot ---------------------------------
 
     def current_task(self) -> int:
