@@ -19,7 +19,7 @@ non-zero return with ``regs.ip`` set, raises :class:`~kpsdk.errors.TargetError`)
 not read guest memory (it has moved on: that raises too).  A point whose probes have no
 pre_handler streams nothing; its hits are counted by the plugin alone.  A full ring makes the
 hit wait until run() has taken records (the guest then goes at the pace of the
-handlers); only a ring still full after 2 s drops the record, counted in the probe's
+handlers); only a ring still full after 10 s without kpsdk taking records drops the record, counted in the probe's
 ``nmissed``.
 """
 
@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 from kpsdk.arch import Arch, Register
 from kpsdk.errors import TargetError
 from kpsdk.regs import PtRegs
-from kpsdk.targets.live import _RUNNING, GdbTarget
+from kpsdk.targets.live import _RUNNING, POLL_SECONDS, GdbTarget
 from kpsdk.targets.tcgplugin import MAX_REGS, ProbeTable, Record, register_names
 
 if TYPE_CHECKING:
@@ -79,7 +79,11 @@ def _no_memory(addr: int, size: int) -> bytes:
 class PluginTarget(GdbTarget):
     """A qemu-system session whose kprobes without post_handlers are served by the TCG plugin."""
 
-    poll_seconds = POLL_SECONDS_PLUGIN
+    @property
+    def poll_seconds(self) -> float:  # type: ignore[override]
+        """Wake every few milliseconds only while a plugin point streams records (the ring must
+        be drained); points that are only counted need no more than the gdb loop's pace."""
+        return POLL_SECONDS_PLUGIN if self._streaming else POLL_SECONDS
 
     def __init__(self, arch: Arch, remote: str, *, table: ProbeTable, regs_file: Path, **kwargs: Any) -> None:
         self.table = table
@@ -96,6 +100,7 @@ class PluginTarget(GdbTarget):
         #: the record whose handlers run now (None outside them): its task and vCPU
         self._record: Record | None = None
         self._credited_at = 0.0
+        self._streaming = False  # a plugin point streams records: run() polls the ring often
         super().__init__(arch, remote, **kwargs)
         self._snap = PtRegs.create(arch, self._snap_io, arch.abi(self.abi_kind), _no_memory)
 
@@ -142,7 +147,12 @@ class PluginTarget(GdbTarget):
     def _put(self, point: ProbePoint, ident: int) -> None:
         stream = any(p.pre_handler is not None for p in point.active)
         regs = [index for _, index, _ in self._registers()] if stream else []
+        self._drain()  # records already written were written with the entry's old layout
         self.table.put(ident, point.addr, regs, (), stream)
+        self._note_streaming()
+
+    def _note_streaming(self) -> None:
+        self._streaming = any(e.stream for e in self.table.entries.values())
 
     def _plugin_on(self, point: ProbePoint) -> None:
         self._drain()
@@ -166,6 +176,7 @@ class PluginTarget(GdbTarget):
         del self._by_ident[ident]
         self._counted.pop(ident, None)
         point.mechanism = None
+        self._note_streaming()
 
     def list_flag(self, point: ProbePoint) -> str:
         """``[PLUGIN]`` or ``[GDB]``: which mechanism serves the point."""

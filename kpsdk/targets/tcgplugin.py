@@ -208,7 +208,7 @@ class ProbeTable:
 
     def progress(self) -> None:
         """Tell the plugin that kpsdk is handling records: a hit waiting for room in a full
-        ring keeps waiting (it gives up only after 2 s without progress)."""
+        ring keeps waiting (it gives up only after 10 s without progress)."""
         self._progress += 1
         struct.pack_into("<Q", self.map, _PROGRESS, self._progress)
 

@@ -17,7 +17,7 @@
  * registers it asked for (raw, target byte order, in 8-byte slots) and the
  * memory it asked for (register + offset, up to 256 bytes each).  A full ring
  * makes the hit wait for kpsdk to take records (the guest then runs at the
- * pace of kpsdk's handlers); only when kpsdk makes no progress for 2 s is the
+ * pace of kpsdk's handlers); only when kpsdk makes no progress for 10 s is the
  * record dropped and counted (`dropped` in the entry): kpsdk reports it as the probe's nmissed,
  * as the kernel counts a missed kprobe.
  *
@@ -201,7 +201,7 @@ static void ring_put(const void *src, uint64_t at, uint64_t len)
 /* Whether the ring has room for len more bytes, waiting for kpsdk to take records while it is
  * full (the guest runs at the pace of kpsdk's handlers then).  The wait ends without room only
  * when kpsdk made no progress (took or handled no record) for RING_WAIT_NS: it is not there. */
-#define RING_WAIT_NS 2000000000ll
+#define RING_WAIT_NS 10000000000ll
 static bool ring_room(uint64_t head, uint64_t len)
 {
     if (hdr->ring_size - (head - __atomic_load_n(&hdr->tail, __ATOMIC_ACQUIRE)) >= len) {
