@@ -22,7 +22,12 @@ session's of the same round) / its hits; the mechanism's hits per second is the 
 of the two costs added (QEMU's part runs in the vCPU thread, kpsdk's in Python).  The
 load average is printed before and after.
 
-Run: ``python bench/tcgplugin.py [--runs N] [--gdb-hits N]``.
+``--ab N``: instead, N rounds of an A/B without gdb or kpsdk's run loop: QEMU 10 with the plugin
+and an empty table, against the same with 19 hot kernel functions counted (about 1.2 million
+hits from QEMU's start to the power-off of the default workload), QEMU's CPU seconds each:
+the counted path's cost per hit, amplified.
+
+Run: ``python bench/tcgplugin.py [--runs N] [--gdb-hits N] [--dd N] [--ab N]``.
 """
 
 from __future__ import annotations
@@ -131,6 +136,55 @@ def gdb_rate(hits: int) -> float:
     return hits / (times[hits] - times[0])
 
 
+#: busy kernel functions for ``--ab`` (Debian 12's amd64 kernel)
+HOT = ("__kmalloc", "kfree", "_raw_spin_lock", "_raw_spin_lock_irqsave", "_raw_spin_unlock_irqrestore", "mutex_lock",
+       "mutex_unlock", "memset", "memcpy", "kmem_cache_free", "__cond_resched", "strlen", "strcmp", "__rcu_read_lock",
+       "__rcu_read_unlock", "kmem_cache_alloc", "up_read", "down_read", "kernfs_find_ns")
+
+
+def counted_boot(functions: tuple[str, ...]) -> tuple[float, float, int]:
+    """QEMU 10 + the plugin, no gdb: wall and CPU seconds of a default boot, and the hits counted."""
+    import tempfile
+
+    from kpsdk.kallsyms import load_kernel_symbols
+    from kpsdk.targets.tcgplugin import ProbeTable, build_plugin
+
+    image = kernel.fetch_kernel()
+    initrd = kernel.build_initramfs(Path(kernel.cache_root()) / "initramfs" / "kpsdk-default.cpio.gz")
+    qemu = find_qemu("qemu-system-x86_64")
+    symbols = load_kernel_symbols(image)
+    with tempfile.TemporaryDirectory(prefix="kpsdk-ab-") as tmp:
+        table = ProbeTable(Path(tmp) / "table", capacity=64, ring_size=1 << 16)
+        for ident, name in enumerate(functions, 1):
+            table.put(ident, symbols.get(name).address, (), (), stream=False)
+        table.commit()
+        cmd = kernel.qemu_command(image, initrd, qemu=str(qemu.binary), extra=[
+            "-audio", "none", *(["-L", str(qemu.datadir)] if qemu.datadir else []),
+            "-plugin", f"{build_plugin()},table={table.path},regs={Path(tmp) / 'regs'}"])
+        cpu, start = children_cpu(), time.monotonic()
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT, check=False)
+        seconds, cpu = time.monotonic() - start, children_cpu() - cpu
+        if "KPSDK-POWEROFF" not in proc.stdout:
+            raise RuntimeError(f"the A/B boot did not power off: {proc.stderr[-1000:]}")
+        hits = sum(table.hits(ident) for ident in range(1, len(functions) + 1))
+        table.close()
+    return seconds, cpu, hits
+
+
+def ab(rounds: int) -> int:
+    print(f"load average before: {os.getloadavg()}", flush=True)
+    costs = []
+    for r in range(rounds):
+        a = counted_boot(())
+        b = counted_boot(HOT)
+        costs.append((b[1] - a[1]) / b[2] * 1e9)
+        print(f"round {r + 1}: empty table wall {a[0]:.1f} s CPU {a[1]:.2f} s | {len(HOT)} counted wall {b[0]:.1f} s "
+              f"CPU {b[1]:.2f} s, {b[2]:,} hits -> {costs[-1]:.0f} ns of CPU per hit; load {os.getloadavg()[0]:.1f}",
+              flush=True)
+    print(f"load average after: {os.getloadavg()}; CPU per counted hit: {spread(costs, '{:.0f}')} ns")
+    return 0
+
+
 def spread(values: list[float], fmt: str = "{:.1f}") -> str:
     return f"{fmt.format(statistics.median(values))} ({fmt.format(min(values))}-{fmt.format(max(values))})"
 
@@ -141,7 +195,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=2)
     parser.add_argument("--gdb-hits", type=int, default=200)
     parser.add_argument("--dd", type=int, default=DD)
+    parser.add_argument("--ab", type=int, default=0, metavar="N", help="the counted path's A/B, N rounds")
     args = parser.parse_args(argv)
+    if args.ab:
+        return ab(args.ab)
     DD = args.dd
     print(f"load average before: {os.getloadavg()}", flush=True)
     kinds = ("alone", "none", "counted", "pre_handler")
