@@ -406,8 +406,9 @@ class ProbeManager:
         width = self.target.arch.word_size * 2
         rows: list[tuple[int, str, str, str]] = []
         for addr, point in sorted(self.points.items()):
+            mark = self.target.list_flag(point)
             for p in point.probes:
-                flags = ("[DISABLED]" if p.disabled else "") + ("[OPTIMIZED]" if point.optimized else "")
+                flags = ("[DISABLED]" if p.disabled else "") + ("[OPTIMIZED]" if point.optimized else "") + mark
                 rows.append((addr, p.letter, p.label or self.target.symbols.format(addr), flags))
         rows.extend(extra or [])
         rows.sort(key=lambda r: r[0])

@@ -179,6 +179,11 @@ class Target(ABC):
     def sync_point(self, point: ProbePoint, force: bool = False) -> None:
         """Make the target match the point: arm, re-arm with another mechanism, or disarm."""
 
+    def list_flag(self, point: ProbePoint) -> str:
+        """What ``list()`` adds to the point's probes besides ``[DISABLED]`` and ``[OPTIMIZED]``:
+        a target with more than one mechanism names the one serving the point (``[PLUGIN]``)."""
+        return ""
+
     # -- execution ---------------------------------------------------------------
     @abstractmethod
     def run(self, timeout: float | None = None) -> int | None:

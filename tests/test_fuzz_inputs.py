@@ -612,6 +612,17 @@ def test_refused_qemu_args_start_no_qemu(value: list[str]) -> None:
         kpsdk.open("qemu-system:x86_64", qemu_args=value)
 
 
+@settings(max_examples=fuzz_examples(100), deadline=None)
+@given(value=st.one_of(st.text(max_size=12), st.sampled_from(["GDB", "Plugin", "plugin ", "tcg", ""]),
+                       st.integers(), st.none(), st.lists(st.text(max_size=4), max_size=2))
+       .filter(lambda v: v not in ("gdb", "plugin")))
+def test_an_unknown_mechanism_starts_no_qemu(value: Any) -> None:
+    """qemu-system's ``mechanism=`` is ``"gdb"`` or ``"plugin"``; anything else is refused,
+    naming both, before QEMU (or a download of QEMU 10) starts."""
+    with pytest.raises(kpsdk.TargetError, match="mechanism=.* is not one of gdb, plugin"):
+        kpsdk.open("qemu-system:x86_64", mechanism=value)
+
+
 def test_qemu_arg_option_reaches_qemu_args() -> None:
     from kpsdk.cli.options import given_target_options
     from kpsdk.cli.target_choice import choose_target

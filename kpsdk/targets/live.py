@@ -159,6 +159,10 @@ def _pipe_pending(fd: int) -> int:
 class GdbTarget(Target):
     """A CPU behind a gdbstub, driven by gdb-multiarch."""
 
+    #: how long run()'s loop waits for a hit before its other work (a subclass with hits of
+    #: its own to collect, kpsdk.targets.pluginlive, wakes more often)
+    poll_seconds = POLL_SECONDS
+
     def __init__(self, arch: Arch, remote: str, *, abi_kind: str = "user", symbols: SymbolTable | None = None,
                  image: ElfImage | None = None, processes: list[subprocess.Popen[bytes]] | None = None,
                  interrupt: Callable[[], None] | None = None, hardware_breakpoints: bool = False,
@@ -679,7 +683,7 @@ class GdbTarget(Target):
         self._resume("-exec-continue")
         link = self.link
         while True:
-            line = link.wait_line(POLL_SECONDS, spin=NEXT_HIT_SPIN, also=mi.fileno)
+            line = link.wait_line(self.poll_seconds, spin=NEXT_HIT_SPIN, also=mi.fileno)
             if line is not None:
                 self._agent_line(line)
                 continue
