@@ -626,17 +626,19 @@ def test_qemu_arg_option_reaches_qemu_args() -> None:
 
 @settings(max_examples=fuzz_examples(200))
 @given(name=st.one_of(st.text(max_size=12), st.sampled_from(["arm", "ARM", "ppc64le", "ppc64el", "x86_64",
-                                                              "riscv64", "thumb", "ppc64", "i686", "arm "])))
-def test_kernel_fixture_arch_is_a_known_name_or_refused(name: str) -> None:
+                                                              "riscv64", "thumb", "ppc64", "i686", "arm "])),
+       release=st.one_of(st.none(), st.sampled_from(["6.1", "6.12", "6.5", "6.12 ", ""]), st.text(max_size=8)))
+def test_kernel_fixture_arch_is_a_known_name_or_refused(name: str, release: str | None) -> None:
     from kpsdk.fixtures import kernel
 
     try:
-        canonical, port = kernel._port(name)
+        canonical, port = kernel._port(name, release)
     except (kpsdk.UnknownNameError, kpsdk.UnsupportedTargetError) as e:
         event(type(e).__name__)
         return
     assert canonical in kpsdk.get_registry().archs.names() and port.arch in (
         "amd64", "i386", "armhf", "riscv64", "ppc64el")
+    assert port.suite == {None: port.suite, "6.1": "bookworm", "6.12": "trixie"}[release]
 
 
 # -- trace output formats ------------------------------------------------------------------------

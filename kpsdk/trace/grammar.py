@@ -197,6 +197,15 @@ class ProbeDef:
         return self.is_return and any(n.kind == "arg" for a in self.args for n in a.fetch.walk())
 
 
+#: the other dynamic events of ``dynamic_events``, which kpsdk does not define (yet)
+_UNSUPPORTED_TYPES = {
+    "f": "fprobe events (f:) are not supported by kpsdk yet: p SYM, or r SYM for f SYM%return, probes the same "
+         "function entry and exit",
+    "t": "tracepoint probes (t:) are not supported by kpsdk",
+    "e": "event probes (e:) are not supported by kpsdk",
+}
+
+
 # -- words and characters ---------------------------------------------------------------------
 
 
@@ -388,7 +397,7 @@ class Parser:
         if kind == "-":
             return self._parse_clear(text, words)
         if kind not in ("p", "r"):
-            raise TraceDefinitionError("BAD_PROBE_TYPE", text, head.start, f"{head.text[0]!r}")
+            raise TraceDefinitionError("BAD_PROBE_TYPE", text, head.start, _UNSUPPORTED_TYPES.get(kind, f"{kind!r}"))
         if len(words) < 2:
             raise TraceDefinitionError("NO_PROBE_POINT", text, len(text) + 1, "give SYM[+offs], MEMADDR or "
                                        "PATH:OFFSET after the event")
@@ -688,6 +697,9 @@ class Parser:
         col = cur.column
         cur.pos += 1
         name = cur.take(_is_ident_char)
+        if not cur.at_end() and cur.peek() not in ":)" and not (ctx.btf_args and name.startswith("retval")):
+            # the kernel's parse_probe_vars sees the whole rest ("retval->x"): no variable of that name
+            raise ctx.error("BAD_VAR", col, f"${cur.text[col - cur.base + 1:]}")
         if ctx.btf_args and name.startswith("retval"):  # typed by BTF, and members of it (str_has_prefix)
             if not ctx.is_return:
                 raise ctx.error("RETVAL_ON_PROBE", col)
