@@ -28,6 +28,7 @@ grammar turns them into the kernel's error_log caret.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from kpsdk.btf import ARRAY, ENUM, ENUM64, INT, PTR, STRUCT, UNION, Btf, BtfType
@@ -79,11 +80,32 @@ class BtfVar:
 
 
 class BtfArgs:
-    """A kernel's BTF, asked what the kernel's probe parser asks it."""
+    """A kernel's BTF, asked what the kernel's probe parser asks it.
 
-    def __init__(self, btf: Btf, word_bits: int) -> None:
-        self.btf = btf
+    ``source`` is the BTF, or a function that finds it (None: the image has none): then it is
+    read at the first question, so definitions without BTF arguments never pay for unpacking
+    and indexing a kernel's BTF (seconds: bench/btfargs.py).
+    """
+
+    def __init__(self, source: Btf | Callable[[], Btf | None], word_bits: int) -> None:
+        self._source = source
+        self._btf: Btf | None = source if isinstance(source, Btf) else None
         self.word_bits = word_bits
+
+    @property
+    def available(self) -> bool:
+        """The BTF could be read (reading it now if it was not yet)."""
+        if self._btf is None and not isinstance(self._source, Btf):
+            loader, self._source = self._source, _missing
+            self._btf = loader()
+        return self._btf is not None
+
+    @property
+    def btf(self) -> Btf:
+        if not self.available:
+            raise LookupError("the kernel image has no BTF kpsdk can read")
+        assert self._btf is not None
+        return self._btf
 
     def param_names(self, function: str | None) -> list[str] | None:
         """The names of ``function``'s parameters; None when BTF has no such function or it has
@@ -241,6 +263,10 @@ class BtfArgs:
     def _char_array(self, t: BtfType) -> bool:
         """``btf_type_is_char_array``: an array of unsigned bytes."""
         return t.kind == ARRAY and self._is_byte(self.btf.array_element(t).id)
+
+
+def _missing() -> Btf | None:
+    return None
 
 
 def _split_field(text: str, pos: int) -> tuple[str, int | None, bool]:

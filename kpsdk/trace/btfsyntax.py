@@ -43,8 +43,12 @@ def kernel_btf_args(image: str | os.PathLike[str] | None, arch: Arch) -> BtfArgs
         return None
     from kpsdk.kernel_btf import kernel_btf
 
-    btf = kernel_btf(image, arch)
-    return BtfArgs(btf, arch.bits) if btf is not None else None
+    return BtfArgs(lambda: kernel_btf(image, arch), arch.bits)
+
+
+def _has_btf(ctx: ParseContext) -> bool:
+    """kpsdk has the kernel's BTF (read now, at the first definition that needs it)."""
+    return ctx.btf is not None and ctx.btf.available
 
 
 def _column(words: list[Word], text: str, index: int) -> tuple[int, int | None]:
@@ -83,11 +87,11 @@ def expand_meta_args(ctx: ParseContext, text: str, words: list[Word]) -> list[tu
     plain: list[tuple[Word, int | None]] = [(w, None) for w in args]
     if not found:
         return plain
-    names = ctx.btf.param_names(ctx.function) if ctx.btf is not None else None
+    names = ctx.btf.param_names(ctx.function) if ctx.btf is not None and _has_btf(ctx) else None
     if names is None:
         if star is not None:
             why = ("kpsdk has no BTF for this kernel (give the vmlinuz as --kernel or --symbols)"
-                   if ctx.btf is None else f"BTF knows no parameters of {ctx.function!r}")
+                   if not _has_btf(ctx) else f"BTF knows no parameters of {ctx.function!r}")
             raise ctx.error("NOSUP_BTFARG", args[last].start, why)
         return plain
     texts: list[str] = []
@@ -149,7 +153,7 @@ def expand_dentry_args(ctx: ParseContext, args: list[tuple[Word, int | None]]) -
 
 def _dentry_offsets(ctx: ParseContext, word: Word) -> tuple[int, int]:
     """``offsetof(struct dentry, d_name.name)`` and ``offsetof(struct file, f_path.dentry)``."""
-    if ctx.btf is None:
+    if ctx.btf is None or not _has_btf(ctx):
         raise ctx.error("BAD_TYPE", word.start + len(word.text) - 3,
                         "%pd/%pD: kpsdk reads the offsets from the kernel's BTF, and has none for this kernel")
     try:
@@ -172,7 +176,7 @@ def parse_btf_variable(ctx: ParseContext, cur: _Cursor) -> Fetch:
         cur.pos += 1
     text = cur.text[start:cur.pos]
     retval = text.startswith("$retval")
-    if ctx.btf is None:
+    if ctx.btf is None or not _has_btf(ctx):
         if retval and text == "$retval":
             return Fetch("retval", column=col)
         raise ctx.error("NOSUP_BTFARG", col, "kpsdk has no BTF for this kernel (give the vmlinuz as --kernel "
