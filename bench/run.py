@@ -82,6 +82,10 @@ class Row:
     status: str = "info"  # met / NOT met / info / n/a
 
 
+
+#: design.md asks >= 4x; issue 19 raised it to >= 5x in every run, with margin
+QILING_GOAL = ">= 5x faster"
+
 def log(msg: str) -> None:
     print(f"  .. {msg}", file=sys.stderr, flush=True)
 
@@ -888,12 +892,12 @@ def build_rows(cfg: Config, raw: dict[str, Any]) -> list[Row]:
     k2 = one["hook_two_args"]
     if "error" in q:
         rows.append(Row("3", "handler reading 2 args vs Qiling hook_address + 2 reg reads", us(k2["per_hit_us"]),
-                        "n/a", "n/a", ">= 4x faster", f"n/a: {q['error']}"))
+                        "n/a", "n/a", QILING_GOAL, f"n/a: {q['error']}"))
     elif q:
         r3 = q["two_regs_us"] / k2["per_hit_us"]
         rows.append(Row("3", f"handler reading regs.arg(0), regs.arg(1) ({k2['mechanism']})", us(k2["per_hit_us"]),
                         f"Qiling {q['qiling']} (unicorn {q['unicorn']}): {us(q['two_regs_us'])}",
-                        f"{r3:.2f}x faster", ">= 4x faster", status(r3 >= 4)))
+                        f"{r3:.2f}x faster", QILING_GOAL, status(r3 >= 5)))
         rows.append(Row("3", "  empty hook: kpsdk hook path vs Qiling hook_address", us(he["per_hit_us"]),
                         f"Qiling: {us(q['empty_us'])}", f"{q['empty_us'] / he['per_hit_us']:.2f}x faster"))
     b2 = one["bp_two_args"]
