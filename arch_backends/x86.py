@@ -421,6 +421,18 @@ X86_PLT_GOT = PltGotTable(".plt.got", 8, 16, ".plt.sec", plt_got_slot,
 X86_PLT = (PltTable(".plt.sec", 0, 16, by_slot=True, source="binutils bfd/elfxx-x86.h (IBT: .plt.sec)"),
            PltTable(".plt", 16, 16, by_slot=True, source="binutils bfd/elfxx-x86.h (lazy PLT)"))
 
+#: what the kernel's ``is_endbr`` takes (arch/x86/include/asm/ibt.h): ENDBR64, ENDBR32, and the
+#: 4-byte nop (``nopl -42(%rax)``) that ``apply_seal_endbr`` writes over an unused one at boot.
+#: Only x86_64 kernels have IBT (X86_KERNEL_IBT), so i386's backend has no kernel_entry_skip.
+KERNEL_ENDBR = (b"\xf3\x0f\x1e\xfa", b"\xf3\x0f\x1e\xfb", b"\x0f\x1f\x40\xd6")
+
+
+def kernel_entry_skip(code: bytes) -> int:
+    """A kprobe on a kernel function that starts with an ``endbr`` goes after it (IBT kernels:
+    ``arch_adjust_kprobe_addr``, arch/x86/kernel/kprobes/core.c)."""
+    return 4 if code[:4] in KERNEL_ENDBR else 0
+
+
 X86_64 = Arch(
     name="x86_64",
     aliases=("amd64", "x86-64"),
@@ -459,6 +471,7 @@ X86_64 = Arch(
     out_of_line=OutOfLine(jump_back_64, return_jump_64),
     detours=DetourCode(near_jump, entry_detour, return_detour, scratch=("r11",), flags="rflags"),
     kernel_tasks=KERNEL_TASKS_64,
+    kernel_entry_skip=kernel_entry_skip,
 )
 
 I386 = Arch(

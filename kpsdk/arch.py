@@ -683,6 +683,8 @@ class Arch:
     ``mode_bit``          the register bit that says which instruction set runs (ARM's T)
     ``unicorn_setup``     CPU state a new Unicorn engine needs (ARM's VFP)
     ``local_entry``       ELFv2 local entry points (ppc64): where a probe by name lands
+    ``kernel_entry_skip`` where a kprobe by name lands in a kernel's function that starts
+                          with an IBT marker (x86's ``endbr``: arch_adjust_kprobe_addr)
     ``page_walk``         translate a virtual address with the guest's own page tables, for
                           a live kernel's reads that the CPU's access control refuses to a
                           debugger (ARM's software PAN: user memory from kernel mode)
@@ -742,6 +744,9 @@ class Arch:
     mode_bit: ModeBit | None = None
     unicorn_setup: Callable[[Any], None] | None = None
     local_entry: Callable[[bytes], int] | None = None
+    #: on a kernel, how far past a function's first bytes a probe by name goes (x86 IBT:
+    #: the 4-byte ``endbr``, or the nop the kernel seals an unused one with)
+    kernel_entry_skip: Callable[[bytes], int] | None = None
     page_walk: PageWalk | None = None
     access_gate: AccessGate | None = None
     kernel_tasks: KernelTasks | None = None

@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Literal
 
 from kpsdk.btf import Btf, Member
 from kpsdk.cache import private_dir, read_private, write_private
-from kpsdk.errors import ArgumentError, ImageFormatError, TargetError, shown
+from kpsdk.errors import ArgumentError, TargetError, shown
 
 if TYPE_CHECKING:
     from kpsdk.arch import Arch, KernelTasks
@@ -219,23 +219,11 @@ def code_tasks_note(arch: Arch) -> str:
 
 def image_btf(data: bytes, path: Path, arch: Arch) -> Btf:
     """The BTF of the kernel image ``data`` (read from ``path``): the ``.BTF`` section of an ELF
-    vmlinux, or the bytes between ``__start_BTF`` and ``__stop_BTF`` of a raw image."""
-    from kpsdk.elfimage import ElfFile
-    from kpsdk.kallsyms import image_entries, unpack_kernel
+    vmlinux, or the bytes between ``__start_BTF`` and ``__stop_BTF`` of a raw image
+    (:func:`kpsdk.kernel_btf.raw_btf`)."""
+    from kpsdk.kernel_btf import raw_btf
 
-    vmlinux, _ = unpack_kernel(data, path)
-    if vmlinux[:4] == b"\x7fELF":
-        try:
-            elf = ElfFile(vmlinux, path)
-        except ImageFormatError as exc:
-            raise TargetError(f"{path}: the kernel inside is a broken ELF vmlinux, so kpsdk finds no BTF in it "
-                              f"({exc})") from None
-        section = elf.section(".BTF")
-        if section is None:
-            raise TargetError(f"{path}: the kernel has no .BTF section (built without CONFIG_DEBUG_INFO_BTF)")
-        raw = elf.contents(section)
-    else:
-        raw = _image_btf(vmlinux, {e.name: e.address for e in image_entries(data, path)}, path)
+    raw = raw_btf(data, path)
     btf = Btf(raw, f"{path} .BTF")
     btf.pointer_size = arch.word_size
     return btf
@@ -275,25 +263,6 @@ def _layout_of(data: bytes, path: Path, arch: Arch) -> TaskLayout:
                       ti_flags.offset if ti_flags is not None else None,
                       migration.offset if migration is not None else None,
                       migration.size if migration is not None else 2)
-
-
-#: the first byte of a little- or big-endian BTF blob (``BTF_MAGIC`` 0xeB9F)
-BTF_MAGICS = (b"\x9f\xeb", b"\xeb\x9f")
-
-
-def _image_btf(image: bytes, symbols: dict[str, int], path: Path) -> bytes:
-    """The BTF of a kernel that is a raw image, not an ELF (riscv's and arm64's ``Image``):
-    the bytes between the kernel's own ``__start_BTF`` and ``__stop_BTF``, the image's first
-    byte being ``_start`` (the image is its memory from there on)."""
-    base = symbols.get("_start")
-    start, stop = symbols.get("__start_BTF"), symbols.get("__stop_BTF")
-    if base is None or start is None or stop is None:
-        raise TargetError(f"{path}: the kernel is a raw image whose symbols lack _start, __start_BTF or __stop_BTF, "
-                          "so kpsdk finds no BTF in it")
-    lo, hi = start - base, stop - base
-    if not 0 <= lo < hi <= len(image) or image[lo:lo + 2] not in BTF_MAGICS:
-        raise TargetError(f"{path}: no BTF at __start_BTF ({start:#x}) of the raw image")
-    return image[lo:hi]
 
 
 def _percpu(btf: Btf, percpu: dict[str, int], specs: tuple[str, ...]) -> tuple[str, int] | None:

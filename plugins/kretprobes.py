@@ -28,7 +28,7 @@ import errno
 from typing import TYPE_CHECKING, Any, cast
 
 from kpsdk import hookimpl
-from kpsdk.errors import KprobeError, ProbeHandlerError, TargetError
+from kpsdk.errors import KprobeError, ProbeHandlerError, TargetError, TargetFault
 from kpsdk.probe import (
     HANDLER,
     INT,
@@ -133,6 +133,12 @@ def function_entry(target: CodeView, rp: Kretprobe, addr: int) -> int:
             entries.add(local)
             if rp.symbol_name is not None and plain == sym.address:
                 return addr + local
+    skip = arch.kernel_entry_skip  # x86 IBT kernels: after the function's endbr (arch_adjust_kprobe_addr)
+    if skip is not None and sym.kind == "func" and getattr(target, "abi_kind", "user") == "kernel":
+        try:
+            entries.add(skip(target.read_memory(sym.address, 4)))
+        except TargetFault:
+            pass
     if sym.kind != "func" or plain - sym.address not in entries:
         raise KprobeError(errno.EINVAL, f"{target.symbols.format(plain)} is not a function entry: "
                           "a kretprobe goes on the first instruction of a function")

@@ -637,17 +637,19 @@ def test_qemu_arg_option_reaches_qemu_args() -> None:
 
 @settings(max_examples=fuzz_examples(200))
 @given(name=st.one_of(st.text(max_size=12), st.sampled_from(["arm", "ARM", "ppc64le", "ppc64el", "x86_64",
-                                                              "riscv64", "thumb", "ppc64", "i686", "arm "])))
-def test_kernel_fixture_arch_is_a_known_name_or_refused(name: str) -> None:
+                                                              "riscv64", "thumb", "ppc64", "i686", "arm "])),
+       release=st.one_of(st.none(), st.sampled_from(["6.1", "6.12", "6.5", "6.12 ", ""]), st.text(max_size=8)))
+def test_kernel_fixture_arch_is_a_known_name_or_refused(name: str, release: str | None) -> None:
     from kpsdk.fixtures import kernel
 
     try:
-        canonical, port = kernel._port(name)
+        canonical, port = kernel._port(name, release)
     except (kpsdk.UnknownNameError, kpsdk.UnsupportedTargetError) as e:
         event(type(e).__name__)
         return
     assert canonical in kpsdk.get_registry().archs.names() and port.arch in (
         "amd64", "i386", "armhf", "riscv64", "ppc64el")
+    assert port.suite == {None: port.suite, "6.1": "bookworm", "6.12": "trixie"}[release]
 
 
 # -- trace output formats ------------------------------------------------------------------------
@@ -809,3 +811,44 @@ def test_a_programs_args_env_and_stdin_arrive_as_under_qemu_user(linuxprog: str,
     with kpsdk.open(f"elf:{linuxprog}", args=args, env=env, stdin=stdin) as s:
         status = s.run(timeout=60)
         assert (s.console, status) == (expected.stdout.decode("utf-8", "replace"), expected.returncode)
+
+
+# -- BTF fetch arguments (kernels since 6.5) on a synthetic BTF ---------------------------------------
+
+#: the pieces of BTF arguments: tests/btfsynth.py's target(int dfd, char *name, struct outer *obj)
+BTF_PIECES = ["dfd", "name", "obj", "->", ".", "-", "in", "next", "len", "tag", "flags", "mode", "bit", "bits",
+              "$arg*", "$arg", "$arg1", "$arg3", "$arg0", "$arg9", "$retval", "$retvalx", ":string", ":ustring",
+              ":u32", ":x16", ":%pd", ":%pD", "x=", "+0(", ")", "nosuch", "_", "$comm", "%di", "[2]"]
+btf_chains = st.builds(lambda var, steps, t: var + "".join(steps) + t,
+                       st.sampled_from(["dfd", "name", "obj", "$retval", "$arg3", "x=obj", "+0(obj"]),
+                       st.lists(st.builds(lambda sep, name: sep + name, st.sampled_from(["->", ".", "-"]),
+                                          st.sampled_from(["in", "next", "len", "tag", "name", "flags", "bit", ""])),
+                                max_size=4),
+                       st.sampled_from(["", ":string", ":ustring", ":u32", ":%pd", ":%pD", ")", "):string"]))
+btf_args = st.one_of(btf_chains, st.lists(st.sampled_from(BTF_PIECES), min_size=1, max_size=8).map("".join))
+btf_definitions = st.builds(lambda head, place, args: " ".join([head, place, *args]),
+                            st.sampled_from(["p:e", "r:e", "p", "r5:g/e"]),
+                            st.sampled_from(["target"] * 6 + ["target+4", "none", "nosuchfunc", "0x1000",
+                                                              "target%return"]),
+                            st.lists(st.one_of(btf_args, nasty_text), max_size=5))
+
+
+@settings(max_examples=fuzz_examples(400))
+@given(text=st.one_of(btf_definitions, st.text()), kernel=st.sampled_from([(6, 1), (6, 5), (6, 12)]))
+def test_btf_arguments_parse_or_are_refused_with_the_kernels_errors(text: str, kernel: tuple[int, int]) -> None:
+    """Whatever a user writes with BTF names, ``->``, ``$arg*`` and ``%pd``: a definition, or the
+    kernel's error with its caret on the line; its arguments are named as C identifiers."""
+    from kpsdk.trace.btfargs import BtfArgs
+    from tests.btfsynth import synthetic_btf
+
+    parser = Parser(kpsdk.get_registry().arch("x86_64"), kernel=kernel, btf=BtfArgs(synthetic_btf(), 64))
+    try:
+        definition = parser.parse(text)
+    except TraceDefinitionError as e:
+        assert 0 <= e.column <= len(text) + 1 and len(e.error_log.splitlines()) == 3, e.error_log
+        assert "\n" not in str(e)
+        event(f"refused: {e.code}")
+        return
+    event("parsed" + (" with BTF" if any(a.fetch.btf for a in definition.args) else ""))
+    assert all(re.fullmatch(r"[A-Za-z_]\w*", a.name) for a in definition.args)
+    assert len({a.name for a in definition.args}) == len(definition.args)

@@ -38,7 +38,7 @@ from kpsdk.target import Target
 from kpsdk.tasks import NO_FLAGS, UNKNOWN_COMM, TaskInfo, check_comm, check_pid, program_comm
 from kpsdk.trace.fetch import BoundArg, HitContext, Value, entry_args, format_symbol
 from kpsdk.trace.filter import Filter, parse_filter
-from kpsdk.trace.grammar import Parser, ProbeDef, TraceDefinitionError, arg_error
+from kpsdk.trace.grammar import BTF_ARGS_VERSION, Parser, ProbeDef, TraceDefinitionError, arg_error
 from kpsdk.trace.output import field_types
 from kpsdk.trace.triggers import STACK_DEPTH, EventTriggers, StackTrigger, matches, parse_trigger, split_trigger
 
@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from kpsdk.probe import Probe
     from kpsdk.regs import PtRegs
     from kpsdk.session import Session
+    from kpsdk.trace.btfargs import BtfArgs
     from kpsdk.trace.histtrigger import HistTrigger
 
 Sink = Callable[["TraceRecord"], Any] | list["TraceRecord"]
@@ -321,6 +322,8 @@ class Trace:
                                    check_pid(pid) if pid is not None else 1)
         #: the target kernel's version, whose rules the definitions follow (None: not a kernel)
         self.kernel = _kernel_of(session)
+        #: that kernel's BTF, where it takes BTF fetch arguments (since 6.5) and its image has BTF
+        self.btf = _btf_of(session, self.kernel)
         #: where the prefix's comm and pid come from, for the trace header
         self.tasks_note = session.target.prepare_tasks() or \
             f"comm-pid: {self.fixed_task.comm}-{self.fixed_task.pid}, fixed (the target has no tasks)"
@@ -390,7 +393,7 @@ class Trace:
     def add(self, definitions: str | Iterable[str]) -> list[TraceEvent]:
         """Parse, bind and register definitions, all or none; ``-:`` lines remove events."""
         lines = _lines(definitions)
-        parser = Parser(self.session.arch, sessions=[self.session], kernel=self.kernel)
+        parser = Parser(self.session.arch, sessions=[self.session], kernel=self.kernel, btf=self.btf)
         alive = alive_events(self.session)
         pending: list[TraceEvent] = []
         removals: list[TraceEvent] = []
@@ -553,6 +556,15 @@ def _kernel_of(session: Session) -> tuple[int, int] | None:
     from kpsdk.kernel_version import kernel_version
 
     return kernel_version(image)
+
+
+def _btf_of(session: Session, kernel: tuple[int, int] | None) -> BtfArgs | None:
+    """The BTF of the kernel a live target runs, where that kernel takes BTF fetch arguments."""
+    if kernel is None or kernel < BTF_ARGS_VERSION:
+        return None
+    from kpsdk.trace.btfsyntax import kernel_btf_args
+
+    return kernel_btf_args(getattr(session.target, "kernel_image", None), session.arch)
 
 
 def _lines(definitions: str | Iterable[str]) -> list[str]:

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from kpsdk.arch import Arch
     from kpsdk.cli.target_choice import TargetChoice
     from kpsdk.symbols import SymbolTable
+    from kpsdk.trace.btfargs import BtfArgs
     from kpsdk.trace.grammar import ProbeDef
 
 
@@ -75,7 +76,8 @@ def precheck(choice: TargetChoice, definitions: list[str], hist_fields: list[str
     from kpsdk.trace.grammar import Parser
 
     # an IFUNC is resolved once the session runs
-    parser = Parser(arch, kernel=_kernel_version(choice), ifunc_later=True)
+    kernel = _kernel_version(choice)
+    parser = Parser(arch, kernel=kernel, ifunc_later=True, btf=_kernel_btf(choice, arch, kernel))
     templates = {i for i, line in enumerate(definitions) if functions is not None and is_template(line)}
     lines = placeholder_definitions(definitions) if functions is not None else definitions
     parsed = [parser.parse(line) for line in lines]
@@ -111,6 +113,18 @@ def _kernel_version(choice: TargetChoice) -> tuple[int, int] | None:
     from kpsdk.kernel_version import kernel_version
 
     return kernel_version(str(source))
+
+
+def _kernel_btf(choice: TargetChoice, arch: Arch, kernel: tuple[int, int] | None) -> BtfArgs | None:
+    """The BTF of a kernel that takes BTF fetch arguments (since 6.5), from its image."""
+    from kpsdk.trace.grammar import BTF_ARGS_VERSION
+
+    if kernel is None or kernel < BTF_ARGS_VERSION:
+        return None
+    from kpsdk.trace.btfsyntax import kernel_btf_args
+
+    source = choice.options.get("kernel") or choice.options.get("symbols")
+    return kernel_btf_args(str(source), arch) if source else None
 
 
 def _kernel_symbols(choice: TargetChoice, parsed: list[ProbeDef], functions: str | None = None) -> None:
