@@ -13,6 +13,9 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
+    import mmap
+    import struct
+
     import unicorn
 
     from kpsdk.arch import Arch, InstructionSet
@@ -67,6 +70,9 @@ class UnicornHost(Protocol):
 
     def hijack_word(self, addr: int, value: int) -> None:
         """Overwrite a return address in memory (the stack: host memory on the hot path)."""
+
+    def stack_window(self) -> tuple[mmap.mmap | bytearray, int, int, struct.Struct]:
+        """The stack as host memory: buffer, lowest address, last word offset (-1: none), word Struct."""
 
     def hook_point(self, addr: int) -> ProbePoint | None: ...
 

@@ -778,6 +778,17 @@ class UnicornTarget(Target):
             self.hijack_word(node.frame, tramp)
         return tramp
 
+    def stack_window(self) -> tuple[mmap.mmap | bytearray, int, int, struct.Struct]:
+        """The stack as host memory, for hooks that read and write return addresses
+        without a call per word (:meth:`read_word` and :meth:`hijack_word` inlined):
+        its buffer, its lowest address, the highest offset a word fits at (-1 while
+        there is no stack, with an empty buffer) and the word's ``Struct``.  The stack is mapped once, at
+        ``open``, and never unmapped (the Linux layer refuses to)."""
+        mem = self._stack_mem
+        if mem is None:
+            return bytearray(), STACK_TOP - STACK_SIZE, -1, self._word
+        return mem, STACK_TOP - STACK_SIZE, STACK_SIZE - self._word.size, self._word
+
     def hijack_word(self, addr: int, value: int) -> None:
         """Overwrite the return address at ``addr`` (the stack, in host memory, on the hot path)."""
         off = addr - STACK_TOP + STACK_SIZE
