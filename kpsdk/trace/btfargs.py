@@ -22,8 +22,9 @@ functions answer them, down to their quirks (each one checked against Debian 13'
   type 8 is a byte (it is, on Debian's 6.12) and is read as a string pointer.  kpsdk does what
   the kernel does.
 
-Errors are :class:`BtfArgError`, a kernel error code and a position in the variable's text; the
-grammar turns them into the kernel's error_log caret.
+Errors are :class:`_BtfArgError`, a kernel error code and a position in the variable's text,
+for control flow only: the grammar turns each into a TraceDefinitionError with the kernel's
+error_log caret.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ INT_SIGNED = 1
 ANON_STACK_MAX = 16
 
 
-class BtfArgError(Exception):
+class _BtfArgError(Exception):
     """The kernel's refusal of a BTF variable: ``code`` (``NO_BTFARG``...) at ``offset`` characters
     into the variable's text."""
 
@@ -125,30 +126,30 @@ class BtfArgs:
         ``function``: ``parse_btf_arg``."""
         name, field, arrow = _split_field(text, 0)
         if field is not None and not arrow:
-            raise BtfArgError("NOSUP_DAT_ARG", field, "a parameter is a pointer or a scalar: use ->")
+            raise _BtfArgError("NOSUP_DAT_ARG", field, "a parameter is a pointer or a scalar: use ->")
         proto = self.btf.function(function) if function else None
         param: int | None
         if retval:
             if proto is None:  # no BTF for the function: a plain $retval
                 if field is not None:
-                    raise BtfArgError("NO_BTF_ENTRY", field, f"BTF has no function {function!r}")
+                    raise _BtfArgError("NO_BTF_ENTRY", field, f"BTF has no function {function!r}")
                 return BtfVar(None, (), None)
             if proto.size_or_type == 0:
-                raise BtfArgError("NO_RETVAL", 0, f"{function} returns void")
+                raise _BtfArgError("NO_RETVAL", 0, f"{function} returns void")
             type_id, param = proto.size_or_type, None
         else:
             params = self.btf.params(proto) if proto is not None else []
             if not params:
-                raise BtfArgError("NO_BTF_ENTRY", 0, f"BTF has no parameters for {function!r}")
+                raise _BtfArgError("NO_BTF_ENTRY", 0, f"BTF has no parameters for {function!r}")
             found = next((i for i, (n, _) in enumerate(params) if n == name), None)
             if found is None:
                 known = ", ".join(n for n, _ in params)
-                raise BtfArgError("NO_BTFARG", 0, f"{function}'s parameters are {known}")
+                raise _BtfArgError("NO_BTFARG", 0, f"{function}'s parameters are {known}")
             ptype = params[found][1]
             type_id, param = (ptype.id if ptype is not None else 0), found + 1
         current = self._skip(type_id)
         if current is None:
-            raise BtfArgError("BAD_BTF_TID", 0)
+            raise _BtfArgError("BAD_BTF_TID", 0)
         if field is None:
             return BtfVar(param, (), self._last(current, 0, 0))
         derefs, last, bitsize, bitoffs = self._fields(text, field, current)
@@ -161,10 +162,10 @@ class BtfArgs:
         more: int | None = pos
         while more is not None:
             if current.kind != PTR:
-                raise BtfArgError("NO_PTR_STRCT", pos)
+                raise _BtfArgError("NO_PTR_STRCT", pos)
             pointee = self._skip(current.size_or_type)
             if pointee is None:
-                raise BtfArgError("BAD_BTF_TID", pos)
+                raise _BtfArgError("BAD_BTF_TID", pos)
             current = pointee
             bitoffs = 0
             while True:  # the dot-connected members of one ->
@@ -180,7 +181,7 @@ class BtfArgs:
                     bitsize = 0
                 nxt = self._skip(member_type)
                 if nxt is None:
-                    raise BtfArgError("BAD_BTF_TID", pos)
+                    raise _BtfArgError("BAD_BTF_TID", pos)
                 current = nxt
                 if more is None or arrow:
                     break
@@ -194,7 +195,7 @@ class BtfArgs:
     def _member(self, struct_type: BtfType, name: str, pos: int) -> tuple[int, int, int]:
         """``btf_find_struct_member``: ``(type id, offset field, anonymous offset in bits)``."""
         if struct_type.kind not in (STRUCT, UNION):
-            raise BtfArgError("BAD_BTF_TID", pos, "not a struct or union: use -> on a pointer")
+            raise _BtfArgError("BAD_BTF_TID", pos, "not a struct or union: use -> on a pointer")
         stack: list[tuple[BtfType, int]] = []
         current, base = struct_type, 0
         while True:
@@ -210,7 +211,7 @@ class BtfArgs:
                 if current.kind in (STRUCT, UNION):
                     break
             else:
-                raise BtfArgError("NO_BTF_FIELD", pos)
+                raise _BtfArgError("NO_BTF_FIELD", pos)
 
     # -- types ------------------------------------------------------------------------------------
 
@@ -279,5 +280,5 @@ def _split_field(text: str, pos: int) -> tuple[str, int | None, bool]:
         if c == "-":
             if text[i + 1:i + 2] == ">":
                 return text[pos:i], i + 2, True
-            raise BtfArgError("BAD_HYPHEN", i)
+            raise _BtfArgError("BAD_HYPHEN", i)
     return text[pos:], None, False

@@ -25,7 +25,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-from kpsdk.trace.btfargs import BtfArgError, BtfArgs
+from kpsdk.trace.btfargs import BtfArgs, _BtfArgError
 
 if TYPE_CHECKING:
     from kpsdk.arch import Arch
@@ -184,7 +184,7 @@ def parse_btf_variable(ctx: ParseContext, cur: _Cursor) -> Fetch:
     name_end = min([i for i in (text.find("."), text.find("-")) if i >= 0], default=len(text))
     try:
         var = ctx.btf.variable(ctx.function, text, retval=retval and text[:name_end] == "$retval")
-    except BtfArgError as exc:
+    except _BtfArgError as exc:
         raise ctx.error(exc.code, col + exc.offset, exc.detail) from None
     node = Fetch("retval", column=col) if var.param is None else Fetch("arg", index=var.param, column=col)
     for offset in var.derefs:
