@@ -329,6 +329,16 @@ class Target(ABC):
         kernel whose ``current`` kpsdk found): ``$comm`` then reads it too."""
         return False
 
+    def prepare_clock(self) -> str:
+        """Get ready to answer :meth:`clock_ns` before the run: what the trace header says the
+        timestamps are ("" where the target has no guest clock kpsdk reads: the host's)."""
+        return ""
+
+    def clock_ns(self) -> int | None:
+        """The guest's trace clock at the hit, in ns (a kernel's ``sched_clock``), once
+        :meth:`prepare_clock` said it has one; None: not readable."""
+        return None
+
     def prepare_tasks(self) -> str:
         """Get ready to answer :meth:`task_info` (a kernel: find ``current``'s layout)
         before the run; returns one line for the trace header saying where comm and

@@ -10,10 +10,9 @@ touch, so the target's private state can change without them.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    import capstone
     import unicorn
 
     from kpsdk.arch import Arch, InstructionSet
@@ -73,7 +72,8 @@ class UnicornHost(Protocol):
 
     def slot_point(self, addr: int) -> ProbePoint | None: ...
 
-    def successor_hooks(self, insn: capstone.CsInsn, callback: Any) -> list[int] | None: ...
+    def is_reserved(self, addr: int) -> bool:
+        """``addr`` is in kpsdk's own area (booster slots, trampolines, detours)."""
 
     # -- kpsdk's area: code kpsdk writes -------------------------------------------------------
 

@@ -51,13 +51,20 @@ if TYPE_CHECKING:
 Sink = Callable[["TraceRecord"], Any] | list["TraceRecord"]
 
 
+#: what the timestamps are where the target has no guest clock kpsdk reads (the trace header)
+HOST_TIME_NOTE = ("TIMESTAMP: seconds since the trace started, on the host's monotonic clock "
+                  "(not the guest's clock)")
+
+
 @dataclass(slots=True)
 class TraceRecord:
     """One event: what the kernel's trace buffer holds for a hit, as a Python object.
 
     :param event: the event name (``p_add_0``); ``group`` its group (``kprobes``).
     :param kind: ``p`` (a probe hit) or ``r`` (a function returned).
-    :param time: seconds since the trace started (``time.perf_counter``).
+    :param time: seconds: the guest's own trace clock where the target has one kpsdk reads
+        (a riscv64 kernel's sched_clock: seconds since its boot), else since the trace
+        started (``time.perf_counter``); :attr:`Trace.time_note` says which.
     :param ip: the probed address (``p``) or the function's address (``r``).
     :param where: ``add+0x0/0x14`` (``p``), or ``main+0x1c/0x80 <- add`` (``r``).
     :param fields: each fetch argument's value by name: an int (signed types
@@ -215,7 +222,7 @@ class TraceEvent:
     def on_hit(self, p: Any, regs: PtRegs) -> int:
         """pre_handler of ``p`` events (kprobes and uprobes)."""
         trace = self.trace
-        now = perf_counter() - trace.start_time
+        now = perf_counter() - trace.start_time if trace.guest_clock is None else trace.now()
         ip = int(regs.ip)
         where = self._where.get(ip)
         if where is None:
@@ -317,10 +324,26 @@ class Trace:
         #: where the prefix's comm and pid come from, for the trace header
         self.tasks_note = session.target.prepare_tasks() or \
             f"comm-pid: {self.fixed_task.comm}-{self.fixed_task.pid}, fixed (the target has no tasks)"
+        clock = session.target.prepare_clock()
+        #: the guest's clock in ns at a hit (a kernel's sched_clock), None: the host's is used
+        self.guest_clock: Callable[[], int | None] | None = session.target.clock_ns if clock else None
+        self._last_guest = 0.0
+        #: what the timestamps are, for the trace header
+        self.time_note = f"TIMESTAMP: seconds on {clock}" if clock else HOST_TIME_NOTE
 
     # -- the clock and tasks ---------------------------------------------------------------------
 
     def now(self) -> float:
+        """A hit's time stamp in seconds: the guest's clock where the target reads one (the
+        kernel's own trace clock), else the host's since the trace started."""
+        if self.guest_clock is not None:
+            try:
+                ns = self.guest_clock()
+            except KpsdkError:  # cd could not be read: the last time seen, not the host's
+                ns = None
+            if ns is not None:
+                self._last_guest = ns / 1e9
+            return self._last_guest
         return time.perf_counter() - self.start_time
 
     def task_id(self) -> int:
