@@ -146,14 +146,14 @@ def test_write_watchpoint_on_jiffies(arch: str, arch_kernel: Callable[[str], Pat
     assert all(a.kind == "w" and a.addr == jiffies and a.size == size for a in seen)
     assert all(b.old == a.new for a, b in zip(seen, seen[1:], strict=False))  # none missed
     assert values == sorted(set(values))  # jiffies only grows (no wrap: the boot is short)
-    assert printed[0] in values and values[-1] <= printed[1], (printed, values[:3], values[-3:])
+    assert printed[0] in values and printed[1] in values, (printed, values[:3], values[-3:])
     assert printed[1] > printed[0] and others == []  # the high word stayed 0
     print(f"{arch}: jiffies at {jiffies:#x}, {len(seen)} writes seen, {values[-1] - values[0]} ticks")
 
 
 def test_riscv64_store_over_two_watchpoints_reports_one(arch_kernel: Callable[[str], Path],
                                                          arch_initramfs: Callable[..., Path]) -> None:
-    """What QEMU 7.2 and gdb do with one access that two watchpoints cover (docs/limitations.md).
+    """What QEMU 7.2 and gdb do with one access that two watchpoints cover (docs/api.md, limitations).
 
     riscv64's tick writes ``jiffies_64`` with one 8-byte ``sd``.  A 4-byte watchpoint on its
     low half alone sees every tick (the store overlaps it, as the hardware's would).  Add a
