@@ -109,7 +109,8 @@ class TraceRecord:
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready dict: one ``jsonl`` line (schema :data:`kpsdk.trace.output.JSONL_SCHEMA`).
 
-        Every key is always there (``null`` where it does not apply); addresses and
+        Every key is always there (``null`` where it does not apply: ``stack`` is the
+        frames of ``--stack`` or a ``stacktrace`` trigger, innermost first); addresses and
         hex-typed fields are ``"0x..."`` strings, and integers JSON readers cannot hold
         exactly (beyond 2**53: jq's doubles) decimal strings.
         """
@@ -121,7 +122,8 @@ class TraceRecord:
                            for name, value in self.fields.items()},
                 "caller": f"{self.caller:#x}" if self.caller is not None else None, "func": self.func,
                 "entry_time": round(self.entry_time, 9) if self.entry_time is not None else None,
-                "duration": round(self.time - self.entry_time, 9) if self.entry_time is not None else None}
+                "duration": round(self.time - self.entry_time, 9) if self.entry_time is not None else None,
+                "stack": list(self.stack) if self.stack is not None else None}
 
 
 #: the largest integer a JSON reader that uses doubles (jq, JavaScript) holds exactly
