@@ -222,7 +222,8 @@ types = st.sampled_from(["", ":u8", ":s16", ":x32", ":s64", ":char", ":string", 
                          ":b4@2/8", ":u8[4]", ":string[2]"])
 bad_types = st.one_of(st.sampled_from([":b9@0/8", ":u32[65]", ":u8[", ":bad", ":", ":u8[0]", ":b0@0/8"]),
                       numbers.map(lambda n: f":u8[{n}]"), nasty_text.map(":".__add__))
-FILTER_FIELDS = ["a", "b", "name", "ret", "_x"]
+FILTER_FIELDS = ["a", "b", "name", "ret", "_x", "common_type", "common_flags", "common_preempt_count", "common_pid",
+                 "comm", "CPU"]
 
 
 def fetch_arg(names: st.SearchStrategy[str]) -> Piece:
@@ -324,7 +325,8 @@ def test_a_trace_registers_or_refuses_and_its_hits_never_fail(s: kpsdk.Session, 
 
 TRIGGER_DEFS = ["p:f fact n=%di:s64 name=+0(%di):string", "r:fr fact ret=$retval:s32"]
 hist_keys = st.sampled_from(["n", "common_pid", "common_pid.execname", "n.log2", "n.buckets=4", "name",
-                             "__probe_ip.sym", "n.hex", "common_cpu", "__probe_ip.sym-offset", "n,common_pid"])
+                             "__probe_ip.sym", "n.hex", "common_cpu", "__probe_ip.sym-offset", "n,common_pid",
+                             "common_type", "common_flags.hex", "common_preempt_count,common_type.log2"])
 trigger_pieces: list[Piece] = [
     ("event", st.sampled_from(["f", "kprobes/f", "kprobes.f"]), st.one_of(nasty_text, st.just("fr"))),
     ("keys", hist_keys.map(lambda k: f"keys={k}"), st.one_of(nasty_text.map(lambda t: f"keys={t}"),

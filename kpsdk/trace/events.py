@@ -36,6 +36,7 @@ from kpsdk.errors import ArgumentError, KprobeError, KpsdkError, TriggerError, s
 from kpsdk.symbols import did_you_mean
 from kpsdk.target import Target
 from kpsdk.tasks import NO_FLAGS, UNKNOWN_COMM, TaskInfo, check_comm, check_pid, program_comm
+from kpsdk.trace.common import ANY_EVENT_FIELDS, FIRST_EVENT_ID, common_values
 from kpsdk.trace.fetch import BoundArg, HitContext, Value, entry_args, format_symbol
 from kpsdk.trace.filter import Filter, parse_filter
 from kpsdk.trace.grammar import Parser, ProbeDef, TraceDefinitionError, arg_error
@@ -95,6 +96,8 @@ class TraceRecord:
     pid: int = 0
     cpu: int = 0
     flags: str = NO_FLAGS
+    #: the event's id (``common_type``, the ``ID:`` of its ``format``; :mod:`kpsdk.trace.common`); 0: none
+    event_id: int = field(default=0, repr=False, compare=False)
     #: the stack at the hit (``--stack``, a ``stacktrace`` trigger): ``sym+0xoff/0xsize`` per frame, innermost first
     stack: tuple[str, ...] | None = field(default=None, repr=False, compare=False)
     #: one ``after`` per stack entry the trace shows after the event's line (``--stack``, each
@@ -181,7 +184,12 @@ class TraceEvent:
         self._where: dict[int, str] = {}
         #: per kretprobe instance in flight: (entry time, the $argN values, the function's address)
         self._entries: dict[int, tuple[float, dict[int, int | None] | None, int]] = {}
-        self.filtered = trace.filter is not None and trace.filter.applies_to({a.name for a in args})
+        #: the event's id (``common_type``): given when the trace takes the event (:meth:`Trace.add`)
+        self.id = 0
+        names = {a.name for a in args}
+        self.filtered = trace.filter is not None and trace.filter.applies_to(names | ANY_EVENT_FIELDS)
+        #: the filter reads a common or generic field (``common_pid``, ``comm``...): it sees those too
+        self._filter_common = self.filtered and trace.filter is not None and not trace.filter.applies_to(names)
         self._arg_numbers = sorted({n.index for a in definition.args for n in a.fetch.walk() if n.kind == "arg"})
         self.triggers = EventTriggers()
 
@@ -200,7 +208,8 @@ class TraceEvent:
 
     def _emit(self, record: TraceRecord, regs: PtRegs) -> None:
         trace = self.trace
-        if self.filtered and trace.filter is not None and not trace.filter(record.fields):
+        if self.filtered and trace.filter is not None and \
+                not trace.filter(common_values(record) if self._filter_common else record.fields):
             return
         self.recorded += 1
         trace.counts[self.name] += 1
@@ -236,7 +245,7 @@ class TraceEvent:
         hit = HitContext(regs)
         record = TraceRecord(self.name, self.group, "p", now, ip, where, {a.name: a.value(hit) for a in self.args},
                              None, None, None, task_id, self.definition, int(regs.sp),
-                             task.comm, task.pid, task.cpu, task.flags)
+                             task.comm, task.pid, task.cpu, task.flags, self.id)
         self._emit(record, regs)
         return 0
 
@@ -266,7 +275,7 @@ class TraceEvent:
         record = TraceRecord(self.name, self.group, "r", now, func_addr or 0, where, self._values(hit),
                              caller=caller, func=func, entry_time=entry_time, task=self.trace.task_id(),
                              definition=self.definition, entry_sp=getattr(ri, "frame", None),
-                             comm=task.comm, pid=task.pid, cpu=task.cpu, flags=task.flags)
+                             comm=task.comm, pid=task.pid, cpu=task.cpu, flags=task.flags, event_id=self.id)
         self._emit(record, regs)
 
     @property
@@ -313,6 +322,8 @@ class Trace:
             target_type.task_info is Target.task_info
         #: every record gets its stack (``--stack``, ftrace's ``options/stacktrace``)
         self.stack = bool(stack)
+        #: the next event's id (``common_type``)
+        self._next_id = FIRST_EVENT_ID
         self._sink = sink
         self._tasks: dict[int, int] = {}
         self._task_of: Callable[[], int] | None = getattr(session.target, "current_task", None)
@@ -440,6 +451,9 @@ class Trace:
         session = self.session
         registry = session.registry
         probes: list[Probe] = []
+        for event in events:  # ids in the order the events were defined, as the kernel gives them
+            event.id = self._next_id
+            self._next_id += 1
         for event in sorted(events, key=lambda e: e.definition.is_return):
             event.probe = self._make_probe(registry, event)
             event.probe.name = event.name

@@ -8,7 +8,9 @@ can be compared with the kernel's own for the same trigger (tests/test_hist_kern
 
 - the attributes ``keys=`` (``key=``), ``vals=`` (``val=``, ``values=``), ``sort=``,
   ``size=``, ``name=``, and the flags ``pause``, ``cont``, ``clear``;
-- the fields: the event's fetch arguments, ``common_pid``, ``common_cpu`` (``cpu``),
+- the fields: the event's fetch arguments, the common fields (``common_type``,
+  ``common_flags``, ``common_preempt_count``, ``common_pid``: :mod:`kpsdk.trace.common`),
+  ``common_cpu`` (``cpu``),
   ``common_timestamp`` (ns; ``.usecs``), ``__probe_ip`` (``p`` events),
   ``__probe_func`` and ``__probe_ret_ip`` (return events);
 - the modifiers ``.hex``, ``.sym``, ``.sym-offset``, ``.execname`` (``common_pid``
@@ -37,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from kpsdk.errors import TriggerError
+from kpsdk.trace.common import COMMON_FIELDS, common_values, flag_bits
 
 if TYPE_CHECKING:
     from kpsdk.trace.events import TraceRecord
@@ -65,7 +68,7 @@ class EventField:
     name: str
     size: int
     signed: bool
-    source: str  # pid, cpu, time, ip, caller, func, or field (a fetch argument)
+    source: str  # type, flags, preempt_count, pid, cpu, time, ip, caller, func, or field (a fetch argument)
     string: bool = False
 
 
@@ -73,7 +76,8 @@ def event_fields(definition: ProbeDef, word: int) -> dict[str, EventField]:
     """The fields a hist trigger on this event may name: the common ones, the probe's
     address fields (``__probe_ip``; a return's ``__probe_func``, ``__probe_ret_ip``),
     and each fetch argument (strings as strings; arrays are left out)."""
-    fields = {"common_pid": EventField("common_pid", 4, True, "pid")}
+    fields = {name: EventField(name, size, signed, name.removeprefix("common_"))
+              for name, (size, signed) in COMMON_FIELDS.items()}
     if definition.is_return:
         fields["__probe_func"] = EventField("__probe_func", word, False, "func")
         fields["__probe_ret_ip"] = EventField("__probe_ret_ip", word, False, "caller")
@@ -118,6 +122,12 @@ class HistField:
         value: int | str | None
         if source == "pid":
             value = record.pid
+        elif source == "type":
+            value = record.event_id
+        elif source == "flags":
+            value = flag_bits(record.flags)[0]
+        elif source == "preempt_count":
+            value = flag_bits(record.flags)[1]
         elif source == "cpu":
             value = record.cpu
         elif source == "time":
@@ -511,6 +521,5 @@ class HistTrigger:
 
 
 def filter_values(record: TraceRecord) -> dict[str, object]:
-    """What a trigger's ``if FILTER`` sees: the record's fields and the common ones."""
-    return {"common_pid": record.pid, "common_cpu": record.cpu, "cpu": record.cpu, "comm": record.comm,
-            "COMM": record.comm, **record.fields}
+    """What a trigger's ``if FILTER`` sees: the record's fields, the common and generic ones."""
+    return common_values(record)
