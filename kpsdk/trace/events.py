@@ -40,6 +40,7 @@ from kpsdk.trace.common import ANY_EVENT_FIELDS, FIRST_EVENT_ID, common_values
 from kpsdk.trace.fetch import BoundArg, HitContext, Value, entry_args, format_symbol
 from kpsdk.trace.filter import Filter, parse_filter
 from kpsdk.trace.grammar import Parser, ProbeDef, TraceDefinitionError, arg_error
+from kpsdk.trace.histtrigger import register
 from kpsdk.trace.output import field_types
 from kpsdk.trace.triggers import STACK_DEPTH, EventTriggers, StackTrigger, matches, parse_trigger, split_trigger
 
@@ -324,6 +325,8 @@ class Trace:
         self.stack = bool(stack)
         #: the next event's id (``common_type``)
         self._next_id = FIRST_EVENT_ID
+        #: the first hist trigger of each ``name=NAME``, whose table later ones of that name share
+        self._named: dict[str, HistTrigger] = {}
         self._sink = sink
         self._tasks: dict[int, int] = {}
         self._task_of: Callable[[], int] | None = getattr(session.target, "current_task", None)
@@ -528,11 +531,14 @@ class Trace:
             raise TriggerError("ENOENT", text, 0, f"no event {name!r} (events: {known})", "trigger")
         session = self.session
         trigger = parse_trigger(command, event.definition, session.arch.word_size,
-                                lambda addr, offset: format_symbol(session, addr, with_offset=offset))
+                                lambda addr, offset: format_symbol(session, addr, with_offset=offset),
+                                session.arch.kernel_log2_overflow)
         if isinstance(trigger, StackTrigger):
             event.triggers.stacks.append(trigger)
-        else:
-            event.triggers.hists.append(trigger)
+            return trigger
+        added = register(trigger, event.triggers.hists, self._named, f"hist:{event.group}:{event.name}")
+        if added is not None:
+            event.triggers.hists.append(added)
         return trigger
 
     def hists(self) -> list[tuple[TraceEvent, HistTrigger]]:
