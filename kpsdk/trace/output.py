@@ -9,13 +9,15 @@ come from :mod:`kpsdk.trace.formats` the same way, so ``--output NAME`` and
   and for returns ``EVENT: (caller+0xOFF/0xSIZE <- sym) ...``, values printed
   the way ``trace_probe.c`` prints each type (``%u``, ``%d``, ``0x%x``,
   ``'c'``, ``"string"``, ``{a,b}`` for arrays, ``(fault)``).
-- ``jsonl``: one JSON object per record (:meth:`TraceRecord.as_dict`).
+- ``jsonl``: one JSON object per record (:meth:`TraceRecord.as_dict`), its ``stack``
+  the frames of a stack entry (``null`` without one).
 - ``perfetto``: the Trace Event Format that ui.perfetto.dev and
   chrome://tracing load.  A return with its entry time is a complete slice
   (``"ph": "X"``) named after the function, its arguments those of the return
   event and, when a ``p`` event on the same function fired at that call, the
   entry's too; other ``p`` hits are instant events (``"ph": "i"``).  Each task
-  is a thread.
+  is a thread.  Stacks (``--stack``, ``stacktrace`` triggers) are the format's
+  ``stackFrames`` table (:class:`StackFrames`) and each event's args.
 """
 
 from __future__ import annotations
