@@ -415,6 +415,9 @@ ARM = Arch(
     # arch/arm selects no HAVE_FUNCTION_ARG_ACCESS_API (no regs_get_kernel_argument): its kernel's
     # probe events refuse $argN anywhere; kpsdk's own targets read it by the AAPCS
     kernel_arg_access=False,
+    # hist .log2 of 0 or a negative value: 1UL << 32 is 0 on Debian's 6.1 armmp kernel, and
+    # ilog2(0) is -1, printed as a u64 (tests/test_trace_triggers_kernel.py, the guest's own hist)
+    kernel_log2_overflow=2**64 - 1,
     watch=WATCH,
     cross_gcc_package="gcc-arm-linux-gnueabihf",
     conditions=Conditions(condition, condition_passes),

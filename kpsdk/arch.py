@@ -697,6 +697,9 @@ class Arch:
     ``kernel_arg_access`` the arch's kernel reads ``$argN`` in probe events (32-bit arm's has
                           no HAVE_FUNCTION_ARG_ACCESS_API; Debian 12's ppc64el refuses it too:
                           "Invalid $-variable", asked of the guest in the tests)
+    ``kernel_log2_overflow`` a hist ``.log2`` key where the kernel's ``1UL << bits`` overflows
+                          (0, negative values): 32-bit arm's is ``ilog2(0)``, 2**64 - 1, as its
+                          kernel prints it; None: the exponent (x86_64's 64)
     ====================  ================================================================
     """
 
@@ -751,6 +754,7 @@ class Arch:
     access_gate: AccessGate | None = None
     kernel_tasks: KernelTasks | None = None
     kernel_arg_access: bool = True
+    kernel_log2_overflow: int | None = None
     #: ``(descriptor bytes, load bias) -> {register: value}``: what the kernel loads from an
     #: ELFv1 entry descriptor besides the pc (only called when e_entry is one); the descriptor
     #: as the file has it, the bias that of the object it belongs to (the loader's, if any)

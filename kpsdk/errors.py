@@ -316,6 +316,8 @@ HIST_ERRORS: dict[str, str] = {
     "EMPTY_SORT_FIELD": "Empty sort field",
     "TOO_MANY_SORT_FIELDS": "Too many sort fields (Max = 2)",
     "INVALID_SORT_FIELD": "Sort field must be a key or a val",
+    "NAMED_MISMATCH": "Named hist trigger doesn't match existing named trigger (includes variables)",
+    "TRIGGER_EEXIST": "Hist trigger already exists",
 }
 
 

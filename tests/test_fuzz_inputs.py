@@ -222,7 +222,8 @@ types = st.sampled_from(["", ":u8", ":s16", ":x32", ":s64", ":char", ":string", 
                          ":b4@2/8", ":u8[4]", ":string[2]"])
 bad_types = st.one_of(st.sampled_from([":b9@0/8", ":u32[65]", ":u8[", ":bad", ":", ":u8[0]", ":b0@0/8"]),
                       numbers.map(lambda n: f":u8[{n}]"), nasty_text.map(":".__add__))
-FILTER_FIELDS = ["a", "b", "name", "ret", "_x"]
+FILTER_FIELDS = ["a", "b", "name", "ret", "_x", "common_type", "common_flags", "common_preempt_count", "common_pid",
+                 "comm", "CPU"]
 
 
 def fetch_arg(names: st.SearchStrategy[str]) -> Piece:
@@ -324,7 +325,8 @@ def test_a_trace_registers_or_refuses_and_its_hits_never_fail(s: kpsdk.Session, 
 
 TRIGGER_DEFS = ["p:f fact n=%di:s64 name=+0(%di):string", "r:fr fact ret=$retval:s32"]
 hist_keys = st.sampled_from(["n", "common_pid", "common_pid.execname", "n.log2", "n.buckets=4", "name",
-                             "__probe_ip.sym", "n.hex", "common_cpu", "__probe_ip.sym-offset", "n,common_pid"])
+                             "__probe_ip.sym", "n.hex", "common_cpu", "__probe_ip.sym-offset", "n,common_pid",
+                             "common_type", "common_flags.hex", "common_preempt_count,common_type.log2"])
 trigger_pieces: list[Piece] = [
     ("event", st.sampled_from(["f", "kprobes/f", "kprobes.f"]), st.one_of(nasty_text, st.just("fr"))),
     ("keys", hist_keys.map(lambda k: f"keys={k}"), st.one_of(nasty_text.map(lambda t: f"keys={t}"),
@@ -335,6 +337,8 @@ trigger_pieces: list[Piece] = [
      st.one_of(nasty_text.map(lambda t: f"sort={t}"), st.sampled_from(["sort=", "sort=n,n,n", "sort=n.up"]))),
     ("size", st.sampled_from(["size=128", "size=2048", "size=0x1000"]),
      st.one_of(numbers.map(lambda t: f"size={t}"), st.just("size="))),
+    ("name", st.sampled_from(["name=t", "name=u"]), st.one_of(nasty_text.map(lambda t: f"name={t}"),
+                                                             st.just("name="))),
 ]
 
 
@@ -346,7 +350,7 @@ def triggers(draw: st.DrawFn) -> str:
     if draw(st.booleans()):
         count = draw(st.one_of(st.just(""), st.integers(0, 9).map(lambda n: f":{n}"), nasty_text))
         return f"{pieces['event']}:stacktrace{count}{tail}"
-    attrs = [pieces["keys"]] + [pieces[k] for k in ("vals", "sort", "size") if draw(st.booleans())]
+    attrs = [pieces["keys"]] + [pieces[k] for k in ("vals", "sort", "size", "name") if draw(st.booleans())]
     return f"{pieces['event']}:hist:{':'.join(attrs)}{tail}"
 
 
@@ -362,6 +366,29 @@ def test_a_trigger_is_taken_or_refused_and_its_hits_never_fail(s: kpsdk.Session,
         error_log = getattr(e, "error_log", None)
         assert error_log is None or len(error_log.splitlines()) == 3, error_log
         assert "\n" not in str(e)
+        assert_clean(s)
+        return
+    event("triggered")
+    try:
+        s.call("fact", 3)
+        for _, hist in trace.hists():
+            assert hist.render().startswith("# event histogram\n")
+    finally:
+        trace.close()
+    assert_clean(s)
+
+
+@settings(max_examples=fuzz_examples(150))
+@given(texts=st.lists(st.one_of(triggers(), triggers().map(lambda t: t.replace("f:", "fr:", 1))), min_size=2,
+                      max_size=4))
+def test_several_triggers_share_named_tables_or_are_refused(s: kpsdk.Session, texts: list[str]) -> None:
+    """Triggers on two events, named tables among them (``name=t``): taken together, or one of
+    kpsdk's errors (a named table that does not match, a repeat) with nothing registered."""
+    try:
+        trace = s.trace(TRIGGER_DEFS, triggers=texts)
+    except Exception as e:  # noqa: BLE001 - the property is which exceptions
+        expect_kpsdk_error(e)
+        event(f"refused: {getattr(e, 'code', type(e).__name__)}")
         assert_clean(s)
         return
     event("triggered")

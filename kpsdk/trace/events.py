@@ -36,9 +36,11 @@ from kpsdk.errors import ArgumentError, KprobeError, KpsdkError, TriggerError, s
 from kpsdk.symbols import did_you_mean
 from kpsdk.target import Target
 from kpsdk.tasks import NO_FLAGS, UNKNOWN_COMM, TaskInfo, check_comm, check_pid, program_comm
+from kpsdk.trace.common import ANY_EVENT_FIELDS, FIRST_EVENT_ID, common_values
 from kpsdk.trace.fetch import BoundArg, HitContext, Value, entry_args, format_symbol
 from kpsdk.trace.filter import Filter, parse_filter
 from kpsdk.trace.grammar import BTF_ARGS_VERSION, Parser, ProbeDef, TraceDefinitionError, arg_error
+from kpsdk.trace.histtrigger import register
 from kpsdk.trace.output import field_types
 from kpsdk.trace.triggers import STACK_DEPTH, EventTriggers, StackTrigger, matches, parse_trigger, split_trigger
 
@@ -96,6 +98,8 @@ class TraceRecord:
     pid: int = 0
     cpu: int = 0
     flags: str = NO_FLAGS
+    #: the event's id (``common_type``, the ``ID:`` of its ``format``; :mod:`kpsdk.trace.common`); 0: none
+    event_id: int = field(default=0, repr=False, compare=False)
     #: the stack at the hit (``--stack``, a ``stacktrace`` trigger): ``sym+0xoff/0xsize`` per frame, innermost first
     stack: tuple[str, ...] | None = field(default=None, repr=False, compare=False)
     #: one ``after`` per stack entry the trace shows after the event's line (``--stack``, each
@@ -110,7 +114,8 @@ class TraceRecord:
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready dict: one ``jsonl`` line (schema :data:`kpsdk.trace.output.JSONL_SCHEMA`).
 
-        Every key is always there (``null`` where it does not apply); addresses and
+        Every key is always there (``null`` where it does not apply: ``stack`` is the
+        frames of ``--stack`` or a ``stacktrace`` trigger, innermost first); addresses and
         hex-typed fields are ``"0x..."`` strings, and integers JSON readers cannot hold
         exactly (beyond 2**53: jq's doubles) decimal strings.
         """
@@ -122,7 +127,8 @@ class TraceRecord:
                            for name, value in self.fields.items()},
                 "caller": f"{self.caller:#x}" if self.caller is not None else None, "func": self.func,
                 "entry_time": round(self.entry_time, 9) if self.entry_time is not None else None,
-                "duration": round(self.time - self.entry_time, 9) if self.entry_time is not None else None}
+                "duration": round(self.time - self.entry_time, 9) if self.entry_time is not None else None,
+                "stack": list(self.stack) if self.stack is not None else None}
 
 
 #: the largest integer a JSON reader that uses doubles (jq, JavaScript) holds exactly
@@ -180,7 +186,12 @@ class TraceEvent:
         self._where: dict[int, str] = {}
         #: per kretprobe instance in flight: (entry time, the $argN values, the function's address)
         self._entries: dict[int, tuple[float, dict[int, int | None] | None, int]] = {}
-        self.filtered = trace.filter is not None and trace.filter.applies_to({a.name for a in args})
+        #: the event's id (``common_type``): given when the trace takes the event (:meth:`Trace.add`)
+        self.id = 0
+        names = {a.name for a in args}
+        self.filtered = trace.filter is not None and trace.filter.applies_to(names | ANY_EVENT_FIELDS)
+        #: the filter reads a common or generic field (``common_pid``, ``comm``...): it sees those too
+        self._filter_common = self.filtered and trace.filter is not None and not trace.filter.applies_to(names)
         self._arg_numbers = sorted({n.index for a in definition.args for n in a.fetch.walk() if n.kind == "arg"})
         self.triggers = EventTriggers()
 
@@ -199,7 +210,8 @@ class TraceEvent:
 
     def _emit(self, record: TraceRecord, regs: PtRegs) -> None:
         trace = self.trace
-        if self.filtered and trace.filter is not None and not trace.filter(record.fields):
+        if self.filtered and trace.filter is not None and \
+                not trace.filter(common_values(record) if self._filter_common else record.fields):
             return
         self.recorded += 1
         trace.counts[self.name] += 1
@@ -235,7 +247,7 @@ class TraceEvent:
         hit = HitContext(regs)
         record = TraceRecord(self.name, self.group, "p", now, ip, where, {a.name: a.value(hit) for a in self.args},
                              None, None, None, task_id, self.definition, int(regs.sp),
-                             task.comm, task.pid, task.cpu, task.flags)
+                             task.comm, task.pid, task.cpu, task.flags, self.id)
         self._emit(record, regs)
         return 0
 
@@ -265,7 +277,7 @@ class TraceEvent:
         record = TraceRecord(self.name, self.group, "r", now, func_addr or 0, where, self._values(hit),
                              caller=caller, func=func, entry_time=entry_time, task=self.trace.task_id(),
                              definition=self.definition, entry_sp=getattr(ri, "frame", None),
-                             comm=task.comm, pid=task.pid, cpu=task.cpu, flags=task.flags)
+                             comm=task.comm, pid=task.pid, cpu=task.cpu, flags=task.flags, event_id=self.id)
         self._emit(record, regs)
 
     @property
@@ -312,6 +324,10 @@ class Trace:
             target_type.task_info is Target.task_info
         #: every record gets its stack (``--stack``, ftrace's ``options/stacktrace``)
         self.stack = bool(stack)
+        #: the next event's id (``common_type``)
+        self._next_id = FIRST_EVENT_ID
+        #: the first hist trigger of each ``name=NAME``, whose table later ones of that name share
+        self._named: dict[str, HistTrigger] = {}
         self._sink = sink
         self._tasks: dict[int, int] = {}
         self._task_of: Callable[[], int] | None = getattr(session.target, "current_task", None)
@@ -441,6 +457,9 @@ class Trace:
         session = self.session
         registry = session.registry
         probes: list[Probe] = []
+        for event in events:  # ids in the order the events were defined, as the kernel gives them
+            event.id = self._next_id
+            self._next_id += 1
         for event in sorted(events, key=lambda e: e.definition.is_return):
             event.probe = self._make_probe(registry, event)
             event.probe.name = event.name
@@ -515,11 +534,14 @@ class Trace:
             raise TriggerError("ENOENT", text, 0, f"no event {name!r} (events: {known})", "trigger")
         session = self.session
         trigger = parse_trigger(command, event.definition, session.arch.word_size,
-                                lambda addr, offset: format_symbol(session, addr, with_offset=offset))
+                                lambda addr, offset: format_symbol(session, addr, with_offset=offset),
+                                session.arch.kernel_log2_overflow)
         if isinstance(trigger, StackTrigger):
             event.triggers.stacks.append(trigger)
-        else:
-            event.triggers.hists.append(trigger)
+            return trigger
+        added = register(trigger, event.triggers.hists, self._named, f"hist:{event.group}:{event.name}")
+        if added is not None:
+            event.triggers.hists.append(added)
         return trigger
 
     def hists(self) -> list[tuple[TraceEvent, HistTrigger]]:

@@ -31,6 +31,7 @@ import typer
 
 from kpsdk.errors import KpsdkError, TraceDefinitionError, TriggerError
 from kpsdk.symbols import did_you_mean
+from kpsdk.trace.histtrigger import HistTrigger, register
 from kpsdk.trace.triggers import matches, parse_trigger, split_trigger
 
 if TYPE_CHECKING:
@@ -91,6 +92,8 @@ def precheck(choice: TargetChoice, definitions: list[str], hist_fields: list[str
 def _triggers(parsed: list[ProbeDef], triggers: Sequence[str], word: int, loose: bool) -> None:
     """Each trigger parses for its event (the kernel's errors); an event that ``--functions`` will
     name (``loose``) is checked once the functions are known."""
+    hists: dict[int, list[HistTrigger]] = {}
+    named: dict[str, HistTrigger] = {}
     for text in triggers:
         name, command = split_trigger(text)
         found = next((d for d in parsed if d.op != "-" and matches(name, d.event, d.group)), None)
@@ -99,7 +102,12 @@ def _triggers(parsed: list[ProbeDef], triggers: Sequence[str], word: int, loose:
                 continue
             known = ", ".join(d.event for d in parsed if d.op != "-") or "none"
             raise TriggerError("ENOENT", text, 0, f"no event {name!r} (events: {known})", "trigger")
-        parse_trigger(command, found, word)
+        trigger = parse_trigger(command, found, word)
+        if isinstance(trigger, HistTrigger):  # with the event's others: a named table, a repeat
+            existing = hists.setdefault(id(found), [])
+            added = register(trigger, existing, named, f"hist:{found.group}:{found.event}")
+            if added is not None:
+                existing.append(added)
 
 
 def _kernel_version(choice: TargetChoice) -> tuple[int, int] | None:
