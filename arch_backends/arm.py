@@ -25,9 +25,11 @@ from kpsdk.arch import (
     DebianPort,
     DetourCode,
     EntryDetour,
+    FieldUse,
     FrameRecord,
     InsnRules,
     InstructionSet,
+    KernelTasks,
     LinuxAbi,
     ModeBit,
     OutOfLine,
@@ -37,6 +39,7 @@ from kpsdk.arch import (
     ReturnDetour,
     StatLayout,
     Syscalls,
+    TaskCode,
     WatchRules,
 )
 from kpsdk.arch_backends import syscall_tables as tables
@@ -326,6 +329,57 @@ ARM_PLT = (PltTable(".plt", 20, 12, prefix=THUMB_PLT_PREFIX, prefix_size=4,
            PltTable(".plt", 20, 16, prefix=THUMB_PLT_PREFIX, prefix_size=4,
                     source="binutils bfd/elf32-arm.c elf32_arm_plt_entry_long"))
 
+#: the loads of a 32-bit kernel's fields: bytes read
+_LOAD_SIZES = {ca.ARM_INS_LDR: 4, ca.ARM_INS_LDRH: 2, ca.ARM_INS_LDRSH: 2, ca.ARM_INS_LDRB: 1, ca.ARM_INS_LDRSB: 1}
+#: ``mrc p15, 0, Rt, c13, c0, 3``: a read of TPIDRURO (ARM ARM B4.1.150)
+_TPIDRURO = ((capstone.CS_OP_IMM, 0), (capstone.arm.ARM_OP_CIMM, 13), (capstone.arm.ARM_OP_CIMM, 0),
+             (capstone.CS_OP_IMM, 3))
+
+
+def loads_current(insn: capstone.CsInsn) -> tuple[str, int] | None:
+    """``mrc p15, 0, R, c13, c0, 3``: a 6.1 SMP kernel keeps current in TPIDRURO while it runs
+    (CONFIG_CURRENT_POINTER_IN_TPIDRURO, arch/arm/include/asm/current.h)."""
+    if insn.id != ca.ARM_INS_MRC or len(insn.operands) != 6:
+        return None
+    coproc, opc1, rt, crn, crm, opc2 = insn.operands
+    if coproc.type != ca.ARM_OP_PIMM or coproc.imm != 15 or rt.type != ca.ARM_OP_REG:
+        return None
+    if tuple((op.type, op.imm) for op in (opc1, crn, crm, opc2)) != _TPIDRURO:
+        return None
+    return insn.reg_name(rt.reg), 0
+
+
+def current_field(insn: capstone.CsInsn, reg: str) -> FieldUse | None:
+    """``ldr X, [R, #d]`` (or its halfword and byte forms) or ``add X, R, #d`` with current in R."""
+    ops = insn.operands
+    size = _LOAD_SIZES.get(insn.id)
+    if size is not None and len(ops) == 2 and ops[1].type == ca.ARM_OP_MEM and not insn.writeback:
+        mem = ops[1].mem
+        if mem.base and insn.reg_name(mem.base) == reg and not mem.index:
+            return "load", -mem.disp if ops[1].subtracted else mem.disp, size
+    if insn.id == ca.ARM_INS_ADD and len(ops) == 3 and ops[1].type == ca.ARM_OP_REG \
+            and insn.reg_name(ops[1].reg) == reg and ops[2].type == ca.ARM_OP_IMM and not ops[2].shift.type:
+        return "address", ops[2].imm, 0
+    return None
+
+
+#: CPSR.I: IRQs masked
+CPSR_I = 0x80
+#: Debian's armmp kernel (6.1, SMP, THREAD_INFO_IN_TASK) keeps ``current`` in TPIDRURO (QEMU's
+#: gdbstub names the register so).  It has no BTF and no data symbols: task_struct's pid
+#: and comm offsets come from the code of dump_stack_print_info (:mod:`kpsdk.taskcode`),
+#: which also reads thread_info.cpu (raw_smp_processor_id; thread_info is task_struct's
+#: first member: flags, preempt_count, cpu at 0, 4 and 8, arch/arm/include/asm/thread_info.h).
+KERNEL_TASKS = KernelTasks(
+    percpu_register="",
+    current=(),
+    flags_register="cpsr",
+    irqs_disabled=lambda cpsr: bool(cpsr & CPSR_I),
+    current_register="TPIDRURO",
+    code=TaskCode("dump_stack_print_info", loads_current, current_field, not_pid=(0, 4, 8)),
+)
+
+
 ARM = Arch(
     name="arm",
     aliases=("arm32", "armhf", "thumb"),
@@ -361,6 +415,9 @@ ARM = Arch(
     # arch/arm selects no HAVE_FUNCTION_ARG_ACCESS_API (no regs_get_kernel_argument): its kernel's
     # probe events refuse $argN anywhere; kpsdk's own targets read it by the AAPCS
     kernel_arg_access=False,
+    # hist .log2 of 0 or a negative value: 1UL << 32 is 0 on Debian's 6.1 armmp kernel, and
+    # ilog2(0) is -1, printed as a u64 (tests/test_trace_triggers_kernel.py, the guest's own hist)
+    kernel_log2_overflow=2**64 - 1,
     watch=WATCH,
     cross_gcc_package="gcc-arm-linux-gnueabihf",
     conditions=Conditions(condition, condition_passes),
@@ -371,6 +428,7 @@ ARM = Arch(
     mode_bit=ModeBit("cpsr", 0x20, "thumb"),  # CPSR.T
     page_walk=page_walk,
     unicorn_setup=unicorn_setup,
+    kernel_tasks=KERNEL_TASKS,
 )
 
 

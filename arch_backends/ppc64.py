@@ -29,9 +29,11 @@ from kpsdk.arch import (
     Breakpoint,
     DebianPort,
     DetourCode,
+    FieldUse,
     FrameRecord,
     InsnRules,
     InstructionSet,
+    KernelTasks,
     LinuxAbi,
     OutOfLine,
     PltTable,
@@ -39,6 +41,7 @@ from kpsdk.arch import (
     Register,
     StatLayout,
     Syscalls,
+    TaskCode,
     WatchRules,
 )
 from kpsdk.arch_backends import ppc64_detour
@@ -248,6 +251,49 @@ PPC64_GLINK = PltTable("", 32, 8, dynamic_tag=DT_PPC64_GLINK, name=".glink", e_f
                        source="binutils bfd/elf64-ppc.c ppc64_elf_get_synthetic_symtab")
 PPC64_PLT = (replace(PPC64_GLINK, entry=4), replace(PPC64_GLINK, e_flags=None))
 
+#: D-form loads of a kernel's fields: bytes read
+_LOAD_SIZES = {"lwz": 4, "lwa": 4, "lhz": 2, "lha": 2, "lbz": 1, "ld": 8}
+
+
+def loads_current(insn: capstone.CsInsn) -> tuple[str, int] | None:
+    """``ld R, D(r13)``: a 64-bit Book3S kernel keeps its PACA in r13 (arch/powerpc/include/asm/paca.h:
+    ``register struct paca_struct *local_paca asm("r13")``) and ``current`` in
+    ``paca_struct.__current`` (asm/current.h)."""
+    ops = insn.operands
+    if insn.mnemonic != "ld" or len(ops) != 2 or ops[1].type != capstone.CS_OP_MEM:
+        return None
+    if insn.reg_name(ops[1].mem.base) != "r13":
+        return None
+    return insn.reg_name(ops[0].reg), ops[1].mem.disp
+
+
+def current_field(insn: capstone.CsInsn, reg: str) -> FieldUse | None:
+    """``lwz X, d(R)`` (and the other D-form loads) or ``addi X, R, d`` with current in R."""
+    ops = insn.operands
+    size = _LOAD_SIZES.get(insn.mnemonic)
+    if size is not None and len(ops) == 2 and ops[1].type == capstone.CS_OP_MEM \
+            and insn.reg_name(ops[1].mem.base) == reg:
+        return "load", ops[1].mem.disp, size
+    if insn.mnemonic == "addi" and len(ops) == 3 and ops[1].type == capstone.CS_OP_REG \
+            and insn.reg_name(ops[1].reg) == reg and ops[2].type == capstone.CS_OP_IMM:
+        return "address", ops[2].imm, 0
+    return None
+
+
+#: ppc64 kernels: r13 is the PACA, ``current`` its ``__current`` (no BTF in Debian's ppc64el
+#: kernel: the offset, and task_struct's pid and comm, come from the code of
+#: dump_stack_print_info, :mod:`kpsdk.taskcode`).  No register says whether interrupts are off:
+#: the kernel masks them in software (``paca_struct.irq_soft_mask``, arch/powerpc/include/asm/
+#: hw_irq.h), so the prefix's irqs-off flag prints as ``.``.
+KERNEL_TASKS = KernelTasks(
+    percpu_register="r13",
+    current=(),
+    flags_register="",
+    irqs_disabled=lambda _value: False,
+    code=TaskCode("dump_stack_print_info", loads_current, current_field),
+)
+
+
 PPC64 = Arch(
     name="ppc64",
     aliases=("powerpc64", "ppc64be"),
@@ -296,6 +342,7 @@ PPC64 = Arch(
                        scratch=("r11", "r12"), flags="cr0", regs_access=ppc64_detour.regs_access,
                        data_endian="little"),
     local_entry=local_entry,
+    kernel_tasks=KERNEL_TASKS,
 )
 
 TRAP_LE = struct.pack("<I", 0x7FE00008)

@@ -27,6 +27,7 @@ from kpsdk.arch import (
     FrameRecord,
     InsnRules,
     InstructionSet,
+    KernelClock,
     KernelTasks,
     LinuxAbi,
     OutOfLine,
@@ -282,6 +283,13 @@ KERNEL_TASKS = KernelTasks(
 )
 
 
+#: QEMU's riscv virt board: the ACLINT MTIMER at 0x2000000 + 0x4000 (hw/riscv/virt.c's
+#: VIRT_CLINT, RISCV_ACLINT_SWI_SIZE), its 64-bit ``mtime`` at + 0x7ff8
+#: (RISCV_ACLINT_DEFAULT_MTIME): the ``time`` CSR a kernel reads (drivers/clocksource/timer-riscv.c:
+#: ``riscv_sched_clock`` returns get_cycles64()), at the board's 10 MHz timebase
+VIRT_MTIME = KernelClock(0x200BFF8, 8, "riscv_sched_clock", "QEMU's virt board: ACLINT mtime at 0x200bff8")
+
+
 RISCV64 = Arch(
     name="riscv64",
     aliases=("riscv", "rv64"),
@@ -315,7 +323,7 @@ RISCV64 = Arch(
     # binutils bfd/elfnn-riscv.c: PLT_HEADER_SIZE (32), PLT_ENTRY_SIZE (16)
     plt=(PltTable(".plt", 32, 16, source="binutils bfd/elfnn-riscv.c PLT_HEADER_SIZE, PLT_ENTRY_SIZE"),),
     irelative=(58,),  # R_RISCV_IRELATIVE (RISC-V ELF psABI)
-    qemu_system=QemuMachine("qemu-system-riscv64", "qemu-system-misc", machine="virt"),
+    qemu_system=QemuMachine("qemu-system-riscv64", "qemu-system-misc", machine="virt", clock=VIRT_MTIME),
     # Debian 12 has no riscv64 kernel; 13 (trixie) has, as an uncompressed Image named vmlinux-*
     debian=DebianPort("riscv64", "trixie", "linux-image-riscv64", "vmlinux-*"),
     kernel_tasks=KERNEL_TASKS,

@@ -8,6 +8,7 @@ on the stack (cdecl); the kernel uses regparm(3) (eax, edx, ecx).
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 
 import capstone
 import keystone
@@ -23,6 +24,7 @@ from kpsdk.arch import (
     DebianPort,
     DetourCode,
     EntryDetour,
+    FieldUse,
     FrameRecord,
     InsnRules,
     InstructionSet,
@@ -36,6 +38,7 @@ from kpsdk.arch import (
     ReturnDetour,
     StatLayout,
     Syscalls,
+    TaskCode,
     WatchRules,
 )
 from kpsdk.arch_backends import syscall_tables as tables
@@ -294,12 +297,46 @@ INSN_RULES = InsnRules(classify, successors)
 #: X86_EFLAGS_IF (arch/x86/include/uapi/asm/processor-flags.h): interrupts are enabled
 EFLAGS_IF = 0x200
 
+
+def _loads_percpu(segment: int, size: int) -> Callable[[capstone.CsInsn], tuple[str, int] | None]:
+    """``mov R, %SEG:ADDR`` of ``size`` bytes, no base or index: how an x86 kernel reads a
+    per-cpu word (arch/x86/include/asm/percpu.h: %gs on x86_64, %fs on i386, whose base is
+    this CPU's per-cpu offset)."""
+
+    def loads(insn: capstone.CsInsn) -> tuple[str, int] | None:
+        if insn.id != cx.X86_INS_MOV or len(insn.operands) != 2:
+            return None
+        dst, src = insn.operands
+        if dst.type != capstone.CS_OP_REG or src.type != capstone.CS_OP_MEM or src.size != size:
+            return None
+        mem = src.mem
+        if mem.segment != segment or mem.base or mem.index:
+            return None
+        return insn.reg_name(dst.reg), mem.disp & (1 << 8 * size) - 1
+
+    return loads
+
+
+def current_field(insn: capstone.CsInsn, reg: str) -> FieldUse | None:
+    """A read of ``[R + d]`` (``mov``, ``push``...) or ``lea X, [R + d]`` with current in R."""
+    for op in insn.operands:
+        if op.type != capstone.CS_OP_MEM or op.mem.index or op.mem.segment or not op.mem.base \
+                or insn.reg_name(op.mem.base) != reg:
+            continue
+        if insn.id == cx.X86_INS_LEA:
+            return "address", op.mem.disp, 0
+        if op.access & capstone.CS_AC_READ:
+            return "load", op.mem.disp, op.size
+    return None
+
+
 #: x86_64 kernels address per-cpu data through %gs (arch/x86/include/asm/percpu.h), whose
 #: base the kernel's swapgs loads on entry; ``current`` is the per-cpu ``current_task``
 #: (arch/x86/include/asm/current.h) and the preempt count the per-cpu ``__preempt_count``
 #: (arch/x86/include/asm/preempt.h), both members of ``pcpu_hot`` since 6.2.  That count
 #: folds PREEMPT_NEED_RESCHED in, inverted; TIF_NEED_RESCHED is thread_info flag 3
-#: (arch/x86/include/asm/thread_info.h).
+#: (arch/x86/include/asm/thread_info.h).  A kernel built without BTF shows current and
+#: task_struct's pid and comm in the code of dump_stack_print_info (:mod:`kpsdk.taskcode`).
 KERNEL_TASKS_64 = KernelTasks(
     percpu_register="gs_base",
     current=("current_task", "pcpu_hot.current_task"),
@@ -308,6 +345,20 @@ KERNEL_TASKS_64 = KernelTasks(
     preempt_count=("__preempt_count", "pcpu_hot.preempt_count"),
     need_resched_bit=3,
     preempt_need_resched_inverted=0x80000000,
+    code=TaskCode("dump_stack_print_info", _loads_percpu(cx.X86_REG_GS, 8), current_field),
+)
+
+#: i386 kernels: %fs holds the per-cpu offset in kernel mode (entry_32.S loads __KERNEL_PERCPU,
+#: a GDT entry based at it; QEMU's gdbstub shows that base as fs_base), ``current`` is the
+#: per-cpu ``current_task`` (``pcpu_hot.current_task`` since 6.2).  Debian's 686 kernel has no
+#: BTF and no data symbols: the address of ``current_task`` and task_struct's pid and comm are
+#: read in the code of dump_stack_print_info (:mod:`kpsdk.taskcode`).
+KERNEL_TASKS_32 = KernelTasks(
+    percpu_register="fs_base",
+    current=("current_task", "pcpu_hot.current_task"),
+    flags_register="eflags",
+    irqs_disabled=lambda flags: not flags & EFLAGS_IF,
+    code=TaskCode("dump_stack_print_info", _loads_percpu(cx.X86_REG_FS, 4), current_field),
 )
 
 
@@ -370,6 +421,18 @@ X86_PLT_GOT = PltGotTable(".plt.got", 8, 16, ".plt.sec", plt_got_slot,
 X86_PLT = (PltTable(".plt.sec", 0, 16, by_slot=True, source="binutils bfd/elfxx-x86.h (IBT: .plt.sec)"),
            PltTable(".plt", 16, 16, by_slot=True, source="binutils bfd/elfxx-x86.h (lazy PLT)"))
 
+#: what the kernel's ``is_endbr`` takes (arch/x86/include/asm/ibt.h): ENDBR64, ENDBR32, and the
+#: 4-byte nop (``nopl -42(%rax)``) that ``apply_seal_endbr`` writes over an unused one at boot.
+#: Only x86_64 kernels have IBT (X86_KERNEL_IBT), so i386's backend has no kernel_entry_skip.
+KERNEL_ENDBR = (b"\xf3\x0f\x1e\xfa", b"\xf3\x0f\x1e\xfb", b"\x0f\x1f\x40\xd6")
+
+
+def kernel_entry_skip(code: bytes) -> int:
+    """A kprobe on a kernel function that starts with an ``endbr`` goes after it (IBT kernels:
+    ``arch_adjust_kprobe_addr``, arch/x86/kernel/kprobes/core.c)."""
+    return 4 if code[:4] in KERNEL_ENDBR else 0
+
+
 X86_64 = Arch(
     name="x86_64",
     aliases=("amd64", "x86-64"),
@@ -408,6 +471,7 @@ X86_64 = Arch(
     out_of_line=OutOfLine(jump_back_64, return_jump_64),
     detours=DetourCode(near_jump, entry_detour, return_detour, scratch=("r11",), flags="rflags"),
     kernel_tasks=KERNEL_TASKS_64,
+    kernel_entry_skip=kernel_entry_skip,
 )
 
 I386 = Arch(
@@ -442,6 +506,7 @@ I386 = Arch(
     qemu_system=QemuMachine("qemu-system-i386", "qemu-system-x86"),
     debian=DebianPort("i386", "bookworm", "linux-image-686"),
     kernel_stack_size=8192,
+    kernel_tasks=KERNEL_TASKS_32,
     gdb_break_adjusts_pc=True,
     watch=_watch(4),
     cross_gcc_package="gcc-i686-linux-gnu",

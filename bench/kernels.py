@@ -34,7 +34,7 @@ import kpsdk
 import kpsdk.targets.qemu as qemu_launcher
 from kpsdk.fixtures import kernel
 
-ARCHS = ("x86_64", "i386", "arm", "riscv64")
+ARCHS = ("x86_64", "i386", "arm", "riscv64", "ppc64le")
 #: the busy function, by its name in each kernel (6.12's slab allocator adds _noprof)
 BUSY = ("kmem_cache_alloc", "kmem_cache_alloc_noprof")
 TIMEOUT = 900.0
@@ -102,7 +102,7 @@ def _cell(values: list[float]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--arch", action="append", choices=ARCHS, help="repeatable (default: all four)")
+    parser.add_argument("--arch", action="append", choices=ARCHS, help="repeatable (default: all five)")
     parser.add_argument("--runs", type=int, default=3, help="boots per configuration (default 3)")
     parser.add_argument("--hits", type=int, default=2000, help="hits timed on the busy function (default 2000)")
     parser.add_argument("--accel", action="append", help="QEMU -accel value, repeatable: interleaved "

@@ -10,14 +10,16 @@ median is reported, with the spread):
   instruction single-stepped, its end reported by the agent);
 - kpsdk kretprobe: a kretprobe on ``inc`` (two breakpoint hits per call);
 - gdb's own loop: ``break *inc`` with ``commands; silent; continue; end``;
-- a plain pygdbmi loop: ``GdbController``, ``-exec-continue``, wait for ``*stopped``.
+- a plain pygdbmi loop: ``GdbController``, ``-exec-continue``, wait for ``*stopped``;
+- with ``--floor``: gdb with a Python breakpoint whose ``stop()`` returns False and asks
+  nobody, the floor of kpsdk's path (kpsdk's hit is this plus the round trip to the host).
 
 Each arch is measured twice: on an idle machine, and with one competing busy
 process (a Python ``while True: pass``) started for the time of the
 measurement, as on a machine shared with other work (``--no-contended``
 skips it; the plain pygdbmi loop runs only in the idle configuration).
 
-Run: ``python bench/live.py [--hits N] [--repeats R] [--arch A ...]`` (``nox -s bench`` runs it too).
+Run: ``python bench/live.py [--hits N] [--repeats R] [--arch A ...] [--floor]`` (``nox -s bench`` runs it too).
 """
 
 from __future__ import annotations
@@ -109,6 +111,29 @@ def run_gdb_commands(arch: str, hits: int) -> float:
         return time.perf_counter() - start
 
 
+def run_gdb_python(arch: str, hits: int) -> float:
+    """The floor of kpsdk's path: gdb with a Python breakpoint (software, as kpsdk's) whose
+    ``stop()`` returns False at once, with no host to ask.  kpsdk's hit is this plus the
+    round trip to the host and the handler (``--floor``)."""
+    inc, iterations = _addresses(arch)
+    with tempfile.TemporaryDirectory() as tmp:
+        sock = Path(tmp) / "gdb.sock"
+        script = Path(tmp) / "loop.gdb"
+        arch_name = kpsdk.get_registry().arch(arch).gdb_arch
+        script.write_text(
+            "set pagination off\nset confirm off\nset auto-connect-native-target off\n"
+            f"set architecture {arch_name}\nfile {spin(arch)}\ntarget remote {sock}\n"
+            f"set var *(int *){iterations:#x} = {hits}\n"
+            "python\nclass Floor(gdb.Breakpoint):\n    def stop(self):\n        return False\n"
+            f"Floor('*{inc:#x}', internal=True)\nend\ncontinue\n")
+        start = time.perf_counter()
+        qemu = _qemu(arch, sock)
+        subprocess.run(["gdb-multiarch", "-nx", "-batch", "-x", str(script)], capture_output=True, check=True,
+                       timeout=600)
+        qemu.wait(timeout=30)
+        return time.perf_counter() - start
+
+
 def run_pygdbmi(arch: str, hits: int) -> float:
     from pygdbmi.gdbcontroller import GdbController
 
@@ -152,6 +177,8 @@ LOOPS: dict[str, Callable[[str, int], float]] = {
 }
 #: what runs next to a competing busy process
 CONTENDED = ("kpsdk", "gdb commands")
+#: ``--floor``: gdb's Python breakpoint alone, measured with the others (idle and contended)
+FLOOR = "gdb python floor"
 
 
 def rate(loop: Callable[[str, int], float], arch: str, hits: int) -> float:
@@ -175,9 +202,10 @@ def interleaved(names: tuple[str, ...], arch: str, hits: int, repeats: int) -> d
     """Each loop's rate ``repeats`` times, the loops taking turns: a machine whose load
     changes during the run changes every loop's numbers alike."""
     rates: dict[str, list[float]] = {name: [] for name in names}
+    loops = {**LOOPS, FLOOR: run_gdb_python}
     for _ in range(repeats):
         for name in names:
-            rates[name].append(rate(LOOPS[name], arch, hits))
+            rates[name].append(rate(loops[name], arch, hits))
     return rates
 
 
@@ -186,6 +214,9 @@ def summary(rates: dict[str, list[float]]) -> dict[str, Any]:
     row: dict[str, Any] = {name: statistics.median(v) for name, v in rates.items()}
     row["spread"] = {name: (min(v), max(v)) for name, v in rates.items()}
     row["ratio"] = row["kpsdk"] / row["gdb commands"]
+    if FLOOR in row:
+        row["floor/gdb"] = row[FLOOR] / row["gdb commands"]
+        row["kpsdk/floor"] = row["kpsdk"] / row[FLOOR]
     if "kpsdk post_handler" in row:
         row["post/pre"] = row["kpsdk post_handler"] / row["kpsdk"]
         row["kretprobe/pre"] = row["kpsdk kretprobe"] / row["kpsdk"]
@@ -193,27 +224,35 @@ def summary(rates: dict[str, list[float]]) -> dict[str, Any]:
 
 
 def bench(archs: tuple[str, ...], hits: int, log: Callable[[str], None] = print,
-          contended: bool = True, repeats: int = 3) -> dict[str, Any]:
+          contended: bool = True, repeats: int = 3, floor: bool = False) -> dict[str, Any]:
     """Hits per second per arch and loop (medians of ``repeats`` interleaved runs), kpsdk's
     ratio to gdb's own loop, and post_handler and kretprobe hits against pre_handler hits;
-    with ``contended``, also kpsdk and gdb's loop next to one competing busy process."""
+    with ``contended``, also kpsdk and gdb's loop next to one competing busy process; with
+    ``floor``, gdb's Python breakpoint alone (:func:`run_gdb_python`) in both."""
+    extra = (FLOOR,) if floor else ()
     results: dict[str, Any] = {}
     for arch in archs:
         if not spin(arch).exists() or not shutil.which(QEMU[arch]):
             log(f"  {arch}: skipped (no {spin(arch).name} or {QEMU[arch]})")
             continue
-        row = summary(interleaved(tuple(LOOPS), arch, hits, repeats))
+        row = summary(interleaved((*LOOPS, *extra), arch, hits, repeats))
         results[arch] = row
         log(f"  {arch:8} kpsdk {row['kpsdk']:6.0f}/s  gdb commands {row['gdb commands']:6.0f}/s  "
             f"pygdbmi {row['pygdbmi']:6.0f}/s  kpsdk/gdb {row['ratio']:.2f}x")
         log(f"  {arch:8} post_handler {row['kpsdk post_handler']:6.0f}/s ({row['post/pre']:.2f}x pre)  "
             f"kretprobe {row['kpsdk kretprobe']:6.0f} calls/s ({row['kretprobe/pre']:.2f}x pre)")
+        if floor:
+            log(f"  {arch:8} gdb python floor {row[FLOOR]:6.0f}/s ({row['floor/gdb']:.2f}x gdb)  "
+                f"kpsdk/floor {row['kpsdk/floor']:.2f}x")
         if contended:
             with busy_process():
-                busy = summary(interleaved(CONTENDED, arch, hits, repeats))
+                busy = summary(interleaved((*CONTENDED, *extra), arch, hits, repeats))
             row["contended"] = busy
             log(f"  {arch:8} with one busy process: kpsdk {busy['kpsdk']:6.0f}/s  "
                 f"gdb commands {busy['gdb commands']:6.0f}/s  kpsdk/gdb {busy['ratio']:.2f}x")
+            if floor:
+                log(f"  {arch:8} with one busy process: gdb python floor {busy[FLOOR]:6.0f}/s "
+                    f"({busy['floor/gdb']:.2f}x gdb)  kpsdk/floor {busy['kpsdk/floor']:.2f}x")
     return results
 
 
@@ -247,9 +286,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--arch", action="append", choices=ARCHS)
     ap.add_argument("--out", type=Path, help="also write the table as markdown here")
     ap.add_argument("--no-contended", action="store_true", help="skip the runs next to a competing busy process")
+    ap.add_argument("--floor", action="store_true",
+                    help="also gdb's Python breakpoint alone, no host: the floor of kpsdk's path")
     args = ap.parse_args(argv)
     print(f"live targets: {args.hits} probe hits on qemu-user, per arch, median of {args.repeats}")
-    results = bench(tuple(args.arch or ARCHS), args.hits, contended=not args.no_contended, repeats=args.repeats)
+    results = bench(tuple(args.arch or ARCHS), args.hits, contended=not args.no_contended, repeats=args.repeats,
+                    floor=args.floor)
     if args.out:
         args.out.write_text("\n".join(table(results, args.hits, args.repeats)) + "\n")
     return 0

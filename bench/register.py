@@ -7,7 +7,13 @@ function's start (``kpsdk/decode.py``, which walks a function once and keeps
 the walk).  This registers a kprobe at every instruction of every function
 of a fixture, in address order, on a fresh session each round, one by one
 and with ``register_kprobes``; the goal is issue 19's <= 30 us per probe.
-Called from ``bench/run.py``; the rows use its ``Row``.
+It also registers 1, 100 and 10,000 kprobes on a region of never-run nops of a
+blank ``unicorn:x86_64`` (no symbol, each address decoded on its own; past
+the 32 hook-path slots every probe writes a trap and a booster slot), one by
+one and as a batch: the per-probe cost at each count.
+Called from ``bench/run.py``; the rows use its ``Row``.  ``python
+bench/register.py [--quick]`` prints the numbers as JSON (A/B runs against
+another kpsdk tree through ``PYTHONPATH``).
 """
 
 from __future__ import annotations
@@ -21,6 +27,9 @@ import kpsdk
 from kpsdk.fixtures import path as fixture_path
 
 ARCHES = ("x86_64", "arm", "riscv64")
+#: probe counts of the nops rows, and where the nops are
+COUNTS = (1, 100, 10_000)
+NOPS = 0x10000000
 
 
 def _instructions(arch: str) -> list[int]:
@@ -87,13 +96,70 @@ def bench_register(reps: int, log: Callable[[str], None]) -> dict[str, Any]:
     return out
 
 
+def _register_nops(count: int, batch: bool) -> float:
+    """CPU seconds to register ``count`` kprobes on consecutive nops of a fresh blank session."""
+    with kpsdk.open("unicorn:x86_64") as s:
+        s.target.map(NOPS, max(count, 1) + 0x1000, "rx")
+        s.target.uc.mem_write(NOPS, b"\x90" * count)
+        probes = [kpsdk.Kprobe(addr=NOPS + i, pre_handler=_empty) for i in range(count)]
+        t0 = time.process_time()
+        if batch:
+            s.register_kprobes(probes)
+        else:
+            for p in probes:
+                s.register_kprobe(p)
+        return time.process_time() - t0
+
+
+def _empty(p: Any, regs: Any) -> int:
+    return 0
+
+
+def bench_register_nops(reps: int, log: Callable[[str], None]) -> dict[str, Any]:
+    """Per-probe registration cost (us, CPU time) at each of COUNTS, one by one and batch:
+    median and range over ``reps`` rounds, the configurations interleaved per round."""
+    log(f"registering 1, 100 and 10,000 kprobes on nops, one by one and batch, {reps} rounds")
+    per: dict[str, list[float]] = {}
+    for _ in range(reps):
+        for count in COUNTS:
+            for batch in (False, True):
+                key = f"{count} {'batch' if batch else 'one by one'}"
+                per.setdefault(key, []).append(_register_nops(count, batch) / count * 1e6)
+    return {k: {"probes": int(k.split()[0]), "median_us": statistics.median(v), "min_us": min(v),
+                "max_us": max(v)} for k, v in per.items()}
+
+
 def rows(raw: dict[str, Any], row: Callable[..., Any], us: Callable[[float], str],
          status: Callable[[bool], str]) -> list[Any]:
     """Rows 5 for the table: ``row`` is bench/run.py's ``Row``."""
     out = []
+    for label, r in raw.get("nops", {}).items():
+        count, how = label.split(" ", 1)
+        out.append(row("5", f"register {int(count):,} kprobes on never-run nops, {how} (CPU time per probe, median "
+                       f"of rounds, range {us(r['min_us'])}-{us(r['max_us'])})", us(r["median_us"]), "", "",
+                       "<= 30 us", status(r["median_us"] <= 30)))
     for label, r in raw.items():
+        if label == "nops":
+            continue
         out.append(row("5", f"register a kprobe at every instruction of the {label.split()[0]} fixture's functions, "
                        f"{label.split(' ', 1)[1]} ({r['probes']} probes; CPU time, median of rounds, range "
                        f"{us(r['min_us'])}-{us(r['max_us'])})", us(r["median_us"]), "", "", "<= 30 us",
                        status(r["median_us"] <= 30)))
     return out
+
+
+def main() -> int:
+    import json
+    import os
+    import sys
+
+    reps = 3 if "--quick" in sys.argv else 7
+    out = bench_register(reps, lambda m: print(m, file=sys.stderr))
+    out["nops"] = bench_register_nops(reps, lambda m: print(m, file=sys.stderr))
+    out["load"] = os.getloadavg()
+    print(json.dumps(out))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -33,12 +33,13 @@ sys.path.insert(0, str(BENCH_DIR))
 import unicorn  # noqa: E402
 from kretentry import bench_kretentry  # noqa: E402
 from kretentry import rows as kretentry_rows  # noqa: E402
-from register import bench_register  # noqa: E402
+from register import bench_register, bench_register_nops  # noqa: E402
 from register import rows as register_rows  # noqa: E402
 from traceevents import bench_traceevents  # noqa: E402
 from traceevents import rows as traceevents_rows  # noqa: E402
 from unicorn import x86_const  # noqa: E402
 from unicorn.unicorn_py3.unicorn import uclib  # noqa: E402
+from watchhit import WATCH_WORD, bench_watch_hits, watch_loop_session  # noqa: E402
 from workload import CODE, END_OFF, INC_OFF, NOPS, loop_code, per_hit_us, race  # noqa: E402
 
 import kpsdk  # noqa: E402
@@ -81,6 +82,10 @@ class Row:
     goal: str = ""
     status: str = "info"  # met / NOT met / info / n/a
 
+
+
+#: design.md asks >= 4x; issue 19 raised it to >= 5x in every run, with margin
+QILING_GOAL = ">= 5x faster"
 
 def log(msg: str) -> None:
     print(f"  .. {msg}", file=sys.stderr, flush=True)
@@ -793,25 +798,6 @@ def bench_kretprobe(cfg: Config, raw: dict[str, Any]) -> str | dict[str, Any]:
 
 # -- W: a data watchpoint that never fires, on a load/store-heavy loop ------------------------------------
 
-#: the loop's data page, and a watched word on it that the loop never touches
-WATCH_DATA = 0x500000
-WATCH_WORD = WATCH_DATA + 0x100
-
-
-def watch_loop_session(n: int, hit: bool = False) -> Any:
-    """``unicorn:x86_64`` running n iterations of 2 loads + 2 stores (+ a store to the watched
-    word when ``hit``), ending in ``ret``: every memory access pays for a memory hook."""
-    s = kpsdk.open("unicorn:x86_64")
-    s.target.map(CODE, 0x1000, "rx")
-    s.target.map(WATCH_DATA, 0x1000, "rw")
-    body = (f"mov ecx, {n}; mov rbx, {WATCH_DATA:#x}; L: mov eax, dword ptr [rbx]; add eax, 1; "
-            "mov dword ptr [rbx], eax; mov edx, dword ptr [rbx + 8]; mov dword ptr [rbx + 16], edx; "
-            + (f"mov dword ptr [rbx + {WATCH_WORD - WATCH_DATA:#x}], ecx; " if hit else "")
-            + "dec ecx; jnz L; ret")
-    s.target.uc.mem_write(CODE, s.arch.assemble(body, CODE))
-    return s
-
-
 def bench_watch(cfg: Config, raw: dict[str, Any]) -> dict[str, Any]:
     """Loop speed with a data watchpoint armed elsewhere on the loop's data page (never fires), for
     types w and rw, next to none; and the cost of a watchpoint hit (a store to the watched word)."""
@@ -830,20 +816,11 @@ def bench_watch(cfg: Config, raw: dict[str, Any]) -> dict[str, Any]:
     best = race({kind: (lambda s=s: s.call(CODE), None, None) for kind, s in sessions.items()}, cfg.speed_reps)
     if any(wp.hits for wp in wps.values()):
         raise SystemExit("a watchpoint on a word the loop never touches fired")
-    hits_n = max(1, cfg.n // 2)
-    h = watch_loop_session(hits_n, hit=True)
-    hwp = kpsdk.Watchpoint(addr=WATCH_WORD, length=4, type="w", handler=lambda wp, regs, a: None)
-    hrun = lambda: h.call(CODE)  # noqa: E731
-    hbest = race({"base": (hrun, None, None),
-                  "hit": (hrun, lambda: h.register_watchpoint(hwp), lambda: h.unregister_watchpoint(hwp))}, cfg.reps)
-    if hwp.hits != hits_n * cfg.reps:
-        raise SystemExit(f"the watchpoint on the stored word fired {hwp.hits} times, not {hits_n * cfg.reps}")
+    hits = bench_watch_hits(max(1, cfg.n // 2), cfg.reps, log)
     out = {"none_s": best["none"], "w_s": best["w"], "rw_s": best["rw"], "iterations": n,
-           "w_slowdown": best["w"] / best["none"], "rw_slowdown": best["rw"] / best["none"],
-           "hit_us": per_hit_us(hbest["hit"], hbest["base"], hits_n), "hits_per_run": hits_n}
+           "w_slowdown": best["w"] / best["none"], "rw_slowdown": best["rw"] / best["none"], **hits}
     for s in sessions.values():
         s.close()
-    h.close()
     raw["watch"] = out
     return out
 
@@ -888,12 +865,12 @@ def build_rows(cfg: Config, raw: dict[str, Any]) -> list[Row]:
     k2 = one["hook_two_args"]
     if "error" in q:
         rows.append(Row("3", "handler reading 2 args vs Qiling hook_address + 2 reg reads", us(k2["per_hit_us"]),
-                        "n/a", "n/a", ">= 4x faster", f"n/a: {q['error']}"))
+                        "n/a", "n/a", QILING_GOAL, f"n/a: {q['error']}"))
     elif q:
         r3 = q["two_regs_us"] / k2["per_hit_us"]
         rows.append(Row("3", f"handler reading regs.arg(0), regs.arg(1) ({k2['mechanism']})", us(k2["per_hit_us"]),
                         f"Qiling {q['qiling']} (unicorn {q['unicorn']}): {us(q['two_regs_us'])}",
-                        f"{r3:.2f}x faster", ">= 4x faster", status(r3 >= 4)))
+                        f"{r3:.2f}x faster", QILING_GOAL, status(r3 >= 5)))
         rows.append(Row("3", "  empty hook: kpsdk hook path vs Qiling hook_address", us(he["per_hit_us"]),
                         f"Qiling: {us(q['empty_us'])}", f"{q['empty_us'] / he['per_hit_us']:.2f}x faster"))
     b2 = one["bp_two_args"]
@@ -995,8 +972,13 @@ def build_rows(cfg: Config, raw: dict[str, Any]) -> list[Row]:
                         f"no watchpoint {wt['none_s'] * 1e3:.1f} ms",
                         f"{wt['w_slowdown']:.2f}x / {wt['rw_slowdown']:.2f}x",
                         "Unicorn 2.1.4: ~1.64x (any memory hook)"))
-        rows.append(Row("W", f"  watchpoint hit (w, empty handler): fault, re-execute, report "
-                        f"({wt['hits_per_run']:,} hits/run)", us(wt["hit_us"])))
+        rows.append(Row("W", f"  watchpoint hit (w, empty handler), registered around each run: its first hit "
+                        f"learns the site ({wt['hits_per_run']:,} hits/run; CPU time)", us(wt["hit_us"]),
+                        f"bare recording hook {us(wt['bare_us'])}", f"{wt['hit_ratio']:.2f}x", "<= 5x",
+                        status(wt["hit_ratio"] <= 5)))
+        rows.append(Row("W", "  watchpoint hit on a learned site (registered for the whole race)", us(wt["steady_us"]),
+                        f"bare recording hook {us(wt['bare_us'])}", f"{wt['steady_ratio']:.2f}x", "<= 5x",
+                        status(wt["steady_ratio"] <= 5)))
     return rows
 
 
@@ -1108,6 +1090,7 @@ def main(argv: list[str] | None = None) -> int:
     bench_kretprobe(cfg, raw)
     raw["kretentry"] = bench_kretentry(cfg.reps, cfg.n_fixture, log)
     raw["register"] = bench_register(3 if cfg.quick else 7, log)
+    raw["register"]["nops"] = bench_register_nops(3 if cfg.quick else 7, log)
     raw["traceevents"] = bench_traceevents(5 if cfg.quick else 15, cfg.n_fixture // 2, log)
     bench_watch(cfg, raw)
     elapsed = timeit.default_timer() - t0

@@ -4,7 +4,10 @@ Four commands, each a fresh interpreter, run in turns ``--runs`` times (the
 median is reported, with the spread), so a machine whose load changes during
 the run changes every row alike:
 
-- ``kpsdk --help`` (the console script), goal <= 150 ms;
+- ``kpsdk --help`` (the console script), goal <= 150 ms: the page replayed
+  from its record (``kpsdk/cli/helpcache.py``), as every run after the first
+  prints it; and the page made by typer (``KPSDK_HELP_CACHE=0``), as the first
+  run after a change makes it;
 - ``python -c 'import kpsdk'`` against ``python -c 'import unicorn, capstone'``,
   goal <= 1.2x;
 - ``python -c pass``: the interpreter's own start-up, for scale.
@@ -36,6 +39,7 @@ def commands() -> dict[str, list[str]]:
     help_cmd = [script, "--help"] if script else [sys.executable, "-m", "kpsdk.cli", "--help"]
     return {
         "kpsdk --help": help_cmd,
+        "kpsdk --help (page made by typer)": ["env", "KPSDK_HELP_CACHE=0", *help_cmd],
         "import kpsdk": [sys.executable, "-c", "import kpsdk"],
         "import unicorn, capstone": [sys.executable, "-c", "import unicorn, capstone"],
         "python -c pass": [sys.executable, "-c", "pass"],
@@ -46,7 +50,9 @@ def measure(runs: int) -> dict[str, list[float]]:
     """Wall-clock seconds of each command, ``runs`` times, in turns."""
     cmds = commands()
     with tempfile.TemporaryDirectory(prefix="kpsdk-startup-") as cache:
-        env = {**os.environ, "PYTHONPYCACHEPREFIX": cache}
+        # the help's record goes to a cache of the run's own, filled by the untimed run
+        env = {**os.environ, "PYTHONPYCACHEPREFIX": cache, "KPSDK_CACHE": os.path.join(cache, "kpsdk")}
+        env.pop("KPSDK_HELP_CACHE", None)
         env.pop("PYTHONDONTWRITEBYTECODE", None)
         for cmd in cmds.values():  # fill the bytecode cache
             subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, check=True)
@@ -63,7 +69,11 @@ def table(times: dict[str, list[float]], runs: int) -> list[str]:
     """Markdown rows: median and spread in ms, and the two goals."""
     med = {name: statistics.median(v) * 1000 for name, v in times.items()}
     ratio = med["import kpsdk"] / med["import unicorn, capstone"]
-    goals = {"kpsdk --help": f"<= 150 ms: {'met' if med['kpsdk --help'] <= 150 else 'NOT met'}",
+    scale = med["python -c pass"]  # the interpreter's own start-up: what load does to every row
+    goals = {"kpsdk --help": f"<= 150 ms: {'met' if med['kpsdk --help'] <= 150 else 'NOT met'} "
+                             f"({med['kpsdk --help'] / scale:.2f}x `python -c pass`)",
+             "kpsdk --help (page made by typer)": f"{med['kpsdk --help (page made by typer)'] / scale:.2f}x "
+                                                  "`python -c pass`",
              "import kpsdk": f"{ratio:.2f}x `import unicorn, capstone`; <= 1.2x: "
                              f"{'met' if ratio <= 1.2 else 'NOT met'}"}
     import platform

@@ -13,6 +13,7 @@ a plugin's own names (``kpsdk.Jprobe``) appear at run time.
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING, Any, Unpack
 
 from kpsdk.errors import (
@@ -44,11 +45,13 @@ from kpsdk.errors import (
     UnsupportedTargetError,
     shown,
 )
-from kpsdk.options import OpenOptions
-from kpsdk.probe import KPROBE_FLAG_DISABLED, KPROBE_FLAG_GONE, TRAP_HANDLER_EXCEPTION, Probe, ProbeType
-from kpsdk.registry import get_registry, hookimpl
-from kpsdk.regs import PtRegs
-from kpsdk.session import Session
+
+if TYPE_CHECKING:  # the core's names, imported on first use at run time (``_LAZY``)
+    from kpsdk.options import OpenOptions
+    from kpsdk.probe import KPROBE_FLAG_DISABLED, KPROBE_FLAG_GONE, TRAP_HANDLER_EXCEPTION, Probe, ProbeType
+    from kpsdk.registry import get_registry, hookimpl
+    from kpsdk.regs import PtRegs
+    from kpsdk.session import Session
 
 if TYPE_CHECKING:  # the built-in probe types' exports; at run time they come from the registry (__getattr__)
     from kpsdk.plugins.kprobes import Kprobe as Kprobe
@@ -70,6 +73,22 @@ if TYPE_CHECKING:  # the built-in probe types' exports; at run time they come fr
     from kpsdk.plugins.watchpoints import Watchpoint as Watchpoint
 
 __version__ = "0.1.0"
+
+#: the core's names and the modules they live in: imported when first looked up, so that
+#: ``kpsdk --help``, served from its cache, imports neither pluggy nor the session
+#: (``kpsdk/cli/helpcache.py``); ``from kpsdk import Session`` works as before
+_LAZY = {
+    "OpenOptions": "kpsdk.options",
+    **dict.fromkeys(("KPROBE_FLAG_DISABLED", "KPROBE_FLAG_GONE", "TRAP_HANDLER_EXCEPTION", "Probe", "ProbeType"),
+                    "kpsdk.probe"),
+    "get_registry": "kpsdk.registry", "hookimpl": "kpsdk.registry",
+    "PtRegs": "kpsdk.regs",
+    "Session": "kpsdk.session",
+}
+#: the submodules ``import kpsdk`` used to import: ``kpsdk.registry.configure`` after a bare
+#: ``import kpsdk`` still finds its module
+_SUBMODULES = frozenset(("arch", "events", "hookspecs", "options", "probe", "registry", "regs", "session",
+                         "target", "verbs"))
 
 __all__ = [
     "KPROBE_FLAG_DISABLED", "KPROBE_FLAG_GONE", "TRAP_HANDLER_EXCEPTION",
@@ -100,6 +119,9 @@ def open(spec: str, **options: Unpack[OpenOptions]) -> Session:  # noqa: A001 - 
     """
     if not isinstance(spec, str) or "\0" in spec:
         raise ArgumentError(f"target spec {shown(spec)}: want text such as 'elf:PATH', without NUL bytes")
+    from kpsdk.registry import get_registry
+    from kpsdk.session import Session
+
     registry = get_registry()
     scheme, sep, rest = spec.partition(":")
     if not sep:
@@ -119,7 +141,17 @@ def open(spec: str, **options: Unpack[OpenOptions]) -> Session:  # noqa: A001 - 
 if not TYPE_CHECKING:  # type checkers see the declarations above, not any name at all
 
     def __getattr__(name: str) -> Any:
-        """Names exported by probe-type plugins (``kpsdk.Kprobe``)."""
+        """The core's names (``_LAZY``), its submodules, then the names exported by
+        probe-type plugins (``kpsdk.Kprobe``)."""
+        module = _LAZY.get(name)
+        if module is not None:
+            value = getattr(importlib.import_module(module), name)
+            globals()[name] = value
+            return value
+        if name in _SUBMODULES:
+            return importlib.import_module(f"kpsdk.{name}")
+        from kpsdk.registry import get_registry
+
         exports = get_registry().exports()
         if name in exports:
             return exports[name]
@@ -128,4 +160,6 @@ if not TYPE_CHECKING:  # type checkers see the declarations above, not any name 
 
 def __dir__() -> list[str]:
     """The module's names and every loaded plugin's exports (IPython completes them)."""
-    return sorted({*globals(), *get_registry().exports()})
+    from kpsdk.registry import get_registry
+
+    return sorted({*globals(), *_LAZY, *get_registry().exports()})

@@ -367,6 +367,35 @@ class AccessGate:
     source: str
 
 
+#: what :attr:`TaskCode.field` says of one instruction using current: ``("load", offset, size)``
+#: (a field read from ``current + offset``) or ``("address", offset, 0)`` (``&current->field``)
+FieldUse = tuple[Literal["load", "address"], int, int]
+
+
+@dataclass(frozen=True)
+class TaskCode:
+    """How a kernel built without BTF shows where ``current`` is and where ``task_struct``
+    keeps ``pid`` and ``comm``: in the code of a function that prints them
+    (:mod:`kpsdk.taskcode`).  ``dump_stack_print_info`` (lib/dump_stack.c) prints
+    ``current->pid`` (a 32-bit load from current) and ``current->comm`` (the only field
+    whose address it takes), on every kernel since 2.6 and on every arch.
+
+    :param function: the kernel function read.
+    :param loads_current: ``insn -> (register, where)`` when the instruction puts ``current``
+        in a register: ``where`` is the per-cpu (or PACA) offset it is read from, or 0 where
+        :attr:`KernelTasks.current_register` holds current itself.
+    :param field: ``(insn, register) -> FieldUse | None``: what the instruction does with
+        ``current`` held in ``register`` (capstone's name of it).
+    :param not_pid: 32-bit fields of current the function also reads that are not the pid
+        (arm: ``thread_info.cpu``, raw_smp_processor_id's source there).
+    """
+
+    function: str
+    loads_current: Callable[[capstone.CsInsn], tuple[str, int] | None]
+    field: Callable[[capstone.CsInsn, str], FieldUse | None]
+    not_pid: tuple[int, ...] = ()
+
+
 @dataclass(frozen=True)
 class KernelTasks:
     """Where a kernel on this arch keeps the running task (``current``): the trace line's
@@ -378,7 +407,9 @@ class KernelTasks:
     :param current: the per-cpu variable holding the task pointer, in the order kernels
         have spelled it (``SYM``, or ``SYM.member`` read through the kernel's BTF): the
         first the kernel's symbols have is used.
-    :param flags_register: the register whose bits say whether interrupts are off.
+    :param flags_register: the register whose bits say whether interrupts are off ("": no
+        register says it, as on ppc64, whose kernel masks interrupts in software: the
+        irqs-off flag then prints as ``.``).
     :param irqs_disabled: from that register's value: the ``d`` of the prefix's flags.
     :param preempt_count: the per-cpu preempt count, spelled as ``current`` (empty: the
         prefix's need-resched, irq and preempt-depth flags print as ``.``).
@@ -387,6 +418,8 @@ class KernelTasks:
         *clear* when a preemption is needed (x86's folded PREEMPT_NEED_RESCHED), or 0.
     :param current_register: gdb's name of a register that holds ``current`` itself while
         the kernel runs (riscv: ``tp``); then ``percpu_register`` and ``current`` are not used.
+    :param code: where a kernel without BTF (Debian's i386, armhf, ppc64el) shows current
+        and task_struct's pid and comm in its code; None: BTF only.
     """
 
     percpu_register: str
@@ -397,6 +430,7 @@ class KernelTasks:
     need_resched_bit: int | None = None
     preempt_need_resched_inverted: int = 0
     current_register: str | None = None
+    code: TaskCode | None = None
 
 
 @dataclass(frozen=True)
@@ -477,6 +511,25 @@ class ModeBit:
 
 
 @dataclass(frozen=True)
+class KernelClock:
+    """A counter of the board that the kernel's ``sched_clock`` (the trace clock ``local``)
+    reads, which kpsdk can read too: at a physical address, through QEMU's gdbstub in its
+    physical memory mode.  With it, a trace's timestamps are the guest's own
+    (:mod:`kpsdk.guestclock`).
+
+    :param counter: the counter's physical address; ``size`` its bytes.
+    :param reader: the kernel function ``sched_clock`` calls to read it once registered
+        (``cd.read_data[].read_sched_clock``, kernel/time/sched_clock.c).
+    :param source: where the address comes from.
+    """
+
+    counter: int
+    size: int
+    reader: str
+    source: str
+
+
+@dataclass(frozen=True)
 class QemuMachine:
     """How ``qemu-system`` runs a whole machine of this architecture (the qemu-system target).
 
@@ -488,6 +541,8 @@ class QemuMachine:
         ``ttyAMA0``, ``hvc0``): ``console=`` is added to a command line that names none.
     :param args: anything else the board needs on QEMU's command line.
     :param memory: ``-m`` unless the user gives ``memory=``.
+    :param clock: the board's counter behind the kernel's sched_clock, where kpsdk can read
+        it (None: a trace's timestamps are the host's).
     """
 
     binary: str
@@ -498,6 +553,7 @@ class QemuMachine:
     args: tuple[str, ...] = ()
     #: ``-m``: what the board's kernels need to boot with an initramfs (pseries wants 1G)
     memory: str = "512M"
+    clock: KernelClock | None = None
 
     def command(self) -> list[str]:
         """The board's part of QEMU's command line (after the binary)."""
@@ -627,18 +683,23 @@ class Arch:
     ``mode_bit``          the register bit that says which instruction set runs (ARM's T)
     ``unicorn_setup``     CPU state a new Unicorn engine needs (ARM's VFP)
     ``local_entry``       ELFv2 local entry points (ppc64): where a probe by name lands
+    ``kernel_entry_skip`` where a kprobe by name lands in a kernel's function that starts
+                          with an IBT marker (x86's ``endbr``: arch_adjust_kprobe_addr)
     ``page_walk``         translate a virtual address with the guest's own page tables, for
                           a live kernel's reads that the CPU's access control refuses to a
                           debugger (ARM's software PAN: user memory from kernel mode)
     ``access_gate``       a register that denies kernel-mode user accesses, opened for a
                           live kernel's refused reads (ppc64's KUAP through the AMR)
-    ``kernel_tasks``      where a kernel keeps ``current`` (x86_64, riscv64): comm and pid in the
+    ``kernel_tasks``      where a kernel keeps ``current`` (every arch): comm and pid in the
                           trace prefix on a live kernel (else ``<...>-0``)
     ``entry_registers``   registers a process starts with beyond sp, from its entry's
                           function descriptor (ppc64 ELFv1: r2, the TOC)
     ``kernel_arg_access`` the arch's kernel reads ``$argN`` in probe events (32-bit arm's has
                           no HAVE_FUNCTION_ARG_ACCESS_API; Debian 12's ppc64el refuses it too:
                           "Invalid $-variable", asked of the guest in the tests)
+    ``kernel_log2_overflow`` a hist ``.log2`` key where the kernel's ``1UL << bits`` overflows
+                          (0, negative values): 32-bit arm's is ``ilog2(0)``, 2**64 - 1, as its
+                          kernel prints it; None: the exponent (x86_64's 64)
     ====================  ================================================================
     """
 
@@ -686,10 +747,14 @@ class Arch:
     mode_bit: ModeBit | None = None
     unicorn_setup: Callable[[Any], None] | None = None
     local_entry: Callable[[bytes], int] | None = None
+    #: on a kernel, how far past a function's first bytes a probe by name goes (x86 IBT:
+    #: the 4-byte ``endbr``, or the nop the kernel seals an unused one with)
+    kernel_entry_skip: Callable[[bytes], int] | None = None
     page_walk: PageWalk | None = None
     access_gate: AccessGate | None = None
     kernel_tasks: KernelTasks | None = None
     kernel_arg_access: bool = True
+    kernel_log2_overflow: int | None = None
     #: ``(descriptor bytes, load bias) -> {register: value}``: what the kernel loads from an
     #: ELFv1 entry descriptor besides the pc (only called when e_entry is one); the descriptor
     #: as the file has it, the bias that of the object it belongs to (the loader's, if any)

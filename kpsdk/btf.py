@@ -100,7 +100,7 @@ class Btf:
                 kind, vlen = (info >> 24) & 0x1F, info & 0xFFFF
                 if kind == 0 or kind > ENUM64:
                     raise ImageFormatError(self.source, f"BTF: type {len(out) + 1} has unknown kind {kind}")
-                name = self.string(name_off) if name_off and kind in (STRUCT, UNION) else ""
+                name = self.string(name_off) if name_off and kind in (STRUCT, UNION, FUNC) else ""
                 out.append(BtfType(len(out) + 1, kind, name, vlen, bool(info >> 31), size_or_type, pos + 12))
                 if name:
                     self._by_name.setdefault((kind, name), out[-1])
@@ -120,6 +120,60 @@ class Btf:
         """The struct called ``name`` (with members: a forward declaration is not one)."""
         _ = self.types
         return self._by_name.get((STRUCT, name))
+
+    def function(self, name: str) -> BtfType | None:
+        """The ``FUNC_PROTO`` of the function called ``name`` (its first ``FUNC`` record, as the
+        kernel's ``btf_find_func_proto`` finds it), or None when BTF has no such function."""
+        _ = self.types
+        func = self._by_name.get((FUNC, name))
+        if func is None:
+            return None
+        proto = self.type(func.size_or_type)
+        return proto if proto.kind == FUNC_PROTO else None
+
+    def params(self, proto: BtfType) -> list[tuple[str, BtfType | None]]:
+        """``(name, type)`` of a ``FUNC_PROTO``'s parameters (type None: the ``...`` of a
+        variadic function, id 0)."""
+        if proto.kind != FUNC_PROTO:
+            raise ImageFormatError(self.source, f"BTF: type {proto.id} is not a function prototype")
+        self._check_trailer(proto, 8 * proto.vlen)
+        out: list[tuple[str, BtfType | None]] = []
+        for i in range(proto.vlen):
+            name_off, type_id = struct.unpack_from(self.e + "2I", self.data, proto.trailer + 8 * i)
+            out.append((self.string(name_off) if name_off else "", self.type(type_id) if type_id else None))
+        return out
+
+    def raw_members(self, t: BtfType) -> list[tuple[str, int, int]]:
+        """``(name, type id, offset field as stored)`` of a struct's or union's members: with
+        ``kind_flag`` the offset field holds the bitfield size in its top byte."""
+        if t.kind not in (STRUCT, UNION):
+            raise ImageFormatError(self.source, f"BTF: type {t.id} is not a struct or union")
+        self._check_trailer(t, 12 * t.vlen)
+        out = []
+        for i in range(t.vlen):
+            name_off, type_id, offset = struct.unpack_from(self.e + "3I", self.data, t.trailer + 12 * i)
+            out.append((self.string(name_off) if name_off else "", type_id, offset))
+        return out
+
+    def int_info(self, t: BtfType) -> tuple[int, int, int]:
+        """An ``INT``'s ``(encoding, bit offset, bits)`` (``BTF_INT_ENCODING``, ``_OFFSET``, ``_BITS``)."""
+        if t.kind != INT:
+            raise ImageFormatError(self.source, f"BTF: type {t.id} is not an integer")
+        self._check_trailer(t, 4)
+        (data,) = struct.unpack_from(self.e + "I", self.data, t.trailer)
+        return (data >> 24) & 0x0F, (data >> 16) & 0xFF, data & 0xFF
+
+    def array_element(self, t: BtfType) -> BtfType:
+        """An ``ARRAY``'s element type."""
+        if t.kind != ARRAY:
+            raise ImageFormatError(self.source, f"BTF: type {t.id} is not an array")
+        self._check_trailer(t, 12)
+        (elem,) = struct.unpack_from(self.e + "I", self.data, t.trailer)
+        return self.type(elem)
+
+    def _check_trailer(self, t: BtfType, size: int) -> None:
+        if t.trailer + size > self.types_end:
+            raise ImageFormatError(self.source, f"BTF: type {t.id}'s members run past the type section")
 
     def resolve(self, t: BtfType) -> BtfType:
         """``t`` without typedefs and qualifiers."""

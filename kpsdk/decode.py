@@ -79,7 +79,8 @@ def decode_at(target: CodeView, addr: int, start: int, iset: InstructionSet) -> 
                     if back == 4:
                         break
     found = None
-    for insn in md.disasm(code[at - start:addr - start + 16], at, 5):
+    # one instruction in detail; up to 5 when looking back from an IT block (capstone decodes them all)
+    for insn in md.disasm(code[at - start:addr - start + 16], at, 1 if at == addr else 5):
         if insn.address == addr:
             found = insn
             break

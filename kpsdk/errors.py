@@ -246,6 +246,19 @@ TRACE_ERRORS: dict[str, str] = {
     "TOO_MANY_ARGS": "Too many arguments are specified",
     "NEED_STRING_TYPE": "$comm and immediate-string only accepts string type",
     "NOFENTRY_ARGS": "$arg* can be used only on function entry or exit",
+    # BTF fetch arguments (kernels since 6.5; the texts of Debian 13's 6.12)
+    "NOSUP_BTFARG": "BTF is not available or not supported",
+    "NO_BTFARG": "This variable is not found at this probe point",
+    "NO_BTF_ENTRY": "No BTF entry for this probe point",
+    "DOUBLE_ARGS": "$arg* can be used only once in the parameters",
+    "ARGS_2LONG": "$arg* failed because the argument list is too long",
+    "NO_PTR_STRCT": "This is not a pointer to union/structure.",
+    "NOSUP_DAT_ARG": "Non pointer structure/union argument is not supported.",
+    "BAD_HYPHEN": "Failed to parse single hyphen. Forgot '>'?",
+    "NO_BTF_FIELD": "This field is not found.",
+    "BAD_BTF_TID": "Failed to get BTF type info.",
+    "BAD_TYPE4STR": "This type does not fit for string.",
+    "NO_RETVAL": "This function returns 'void' type",
     "BAD_INSN_BNDRY": "Probe point is not an instruction boundary",
     "NO_EVENT_INFO": "This requires both group and event name to attach",
     "BAD_PROBE_TYPE": "Unknown probe type (want p, r or -)",
@@ -303,6 +316,8 @@ HIST_ERRORS: dict[str, str] = {
     "EMPTY_SORT_FIELD": "Empty sort field",
     "TOO_MANY_SORT_FIELDS": "Too many sort fields (Max = 2)",
     "INVALID_SORT_FIELD": "Sort field must be a key or a val",
+    "NAMED_MISMATCH": "Named hist trigger doesn't match existing named trigger (includes variables)",
+    "TRIGGER_EEXIST": "Hist trigger already exists",
 }
 
 

@@ -107,7 +107,8 @@ def symbol_table(entries: Iterable[KallsymsEntry]) -> SymbolTable:
     """A :class:`SymbolTable` of the function and data symbols among ``entries``.
 
     kallsyms has no sizes, so, as the kernel itself does for ``%pS``, a symbol's size is the
-    distance to the next higher address (0 for the last one).  Absolute (``A``), undefined
+    distance to the next higher address (0 for the last one); and of aliases (one address,
+    several names) ``%pS`` names the first in the table's order, which is the kernel's.  Absolute (``A``), undefined
     (``U``, ``w``) and debugging (``N``) entries are left out: they name no code or data.
     """
     kept = sorted(
@@ -124,7 +125,7 @@ def symbol_table(entries: Iterable[KallsymsEntry]) -> SymbolTable:
         kind = "func" if e.type in FUNC_TYPES else "object"
         symbols.append(Symbol(e.name, e.address, size, kind))
     symbols.reverse()
-    return SymbolTable(symbols)
+    return SymbolTable(symbols, first_alias=True)
 
 
 def load_kallsyms_text(text: str, source: str = "<text>") -> SymbolTable:

@@ -125,7 +125,7 @@ class ProbeManager:
                                   + did_you_mean(self.target.symbols.suggest(probe.symbol_name))) from None
             base = sym.address
             if probe.offset == 0 and sym.kind == "func":
-                base += self._local_entry(base)
+                base += self._local_entry(base) + self._kernel_entry_skip(base)
         else:
             assert probe.addr is not None
             base = probe.addr
@@ -141,6 +141,19 @@ class ProbeManager:
             return 0
         try:
             return local_entry(self.target.read_memory(addr, 8))
+        except TargetFault:
+            return 0
+
+    def _kernel_entry_skip(self, addr: int) -> int:
+        """On a kernel, how far past ``addr`` a probe by name goes: x86's kernel puts a kprobe on
+        a function that starts with ``endbr`` (IBT; or the nop that seals an unused one) after it,
+        at SYM+0x4 (arch/x86/kernel/kprobes/core.c ``arch_adjust_kprobe_addr``), and its trace
+        lines say so.  0 on other targets, or where the code cannot be read."""
+        skip = self.target.arch.kernel_entry_skip
+        if skip is None or getattr(self.target, "abi_kind", "user") != "kernel":
+            return 0
+        try:
+            return skip(self.target.read_memory(addr, 4))
         except TargetFault:
             return 0
 
@@ -406,8 +419,9 @@ class ProbeManager:
         width = self.target.arch.word_size * 2
         rows: list[tuple[int, str, str, str]] = []
         for addr, point in sorted(self.points.items()):
+            mark = self.target.list_flag(point)
             for p in point.probes:
-                flags = ("[DISABLED]" if p.disabled else "") + ("[OPTIMIZED]" if point.optimized else "")
+                flags = ("[DISABLED]" if p.disabled else "") + ("[OPTIMIZED]" if point.optimized else "") + mark
                 rows.append((addr, p.letter, p.label or self.target.symbols.format(addr), flags))
         rows.extend(extra or [])
         rows.sort(key=lambda r: r[0])

@@ -62,5 +62,8 @@ class OpenOptions(TypedDict, total=False):
     ready_symbol: str | None
     #: seconds the kernel gets to reach ``ready_symbol`` [qemu-system]
     boot_timeout: float
+    #: how probes trap: ``"gdb"`` (breakpoints, the default) or ``"plugin"`` (kpsdk's QEMU TCG plugin for
+    #: kprobes without post_handlers: no stop per hit; needs QEMU >= 10.0, fetched when older) [qemu-system]
+    mechanism: str
     #: the architecture, when ``symbols`` is not an ELF file that says it [gdb]
     arch: str

@@ -71,13 +71,19 @@ def did_you_mean(names: list[str]) -> str:
 class SymbolTable:
     """Sorted symbols with O(log n) address lookup and exact-name resolution."""
 
-    def __init__(self, symbols: Iterable[Symbol] = ()) -> None:
+    def __init__(self, symbols: Iterable[Symbol] = (), first_alias: bool = False) -> None:
         """A table of ``symbols``, as if each were :meth:`add`-ed in turn, in O(n log n).
 
         One sort, not an insertion per symbol: adding a file's symbols one by one costs
         O(n) each when they are not in address order (80 s for 300,000 in falling order).
         The sort is stable, so symbols at one address keep their order, as with :meth:`add`.
+
+        ``first_alias``: an address several symbols share is named by the first of them in
+        the table's order, as the kernel's ``%pS`` names it (``get_symbol_pos`` in
+        kernel/kallsyms.c: ``sys_openat``, not ``__se_sys_openat``); a kernel's kallsyms
+        table is in the kernel's own order.  Otherwise by the last.
         """
+        self.first_alias = first_alias
         given = list(symbols)
         self._by_name: dict[str, Symbol] = {}
         for sym in given:
@@ -174,6 +180,9 @@ class SymbolTable:
         while i >= 0:
             sym = self._sorted[i]
             if sym.address <= addr < sym.address + max(sym.size, 1):
+                if self.first_alias:
+                    first = bisect.bisect_left(self._starts, sym.address)
+                    sym = next(s for s in self._sorted[first:i + 1] if addr < s.address + max(s.size, 1))
                 return sym.name, addr - sym.address, sym.size
             if sym.address < addr and sym.size:
                 return None

@@ -179,6 +179,11 @@ class Target(ABC):
     def sync_point(self, point: ProbePoint, force: bool = False) -> None:
         """Make the target match the point: arm, re-arm with another mechanism, or disarm."""
 
+    def list_flag(self, point: ProbePoint) -> str:
+        """What ``list()`` adds to the point's probes besides ``[DISABLED]`` and ``[OPTIMIZED]``:
+        a target with more than one mechanism names the one serving the point (``[PLUGIN]``)."""
+        return ""
+
     # -- execution ---------------------------------------------------------------
     @abstractmethod
     def run(self, timeout: float | None = None) -> int | None:
@@ -328,6 +333,16 @@ class Target(ABC):
         """Whether :meth:`task_info` reads the running task's real ``comm`` at a hit (a
         kernel whose ``current`` kpsdk found): ``$comm`` then reads it too."""
         return False
+
+    def prepare_clock(self) -> str:
+        """Get ready to answer :meth:`clock_ns` before the run: what the trace header says the
+        timestamps are ("" where the target has no guest clock kpsdk reads: the host's)."""
+        return ""
+
+    def clock_ns(self) -> int | None:
+        """The guest's trace clock at the hit, in ns (a kernel's ``sched_clock``), once
+        :meth:`prepare_clock` said it has one; None: not readable."""
+        return None
 
     def prepare_tasks(self) -> str:
         """Get ready to answer :meth:`task_info` (a kernel: find ``current``'s layout)

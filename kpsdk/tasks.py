@@ -18,8 +18,14 @@ kernel/trace/trace_output.c).  Each target answers :meth:`Target.task_info
   thread as a host thread with the same id).
 - Unicorn: a fixed name and pid the user can set (``kpsdk trace --comm --pid``).
 
+A kernel built without BTF (Debian's i386, armhf and ppc64el kernels) shows the same facts in
+its code: :func:`code_task_layout` reads them where ``dump_stack_print_info`` loads current
+and prints its pid and comm (:mod:`kpsdk.taskcode`), at the first hit.
+
 The layout found for a kernel image is cached by the image's sha256 under kpsdk's cache
-directory, so only the first trace of an image pays for decompressing it and reading BTF.
+directory, so only the first trace of an image pays for decompressing it and reading BTF;
+so is the reason an image has none (no BTF: 8 s of unpacking Debian's i386 ``vmlinuz``
+under load, 0.06 s from the cache).
 """
 
 from __future__ import annotations
@@ -34,7 +40,7 @@ from typing import TYPE_CHECKING, Literal
 
 from kpsdk.btf import Btf, Member
 from kpsdk.cache import private_dir, read_private, write_private
-from kpsdk.errors import ArgumentError, ImageFormatError, TargetError, shown
+from kpsdk.errors import ArgumentError, TargetError, shown
 
 if TYPE_CHECKING:
     from kpsdk.arch import Arch, KernelTasks
@@ -43,10 +49,14 @@ if TYPE_CHECKING:
 TASK_COMM_LEN = 16
 #: PID_MAX_LIMIT (include/linux/threads.h): the largest pid a 64-bit kernel hands out
 PID_MAX_LIMIT = 4 * 1024 * 1024
+#: pid and comm are read together when they are at most this many bytes apart
+MAX_JOINED_READ = 1024
 #: what the kernel prints for a task whose comm it does not know (trace_find_cmdline)
 UNKNOWN_COMM = "<...>"
 CACHE_DIR = "tasks"
 _CACHE_VERSION = 2
+#: the cache file saying why an image has no task layout (no BTF...)
+_MISSING = "{digest}.{arch}.v" + str(_CACHE_VERSION) + ".missing"
 
 
 #: include/linux/preempt.h: the fields of preempt_count()
@@ -123,10 +133,19 @@ class TaskLayout:
             raw = read(percpu_base + lo, max(self.current + word, self.preempt_count + 4) - lo)
             current = number(raw[self.current - lo:self.current - lo + word])
             count = number(raw[self.preempt_count - lo:self.preempt_count - lo + 4])
+        else:  # a 32-bit kernel's per-cpu address wraps (i386: %fs base + the variable's address)
+            current, count = number(read((percpu_base + self.current) & ((1 << 8 * word) - 1), word)), 0
+        # pid and comm in one read where they are close (each read is a round trip to the stub;
+        # both lie inside the one task_struct)
+        lo, hi = min(self.pid, self.comm), max(self.pid + 4, self.comm + self.comm_size)
+        if hi - lo <= MAX_JOINED_READ:
+            raw = read(current + lo, hi - lo)
+            raw_pid = raw[self.pid - lo:self.pid - lo + 4]
+            raw_comm = raw[self.comm - lo:self.comm - lo + self.comm_size]
         else:
-            current, count = number(read(percpu_base + self.current, word)), 0
-        pid = int.from_bytes(read(current + self.pid, 4), endian, signed=True)
-        comm = read(current + self.comm, self.comm_size).split(b"\0", 1)[0].decode("utf-8", "replace")
+            raw_pid, raw_comm = read(current + self.pid, 4), read(current + self.comm, self.comm_size)
+        pid = int.from_bytes(raw_pid, endian, signed=True)
+        comm = raw_comm.split(b"\0", 1)[0].decode("utf-8", "replace")
         need_resched = preempt_resched = False
         if tasks.preempt_need_resched_inverted:
             preempt_resched = not count & tasks.preempt_need_resched_inverted
@@ -161,32 +180,61 @@ def kernel_task_layout(image: str | os.PathLike[str], arch: Arch) -> TaskLayout:
     cached = _read_cache(digest, arch.name)
     if cached is not None:
         return cached
-    layout = _layout_of(data, path, arch)
+    directory = private_dir(CACHE_DIR)
+    missing = _MISSING.format(digest=digest, arch=arch.name)
+    # an image without BTF says so once: unpacking it again (seconds) would find the same
+    known = read_private(directory, missing, 4096) if directory is not None else None
+    if known is not None:
+        raise TargetError(f"{path}: {known.decode('utf-8', 'replace')}")
+    try:
+        layout = _layout_of(data, path, arch)
+    except TargetError as exc:
+        if directory is not None:
+            write_private(directory, missing, str(exc).removeprefix(f"{path}: ").encode())
+        raise
     _write_cache(digest, arch.name, layout)
     return layout
 
 
+def code_task_layout(read: Callable[[int, int], bytes], function: tuple[int, int], arch: Arch) -> TaskLayout:
+    """The :class:`TaskLayout` of a running kernel without BTF, from the code of
+    :attr:`TaskCode.function <kpsdk.arch.TaskCode.function>` at ``function`` (address, size),
+    read from the guest (:mod:`kpsdk.taskcode`).  The flags are irqs-off only."""
+    from kpsdk.taskcode import code_layout
+
+    found = code_layout(read, function, arch)
+    return TaskLayout(found.current, found.pid, found.comm, TASK_COMM_LEN, code_tasks_note(arch))
+
+
+def code_tasks_note(arch: Arch) -> str:
+    """The trace header's line for a kernel whose task layout comes from its code."""
+    tasks = arch.kernel_tasks
+    assert tasks is not None and tasks.code is not None
+    where = f"the {tasks.current_register} register" if tasks.current_register else \
+        f"{tasks.percpu_register} + the offset its code reads"
+    irqs = f"irqs-off from {tasks.flags_register}" if tasks.flags_register else "not known (all '.')"
+    return (f"comm-pid: current from {where}, task_struct.pid and .comm where {tasks.code.function} reads them "
+            f"(the kernel has no BTF; its code is read at the first hit); flags: {irqs}")
+
+
+def image_btf(data: bytes, path: Path, arch: Arch) -> Btf:
+    """The BTF of the kernel image ``data`` (read from ``path``): the ``.BTF`` section of an ELF
+    vmlinux, or the bytes between ``__start_BTF`` and ``__stop_BTF`` of a raw image
+    (:func:`kpsdk.kernel_btf.raw_btf`)."""
+    from kpsdk.kernel_btf import raw_btf
+
+    raw = raw_btf(data, path)
+    btf = Btf(raw, f"{path} .BTF")
+    btf.pointer_size = arch.word_size
+    return btf
+
+
 def _layout_of(data: bytes, path: Path, arch: Arch) -> TaskLayout:
-    from kpsdk.elfimage import ElfFile
-    from kpsdk.kallsyms import image_entries, unpack_kernel
+    from kpsdk.kallsyms import image_entries
 
     tasks = arch.kernel_tasks
     assert tasks is not None
-    vmlinux, _ = unpack_kernel(data, path)
-    if vmlinux[:4] == b"\x7fELF":
-        try:
-            elf = ElfFile(vmlinux, path)
-        except ImageFormatError as exc:
-            raise TargetError(f"{path}: the kernel inside is a broken ELF vmlinux, so kpsdk finds no BTF in it "
-                              f"({exc})") from None
-        section = elf.section(".BTF")
-        if section is None:
-            raise TargetError(f"{path}: the kernel has no .BTF section (built without CONFIG_DEBUG_INFO_BTF)")
-        raw = elf.contents(section)
-    else:
-        raw = _image_btf(vmlinux, {e.name: e.address for e in image_entries(data, path)}, path)
-    btf = Btf(raw, f"{path} .BTF")
-    btf.pointer_size = arch.word_size
+    btf = image_btf(data, path, arch)
     try:
         pid = btf.member("task_struct", "pid")
         comm = btf.member("task_struct", "comm")
@@ -215,25 +263,6 @@ def _layout_of(data: bytes, path: Path, arch: Arch) -> TaskLayout:
                       ti_flags.offset if ti_flags is not None else None,
                       migration.offset if migration is not None else None,
                       migration.size if migration is not None else 2)
-
-
-#: the first byte of a little- or big-endian BTF blob (``BTF_MAGIC`` 0xeB9F)
-BTF_MAGICS = (b"\x9f\xeb", b"\xeb\x9f")
-
-
-def _image_btf(image: bytes, symbols: dict[str, int], path: Path) -> bytes:
-    """The BTF of a kernel that is a raw image, not an ELF (riscv's and arm64's ``Image``):
-    the bytes between the kernel's own ``__start_BTF`` and ``__stop_BTF``, the image's first
-    byte being ``_start`` (the image is its memory from there on)."""
-    base = symbols.get("_start")
-    start, stop = symbols.get("__start_BTF"), symbols.get("__stop_BTF")
-    if base is None or start is None or stop is None:
-        raise TargetError(f"{path}: the kernel is a raw image whose symbols lack _start, __start_BTF or __stop_BTF, "
-                          "so kpsdk finds no BTF in it")
-    lo, hi = start - base, stop - base
-    if not 0 <= lo < hi <= len(image) or image[lo:lo + 2] not in BTF_MAGICS:
-        raise TargetError(f"{path}: no BTF at __start_BTF ({start:#x}) of the raw image")
-    return image[lo:hi]
 
 
 def _percpu(btf: Btf, percpu: dict[str, int], specs: tuple[str, ...]) -> tuple[str, int] | None:

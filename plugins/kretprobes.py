@@ -25,10 +25,10 @@ Guts section 4.3):
 from __future__ import annotations
 
 import errno
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from kpsdk import hookimpl
-from kpsdk.errors import KprobeError, ProbeHandlerError, TargetError
+from kpsdk.errors import KprobeError, ProbeHandlerError, TargetError, TargetFault
 from kpsdk.probe import (
     HANDLER,
     INT,
@@ -133,6 +133,12 @@ def function_entry(target: CodeView, rp: Kretprobe, addr: int) -> int:
             entries.add(local)
             if rp.symbol_name is not None and plain == sym.address:
                 return addr + local
+    skip = arch.kernel_entry_skip  # x86 IBT kernels: after the function's endbr (arch_adjust_kprobe_addr)
+    if skip is not None and sym.kind == "func" and getattr(target, "abi_kind", "user") == "kernel":
+        try:
+            entries.add(skip(target.read_memory(sym.address, 4)))
+        except TargetFault:
+            pass
     if sym.kind != "func" or plain - sym.address not in entries:
         raise KprobeError(errno.EINVAL, f"{target.symbols.format(plain)} is not a function entry: "
                           "a kretprobe goes on the first instruction of a function")
@@ -156,13 +162,16 @@ def _entry(rp: Kretprobe, rh: Rethook, core: ShadowStacks) -> Callable[[Probe, P
         if handler is None:
             push(ri, regs)
             return 0
+        vetoed = True
         try:  # the truth test is the handler's too: a return value whose bool() raises
-            veto = bool(handler(cast(KretprobeInstance, ri), regs))
+            # the pool's nodes are KretprobeInstance (node_class): no cast() call, nor bool(), per hit
+            if not handler(ri, regs):  # type: ignore[arg-type]
+                vetoed = False
         except Exception as exc:  # noqa: BLE001 - handed to fault_handler or re-raised with context
             recycle(ri)
             _fault(rp, regs, exc, "entry_handler")
             return 0
-        if veto or rh.freed:  # vetoed, or unregistered by its own entry_handler
+        if vetoed or rh.freed:  # vetoed, or unregistered by its own entry_handler
             recycle(ri)
             return 0
         push(ri, regs)
@@ -182,11 +191,12 @@ def _entry_call(rp: Kretprobe, rh: Rethook) -> Callable[[RethookNode, PtRegs], b
         if handler is None:  # cleared by the user after registration
             return not rh.freed
         try:  # the truth test is the handler's too: a return value whose bool() raises
-            veto = bool(handler(cast(KretprobeInstance, ri), regs))
+            if handler(ri, regs):  # type: ignore[arg-type]  # KretprobeInstance nodes, as above
+                return False
         except Exception as exc:  # noqa: BLE001 - handed to fault_handler or re-raised with context
             _fault(rp, regs, exc, "entry_handler")
             return False
-        return not veto and not rh.freed
+        return not rh.freed
 
     return call
 
@@ -199,7 +209,7 @@ def _return(rp: Kretprobe) -> Callable[[RethookNode, PtRegs], None]:
         if handler is None:
             return
         try:
-            handler(cast(KretprobeInstance, ri), regs)
+            handler(ri, regs)  # type: ignore[arg-type]  # KretprobeInstance nodes, as above
         except Exception as exc:  # noqa: BLE001 - handed to fault_handler or re-raised with context
             _fault(rp, regs, exc, "handler")
 

@@ -139,6 +139,25 @@ def debian_kernel() -> Path:
 
 
 @pytest.fixture(scope="session")
+def debian_kernel_612() -> Path:
+    """The vmlinuz of Debian 13's amd64 kernel (6.12: BTF fetch arguments), fetched once through a
+    private apt configuration (``python -m kpsdk.fixtures.kernel --arch x86_64 --release 6.12``),
+    its SHA256 checked against Debian's index.  Skips locally, fails on CI, when the registry
+    cannot be reached and nothing is cached."""
+    from kpsdk.errors import TargetError
+    from kpsdk.fixtures import kernel
+
+    require_tool("apt-get", "apt")
+    require_tool("dpkg-deb", "dpkg")
+    try:
+        return kernel.fetch_arch_kernel("x86_64", release="6.12")
+    except TargetError as e:
+        if os.environ.get("CI"):
+            pytest.fail(f"cannot fetch Debian 13's amd64 kernel: {e}")
+        pytest.skip(f"cannot fetch Debian 13's amd64 kernel: {e}")
+
+
+@pytest.fixture(scope="session")
 def kernel_initramfs(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]:
     """A factory: ``kernel_initramfs(workload=..., files=...)`` -> path of a busybox initramfs.
 

@@ -222,7 +222,8 @@ types = st.sampled_from(["", ":u8", ":s16", ":x32", ":s64", ":char", ":string", 
                          ":b4@2/8", ":u8[4]", ":string[2]"])
 bad_types = st.one_of(st.sampled_from([":b9@0/8", ":u32[65]", ":u8[", ":bad", ":", ":u8[0]", ":b0@0/8"]),
                       numbers.map(lambda n: f":u8[{n}]"), nasty_text.map(":".__add__))
-FILTER_FIELDS = ["a", "b", "name", "ret", "_x"]
+FILTER_FIELDS = ["a", "b", "name", "ret", "_x", "common_type", "common_flags", "common_preempt_count", "common_pid",
+                 "comm", "CPU"]
 
 
 def fetch_arg(names: st.SearchStrategy[str]) -> Piece:
@@ -324,7 +325,8 @@ def test_a_trace_registers_or_refuses_and_its_hits_never_fail(s: kpsdk.Session, 
 
 TRIGGER_DEFS = ["p:f fact n=%di:s64 name=+0(%di):string", "r:fr fact ret=$retval:s32"]
 hist_keys = st.sampled_from(["n", "common_pid", "common_pid.execname", "n.log2", "n.buckets=4", "name",
-                             "__probe_ip.sym", "n.hex", "common_cpu", "__probe_ip.sym-offset", "n,common_pid"])
+                             "__probe_ip.sym", "n.hex", "common_cpu", "__probe_ip.sym-offset", "n,common_pid",
+                             "common_type", "common_flags.hex", "common_preempt_count,common_type.log2"])
 trigger_pieces: list[Piece] = [
     ("event", st.sampled_from(["f", "kprobes/f", "kprobes.f"]), st.one_of(nasty_text, st.just("fr"))),
     ("keys", hist_keys.map(lambda k: f"keys={k}"), st.one_of(nasty_text.map(lambda t: f"keys={t}"),
@@ -335,6 +337,8 @@ trigger_pieces: list[Piece] = [
      st.one_of(nasty_text.map(lambda t: f"sort={t}"), st.sampled_from(["sort=", "sort=n,n,n", "sort=n.up"]))),
     ("size", st.sampled_from(["size=128", "size=2048", "size=0x1000"]),
      st.one_of(numbers.map(lambda t: f"size={t}"), st.just("size="))),
+    ("name", st.sampled_from(["name=t", "name=u"]), st.one_of(nasty_text.map(lambda t: f"name={t}"),
+                                                             st.just("name="))),
 ]
 
 
@@ -346,7 +350,7 @@ def triggers(draw: st.DrawFn) -> str:
     if draw(st.booleans()):
         count = draw(st.one_of(st.just(""), st.integers(0, 9).map(lambda n: f":{n}"), nasty_text))
         return f"{pieces['event']}:stacktrace{count}{tail}"
-    attrs = [pieces["keys"]] + [pieces[k] for k in ("vals", "sort", "size") if draw(st.booleans())]
+    attrs = [pieces["keys"]] + [pieces[k] for k in ("vals", "sort", "size", "name") if draw(st.booleans())]
     return f"{pieces['event']}:hist:{':'.join(attrs)}{tail}"
 
 
@@ -362,6 +366,29 @@ def test_a_trigger_is_taken_or_refused_and_its_hits_never_fail(s: kpsdk.Session,
         error_log = getattr(e, "error_log", None)
         assert error_log is None or len(error_log.splitlines()) == 3, error_log
         assert "\n" not in str(e)
+        assert_clean(s)
+        return
+    event("triggered")
+    try:
+        s.call("fact", 3)
+        for _, hist in trace.hists():
+            assert hist.render().startswith("# event histogram\n")
+    finally:
+        trace.close()
+    assert_clean(s)
+
+
+@settings(max_examples=fuzz_examples(150))
+@given(texts=st.lists(st.one_of(triggers(), triggers().map(lambda t: t.replace("f:", "fr:", 1))), min_size=2,
+                      max_size=4))
+def test_several_triggers_share_named_tables_or_are_refused(s: kpsdk.Session, texts: list[str]) -> None:
+    """Triggers on two events, named tables among them (``name=t``): taken together, or one of
+    kpsdk's errors (a named table that does not match, a repeat) with nothing registered."""
+    try:
+        trace = s.trace(TRIGGER_DEFS, triggers=texts)
+    except Exception as e:  # noqa: BLE001 - the property is which exceptions
+        expect_kpsdk_error(e)
+        event(f"refused: {getattr(e, 'code', type(e).__name__)}")
         assert_clean(s)
         return
     event("triggered")
@@ -612,6 +639,17 @@ def test_refused_qemu_args_start_no_qemu(value: list[str]) -> None:
         kpsdk.open("qemu-system:x86_64", qemu_args=value)
 
 
+@settings(max_examples=fuzz_examples(100), deadline=None)
+@given(value=st.one_of(st.text(max_size=12), st.sampled_from(["GDB", "Plugin", "plugin ", "tcg", ""]),
+                       st.integers(), st.none(), st.lists(st.text(max_size=4), max_size=2))
+       .filter(lambda v: v not in ("gdb", "plugin")))
+def test_an_unknown_mechanism_starts_no_qemu(value: Any) -> None:
+    """qemu-system's ``mechanism=`` is ``"gdb"`` or ``"plugin"``; anything else is refused,
+    naming both, before QEMU (or a download of QEMU 10) starts."""
+    with pytest.raises(kpsdk.TargetError, match="mechanism=.* is not one of gdb, plugin"):
+        kpsdk.open("qemu-system:x86_64", mechanism=value)
+
+
 def test_qemu_arg_option_reaches_qemu_args() -> None:
     from kpsdk.cli.options import given_target_options
     from kpsdk.cli.target_choice import choose_target
@@ -626,17 +664,19 @@ def test_qemu_arg_option_reaches_qemu_args() -> None:
 
 @settings(max_examples=fuzz_examples(200))
 @given(name=st.one_of(st.text(max_size=12), st.sampled_from(["arm", "ARM", "ppc64le", "ppc64el", "x86_64",
-                                                              "riscv64", "thumb", "ppc64", "i686", "arm "])))
-def test_kernel_fixture_arch_is_a_known_name_or_refused(name: str) -> None:
+                                                              "riscv64", "thumb", "ppc64", "i686", "arm "])),
+       release=st.one_of(st.none(), st.sampled_from(["6.1", "6.12", "6.5", "6.12 ", ""]), st.text(max_size=8)))
+def test_kernel_fixture_arch_is_a_known_name_or_refused(name: str, release: str | None) -> None:
     from kpsdk.fixtures import kernel
 
     try:
-        canonical, port = kernel._port(name)
+        canonical, port = kernel._port(name, release)
     except (kpsdk.UnknownNameError, kpsdk.UnsupportedTargetError) as e:
         event(type(e).__name__)
         return
     assert canonical in kpsdk.get_registry().archs.names() and port.arch in (
         "amd64", "i386", "armhf", "riscv64", "ppc64el")
+    assert port.suite == {None: port.suite, "6.1": "bookworm", "6.12": "trixie"}[release]
 
 
 # -- trace output formats ------------------------------------------------------------------------
@@ -798,3 +838,44 @@ def test_a_programs_args_env_and_stdin_arrive_as_under_qemu_user(linuxprog: str,
     with kpsdk.open(f"elf:{linuxprog}", args=args, env=env, stdin=stdin) as s:
         status = s.run(timeout=60)
         assert (s.console, status) == (expected.stdout.decode("utf-8", "replace"), expected.returncode)
+
+
+# -- BTF fetch arguments (kernels since 6.5) on a synthetic BTF ---------------------------------------
+
+#: the pieces of BTF arguments: tests/btfsynth.py's target(int dfd, char *name, struct outer *obj)
+BTF_PIECES = ["dfd", "name", "obj", "->", ".", "-", "in", "next", "len", "tag", "flags", "mode", "bit", "bits",
+              "$arg*", "$arg", "$arg1", "$arg3", "$arg0", "$arg9", "$retval", "$retvalx", ":string", ":ustring",
+              ":u32", ":x16", ":%pd", ":%pD", "x=", "+0(", ")", "nosuch", "_", "$comm", "%di", "[2]"]
+btf_chains = st.builds(lambda var, steps, t: var + "".join(steps) + t,
+                       st.sampled_from(["dfd", "name", "obj", "$retval", "$arg3", "x=obj", "+0(obj"]),
+                       st.lists(st.builds(lambda sep, name: sep + name, st.sampled_from(["->", ".", "-"]),
+                                          st.sampled_from(["in", "next", "len", "tag", "name", "flags", "bit", ""])),
+                                max_size=4),
+                       st.sampled_from(["", ":string", ":ustring", ":u32", ":%pd", ":%pD", ")", "):string"]))
+btf_args = st.one_of(btf_chains, st.lists(st.sampled_from(BTF_PIECES), min_size=1, max_size=8).map("".join))
+btf_definitions = st.builds(lambda head, place, args: " ".join([head, place, *args]),
+                            st.sampled_from(["p:e", "r:e", "p", "r5:g/e"]),
+                            st.sampled_from(["target"] * 6 + ["target+4", "none", "nosuchfunc", "0x1000",
+                                                              "target%return"]),
+                            st.lists(st.one_of(btf_args, nasty_text), max_size=5))
+
+
+@settings(max_examples=fuzz_examples(400))
+@given(text=st.one_of(btf_definitions, st.text()), kernel=st.sampled_from([(6, 1), (6, 5), (6, 12)]))
+def test_btf_arguments_parse_or_are_refused_with_the_kernels_errors(text: str, kernel: tuple[int, int]) -> None:
+    """Whatever a user writes with BTF names, ``->``, ``$arg*`` and ``%pd``: a definition, or the
+    kernel's error with its caret on the line; its arguments are named as C identifiers."""
+    from kpsdk.trace.btfargs import BtfArgs
+    from tests.btfsynth import synthetic_btf
+
+    parser = Parser(kpsdk.get_registry().arch("x86_64"), kernel=kernel, btf=BtfArgs(synthetic_btf(), 64))
+    try:
+        definition = parser.parse(text)
+    except TraceDefinitionError as e:
+        assert 0 <= e.column <= len(text) + 1 and len(e.error_log.splitlines()) == 3, e.error_log
+        assert "\n" not in str(e)
+        event(f"refused: {e.code}")
+        return
+    event("parsed" + (" with BTF" if any(a.fetch.btf for a in definition.args) else ""))
+    assert all(re.fullmatch(r"[A-Za-z_]\w*", a.name) for a in definition.args)
+    assert len({a.name for a in definition.args}) == len(definition.args)

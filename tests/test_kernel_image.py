@@ -90,6 +90,20 @@ def test_system_map_types_sizes_and_modules() -> None:
     assert all(e.name != "undefined_thing" for e in entries)  # "U" lines have no address
 
 
+def test_an_address_several_symbols_share_is_named_as_the_kernels_ps_names_it() -> None:
+    """The first alias in the table's (the kernel's kallsyms) order, as ``get_symbol_pos`` in
+    kernel/kallsyms.c: Debian's arm kernel prints ``sys_openat+0x98/0xd4`` where kallsyms has
+    ``sys_openat`` then ``__se_sys_openat`` at one address (tests/test_trace_triggers_kernel.py
+    compares it with the guest's own hist file).  A name still resolves to its own symbol."""
+    text = ("c05c94d8 T sys_openat\nc05c94d8 T __se_sys_openat\nc05c95ac T sys_creat\n"
+            "c05c95ac T __se_sys_creat\nc05c95ac t __do_sys_creat\nc05c9600 T next_one\n")
+    table = load_kallsyms_text(text)
+    assert table.lookup(0xC05C9570) == ("sys_openat", 0x98, 0xD4)
+    assert table.lookup(0xC05C95AC) == ("sys_creat", 0, 0x54)
+    assert table.resolve("__se_sys_openat") == 0xC05C94D8
+    assert table.containing(0xC05C94D8) is not None and table.containing(0xC05C94D8).name == "sys_openat"
+
+
 def test_gcc_clone_found_by_base_name() -> None:
     table = load_kallsyms_text(SAMPLE_MAP)
     assert table.get("helper").name == "helper.isra.0"

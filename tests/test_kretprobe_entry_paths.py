@@ -107,3 +107,37 @@ def test_an_entry_handler_that_raises_goes_to_the_fault_handler(arch: str) -> No
     assert fast == slow and fast_stats == slow_stats
     assert ("fault", "add", TRAP_HANDLER_EXCEPTION) in fast
     assert not [e for e in fast if e[:2] == ("return", "add")]  # the faulting entry leaves the call unhooked
+
+
+def _on_own_stack(fast: bool, entry: bool) -> tuple[list[tuple[int, ...]], int, str]:
+    """x86_64 ``loop(5)`` called with its stack in memory the test mapped (not the
+    target's host-backed stack): each return's (ret_addr, return value, sp),
+    loop's result, inc's mechanism."""
+    seen: list[tuple[int, ...]] = []
+    with kpsdk.open(f"elf:{fixtures.path('x86_64')}") as s:
+        if not fast:
+            s.target.detours.plan = lambda point: None  # type: ignore[attr-defined]
+        s.target.map(0x5000_0000, 0x10000, "rw")  # type: ignore[attr-defined]
+        s.target.call_sp = 0x5000_8000  # type: ignore[attr-defined]
+
+        def ret(ri: Any, regs: Any) -> None:
+            seen.append((ri.ret_addr, regs.return_value, regs.sp))
+
+        rp = kpsdk.Kretprobe(symbol_name="inc", handler=ret, maxactive=4,
+                             entry_handler=(lambda ri, regs: 0) if entry else None)
+        s.register_kretprobe(rp)
+        mechanism = str(s.target.manager.point_of(rp).mechanism)
+        result = s.call("loop", 5)
+        assert rp.nmissed == 0 and rp.in_flight == 0
+    return seen, result, mechanism
+
+
+@pytest.mark.parametrize("entry", [False, True], ids=["no-entry-handler", "entry-handler"])
+def test_a_hooked_entry_on_a_stack_the_program_made(entry: bool) -> None:
+    """The hooked entry reads and rewrites [sp] in the host's copy of the stack; on any
+    other stack it goes through the target's memory, and the returns are the hook path's."""
+    fast, fast_result, mechanism = _on_own_stack(True, entry)
+    slow, slow_result, _ = _on_own_stack(False, entry)
+    assert mechanism == "hooked-entry"
+    assert len(fast) == 5 and all(0x5000_0000 <= sp < 0x5001_0000 for _, _, sp in fast)
+    assert (fast, fast_result) == (slow, slow_result)

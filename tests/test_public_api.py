@@ -35,14 +35,17 @@ def builtin_registry() -> Registry:
 
 def declared_in(path: Path, inside: str) -> set[str]:
     """Names declared under ``if TYPE_CHECKING`` in ``path``: the methods of class ``inside``,
-    or (``inside`` empty) the module's imported names."""
+    or (``inside`` empty) the names the module imports there from the built-in probe-type
+    plugins (the core's own lazy names are declared in another such block)."""
     tree = ast.parse(path.read_text())
     found: set[str] = set()
     for node in ast.walk(tree):
         if inside and isinstance(node, ast.ClassDef) and node.name == inside:
             found |= {n.name for n in ast.walk(node) if isinstance(n, ast.FunctionDef)}
         if not inside and isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING":
-            found |= {a.asname or a.name for n in node.body if isinstance(n, ast.ImportFrom) for a in n.names}
+            found |= {a.asname or a.name for n in node.body
+                      if isinstance(n, ast.ImportFrom) and (n.module or "").startswith("kpsdk.plugins.")
+                      for a in n.names}
     return found
 
 

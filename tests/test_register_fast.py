@@ -102,3 +102,31 @@ def test_a_probe_registered_while_running_fires_and_unregistering_restores(arch:
         s.unregister_kprobe(kp)
         assert bytes(s.target.uc.mem_read(entry, 16)) == before  # type: ignore[attr-defined]
         assert s.call("loop", 100) == fixtures.EXPECTED["loop"] and late.hits == 100
+
+
+@pytest.mark.parametrize("remapped", [False, True])
+def test_breakpoint_traps_in_host_backed_code_and_after_a_remap(remapped: bool) -> None:
+    """Executable memory is host-backed, so a breakpoint-path trap is a memmove into kpsdk's buffer;
+    where the memory was unmapped and mapped again behind kpsdk's back, that buffer is stale and the
+    trap must still reach the code that runs.  Either way: every call hits, reads show the
+    program's bytes (K10), and unregistering puts them back (the function runs unprobed)."""
+    s = kpsdk.open("unicorn:x86_64")
+    code = s.arch.assemble("lea eax, [rdi + 1]; ret", 0x400000)
+    buf = s.target.map(0x400000, 0x1000, "rx")
+    assert buf is not None  # host-backed by default
+    if remapped:
+        s.target.uc.mem_unmap(0x400000, 0x1000)
+        s.target.uc.mem_map(0x400000, 0x1000, 5)
+    s.target.uc.mem_write(0x400000, code)
+    s.kprobes_optimization = False  # the breakpoint path: a trap written over the instruction
+    seen: list[int] = []
+    p = kpsdk.Kprobe(addr=0x400000, pre_handler=lambda p, r: seen.append(r.arg(0)))
+    s.register_kprobe(p)
+    assert "[OPTIMIZED]" not in s.list()
+    assert [s.call(0x400000, i) for i in (1, 2, 3)] == [2, 3, 4] and seen == [1, 2, 3]
+    assert s.read_memory(0x400000, len(code)) == code
+    assert bytes(s.target.uc.mem_read(0x400000, 1)) != code[:1]  # the trap is in the memory that runs
+    s.unregister_kprobe(p)
+    assert bytes(s.target.uc.mem_read(0x400000, len(code))) == code
+    assert s.call(0x400000, 9) == 10 and seen == [1, 2, 3]
+    s.close()

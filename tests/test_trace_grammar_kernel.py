@@ -54,6 +54,8 @@ CASES = [
     "p vfs_read @11:b10@a/16", "p vfs_read $comm:string",
     # $argN: where 6.1 takes it (a kprobe on a function entry) and where not (a return probe)
     "p vfs_read $arg1 x=$arg2:u32", "r vfs_read $arg2", "r vfs_read $arg0", "r:ret/r vfs_read $retval a=$arg1",
+    # BTF arguments, which 6.1 does not take (6.12's answers: tests/test_trace_btf_kernel.py)
+    "p vfs_read file", "p vfs_read $arg*", "p vfs_read file->f_pos:s64", "r vfs_read $retval->x",
     # argument names and bodies
     "p vfs_read arg123456789012345678901234567890=@11", "p vfs_read =@11", "p vfs_read var.1=@11",
     "p vfs_read var1=@11 var1=@12", "p vfs_read +1234567(+1234567(+1234567(+1234567(+1234567(+1234567(@1234))))))",

@@ -28,6 +28,7 @@ from typer.testing import CliRunner
 from kpsdk.cli import app
 from kpsdk.fixtures import kernel
 from tests.conftest import require_tool
+from tests.kernel_trace import trace_args
 
 pytestmark = pytest.mark.kernel
 
@@ -74,11 +75,7 @@ def test_prefix_and_bodies_match_the_guest_kernels_own_trace(
     require_tool("gdb-multiarch", "gdb-multiarch")
     initrd = kernel_initramfs(workload=SELF_TRACING)
     out = tmp_path / "trace.txt"
-    args = ["trace", "qemu-system:x86_64", "--kernel", str(debian_kernel), "--initrd", str(initrd),
-            "--console", "--duration", "300", "--out", str(out)]
-    for d in DEFINITIONS:
-        args += ["-e", d]
-    result = CliRunner().invoke(app, args)
+    result = CliRunner().invoke(app, trace_args("x86_64", debian_kernel, initrd, out, DEFINITIONS))
     assert result.exit_code == 0, result.output[-3000:]
     console = result.stderr.replace("\r", "")
     assert "KPSDK-GUEST-TRACE-END" in console, console[-3000:]

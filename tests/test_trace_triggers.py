@@ -290,3 +290,62 @@ def test_log2_key_is_the_kernels_ilog2_of_roundup() -> None:
         assert log2_key(v) == math.ceil(math.log2(v))
     for v in (0, 2**63 + 1, 2**64 - 2, 2**64 - 20):
         assert log2_key(v) == 64
+    # a 32-bit arm kernel: 1UL << 32 is 0 there and ilog2(0) is -1 (the guest's own hist in
+    # tests/test_trace_triggers_kernel.py); below the overflow, the exponent
+    arm = kpsdk.get_registry().arch("arm").kernel_log2_overflow
+    assert arm == 2**64 - 1
+    for v in (0, 2**31 + 1, 2**32 - 2):
+        assert log2_key(v, 4, arm) == 2**64 - 1
+    for v in (1, 3, 2**31):
+        assert log2_key(v, 4, arm) == math.ceil(math.log2(v))
+
+
+# -- name=: one table shared by several events ------------------------------------------------------
+
+def test_a_named_table_is_the_sum_of_its_events_own_tables() -> None:
+    """``name=t`` on add and sub: one table, each event's hits in it (through its own filter),
+    printed in full in both events' hist files; per event, the same trigger without a name
+    counts that event alone, and the shared entries are their sums."""
+    trace = trace_hists("x86_64", ["p:a add x=%di:s32", "p:s sub x=%di:s32"], [
+        "a:hist:keys=x:vals=hitcount:sort=x", "s:hist:keys=x:vals=hitcount:sort=x",
+        "a:hist:name=t:keys=x:vals=hitcount:sort=x", "s:hist:name=t:keys=x:vals=hitcount:sort=x if x > 0"])
+    (_, own_a), (_, shared_a), (_, own_s), (_, shared_s) = trace.hists()
+    sums: dict[tuple[int | str, ...], int] = {}
+    for own in (own_a, own_s):
+        for key, entry in own.entries.items():
+            if own is own_a or int(key[0]) > 0:
+                sums[key] = sums.get(key, 0) + entry.sums[0]
+    assert {k: e.sums[0] for k, e in shared_a.entries.items()} == sums and len(sums) >= 2
+    assert shared_a.hits == shared_s.hits == sum(sums.values())
+    text_a, text_s = shared_a.render().splitlines(), shared_s.render().splitlines()
+    assert text_a[2] == "# trigger info: hist:name=t:keys=x:vals=hitcount:sort=x:size=2048 [active]"
+    assert text_s[2] == "# trigger info: hist:name=t:keys=x:vals=hitcount:sort=x:size=2048 if x > 0 [active]"
+    assert text_a[3:] == text_s[3:]  # one table: the same entries and Totals in both files
+
+
+@pytest.mark.parametrize(("triggers", "code", "column"), [
+    (["a:hist:name=t:keys=x", "s:hist:name=t:keys=x.hex"], "NAMED_MISMATCH", 5),
+    (["a:hist:name=t:keys=x", "s:hist:name=t:keys=x:vals=hitcount,x"], "NAMED_MISMATCH", 5),
+    (["a:hist:name=t:keys=x", "s:hist:name=t:keys=x:sort=x"], "NAMED_MISMATCH", 5),
+    (["a:hist:name=t:keys=x", "s:hist:name=t:keys=y"], "NAMED_MISMATCH", 5),  # s32 x, u64 y: other fields
+    (["a:hist:keys=x if x > 1", "a:hist:keys=x if x > 1"], "TRIGGER_EEXIST", 0),
+    (["a:hist:name=t:keys=x", "a:hist:name=t:keys=x"], "TRIGGER_EEXIST", 0),
+])
+def test_named_and_repeated_triggers_are_refused_as_the_kernel_refuses_them(
+        triggers: list[str], code: str, column: int) -> None:
+    with kpsdk.open(f"elf:{PROG}") as s, pytest.raises(TriggerError) as info:
+        s.trace(["p:a add x=%di:s32", "p:s sub x=%di:s32 y=%si:u64"], triggers=triggers)
+    assert info.value.code == code and info.value.column == column, info.value
+    assert info.value.error_log is not None
+    # and before the target starts, as kpsdk trace checks everything it can
+    args = [a for t in triggers for a in ("--trigger", t)]
+    result = runner.invoke(app, ["trace", "x86_64", "-e", "p:a add x=%di:s32", "-e", "p:s sub x=%di:s32 y=%si:u64",
+                                 *args])
+    assert result.exit_code == 1 and info.value.message in result.stderr, result.output
+
+
+def test_a_repeated_trigger_with_pause_pauses_the_first() -> None:
+    """``existing_hist_update_only``: the same trigger with ``:pause`` pauses the one there."""
+    trace = trace_hists("x86_64", ["p:a add x=%di:s32"], ["a:hist:keys=x", "a:hist:keys=x:pause"])
+    ((_, hist),) = trace.hists()
+    assert hist.hits == 0 and hist.render().splitlines()[2].endswith(" [paused]")

@@ -31,7 +31,7 @@ its files with ``sed``, not ``cat``.  What must match:
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
@@ -42,8 +42,10 @@ from kpsdk.cli import app
 from kpsdk.errors import TriggerError
 from kpsdk.fixtures import kernel
 from kpsdk.trace.grammar import Parser
+from kpsdk.trace.histtrigger import HistTrigger, register
 from kpsdk.trace.triggers import parse_trigger
 from tests.conftest import require_tool
+from tests.kernel_trace import TRACING, define_events, trace_args
 
 pytestmark = pytest.mark.kernel
 
@@ -57,6 +59,8 @@ TRIGGERS = [
     ("myopenret", f"hist:keys=common_pid.execname,ret:vals=hitcount:sort=common_pid,ret {CAT}"),
     ("myopenret", f"hist:keys=__probe_ret_ip.sym-offset,ret.log2:vals=hitcount:sort=ret {CAT}"),
     ("myopen", f"hist:keys=__probe_ip.sym:vals=hitcount,dfd:sort=hitcount.descending {CAT}"),
+    # the common fields, in a key and a filter (common_type differs: the guest numbers its events itself)
+    ("myopen", f"hist:keys=common_preempt_count:vals=hitcount {CAT} && common_pid > 1"),
     ("myopen", f"stacktrace {CAT}"),
     ("myclone", "stacktrace:1"),  # an event whose triggers are all unconditional: where its entry goes
 ]
@@ -72,25 +76,44 @@ BAD_TRIGGERS = [
     "hist:keys=ret:size=64",
     "hist:vals=ret",
 ]
-TRACING = "/sys/kernel/tracing"
-SELF_TRACING = "\n".join([
-    f"mount -t tracefs nodev {TRACING}",
-    *(f"echo '{d}' >> {TRACING}/kprobe_events" for d in DEFINITIONS),
-    *(f"echo KPSDK-CASE-{i}\necho > {TRACING}/error_log\n"
-      f"echo '{t}' >> {TRACING}/events/kprobes/myopenret/trigger 2>/dev/null && echo KPSDK-ACCEPTED\n"
-      f"sed -n p {TRACING}/error_log" for i, t in enumerate(BAD_TRIGGERS)),
-    "echo KPSDK-CASES-END",
-    *(f"echo '{t}' >> {TRACING}/events/kprobes/{e}/trigger" for e, t in TRIGGERS),
-    f"echo 1 > {TRACING}/options/sym-offset",
-    f"echo 1 > {TRACING}/events/kprobes/enable",
-    kernel.DEFAULT_WORKLOAD.rstrip("\n"),
-    f"echo 0 > {TRACING}/tracing_on",
-    *(f"echo KPSDK-GUEST-HIST-BEGIN {e}\nsed -n p {TRACING}/events/kprobes/{e}/hist\necho KPSDK-GUEST-HIST-END"
-      for e in ("myopen", "myopenret")),
-    "echo KPSDK-GUEST-TRACE-BEGIN",
-    f"sed -n p {TRACING}/trace",
-    "echo KPSDK-GUEST-TRACE-END",
-])
+
+
+def self_tracing(definitions: Sequence[str], triggers: Sequence[tuple[str, str]], bad_triggers: Sequence[str] = (),
+                 bad_event: str = "myopenret", setup: Sequence[str] = (),
+                 late: Sequence[tuple[str, str]] = ()) -> str:
+    """The guest's /init part: run ``setup``, define the events, write each refused trigger into
+    ``bad_event``'s trigger file (and print its error_log), write the triggers, then each ``late``
+    trigger (one refused because of those before it: its error_log too), run the workload with the
+    events enabled (with ``sym-offset``, so that stack frames print as ``sym+0xoff/0xsize``), then
+    print the hist files of the events with hist triggers and the trace file."""
+    hist_events = list(dict.fromkeys(e for e, t in triggers if t.startswith("hist:")))
+
+    def case(name: str, event: str, trigger: str) -> str:
+        return (f"echo KPSDK-CASE-{name}\necho > {TRACING}/error_log\n"
+                f"echo '{trigger}' >> {TRACING}/events/kprobes/{event}/trigger 2>/dev/null && echo KPSDK-ACCEPTED\n"
+                f"sed -n p {TRACING}/error_log")
+
+    return "\n".join([
+        *setup,
+        *define_events(definitions),
+        *(case(str(i), bad_event, t) for i, t in enumerate(bad_triggers)),
+        "echo KPSDK-CASES-END",
+        *(f"echo '{t}' >> {TRACING}/events/kprobes/{e}/trigger" for e, t in triggers),
+        *(case(f"LATE-{i}", e, t) for i, (e, t) in enumerate(late)),
+        "echo KPSDK-LATE-END",
+        f"echo 1 > {TRACING}/options/sym-offset",
+        f"echo 1 > {TRACING}/events/kprobes/enable",
+        kernel.DEFAULT_WORKLOAD.rstrip("\n"),
+        f"echo 0 > {TRACING}/tracing_on",
+        *(f"echo KPSDK-GUEST-HIST-BEGIN {e}\nsed -n p {TRACING}/events/kprobes/{e}/hist\necho KPSDK-GUEST-HIST-END"
+          for e in hist_events),
+        "echo KPSDK-GUEST-TRACE-BEGIN",
+        f"sed -n p {TRACING}/trace",
+        "echo KPSDK-GUEST-TRACE-END",
+    ])
+
+
+SELF_TRACING = self_tracing(DEFINITIONS, TRIGGERS, BAD_TRIGGERS)
 
 
 def hist_blocks(text: str) -> list[list[str]]:
@@ -143,12 +166,7 @@ def test_hist_and_stacktrace_triggers_match_the_guest_kernels_own(
     require_tool("gdb-multiarch", "gdb-multiarch")
     initrd = kernel_initramfs(workload=SELF_TRACING)
     out = tmp_path / "trace.txt"
-    args = ["trace", "qemu-system:x86_64", "--kernel", str(debian_kernel), "--initrd", str(initrd),
-            "--console", "--duration", "300", "--out", str(out)]
-    for d in DEFINITIONS:
-        args += ["-e", d]
-    for event, trigger in TRIGGERS:
-        args += ["--trigger", f"{event}:{trigger}"]
+    args = trace_args("x86_64", debian_kernel, initrd, out, DEFINITIONS, TRIGGERS)
     # and kpsdk's --functions on the same run: one event per function the glob matches
     args += ["--functions", "do_sys_open*", "-e", "p:kfn/ $func"]
     result = CliRunner().invoke(app, args)
@@ -175,11 +193,11 @@ def test_hist_and_stacktrace_triggers_match_the_guest_kernels_own(
     guest_hist = hist_blocks(between(console, "KPSDK-GUEST-HIST-BEGIN myopen\n", "KPSDK-GUEST-HIST-END")) + \
         hist_blocks(between(console, "KPSDK-GUEST-HIST-BEGIN myopenret\n", "KPSDK-GUEST-HIST-END"))
     ours_hist = hist_blocks(result.stdout)
-    assert len(guest_hist) == len(ours_hist) == 3, console[-3000:] + result.stdout
+    assert len(guest_hist) == len(ours_hist) == 4, console[-3000:] + result.stdout
     # kpsdk prints myopen's triggers first as well (the events' order)
     for guest, ours in zip(guest_hist, ours_hist, strict=True):
         assert guest == ours, "\n".join(["guest:", *guest, "kpsdk:", *ours])
-    by_pid = guest_hist[1] if "execname" in guest_hist[1][2] else guest_hist[2]
+    by_pid = next(block for block in guest_hist if "execname" in block[2])
     cats = [line for line in by_pid if line.startswith("{ common_pid: cat")]
     assert len(cats) >= 3, by_pid  # the workload's three cats, each seen by both
 
@@ -220,3 +238,111 @@ def test_hist_and_stacktrace_triggers_match_the_guest_kernels_own(
         assert callers and callers[0] == guest[probed + 1], (guest, ours)
         assert callers[-1] == guest[-1], (guest, ours)
         assert all(frame in rest for frame in callers), (guest, ours)  # a subsequence
+
+
+#: arm's 6.1 kernel refuses $argN (arch/arm has no HAVE_FUNCTION_ARG_ACCESS_API): registers by
+#: the AAPCS.  The triggers need no task (the prefix has its own test): they count the
+#: workload's opens by their file name (only the workload opens a name with "kpsdk" in it), and
+#: the failed opens: the guest creates /var/log/wtmp first, so that poweroff's open of it (after
+#: the guest printed its hist files) does not fail
+ARM_DEFINITIONS = [
+    "p:myopen do_sys_openat2 dfd=%r0:s32 name=+0(%r1):ustring",
+    "r:myopenret do_sys_openat2 ret=$retval:s32",
+]
+ARM_SETUP = ["mkdir -p /var/log", ": > /var/log/wtmp"]
+WORKLOAD_NAMES = 'if name ~ "*kpsdk*"'
+ARM_TRIGGERS = [
+    ("myopen", f"hist:keys=name,dfd:vals=hitcount:sort=name {WORKLOAD_NAMES}"),
+    ("myopen", f"hist:keys=__probe_ip.sym-offset,dfd.hex:vals=hitcount,dfd {WORKLOAD_NAMES}"),
+    ("myopenret", "hist:keys=ret,__probe_ret_ip.sym-offset:vals=hitcount:sort=ret.descending if ret < 0"),
+    ("myopenret", "hist:keys=ret.log2:vals=hitcount,ret if ret < 0"),
+    # one table for both events (name=), each with its own filter: 3 opens and 2 failures
+    ("myopen", f"hist:name=kpsdkopens:keys=common_cpu:vals=hitcount {WORKLOAD_NAMES}"),
+    ("myopenret", "hist:name=kpsdkopens:keys=common_cpu:vals=hitcount if ret < 0"),
+    ("myopen", f"stacktrace {WORKLOAD_NAMES}"),
+]
+#: refused because of the triggers before them: a named table's name with other keys, a repeat
+ARM_LATE = [
+    ("myopenret", "hist:name=kpsdkopens:keys=ret:vals=hitcount"),
+    ("myopenret", ARM_TRIGGERS[2][1]),
+]
+
+
+def late_errors(console: str) -> list[tuple[str, ...] | None]:
+    """Each late case's error_log (three lines without the timestamp), or None (no entry)."""
+    out: list[tuple[str, ...] | None] = []
+    for m in re.finditer(r"KPSDK-CASE-LATE-(\d+)\n(.*?)(?=KPSDK-CASE-LATE|KPSDK-LATE-END)", console, re.S):
+        body = m[2].rstrip("\n")
+        assert "KPSDK-ACCEPTED" not in body, (m[1], body)
+        lines = body.split("\n") if body else []
+        out.append((re.sub(r"^\[\s*[\d.]+\] ", "", lines[0]), lines[1], lines[2]) if len(lines) == 3 else None)
+    return out
+
+
+def test_hist_triggers_match_the_guest_kernels_own_on_arm(
+        arch_kernel: Callable[[str], Path], arch_initramfs: Callable[..., Path], tmp_path: Path) -> None:
+    """Debian's 6.1 armmp kernel (32-bit: a word of 4 bytes, so a negative s32 key is
+    ``(u64)(unsigned long)``, 4294967294, and ``.log2`` of it ``2^32``): the hist files
+    kpsdk prints are the guest's own, byte for byte (a table two events share with
+    ``name=`` included), the triggers refused because of those before them are refused
+    with the same error_log, and each stack entry follows its event."""
+    require_tool("gdb-multiarch", "gdb-multiarch")
+    image = arch_kernel("arm")
+    initrd = arch_initramfs("arm", self_tracing(ARM_DEFINITIONS, ARM_TRIGGERS, setup=ARM_SETUP, late=ARM_LATE))
+    out = tmp_path / "trace.txt"
+    result = CliRunner().invoke(app, trace_args("arm", image, initrd, out, ARM_DEFINITIONS, ARM_TRIGGERS))
+    assert result.exit_code == 0, result.output[-3000:]
+    console = "".join(line for line in result.stderr.replace("\r", "").splitlines(keepends=True)
+                      if not re.match(r"\[\s*\d+\.\d+\] (?!hist:)", line))
+    assert "KPSDK-GUEST-TRACE-END" in console, console[-3000:]
+    guest_hist = hist_blocks(between(console, "KPSDK-GUEST-HIST-BEGIN myopen\n", "KPSDK-GUEST-HIST-END")) + \
+        hist_blocks(between(console, "KPSDK-GUEST-HIST-BEGIN myopenret\n", "KPSDK-GUEST-HIST-END"))
+    ours_hist = hist_blocks(result.stdout)
+    assert len(guest_hist) == len(ours_hist) == 6, console[-3000:] + result.stdout
+    for guest, ours in zip(guest_hist, ours_hist, strict=True):
+        assert guest == ours, "\n".join(["guest:", *guest, "kpsdk:", *ours])
+    # what the workload did, in the guest's own tables: its three opens, two failing, in one named table
+    names = [line for line in guest_hist[0] if line.startswith("{ name: ")]
+    assert [line.split()[2] for line in names] == ["/etc/kpsdk-hello", "/etc/kpsdk-hello/sub", "/kpsdk-missing"]
+    failed = [line for line in guest_hist[3] if line.startswith("{ ret: ")]
+    assert [line.split()[2].rstrip(",") for line in failed] == ["4294967294", "4294967276"], failed
+    shared = [block for block in guest_hist if "name=kpsdkopens" in block[2]]
+    assert len(shared) == 2 and all("    Hits: 5" in block for block in shared), shared
+
+    # the triggers the guest refused once the others were there: kpsdk refuses them alike
+    definitions = {d.event: d for d in map(Parser(kpsdk.get_registry().arch("arm")).parse, ARM_DEFINITIONS)}
+    hists: dict[str, list[HistTrigger]] = {}
+    named: dict[str, HistTrigger] = {}
+    for event, text in ARM_TRIGGERS:
+        trigger = parse_trigger(text, definitions[event], 4)
+        if isinstance(trigger, HistTrigger):
+            added = register(trigger, hists.setdefault(event, []), named, f"hist:kprobes:{event}")
+            assert added is trigger
+            hists[event].append(trigger)
+    guest_late = late_errors(console)
+    assert len(guest_late) == len(ARM_LATE) and all(guest_late), console[-3000:]
+    for (event, text), guest_log in zip(ARM_LATE, guest_late, strict=True):
+        with pytest.raises(TriggerError) as info:
+            trigger = parse_trigger(text, definitions[event], 4)
+            assert isinstance(trigger, HistTrigger)
+            register(trigger, hists[event], named, f"hist:kprobes:{event}")
+        log = info.value.error_log
+        assert log is not None and tuple(log.split("\n")) == guest_log, (text, guest_log, log)
+
+    # each stack entry right after its event's line, in both traces: the workload's three opens.
+    # The guest's arm unwinder stops at its kprobe trampoline (" => 0xbf002030"); kpsdk's frames
+    # are checked against the guest's own return events: the caller a call returns to is the
+    # frame after the probed function
+    guest_trace = between(console, "KPSDK-GUEST-TRACE-BEGIN\n", "KPSDK-GUEST-TRACE-END")
+    ours_trace = out.read_text()
+    (tmp_path / "guest-trace.txt").write_text(guest_trace)  # kept by pytest for a failure's reader
+    for text in (guest_trace, ours_trace):
+        lines = text.splitlines()
+        after = [lines[i - 1] for i, line in enumerate(lines) if line.endswith("<stack trace>")]
+        assert len(after) == 3 and all(" myopen: (" in line and "kpsdk" in line for line in after), \
+            (after, text[-6000:])
+    callers = {m[1] for m in re.finditer(r" myopenret: \((\S+) <- do_sys_openat2\)", guest_trace)}
+    ours_stacks = stacks(ours_trace, "myopen")
+    assert len(ours_stacks) == 3 and len(callers) == 1, (ours_stacks, callers)
+    for ours in ours_stacks:
+        assert ours[0].startswith("do_sys_openat2+0x0/") and ours[1] in callers, (ours, callers)

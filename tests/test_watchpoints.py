@@ -363,3 +363,127 @@ def test_batch_registration_rolls_back(elf: kpsdk.Session) -> None:
     assert not any(wp.registered for wp in wps) and s.target.watch_engine().hooked == 0
     s.register_watchpoints(wps[:-1])
     assert [wp.slot for wp in wps[:-1]] == list(range(s.arch.watch.slots))
+
+
+# -- hits on a learned site (the fast path: recorded in the memory hook, reported at the successor) --
+
+
+def test_one_site_hit_many_times_every_hit_exact(elf: kpsdk.Session) -> None:
+    """bump's store hit 150 times across calls: the first hit learns the site, the rest take the
+    fast path; every hit reports the same as the first (old/new from the arguments, the store's
+    pc, the CPU after it)."""
+    s = elf
+    c = counter_of(s)
+    seen: list[tuple[int, int, int, int, int]] = []
+    s.register_watchpoint(kpsdk.Watchpoint(
+        symbol_name="counter", length=4,
+        handler=lambda wp, r, a: seen.append((a.old, a.new, s.read_int(c, 4), a.pc, r.ip))))
+    engine = s.target.watch_engine()
+    value = s.read_int(c, 4)
+    expected = []
+    for by in range(1, 151):
+        s.call("bump", by)
+        expected.append((value, value + by))
+        value += by
+    assert [(old, new) for old, new, _, _, _ in seen] == expected
+    assert all(new == in_memory for _, new, in_memory, _, _ in seen)  # reported after the store
+    store = seen[0][3]
+    assert {pc for *_, pc, _ in seen} == {store}
+    assert {ip for *_, ip in seen} == {next_insn(s, store)}
+    assert s.read_int(c, 4) == value and engine.sites >= 1
+
+
+def test_different_instructions_and_a_nested_access_on_learned_sites(elf: kpsdk.Session) -> None:
+    """An ``rw`` watchpoint on counter sees bump's load and store (two sites), each hit many times,
+    in program order; a handler calling bump itself (K6) misses those accesses, on learned sites."""
+    s = elf
+    c = counter_of(s)
+    seen: list[tuple[str, int, int | None, int, int]] = []
+    nested = []
+
+    def handler(wp: kpsdk.Watchpoint, regs: kpsdk.regs.PtRegs, a: Any) -> None:
+        seen.append((a.kind, a.value, a.old, a.pc, regs.ip))
+        if len(seen) == 41:  # call 21's load is done: bump(1000) now, its store is overwritten next
+            nested.append(s.call("bump", 1000))
+
+    wp = kpsdk.Watchpoint(symbol_name="counter", length=4, type="rw", strict=s.arch.watch.slots >= 2,
+                          handler=handler)
+    s.register_watchpoint(wp)
+    value = s.read_int(c, 4)
+    expected = []
+    for by in range(1, 41):
+        s.call("bump", by)
+        old = value + 1000 if by == 21 else value  # the nested bump stored in between
+        expected += [("r", value, None), ("w", value + by, old)]
+        value += by
+    assert [(k, v, old) for k, v, old, _, _ in seen] == expected
+    assert len(nested) == 1 and wp.nmissed == 2 and s.read_int(c, 4) == value
+    load_pcs = {pc for k, _, _, pc, _ in seen if k == "r"}
+    store_pcs = {pc for k, _, _, pc, _ in seen if k == "w"}
+    assert len(load_pcs) == len(store_pcs) == 1 and load_pcs != store_pcs
+    bump = s.symbols.get("bump")
+    for _, _, _, pc, ip in seen:
+        assert bump.address & ~1 <= pc < bump.address + bump.size and ip == next_insn(s, pc)
+
+
+def test_a_handler_unregistering_on_a_learned_site_during_a_run(elf: kpsdk.Session) -> None:
+    """The program's own run: the third write's handler unregisters its watchpoint (from inside
+    the successor's hook); later writes are unseen, the run finishes, the successor hooks are gone."""
+    s = elf
+    args: list[int] = []
+    s.register_kprobe(kpsdk.Kprobe(symbol_name="bump", pre_handler=lambda p, r: args.append(r.arg(0))))
+    seen: list[tuple[int, int]] = []
+    engine = s.target.watch_engine()
+
+    def handler(wp: kpsdk.Watchpoint, regs: kpsdk.regs.PtRegs, a: Any) -> None:
+        seen.append((a.old, a.new))
+        if len(seen) == 3:
+            s.unregister_watchpoint(wp)
+
+    start = s.read_int(counter_of(s), 4)
+    s.register_watchpoint(kpsdk.Watchpoint(symbol_name="counter", length=4, handler=handler))
+    for by in (1, 2):  # the site is learned before the run
+        s.call("bump", by)
+    s.write_memory(counter_of(s), start.to_bytes(4, s.arch.endian))  # the program prints counter
+    assert engine.sites >= 1 and args == [1, 2]
+    assert s.run(timeout=30) == 0
+    assert s.console == fixtures.EXPECTED_OUTPUT
+    assert seen == [(start, start + 1), (start + 1, start + 3), (start, start + args[2])]
+    assert len(args) > 3 and engine.sites == 0 and engine.hooked == 0
+
+
+def test_a_run_ending_in_an_error_between_the_access_and_its_report(elf: kpsdk.Session) -> None:
+    """A kprobe on the store's successor (its hook runs before the watchpoint's there) raises: the
+    call ends with ProbeHandlerError after the store was recorded.  The next call reports its own
+    store only, exactly (nothing of the abandoned one is carried over)."""
+    s = elf
+    c = counter_of(s)
+    probe = kpsdk.Watchpoint(addr=c, length=4, handler=lambda wp, r, a: None)
+    s.register_watchpoint(probe)
+    pcs: list[int] = []
+    probe.handler = lambda wp, r, a: pcs.append(a.pc)
+    s.call("bump", 0)
+    s.unregister_watchpoint(probe)
+    after = next_insn(s, pcs[0])
+    fail = [False]
+
+    def on_after(p: kpsdk.Probe, regs: kpsdk.regs.PtRegs) -> int:
+        if fail[0]:
+            raise RuntimeError("stop here")
+        return 0
+
+    s.register_kprobe(kpsdk.Kprobe(addr=probe_addr(s, after), pre_handler=on_after))
+    calls: list[int] = [0]
+    seen: list[tuple[int, int, int]] = []
+    s.register_watchpoint(kpsdk.Watchpoint(addr=c, length=4,
+                                           handler=lambda wp, r, a: seen.append((calls[0], a.old, a.new))))
+    v = s.read_int(c, 4)
+    s.call("bump", 1)  # learns the site
+    calls[0], fail[0] = 1, True
+    with pytest.raises(kpsdk.ProbeHandlerError, match="stop here"):
+        s.call("bump", 2)
+    calls[0], fail[0] = 2, False
+    s.call("bump", 4)
+    assert seen[0] == (0, v, v + 1)
+    assert [(old, new) for n, old, new in seen if n == 2] == [(v + 3, v + 7)]
+    assert s.read_int(c, 4) == v + 7

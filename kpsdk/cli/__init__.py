@@ -19,6 +19,7 @@ One module per job; the shared ones never import a command, and no command
 imports another:
 
 - :mod:`~kpsdk.cli.root`: the app, its help and ``main()``;
+- :mod:`~kpsdk.cli.helpcache`: ``kpsdk --help`` replayed from a record of its output;
 - :mod:`~kpsdk.cli.exits`: exceptions -> exit codes; :mod:`~kpsdk.cli.consoles`: where output goes;
 - :mod:`~kpsdk.cli.plugin_args`: ``-p NAME`` / ``-p no:NAME``;
 - :mod:`~kpsdk.cli.command`: how a command joins the app (its examples);
@@ -68,10 +69,23 @@ _HOME = {name: module for module, names in _MOVED.items() for name in names.spli
 
 
 def main() -> None:
-    """The ``kpsdk`` console script (also ``python -m kpsdk`` and ``python -m kpsdk.cli``)."""
-    from kpsdk.cli.root import main as run
+    """The ``kpsdk`` console script (also ``python -m kpsdk`` and ``python -m kpsdk.cli``).
 
-    run()
+    ``kpsdk --help`` prints its recorded page when nothing it was made of has
+    changed (:mod:`~kpsdk.cli.helpcache`), before typer is imported."""
+    import sys
+
+    from kpsdk.cli import helpcache
+
+    argv = sys.argv[1:]
+    if not helpcache.wanted(argv):
+        from kpsdk.cli.root import main as run
+
+        run()
+    elif not helpcache.replay(argv):
+        from kpsdk.cli.root import main as run
+
+        helpcache.record(argv, run)
 
 
 def __getattr__(name: str) -> Any:

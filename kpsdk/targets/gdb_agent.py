@@ -49,6 +49,10 @@ Waiting for the host spins for a short while before blocking: the host answers
 in tens of microseconds, and waking a blocked process here costs ~0.3 ms,
 which would be a third of the cost of a hit.  Each turn of the spin yields the
 CPU (``sched_yield``): on a busy machine the host it waits for may need it.
+It spins only while a CPU is free (:func:`_cpu_to_spare`): on a machine with
+more runnable tasks than CPUs a spinning gdb cost 2-4x in hits per second
+(docs/performance.md), since the scheduler then counts gdb as a CPU hog and
+its every wake-up (QEMU's answers) waits longer.
 """
 
 import os
@@ -59,6 +63,8 @@ import types
 import gdb  # type: ignore[import-not-found]  # only exists inside gdb
 
 SPIN_SECONDS = 0.002
+#: how often the agent looks again at how many tasks are runnable
+LOAD_CHECK_SECONDS = 0.1
 
 _sock = socket.socket(fileno=int(os.environ["KPSDK_AGENT_FD"]))
 _sock.setblocking(False)
@@ -67,10 +73,31 @@ _breakpoints: dict = {}
 _in_stop = False
 
 
+_cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+_spin_ok = True
+_spin_checked = -LOAD_CHECK_SECONDS
+
+
+def _cpu_to_spare():
+    """Whether a CPU is free now: fewer runnable tasks than CPUs, this one not counted
+    (``/proc/loadavg``'s running count), looked at every LOAD_CHECK_SECONDS at most."""
+    global _spin_ok, _spin_checked
+    now = time.monotonic()
+    if now - _spin_checked >= LOAD_CHECK_SECONDS:
+        _spin_checked = now
+        try:
+            with open("/proc/loadavg", "rb") as f:
+                running = int(f.read().split()[3].split(b"/")[0])
+        except (OSError, ValueError, IndexError):
+            running = 1  # not Linux: spin, as before
+        _spin_ok = running - 1 < _cpus
+    return _spin_ok
+
+
 def _recv_line():
-    """The next line from the host: spin briefly, then block."""
+    """The next line from the host: spin briefly while a CPU is free, then block."""
     global _buf
-    deadline = time.perf_counter() + SPIN_SECONDS
+    deadline = time.perf_counter() + (SPIN_SECONDS if _cpu_to_spare() else 0.0)
     while b"\n" not in _buf:
         try:
             chunk = _sock.recv(65536)

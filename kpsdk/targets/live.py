@@ -61,7 +61,9 @@ from kpsdk.targets.livewatch import LiveWatch
 from kpsdk.targets.mi import GdbError, MiConnection, c_string
 
 if TYPE_CHECKING:
+    from kpsdk.arch import QemuMachine
     from kpsdk.elfimage import ElfImage
+    from kpsdk.guestclock import SchedClock
     from kpsdk.rethook import RethookNode, ShadowStacks
     from kpsdk.targets.solibs import Libraries
     from kpsdk.tasks import TaskInfo, TaskLayout
@@ -157,6 +159,10 @@ def _pipe_pending(fd: int) -> int:
 class GdbTarget(Target):
     """A CPU behind a gdbstub, driven by gdb-multiarch."""
 
+    #: how long run()'s loop waits for a hit before its other work (a subclass with hits of
+    #: its own to collect, kpsdk.targets.pluginlive, wakes more often)
+    poll_seconds = POLL_SECONDS
+
     def __init__(self, arch: Arch, remote: str, *, abi_kind: str = "user", symbols: SymbolTable | None = None,
                  image: ElfImage | None = None, processes: list[subprocess.Popen[bytes]] | None = None,
                  interrupt: Callable[[], None] | None = None, hardware_breakpoints: bool = False,
@@ -189,6 +195,15 @@ class GdbTarget(Target):
         #: the kernel image (vmlinuz, vmlinux) whose BTF says where comm and pid are (kpsdk/tasks.py)
         self.kernel_image: str | os.PathLike[str] | None = None
         self._task_layout: TaskLayout | None = None
+        #: a kernel without BTF: the function whose code shows current's layout (address, size),
+        #: read at the first hit; why that failed, if it did
+        self._task_code: tuple[int, int] | None = None
+        self.task_code_error: str | None = None
+        #: the qemu-system board kpsdk started (its counters), None for other stubs
+        self.board: QemuMachine | None = None
+        self._clock: SchedClock | None = None
+        #: why the guest's clock is not read (the trace header says it)
+        self.clock_error: str | None = None
         self._tids: dict[int, int] = {}  # gdb's thread number -> the stub's thread id (qemu-user)
         self._return_bps: dict[int, int] = {}  # return address -> hooked calls returning there
         self._dormant = False  # breakpoints removed during a hit wait for a purge
@@ -528,18 +543,65 @@ class GdbTarget(Target):
     def prepare_tasks(self) -> str:
         if self.abi_kind != "kernel":
             return "comm: the program's file name; pid: the thread id gdb's stub reports"
-        if self.kernel_image is None:
-            return "comm-pid: <...>-0 (no kernel image given, so no BTF to find current's comm and pid)"
-        from kpsdk.tasks import kernel_task_layout
+        from kpsdk.tasks import code_tasks_note, kernel_task_layout
 
+        why = "no kernel image given, so no BTF to find current's comm and pid"
+        if self.kernel_image is not None:
+            try:
+                self._task_layout = kernel_task_layout(self.kernel_image, self.arch)
+                return self._task_layout.how
+            except (TargetError, SymbolError) as exc:
+                why = str(exc)
+        tasks = self.arch.kernel_tasks
+        if tasks is not None and tasks.code is not None:  # no BTF: the kernel's code says it
+            try:
+                addr = self.symbols.resolve(tasks.code.function)
+            except SymbolError:
+                return f"comm-pid: <...>-0 ({why}; and no {tasks.code.function} in the kernel's symbols)"
+            found = self.symbols.lookup(addr)
+            if found is not None and found[2] > 0:
+                self._task_code = (addr, found[2])
+                return code_tasks_note(self.arch)
+        return f"comm-pid: <...>-0 ({why})"
+
+    def prepare_clock(self) -> str:
+        from kpsdk.guestclock import check_state, sched_clock_layout
+
+        clock = self.board.clock if self.board is not None else None
+        if self.abi_kind != "kernel" or clock is None or self.kernel_image is None:
+            return ""
         try:
-            self._task_layout = kernel_task_layout(self.kernel_image, self.arch)
-        except (TargetError, SymbolError) as exc:
-            return f"comm-pid: <...>-0 ({exc})"
-        return self._task_layout.how
+            layout, jiffy_reader = sched_clock_layout(self.kernel_image, self.arch, clock)
+            check_state(layout, self.read_memory(layout.cd, layout.span), jiffy_reader, self.arch.endian)
+        except TargetError as exc:
+            self.clock_error = str(exc)
+            return ""
+        self._clock = layout
+        return layout.how
+
+    def clock_ns(self) -> int | None:
+        clock = self._clock
+        if clock is None or not self.in_hit:
+            return None
+        counter = bytes.fromhex(self.link.request(f"p {clock.counter:x} {clock.counter_size:x}"))
+        return clock.ns(self.read_memory(clock.cd, clock.span), counter, self.arch.endian)
 
     def reads_comm(self) -> bool:
-        return self.abi_kind == "kernel" and self._task_layout is not None
+        return self.abi_kind == "kernel" and (self._task_layout is not None or self._task_code is not None)
+
+    def _layout_from_code(self) -> TaskLayout | None:
+        """The task layout from the kernel's code, read once, at the first hit (no BTF).  A
+        kernel whose code kpsdk cannot read that way keeps ``<...>-0``; why is kept in
+        :attr:`task_code_error`."""
+        from kpsdk.tasks import code_task_layout
+
+        function, self._task_code = self._task_code, None
+        assert function is not None
+        try:
+            self._task_layout = code_task_layout(self.read_memory, function, self.arch)
+        except TargetError as exc:  # TargetFault too: the code could not be read
+            self.task_code_error = str(exc)
+        return self._task_layout
 
     def task_info(self) -> TaskInfo | None:
         from kpsdk.tasks import UNKNOWN_COMM, TaskInfo, lat_flags, program_comm
@@ -551,8 +613,11 @@ class GdbTarget(Target):
         tasks = self.arch.kernel_tasks
         if tasks is None:
             return TaskInfo(UNKNOWN_COMM, 0, cpu)
-        irqs_off = tasks.irqs_disabled(self._io.read(self._raw_register(tasks.flags_register)))
+        irqs_off = bool(tasks.flags_register) and \
+            tasks.irqs_disabled(self._io.read(self._raw_register(tasks.flags_register)))
         layout = self._task_layout
+        if layout is None and self._task_code is not None:
+            layout = self._layout_from_code()
         if layout is None:
             return TaskInfo(UNKNOWN_COMM, 0, cpu, lat_flags(irqs_off))
         if tasks.current_register is not None:
@@ -618,7 +683,7 @@ class GdbTarget(Target):
         self._resume("-exec-continue")
         link = self.link
         while True:
-            line = link.wait_line(POLL_SECONDS, spin=NEXT_HIT_SPIN, also=mi.fileno)
+            line = link.wait_line(self.poll_seconds, spin=NEXT_HIT_SPIN, also=mi.fileno)
             if line is not None:
                 self._agent_line(line)
                 continue

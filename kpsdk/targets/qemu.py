@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from kpsdk.elfimage import ElfImage
     from kpsdk.registry import Registry
     from kpsdk.targets.live import GdbTarget
+    from kpsdk.targets.pluginlive import PluginLaunch
 
 #: how long QEMU gets to create its gdbstub socket
 STARTUP_TIMEOUT = 10.0
@@ -311,13 +312,15 @@ def open_qemu_system(rest: str, registry: Registry, kernel: str | None = None, i
                      smp: int = 1, qemu_args: list[str] | tuple[str, ...] = (), abi: str = "kernel",
                      hardware_breakpoints: bool = False, ready_symbol: str | None = KERNEL_READY_SYMBOL,
                      boot_timeout: float = BOOT_TIMEOUT, stall_limit: float = STALL_LIMIT,
-                     **options: Any) -> GdbTarget:
+                     mechanism: str = "gdb", **options: Any) -> GdbTarget:
     """``qemu-system:ARCH``: boot a kernel under TCG and attach.
 
     Symbols come from ``symbols`` (ELF, vmlinux, System.map, kallsyms dump) or
     else from the kernel image's own kallsyms table.  With a kernel, the
     session opens stopped at ``ready_symbol`` (``start_kernel``), when the
     kernel's text is mapped: probes are validated against live memory.
+    ``mechanism="plugin"``: kprobes without post_handlers are served by kpsdk's TCG plugin
+    (:mod:`kpsdk.targets.pluginlive`), with no gdb stop per hit.
     """
     from kpsdk.targets.live import GdbTarget
 
@@ -328,7 +331,8 @@ def open_qemu_system(rest: str, registry: Registry, kernel: str | None = None, i
     board = arch.qemu_system
     if board is None:
         raise TargetError(f"no qemu-system machine is known for {arch.name}")
-    qemu = _need(board.binary, board.package)
+    launch = _plugin_launch(arch, mechanism)
+    qemu = str(launch.qemu.binary) if launch is not None else _need(board.binary, board.package)
     _need("gdb-multiarch", "gdb-multiarch")
     source = symbols or kernel
     table, image = load_symbols(source) if source else (SymbolTable(), None)
@@ -343,13 +347,16 @@ def open_qemu_system(rest: str, registry: Registry, kernel: str | None = None, i
         cmd += ["-initrd", str(initrd)]
     cmd += extra
     try:
+        cmd += launch.arguments(tmp) if launch is not None else []
         proc = _start(cmd, sock)
     except BaseException:
         cleanup()
         raise
-    target = GdbTarget(arch, str(sock), abi_kind=abi, symbols=table, processes=[proc],
-                       hardware_breakpoints=hardware_breakpoints, cleanup=cleanup, stall_limit=stall_limit)
+    make = launch.target if launch is not None else GdbTarget
+    target = make(arch, str(sock), abi_kind=abi, symbols=table, processes=[proc],
+                  hardware_breakpoints=hardware_breakpoints, cleanup=cleanup, stall_limit=stall_limit)
     target.kernel_image = kernel or symbols  # where the trace prefix finds the kernel's BTF
+    target.board = board  # its counters: the trace's guest clock (kpsdk/guestclock.py)
     if kernel and ready_symbol and ready_symbol in table:
         try:
             target.run_to(ready_address(arch, table, image, ready_symbol), boot_timeout)
@@ -357,6 +364,15 @@ def open_qemu_system(rest: str, registry: Registry, kernel: str | None = None, i
             target.close()
             raise
     return target
+
+
+def _plugin_launch(arch: Arch, mechanism: object) -> PluginLaunch | None:
+    """What ``mechanism=`` asks for: None for gdb's breakpoints, the plugin's launch for ``"plugin"``."""
+    from kpsdk.targets.pluginlive import MECHANISMS, PluginLaunch
+
+    if mechanism not in MECHANISMS:
+        raise TargetError(f"qemu-system: mechanism={mechanism!r} is not one of {', '.join(MECHANISMS)}")
+    return PluginLaunch(arch) if mechanism == "plugin" else None
 
 
 def ready_address(arch: Arch, table: SymbolTable, image: ElfImage | None, name: str) -> int:

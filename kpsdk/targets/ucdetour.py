@@ -532,6 +532,9 @@ class DetourEngine:
         read, write, sp_reg = t.fast.read, t.fast.write, arch.register(arch.sp)
         link = arch.register(arch.link) if arch.link else None
         read_word, hijack_word = t.read_word, t.hijack_word
+        # [sp] in the host's copy of the stack, without read_word's and hijack_word's frames
+        stack_mem, stack_lo, stack_last, word = t.stack_window()
+        unpack_from, pack_into = word.unpack_from, word.pack_into
         then_hook = self._entry_then_hook
 
         def on_entry(handle: int, addr: int, size: int, user: int) -> None:
@@ -546,7 +549,13 @@ class DetourEngine:
                     slow(handle, addr, size, user)
                     return
                 sp = read(sp_reg)
-                ra = read(link) if link is not None else read_word(sp)
+                off = sp - stack_lo
+                if link is not None:
+                    ra = read(link)
+                elif 0 <= off <= stack_last:
+                    ra = unpack_from(stack_mem, off)[0]
+                else:  # a stack of the program's own making
+                    ra = read_word(sp)
                 stack = stacks.get(task)
                 if ra in traps or (stack and stack[-1].frame <= sp):
                     slow(handle, addr, size, user)
@@ -561,6 +570,8 @@ class DetourEngine:
                 words[r + 1] = sp
                 if link is not None:
                     write(link, tramp)
+                elif 0 <= off <= stack_last:
+                    pack_into(stack_mem, off, tramp)
                 else:
                     hijack_word(sp, tramp)
             except BaseException as exc:  # noqa: BLE001 - stored and re-raised by run()/call()

@@ -217,6 +217,12 @@ class FastHooks:
     def code(self, callback: Callable[[int, int, int, int], None], begin: int, end: int) -> int:
         return self._add(unicorn.UC_HOOK_CODE, HOOK_CODE(callback), begin, end)
 
+    def code_shared(self, cfunc: Any, begin: int, end: int) -> int:
+        """A code hook calling ``cfunc``, a ``HOOK_CODE`` the caller made once and keeps alive:
+        for hooks deleted from inside their own callback (ctypes does not hold the callback
+        object while it runs, so :meth:`code`'s, freed by :meth:`delete`, could go under it)."""
+        return self._add(unicorn.UC_HOOK_CODE, cfunc, begin, end)
+
     def intr(self, callback: Callable[[int, int, int], None]) -> int:
         return self._add(unicorn.UC_HOOK_INTR, HOOK_INTR(callback), 1, 0)
 

@@ -10,10 +10,12 @@ touch, so the target's private state can change without them.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    import capstone
+    import mmap
+    import struct
+
     import unicorn
 
     from kpsdk.arch import Arch, InstructionSet
@@ -69,11 +71,15 @@ class UnicornHost(Protocol):
     def hijack_word(self, addr: int, value: int) -> None:
         """Overwrite a return address in memory (the stack: host memory on the hot path)."""
 
+    def stack_window(self) -> tuple[mmap.mmap | bytearray, int, int, struct.Struct]:
+        """The stack as host memory: buffer, lowest address, last word offset (-1: none), word Struct."""
+
     def hook_point(self, addr: int) -> ProbePoint | None: ...
 
     def slot_point(self, addr: int) -> ProbePoint | None: ...
 
-    def successor_hooks(self, insn: capstone.CsInsn, callback: Any) -> list[int] | None: ...
+    def is_reserved(self, addr: int) -> bool:
+        """``addr`` is in kpsdk's own area (booster slots, trampolines, detours)."""
 
     # -- kpsdk's area: code kpsdk writes -------------------------------------------------------
 

@@ -11,34 +11,57 @@ is in the C API, but the 2.1.4 Python binding refuses it with ``UC_ERR_ARG``).
 Stopping the emulation from a memory hook stops it in the middle of the
 instruction (measured: a ``push`` has stored but not moved ``rsp``; ``xchg`` has
 stored but not loaded ``eax``), so nothing there is an instruction boundary, and
-re-running the instruction would store twice.  What works, measured on the five
-archs Unicorn runs here:
+re-running the instruction would store twice.  So the memory hook only
+*records* the access, and the report comes from a code hook on the accessing
+instruction's successor, the next instruction boundary.
 
-1. **Detect** with a memory hook bound to the watched range (so no other access
-   calls Python; every load and store still pays Unicorn's memory-hook check,
-   see bench row ``W``).  The hook exists only while a data watchpoint is armed.
-2. **Abort precisely**: the hook takes away the permissions of the mapped
+The memory hook is bound to the watched range (no other access calls Python;
+every load and store still pays Unicorn's memory-hook check, bench row ``W``)
+and exists only while a data watchpoint is armed.  It knows the address, the
+size and the value being stored, and reads the old bytes (still in memory: the
+hook runs before the store).  Where the report comes from depends on whether
+the accessing instruction (the *site*, by its pc) was seen before:
+
+**A known site** (every hit after the first): the successors of the site's
+instruction were learned at its first hit and have persistent code hooks.  The
+memory hook records the access into the pending step and returns; the
+instruction completes, and the successor's hook runs the handlers.  No hook is
+added or deleted and nothing is retranslated per hit (adding a hook or
+dropping translations from inside a memory hook crashes Unicorn 2.1.4, which
+is why a site is learned outside it).  The site's instruction bytes are
+compared at each hit, so code that changed is learned again.
+
+**A site's first hit** (and sites that cannot be learned: an instruction whose
+successors depend on registers or memory, such as ``ret`` or ``call rax``; one
+running from a kprobe booster slot, which another probe may reuse; past
+:data:`MAX_SITE_HOOKS` successor hooks) takes the slow path, measured precise
+on the five archs Unicorn runs here:
+
+1. **Abort precisely**: the hook takes away the permissions of the mapped
    region holding the access (the whole region: splitting one from a hook
    crashes Unicorn).  The access it was called for then faults, and Unicorn's
    faults are precise: the CPU is back at the start of the accessing
    instruction, with nothing of it done (measured: ``push``, ``xchg``, ``call``,
    ``rep stos``, ``add [mem]``).
-3. **Re-execute once, watching**: the region gets its permissions back, one-shot
-   code hooks go on the instruction's successors (the arch backend's
-   ``successors()``, as kprobes' software single-step uses), and the CPU runs
-   the instruction again.  The memory hook, now in recording mode, notes each
-   access in the range (address, size, value, the old bytes for a write).
-4. **Report at the next instruction**: the first successor hook runs the
-   handlers.  ``regs`` is the CPU after the instruction (``regs.ip`` is the
-   next instruction to execute, as x86 reports a data breakpoint), memory has
-   changed, and ``access.pc`` is the accessing instruction.
+2. **Re-execute once, recording**: outside the emulation, the region gets its
+   permissions back, the successors (the arch backend's ``successors()``, as
+   kprobes' software single-step uses) get code hooks (persistent for a
+   learnable site, one-shot otherwise), and the CPU runs the instruction
+   again, the memory hook recording every access in the range.
 
-The cost of a hit is therefore a fault, a restart, two hooks and the
-retranslation of the code around (~120 us, bench row ``W``); the cost of a
-watchpoint that never fires is the memory hook's (1.5-1.7x on a load/store loop).
-Adding or deleting a memory hook drops the translated code: code translated
-before a read hook existed never calls it, and code translated with one keeps
-paying for it after it is deleted.
+Either way the report is the same (W1): ``regs`` is the CPU after the
+instruction (``regs.ip`` is the next instruction to execute, as x86 reports a
+data breakpoint), memory has changed, ``access.pc`` is the accessing
+instruction, and every access the instruction made in the range is reported,
+in order.  A hit on a known site costs the memory hook, two memory reads and
+the successor hook (bench row ``W``: ~130 us per hit on the slow path before
+sites were learned); the cost of a watchpoint that never fires is the memory
+hook's (1.4-1.7x on a load/store loop).  Adding or deleting a memory hook
+drops the translated code: code translated before a read hook existed never
+calls it, and code translated with one keeps paying for it after it is
+deleted.  Successor hooks stay while a data watchpoint is armed (each costs
+its address a code-hook call, and every hooked instruction a bounds check)
+and go with the last one.
 """
 
 from __future__ import annotations
@@ -48,18 +71,43 @@ from typing import TYPE_CHECKING, Any
 
 import unicorn
 
+from kpsdk.targets.ucfast import HOOK_CODE, memory_reader
+
 if TYPE_CHECKING:
+    import capstone
+
     from kpsdk.targets.uchost import UnicornHost
 
 _KIND = {unicorn.UC_MEM_WRITE: "w", unicorn.UC_MEM_READ: "r"}
 
+#: the most successor addresses kept hooked for learned sites: every code hook costs each
+#: hooked instruction a bounds check (bench rows U), so sites past these take the slow path
+MAX_SITE_HOOKS = 32
 
-@dataclass
+
+@dataclass(frozen=True, slots=True)
+class _Site:
+    """An accessing instruction seen before: its bytes then, and where it goes (hooked)."""
+
+    raw: bytes
+    succ: frozenset[int]
+
+
+@dataclass(slots=True)
 class _Step:
-    """The accessing instruction being re-executed, and what it accessed."""
+    """The accessing instruction under way, and what it accessed.
+
+    ``succ``: where it can go (a code hook on each ends the step); ``hooks``: the
+    one-shot hooks of a site that is not learned (deleted when the step ends);
+    ``recording``: re-executing after an abort (every access in range is noted);
+    ``unslot``: the instruction or a successor may be in a booster slot (a learned
+    site never is: its report needs no address translation)."""
 
     pc: int
+    succ: frozenset[int]
     hooks: list[int]
+    recording: bool
+    unslot: bool = True
     accesses: list[tuple[Any, str, int, int, int, int | None]] = field(default_factory=list)
 
 
@@ -78,6 +126,12 @@ class UcWatch:
         self._abort: tuple[int, list[tuple[int, int, int]]] | None = None  # (pc, [(start, length, perms)])
         self._step: _Step | None = None
         self._insns: dict[tuple[int, bytes], Any] = {}  # accessing instructions, decoded once
+        self._sites: dict[int, _Site] = {}  # learned accessing instructions, by pc
+        self._site_hooks: dict[int, int] = {}  # successor address (no Thumb bit) -> its persistent hook
+        self._after = HOOK_CODE(self._on_after)  # one callback object for every successor hook, kept alive
+        self._read = memory_reader(self.uc)
+        self._endian = target.arch.endian
+        self._pc_reg = target.arch.register(target.arch.pc)
 
     # -- the engine interface (kpsdk.target.Target.watch_engine) --------------------------
 
@@ -111,9 +165,21 @@ class UcWatch:
         handle = self._mem.pop(wp, None)
         if handle is not None:
             self.uc.hook_del(handle)
+            if not self._mem:
+                self._forget_sites()
             self._retranslate()
         if self._step is not None:
             self._step.accesses = [a for a in self._step.accesses if a[0] is not wp]
+
+    def _forget_sites(self) -> None:
+        """No data watchpoint is left: the successor hooks go (each costs its address a call)."""
+        for handle in self._site_hooks.values():
+            self.t.hooks.delete(handle)
+        self._site_hooks.clear()
+        self._sites.clear()
+        step = self._step
+        if step is not None and not step.recording and not step.hooks:
+            self._step = None  # its successor's hook is gone
 
     def _retranslate(self) -> None:
         """Drop code translated while a memory hook existed: it keeps paying for the hook.
@@ -145,10 +211,24 @@ class UcWatch:
             if perms & unicorn.UC_PROT_EXEC:
                 self.uc.ctl_remove_cache(start, end + 1)
 
+    def clear(self) -> None:
+        """Forget the step under way: the run ended with an error (a handler's, a fault)
+        before its successor was reached, and the CPU is put elsewhere (``call()`` restores
+        it), so its accesses will not be reported, and a re-execution's recording ends."""
+        step, self._step = self._step, None
+        if step is not None:
+            for h in step.hooks:
+                self.t.hooks.delete(h)
+
     @property
     def hooked(self) -> int:
         """Memory hooks installed now (0 when no data watchpoint is armed)."""
         return len(self._mem)
+
+    @property
+    def sites(self) -> int:
+        """Accessing instructions learned (their hits take the fast path)."""
+        return len(self._sites)
 
     # -- hits --------------------------------------------------------------------------------
 
@@ -162,31 +242,47 @@ class UcWatch:
             self.t.fail(exc)
 
     def _on_mem(self, uc: unicorn.Uc, access: int, addr: int, size: int, value: int, wp: Any) -> None:
-        """Step 1 (detect: abort the access) or step 3 (re-executing: record it)."""
+        """Record the access into the pending step (a known site, or re-executing), or abort it
+        (a site's first hit: see the module's slow path).  Hot: every hit of a known site."""
         try:
             kind = _KIND.get(access)
             if kind is None:
                 return
             step = self._step
-            if step is not None:
-                old = int.from_bytes(self.uc.mem_read(addr, size), self.t.arch.endian)
-                if kind == "w":
-                    step.accesses.append((wp, kind, addr, size, value & ((1 << (8 * size)) - 1), old))
-                else:
-                    step.accesses.append((wp, kind, addr, size, old, None))
+            if step is not None and step.recording:
+                self._record(step, wp, kind, addr, size, value)
                 return
             if self._abort is not None or not wp.armed:
                 return  # a second watchpoint on the same access: the first one aborts it
             if self.t.manager.busy:
                 wp.nmissed += 1  # K6: a handler is running (one that calls target code)
                 return
-            pc = self.t.read_pc()
+            pc = self.t.fast.read(self._pc_reg)
+            site = self._sites.get(pc)
+            if site is not None and (step is None or (step.pc == pc and not step.hooks)) \
+                    and self._read(pc, len(site.raw)) == site.raw:
+                if step is None:  # the instruction's first access in range (a second one appends)
+                    step = self._step = _Step(pc, site.succ, [], False, False)
+                old = int.from_bytes(self._read(addr, size), self._endian)  # _record, inlined
+                if kind == "w":
+                    step.accesses.append((wp, kind, addr, size, value & ((1 << (8 * size)) - 1), old))
+                else:
+                    step.accesses.append((wp, kind, addr, size, old, None))
+                return
             saved = self._regions(addr, size)
             for start, length, _perms in saved:
                 self.uc.mem_protect(start, length, unicorn.UC_PROT_NONE)
             self._abort = (pc, saved)
         except BaseException as exc:  # noqa: BLE001 - stored and re-raised by run()/call()
             self.t.fail(exc)
+
+    def _record(self, step: _Step, wp: Any, kind: str, addr: int, size: int, value: int) -> None:
+        """Note one access: the old bytes are still in memory (the hook runs before a store)."""
+        old = int.from_bytes(self._read(addr, size), self._endian)
+        if kind == "w":
+            step.accesses.append((wp, kind, addr, size, value & ((1 << (8 * size)) - 1), old))
+        else:
+            step.accesses.append((wp, kind, addr, size, old, None))
 
     def _regions(self, addr: int, size: int) -> list[tuple[int, int, int]]:
         """``(start, length, perms)`` of the whole mapped regions holding [addr, addr+size).
@@ -199,38 +295,89 @@ class UcWatch:
                 if start <= last and end >= addr]
 
     def resume_after_fault(self) -> int | None:
-        """Step 3, called by the target when the emulation stopped with a fault: if it was
-        the abort of step 2, restore the page, arm the successor hooks and return where to
-        resume (the accessing instruction); None when the fault is not ours."""
+        """The slow path's step 2, called by the target when the emulation stopped with a
+        fault: if it was our abort, restore the region, hook the successors (learning the
+        site when its successors are fixed) and return where to resume (the accessing
+        instruction); None when the fault is not ours."""
         abort, self._abort = self._abort, None
         if abort is None:
+            step = self._step
+            if step is not None and not step.recording and not step.hooks:
+                self._step = None  # the accessing instruction faulted: it did not complete
             return None
         pc, saved = abort
         for start, length, perms in saved:
             self.uc.mem_protect(start, length, perms)
         t = self.t
-        arch = t.arch
         iset = t.running_iset()
         code = bytes(self.uc.mem_read(pc, 16))
         insn = self._insns.get((pc, code))
         if insn is None:
-            insn = self._insns[(pc, code)] = next(arch.disassembler(iset).disasm(code, pc, 1))
+            insn = self._insns[(pc, code)] = next(t.arch.disassembler(iset).disasm(code, pc, 1))
         if self._step is not None:  # left over from a run that ended inside a step
             for h in self._step.hooks:
                 t.hooks.delete(h)
             self._step = None
-        hooks = t.successor_hooks(insn, self._on_after)
-        if hooks is None:
+        succ, fixed = self._successors(insn)
+        if succ is None:
             from kpsdk.errors import TargetError
 
             raise TargetError(f"a watched access by {insn.mnemonic} {insn.op_str} at {t.symbols.format(pc)} "
                               "cannot be followed to its next instruction (a trap)")
+        hooks: list[int] = []
+        fresh = [a for a in succ if a not in self._site_hooks]
+        plain = not any(t.is_reserved(a) for a in (pc, *succ))  # no booster slot (reused by other probes)
+        if fixed and plain and len(self._site_hooks) + len(fresh) <= MAX_SITE_HOOKS:
+            for a in fresh:
+                self._site_hooks[a] = t.hooks.code_shared(self._after, a, a)
+            self._sites[pc] = _Site(code[:insn.size], succ)
+        else:
+            fresh = list(succ)
+            hooks = [t.hooks.code_shared(self._after, a, a) for a in fresh]
+        for a in fresh:
+            self.uc.ctl_remove_cache(a, a + 1)
         self.uc.ctl_remove_cache(pc, pc + insn.size)
-        self._step = _Step(pc, hooks)
+        self._step = _Step(pc, succ, hooks, True, not plain)
         point = t.hook_point(pc)
         if point is not None:  # its kprobe ran before the access: do not run it again
             point.resuming = True
         return t.begin_at(pc | (1 if iset.thumb_bit else 0))
+
+    def _successors(self, insn: capstone.CsInsn) -> tuple[frozenset[int] | None, bool]:
+        """Where ``insn`` can go from the registers now (no Thumb bits), and whether that
+        is fixed for the site: the backend read no memory and no register but the one
+        holding the instruction-set bit (ARM's CPSR.T, fixed for an address's code), and
+        gives the same answer with every other bit of that register flipped."""
+        t = self.t
+        arch, fast = t.arch, t.fast
+        mode = arch.mode_bit
+        read_other = False
+
+        def evaluate(flip: int) -> frozenset[int] | None:
+            nonlocal read_other
+
+            def reg(name: str) -> int:
+                nonlocal read_other
+                r = arch.register(name)
+                if mode is not None and name == mode.register:
+                    return (fast.read(r) ^ flip) & r.mask
+                read_other = True
+                return fast.read(r)
+
+            def mem(addr: int, size: int) -> bytes:
+                nonlocal read_other
+                read_other = True
+                return bytes(self.uc.mem_read(addr, size))
+
+            succ = arch.insn.successors(insn, reg, mem, arch.word_size)
+            strip = ~1 if arch.has_thumb else ~0
+            return None if succ is None else frozenset(a & strip for a in succ)
+
+        succ = evaluate(0)
+        if succ is None or read_other:
+            return succ, False
+        fixed = mode is None or evaluate(~mode.mask) == succ
+        return succ, fixed and not read_other
 
     def _unslot(self, addr: int) -> int:
         """The program's address for one in a kprobe booster slot (the copy of a probed
@@ -242,16 +389,17 @@ class UcWatch:
         return point.addr + min(addr - slot, point.insn.size)  # type: ignore[operator]
 
     def _on_after(self, handle: int, addr: int, size: int, user: int) -> None:
-        """Step 4: the accessing instruction is done; run the handlers of what it accessed."""
+        """The accessing instruction is done (a successor is reached): run the handlers of
+        what it accessed.  Any other time the CPU passes here, nothing is pending."""
         try:
             step = self._step
-            if step is None:
+            if step is None or addr not in step.succ:
                 return
             self._step = None
             for h in step.hooks:
                 self.t.hooks.delete(h)
             regs = self.t.hit_regs
-            ip, pc = self._unslot(addr), self._unslot(step.pc)
+            ip, pc = (self._unslot(addr), self._unslot(step.pc)) if step.unslot else (addr, step.pc)
             for wp, kind, a, size_, value, old in step.accesses:
                 if wp.armed:
                     regs._reset(ip)

@@ -44,6 +44,7 @@ accesses, not ``uc_mem_read``/``uc_mem_write`` calls (~1.5 us each).
 
 from __future__ import annotations
 
+import bisect
 import ctypes
 import errno
 import math
@@ -146,7 +147,7 @@ class UnicornTarget(Target):
         self.words = FastWords(self.uc, arch.word_size, arch.endian)
         self.hooks = FastHooks(self.uc)
         self._remove_cache = cache_remover(self.uc)
-        self._write_trap = memory_writer(self.uc)  # a trap over a probed instruction, and back
+        self._mem_write = memory_writer(self.uc)  # a trap over a probed instruction, and back
         self._mem_read = memory_reader(self.uc)  # every read through kpsdk (decoding at registration)
         self._cstring = cstring_reader(self.uc)  # strings a trace fetches at every hit
         #: ``uc.mem_regions()`` as last read: dropped by :meth:`map` and by every run (a
@@ -195,6 +196,8 @@ class UnicornTarget(Target):
         self._internal_hooks: dict[int, Any] = {}
         #: host buffers behind kpsdk's area and the stack (``map(host=True)``), and their ctypes views
         self._host_views: list[Any] = []
+        #: executable mappings backed by a host buffer: ``(start, end, buffer)``, sorted by start
+        self._host_code: list[tuple[int, int, mmap.mmap]] = []
         self._area_mem: mmap.mmap | None = None
         self._stack_mem: mmap.mmap | None = None
         word = "<" if arch.endian == "little" else ">"
@@ -211,17 +214,23 @@ class UnicornTarget(Target):
 
     # -- set-up -----------------------------------------------------------------------
 
-    def map(self, addr: int, size: int, perms: str = "rwx", host: bool = False) -> mmap.mmap | None:
+    def map(self, addr: int, size: int, perms: str = "rwx", host: bool | None = None) -> mmap.mmap | None:
         """Map memory (page-aligned outward).
 
         ``host``: back it with a buffer of ours (``mem_map_ptr``) and return that
         buffer, for memory kpsdk itself reads and writes on hot paths.  The
-        buffer lives as long as the target (Unicorn never frees it).
+        buffer lives as long as the target (Unicorn never frees it).  By default
+        executable memory is host-backed: registering a breakpoint-path kprobe
+        writes a trap there, a memmove instead of ``uc_mem_write`` (which makes
+        Unicorn 2.1.4 lift the protection and rebuild its view of memory,
+        ~15 us; see :meth:`_write_trap`).
         """
         start, end = addr & ~(PAGE - 1), _align_up(addr + size)
         prot = 0
         for c in perms:
             prot |= _PERMS[c]
+        if host is None:
+            host = "x" in perms
         buf = mmap.mmap(-1, end - start) if host else None
         self._regions = None
         try:
@@ -233,7 +242,24 @@ class UnicornTarget(Target):
                 self._host_views.append(view)
         except unicorn.UcError as e:
             raise TargetError(f"cannot map {start:#x}-{end:#x}: {e}") from e
+        if buf is not None and prot & unicorn.UC_PROT_EXEC:
+            bisect.insort(self._host_code, (start, end, buf), key=lambda r: r[0])
         return buf
+
+    def _write_trap(self, addr: int, data: bytes) -> None:
+        """Write a trap over a probed instruction, or its bytes back (the caller drops
+        the translations).  In host-backed code a memmove, checked by reading it back
+        through Unicorn: a program that unmapped the memory and mapped other memory
+        there no longer uses the buffer, and then ``uc_mem_write`` does it."""
+        code = self._host_code
+        i = bisect.bisect_right(code, addr, key=lambda r: r[0]) - 1
+        if i >= 0:
+            start, end, buf = code[i]
+            if addr + len(data) <= end:
+                buf[addr - start:addr - start + len(data)] = data
+                if self._mem_read(addr, len(data)) == data:
+                    return
+        self._mem_write(addr, data)
 
     def setup_area(self, base: int) -> None:
         """Map kpsdk's own area (blacklisted): a sentinel return address, then slots."""
@@ -655,24 +681,6 @@ class UnicornTarget(Target):
         assert arch.conditions is not None and cond is not None, "only conditional instructions get here"
         return bool(arch.conditions.passes(cond, lambda n: self.fast.read(arch.register(n))))
 
-    def successor_hooks(self, insn: capstone.CsInsn, callback: Any) -> list[int] | None:
-        """One-shot code hooks (``callback``) wherever ``insn``, about to run with the
-        current registers, can go next: kpsdk's software single-step.  Cached
-        translations there are dropped so the hooks are seen.  Returns the hook
-        handles (the caller deletes them at the first one reached), or None when
-        the arch backend cannot follow the instruction (a trap)."""
-        fast, arch = self.fast, self.arch
-        succ = arch.insn.successors(insn, lambda name: fast.read(arch.register(name)),
-                                        lambda a, n: bytes(self.uc.mem_read(a, n)), arch.word_size)
-        if succ is None:
-            return None
-        handles = []
-        for target in succ:
-            a = target & ~1 if arch.has_thumb else target
-            handles.append(self.hooks.code(callback, a, a))
-            self.uc.ctl_remove_cache(a, a + 1)
-        return handles
-
     def slot_point(self, addr: int) -> ProbePoint | None:
         """The probe point whose booster slot holds ``addr`` (its copied instruction
         or the jump back), or None."""
@@ -769,6 +777,17 @@ class UnicornTarget(Target):
         else:
             self.hijack_word(node.frame, tramp)
         return tramp
+
+    def stack_window(self) -> tuple[mmap.mmap | bytearray, int, int, struct.Struct]:
+        """The stack as host memory, for hooks that read and write return addresses
+        without a call per word (:meth:`read_word` and :meth:`hijack_word` inlined):
+        its buffer, its lowest address, the highest offset a word fits at (-1 while
+        there is no stack, with an empty buffer) and the word's ``Struct``.  The stack is mapped once, at
+        ``open``, and never unmapped (the Linux layer refuses to)."""
+        mem = self._stack_mem
+        if mem is None:
+            return bytearray(), STACK_TOP - STACK_SIZE, -1, self._word
+        return mem, STACK_TOP - STACK_SIZE, STACK_SIZE - self._word.size, self._word
 
     def hijack_word(self, addr: int, value: int) -> None:
         """Overwrite the return address at ``addr`` (the stack, in host memory, on the hot path)."""
@@ -1032,6 +1051,8 @@ class UnicornTarget(Target):
             if self._pending is not None:
                 pending, self._pending = self._pending, None
                 self.stepper.clear()
+                if self.watch is not None:
+                    self.watch.clear()
                 raise pending
             if error is None:
                 return
@@ -1129,11 +1150,11 @@ class UnicornTarget(Target):
 
 
 def _put_back(data: bytearray, addr: int, at: int, original: bytes) -> None:
-    """Show ``original`` (bytes kpsdk replaced at ``at``) in ``data``, read from ``addr`` (K10)."""
-    for i, byte in enumerate(original):
-        j = at + i - addr
-        if 0 <= j < len(data):
-            data[j] = byte
+    """Show ``original`` (bytes kpsdk replaced at ``at``) in ``data``, read from ``addr`` (K10):
+    one slice assignment (decoding next to many probes puts back each neighbour's bytes)."""
+    lo, hi = max(at, addr), min(at + len(original), addr + len(data))
+    if lo < hi:
+        data[lo - addr:hi - addr] = original[lo - at:hi - at]
 
 
 def pie_base(elf_class: int) -> int:

@@ -36,9 +36,11 @@ from kpsdk.errors import ArgumentError, KprobeError, KpsdkError, TriggerError, s
 from kpsdk.symbols import did_you_mean
 from kpsdk.target import Target
 from kpsdk.tasks import NO_FLAGS, UNKNOWN_COMM, TaskInfo, check_comm, check_pid, program_comm
+from kpsdk.trace.common import ANY_EVENT_FIELDS, FIRST_EVENT_ID, common_values
 from kpsdk.trace.fetch import BoundArg, HitContext, Value, entry_args, format_symbol
 from kpsdk.trace.filter import Filter, parse_filter
-from kpsdk.trace.grammar import Parser, ProbeDef, TraceDefinitionError, arg_error
+from kpsdk.trace.grammar import BTF_ARGS_VERSION, Parser, ProbeDef, TraceDefinitionError, arg_error
+from kpsdk.trace.histtrigger import register
 from kpsdk.trace.output import field_types
 from kpsdk.trace.triggers import STACK_DEPTH, EventTriggers, StackTrigger, matches, parse_trigger, split_trigger
 
@@ -46,9 +48,15 @@ if TYPE_CHECKING:
     from kpsdk.probe import Probe
     from kpsdk.regs import PtRegs
     from kpsdk.session import Session
+    from kpsdk.trace.btfargs import BtfArgs
     from kpsdk.trace.histtrigger import HistTrigger
 
 Sink = Callable[["TraceRecord"], Any] | list["TraceRecord"]
+
+
+#: what the timestamps are where the target has no guest clock kpsdk reads (the trace header)
+HOST_TIME_NOTE = ("TIMESTAMP: seconds since the trace started, on the host's monotonic clock "
+                  "(not the guest's clock)")
 
 
 @dataclass(slots=True)
@@ -57,7 +65,9 @@ class TraceRecord:
 
     :param event: the event name (``p_add_0``); ``group`` its group (``kprobes``).
     :param kind: ``p`` (a probe hit) or ``r`` (a function returned).
-    :param time: seconds since the trace started (``time.perf_counter``).
+    :param time: seconds: the guest's own trace clock where the target has one kpsdk reads
+        (a riscv64 kernel's sched_clock: seconds since its boot), else since the trace
+        started (``time.perf_counter``); :attr:`Trace.time_note` says which.
     :param ip: the probed address (``p``) or the function's address (``r``).
     :param where: ``add+0x0/0x14`` (``p``), or ``main+0x1c/0x80 <- add`` (``r``).
     :param fields: each fetch argument's value by name: an int (signed types
@@ -88,6 +98,8 @@ class TraceRecord:
     pid: int = 0
     cpu: int = 0
     flags: str = NO_FLAGS
+    #: the event's id (``common_type``, the ``ID:`` of its ``format``; :mod:`kpsdk.trace.common`); 0: none
+    event_id: int = field(default=0, repr=False, compare=False)
     #: the stack at the hit (``--stack``, a ``stacktrace`` trigger): ``sym+0xoff/0xsize`` per frame, innermost first
     stack: tuple[str, ...] | None = field(default=None, repr=False, compare=False)
     #: one ``after`` per stack entry the trace shows after the event's line (``--stack``, each
@@ -102,7 +114,8 @@ class TraceRecord:
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready dict: one ``jsonl`` line (schema :data:`kpsdk.trace.output.JSONL_SCHEMA`).
 
-        Every key is always there (``null`` where it does not apply); addresses and
+        Every key is always there (``null`` where it does not apply: ``stack`` is the
+        frames of ``--stack`` or a ``stacktrace`` trigger, innermost first); addresses and
         hex-typed fields are ``"0x..."`` strings, and integers JSON readers cannot hold
         exactly (beyond 2**53: jq's doubles) decimal strings.
         """
@@ -114,7 +127,8 @@ class TraceRecord:
                            for name, value in self.fields.items()},
                 "caller": f"{self.caller:#x}" if self.caller is not None else None, "func": self.func,
                 "entry_time": round(self.entry_time, 9) if self.entry_time is not None else None,
-                "duration": round(self.time - self.entry_time, 9) if self.entry_time is not None else None}
+                "duration": round(self.time - self.entry_time, 9) if self.entry_time is not None else None,
+                "stack": list(self.stack) if self.stack is not None else None}
 
 
 #: the largest integer a JSON reader that uses doubles (jq, JavaScript) holds exactly
@@ -172,7 +186,12 @@ class TraceEvent:
         self._where: dict[int, str] = {}
         #: per kretprobe instance in flight: (entry time, the $argN values, the function's address)
         self._entries: dict[int, tuple[float, dict[int, int | None] | None, int]] = {}
-        self.filtered = trace.filter is not None and trace.filter.applies_to({a.name for a in args})
+        #: the event's id (``common_type``): given when the trace takes the event (:meth:`Trace.add`)
+        self.id = 0
+        names = {a.name for a in args}
+        self.filtered = trace.filter is not None and trace.filter.applies_to(names | ANY_EVENT_FIELDS)
+        #: the filter reads a common or generic field (``common_pid``, ``comm``...): it sees those too
+        self._filter_common = self.filtered and trace.filter is not None and not trace.filter.applies_to(names)
         self._arg_numbers = sorted({n.index for a in definition.args for n in a.fetch.walk() if n.kind == "arg"})
         self.triggers = EventTriggers()
 
@@ -191,7 +210,8 @@ class TraceEvent:
 
     def _emit(self, record: TraceRecord, regs: PtRegs) -> None:
         trace = self.trace
-        if self.filtered and trace.filter is not None and not trace.filter(record.fields):
+        if self.filtered and trace.filter is not None and \
+                not trace.filter(common_values(record) if self._filter_common else record.fields):
             return
         self.recorded += 1
         trace.counts[self.name] += 1
@@ -215,7 +235,7 @@ class TraceEvent:
     def on_hit(self, p: Any, regs: PtRegs) -> int:
         """pre_handler of ``p`` events (kprobes and uprobes)."""
         trace = self.trace
-        now = perf_counter() - trace.start_time
+        now = perf_counter() - trace.start_time if trace.guest_clock is None else trace.now()
         ip = int(regs.ip)
         where = self._where.get(ip)
         if where is None:
@@ -227,7 +247,7 @@ class TraceEvent:
         hit = HitContext(regs)
         record = TraceRecord(self.name, self.group, "p", now, ip, where, {a.name: a.value(hit) for a in self.args},
                              None, None, None, task_id, self.definition, int(regs.sp),
-                             task.comm, task.pid, task.cpu, task.flags)
+                             task.comm, task.pid, task.cpu, task.flags, self.id)
         self._emit(record, regs)
         return 0
 
@@ -257,7 +277,7 @@ class TraceEvent:
         record = TraceRecord(self.name, self.group, "r", now, func_addr or 0, where, self._values(hit),
                              caller=caller, func=func, entry_time=entry_time, task=self.trace.task_id(),
                              definition=self.definition, entry_sp=getattr(ri, "frame", None),
-                             comm=task.comm, pid=task.pid, cpu=task.cpu, flags=task.flags)
+                             comm=task.comm, pid=task.pid, cpu=task.cpu, flags=task.flags, event_id=self.id)
         self._emit(record, regs)
 
     @property
@@ -304,6 +324,10 @@ class Trace:
             target_type.task_info is Target.task_info
         #: every record gets its stack (``--stack``, ftrace's ``options/stacktrace``)
         self.stack = bool(stack)
+        #: the next event's id (``common_type``)
+        self._next_id = FIRST_EVENT_ID
+        #: the first hist trigger of each ``name=NAME``, whose table later ones of that name share
+        self._named: dict[str, HistTrigger] = {}
         self._sink = sink
         self._tasks: dict[int, int] = {}
         self._task_of: Callable[[], int] | None = getattr(session.target, "current_task", None)
@@ -314,13 +338,31 @@ class Trace:
                                    check_pid(pid) if pid is not None else 1)
         #: the target kernel's version, whose rules the definitions follow (None: not a kernel)
         self.kernel = _kernel_of(session)
+        #: that kernel's BTF, where it takes BTF fetch arguments (since 6.5) and its image has BTF
+        self.btf = _btf_of(session, self.kernel)
         #: where the prefix's comm and pid come from, for the trace header
         self.tasks_note = session.target.prepare_tasks() or \
             f"comm-pid: {self.fixed_task.comm}-{self.fixed_task.pid}, fixed (the target has no tasks)"
+        clock = session.target.prepare_clock()
+        #: the guest's clock in ns at a hit (a kernel's sched_clock), None: the host's is used
+        self.guest_clock: Callable[[], int | None] | None = session.target.clock_ns if clock else None
+        self._last_guest = 0.0
+        #: what the timestamps are, for the trace header
+        self.time_note = f"TIMESTAMP: seconds on {clock}" if clock else HOST_TIME_NOTE
 
     # -- the clock and tasks ---------------------------------------------------------------------
 
     def now(self) -> float:
+        """A hit's time stamp in seconds: the guest's clock where the target reads one (the
+        kernel's own trace clock), else the host's since the trace started."""
+        if self.guest_clock is not None:
+            try:
+                ns = self.guest_clock()
+            except KpsdkError:  # cd could not be read: the last time seen, not the host's
+                ns = None
+            if ns is not None:
+                self._last_guest = ns / 1e9
+            return self._last_guest
         return time.perf_counter() - self.start_time
 
     def task_id(self) -> int:
@@ -367,7 +409,7 @@ class Trace:
     def add(self, definitions: str | Iterable[str]) -> list[TraceEvent]:
         """Parse, bind and register definitions, all or none; ``-:`` lines remove events."""
         lines = _lines(definitions)
-        parser = Parser(self.session.arch, sessions=[self.session], kernel=self.kernel)
+        parser = Parser(self.session.arch, sessions=[self.session], kernel=self.kernel, btf=self.btf)
         alive = alive_events(self.session)
         pending: list[TraceEvent] = []
         removals: list[TraceEvent] = []
@@ -415,6 +457,9 @@ class Trace:
         session = self.session
         registry = session.registry
         probes: list[Probe] = []
+        for event in events:  # ids in the order the events were defined, as the kernel gives them
+            event.id = self._next_id
+            self._next_id += 1
         for event in sorted(events, key=lambda e: e.definition.is_return):
             event.probe = self._make_probe(registry, event)
             event.probe.name = event.name
@@ -489,11 +534,14 @@ class Trace:
             raise TriggerError("ENOENT", text, 0, f"no event {name!r} (events: {known})", "trigger")
         session = self.session
         trigger = parse_trigger(command, event.definition, session.arch.word_size,
-                                lambda addr, offset: format_symbol(session, addr, with_offset=offset))
+                                lambda addr, offset: format_symbol(session, addr, with_offset=offset),
+                                session.arch.kernel_log2_overflow)
         if isinstance(trigger, StackTrigger):
             event.triggers.stacks.append(trigger)
-        else:
-            event.triggers.hists.append(trigger)
+            return trigger
+        added = register(trigger, event.triggers.hists, self._named, f"hist:{event.group}:{event.name}")
+        if added is not None:
+            event.triggers.hists.append(added)
         return trigger
 
     def hists(self) -> list[tuple[TraceEvent, HistTrigger]]:
@@ -530,6 +578,15 @@ def _kernel_of(session: Session) -> tuple[int, int] | None:
     from kpsdk.kernel_version import kernel_version
 
     return kernel_version(image)
+
+
+def _btf_of(session: Session, kernel: tuple[int, int] | None) -> BtfArgs | None:
+    """The BTF of the kernel a live target runs, where that kernel takes BTF fetch arguments."""
+    if kernel is None or kernel < BTF_ARGS_VERSION:
+        return None
+    from kpsdk.trace.btfsyntax import kernel_btf_args
+
+    return kernel_btf_args(getattr(session.target, "kernel_image", None), session.arch)
 
 
 def _lines(definitions: str | Iterable[str]) -> list[str]:

@@ -26,7 +26,7 @@ from __future__ import annotations
 import errno
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from kpsdk.errors import TRACE_ERRORS, KprobeError, TargetError, TraceDefinitionError
@@ -36,6 +36,7 @@ from kpsdk.pltstubs import SUFFIX as PLT_SUFFIX
 if TYPE_CHECKING:
     from kpsdk.arch import Arch
     from kpsdk.session import Session
+    from kpsdk.trace.btfargs import BtfArgs, LastType
 
 #: most fetch arguments per event (trace_probe.h MAX_TRACE_ARGS)
 MAX_TRACE_ARGS = 128
@@ -84,6 +85,11 @@ class Fetch:
     inner: Fetch | None = None
     user: bool = False
     column: int = 0
+    #: a BTF variable's last type (the kernel's ``ctx->last_type``), on the node it ends at:
+    #: what types the argument when none is written (:mod:`kpsdk.trace.btfargs`)
+    btf: LastType | None = None
+    #: where the kernel's BTF type errors point (its ``ctx->offset`` after the variable)
+    btf_column: int = 0
 
     @property
     def is_memory(self) -> bool:
@@ -189,6 +195,15 @@ class ProbeDef:
     def needs_entry(self) -> bool:
         """A return probe that fetches ``$argN`` must keep them from the function's entry."""
         return self.is_return and any(n.kind == "arg" for a in self.args for n in a.fetch.walk())
+
+
+#: the other dynamic events of ``dynamic_events``, which kpsdk does not define (yet)
+_UNSUPPORTED_TYPES = {
+    "f": "fprobe events (f:) are not supported by kpsdk yet: p SYM, or r SYM for f SYM%return, probes the same "
+         "function entry and exit",
+    "t": "tracepoint probes (t:) are not supported by kpsdk",
+    "e": "event probes (e:) are not supported by kpsdk",
+}
 
 
 # -- words and characters ---------------------------------------------------------------------
@@ -326,8 +341,24 @@ class ParseContext:
     function_entry: bool = True
     #: the target kernel's ``(major, minor)``: its rules for ``$argN``; None: kpsdk's own
     kernel: tuple[int, int] | None = None
+    #: a kprobe on a symbol at offset 0 (the kernel's ``TPARG_FL_FENTRY``)
+    at_entry: bool = False
+    #: the probed function's name (BTF variables are its parameters)
+    function: str | None = None
+    #: the kernel's BTF, where kpsdk has it (:class:`~kpsdk.trace.btfargs.BtfArgs`)
+    btf: BtfArgs | None = None
+    #: where every error of this argument points, when the kernel's log has no word for it (an
+    #: argument ``$arg*`` added past the definition's last word: the column after it)
+    fixed_column: int | None = None
+
+    @property
+    def btf_args(self) -> bool:
+        """The kernel takes BTF fetch arguments here: a kprobe on a kernel since 6.5."""
+        return self.kernel is not None and self.kernel >= BTF_ARGS_VERSION and not self.is_uprobe
 
     def error(self, code: str, column: int, detail: str = "") -> TraceDefinitionError:
+        if self.fixed_column is not None:
+            column = self.fixed_column
         return TraceDefinitionError(code, self.definition, column, detail, self.subsystem)
 
 
@@ -340,8 +371,11 @@ class Parser:
 
     def __init__(self, arch: Arch | None = None, word_bits: int | None = None,
                  sessions: Sequence[Session] = (), kernel: tuple[int, int] | None = None,
-                 ifunc_later: bool = False) -> None:
+                 ifunc_later: bool = False, btf: BtfArgs | None = None) -> None:
         self.arch = arch
+        #: the target kernel's BTF (:func:`kpsdk.trace.btfargs.kernel_btf_args`): on a kernel since 6.5,
+        #: arguments may name the function's parameters and their members
+        self.btf = btf
         #: the target kernel's version (:func:`kpsdk.kernel_version.kernel_version`): definitions are
         #: checked as that kernel checks them (:func:`arg_error`); None: kpsdk's own targets
         self.kernel = kernel
@@ -363,7 +397,7 @@ class Parser:
         if kind == "-":
             return self._parse_clear(text, words)
         if kind not in ("p", "r"):
-            raise TraceDefinitionError("BAD_PROBE_TYPE", text, head.start, f"{head.text[0]!r}")
+            raise TraceDefinitionError("BAD_PROBE_TYPE", text, head.start, _UNSUPPORTED_TYPES.get(kind, f"{kind!r}"))
         if len(words) < 2:
             raise TraceDefinitionError("NO_PROBE_POINT", text, len(text) + 1, "give SYM[+offs], MEMADDR or "
                                        "PATH:OFFSET after the event")
@@ -409,16 +443,21 @@ class Parser:
             letter = "r" if is_return else "p"
             default_event = (f"{letter}_{symbol}_{offset}" if symbol is not None else f"{letter}_{addr:#x}")
         default_event = "".join(c if _is_ident_char(c) else "_" for c in default_event)[:MAX_EVENT_NAME_LEN - 1]
+        at_entry = not uprobe and fields.get("offset", 0) == 0 and fields.get("addr") is None
         ctx = ParseContext(text, subsystem, is_return, uprobe, self.arch, self.word_bits,
-                           function_entry=is_return or (fields.get("offset", 0) == 0 and not uprobe
-                                                        and fields.get("addr") is None) or uprobe,
-                           kernel=self.kernel)
-        arg_words = words[2:]
+                           function_entry=is_return or at_entry or uprobe,
+                           kernel=self.kernel, at_entry=at_entry and not is_return,
+                           function=fields.get("symbol"), btf=self.btf)  # type: ignore[arg-type]
+        arg_words: list[tuple[Word, int | None]] = [(w, None) for w in words[2:]]
+        if ctx.btf_args:
+            from kpsdk.trace.btfsyntax import expand_dentry_args, expand_meta_args
+
+            arg_words = expand_dentry_args(ctx, expand_meta_args(ctx, text, words))
         if len(arg_words) > MAX_TRACE_ARGS:
-            raise ctx.error("TOO_MANY_ARGS", arg_words[MAX_TRACE_ARGS].start, f"at most {MAX_TRACE_ARGS}")
+            raise ctx.error("TOO_MANY_ARGS", arg_words[MAX_TRACE_ARGS][0].start, f"at most {MAX_TRACE_ARGS}")
         args: list[FetchArg] = []
-        for i, word in enumerate(arg_words):
-            args.append(self._parse_arg(ctx, word, i, args))
+        for i, (word, fixed) in enumerate(arg_words):
+            args.append(self._parse_arg(replace(ctx, fixed_column=fixed) if fixed is not None else ctx, word, i, args))
         return ProbeDef(
             op="r" if is_return else "p",
             group=group or ("uprobes" if uprobe else "kprobes"),
@@ -521,7 +560,10 @@ class Parser:
                 raise ctx.error("NO_ARG_NAME", word.start)
             body_start = eq + 1
         else:
-            name = f"arg{index + 1}"
+            # a kernel that takes BTF arguments names one after its text where that is a C
+            # identifier (``filename``, ``dfd:x16``; generate_probe_arg_name), else argN
+            head = word.text.split(":", 1)[0]
+            name = head if ctx.btf_args and is_good_name(head) else f"arg{index + 1}"
             body_start = 0
         if not is_good_name(name):
             raise ctx.error("BAD_ARG_NAME", word.start)
@@ -547,6 +589,10 @@ class Parser:
             argtype = ArgType("string", 0, False, "string")
         else:
             argtype = _default_type(self.word_bits)
+        if fetch.btf is not None:
+            from kpsdk.trace.btfsyntax import apply_btf_type
+
+            fetch, argtype = apply_btf_type(ctx, fetch, argtype, type_text, self.word_bits)
         self._check_combination(ctx, fetch, argtype, type_col)
         return FetchArg(name=name, fetch=fetch, type=argtype, text=body, column=col)
 
@@ -640,6 +686,10 @@ class Parser:
             if value is None:
                 raise ctx.error("BAD_IMM", col + 1, raw)
             return Fetch("imm", value=value & ((1 << self.word_bits) - 1), column=col)
+        if ctx.btf_args and _is_ident_start(c):
+            from kpsdk.trace.btfsyntax import parse_btf_variable
+
+            return parse_btf_variable(ctx, cur)
         raise ctx.error("BAD_FETCH_ARG", col, f"want %REG, @ADDR, @SYM, $VAR, +|-OFFS(...) or \\IMM, not {c!r}"
                         if c else "empty")
 
@@ -647,6 +697,16 @@ class Parser:
         col = cur.column
         cur.pos += 1
         name = cur.take(_is_ident_char)
+        if not cur.at_end() and cur.peek() not in ":)" and not (ctx.btf_args and name.startswith("retval")):
+            # the kernel's parse_probe_vars sees the whole rest ("retval->x"): no variable of that name
+            raise ctx.error("BAD_VAR", col, f"${cur.text[col - cur.base + 1:]}")
+        if ctx.btf_args and name.startswith("retval"):  # typed by BTF, and members of it (str_has_prefix)
+            if not ctx.is_return:
+                raise ctx.error("RETVAL_ON_PROBE", col)
+            from kpsdk.trace.btfsyntax import parse_btf_variable
+
+            cur.pos -= len(name) + 1
+            return parse_btf_variable(ctx, cur)
         if name == "retval":
             if not ctx.is_return:
                 raise ctx.error("RETVAL_ON_PROBE", col)

@@ -8,7 +8,9 @@ can be compared with the kernel's own for the same trigger (tests/test_hist_kern
 
 - the attributes ``keys=`` (``key=``), ``vals=`` (``val=``, ``values=``), ``sort=``,
   ``size=``, ``name=``, and the flags ``pause``, ``cont``, ``clear``;
-- the fields: the event's fetch arguments, ``common_pid``, ``common_cpu`` (``cpu``),
+- the fields: the event's fetch arguments, the common fields (``common_type``,
+  ``common_flags``, ``common_preempt_count``, ``common_pid``: :mod:`kpsdk.trace.common`),
+  ``common_cpu`` (``cpu``),
   ``common_timestamp`` (ns; ``.usecs``), ``__probe_ip`` (``p`` events),
   ``__probe_func`` and ``__probe_ret_ip`` (return events);
 - the modifiers ``.hex``, ``.sym``, ``.sym-offset``, ``.execname`` (``common_pid``
@@ -33,10 +35,11 @@ refused as ``UNSUPPORTED``.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from kpsdk.errors import TriggerError
+from kpsdk.trace.common import COMMON_FIELDS, common_values, flag_bits
 
 if TYPE_CHECKING:
     from kpsdk.trace.events import TraceRecord
@@ -65,15 +68,19 @@ class EventField:
     name: str
     size: int
     signed: bool
-    source: str  # pid, cpu, time, ip, caller, func, or field (a fetch argument)
+    source: str  # type, flags, preempt_count, pid, cpu, time, ip, caller, func, or field (a fetch argument)
     string: bool = False
+    #: the field's type as written (``s32``, ``x64``, ``string``); "" for the common fields (the kernel's
+    #: ``compatible_field`` compares the type's name when events share a named table)
+    type: str = ""
 
 
 def event_fields(definition: ProbeDef, word: int) -> dict[str, EventField]:
     """The fields a hist trigger on this event may name: the common ones, the probe's
     address fields (``__probe_ip``; a return's ``__probe_func``, ``__probe_ret_ip``),
     and each fetch argument (strings as strings; arrays are left out)."""
-    fields = {"common_pid": EventField("common_pid", 4, True, "pid")}
+    fields = {name: EventField(name, size, signed, name.removeprefix("common_"))
+              for name, (size, signed) in COMMON_FIELDS.items()}
     if definition.is_return:
         fields["__probe_func"] = EventField("__probe_func", word, False, "func")
         fields["__probe_ret_ip"] = EventField("__probe_ret_ip", word, False, "caller")
@@ -83,9 +90,10 @@ def event_fields(definition: ProbeDef, word: int) -> dict[str, EventField]:
         if arg.type.count:
             continue
         if arg.type.is_string:
-            fields[arg.name] = EventField(arg.name, STR_MAX, False, "field", string=True)
+            fields[arg.name] = EventField(arg.name, STR_MAX, False, "field", string=True, type=arg.type.name)
         else:
-            fields[arg.name] = EventField(arg.name, arg.type.size or word, arg.type.signed, "field")
+            fields[arg.name] = EventField(arg.name, arg.type.size or word, arg.type.signed, "field",
+                                          type=arg.type.name)
     return fields
 
 
@@ -118,6 +126,12 @@ class HistField:
         value: int | str | None
         if source == "pid":
             value = record.pid
+        elif source == "type":
+            value = record.event_id
+        elif source == "flags":
+            value = flag_bits(record.flags)[0]
+        elif source == "preempt_count":
+            value = flag_bits(record.flags)[1]
         elif source == "cpu":
             value = record.cpu
         elif source == "time":
@@ -140,24 +154,29 @@ class HistField:
             number -= 1 << bits
         return number & ((1 << (word * 8)) - 1)
 
-    def key(self, record: TraceRecord, word: int) -> int | str:
-        """The value as a key: ``.log2`` and ``.buckets=N`` applied."""
+    def key(self, record: TraceRecord, word: int, log2_overflow: int | None = None) -> int | str:
+        """The value as a key: ``.log2`` (:func:`log2_key`) and ``.buckets=N`` applied."""
         value = self.raw(record, word)
         if isinstance(value, str):
             return value
         if self.modifier == "log2":
-            return log2_key(value, word)
+            return log2_key(value, word, log2_overflow)
         if self.buckets:
             return value // self.buckets * self.buckets
         return value
 
 
-def log2_key(value: int, word: int = 8) -> int:
+def log2_key(value: int, word: int = 8, overflow: int | None = None) -> int:
     """``ilog2(roundup_pow_of_two(v))`` as the kernel computes it: ``fls_long(v - 1)``, the
-    exponent of the next power of two (0 for 1).  ``v - 1`` wraps: 0 and values above 2**63
-    (a negative field) give 64, as Debian's 6.1 x86_64 kernel prints them (``~ 2^64``;
-    tests/test_trace_triggers_kernel.py)."""
-    return ((value - 1) & ((1 << (word * 8)) - 1)).bit_length()
+    exponent of the next power of two (0 for 1).  ``v - 1`` wraps: 0 and values above
+    2**(bits-1) (a negative field) need the word's own width, ``1UL << bits``, which C leaves
+    to the machine: Debian's 6.1 x86_64 kernel prints the exponent (``~ 2^64``), and its 32-bit
+    arm kernel ``ilog2(0)``, -1 as a u64 (``~ 2^18446744073709551615``;
+    tests/test_trace_triggers_kernel.py).  ``overflow`` is the arch's answer
+    (:attr:`kpsdk.arch.Arch.kernel_log2_overflow`); None: the exponent."""
+    bits = word * 8
+    exponent = ((value - 1) & ((1 << bits) - 1)).bit_length()
+    return overflow if overflow is not None and exponent >= bits else exponent
 
 
 @dataclass(frozen=True)
@@ -413,16 +432,55 @@ class _Entry:
 
 
 @dataclass
+class HistTable:
+    """A hist trigger's table (the kernel's ``tracing_map``): its keys, values, sort and size
+    (``spec``, the trigger that made it), its entries and counts.  A named trigger shares the
+    table of the first trigger of that name (:func:`share`)."""
+
+    spec: HistSpec
+    entries: dict[tuple[int | str, ...], _Entry] = field(default_factory=dict)
+    hits: int = 0
+    dropped: int = 0
+
+
+@dataclass
 class HistTrigger:
-    """One hist trigger on one event: :meth:`hit` each record, :meth:`render` the hist file."""
+    """One hist trigger on one event: :meth:`hit` each record, :meth:`render` the hist file.
+
+    ``spec`` is this trigger as written (its filter, ``pause``); ``table`` what it counts in:
+    its own, or a named table another event's trigger made (``name=NAME``).
+    """
 
     spec: HistSpec
     word: int = 8
     symbolize: Callable[[int, bool], str] = field(default=lambda addr, offset: f"{addr:#x}")
     filter: Filter | None = None
-    entries: dict[tuple[int | str, ...], _Entry] = field(default_factory=dict)
-    hits: int = 0
-    dropped: int = 0
+    table: HistTable | None = None
+    #: what a ``.log2`` key is when ``1UL << bits`` overflows (:func:`log2_key`): the arch's
+    log2_overflow: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.table is None:
+            self.table = HistTable(self.spec)
+        self._table: HistTable = self.table
+
+    @property
+    def entries(self) -> dict[tuple[int | str, ...], _Entry]:
+        return self._table.entries
+
+    @property
+    def hits(self) -> int:
+        """``Totals: Hits``: the table's, every event that shares it included."""
+        return self._table.hits
+
+    @property
+    def dropped(self) -> int:
+        return self._table.dropped
+
+    @property
+    def layout(self) -> HistSpec:
+        """The table's keys, values, sort and size (the first named trigger's, when shared)."""
+        return self._table.spec
 
     def hit(self, record: TraceRecord) -> None:
         """Count a record (``event_hist_trigger``); a new key once the table is full is dropped."""
@@ -430,32 +488,34 @@ class HistTrigger:
             return
         if self.filter is not None and not self.filter(filter_values(record)):
             return
-        self.hits += 1
-        key = tuple(k.key(record, self.word) for k in self.spec.keys)
-        entry = self.entries.get(key)
+        table = self._table
+        layout = table.spec
+        table.hits += 1
+        key = tuple(k.key(record, self.word, self.log2_overflow) for k in layout.keys)
+        entry = table.entries.get(key)
         if entry is None:
-            if len(self.entries) >= self.spec.size:
-                self.dropped += 1
+            if len(table.entries) >= layout.size:
+                table.dropped += 1
                 return
             comm = "<idle>" if record.pid == 0 else record.comm
-            entry = self.entries[key] = _Entry(key, [0] * (1 + len(self.spec.vals)), comm)
+            entry = table.entries[key] = _Entry(key, [0] * (1 + len(layout.vals)), comm)
         entry.sums[0] += 1
-        for i, val in enumerate(self.spec.vals, start=1):
+        for i, val in enumerate(layout.vals, start=1):
             raw = val.raw(record, self.word)
             entry.sums[i] = (entry.sums[i] + (raw if isinstance(raw, int) else 0)) & U64
 
     def sorted_entries(self) -> list[_Entry]:
         """The entries in the trigger's sort order (ties keep the order they came in)."""
         entries = list(self.entries.values())
-        for sort_key in reversed(self.spec.sort):
+        for sort_key in reversed(self.layout.sort):
             entries.sort(key=self._sort_value(sort_key.index), reverse=sort_key.descending)
         return entries
 
     def _sort_value(self, index: int) -> Callable[[_Entry], int | str]:
-        n_vals = 1 + len(self.spec.vals)
+        n_vals = 1 + len(self.layout.vals)
         if index < n_vals:
             return lambda e: e.sums[index]
-        key_field = self.spec.keys[index - n_vals]
+        key_field = self.layout.keys[index - n_vals]
         if key_field.string:
             return lambda e: e.key[index - n_vals]
         # tracing_map_cmp_num: compared as the field's type (its size, its sign)
@@ -470,7 +530,7 @@ class HistTrigger:
     def format_key(self, entry: _Entry) -> str:
         """``{ name: value, ... }`` (``hist_trigger_print_key``)."""
         parts = []
-        for key_field, value in zip(self.spec.keys, entry.key, strict=True):
+        for key_field, value in zip(self.layout.keys, entry.key, strict=True):
             name = key_field.name
             if isinstance(value, str):
                 parts.append(f"{name}: {value:<50}")
@@ -496,13 +556,20 @@ class HistTrigger:
     def format_entry(self, entry: _Entry) -> str:
         """One line of the hist file (``hist_trigger_entry_print``)."""
         line = self.format_key(entry) + f" hitcount: {entry.sums[0]:>10}"
-        for val, total in zip(self.spec.vals, entry.sums[1:], strict=True):
+        for val, total in zip(self.layout.vals, entry.sums[1:], strict=True):
             line += f"  {val.name}: {total:>10x}" if val.modifier == "hex" else f"  {val.name}: {total:>10}"
         return line
 
+    def info(self) -> str:
+        """The trigger as the kernel prints it back: the table's keys, values, sort and size
+        (the shared table's for a named trigger), this trigger's own filter and state."""
+        if self.layout is self.spec:
+            return self.spec.info()
+        return replace(self.layout, filter_text=self.spec.filter_text, paused=self.spec.paused).info()
+
     def render(self) -> str:
         """The event's ``hist`` file for this trigger."""
-        lines = ["# event histogram", "#", f"# trigger info: {self.spec.info()}", "#", ""]
+        lines = ["# event histogram", "#", f"# trigger info: {self.info()}", "#", ""]
         entries = self.sorted_entries()
         lines += [self.format_entry(e) for e in entries]
         lines += ["", "Totals:", f"    Hits: {self.hits}", f"    Entries: {len(entries)}",
@@ -510,7 +577,60 @@ class HistTrigger:
         return "\n".join(lines) + "\n"
 
 
+def _shape(spec: HistSpec) -> tuple[object, ...]:
+    """What ``hist_trigger_match`` compares of two triggers (filters aside): the number of
+    values, fields and sort keys; each field's name, type, size, sign, modifier (the kernel's
+    flags) and place; each sort key's field and order."""
+    def one(f: HistField) -> tuple[object, ...]:
+        return (f.field.name, f.field.type, f.field.source, f.field.size, f.field.signed, f.field.string,
+                f.modifier)
+    return (len(spec.vals), len(spec.keys), tuple(map(one, spec.vals)), tuple(map(one, spec.keys)),
+            tuple((s.index, s.descending) for s in spec.sort))
+
+
+def _same(trigger: HistTrigger, test: HistTrigger, named: HistTrigger | None) -> bool:
+    """``hist_trigger_match(data, test, named_data, false)``: the same trigger, filter included;
+    a named trigger is only the same as its own name's, an unnamed one as an unnamed one."""
+    if named is not None and test is not named and test.table is not named.table:
+        return False
+    if named is None and test.spec.name:
+        return False
+    return _shape(trigger.spec) == _shape(test.layout) and trigger.spec.filter_text == test.spec.filter_text
+
+
+def register(trigger: HistTrigger, existing: list[HistTrigger], named: dict[str, HistTrigger],
+             location: str = "hist") -> HistTrigger | None:
+    """Add ``trigger`` to an event whose hist triggers are ``existing``, with the trace's named
+    triggers ``named`` (by name), as ``hist_register_trigger`` does:
+
+    - ``name=NAME`` that an earlier trigger has: the two must match (``hist_trigger_match``,
+      filters aside), else ``NAMED_MISMATCH`` with its caret under ``name=NAME``; then this
+      trigger counts in that trigger's table (:class:`HistTable`), its own filter applied to
+      its own event's records, and both events' hist files show the one table;
+    - the same trigger on the same event (filter included) is ``TRIGGER_EEXIST``, but with
+      ``pause`` (``existing_hist_update_only``), which pauses the one there: None is returned
+      (nothing new to add).
+
+    Returns the trigger to add to the event's list."""
+    spec = trigger.spec
+    first = named.get(spec.name) if spec.name else None
+    if first is not None and _shape(spec) != _shape(first.layout):
+        column = spec.command.find(f"name={spec.name}")
+        raise TriggerError("NAMED_MISMATCH", spec.command, max(column, 0), location=location)
+    if not (spec.name and first is None):
+        for test in existing:
+            if _same(trigger, test, first):
+                if spec.paused:
+                    test.spec = replace(test.spec, paused=True)
+                    return None
+                raise TriggerError("TRIGGER_EEXIST", spec.command, 0, location=location)
+    if first is not None:
+        trigger.table = trigger._table = first._table
+    elif spec.name:
+        named[spec.name] = trigger
+    return trigger
+
+
 def filter_values(record: TraceRecord) -> dict[str, object]:
-    """What a trigger's ``if FILTER`` sees: the record's fields and the common ones."""
-    return {"common_pid": record.pid, "common_cpu": record.cpu, "cpu": record.cpu, "comm": record.comm,
-            "COMM": record.comm, **record.fields}
+    """What a trigger's ``if FILTER`` sees: the record's fields, the common and generic ones."""
+    return common_values(record)

@@ -9,13 +9,15 @@ come from :mod:`kpsdk.trace.formats` the same way, so ``--output NAME`` and
   and for returns ``EVENT: (caller+0xOFF/0xSIZE <- sym) ...``, values printed
   the way ``trace_probe.c`` prints each type (``%u``, ``%d``, ``0x%x``,
   ``'c'``, ``"string"``, ``{a,b}`` for arrays, ``(fault)``).
-- ``jsonl``: one JSON object per record (:meth:`TraceRecord.as_dict`).
+- ``jsonl``: one JSON object per record (:meth:`TraceRecord.as_dict`), its ``stack``
+  the frames of a stack entry (``null`` without one).
 - ``perfetto``: the Trace Event Format that ui.perfetto.dev and
   chrome://tracing load.  A return with its entry time is a complete slice
   (``"ph": "X"``) named after the function, its arguments those of the return
   event and, when a ``p`` event on the same function fired at that call, the
   entry's too; other ``p`` hits are instant events (``"ph": "i"``).  Each task
-  is a thread.
+  is a thread.  Stacks (``--stack``, ``stacktrace`` triggers) are the format's
+  ``stackFrames`` table (:class:`StackFrames`) and each event's args.
 """
 
 from __future__ import annotations
@@ -224,7 +226,7 @@ JSONL_SCHEMA: dict[str, Any] = {
                         "target": {"type": "string"}, "notes": {"type": "array", "items": {"type": "string"}}}},
         {"type": "object", "additionalProperties": False,
          "required": ["event", "group", "kind", "time", "ip", "where", "comm", "pid", "cpu", "flags", "task",
-                      "fields", "caller", "func", "entry_time", "duration"],
+                      "fields", "caller", "func", "entry_time", "duration", "stack"],
          "properties": {
              "event": {"type": "string"}, "group": {"type": "string"}, "kind": {"enum": ["p", "r"]},
              "time": {"type": "number", "minimum": 0}, "ip": _HEX, "where": {"type": "string"},
@@ -234,7 +236,8 @@ JSONL_SCHEMA: dict[str, Any] = {
              "fields": {"type": "object", "additionalProperties": {
                  "anyOf": [*_VALUE["anyOf"], {"type": "array", "items": _VALUE}]}},
              "caller": {"oneOf": [_HEX, {"type": "null"}]}, "func": {"type": ["string", "null"]},
-             "entry_time": {"type": ["number", "null"]}, "duration": {"type": ["number", "null"]}}},
+             "entry_time": {"type": ["number", "null"]}, "duration": {"type": ["number", "null"]},
+             "stack": {"oneOf": [{"type": "array", "items": {"type": "string"}}, {"type": "null"}]}}},
     ],
 }
 
@@ -313,9 +316,58 @@ def _json_args(fields: dict[str, Any]) -> dict[str, Any]:
     return {k: (FAULT if v is None else v) for k, v in fields.items()}
 
 
+#: the args key of an event's stack frames: ftrace's own word for the entry, and no field's name
+#: (a fetch argument's name is an identifier), so it never hides a field
+STACK_ARG = "<stack trace>"
+
+
+class StackFrames:
+    """The Trace Event Format's ``stackFrames`` table: one node per frame *in its stack*, its
+    ``parent`` the caller's node, so that stacks sharing their outer frames share nodes; an
+    event names its innermost frame's node (``"sf"``; a slice's end ``"esf"``), as the format's
+    specification describes for catapult's viewer (chrome://tracing).  Whether ui.perfetto.dev's
+    JSON importer shows it was not checked, so the frames are in the event's args as well
+    (:data:`STACK_ARG`)."""
+
+    def __init__(self) -> None:
+        self.table: dict[str, dict[str, str]] = {}
+        self._ids: dict[tuple[str | None, str], str] = {}
+
+    def node(self, frames: tuple[str, ...]) -> str | None:
+        """The id of the innermost frame of ``frames`` (innermost first); None for no frames."""
+        parent: str | None = None
+        for frame in reversed(frames):
+            known = self._ids.get((parent, frame))
+            if known is None:
+                known = self._ids[(parent, frame)] = str(len(self._ids) + 1)
+                entry = {"category": "kpsdk", "name": frame}
+                if parent is not None:
+                    entry["parent"] = parent
+                self.table[known] = entry
+            parent = known
+        return parent
+
+
+def _with_stack(event: dict[str, Any], record: TraceRecord, frames: StackFrames, key: str = "sf") -> None:
+    """``record``'s stack on its Trace Event: the frame node (``sf``; ``esf`` for a slice's end)
+    and the frames themselves in its args (:data:`STACK_ARG`, innermost first, as the text
+    prints them; a slice's end: in ``args.return``)."""
+    if record.stack is None:
+        return
+    node = frames.node(record.stack)
+    if node is not None:
+        event[key] = node
+    args = event["args"]
+    if key == "esf":
+        args = args.setdefault("return", {})
+    args[STACK_ARG] = list(record.stack)
+
+
 def perfetto_trace(records: list[TraceRecord], process_name: str = "kpsdk trace") -> dict[str, Any]:
-    """The Trace Event Format object (``{"traceEvents": [...]}``) for these records."""
+    """The Trace Event Format object (``{"traceEvents": [...]}``) for these records; with a
+    ``stackFrames`` table when records have stacks (``--stack``, a ``stacktrace`` trigger)."""
     pid = 1
+    frames = StackFrames()
     events: list[dict[str, Any]] = [
         {"ph": "M", "pid": pid, "tid": 0, "name": "process_name", "args": {"name": process_name}},
     ]
@@ -335,21 +387,31 @@ def perfetto_trace(records: list[TraceRecord], process_name: str = "kpsdk trace"
             args: dict[str, Any] = {"return": {"event": record.event, "caller": record.where.split(" <- ")[0],
                                                **_json_args(record.fields)}}
             entry = _entry_of(record, open_entries.get((record.task, record.ip), []))
+            slice_event = {"ph": "X", "name": record.func or record.event, "cat": record.group, "pid": pid,
+                           "tid": record.task, "ts": _us(record.entry_time),
+                           "dur": _us(record.time - record.entry_time), "args": args}
             if entry is not None:
                 paired.add(id(entry))
                 args["entry"] = {"event": entry.event, **_json_args(entry.fields)}
-            body.append({"ph": "X", "name": record.func or record.event, "cat": record.group, "pid": pid,
-                         "tid": record.task, "ts": _us(record.entry_time), "dur": _us(record.time - record.entry_time),
-                         "args": args})
+                if entry.stack is not None:  # the stack at the entry: the slice's start
+                    node = frames.node(entry.stack)
+                    if node is not None:
+                        slice_event["sf"] = node
+                    args["entry"][STACK_ARG] = list(entry.stack)
+            _with_stack(slice_event, record, frames, "esf")
+            body.append(slice_event)
             continue
-        body.append(_instant(record, pid))
+        body.append(_instant(record, pid, frames))
     for stack in open_entries.values():
         for entry in stack:
             if id(entry) not in paired:
-                body.append(_instant(entry, pid))
+                body.append(_instant(entry, pid, frames))
     body.sort(key=lambda e: e["ts"])
-    return {"traceEvents": events + body, "displayTimeUnit": "ns",
-            "otherData": {"generator": "kpsdk trace", "records": len(records)}}
+    trace: dict[str, Any] = {"traceEvents": events + body, "displayTimeUnit": "ns",
+                             "otherData": {"generator": "kpsdk trace", "records": len(records)}}
+    if frames.table:
+        trace["stackFrames"] = frames.table
+    return trace
 
 
 def _entry_of(ret: TraceRecord, stack: list[TraceRecord]) -> TraceRecord | None:
@@ -366,9 +428,11 @@ def _entry_of(ret: TraceRecord, stack: list[TraceRecord]) -> TraceRecord | None:
     return None
 
 
-def _instant(record: TraceRecord, pid: int) -> dict[str, Any]:
-    return {"ph": "i", "s": "t", "name": record.event, "cat": record.group, "pid": pid, "tid": record.task,
-            "ts": _us(record.time), "args": {"where": record.where, **_json_args(record.fields)}}
+def _instant(record: TraceRecord, pid: int, frames: StackFrames) -> dict[str, Any]:
+    event = {"ph": "i", "s": "t", "name": record.event, "cat": record.group, "pid": pid, "tid": record.task,
+             "ts": _us(record.time), "args": {"where": record.where, **_json_args(record.fields)}}
+    _with_stack(event, record, frames)
+    return event
 
 
 #: what a format name may be: it is typed on a command line and shown in help

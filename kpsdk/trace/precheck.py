@@ -31,12 +31,14 @@ import typer
 
 from kpsdk.errors import KpsdkError, TraceDefinitionError, TriggerError
 from kpsdk.symbols import did_you_mean
+from kpsdk.trace.histtrigger import HistTrigger, register
 from kpsdk.trace.triggers import matches, parse_trigger, split_trigger
 
 if TYPE_CHECKING:
     from kpsdk.arch import Arch
     from kpsdk.cli.target_choice import TargetChoice
     from kpsdk.symbols import SymbolTable
+    from kpsdk.trace.btfargs import BtfArgs
     from kpsdk.trace.grammar import ProbeDef
 
 
@@ -75,7 +77,8 @@ def precheck(choice: TargetChoice, definitions: list[str], hist_fields: list[str
     from kpsdk.trace.grammar import Parser
 
     # an IFUNC is resolved once the session runs
-    parser = Parser(arch, kernel=_kernel_version(choice), ifunc_later=True)
+    kernel = _kernel_version(choice)
+    parser = Parser(arch, kernel=kernel, ifunc_later=True, btf=_kernel_btf(choice, arch, kernel))
     templates = {i for i, line in enumerate(definitions) if functions is not None and is_template(line)}
     lines = placeholder_definitions(definitions) if functions is not None else definitions
     parsed = [parser.parse(line) for line in lines]
@@ -89,6 +92,8 @@ def precheck(choice: TargetChoice, definitions: list[str], hist_fields: list[str
 def _triggers(parsed: list[ProbeDef], triggers: Sequence[str], word: int, loose: bool) -> None:
     """Each trigger parses for its event (the kernel's errors); an event that ``--functions`` will
     name (``loose``) is checked once the functions are known."""
+    hists: dict[int, list[HistTrigger]] = {}
+    named: dict[str, HistTrigger] = {}
     for text in triggers:
         name, command = split_trigger(text)
         found = next((d for d in parsed if d.op != "-" and matches(name, d.event, d.group)), None)
@@ -97,7 +102,12 @@ def _triggers(parsed: list[ProbeDef], triggers: Sequence[str], word: int, loose:
                 continue
             known = ", ".join(d.event for d in parsed if d.op != "-") or "none"
             raise TriggerError("ENOENT", text, 0, f"no event {name!r} (events: {known})", "trigger")
-        parse_trigger(command, found, word)
+        trigger = parse_trigger(command, found, word)
+        if isinstance(trigger, HistTrigger):  # with the event's others: a named table, a repeat
+            existing = hists.setdefault(id(found), [])
+            added = register(trigger, existing, named, f"hist:{found.group}:{found.event}")
+            if added is not None:
+                existing.append(added)
 
 
 def _kernel_version(choice: TargetChoice) -> tuple[int, int] | None:
@@ -111,6 +121,18 @@ def _kernel_version(choice: TargetChoice) -> tuple[int, int] | None:
     from kpsdk.kernel_version import kernel_version
 
     return kernel_version(str(source))
+
+
+def _kernel_btf(choice: TargetChoice, arch: Arch, kernel: tuple[int, int] | None) -> BtfArgs | None:
+    """The BTF of a kernel that takes BTF fetch arguments (since 6.5), from its image."""
+    from kpsdk.trace.grammar import BTF_ARGS_VERSION
+
+    if kernel is None or kernel < BTF_ARGS_VERSION:
+        return None
+    from kpsdk.trace.btfsyntax import kernel_btf_args
+
+    source = choice.options.get("kernel") or choice.options.get("symbols")
+    return kernel_btf_args(str(source), arch) if source else None
 
 
 def _kernel_symbols(choice: TargetChoice, parsed: list[ProbeDef], functions: str | None = None) -> None:

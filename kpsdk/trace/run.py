@@ -351,7 +351,7 @@ def cmd_trace(
                 stream: IO[Any] = _open_out(stack, out, fmt.binary)
                 writer = fmt.open(stream, WriterContext(
                     process_name=f"kpsdk trace {choice.spec}", target=choice.spec, prefix=not no_prefix,
-                    notes=(TIME_NOTE, trace.tasks_note), word_size=session.arch.word_size,
+                    notes=(trace.time_note, trace.tasks_note), word_size=session.arch.word_size,
                     endian=session.arch.endian))
                 _run(session, trace, fn_args, limit, limits)
             except KeyboardInterrupt:
@@ -398,10 +398,6 @@ def check_plot(path: Path) -> Path:
     if importlib.util.find_spec("matplotlib") is None:
         raise typer.BadParameter("--plot needs matplotlib: pip install 'kpsdk[plot]'", param_hint="--plot")
     return path
-
-
-#: what the prefix's timestamps are (said in the text header)
-TIME_NOTE = "TIMESTAMP: seconds since the trace started, on the host's monotonic clock (not the guest's clock)"
 
 
 @contextmanager

@@ -21,12 +21,14 @@ the ``sym+off/size`` text, not the address).
 
 from __future__ import annotations
 
+import itertools
 import struct
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Literal
 
 from kpsdk.tasks import UNKNOWN_COMM
+from kpsdk.trace.common import FIRST_EVENT_ID, flag_bits
 from kpsdk.trace.output import Writer, format_value
 
 if TYPE_CHECKING:
@@ -41,12 +43,6 @@ TYPE_PADDING, TYPE_TIME_EXTEND = 29, 30
 #: an entry whose data fits in type_len * 4 bytes (type_len 1..28); longer ones put the length in array[0]
 MAX_SMALL_DATA = 28 * 4
 TS_SHIFT = 27
-#: the first event id kpsdk hands out (the kernel's dynamic events get ids from __TRACE_LAST_TYPE + 1)
-FIRST_EVENT_ID = 1000
-#: common_flags bits (kernel/trace/trace.h: TRACE_FLAG_*)
-FLAG_IRQS_OFF, FLAG_NEED_RESCHED, FLAG_HARDIRQ, FLAG_SOFTIRQ = 0x01, 0x04, 0x08, 0x10
-FLAG_PREEMPT_RESCHED, FLAG_NMI, FLAG_BH_OFF = 0x20, 0x40, 0x80
-
 HEADER_EVENT = """\
 # compressed entry header
 \ttype_len    :    5 bits
@@ -68,19 +64,6 @@ def header_page(long_size: int) -> str:
             f"\tfield: local_t commit;\toffset:8;\tsize:{long_size};\tsigned:1;\n"
             f"\tfield: int overwrite;\toffset:8;\tsize:1;\tsigned:1;\n"
             f"\tfield: char data;\toffset:{data};\tsize:{PAGE_SIZE - data};\tsigned:1;\n")
-
-
-def flag_bits(flags: str) -> tuple[int, int]:
-    """``(common_flags, common_preempt_count)`` from the five flag characters of a
-    prefix (the inverse of :func:`kpsdk.tasks.lat_flags` for what it can tell)."""
-    irq, resched, hardsoft, depth, migrate = tuple((flags + ".....")[:5])
-    bits = {"d": FLAG_IRQS_OFF, "D": FLAG_IRQS_OFF | FLAG_BH_OFF, "b": FLAG_BH_OFF}.get(irq, 0)
-    bits |= {"N": FLAG_NEED_RESCHED | FLAG_PREEMPT_RESCHED, "n": FLAG_NEED_RESCHED,
-             "p": FLAG_PREEMPT_RESCHED}.get(resched, 0)
-    bits |= {"Z": FLAG_NMI | FLAG_HARDIRQ, "z": FLAG_NMI, "H": FLAG_HARDIRQ | FLAG_SOFTIRQ, "h": FLAG_HARDIRQ,
-             "s": FLAG_SOFTIRQ}.get(hardsoft, 0)
-    count = (int(depth, 16) if depth != "." else 0) | ((int(migrate, 16) if migrate != "." else 0) << 4)
-    return bits, count
 
 
 @dataclass(frozen=True)
@@ -301,11 +284,18 @@ def tracedat(records: list[TraceRecord], long_size: int = 8,
     endian = "<" if byteorder == "little" else ">"
     formats: dict[int, EventFormat] = {}
     by_name: dict[tuple[str, str], EventFormat] = {}
+    # each event's id (common_type) as its trace numbered it; records made without one (or with
+    # one another event has) get the next id no record carries
+    taken = {r.event_id for r in records if r.event_id}
+    free = (i for i in itertools.count(FIRST_EVENT_ID) if i not in taken)
+    used: set[int] = set()
     for r in records:
         d = r.definition
         if d is None or (d.group, d.event) in by_name:
             continue
-        fmt = EventFormat(d, FIRST_EVENT_ID + len(by_name), long_size)
+        event_id = r.event_id if r.event_id and r.event_id not in used else next(free)
+        used.add(event_id)
+        fmt = EventFormat(d, event_id, long_size)
         by_name[(d.group, d.event)] = fmt
         formats[fmt.id] = fmt
     out = bytearray(MAGIC + VERSION + bytes([0 if byteorder == "little" else 1, long_size]))

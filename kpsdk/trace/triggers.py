@@ -85,14 +85,17 @@ class EventTriggers:
 
 
 def parse_trigger(command: str, definition: ProbeDef, word: int,
-                  symbolize: Callable[[int, bool], str] | None = None) -> HistTrigger | StackTrigger:
-    """One trigger COMMAND for the event ``definition`` describes."""
+                  symbolize: Callable[[int, bool], str] | None = None,
+                  log2_overflow: int | None = None) -> HistTrigger | StackTrigger:
+    """One trigger COMMAND for the event ``definition`` describes (``log2_overflow``: the arch's
+    ``.log2`` key where ``1UL << bits`` overflows, :func:`~kpsdk.trace.histtrigger.log2_key`)."""
     location = f"hist:{definition.group}:{definition.event}"
     name, sep, param = command.partition(":")
     name = name.strip()
     if name == "hist":
         spec = parse_hist(param if sep else "", event_fields(definition, word), location)
-        hist = HistTrigger(spec, word, filter=parse_filter(spec.filter_text) if spec.filter_text else None)
+        hist = HistTrigger(spec, word, filter=parse_filter(spec.filter_text) if spec.filter_text else None,
+                           log2_overflow=log2_overflow)
         if symbolize is not None:
             hist.symbolize = symbolize
         return hist

@@ -1,0 +1,383 @@
+"""qemu-system with kpsdk's TCG plugin: probe hits without a gdb stop (``mechanism="plugin"``).
+
+:class:`PluginTarget` is a :class:`~kpsdk.targets.live.GdbTarget` (gdb still starts, stops
+and reads the guest) whose probe points go to the plugin when the plugin can serve them:
+kprobes without a post_handler.  Everything else (post_handlers, kretprobes, watchpoints,
+kpsdk's own breakpoints) keeps gdb's breakpoint path in the same session.  ``list()`` shows
+``[PLUGIN]`` or ``[GDB]`` per probe.
+
+How a plugin hit flows::
+
+    the probed instruction runs -> the plugin counts it in the shared table and, when the
+    point has pre_handlers, appends the registers to the shared ring (QEMU does not stop)
+      -> run()'s loop (every POLL_SECONDS_PLUGIN) takes the records, oldest first, and runs
+         the pre_handlers with a read-only snapshot of the registers at the hit
+
+So handlers run *after* the hit, in batches, while the guest goes on: they see the
+registers as they were, may not change them or the execution path (a write, or a
+non-zero return with ``regs.ip`` set, raises :class:`~kpsdk.errors.TargetError`), and may
+not read guest memory (it has moved on: that raises too).  A point whose probes have no
+pre_handler streams nothing; its hits are counted by the plugin alone.  A full ring makes the
+hit wait until run() has taken records (the guest then goes at the pace of the
+handlers); only a ring still full after 10 s without kpsdk taking records drops the record, counted in the probe's
+``nmissed``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from kpsdk.arch import Arch, Register
+from kpsdk.errors import TargetError
+from kpsdk.regs import PtRegs
+from kpsdk.targets.live import _RUNNING, POLL_SECONDS, GdbTarget
+from kpsdk.targets.tcgplugin import MAX_REGS, ProbeTable, Record, register_names
+
+if TYPE_CHECKING:
+    from kpsdk.manager import ProbePoint
+    from kpsdk.tasks import TaskInfo
+
+#: how often run() takes the plugin's records while no gdb hit comes (seconds)
+POLL_SECONDS_PLUGIN = 0.005
+#: handled records between two signs of progress to the plugin (a power of two, minus one)
+PROGRESS_EVERY = 255
+#: while the guest runs, how often the plugin's own counts reach the probes' hits and nmissed
+#: (at every stop too): reading every point's counters at each poll would cost more than the hits
+CREDIT_SECONDS = 0.1
+#: while waiting for a stop, how often the plugin's records are taken (seconds)
+AWAIT_SLICE = 0.02
+#: how long the plugin gets to list the registers after QEMU starts
+READY_TIMEOUT = 10.0
+
+
+class SnapshotRegs:
+    """Registers as the plugin read them at one hit: reads from the snapshot, writes refused."""
+
+    def __init__(self, arch: Arch) -> None:
+        self.arch = arch
+        self.cache: dict[str, int] = {}
+
+    def read(self, reg: Register) -> int:
+        value = self.cache.get(reg.gdb)
+        if value is None:
+            raise TargetError(f"register {reg.name} is not in the plugin's snapshot of this hit")
+        return value & reg.mask
+
+    def write(self, reg: Register, value: int) -> None:
+        raise TargetError(f"a probe on the plugin mechanism cannot change {reg.name}: its handlers run after "
+                          "the hit on a snapshot (register the probe on a gdb session to change registers)")
+
+
+def _no_memory(addr: int, size: int) -> bytes:
+    raise TargetError(f"a probe on the plugin mechanism cannot read guest memory ({size} bytes at {addr:#x}) "
+                      "from its handler: the guest has moved on since the hit (not yet: memory read by the plugin)")
+
+
+class PluginTarget(GdbTarget):
+    """A qemu-system session whose kprobes without post_handlers are served by the TCG plugin."""
+
+    @property
+    def poll_seconds(self) -> float:  # type: ignore[override]
+        """Wake every few milliseconds only while a plugin point streams records (the ring must
+        be drained); points that are only counted need no more than the gdb loop's pace."""
+        return POLL_SECONDS_PLUGIN if self._streaming else POLL_SECONDS
+
+    def __init__(self, arch: Arch, remote: str, *, table: ProbeTable, regs_file: Path, **kwargs: Any) -> None:
+        self.table = table
+        self._regs_file = regs_file
+        self._plugin_regs: list[tuple[str, int, int]] = []  # gdb name, plugin index, size
+        self._by_ident: dict[int, ProbePoint] = {}
+        self._counted: dict[int, tuple[int, int]] = {}  # ident -> (hits, dropped) already credited
+        self._backlog: deque[Record] = deque()
+        self._next_ident = 1
+        self._snap_io = SnapshotRegs(arch)
+        #: plugin handlers are running: the guest runs too, so table edits wait for the next stop
+        #: (while stopped, at a gdb hit or between runs, QEMU's gdbstub has flushed its translations)
+        self._dispatching = False
+        #: the record whose handlers run now (None outside them): its task and vCPU
+        self._record: Record | None = None
+        self._credited_at = 0.0
+        self._streaming = False  # a plugin point streams records: run() polls the ring often
+        super().__init__(arch, remote, **kwargs)
+        self._snap = PtRegs.create(arch, self._snap_io, arch.abi(self.abi_kind), _no_memory)
+
+    # -- the plugin's registers ---------------------------------------------------------
+
+    def _registers(self) -> list[tuple[str, int, int]]:
+        """The arch's registers the plugin can read, as (gdb name, plugin index, size)."""
+        if not self._plugin_regs:
+            deadline = time.monotonic() + READY_TIMEOUT
+            while not self.table.ready:
+                if time.monotonic() > deadline:
+                    raise TargetError(f"kpsdk's QEMU plugin did not list the registers within {READY_TIMEOUT:g} s")
+                time.sleep(0.01)
+            known = register_names(self._regs_file)
+            pc = self.arch.register(self.arch.pc).gdb
+            self._plugin_regs = [(r.gdb, *known[r.gdb]) for r in self.arch.registers
+                                 if r.gdb in known and r.gdb != pc][:MAX_REGS]
+        return self._plugin_regs
+
+    # -- arming ------------------------------------------------------------------------
+
+    def plugin_can_serve(self, point: ProbePoint) -> bool:
+        """Kprobes only (letter ``k``), no post_handler, not kpsdk's own points."""
+        return (not point.internal and not point.needs_step and point.addr not in self._return_bps
+                and point.addr not in self._stop_hooks and all(p.letter == "k" for p in point.probes))
+
+    def sync_point(self, point: ProbePoint, force: bool = False) -> None:
+        on_plugin = point.mechanism == "plugin"
+        if on_plugin and not self.plugin_can_serve(point):
+            self._plugin_off(point)  # a post_handler came: gdb's path from now on
+        elif not on_plugin and point.mechanism is None and self.plugin_can_serve(point):
+            if point.active:
+                self._plugin_on(point)
+            return
+        if point.mechanism == "plugin":
+            ident = int(point.state["plugin"])  # type: ignore[call-overload]
+            if not point.active:
+                self._plugin_off(point)
+                return
+            self._put(point, ident)
+            return
+        super().sync_point(point, force)
+
+    def _put(self, point: ProbePoint, ident: int) -> None:
+        stream = any(p.pre_handler is not None for p in point.active)
+        regs = [index for _, index, _ in self._registers()] if stream else []
+        self._drain()  # records already written were written with the entry's old layout
+        self.table.put(ident, point.addr, regs, (), stream)
+        self._note_streaming()
+
+    def _note_streaming(self) -> None:
+        self._streaming = any(e.stream for e in self.table.entries.values())
+
+    def _plugin_on(self, point: ProbePoint) -> None:
+        self._drain()
+        ident = self._next_ident
+        self._next_ident += 1
+        point.state["plugin"] = ident
+        point.mechanism = "plugin"
+        self._by_ident[ident] = point
+        self._counted[ident] = (0, 0)
+        self._put(point, ident)
+        if not self._dispatching:
+            self.table.commit()
+
+    def _plugin_off(self, point: ProbePoint) -> None:
+        self._drain()
+        ident = int(point.state.pop("plugin"))  # type: ignore[call-overload]
+        self._credit(ident)
+        self.table.remove(ident)
+        if not self._dispatching:
+            self.table.commit()
+        del self._by_ident[ident]
+        self._counted.pop(ident, None)
+        point.mechanism = None
+        self._note_streaming()
+
+    def list_flag(self, point: ProbePoint) -> str:
+        """``[PLUGIN]`` or ``[GDB]``: which mechanism serves the point."""
+        return "[PLUGIN]" if point.mechanism == "plugin" else "[GDB]" if point.mechanism else ""
+
+    # -- running -----------------------------------------------------------------------
+
+    def _run(self, timeout: float | None) -> int | None:
+        self.table.commit()
+        return super()._run(timeout)
+
+    def _between_hits(self) -> object:
+        self._dispatch()
+        result = super()._between_hits()
+        if result is not _RUNNING:
+            self._dispatch(stopped=True)  # what the plugin wrote up to the stop (the ring has it all)
+            if self._pending_error is not None:
+                error, self._pending_error = self._pending_error, None
+                raise error
+        return result
+
+    def _await_stop(self, timeout: float) -> dict[str, Any] | None:
+        """gdb's stop, taking the plugin's records meanwhile (their handlers run later, in
+        order): a hit waiting for room in the ring would hold the vCPU, and the stop, back."""
+        deadline = time.monotonic() + timeout
+        while True:
+            self._drain()
+            stopped = super()._await_stop(min(AWAIT_SLICE, max(deadline - time.monotonic(), 0.0)))
+            if stopped is not None or time.monotonic() >= deadline:
+                return stopped
+
+    def _program_exited(self, status: int) -> int:
+        """QEMU ended: the ring holds every hit up to its end; their handlers run first (an
+        error of theirs is what run() raises)."""
+        self._dispatch(stopped=True)
+        if self._pending_error is not None:
+            error, self._pending_error = self._pending_error, None
+            super()._program_exited(status)
+            raise error
+        return super()._program_exited(status)
+
+    def _hit(self, line: str) -> None:
+        """A gdb-path hit: the plugin's records before it are handled first (they happened first)."""
+        self._dispatch(stopped=True)
+        super()._hit(line)
+
+    def _drain(self) -> None:
+        """Take the ring's records now (before the table changes: their layout is the current one)."""
+        self._backlog.extend(self.table.records())
+
+    def _credit(self, ident: int) -> None:
+        """Hits the plugin counted without records (points with no pre_handler), and records
+        the full ring dropped (``nmissed``), added to the point's probes."""
+        point = self._by_ident.get(ident)
+        if point is None:
+            return
+        hits, dropped = self.table.hits(ident), self.table.dropped(ident)
+        old_hits, old_dropped = self._counted[ident]
+        self._counted[ident] = (hits, dropped)
+        stream = any(p.pre_handler is not None for p in point.active)
+        for p in point.active:
+            if not stream:
+                p.hits += hits - old_hits
+            p.nmissed += dropped - old_dropped
+
+    def _dispatch(self, stopped: bool = False) -> None:
+        """Run the pre_handlers of the records taken so far, oldest first (``stopped``: the
+        guest is stopped meanwhile, so their table edits can be published at once)."""
+        self._drain()
+        backlog = self._backlog
+        io = self._snap_io
+        regs = self._snap
+        names = [name for name, _, _ in self._plugin_regs]
+        pc_name = self._pc.gdb
+        self._dispatching = not stopped
+        try:
+            self._run_records(backlog, io, regs, names, pc_name)
+        finally:
+            self._dispatching = False
+        now = time.monotonic()
+        if stopped or now - self._credited_at >= CREDIT_SECONDS:
+            self._credited_at = now
+            for ident in self._by_ident:
+                self._credit(ident)
+
+    def _run_records(self, backlog: deque[Record], io: SnapshotRegs, regs: PtRegs,
+                     names: list[str], pc_name: str) -> None:
+        table = self.table
+        count = 0
+        while backlog:
+            count += 1
+            if not count & PROGRESS_EVERY:
+                table.progress()  # a hit waiting for room waits on while handlers run
+            if self._pending_error is not None:
+                backlog.clear()  # the run ends with that error: later hits are not handled
+                break
+            record = backlog.popleft()
+            point = self._by_ident.get(record.ident)
+            if point is None or point.run_pre is None:
+                continue
+            cache = io.cache
+            cache.clear()
+            cache.update(zip(names, record.regs, strict=False))
+            cache[pc_name] = record.pc
+            self._record = record
+            try:
+                new = point.run_pre(regs)
+                if new is not None:
+                    raise TargetError(f"a probe on the plugin mechanism at {self.symbols.format(point.addr)} "
+                                      "cannot change the execution path: its handlers run after the hit")
+            except BaseException as exc:  # noqa: BLE001 - raised from run() once the target stops
+                self._pending_error = exc
+                self._stop_requested = True
+            finally:
+                self._record = None
+
+    # -- memory at a plugin hit: the guest has moved on ---------------------------------------
+
+    def regs(self) -> PtRegs:
+        """At a plugin hit: the hit's snapshot (``s.regs()`` in a handler), else the live CPU's."""
+        return self._snap if self._record is not None else super().regs()
+
+    def read_memory(self, addr: int, size: int) -> bytes:
+        if self._record is not None:
+            return _no_memory(addr, size)
+        return super().read_memory(addr, size)
+
+    def write_memory(self, addr: int, data: bytes) -> None:
+        if self._record is not None:
+            raise TargetError(f"a probe on the plugin mechanism cannot write guest memory ({len(data)} bytes at "
+                              f"{addr:#x}): its handlers run after the hit")
+        super().write_memory(addr, data)
+
+    # -- the trace prefix at a plugin hit: from the snapshot ---------------------------------
+
+    def current_task(self) -> int:
+        """At a plugin hit: the task's kernel stack from the snapshot's stack pointer."""
+        if self._record is None:
+            return super().current_task()
+        return self._snap.sp & ~(self.arch.kernel_stack_size - 1)
+
+    def task_info(self) -> TaskInfo | None:
+        """At a plugin hit: the vCPU and, from the snapshot's flags, irqs-off; the comm and pid
+        live in guest memory the plugin does not read yet (``<...>-0``)."""
+        record = self._record
+        if record is None:
+            return super().task_info()
+        from kpsdk.tasks import UNKNOWN_COMM, TaskInfo, lat_flags
+
+        tasks = self.arch.kernel_tasks
+        if tasks is None:
+            return TaskInfo(UNKNOWN_COMM, 0, record.vcpu)
+        flags = self._snap_io.cache.get(self._raw_register(tasks.flags_register).gdb)
+        irqs_off = tasks.irqs_disabled(flags) if flags is not None else False
+        return TaskInfo(UNKNOWN_COMM, 0, record.vcpu, lat_flags(irqs_off))
+
+    def reads_comm(self) -> bool:
+        return False  # comm is in guest memory: not in a plugin hit's snapshot
+
+    def close(self) -> None:
+        super().close()
+        self.table.close()
+
+
+#: the mechanisms a qemu-system session takes (``mechanism=``)
+MECHANISMS = ("gdb", "plugin")
+
+
+class PluginLaunch:
+    """What a qemu-system session on the plugin mechanism adds to QEMU: QEMU >= 10.0
+    (:mod:`kpsdk.targets.qemu10`), the built plugin, the shared table in the session's
+    private directory."""
+
+    def __init__(self, arch: Arch) -> None:
+        from kpsdk.targets.qemu10 import find_qemu
+        from kpsdk.targets.tcgplugin import build_plugin
+
+        board = arch.qemu_system
+        if board is None:
+            raise TargetError(f"no qemu-system machine is known for {arch.name}")
+        if arch.name != "x86_64":
+            raise TargetError(f"the plugin mechanism is x86_64-only for now, not {arch.name} (use mechanism='gdb')")
+        self.qemu = find_qemu(board.binary)
+        self.plugin = build_plugin()
+        self.table: ProbeTable | None = None
+        self.regs_file: Path | None = None
+
+    def arguments(self, directory: Path) -> list[str]:
+        """QEMU's extra arguments; the table and the register list live in ``directory``
+        (kpsdk's private socket directory: its path holds no comma, which QEMU would split at)."""
+        self.table = ProbeTable(directory / "table")
+        self.regs_file = directory / "regs"
+        for path in (self.plugin, self.table.path, self.regs_file):
+            if "," in str(path):
+                raise TargetError(f"QEMU cannot be given {path}: its -plugin option splits at commas")
+        out = ["-plugin", f"{self.plugin},table={self.table.path},regs={self.regs_file}",
+               "-audio", "none"]  # no audio back-end probing (Debian 12's QEMU 7.2 modules would not load)
+        if self.qemu.datadir is not None:
+            out += ["-L", str(self.qemu.datadir)]
+        return out
+
+    def target(self, arch: Arch, remote: str, **kwargs: Any) -> PluginTarget:
+        assert self.table is not None and self.regs_file is not None, "arguments() first"
+        return PluginTarget(arch, remote, table=self.table, regs_file=self.regs_file, **kwargs)
