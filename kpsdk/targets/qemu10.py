@@ -17,7 +17,6 @@ when one is missing, the error names it (from ``ldd``) and the package to instal
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -30,6 +29,7 @@ from pathlib import Path
 
 from kpsdk.cache import cache_root
 from kpsdk.errors import TargetError, ToolMissingError
+from kpsdk.fixtures.debian import file_sha256
 
 #: the suite holding QEMU 10 for Debian 12, and the oldest QEMU whose plugin API serves kpsdk
 BACKPORTS_SUITE = "bookworm-backports"
@@ -73,13 +73,6 @@ def find_qemu(binary: str, *, log: Callable[[str], None] = lambda _msg: None) ->
     return fetch_backports(binary, package, log=log)
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
 
 def fetch_backports(binary: str, package: str, *, log: Callable[[str], None] = lambda _msg: None,
                     cache: Path | None = None) -> Qemu:
@@ -112,7 +105,7 @@ def fetch_backports(binary: str, package: str, *, log: Callable[[str], None] = l
             raise TargetError(f"{main.name} {main.version} has no usr/bin/{binary}")
         _check_runs(exe, main.version)
         record = {"package": main.name, "version": main.version, "binary": binary,
-                  "sha256": {binary: _sha256(exe)}}
+                  "sha256": {binary: file_sha256(exe)}}
         (work / "root" / "manifest.json").write_text(json.dumps(record))
         if root.exists():
             shutil.rmtree(root)
@@ -131,7 +124,7 @@ def _checked(manifest: Path, binary: str) -> Qemu | None:
     except (OSError, ValueError, KeyError, TypeError):
         return None
     exe = manifest.parent / "usr" / "bin" / binary
-    if not exe.is_file() or _sha256(exe) != want:
+    if not exe.is_file() or file_sha256(exe) != want:
         return None
     version = version_of(exe)
     if version is None or version < MIN_VERSION:
