@@ -92,7 +92,9 @@ def run_kpsdk(arch: str, hits: int, kind: str = "pre_handler") -> float:
 KINDS = ("pre_handler", "post_handler", "kretprobe")
 
 
-def run_gdb_commands(arch: str, hits: int) -> float:
+def _run_gdb_script(arch: str, hits: int, probe_lines: str) -> float:
+    """Seconds for ``hits`` hits of ``inc`` under gdb alone: the spin program loaded, its
+    iteration count set, then ``probe_lines`` (gdb script lines placing the probe) and ``continue``."""
     inc, iterations = _addresses(arch)
     with tempfile.TemporaryDirectory() as tmp:
         sock = Path(tmp) / "gdb.sock"
@@ -102,36 +104,26 @@ def run_gdb_commands(arch: str, hits: int) -> float:
             "set pagination off\nset confirm off\nset auto-connect-native-target off\n"
             f"set architecture {arch_name}\nfile {spin(arch)}\ntarget remote {sock}\n"
             f"set var *(int *){iterations:#x} = {hits}\n"
-            f"hbreak *{inc:#x}\ncommands\nsilent\ncontinue\nend\ncontinue\n")
+            + probe_lines.format(inc=f"{inc:#x}") + "continue\n")
         start = time.perf_counter()
         qemu = _qemu(arch, sock)
         subprocess.run(["gdb-multiarch", "-nx", "-batch", "-x", str(script)], capture_output=True, check=True,
                        timeout=600)
         qemu.wait(timeout=30)
         return time.perf_counter() - start
+
+
+def run_gdb_commands(arch: str, hits: int) -> float:
+    """gdb's own loop: a hardware breakpoint whose ``commands`` continue silently."""
+    return _run_gdb_script(arch, hits, "hbreak *{inc}\ncommands\nsilent\ncontinue\nend\n")
 
 
 def run_gdb_python(arch: str, hits: int) -> float:
     """The floor of kpsdk's path: gdb with a Python breakpoint (software, as kpsdk's) whose
     ``stop()`` returns False at once, with no host to ask.  kpsdk's hit is this plus the
     round trip to the host and the handler (``--floor``)."""
-    inc, iterations = _addresses(arch)
-    with tempfile.TemporaryDirectory() as tmp:
-        sock = Path(tmp) / "gdb.sock"
-        script = Path(tmp) / "loop.gdb"
-        arch_name = kpsdk.get_registry().arch(arch).gdb_arch
-        script.write_text(
-            "set pagination off\nset confirm off\nset auto-connect-native-target off\n"
-            f"set architecture {arch_name}\nfile {spin(arch)}\ntarget remote {sock}\n"
-            f"set var *(int *){iterations:#x} = {hits}\n"
-            "python\nclass Floor(gdb.Breakpoint):\n    def stop(self):\n        return False\n"
-            f"Floor('*{inc:#x}', internal=True)\nend\ncontinue\n")
-        start = time.perf_counter()
-        qemu = _qemu(arch, sock)
-        subprocess.run(["gdb-multiarch", "-nx", "-batch", "-x", str(script)], capture_output=True, check=True,
-                       timeout=600)
-        qemu.wait(timeout=30)
-        return time.perf_counter() - start
+    return _run_gdb_script(arch, hits, "python\nclass Floor(gdb.Breakpoint):\n    def stop(self):\n"
+                                       "        return False\nFloor('*{inc}', internal=True)\nend\n")
 
 
 def run_pygdbmi(arch: str, hits: int) -> float:
