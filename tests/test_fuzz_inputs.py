@@ -368,6 +368,12 @@ def test_a_trigger_is_taken_or_refused_and_its_hits_never_fail(s: kpsdk.Session,
         assert "\n" not in str(e)
         assert_clean(s)
         return
+    run_triggered(s, trace)
+
+
+def run_triggered(s: kpsdk.Session, trace: Any) -> None:
+    """A trace the triggers were accepted on: the fixture runs, each hist renders, and
+    closing the trace leaves nothing registered."""
     event("triggered")
     try:
         s.call("fact", 3)
@@ -391,14 +397,7 @@ def test_several_triggers_share_named_tables_or_are_refused(s: kpsdk.Session, te
         event(f"refused: {getattr(e, 'code', type(e).__name__)}")
         assert_clean(s)
         return
-    event("triggered")
-    try:
-        s.call("fact", 3)
-        for _, hist in trace.hists():
-            assert hist.render().startswith("# event histogram\n")
-    finally:
-        trace.close()
-    assert_clean(s)
+    run_triggered(s, trace)
 
 
 # -- filters ---------------------------------------------------------------------------------------------
