@@ -127,6 +127,18 @@ def hist_blocks(text: str) -> list[list[str]]:
     return [[line for line in b if not line.startswith("==> ")] for b in blocks]
 
 
+def same_hist_files(console: str, stdout: str, count: int) -> list[list[str]]:
+    """The guest's hist files (myopen's, then myopenret's, as its /init printed them) and
+    kpsdk's report: ``count`` blocks each, equal block by block; the guest's blocks."""
+    guest_hist = hist_blocks(between(console, "KPSDK-GUEST-HIST-BEGIN myopen\n", "KPSDK-GUEST-HIST-END")) + \
+        hist_blocks(between(console, "KPSDK-GUEST-HIST-BEGIN myopenret\n", "KPSDK-GUEST-HIST-END"))
+    ours_hist = hist_blocks(stdout)
+    assert len(guest_hist) == len(ours_hist) == count, console[-3000:] + stdout
+    for guest, ours in zip(guest_hist, ours_hist, strict=True):
+        assert guest == ours, "\n".join(["guest:", *guest, "kpsdk:", *ours])
+    return guest_hist
+
+
 def stacks(text: str, event: str) -> list[list[str]]:
     """The frames of each ``<stack trace>`` entry of a trace file that follows an ``event`` line."""
     out: list[list[str]] = []
@@ -190,13 +202,8 @@ def test_hist_and_stacktrace_triggers_match_the_guest_kernels_own(
 
     # the hist files: the guest's (myopen's, then myopenret's) against kpsdk's report, in
     # trigger order per event
-    guest_hist = hist_blocks(between(console, "KPSDK-GUEST-HIST-BEGIN myopen\n", "KPSDK-GUEST-HIST-END")) + \
-        hist_blocks(between(console, "KPSDK-GUEST-HIST-BEGIN myopenret\n", "KPSDK-GUEST-HIST-END"))
-    ours_hist = hist_blocks(result.stdout)
-    assert len(guest_hist) == len(ours_hist) == 4, console[-3000:] + result.stdout
     # kpsdk prints myopen's triggers first as well (the events' order)
-    for guest, ours in zip(guest_hist, ours_hist, strict=True):
-        assert guest == ours, "\n".join(["guest:", *guest, "kpsdk:", *ours])
+    guest_hist = same_hist_files(console, result.stdout, 4)
     by_pid = next(block for block in guest_hist if "execname" in block[2])
     cats = [line for line in by_pid if line.startswith("{ common_pid: cat")]
     assert len(cats) >= 3, by_pid  # the workload's three cats, each seen by both
@@ -295,12 +302,7 @@ def test_hist_triggers_match_the_guest_kernels_own_on_arm(
     console = "".join(line for line in result.stderr.replace("\r", "").splitlines(keepends=True)
                       if not re.match(r"\[\s*\d+\.\d+\] (?!hist:)", line))
     assert "KPSDK-GUEST-TRACE-END" in console, console[-3000:]
-    guest_hist = hist_blocks(between(console, "KPSDK-GUEST-HIST-BEGIN myopen\n", "KPSDK-GUEST-HIST-END")) + \
-        hist_blocks(between(console, "KPSDK-GUEST-HIST-BEGIN myopenret\n", "KPSDK-GUEST-HIST-END"))
-    ours_hist = hist_blocks(result.stdout)
-    assert len(guest_hist) == len(ours_hist) == 6, console[-3000:] + result.stdout
-    for guest, ours in zip(guest_hist, ours_hist, strict=True):
-        assert guest == ours, "\n".join(["guest:", *guest, "kpsdk:", *ours])
+    guest_hist = same_hist_files(console, result.stdout, 6)
     # what the workload did, in the guest's own tables: its three opens, two failing, in one named table
     names = [line for line in guest_hist[0] if line.startswith("{ name: ")]
     assert [line.split()[2] for line in names] == ["/etc/kpsdk-hello", "/etc/kpsdk-hello/sub", "/kpsdk-missing"]
