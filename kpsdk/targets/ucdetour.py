@@ -504,6 +504,7 @@ class DetourEngine:
                             try:
                                 h(node, regs)
                             except Exception as exc:  # noqa: BLE001 - handed to fault_handler or re-raised
+                                assert fault is not None
                                 fault(owner, regs, exc, "handler")
                     elif handler is not None:
                         handler(node, regs)
@@ -558,6 +559,12 @@ class DetourEngine:
         # [sp] in the host's copy of the stack, without read_word's and hijack_word's frames
         stack_mem, stack_lo, stack_last, word = t.stack_window()
         unpack_from, pack_into = word.unpack_from, word.pack_into
+        # and as native words where the target's byte order is the host's: an aligned [sp]
+        # is then an index, cheaper than a Struct call (~0.2 us each way here)
+        wsize = word.size
+        native = stack_last >= 0 and word.format[0] == ("<" if sys.byteorder == "little" else ">")
+        stack_words = memoryview(stack_mem).cast("Q" if wsize == 8 else "I") if native else None
+        wmask, wshift = wsize - 1, wsize.bit_length() - 1
 
         def on_entry(handle: int, addr: int, size: int, user: int) -> None:
             try:
@@ -573,11 +580,16 @@ class DetourEngine:
                 fetch_sp()
                 sp = sp_buf.value
                 off = sp - stack_lo
+                slot = -1  # [sp]'s index in stack_words
                 if link is not None:
                     fetch_link()
                     ra = link_buf.value
                 elif 0 <= off <= stack_last:
-                    ra = unpack_from(stack_mem, off)[0]
+                    if stack_words is not None and not off & wmask:
+                        slot = off >> wshift
+                        ra = stack_words[slot]
+                    else:
+                        ra = unpack_from(stack_mem, off)[0]
                 else:  # a stack of the program's own making
                     ra = read_word(sp)
                 stack = stacks.get(task)
@@ -603,6 +615,7 @@ class DetourEngine:
                                 try:  # the truth test is the handler's too
                                     keep = not h(node, regs) and not rh.freed
                                 except Exception as exc:  # noqa: BLE001 - handed to fault_handler or re-raised
+                                    assert fault is not None
                                     fault(owner, regs, exc, "entry_handler")
                     finally:
                         manager.busy = False
@@ -618,7 +631,9 @@ class DetourEngine:
                     r = rb + 2 * n
                     words[r] = ra
                     words[r + 1] = sp
-                if link is not None:
+                if slot >= 0:
+                    stack_words[slot] = tramp  # type: ignore[index]  # slot >= 0: stack_words is set
+                elif link is not None:
                     write(link, tramp)
                 elif 0 <= off <= stack_last:
                     pack_into(stack_mem, off, tramp)
@@ -695,6 +710,7 @@ class DetourEngine:
                             try:  # the truth test is the handler's too
                                 keep = not h(node, regs) and not rh.freed
                             except Exception as exc:  # noqa: BLE001 - handed to fault_handler or re-raised
+                                assert fault is not None
                                 fault(owner, regs, exc, "entry_handler")
                 finally:
                     manager.busy = False
