@@ -597,7 +597,7 @@ class DetourEngine:
                     slow(handle, addr, size, user)
                     return
                 n -= 1
-                if entry_call is not None:  # _entry_then_hook, inlined: record n's instance
+                if entry_call is not None:  # the entry handler first, on record n's instance
                     node = free[n]
                     node.task, node.frame, node.ret_addr, node.slot, node.chained = task, sp, ra, tramp, False
                     keep = False
@@ -663,7 +663,9 @@ class DetourEngine:
         record's instance.  While it runs, the record is hidden (the count given
         back), so that the call is not in flight yet, as on the hook path: what
         the handler looks at or unregisters does not see it.  The return address
-        points at the return code already (``ri.ret_addr`` is the real one)."""
+        points at the return code already (``ri.ret_addr`` is the real one).
+        The plugin's entry wrapper is done in this frame where ``Rethook.direct``
+        says what it does (docs/performance.md: each frame is a fifth of a kprobe hit)."""
         t = self.target
         core = t.rethook
         assert core is not None
