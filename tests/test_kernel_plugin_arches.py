@@ -140,7 +140,8 @@ def test_plugin_probes_match_the_guest(arch: str, arch_kernel: Callable[[str], P
         status = s.run(timeout=900)
         console = s.console
     assert status == 0, console[-3000:]
-    guest_opens, guest_calls, guest_faults = _guest_events(console, "function" if arch in GDB_CHECK_OFFSET else "kprobe")
+    mode = "function" if arch in GDB_CHECK_OFFSET else "kprobe"
+    guest_opens, guest_calls, guest_faults = _guest_events(console, mode)
     assert writes[0] == 3
     assert guest_calls >= 3 and len(opens) == guest_calls, (opens, guest_calls)
     if arch in GDB_CHECK_OFFSET:
