@@ -95,3 +95,48 @@ def test_filtered_and_triggered_events_keep_the_record_path(arch: str, monkeypat
         assert direct == generic, (fmt, prefix)
         if fmt == "text":
             assert "<stack trace>" in direct
+
+
+def cli_run(fmt: str, keep: bool, monkeypatch: pytest.MonkeyPatch, out: Any) -> tuple[str, int]:
+    """``kpsdk trace`` of the arm table into ``out`` (with ``--hist``: the records are kept),
+    the clock replaced; its file, and how many records the run made."""
+    from tests.test_trace_run import invoke
+
+    ticks = itertools.count(1)
+    records: list[Any] = []
+
+    class Counted(trace_events.TraceRecord):
+        __slots__ = ()
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            records.append(self)
+
+    def clock() -> float:
+        return next(ticks) * TICK
+
+    with monkeypatch.context() as patch:
+        patch.setattr(trace_events, "TraceRecord", Counted)
+        patch.setattr(trace_events, "perf_counter", clock)
+        patch.setattr(trace_events.time, "perf_counter", clock)
+        result = invoke("arm", *(a for d in table("arm") for a in ("-e", d)), "--output", fmt, "--out", str(out),
+                        "--count", "17", *(("--hist", "v") if keep else ()))
+    assert result.exit_code == 0, result.output
+    return out.read_text(), len(records)
+
+
+@pytest.mark.parametrize("fmt", ["text", "jsonl", "perfetto"])
+def test_kpsdk_trace_writes_the_same_with_and_without_records(fmt: str, monkeypatch: pytest.MonkeyPatch,
+                                                              tmp_path: Any) -> None:
+    """``kpsdk trace`` takes the per-event path (through its --count limit) unless a report keeps
+    the records (``--hist``): the files of both runs are the same bytes, and --count still counts."""
+    direct, made_direct = cli_run(fmt, False, monkeypatch, tmp_path / "direct")
+    kept, made_kept = cli_run(fmt, True, monkeypatch, tmp_path / "kept")
+    assert direct == kept
+    assert made_kept >= 17  # --hist: every hit written is a record
+    if fmt != "perfetto":  # (perfetto makes the records of its slices at the end)
+        assert made_direct == 0
+    if fmt == "jsonl":
+        assert len(direct.splitlines()) == 1 + 17  # the schema line, then --count records
+    if fmt == "text":
+        assert sum(1 for line in direct.splitlines() if not line.startswith("#")) == 17

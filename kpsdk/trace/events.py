@@ -402,6 +402,12 @@ class Trace:
         #: what the timestamps are, for the trace header
         self.time_note = f"TIMESTAMP: seconds on {clock}" if clock else HOST_TIME_NOTE
 
+    def renew_event_writers(self) -> None:
+        """The sink's writer changed (``kpsdk trace`` opens its output after the events are
+        defined): each event asks it for its per-event path again at its next hit."""
+        for event in self.events:
+            event.fast = UNMADE
+
     # -- the clock and tasks ---------------------------------------------------------------------
 
     def now(self) -> float:
