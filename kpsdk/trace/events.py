@@ -250,7 +250,9 @@ class TraceEvent:
             fast = writer.event_writer(EventShape(self.name, self.group, "r" if self.definition.is_return else "p",
                                                   self.definition, tuple((a.name, a.value) for a in self.args),
                                                   self.id))
-            self._fast_sp = writer.needs_entry_sp
+            # a p hit's stack pointer pairs it with a return of the same call: wanted only where
+            # this trace has return events (a register read per hit; trace.add renews the paths)
+            self._fast_sp = writer.needs_entry_sp and any(e.definition.is_return for e in trace.events)
         self.fast = fast
         return fast
 
@@ -491,6 +493,7 @@ class Trace:
         for event in removals:
             event.trace.remove(event)
         self._register(pending)
+        self.renew_event_writers()  # a new return event may want the p events' stack pointers
         return pending
 
     def _bind(self, definition: ProbeDef) -> TraceEvent:

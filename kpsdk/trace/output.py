@@ -26,6 +26,7 @@ import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import IO, TYPE_CHECKING, Any, Literal
 
 from kpsdk.errors import KpsdkError, UnknownNameError
@@ -615,7 +616,7 @@ def _perfetto(records: list[Any], process_name: str) -> dict[str, Any]:
         for entry in stack:
             if id(entry) not in paired:
                 body.append(_instant(entry, pid, frames))
-    body.sort(key=lambda e: e["ts"])
+    body.sort(key=itemgetter("ts"))
     trace: dict[str, Any] = {"traceEvents": events + body, "displayTimeUnit": "ns",
                              "otherData": {"generator": "kpsdk trace", "records": len(records)}}
     if frames.table:
