@@ -495,6 +495,7 @@ class DetourEngine:
                 probe.hits += 1
                 node = free[n]
                 node.ret_addr = hit[0] = ra
+                hit[2] = None
                 node.frame = words[r + 1]
                 busy, manager.busy = manager.busy, True
                 try:
@@ -701,6 +702,7 @@ class DetourEngine:
                 manager.busy = True  # _run_entry, inlined: this is half of every such hit
                 hit[0] = None
                 hit[1] = at
+                hit[2] = None
                 try:
                     if owner is None:
                         keep = entry_call(node, regs)
@@ -756,6 +758,7 @@ class DetourEngine:
         manager.busy = True
         hit[0] = None
         hit[1] = det.point.addr
+        hit[2] = None
         try:
             return entry_call(node, t.hit_regs)
         finally:
