@@ -313,7 +313,6 @@ class ShadowStacks:
         shadow stack by then, so a backtrace taken in a handler is that of
         the caller.
         """
-        regs._hit[2] = None  # a return is a new hit: no argument snapshot of an earlier one
         stack = self.stacks.get(self._task())
         if not stack:
             return None

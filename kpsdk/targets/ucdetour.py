@@ -806,6 +806,7 @@ class DetourEngine:
         self.settle()
         t = self.target
         assert t.rethook is not None
+        t.fast.hit[2] = None  # a return is a new hit: no argument snapshot of an earlier one
         ret = t.rethook.on_return(t.hit_regs, True)
         if ret is None:
             raise TargetError(f"kretprobe BUG!: a return reached {where} with sp={t.hit_regs.sp:#x} "
