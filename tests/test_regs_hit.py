@@ -105,6 +105,13 @@ def test_return_handlers_and_reads_after_a_run_see_the_cpu(arch: str, detour: bo
         assert entry[-1] == 5
         assert [getattr(regs, n) for n in names] == [truth(s, n) for n in names]  # no s.regs() in between
         assert [regs.arg(i) for i in range(len(names))] == [truth(s, n) for n in names]
+        depth: list[tuple[int, list[int]]] = []  # entries of one run: each reads its own call's argument
+        s.register_kretprobe(kpsdk.Kretprobe(
+            symbol_name="fact", handler=lambda ri, r: None,
+            entry_handler=lambda ri, r: depth.append((r.arg(0), [truth(s, n) for n in names[:1]])) or 0))
+        s.call("fact", 5)
+        assert [a for a, _ in depth] == [5, 4, 3, 2, 1]
+        assert all(want[:1] == [a][:len(want)] for a, want in depth)
 
 
 def test_every_hit_of_one_run_reads_its_own_arguments(arch: str) -> None:

@@ -605,6 +605,7 @@ class DetourEngine:
                     manager.busy = True
                     hit[0] = None
                     hit[1] = at
+                    hit[2] = None
                     try:
                         if owner is None:
                             keep = entry_call(node, regs)
