@@ -273,6 +273,7 @@ class ProbeManager:
         hit = regs._hit
         hit[0] = None
         hit[1] = point.addr
+        hit[2] = None
         try:
             for p in point.active:
                 p.hits += 1
@@ -324,6 +325,7 @@ class ProbeManager:
             hit = regs._hit
             hit[0] = None
             hit[1] = addr
+            hit[2] = None
             try:
                 try:  # the truth test is the handler's too: a return value whose bool() raises
                     if not handler(p, regs):
@@ -383,6 +385,7 @@ class ProbeManager:
             hit = regs._hit
             hit[0] = None
             hit[1] = next_ip
+            hit[2] = None
             try:
                 handler(p, regs, 0)
             except Exception as exc:  # noqa: BLE001 - handed to fault_handler or re-raised with context

@@ -48,13 +48,15 @@ class PtRegs:
     _abi: Abi
     _table: dict[str, Register]
     _read_mem: Callable[[int, int], bytes]
-    #: per-hit state, a list so the hot path sets it in place:
-    #: [new ip set by a handler or None, the probed address or None]
+    #: per-hit state, a list so the hot path sets it in place: [new ip set by a handler
+    #: or None, the probed address or None, the target's snapshot of the register
+    #: arguments or None].  The target's own list where it has one (``io.hit``: its
+    #: register writes clear the snapshot); every per-hit reset clears it.
     _hit: list[int | None]
     _arg_regs: tuple[Register, ...]
     #: ``regs.arg(n)``: argument ``n`` (from 0) at function entry, per the session's ABI.
     #: Register arguments come from registers; the rest from the stack, where the
-    #: calling convention puts them at entry (:meth:`_stack_arg`).  A closure made per
+    #: calling convention puts them at entry (:func:`_stack_reader`).  A closure made per
     #: instance (``io.args_reader`` where the target has one: the register read inlined),
     #: not a method: reading two arguments is most of a typical handler's time, and a
     #: method calling a reader was two Python frames per argument.
@@ -71,7 +73,11 @@ class PtRegs:
         def __setattr__(self, name: str, value: int) -> None: ...
 
     @classmethod
-    def create(cls, arch: Arch, io: RegisterIO, abi: Abi, read_mem: Callable[[int, int], bytes]) -> PtRegs:
+    def create(cls, arch: Arch, io: RegisterIO, abi: Abi, read_mem: Callable[[int, int], bytes],
+               read_word: Callable[[int], int] | None = None) -> PtRegs:
+        """``read_word``: the target's word read (its fast path), for the arguments on the
+        stack; else ``read_mem`` and a conversion."""
+        getter = getattr(io, "getter", None)
         sub = cls._classes.get(arch.name)
         if sub is None:
             sub = cls._classes[arch.name] = _derive(arch)
@@ -82,13 +88,20 @@ class PtRegs:
         table["return_value"] = arch.register(arch.return_value)
         regs._arch, regs._io, regs._abi, regs._table, regs._read_mem = arch, io, abi, table, read_mem
         regs._read = io.read
-        regs._hit = [None, None]
+        regs._hit = getattr(io, "hit", None) or [None, None, None]
         regs._arg_regs = arg_regs = tuple(arch.register(r) for r in abi.args)
         args_reader = getattr(io, "args_reader", None)
+        if read_word is None:
+            word, endian = arch.word_size, arch.endian
+            read_word = lambda addr: int.from_bytes(read_mem(addr, word), endian)  # noqa: E731
+        stack = _stack_reader(io.read, table["sp"], abi.stack_args_offset - arch.word_size * len(arg_regs),
+                              arch.word_size, read_word)
         if args_reader is not None:
-            regs.arg = args_reader(arg_regs, regs._stack_arg)
+            regs.arg = args_reader(arg_regs, stack)
         else:
-            regs.arg = _args_reader(tuple(functools.partial(io.read, reg) for reg in arg_regs), regs._stack_arg)
+            regs.arg = _args_reader(tuple(functools.partial(io.read, reg) for reg in arg_regs), stack)
+        if getter is not None:  # this target's own getters (after args_reader: they share its snapshot)
+            regs.__class__ = _derive(arch, getter, sub)
         return regs
 
     # The probe manager sets the probe address before handlers run so that
@@ -97,6 +110,7 @@ class PtRegs:
         hit = self._hit
         hit[0] = None
         hit[1] = ip
+        hit[2] = None
 
     @property
     def new_ip(self) -> int | None:
@@ -119,15 +133,6 @@ class PtRegs:
             self.__getattr__(name)
         setattr(self, name, value)
 
-    def _stack_arg(self, n: int) -> int:
-        """Argument ``n`` beyond the register arguments: from the stack, where the
-        calling convention puts it at function entry (``arg(n)``'s other half)."""
-        regs = self._arg_regs
-        arch = self._arch
-        word = arch.word_size
-        addr = self._read(self._table["sp"]) + self._abi.stack_args_offset + word * (n - len(regs))
-        return int.from_bytes(self._read_mem(addr, word), arch.endian)
-
     def signed(self, name: str) -> int:
         """A register read as a signed word (``regs.signed("rax")``)."""
         reg = self._table[name]
@@ -142,6 +147,18 @@ class PtRegs:
         return f"<PtRegs {self._arch.name} ip={self['ip']:#x} sp={self['sp']:#x}>"
 
 
+def _stack_reader(read: Callable[[Register], int], sp: Register, base: int, word: int,
+                  read_word: Callable[[int], int]) -> Callable[[int], int]:
+    """``arg(n)``'s other half: argument ``n`` beyond the register arguments, from the
+    stack, where the calling convention puts it at function entry (``base`` is the
+    offset from sp of argument 0 as if every argument were on the stack)."""
+
+    def stack(n: int) -> int:
+        return read_word(read(sp) + base + word * n)
+
+    return stack
+
+
 def _args_reader(readers: tuple[Callable[[], int], ...], stack: Callable[[int], int]) -> Callable[[int], int]:
     """``arg(n)`` for a target without ``args_reader``: register readers, then the stack."""
     count = len(readers)
@@ -152,14 +169,17 @@ def _args_reader(readers: tuple[Callable[[], int], ...], stack: Callable[[int], 
     return arg
 
 
-def _register_property(reg: Register) -> property:
+def _register_property(reg: Register, fget: Callable[[PtRegs], int] | None = None) -> property:
+    """``regs.<name>``: ``fget`` where the target made one (:meth:`FastRegs.getter
+    <kpsdk.targets.ucfast.FastRegs.getter>`: one frame), else a read through ``_read``."""
+
     def get(self: PtRegs) -> int:
         return self._read(reg)
 
     def put(self: PtRegs, value: int) -> None:
         self._io.write(reg, value & reg.mask)
 
-    return property(get, put, doc=f"{reg.name} ({8 * reg.size}-bit)")
+    return property(fget or get, put, doc=f"{reg.name} ({8 * reg.size}-bit)")
 
 
 def _ip_property(reg: Register, mask: int) -> property:
@@ -179,14 +199,20 @@ def _ip_property(reg: Register, mask: int) -> property:
     return property(get, put, doc="the instruction pointer (a write takes effect only per K2)")
 
 
-def _derive(arch: Arch) -> type[PtRegs]:
-    """A PtRegs subclass with one property per register name, alias and role."""
+def _derive(arch: Arch, getter: Callable[[Register], Callable[[PtRegs], int]] | None = None,
+            base: type[PtRegs] = PtRegs) -> type[PtRegs]:
+    """A PtRegs subclass with one property per register name, alias and role.
+
+    With a target's ``getter`` the class is that target's alone (its getters close
+    over its engine): one per Unicorn session, derived from the arch's shared class."""
     pc = arch.register(arch.pc)
+    make = getter or (lambda reg: None)  # type: ignore[arg-type, return-value]
     props: dict[str, object] = {"__slots__": ()}
     for n, reg in arch.by_name.items():
-        props[n] = _register_property(reg)
-    props["sp"] = _register_property(arch.register(arch.sp))
-    props["return_value"] = _register_property(arch.register(arch.return_value))
+        props[n] = _register_property(reg, make(reg))
+    for role in ("sp", "return_value"):
+        reg = arch.register(getattr(arch, role))
+        props[role] = _register_property(reg, make(reg))
     for n in {"ip", "pc", arch.pc, *pc.aliases}:
         props[n] = _ip_property(pc, arch.word_mask)
-    return type(f"PtRegs_{arch.name}", (PtRegs,), props)
+    return type(f"PtRegs_{arch.name}", (base,), props)

@@ -495,6 +495,7 @@ class DetourEngine:
                 probe.hits += 1
                 node = free[n]
                 node.ret_addr = hit[0] = ra
+                hit[2] = None
                 node.frame = words[r + 1]
                 busy, manager.busy = manager.busy, True
                 try:
@@ -604,6 +605,7 @@ class DetourEngine:
                     manager.busy = True
                     hit[0] = None
                     hit[1] = at
+                    hit[2] = None
                     try:
                         if owner is None:
                             keep = entry_call(node, regs)
@@ -701,6 +703,7 @@ class DetourEngine:
                 manager.busy = True  # _run_entry, inlined: this is half of every such hit
                 hit[0] = None
                 hit[1] = at
+                hit[2] = None
                 try:
                     if owner is None:
                         keep = entry_call(node, regs)
@@ -756,6 +759,7 @@ class DetourEngine:
         manager.busy = True
         hit[0] = None
         hit[1] = det.point.addr
+        hit[2] = None
         try:
             return entry_call(node, t.hit_regs)
         finally:
@@ -803,6 +807,7 @@ class DetourEngine:
         self.settle()
         t = self.target
         assert t.rethook is not None
+        t.fast.hit[2] = None  # a return is a new hit: no argument snapshot of an earlier one
         ret = t.rethook.on_return(t.hit_regs, True)
         if ret is None:
             raise TargetError(f"kretprobe BUG!: a return reached {where} with sp={t.hit_regs.sp:#x} "

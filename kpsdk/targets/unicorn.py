@@ -160,7 +160,7 @@ class UnicornTarget(Target):
         self._pc = arch.register(arch.pc)
         self._sp = arch.register(arch.sp)
         self._rv = arch.register(arch.return_value)
-        self.hit_regs = PtRegs.create(arch, self.fast, arch.abi(abi_kind), self.read_memory)
+        self.hit_regs = PtRegs.create(arch, self.fast, arch.abi(abi_kind), self.read_memory, self.read_word)
         self._bp_points: dict[int, ProbePoint] = {}
         self._slot_points: dict[int, ProbePoint] = {}
         self._hook_points: dict[int, ProbePoint] = {}
@@ -640,6 +640,7 @@ class UnicornTarget(Target):
                         manager.busy = True
                         hit[0] = None
                         hit[1] = at
+                        hit[2] = None
                         try:
                             try:  # the truth test is the handler's too: a return value whose bool() raises
                                 unchanged = not handler(p, regs)
@@ -1048,6 +1049,7 @@ class UnicornTarget(Target):
                 error = e
             finally:
                 self._depth -= 1
+                self.fast.hit[2] = None  # the registers moved on: no argument snapshot outlives a run
             if self._pending is not None:
                 pending, self._pending = self._pending, None
                 self.stepper.clear()
