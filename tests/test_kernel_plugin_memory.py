@@ -6,7 +6,9 @@ fields of a kernel struct (``+0(%dx):x64``), a dereference chain to a kernel str
 (``+0(+0(%si)):string``: ``struct filename``'s ``name``) and a stack word (``$stack0``, the
 return address).  kpsdk's session, in the same boot, runs ``s.trace()`` with the same
 definitions (served by the plugin: no gdb stop per hit, the memory read at the hit), and a
-pre_handler that declared the file name it reads (``s.target.declare_memory``).
+pre_handler that declared the file name it reads (``s.target.declare_memory``).  The trace's
+prefix (comm, pid, flags) and ``$comm`` come from ``current``'s task, read by the plugin at the
+hit too, through the per-cpu base.
 
 kpsdk's event bodies must equal the guest's, line for line; the handler's strings must equal
 the guest's; the timestamps are the hits' (host CLOCK_MONOTONIC read by the plugin), so the
@@ -30,20 +32,21 @@ from tests.conftest import require_tool
 pytestmark = pytest.mark.kernel
 
 EVENTS = ("p:kpsdk/open do_sys_openat2 dfd=%di name=+0(%si):ustring flags=+0(%dx):x64 mode=+8(%dx):x64",
-          "p:kpsdk/filp do_filp_open dfd=%di name=+0(+0(%si)):string uptr=+8(%si):x64 ret=$stack0:x64")
+          "p:kpsdk/filp do_filp_open dfd=%di name=+0(+0(%si)):string uptr=+8(%si):x64 ret=$stack0:x64 comm=$comm")
 
 
-def _guest_lines(console: str) -> list[tuple[float, str]]:
-    """The guest's events: (its timestamp, the body from the event's name on)."""
+def _guest_lines(console: str) -> list[tuple[float, str, str]]:
+    """The guest's events: (its timestamp, the body from the event's name on, the task and flags:
+    ``cat-65 .....``)."""
     modes = [m.fields["mode"] for m in kernel.parse_markers(console) if m.action == "ktrace"]
     assert modes == ["kprobe"], console[-3000:]
     out = []
     for line in console.splitlines():
         if not line.startswith("KTRACE "):
             continue
-        m = re.search(r" (\d+\.\d+): ((?:open|filp): \(.*)$", line)
+        m = re.search(r"^KTRACE\s+(\S+)\s+\[\d+\] (\S+)\s+(\d+\.\d+): ((?:open|filp): \(.*)$", line)
         assert m is not None, line
-        out.append((float(m.group(1)), m.group(2)))
+        out.append((float(m.group(3)), m.group(4), f"{m.group(1)} {m.group(2)}"))
     return out
 
 
@@ -77,11 +80,13 @@ def test_plugin_reads_memory_as_the_guest_does(debian_kernel: Path, kernel_initr
         s.target.declare_memory(opener, ["+0(%si):ustring"])  # type: ignore[attr-defined]
         s.register_kprobe(opener)
         traced: list[tuple[float, str]] = []
+        tasks: list[tuple[str, int, str, object]] = []
         late: list[bool] = []
 
         def record(r: kpsdk.trace.TraceRecord) -> None:
             if window[0]:
                 traced.append((r.time, format_text(r)))
+                tasks.append((r.comm, r.pid, r.flags, r.fields.get("comm")))
                 late.append(r.time <= time.monotonic())
 
         trace = s.trace(list(EVENTS), sink=record)
@@ -94,9 +99,17 @@ def test_plugin_reads_memory_as_the_guest_does(debian_kernel: Path, kernel_initr
     assert status is not None, console[-3000:]
     guest = _guest_lines(console)
     assert writes[0] == 3
-    bodies = [body for _, body in guest]
+    bodies = [body for _, body, _ in guest]
     assert len(bodies) >= 6 and any('name="/' in b for b in bodies), bodies
     assert [body for _, body in traced] == bodies
+    # the prefix's task, read by the plugin at the hit: the pid and the flags as the guest's (but
+    # need-resched, which a timer sets at any instant); the comm as $comm in the same line (the
+    # guest prints a pid's comm as it recorded it last, so a child that exec'd later shows the new one)
+    guest_tasks = [task.rsplit(" ", 1) for _, _, task in guest]
+    assert [pid for _, pid, _, _ in tasks] == [int(t.rsplit("-", 1)[1]) for t, _ in guest_tasks]
+    assert [flags.replace("N", ".") for _, _, flags, _ in tasks] == [f.replace("N", ".") for _, f in guest_tasks]
+    assert all(comm == body_comm for comm, _, _, body_comm in tasks if body_comm is not None)
+    assert sum(body_comm is not None for *_, body_comm in tasks) >= 3
     guest_names = [re.search(r' name=("[^"]*"|\(fault\))', b).group(1)  # type: ignore[union-attr]
                    for b in bodies if b.startswith("open:")]
     assert names == guest_names

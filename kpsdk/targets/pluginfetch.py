@@ -22,9 +22,11 @@ from typing import TYPE_CHECKING
 
 from kpsdk.errors import TargetError, TargetFault
 from kpsdk.targets.tcgplugin import ABSOLUTE, CHAIN, MAX_MEM, MAX_MEM_SIZE, MemFetch
+from kpsdk.tasks import MAX_JOINED_READ
 
 if TYPE_CHECKING:
     from kpsdk.arch import Abi, Arch
+    from kpsdk.tasks import TaskLayout
     from kpsdk.trace.fetch import BoundArg
     from kpsdk.trace.grammar import ArgType, Fetch
 
@@ -94,6 +96,29 @@ class Planner:
         assert node.inner is not None
         base, offset = self._value(node.inner, symbol)
         return base, (offset + node.value) & self.arch.word_mask
+
+    def add_task(self, layout: TaskLayout, percpu: int) -> int:
+        """The reads :meth:`TaskLayout.read <kpsdk.tasks.TaskLayout.read>` makes for the prefix's
+        comm, pid and flags (``percpu``: the per-cpu base register's index), chained from the
+        per-cpu ``current`` word; returns the index of that word's read."""
+        word = self.arch.word_size
+        if layout.preempt_count is not None:
+            lo = min(layout.current, layout.preempt_count)
+            span = max(layout.current + word, layout.preempt_count + 4) - lo
+            self._read(MemFetch(percpu, lo, span))
+        current = self._read(MemFetch(percpu, layout.current, word))
+        task = CHAIN - current
+        lo, hi = min(layout.pid, layout.comm), max(layout.pid + 4, layout.comm + layout.comm_size)
+        if hi - lo <= MAX_JOINED_READ:
+            self._read(MemFetch(task, lo, hi - lo))
+        else:
+            self._read(MemFetch(task, layout.pid, 4))
+            self._read(MemFetch(task, layout.comm, layout.comm_size))
+        if layout.ti_flags is not None:
+            self._read(MemFetch(task, layout.ti_flags, word))
+        if layout.migration_disabled is not None:
+            self._read(MemFetch(task, layout.migration_disabled, layout.migration_disabled_size))
+        return current
 
     def add(self, fetch: Fetch, argtype: ArgType, symbol: Callable[[Fetch], int]) -> None:
         """The reads one fetch argument needs (registers alone need none)."""

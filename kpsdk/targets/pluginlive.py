@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kpsdk.arch import Arch, Register
-from kpsdk.errors import TargetError
+from kpsdk.errors import TargetError, TargetFault
 from kpsdk.regs import PtRegs
 from kpsdk.targets.live import _RUNNING, POLL_SECONDS, GdbTarget
 from kpsdk.targets.pluginfetch import Declared, HitMemory, Planner, bound_fetches, parse_fetches
@@ -105,6 +105,11 @@ class PluginTarget(GdbTarget):
         self._hit_memory = HitMemory()
         #: the fetches each probe declared (the plugin reads them at its hits)
         self._declared: weakref.WeakKeyDictionary[Probe, list[Declared]] = weakref.WeakKeyDictionary()
+        #: the per-cpu base register's plugin index, once a trace wants the prefix's task
+        #: (prepare_tasks) and the kernel's task layout is known: every streaming point reads it
+        self._task_percpu: int | None = None
+        #: ident -> index of the read of the per-cpu ``current`` word in that point's records
+        self._task_read: dict[int, int] = {}
         #: trace probes whose fetches the plugin cannot read: gdb's path serves them
         self._gdb_only: weakref.WeakSet[Probe] = weakref.WeakSet()
         #: plugin handlers are running: the guest runs too, so table edits wait for the next stop
@@ -134,19 +139,27 @@ class PluginTarget(GdbTarget):
         return self._plugin_regs
 
     def _register_index(self, gdb_name: str) -> int | None:
-        for name, index, _ in self._registers():
-            if name == gdb_name:
-                return index
-        return None
+        """The plugin's index of a register by gdb's name (any the plugin lists: ``gs_base`` too)."""
+        self._registers()  # the plugin has listed them
+        found = register_names(self._regs_file).get(gdb_name)
+        return found[0] if found is not None else None
 
     # -- memory declared for the hits -------------------------------------------------------
 
-    def _plan(self, probes: Iterable[Probe]) -> list[MemFetch]:
-        """The plugin's reads for the fetches ``probes`` declared (TargetError: not readable)."""
+    def _plan(self, probes: Iterable[Probe], ident: int | None = None) -> list[MemFetch]:
+        """The plugin's reads for the fetches ``probes`` declared (TargetError: not readable),
+        and, for point ``ident`` while a trace wants the prefix's task, the task's."""
         planner = Planner(self.arch, self.arch.abi(self.abi_kind), self._register_index)
         for probe in probes:
             for fetch, argtype, symbol in self._declared.get(probe, ()):
                 planner.add(fetch, argtype, symbol)
+        if ident is not None:
+            self._task_read.pop(ident, None)
+            if self._task_percpu is not None and self._task_layout is not None:
+                try:
+                    self._task_read[ident] = planner.add_task(self._task_layout, self._task_percpu)
+                except TargetError:
+                    pass  # no room left for the task's reads: this point's lines show <...>-0
         return planner.reads
 
     def declare_memory(self, probe: Probe, fetches: Sequence[str]) -> None:
@@ -228,7 +241,7 @@ class PluginTarget(GdbTarget):
         handled = [p for p in point.active if p.pre_handler is not None]
         stream = bool(handled)
         regs = [index for _, index, _ in self._registers()] if stream else []
-        mem = self._plan(handled)
+        mem = self._plan(handled, ident if stream else None)
         self._drain()  # records already written were written with the entry's old layout
         self.table.put(ident, point.addr, regs, mem, stream)
         self._note_streaming()
@@ -408,8 +421,9 @@ class PluginTarget(GdbTarget):
         return self._snap.sp & ~(self.arch.kernel_stack_size - 1)
 
     def task_info(self) -> TaskInfo | None:
-        """At a plugin hit: the vCPU and, from the snapshot's flags, irqs-off; the comm and pid
-        live in guest memory the plugin does not read yet (``<...>-0``)."""
+        """At a plugin hit: the vCPU, irqs-off from the snapshot's flags, and, where a trace
+        asked for the task (:meth:`prepare_tasks`), comm, pid and the other flags from the
+        task's memory the plugin read at the hit; else ``<...>-0``."""
         record = self._record
         if record is None:
             return super().task_info()
@@ -420,10 +434,40 @@ class PluginTarget(GdbTarget):
             return TaskInfo(UNKNOWN_COMM, 0, record.vcpu)
         flags = self._snap_io.cache.get(self._raw_register(tasks.flags_register).gdb)
         irqs_off = tasks.irqs_disabled(flags) if flags is not None else False
+        k = self._task_read.get(record.ident)
+        layout = self._task_layout
+        if k is not None and layout is not None and k < len(record.mem):
+            percpu = record.mem[k][0] - layout.current
+            try:
+                comm, pid, lat = layout.read(self._hit_memory.read, percpu, self.arch.word_size, self.arch.endian,
+                                             irqs_off, tasks)
+            except TargetFault:
+                pass  # current's memory was not readable at the hit
+            else:
+                return TaskInfo(comm, pid, record.vcpu, lat)
         return TaskInfo(UNKNOWN_COMM, 0, record.vcpu, lat_flags(irqs_off))
 
+    def prepare_tasks(self) -> str:
+        """gdb's answer for gdb-path hits; for plugin hits the plugin reads current's task
+        at the hit, through the per-cpu base register, when the kernel's layout is known."""
+        note = super().prepare_tasks()
+        tasks = self.arch.kernel_tasks
+        if self._task_layout is None or tasks is None or tasks.current_register is not None:
+            return f"{note}; plugin hits: <...>-0 (not yet: the kernel's layout is found from its code only at a " \
+                   "gdb hit)" if self._task_layout is None else note
+        self._task_percpu = self._register_index(tasks.percpu_register)
+        if self._task_percpu is None:
+            return f"{note}; plugin hits: <...>-0 (the plugin cannot read {tasks.percpu_register})"
+        for ident, point in self._by_ident.items():
+            if point.active:
+                self._put(point, ident)
+        if not self._dispatching:
+            self.table.commit()
+        return f"{note}; on plugin hits read by the plugin at the hit"
+
     def reads_comm(self) -> bool:
-        return False  # comm is in guest memory: not in a plugin hit's snapshot
+        """``$comm`` on plugin hits: once a trace asked for the task (read at the hit)."""
+        return self._task_percpu is not None
 
     # -- timestamps: at the hit ---------------------------------------------------------------
 

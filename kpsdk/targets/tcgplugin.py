@@ -3,7 +3,7 @@
 The plugin instruments probed instructions when QEMU translates them and reports each
 hit through one shared file, mapped by both sides (the layout is the C file's)::
 
-    header (64 bytes) | entries[capacity] (224 bytes each) | ring (ring_size bytes)
+    header (64 bytes) | entries[capacity] (288 bytes each) | ring (ring_size bytes)
 
 kpsdk writes entries (address, registers and memory to read, flags) only while the guest
 is stopped under gdb: QEMU's gdbstub flushed the translation cache at that stop, so after
@@ -37,10 +37,10 @@ SOURCE = Path(__file__).with_name("tcgplugin") / "kpsdk_tcg.c"
 MAGIC = 0x3154504B  # "KPT1"
 VERSION = 2
 HEADER = struct.Struct("<IIQIIQQQQQ")  # magic version generation capacity nregs ring_size head tail ready progress
-ENTRY_SIZE = 224
+ENTRY_SIZE = 288
 ENTRY_HEAD = struct.Struct("<QQIIII")  # addr hits id flags nregs nmem
 MAX_REGS = 24
-MAX_MEM = 8
+MAX_MEM = 12
 MAX_MEM_SIZE = 4096
 F_ENABLED, F_STREAM = 1, 2
 #: a memory read's flags (M_STRING: up to its NUL) and a record's status for it (R_FAULT: unreadable)

@@ -7,7 +7,7 @@
  * nanoseconds.  kpsdk (kpsdk/targets/tcgplugin.py) owns one shared file,
  * mapped here and there:
  *
- *   header (64 bytes) | entries[capacity] (224 bytes each) | ring (ring_size bytes)
+ *   header (64 bytes) | entries[capacity] (288 bytes each) | ring (ring_size bytes)
  *
  * kpsdk edits the entries only while the guest is stopped under gdb (QEMU's
  * gdbstub has flushed the translation cache by then), then bumps
@@ -90,7 +90,7 @@ __attribute__((visibility("default"))) int qemu_plugin_version = 4;
 /* ---- the shared file (kpsdk/targets/tcgplugin.py has the same layout) ---- */
 #define KPT_MAGIC 0x3154504bu /* "KPT1" */
 #define MAX_REGS 24
-#define MAX_MEM 8
+#define MAX_MEM 12
 #define MAX_MEM_SIZE 4096
 /* a string is read in pieces of this size (never across a page): most end in the first */
 #define STRING_PIECE 64
@@ -133,7 +133,7 @@ struct entry {
 };
 
 _Static_assert(sizeof(struct header) == 64, "header layout");
-_Static_assert(sizeof(struct entry) == 224, "entry layout");
+_Static_assert(sizeof(struct entry) == 288, "entry layout");
 
 static struct header *hdr;
 static struct entry *entries;
