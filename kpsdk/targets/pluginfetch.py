@@ -211,6 +211,6 @@ class HitMemory:
 
 
 def _undeclared(addr: int, size: int) -> TargetError:
-    return TargetError(f"a probe on the plugin mechanism can read only the guest memory it declared, read at the "
-                       f"hit ({size} bytes at {addr:#x} were not: declare them with "
-                       "s.target.declare_memory(probe, [FETCHARG...]), or use mechanism='gdb')")
+    return TargetError(f"a probe on the plugin mechanism cannot read guest memory it did not declare ({size} bytes "
+                       f"at {addr:#x}): the guest has moved on since the hit, and the plugin read only what the probe "
+                       "declared (s.target.declare_memory(probe, [FETCHARG...]); or use mechanism='gdb')")
