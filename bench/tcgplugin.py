@@ -27,13 +27,7 @@ and an empty table, against the same with 19 hot kernel functions counted (about
 hits from QEMU's start to the power-off of the default workload), QEMU's CPU seconds each:
 the counted path's cost per hit, amplified.
 
-``--trace N``: instead, N rounds of a trace-style A/B: ``s.trace()`` with :data:`TRACE_DEF` on
-``vfs_read`` (a string reached by a dereference chain, ``file->f_path.dentry->d_name.name``:
-``"zero"`` for dd's reads), on the plugin path (the memory read by the plugin at the hit, the
-record evaluated by kpsdk) against the unprobed plugin session, and on the gdb path
-(hits per second, first hit to the ``--gdb-hits``-th).
-
-Run: ``python bench/tcgplugin.py [--runs N] [--gdb-hits N] [--dd N] [--ab N] [--trace N]``.
+Run: ``python bench/tcgplugin.py [--runs N] [--gdb-hits N] [--dd N] [--ab N]``.
 """
 
 from __future__ import annotations
@@ -50,12 +44,8 @@ from pathlib import Path
 import kpsdk
 from kpsdk.fixtures import kernel
 from kpsdk.targets.qemu10 import find_qemu
-from kpsdk.trace.events import TraceRecord
 
 BUSY = "vfs_read"
-#: the trace row's definition: vfs_read(file, buf, count, pos) with the file's name, reached through
-#: struct file.f_path.dentry (+24) and struct dentry.d_name.name (+40) on Debian 12's amd64 kernel
-TRACE_DEF = "p:kpsdk/read vfs_read name=+0(+40(+24(%di))):string count=%dx:u64"
 TIMEOUT = 900.0
 DD = 200_000
 _files: dict[int, tuple[Path, Path]] = {}
@@ -195,76 +185,6 @@ def ab(rounds: int) -> int:
     return 0
 
 
-def trace_boot() -> tuple[float, float, float, int, str]:
-    """A plugin session tracing :data:`TRACE_DEF` to a sink that keeps the last record's text:
-    wall seconds, QEMU's and gdb's CPU seconds, kpsdk's, the records, the last one."""
-    from kpsdk.trace.output import format_text
-
-    image, initrd = files()
-    cpu, own = children_cpu(), time.process_time()
-    start = time.monotonic()
-    last: list[TraceRecord] = []
-    count = [0]
-
-    def sink(record: TraceRecord) -> None:
-        count[0] += 1
-        if not last:
-            last.append(record)
-        else:
-            last[0] = record
-
-    with kpsdk.open("qemu-system:x86_64", kernel=str(image), initrd=str(initrd), mechanism="plugin") as s:
-        s.trace([TRACE_DEF], sink=sink)
-        status = s.run(timeout=TIMEOUT)
-    seconds = time.monotonic() - start
-    if status != 0 or not last:
-        raise RuntimeError(f"plugin trace: the boot ended with {status!r}, {count[0]} records")
-    return seconds, children_cpu() - cpu, time.process_time() - own, count[0], format_text(last[0])
-
-
-def gdb_trace_rate(hits: int) -> tuple[float, str]:
-    """Records per second of :data:`TRACE_DEF` on the gdb path, first record to the last, and the last."""
-    from kpsdk.trace.output import format_text
-
-    image, initrd = files()
-    times: list[float] = []
-    text: list[str] = []
-    with kpsdk.open("qemu-system:x86_64", kernel=str(image), initrd=str(initrd)) as s:
-        def sink(record: TraceRecord) -> None:
-            times.append(time.perf_counter())
-            if len(times) > hits:
-                text.append(format_text(record))
-                s.stop()
-
-        s.trace([TRACE_DEF], sink=sink)
-        s.run(timeout=TIMEOUT)
-    if len(times) <= hits:
-        raise RuntimeError(f"gdb trace: only {len(times)} records")
-    return hits / (times[hits] - times[0]), text[0]
-
-
-def trace_ab(rounds: int, gdb_hits: int) -> int:
-    print(f"load average before: {os.getloadavg()}; {TRACE_DEF}", flush=True)
-    costs, rates, gdb, loads = [], [], [], []
-    for r in range(rounds):
-        base = plugin_boot("none")
-        wall, qemu_cpu, kpsdk_cpu, n, last = trace_boot()
-        per_hit = ((qemu_cpu - base[2]) + (kpsdk_cpu - base[3])) / n
-        costs.append(per_hit * 1e6)
-        rates.append(1 / per_hit if per_hit > 0 else float("inf"))
-        rate, gdb_last = gdb_trace_rate(gdb_hits)
-        gdb.append(rate)
-        loads.append(os.getloadavg()[0])
-        print(f"round {r + 1}: unprobed wall {base[0]:.1f} s CPU {base[2]:.2f}+{base[3]:.2f} s | "
-              f"traced wall {wall:.1f} s "
-              f"CPU {qemu_cpu:.2f}+{kpsdk_cpu:.2f} s, {n:,} records ({last}) -> {per_hit * 1e6:.2f} us CPU per record, "
-              f"{rates[-1]:,.0f}/s | gdb {rate:.1f} records/s ({gdb_last}); load {loads[-1]:.1f}", flush=True)
-    ratio = statistics.median(rates) / statistics.median(gdb)
-    print(f"load average after: {os.getloadavg()}; plugin: {spread(costs, '{:.2f}')} us CPU per record, "
-          f"{spread(rates, '{:,.0f}')} records/s; gdb: {spread(gdb)} records/s; {ratio:,.0f}x")
-    return 0
-
-
 def spread(values: list[float], fmt: str = "{:.1f}") -> str:
     return f"{fmt.format(statistics.median(values))} ({fmt.format(min(values))}-{fmt.format(max(values))})"
 
@@ -276,11 +196,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gdb-hits", type=int, default=200)
     parser.add_argument("--dd", type=int, default=DD)
     parser.add_argument("--ab", type=int, default=0, metavar="N", help="the counted path's A/B, N rounds")
-    parser.add_argument("--trace", type=int, default=0, metavar="N", help="the trace-style A/B, N rounds")
     args = parser.parse_args(argv)
-    if args.trace:
-        DD = args.dd
-        return trace_ab(args.trace, args.gdb_hits)
     if args.ab:
         return ab(args.ab)
     DD = args.dd
