@@ -118,3 +118,29 @@ def test_plugin_reads_memory_as_the_guest_does(debian_kernel: Path, kernel_initr
     assert times == sorted(times) and len(set(times)) == len(times)
     span, guest_span = times[-1] - times[0], guest[-1][0] - guest[0][0]
     assert abs(span - guest_span) <= 0.25 * guest_span + 0.005, (span, guest_span)
+
+
+def test_probe_cli_string_args_on_the_plugin(debian_kernel: Path, kernel_initramfs: Callable[..., Path]) -> None:
+    """``kpsdk probe --mechanism plugin --string-arg 2``: the plugin reads each string at the hit
+    (the CLI declares it); the guest's own records of the same strings (its console, printed by
+    ``--console``), over its window, are a run of kpsdk's lines, in order."""
+    from typer.testing import CliRunner
+
+    from kpsdk.cli import app
+
+    require_tool("gdb-multiarch", "gdb-multiarch")
+    require_tool("gcc", "gcc")
+    require_tool("dpkg-deb", "dpkg")
+    initrd = kernel_initramfs(kernel.traced_workload(events=("p:kpsdk/open do_sys_openat2 name=+0(%si):ustring",)))
+    result = CliRunner().invoke(app, ["probe", "--target", "qemu-system:x86_64", "--kernel", str(debian_kernel),
+                                      "--initrd", str(initrd), "--mechanism", "plugin", "--console",
+                                      "--kprobe", "do_sys_openat2", "--string-arg", "2", "--timeout", "600"],
+                                env={"COLUMNS": "1000"})
+    assert result.exit_code == 0, result.output[-3000:]
+    assert re.search(r"do_sys_openat2\+0x0\s+\[PLUGIN\]", result.output), result.output[-3000:]
+    ours = re.findall(r"^\[\d+\] do_sys_openat2\+0x0 .* arg2=(\"[^\"]*\"|\(fault\))$", result.stdout, re.M)
+    guest = [re.search(r' name=("[^"]*"|\(fault\))', line).group(1)  # type: ignore[union-attr]
+             for line in result.stdout.splitlines() if line.startswith("KTRACE ") and " open: (" in line]
+    assert len(guest) >= 3 and any(g.startswith('"/') for g in guest), guest
+    starts = [i for i in range(len(ours) - len(guest) + 1) if ours[i:i + len(guest)] == guest]
+    assert starts, (ours, guest)
