@@ -383,6 +383,8 @@ KERNEL_TASKS = KernelTasks(
 ARM = Arch(
     name="arm",
     aliases=("arm32", "armhf", "thumb"),
+    # QEMU's arm plugin registers are gdb's (arm-core.xml)
+    plugin_registers=tuple((r, r) for r in (*(f"r{i}" for i in range(13)), "sp", "lr", "cpsr")),
     bits=32,
     endian="little",
     registers=_REGS,

@@ -371,6 +371,9 @@ PPC64LE = replace(
     name="ppc64le",
     aliases=("powerpc64le", "ppc64el"),
     endian="little",
+    # QEMU's ppc64 plugin registers are gdb's (power64-core.xml); 24 fit the snapshot: r0-r18
+    # (the stack, the TOC, the arguments r3-r10, the PACA in r13) and the special registers
+    plugin_registers=(*((f"r{i}", f"r{i}") for i in range(19)), *((r, r) for r in ("lr", "ctr", "msr", "cr", "xer"))),
     isets=(PPC64LE_ISET,),
     unicorn_setup=unicorn_setup_le,
     # no descriptors: Linux's start_thread puts the entry in r12 for the global entry's TOC set-up

@@ -293,6 +293,13 @@ VIRT_MTIME = KernelClock(0x200BFF8, 8, "riscv_sched_clock", "QEMU's virt board: 
 RISCV64 = Arch(
     name="riscv64",
     aliases=("riscv", "rv64"),
+    # QEMU's riscv64 plugin registers: its gdb XML's (riscv-64bit-cpu.xml names s0 "fp"), and
+    # the CSR list's sstatus for the trace's irqs-off flag; 24 fit the snapshot: the arguments,
+    # the stack, gp and tp (the kernel's current), the return address, the first saved and
+    # temporary registers (not t3-t6, s8-s11)
+    plugin_registers=(*((r, r) for r in ("ra", "sp", "gp", "tp", "t0", "t1", "t2")), ("s0", "fp"),
+                      *((r, r) for r in ("s1", *(f"a{i}" for i in range(8)), "s2", "s3", "s4", "s5", "s6", "s7",
+                                         "sstatus"))),
     bits=64,
     endian="little",
     registers=_REGS,

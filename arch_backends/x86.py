@@ -436,6 +436,10 @@ def kernel_entry_skip(code: bytes) -> int:
 X86_64 = Arch(
     name="x86_64",
     aliases=("amd64", "x86-64"),
+    # QEMU's x86_64 plugin registers are gdb's (i386-64bit.xml): the same names
+    plugin_registers=tuple((r, r) for r in ("rax", "rbx", "rcx", "rdx", "rsi", "rdi", "rbp", "rsp", "r8", "r9",
+                                            "r10", "r11", "r12", "r13", "r14", "r15", "eflags", "cs", "ss", "ds",
+                                            "es", "fs", "gs")),
     bits=64,
     endian="little",
     registers=_X86_64_REGS,
@@ -477,6 +481,9 @@ X86_64 = Arch(
 I386 = Arch(
     name="i386",
     aliases=("x86", "i686"),
+    # qemu-system-i386's plugin registers are gdb's (i386-32bit.xml)
+    plugin_registers=tuple((r, r) for r in ("eax", "ebx", "ecx", "edx", "esi", "edi", "ebp", "esp", "eflags", "cs",
+                                            "ss", "ds", "es", "fs", "gs")),
     bits=32,
     endian="little",
     registers=_I386_REGS,

@@ -1,4 +1,4 @@
-"""The TCG plugin mechanism against gdb's breakpoints on Debian's amd64 kernel.
+"""The TCG plugin mechanism against gdb's breakpoints on Debian's kernels (amd64, ``--arch``: the others).
 
 The guest boots Debian's kernel with a busybox initramfs whose workload is one busy phase:
 ``dd if=/dev/zero of=/dev/null bs=1 count=N`` (``--dd``, default 200,000), N ``read``
@@ -27,7 +27,11 @@ and an empty table, against the same with 19 hot kernel functions counted (about
 hits from QEMU's start to the power-off of the default workload), QEMU's CPU seconds each:
 the counted path's cost per hit, amplified.
 
-Run: ``python bench/tcgplugin.py [--runs N] [--gdb-hits N] [--dd N] [--ab N]``.
+``--arch ARCH``: the same rows on Debian's kernel of another arch (i386, arm, riscv64,
+ppc64le: the kernels and busybox tests/test_kernel_arches.py boots, on the board kpsdk's
+qemu-system target uses for it, with QEMU 10 of the same package); ``--ab`` is x86_64's only.
+
+Run: ``python bench/tcgplugin.py [--arch ARCH] [--runs N] [--gdb-hits N] [--dd N] [--ab N]``.
 """
 
 from __future__ import annotations
@@ -48,7 +52,9 @@ from kpsdk.targets.qemu10 import find_qemu
 BUSY = "vfs_read"
 TIMEOUT = 900.0
 DD = 200_000
-_files: dict[int, tuple[Path, Path]] = {}
+#: the kernel's arch (``--arch``)
+ARCH = "x86_64"
+_files: dict[tuple[str, int], tuple[Path, Path]] = {}
 
 
 def workload(count: int) -> str:
@@ -60,13 +66,18 @@ echo "KPSDK dd start=$a end=$c"
 """
 
 
-def files(count: int = DD) -> tuple[Path, Path]:
-    if count not in _files:
+def files(count: int | None = None) -> tuple[Path, Path]:
+    count = DD if count is None else count
+    if (ARCH, count) not in _files:
         directory = Path(kernel.cache_root()) / "bench"
         directory.mkdir(parents=True, exist_ok=True)
-        initrd = kernel.build_initramfs(directory / f"dd-{count}.cpio.gz", workload(count))
-        _files[count] = (kernel.fetch_kernel(), initrd)
-    return _files[count]
+        if ARCH == "x86_64":
+            initrd = kernel.build_initramfs(directory / f"dd-{count}.cpio.gz", workload(count))
+            _files[ARCH, count] = (kernel.fetch_kernel(), initrd)
+        else:  # the arch's own busybox-static
+            initrd = kernel.initramfs_for(ARCH, workload(count), out=directory / f"dd-{ARCH}-{count}.cpio.gz")
+            _files[ARCH, count] = (kernel.fetch_arch_kernel(ARCH), initrd)
+    return _files[ARCH, count]
 
 
 def dd_seconds(console: str) -> float:
@@ -80,11 +91,19 @@ def children_cpu() -> float:
 
 
 def qemu_alone() -> tuple[float, float, float, float]:
+    from kpsdk.targets.qemu import with_console
+
     image, initrd = files()
     cpu = children_cpu()
-    qemu = find_qemu("qemu-system-x86_64")
-    cmd = kernel.qemu_command(image, initrd, qemu=str(qemu.binary),
-                              extra=["-audio", "none", *(["-L", str(qemu.datadir)] if qemu.datadir else [])])
+    board = kpsdk.get_registry().arch(ARCH).qemu_system
+    assert board is not None
+    qemu = find_qemu(board.binary)
+    extra = ["-audio", "none", *(["-L", str(qemu.datadir)] if qemu.datadir else [])]
+    if ARCH == "x86_64":
+        cmd = kernel.qemu_command(image, initrd, qemu=str(qemu.binary), extra=extra)
+    else:  # the board, memory and console kpsdk's qemu-system target gives this arch
+        cmd = kernel.qemu_command(image, initrd, with_console("nokaslr panic=-1 quiet", board.console),
+                                  qemu=str(qemu.binary), memory=board.memory, extra=[*board.command(), *extra])
     start = time.monotonic()
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT, check=False)
     seconds = time.monotonic() - start
@@ -99,7 +118,7 @@ def plugin_boot(kind: str) -> tuple[float, float, float, float, int]:
     image, initrd = files()
     cpu, own = children_cpu(), time.process_time()
     start = time.monotonic()
-    with kpsdk.open("qemu-system:x86_64", kernel=str(image), initrd=str(initrd), mechanism="plugin") as s:
+    with kpsdk.open(f"qemu-system:{ARCH}", kernel=str(image), initrd=str(initrd), mechanism="plugin") as s:
         probe = None
         if kind == "counted":
             probe = kpsdk.Kprobe(symbol_name=BUSY)
@@ -122,7 +141,7 @@ def gdb_rate(hits: int) -> float:
     """Hits per second of an empty pre_handler on the gdb path, first hit to the last."""
     image, initrd = files()
     times: list[float] = []
-    with kpsdk.open("qemu-system:x86_64", kernel=str(image), initrd=str(initrd)) as s:
+    with kpsdk.open(f"qemu-system:{ARCH}", kernel=str(image), initrd=str(initrd)) as s:
         def pre(p: kpsdk.Probe, regs: kpsdk.PtRegs) -> int:
             times.append(time.perf_counter())
             if len(times) > hits:
@@ -190,17 +209,21 @@ def spread(values: list[float], fmt: str = "{:.1f}") -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    global DD
+    global DD, ARCH
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--arch", default="x86_64", choices=("x86_64", "i386", "arm", "riscv64", "ppc64le"))
     parser.add_argument("--runs", type=int, default=2)
     parser.add_argument("--gdb-hits", type=int, default=200)
     parser.add_argument("--dd", type=int, default=DD)
     parser.add_argument("--ab", type=int, default=0, metavar="N", help="the counted path's A/B, N rounds")
     args = parser.parse_args(argv)
+    ARCH = args.arch
     if args.ab:
+        if ARCH != "x86_64":
+            parser.error("--ab boots x86_64's kernel only")
         return ab(args.ab)
     DD = args.dd
-    print(f"load average before: {os.getloadavg()}", flush=True)
+    print(f"{ARCH}; load average before: {os.getloadavg()}", flush=True)
     kinds = ("alone", "none", "counted", "pre_handler")
     cols = ("boot", "dd", "qemu_cpu", "kpsdk_cpu")
     m: dict[str, dict[str, list[float]]] = {k: {c: [] for c in cols} for k in kinds}

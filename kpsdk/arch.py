@@ -755,6 +755,11 @@ class Arch:
     kernel_tasks: KernelTasks | None = None
     kernel_arg_access: bool = True
     kernel_log2_overflow: int | None = None
+    #: what kpsdk's TCG plugin (``mechanism="plugin"``) reads at each hit into the register
+    #: snapshot, in order, as (gdb's name, QEMU's name in ``qemu_plugin_get_registers``, which
+    #: comes from the target's gdb XML): at most ``kpsdk.targets.tcgplugin.MAX_REGS``, the pc
+    #: not among them (the hit's address is the pc); empty: the plugin does not serve the arch
+    plugin_registers: tuple[tuple[str, str], ...] = ()
     #: ``(descriptor bytes, load bias) -> {register: value}``: what the kernel loads from an
     #: ELFv1 entry descriptor besides the pc (only called when e_entry is one); the descriptor
     #: as the file has it, the bias that of the object it belongs to (the loader's, if any)

@@ -46,7 +46,7 @@ replacing it; the pair goes when a shallower hooked call returns, or at
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
     from kpsdk.regs import PtRegs
@@ -54,6 +54,23 @@ if TYPE_CHECKING:
 
 #: ``(node, regs) -> None``: what a return runs for each of its nodes.
 ReturnHandler = Callable[["RethookNode", "PtRegs"], Any]
+
+
+class Direct(NamedTuple):
+    """What a rethook's ``handler`` and ``entry`` wrappers do, said as data, so that a
+    target's hot path can do it in its own frame instead of calling them: a hit that
+    takes one Python frame less is ~0.1 us cheaper, a fifth of a kprobe hit.
+
+    The wrappers call ``probe.handler(node, regs)`` at a return and
+    ``probe.entry_handler(node, regs)`` at an entry (each read at the hit: the user
+    may change or clear them after registration; a truthy result of the entry's
+    vetoes the call), and hand an ``Exception`` either raises to
+    ``fault(probe, regs, exc, "handler" | "entry_handler")`` (K4: it returns
+    when the fault_handler claims it and raises otherwise).  An entry keeps its
+    call hooked only while the rethook is not freed."""
+
+    probe: Any
+    fault: Callable[[Any, PtRegs, Exception, str], None]
 
 
 class RethookNode:
@@ -108,6 +125,9 @@ class Rethook:
         #: ``(node, regs) -> keep``, False when the call must go unhooked (vetoed,
         #: or the user unregistered meanwhile); None when there is none to run
         self.entry: Callable[[RethookNode, PtRegs], bool] | None = None
+        #: ``handler`` and ``entry`` as data (:class:`Direct`), where their owner says
+        #: what they do; None where a target must call them
+        self.direct: Direct | None = None
 
     def try_get(self) -> RethookNode | None:
         """A free node, or None when all ``count`` are in flight."""

@@ -39,7 +39,7 @@ from kpsdk.probe import (
     check_fields,
     fault_claimed,
 )
-from kpsdk.rethook import Rethook, RethookNode, ShadowStacks
+from kpsdk.rethook import Direct, Rethook, RethookNode, ShadowStacks
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -259,6 +259,7 @@ def register(session: Session, rp: Kretprobe) -> None:
     rp.pre_handler = _entry(rp, rh, core)
     # the entry hooks the return and runs the entry_handler: a target may do both by itself
     rh.entry = _entry_call(rp, rh) if rp.entry_handler is not None else None
+    rh.direct = Direct(rp, _fault)  # what _return and _entry_call do, for a target's hot path
     rp.entry_rethook = rh
     try:
         manager.add(rp, addr)

@@ -141,3 +141,39 @@ def test_a_hooked_entry_on_a_stack_the_program_made(entry: bool) -> None:
     assert mechanism == "hooked-entry"
     assert len(fast) == 5 and all(0x5000_0000 <= sp < 0x5001_0000 for _, _, sp in fast)
     assert (fast, fast_result) == (slow, slow_result)
+
+
+def _misaligned(fast: bool) -> tuple[list[tuple[int, ...]], int, str]:
+    """x86_64 ``inc(7)`` called by a stub with sp 4 bytes off a word boundary, on the
+    target's own (host-backed) stack: the hooked entry cannot read and write [sp] as
+    an aligned word there."""
+    seen: list[tuple[int, ...]] = []
+    with kpsdk.open(f"elf:{fixtures.path('x86_64')}") as s:
+        if not fast:
+            s.target.detours.plan = lambda point: None  # type: ignore[attr-defined]
+
+        def ret(ri: Any, regs: Any) -> None:
+            seen.append((ri.ret_addr, regs.return_value, regs.sp % 8))
+
+        rp = kpsdk.Kretprobe(symbol_name="inc", handler=ret, maxactive=4, entry_handler=lambda ri, regs: 0)
+        s.register_kretprobe(rp)
+        inc = s.target.manager.point_of(rp).addr
+        stub = 0x6000_0000
+        s.target.map(stub, 0x1000, "rwx")  # type: ignore[attr-defined]
+        # sub rsp, 4; mov edi, 7; mov rax, inc; call rax; add rsp, 4; ret
+        code = (b"\x48\x83\xec\x04" + b"\xbf\x07\x00\x00\x00" + b"\x48\xb8" + inc.to_bytes(8, "little")
+                + b"\xff\xd0" + b"\x48\x83\xc4\x04" + b"\xc3")
+        s.write_memory(stub, code)
+        mechanism = str(s.target.manager.point_of(rp).mechanism)
+        result = s.call(stub)
+        seen.append((stub + len(code) - 5,))  # where inc returns to: after the call
+        assert rp.nmissed == 0 and rp.in_flight == 0
+    return seen, result, mechanism
+
+
+def test_a_hooked_entry_with_a_misaligned_stack() -> None:
+    fast, fast_result, mechanism = _misaligned(True)
+    slow, slow_result, _ = _misaligned(False)
+    assert mechanism == "hooked-entry"
+    assert fast[0] == (fast[1][0], 8, 4)  # inc(7) returned 8 to the stub, sp 4 bytes off
+    assert (fast, fast_result) == (slow, slow_result) and fast_result == 8

@@ -133,14 +133,19 @@ class PluginTarget(GdbTarget):
                     raise TargetError(f"kpsdk's QEMU plugin did not list the registers within {READY_TIMEOUT:g} s")
                 time.sleep(0.01)
             known = register_names(self._regs_file)
-            pc = self.arch.register(self.arch.pc).gdb
-            self._plugin_regs = [(r.gdb, *known[r.gdb]) for r in self.arch.registers
-                                 if r.gdb in known and r.gdb != pc][:MAX_REGS]
+            wanted = self.arch.plugin_registers[:MAX_REGS]  # the arch's exact names (arch_backends)
+            missing = [qemu for _, qemu in wanted if qemu not in known]
+            if missing:
+                raise TargetError(f"QEMU lists no register {', '.join(missing)} for kpsdk's plugin on "
+                                  f"{self.arch.name} (it lists {', '.join(known) or 'none'})")
+            self._plugin_regs = [(gdb, *known[qemu]) for gdb, qemu in wanted]
         return self._plugin_regs
 
     def _register_index(self, gdb_name: str) -> int | None:
         """The plugin's index of a register by gdb's name (any the plugin lists: ``gs_base`` too)."""
-        self._registers()  # the plugin has listed them
+        for name, index, _ in self._registers():  # the arch's registers, by QEMU's exact names
+            if name == gdb_name:
+                return index
         found = register_names(self._regs_file).get(gdb_name)
         return found[0] if found is not None else None
 
@@ -250,6 +255,7 @@ class PluginTarget(GdbTarget):
         self._streaming = any(e.stream for e in self.table.entries.values())
 
     def _plugin_on(self, point: ProbePoint) -> None:
+        self._registers()  # a register QEMU does not list fails here, before the point is changed
         self._drain()
         ident = self._next_ident
         self._next_ident += 1
@@ -501,8 +507,8 @@ class PluginLaunch:
         board = arch.qemu_system
         if board is None:
             raise TargetError(f"no qemu-system machine is known for {arch.name}")
-        if arch.name != "x86_64":
-            raise TargetError(f"the plugin mechanism is x86_64-only for now, not {arch.name} (use mechanism='gdb')")
+        if not arch.plugin_registers:
+            raise TargetError(f"the plugin mechanism does not serve {arch.name} yet (use mechanism='gdb')")
         self.qemu = find_qemu(board.binary)
         self.plugin = build_plugin()
         self.table: ProbeTable | None = None

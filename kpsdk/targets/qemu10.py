@@ -11,7 +11,7 @@ unpacked with ``dpkg-deb -x`` into kpsdk's cache, never installed.  The unpacked
 SHA256 is recorded at unpacking and checked at every use, so a changed or truncated file in the
 cache is unpacked again instead of run.
 
-The backports binary needs the shared libraries Debian 12's own ``qemu-system-x86`` pulls in;
+The backports binary needs the shared libraries Debian 12's own package of it pulls in;
 when one is missing, the error names it (from ``ldd``) and the package to install.
 """
 
@@ -35,7 +35,16 @@ from kpsdk.fixtures.debian import file_sha256
 BACKPORTS_SUITE = "bookworm-backports"
 MIN_VERSION = (10, 0)
 #: Debian's package holding each qemu-system binary kpsdk's plugin path can use
-PACKAGES = {"qemu-system-x86_64": "qemu-system-x86", "qemu-system-i386": "qemu-system-x86"}
+PACKAGES = {"qemu-system-x86_64": "qemu-system-x86", "qemu-system-i386": "qemu-system-x86",
+            "qemu-system-arm": "qemu-system-arm", "qemu-system-riscv64": "qemu-system-riscv",
+            "qemu-system-ppc64": "qemu-system-ppc"}
+#: Debian 12's own package of a binary, where its name differs from QEMU 10's (trixie split
+#: riscv out of qemu-system-misc): the package whose install brings the libraries it needs
+BOOKWORM_PACKAGES = {"qemu-system-riscv": "qemu-system-misc"}
+#: firmware a board loads by default that ``qemu-system-data`` only links to (a relative link
+#: into another package's files): unpacked into the same tree, so the link resolves there
+#: (riscv64's ``virt`` boots OpenSBI's ``fw_dynamic.bin``, from the ``opensbi`` package)
+FIRMWARE = {"qemu-system-riscv64": ("opensbi",)}
 
 _VERSION = re.compile(rb"QEMU emulator version (\d+)\.(\d+)")
 
@@ -89,11 +98,12 @@ def fetch_backports(binary: str, package: str, *, log: Callable[[str], None] = l
         raise ToolMissingError("dpkg-deb", "dpkg")
     apt = PrivateApt(DebianPort("amd64", BACKPORTS_SUITE, package), log=log)
     main, data = apt.show(package), apt.show("qemu-system-data")
+    firmware = [apt.show(name) for name in FIRMWARE.get(binary, ())]
     root = base / f"{package}_{main.version.replace(':', '_')}"
     base.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=base, prefix=".unpack-") as tmp:
         work = Path(tmp)
-        for pkg in (main, data):
+        for pkg in (main, data, *firmware):
             log(f"fetching {pkg.name} {pkg.version} from Debian {BACKPORTS_SUITE}")
             deb = apt.download(pkg, work / "debs")
             proc = subprocess.run(["dpkg-deb", "-x", str(deb), str(work / "root")], capture_output=True, text=True,
@@ -103,9 +113,12 @@ def fetch_backports(binary: str, package: str, *, log: Callable[[str], None] = l
         exe = work / "root" / "usr" / "bin" / binary
         if not exe.is_file():
             raise TargetError(f"{main.name} {main.version} has no usr/bin/{binary}")
-        _check_runs(exe, main.version)
+        _check_runs(exe, main.version, package)
+        # every binary kpsdk knows in the package: one unpacked tree serves them all (x86's two)
+        exes = {name: work / "root" / "usr" / "bin" / name for name, pkg in PACKAGES.items() if pkg == package}
         record = {"package": main.name, "version": main.version, "binary": binary,
-                  "sha256": {binary: file_sha256(exe)}}
+                  "firmware": [f"{pkg.name} {pkg.version}" for pkg in firmware],
+                  "sha256": {name: file_sha256(path) for name, path in exes.items() if path.is_file()}}
         (work / "root" / "manifest.json").write_text(json.dumps(record))
         if root.exists():
             shutil.rmtree(root)
@@ -121,8 +134,11 @@ def _checked(manifest: Path, binary: str) -> Qemu | None:
     try:
         info = json.loads(manifest.read_text())
         want = info["sha256"][binary]
-    except (OSError, ValueError, KeyError, TypeError):
+        firmware = {str(f).split()[0] for f in info.get("firmware", [])}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError):
         return None
+    if not firmware.issuperset(FIRMWARE.get(binary, ())):
+        return None  # unpacked before kpsdk knew the board's firmware: unpack again
     exe = manifest.parent / "usr" / "bin" / binary
     if not exe.is_file() or file_sha256(exe) != want:
         return None
@@ -132,7 +148,7 @@ def _checked(manifest: Path, binary: str) -> Qemu | None:
     return Qemu(exe, manifest.parent / "usr" / "share" / "qemu", version)
 
 
-def _check_runs(exe: Path, version: str) -> None:
+def _check_runs(exe: Path, version: str, package: str) -> None:
     """Refuse a binary this host cannot run, naming the shared libraries it lacks."""
     if version_of(exe) is not None:
         return
@@ -140,6 +156,7 @@ def _check_runs(exe: Path, version: str) -> None:
     if shutil.which("ldd") is not None:
         proc = subprocess.run(["ldd", str(exe)], capture_output=True, text=True, timeout=60, check=False)
         missing = [line.split()[0] for line in proc.stdout.splitlines() if "not found" in line]
+    host = BOOKWORM_PACKAGES.get(package, package)
     raise TargetError(f"QEMU {version} from Debian {BACKPORTS_SUITE} does not run on this host"
-                      + (f": missing {', '.join(missing)} (install Debian 12's qemu-system-x86, which "
+                      + (f": missing {', '.join(missing)} (install Debian 12's {host}, which "
                          "brings them)" if missing else ""))

@@ -477,7 +477,9 @@ class DetourEngine:
         hit, task, fail = regs._hit, t.current_task(), t.fail  # Unicorn runs one task
         av, rb, probe, rh = det.avail_at, det.records_at, det.probe, det.rethook
         returns = t.trampoline_probe(det.point.addr)  # list() counts hooked returns on the trampoline
-        free, handler = rh.free_nodes, rh.handler
+        free, handler, direct = rh.free_nodes, rh.handler, rh.direct
+        # the rethook's handler said as data (a kretprobe's): its owner's handler in this frame
+        owner, fault = (direct.probe, direct.fault) if direct is not None and handler is not None else (None, None)
 
         def on_short(handle: int, addr: int, size: int, user: int) -> None:
             try:
@@ -496,7 +498,15 @@ class DetourEngine:
                 node.frame = words[r + 1]
                 busy, manager.busy = manager.busy, True
                 try:
-                    if handler is not None:
+                    if owner is not None:  # the plugin's return wrapper, inlined (K4)
+                        h = owner.handler
+                        if h is not None:
+                            try:
+                                h(node, regs)
+                            except Exception as exc:  # noqa: BLE001 - handed to fault_handler or re-raised
+                                assert fault is not None
+                                fault(owner, regs, exc, "handler")
+                    elif handler is not None:
                         handler(node, regs)
                 finally:
                     manager.busy = busy
@@ -512,8 +522,14 @@ class DetourEngine:
         jump.  It does in Python what the guest entry code does (take a position
         from the guest count, write the record, point the return address at the
         detour's return code), so the return takes the detour's short hook as a
-        detoured call's does.  An entry handler runs first, as the hook path
-        runs it before hooking the return (:meth:`_entry_then_hook`).
+        detoured call's does.  An entry handler runs first, on record ``n``'s
+        instance (``free_nodes[n]``, the one the return handler gets, ``data`` and
+        all), as the hook path runs it before hooking the return: the call is not
+        on the shadow stack yet and its return address is the real one while the
+        handler runs; a veto, an exception or an unregistration leaves it unhooked.
+        One flat closure (the plugin's entry wrapper inlined through
+        ``Rethook.direct``, sp read by a bound ``uc_reg_read``): each Python frame
+        is a fifth of a kprobe hit.
 
         What the guest code would leave to its slow path goes to the entry's
         probe as a normal hit (``on_detour_slow``): a reentrant hit (K6), no
@@ -527,15 +543,28 @@ class DetourEngine:
         words, traps, stacks, manager = self.words, self.traps, core.stacks, t.manager
         task, fail, slow, stepper = t.current_task(), t.fail, t.on_detour_slow, t.stepper
         av, rb, rh, point, tramp = det.avail_at, det.records_at, det.rethook, det.point, det.tramp
-        entry_call = rh.entry
+        free, entry_call, at, probe = rh.free_nodes, rh.entry, point.addr, det.probe
+        direct = rh.direct
+        # the plugin's entry wrapper said as data: the owner's entry_handler in this frame
+        owner, fault = (direct.probe, direct.fault) if direct is not None else (None, None)
+        regs, push_node = t.hit_regs, self._push_node
+        hit = regs._hit
         arch = t.arch
-        read, write, sp_reg = t.fast.read, t.fast.write, arch.register(arch.sp)
+        write = t.fast.write
+        # sp (or the link register) read by uc_reg_read bound with partial: no Python frame
+        fetch_sp, sp_buf = t.fast.fetcher(arch.register(arch.sp))
         link = arch.register(arch.link) if arch.link else None
+        fetch_link, link_buf = t.fast.fetcher(link) if link is not None else (fetch_sp, sp_buf)
         read_word, hijack_word = t.read_word, t.hijack_word
         # [sp] in the host's copy of the stack, without read_word's and hijack_word's frames
         stack_mem, stack_lo, stack_last, word = t.stack_window()
         unpack_from, pack_into = word.unpack_from, word.pack_into
-        then_hook = self._entry_then_hook
+        # and as native words where the target's byte order is the host's: an aligned [sp]
+        # is then an index, cheaper than a Struct call (~0.2 us each way here)
+        wsize = word.size
+        native = stack_last >= 0 and word.format[0] == ("<" if sys.byteorder == "little" else ">")
+        stack_words = memoryview(stack_mem).cast("Q" if wsize == 8 else "I") if native else None
+        wmask, wshift = wsize - 1, wsize.bit_length() - 1
 
         def on_entry(handle: int, addr: int, size: int, user: int) -> None:
             try:
@@ -548,27 +577,63 @@ class DetourEngine:
                 if manager.busy or not n:
                     slow(handle, addr, size, user)
                     return
-                sp = read(sp_reg)
+                fetch_sp()
+                sp = sp_buf.value
                 off = sp - stack_lo
+                slot = -1  # [sp]'s index in stack_words
                 if link is not None:
-                    ra = read(link)
+                    fetch_link()
+                    ra = link_buf.value
                 elif 0 <= off <= stack_last:
-                    ra = unpack_from(stack_mem, off)[0]
+                    if stack_words is not None and not off & wmask:
+                        slot = off >> wshift
+                        ra = stack_words[slot]
+                    else:
+                        ra = unpack_from(stack_mem, off)[0]
                 else:  # a stack of the program's own making
                     ra = read_word(sp)
                 stack = stacks.get(task)
                 if ra in traps or (stack and stack[-1].frame <= sp):
                     slow(handle, addr, size, user)
                     return
-                if entry_call is not None:
-                    then_hook(det, n - 1, sp, ra)
-                    return
                 n -= 1
-                words[av] = n
-                r = rb + 2 * n
-                words[r] = ra
-                words[r + 1] = sp
-                if link is not None:
+                if entry_call is not None:  # the entry handler first, on record n's instance
+                    node = free[n]
+                    node.task, node.frame, node.ret_addr, node.slot, node.chained = task, sp, ra, tramp, False
+                    keep = False
+                    manager.busy = True
+                    hit[0] = None
+                    hit[1] = at
+                    try:
+                        if owner is None:
+                            keep = entry_call(node, regs)
+                        else:  # the plugin's _entry_call, inlined (a veto, K4, unregistered meanwhile)
+                            h = owner.entry_handler
+                            if h is None:
+                                keep = not rh.freed
+                            else:
+                                try:  # the truth test is the handler's too
+                                    keep = not h(node, regs) and not rh.freed
+                                except Exception as exc:  # noqa: BLE001 - handed to fault_handler or re-raised
+                                    assert fault is not None
+                                    fault(owner, regs, exc, "entry_handler")
+                    finally:
+                        manager.busy = False
+                        if not keep:  # vetoed, unregistered or raised: nothing was hooked yet
+                            probe.hits += 1
+                    if not keep:
+                        return
+                    if not (det.live and words[av] == n + 1 and len(free) > n and free[n] is node):
+                        push_node(det, node)  # the handler changed the pool: the core's way
+                        n = -1
+                if n >= 0:
+                    words[av] = n
+                    r = rb + 2 * n
+                    words[r] = ra
+                    words[r + 1] = sp
+                if slot >= 0:
+                    stack_words[slot] = tramp  # type: ignore[index]  # slot >= 0: stack_words is set
+                elif link is not None:
                     write(link, tramp)
                 elif 0 <= off <= stack_last:
                     pack_into(stack_mem, off, tramp)
@@ -578,35 +643,6 @@ class DetourEngine:
                 fail(exc)
 
         return on_entry
-
-    def _entry_then_hook(self, det: Detour, n: int, sp: int, ra: int) -> None:
-        """A hooked entry with an entry handler: run it on record ``n``'s instance
-        (``free_nodes[n]``, the one the return handler gets, ``data`` and all), then
-        hook the return as the entry hook would, unless it vetoed.  As on the
-        hook path the call is not on the shadow stack yet and its return address
-        is the real one while the handler runs."""
-        t, words = self.target, self.words
-        rh, core = det.rethook, t.rethook
-        assert rh.entry is not None and core is not None
-        node = rh.free_nodes[n]
-        node.task, node.frame, node.ret_addr, node.slot, node.chained = t.current_task(), sp, ra, det.tramp, False
-        keep = False
-        try:
-            keep = self._run_entry(det, node)
-        finally:
-            if not keep:  # vetoed, unregistered or raised: nothing was hooked yet
-                det.probe.hits += 1
-        if not keep:
-            return
-        if det.live and words[det.avail_at] == n + 1 and len(rh.free_nodes) > n \
-                and rh.free_nodes[n] is node:
-            words[det.avail_at] = n
-            r = det.records_at + 2 * n
-            words[r] = ra
-            words[r + 1] = sp
-        else:  # the handler changed the pool (it ran code, or re-registered): the core's way
-            self._push_node(det, node)
-        self._hijack(sp, det.tramp)
 
     def _slow_passing_hook(self, det: Detour) -> Callable[[int, int, int, int], None]:
         """The slow-path hook of a detour whose rethook has an entry handler: the
@@ -627,7 +663,9 @@ class DetourEngine:
         record's instance.  While it runs, the record is hidden (the count given
         back), so that the call is not in flight yet, as on the hook path: what
         the handler looks at or unregisters does not see it.  The return address
-        points at the return code already (``ri.ret_addr`` is the real one)."""
+        points at the return code already (``ri.ret_addr`` is the real one).
+        The plugin's entry wrapper is done in this frame where ``Rethook.direct``
+        says what it does (docs/performance.md: each frame is a fifth of a kprobe hit)."""
         t = self.target
         core = t.rethook
         assert core is not None
@@ -639,6 +677,9 @@ class DetourEngine:
         manager, regs, hijack = t.manager, t.hit_regs, self._hijack
         hit = regs._hit
         run_entry, push_node = self._run_entry, self._push_node
+        direct = rh.direct
+        # the plugin's entry wrapper said as data: the owner's entry_handler in this frame
+        owner, fault = (direct.probe, direct.fault) if direct is not None else (None, None)
 
         def on_resume(handle: int, addr: int, size: int, user: int) -> None:
             try:
@@ -661,7 +702,18 @@ class DetourEngine:
                 hit[0] = None
                 hit[1] = at
                 try:
-                    keep = entry_call(node, regs)
+                    if owner is None:
+                        keep = entry_call(node, regs)
+                    else:  # the plugin's _entry_call, inlined (a veto, K4, unregistered meanwhile)
+                        h = owner.entry_handler
+                        if h is None:
+                            keep = not rh.freed
+                        else:
+                            try:  # the truth test is the handler's too
+                                keep = not h(node, regs) and not rh.freed
+                            except Exception as exc:  # noqa: BLE001 - handed to fault_handler or re-raised
+                                assert fault is not None
+                                fault(owner, regs, exc, "entry_handler")
                 finally:
                     manager.busy = False
                     if not keep:  # vetoed, unregistered or raised: the call goes unhooked

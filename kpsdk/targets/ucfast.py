@@ -9,6 +9,7 @@ our own ``CFUNCTYPE`` callbacks costs a fraction of that (see
 from __future__ import annotations
 
 import ctypes
+import functools
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -133,7 +134,7 @@ class FastRegs:
     the register's mask removes.
     """
 
-    __slots__ = ("read", "write", "args_reader", "_keep")
+    __slots__ = ("read", "write", "args_reader", "_uch", "_keep")
 
     def __init__(self, uc: unicorn.Uc) -> None:
         assert uc._uch is not None, "the Unicorn engine is closed"
@@ -166,7 +167,17 @@ class FastRegs:
         self.read: Callable[[Register], int] = read
         self.write: Callable[[Register, int], None] = write
         self.args_reader: Callable[[tuple[Register, ...], Callable[[int], int]], Callable[[int], int]] = args_reader
+        self._uch = uch
         self._keep = (uch, buf, ref)
+
+    def fetcher(self, reg: Register) -> tuple[Callable[[], object], ctypes.c_uint64]:
+        """``(fetch, buf)``: after ``fetch()``, ``buf.value`` is ``reg``'s value.  ``fetch`` is
+        ``uc_reg_read`` with its arguments bound by ``functools.partial``, so a hook that
+        reads one register calls into C with no Python frame between (``read`` is one:
+        ~0.1 us of a ~0.5 us hit).  The buffer is this reader's alone and starts zeroed,
+        so a register narrower than 8 bytes needs no mask."""
+        buf = ctypes.c_uint64()
+        return functools.partial(_reg_read, self._uch, reg.uc, ctypes.byref(buf)), buf
 
 
 class FastWords:

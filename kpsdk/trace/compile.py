@@ -50,6 +50,19 @@ def compile_arg(bound: BoundArg) -> Compiled:
         constant = bound.comm if fetch.kind == "comm" else fetch.text
         return lambda hit: constant
     if fetch.is_memory:
+        if fetch.kind in ("mem", "sym", "foffs") and argtype.is_string and argtype.name != "symstr" \
+                and not argtype.count:
+            # a string at a fixed address (@SYM:string): the read alone, no address or loader call
+            at = fetch.value if fetch.kind == "mem" else bound.symbol_address(fetch)
+            read_fixed = session.target.read_cstring
+
+            def fixed_string(hit: HitContext) -> Value:
+                try:
+                    return read_fixed(at, MAX_STRING).decode("utf-8", "replace")
+                except TargetFault:
+                    return None
+
+            return fixed_string
         address = _address(bound, fetch)
         load = _loader(bound, argtype)
 
@@ -75,6 +88,19 @@ def compile_arg(bound: BoundArg) -> Compiled:
     if fetch.kind == "reg":  # the commonest field: one closure, and a register read cannot fault
         get = attrgetter(session.arch.register(fetch.name).name)
         return lambda hit: convert(int(get(hit.regs)))
+    arch = session.arch
+    if fetch.kind == "stack" and _whole_word(argtype, arch.word_size):
+        # $stackN as a word (x64, u64 on a 64-bit arch): read_word's value is the field's
+        read_word, sp = session.target.read_word, attrgetter(arch.register(arch.sp).name)
+        offset = arch.word_size * fetch.index
+
+        def stack_word(hit: HitContext) -> Value:
+            try:
+                return read_word(int(sp(hit.regs)) + offset)
+            except TargetFault:
+                return None
+
+        return stack_word
 
     def value(hit: HitContext) -> Value:
         try:
@@ -170,6 +196,12 @@ def _loader(bound: BoundArg, argtype: ArgType) -> Callable[[int], Value]:
     if size == word:
         return lambda addr: convert(read_word(addr))
     return lambda addr: convert(from_bytes(read_memory(addr, size), endian))
+
+
+def _whole_word(argtype: ArgType, word: int) -> bool:
+    """The type keeps an unsigned word as it is: :func:`_converter` would be the identity."""
+    return (argtype.size or word) == word and not argtype.signed and argtype.bitfield is None and \
+        argtype.display in ("x", "u") and argtype.name != "symstr" and not argtype.count
 
 
 def _converter(bound: BoundArg, argtype: ArgType) -> Callable[[int], Value]:

@@ -41,7 +41,7 @@ from kpsdk.trace.fetch import BoundArg, HitContext, Value, entry_args, format_sy
 from kpsdk.trace.filter import Filter, parse_filter
 from kpsdk.trace.grammar import BTF_ARGS_VERSION, Parser, ProbeDef, TraceDefinitionError, arg_error
 from kpsdk.trace.histtrigger import register
-from kpsdk.trace.output import field_types
+from kpsdk.trace.output import EventShape, EventWrite, Writer, field_types
 from kpsdk.trace.triggers import STACK_DEPTH, EventTriggers, StackTrigger, matches, parse_trigger, split_trigger
 
 if TYPE_CHECKING:
@@ -119,7 +119,7 @@ class TraceRecord:
         hex-typed fields are ``"0x..."`` strings, and integers JSON readers cannot hold
         exactly (beyond 2**53: jq's doubles) decimal strings.
         """
-        converters = _json_fields(self.definition)
+        converters = json_fields(self.definition)
         return {"event": self.event, "group": self.group, "kind": self.kind, "time": round(self.time, 9),
                 "ip": f"{self.ip:#x}", "where": self.where, "comm": self.comm, "pid": self.pid, "cpu": self.cpu,
                 "flags": self.flags, "task": self.task,
@@ -162,7 +162,8 @@ def json_converter(argtype: Any) -> Callable[[Value], Any]:
 _JSON_FIELDS: dict[int, tuple[ProbeDef, dict[str, Callable[[Value], Any]]]] = {}
 
 
-def _json_fields(definition: ProbeDef | None) -> dict[str, Callable[[Value], Any]]:
+def json_fields(definition: ProbeDef | None) -> dict[str, Callable[[Value], Any]]:
+    """Each field's JSON converter (:func:`json_converter`) by name, made once per definition."""
     if definition is None:
         return {}
     known = _JSON_FIELDS.get(id(definition))
@@ -194,6 +195,11 @@ class TraceEvent:
         self._filter_common = self.filtered and trace.filter is not None and not trace.filter.applies_to(names)
         self._arg_numbers = sorted({n.index for a in definition.args for n in a.fetch.walk() if n.kind == "arg"})
         self.triggers = EventTriggers()
+        #: the sink writer's per-event path (:meth:`Writer.event_writer`), made at the first hit
+        #: (:meth:`_event_writer`); None: records.  Set back to unmade when a trigger is added.
+        self.fast: EventWrite | None | object = UNMADE
+        #: the per-event path wants the entry's stack pointer
+        self._fast_sp = False
 
     @property
     def hits(self) -> int:
@@ -232,6 +238,24 @@ class TraceEvent:
             for hist in hists:
                 hist.hit(record)
 
+    def _event_writer(self) -> EventWrite | None:
+        """The sink writer's per-event path, where nothing but the writer wants this event's
+        records: no filter on it, no trigger, no ``--stack``, the sink a :class:`Writer`'s own
+        ``write`` (not a function around it: that one may want the record)."""
+        trace = self.trace
+        fast: EventWrite | None = None
+        writer = writer_of(trace._sink)
+        if writer is not None and not self.filtered and not trace.stack and not self.triggers.stacks \
+                and not self.triggers.hists and len({a.name for a in self.args}) == len(self.args):
+            fast = writer.event_writer(EventShape(self.name, self.group, "r" if self.definition.is_return else "p",
+                                                  self.definition, tuple((a.name, a.value) for a in self.args),
+                                                  self.id))
+            # a p hit's stack pointer pairs it with a return of the same call: wanted only where
+            # this trace has return events (a register read per hit; trace.add renews the paths)
+            self._fast_sp = writer.needs_entry_sp and any(e.definition.is_return for e in trace.events)
+        self.fast = fast
+        return fast
+
     def on_hit(self, p: Any, regs: PtRegs) -> int:
         """pre_handler of ``p`` events (kprobes and uprobes)."""
         trace = self.trace
@@ -245,6 +269,15 @@ class TraceEvent:
         else:
             task, task_id = trace.task_info(), trace.task_id()
         hit = HitContext(regs)
+        fast = self.fast
+        if fast is UNMADE:
+            fast = self._event_writer()
+        if fast is not None:
+            self.recorded += 1
+            trace.counts[self.name] += 1
+            fast(now, ip, where, hit, task, task_id,  # type: ignore[operator]
+                 int(regs.sp) if self._fast_sp else None, None, None, None)
+            return 0
         record = TraceRecord(self.name, self.group, "p", now, ip, where, {a.name: a.value(hit) for a in self.args},
                              None, None, None, task_id, self.definition, int(regs.sp),
                              task.comm, task.pid, task.cpu, task.flags, self.id)
@@ -274,6 +307,15 @@ class TraceEvent:
         where = f"{format_symbol(session, caller)} <- {func}"
         hit = HitContext(regs, entry_args)
         task = self.trace.task_info()
+        fast = self.fast
+        if fast is UNMADE:
+            fast = self._event_writer()
+        if fast is not None:
+            self.recorded += 1
+            self.trace.counts[self.name] += 1
+            fast(now, func_addr or 0, where, hit, task, self.trace.task_id(),  # type: ignore[operator]
+                 getattr(ri, "frame", None), caller, func, entry_time)
+            return
         record = TraceRecord(self.name, self.group, "r", now, func_addr or 0, where, self._values(hit),
                              caller=caller, func=func, entry_time=entry_time, task=self.trace.task_id(),
                              definition=self.definition, entry_sp=getattr(ri, "frame", None),
@@ -292,6 +334,18 @@ class TraceEvent:
             return int(point.addr)
         addr = getattr(probe, "addr", None)
         return int(addr) if addr is not None else None
+
+
+#: :attr:`TraceEvent.fast` before the event's first hit
+UNMADE = object()
+
+
+def writer_of(sink: Sink | None) -> Writer | None:
+    """The :class:`Writer` whose own ``write`` the sink is (``sink=writer.write``), else None."""
+    writer = getattr(sink, "__self__", None)
+    if isinstance(writer, Writer) and getattr(sink, "__func__", None) is type(writer).write:
+        return writer
+    return None
 
 
 #: the events alive on each session, by ``group/event``: EVENT_EXIST and ``-:`` look here
@@ -349,6 +403,12 @@ class Trace:
         self._last_guest = 0.0
         #: what the timestamps are, for the trace header
         self.time_note = f"TIMESTAMP: seconds on {clock}" if clock else HOST_TIME_NOTE
+
+    def renew_event_writers(self) -> None:
+        """The sink's writer changed (``kpsdk trace`` opens its output after the events are
+        defined): each event asks it for its per-event path again at its next hit."""
+        for event in self.events:
+            event.fast = UNMADE
 
     # -- the clock and tasks ---------------------------------------------------------------------
 
@@ -433,6 +493,7 @@ class Trace:
         for event in removals:
             event.trace.remove(event)
         self._register(pending)
+        self.renew_event_writers()  # a new return event may want the p events' stack pointers
         return pending
 
     def _bind(self, definition: ProbeDef) -> TraceEvent:
@@ -539,10 +600,12 @@ class Trace:
                                 session.arch.kernel_log2_overflow)
         if isinstance(trigger, StackTrigger):
             event.triggers.stacks.append(trigger)
+            event.fast = UNMADE  # the trigger wants the records
             return trigger
         added = register(trigger, event.triggers.hists, self._named, f"hist:{event.group}:{event.name}")
         if added is not None:
             event.triggers.hists.append(added)
+            event.fast = UNMADE
         return trigger
 
     def hists(self) -> list[tuple[TraceEvent, HistTrigger]]:

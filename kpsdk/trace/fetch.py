@@ -42,7 +42,7 @@ COMM_LEN = 15
 Value = int | str | None | list[Any]
 
 
-@dataclass
+@dataclass(slots=True)
 class HitContext:
     """What one hit gives the fetches: the registers, and at a return the entry's ``$argN`` values."""
 

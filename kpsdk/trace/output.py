@@ -26,12 +26,15 @@ import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import IO, TYPE_CHECKING, Any, Literal
 
 from kpsdk.errors import KpsdkError, UnknownNameError
 
 if TYPE_CHECKING:
+    from kpsdk.tasks import TaskInfo
     from kpsdk.trace.events import TraceRecord
+    from kpsdk.trace.fetch import HitContext, Value
     from kpsdk.trace.grammar import ArgType, ProbeDef
 
 FAULT = "(fault)"
@@ -82,15 +85,14 @@ def field_types(definition: ProbeDef | None) -> dict[str, ArgType]:
 def value_formatter(argtype: ArgType | None) -> Callable[[Any], str]:
     """:func:`format_value` for one type, with the integer case (most fields) decided once."""
     display = argtype.display if argtype is not None else "x"
-    fast: Callable[[int], str] | None = (lambda v: f"{v:#x}") if display == "x" else \
-        None if display == "char" else str
-
-    def formatted(value: Any) -> str:
-        if fast is not None and type(value) is int:
-            return fast(value)
-        return format_value(value, argtype)
-
-    return formatted
+    if display == "x":
+        return lambda value: f"{value:#x}" if type(value) is int else format_value(value, argtype)
+    if display in ("char", "symbol"):
+        return lambda value: format_value(value, argtype)
+    # decimal integers, and strings with _scalar's escapes without its calls
+    return lambda value: int.__repr__(value) if type(value) is int else \
+        '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"' if type(value) is str \
+        else format_value(value, argtype)
 
 
 def format_text(record: TraceRecord) -> str:
@@ -141,16 +143,54 @@ def text_header(notes: tuple[str, ...] = ()) -> str:
     return f"# tracer: nop\n#\n{lines}#\n{HEADER_LEGEND}"
 
 
+@dataclass(frozen=True)
+class EventShape:
+    """What a writer's per-event path (:meth:`Writer.event_writer`) knows of an event when it is
+    made, at the event's first hit: all that does not change from hit to hit.
+
+    :param fetches: each fetch argument's name and compiled value (``fetch(hit)``), in order.
+    :param event_id: the event's id (``common_type``).
+    """
+
+    event: str
+    group: str
+    kind: str
+    definition: ProbeDef
+    fetches: tuple[tuple[str, Callable[[HitContext], Value]], ...]
+    event_id: int = 0
+
+
+#: a writer's per-event path: ``emit(time, ip, where, hit, task, task_id, entry_sp, caller, func,
+#: entry_time)``, the fields of the :class:`~kpsdk.trace.events.TraceRecord` the event would have
+#: made, but ``fields``: the writer fetches them itself from ``hit`` (``entry_sp`` only where the
+#: writer asks for it, :attr:`Writer.needs_entry_sp`; else None)
+EventWrite = Callable[[float, int, str, "HitContext", "TaskInfo", int, "int | None", "int | None", "str | None",
+                       "float | None"], None]
+
+
 class Writer:
     """Base: ``write(record)`` for each record, ``close()`` at the end, ``flush()`` when a run
     ends in an error (what was written so far reaches the file; nothing is finished).
 
     kpsdk's writers leave the stream's buffer to write in blocks: a flush per record
     was a system call per event.  ``close()`` flushes.
+
+    A writer may also give a per-event path (:meth:`event_writer`): a function made once
+    per event that writes a hit's bytes without a :class:`~kpsdk.trace.events.TraceRecord`.
+    A trace whose sink is the writer's own ``write`` uses it where nothing else wants the
+    record (no filter on the event, no trigger, no ``--stack``); it must write exactly the
+    bytes ``write`` would (``tests/test_trace_event_writers.py``).
     """
+
+    #: the per-event path wants the hit's stack pointer at a function's entry (perfetto pairs by it)
+    needs_entry_sp = False
 
     def write(self, record: TraceRecord) -> None:
         raise NotImplementedError
+
+    def event_writer(self, shape: EventShape) -> EventWrite | None:
+        """The per-event path for ``shape``; None (the default): records only."""
+        return None
 
     def flush(self) -> None:
         """Nothing buffered by default."""
@@ -200,6 +240,43 @@ class TextWriter(Writer):
             where = record.stack_where or ("after",)
             text = stack * where.count("before") + text + stack * where.count("after")
         self.stream.write(text)
+
+    def event_writer(self, shape: EventShape) -> EventWrite | None:
+        """:meth:`write`'s line for one event, made once: the fields' labels and formatters
+        bound, the task part of the prefix kept from one hit to the next while the task is
+        the same object (always, where the target has no tasks), no record."""
+        if type(self).write is not TextWriter.write:  # a subclass writes its own way
+            return None
+        formatters = _fields_of(shape.definition)[2]
+        parts = tuple((f" {name}=", fetch, formatters.get(name) or _untyped) for name, fetch in shape.fetches)
+        head = f"{shape.event}: ("
+        write, prefix, tasks = self.stream.write, self.prefix, self._tasks
+        last: list[Any] = [None, ""]
+
+        def emit(now: float, ip: int, where: str, hit: HitContext, task: TaskInfo, task_id: int,
+                 entry_sp: int | None, caller: int | None, func: str | None, entry_time: float | None) -> None:
+            if self._header:
+                self._start()
+            body = head + where + ")" + "".join([label + formatter(fetch(hit)) for label, fetch, formatter in parts])
+            if prefix:
+                if task is last[0]:
+                    task_part = last[1]
+                else:
+                    key = (task.comm, task.pid, task.cpu, task.flags)
+                    task_part = tasks.get(key)
+                    if task_part is None:
+                        if len(tasks) >= TASK_PREFIXES:
+                            tasks.clear()
+                        task_part = tasks[key] = f"{task.comm:>16}-{task.pid:<7} [{task.cpu:03d}] {task.flags} "
+                    last[0], last[1] = task, task_part
+                usecs = round(now * 1_000_000)
+                if usecs < 0:
+                    usecs = 0
+                write(f"{task_part}{usecs // 1_000_000:5d}.{usecs % 1_000_000:06d}: {body}\n")
+            else:
+                write(body + "\n")
+
+        return emit
 
     def flush(self) -> None:
         self.stream.flush()
@@ -260,6 +337,41 @@ def _json_encoder() -> Callable[[Any], str]:
 
 
 _ENCODE = _json_encoder()
+#: a str in JSON as the encoder writes it (``ensure_ascii=False``), quotes included
+_encode_string: Callable[[str], str] = json.encoder.encode_basestring  # type: ignore[attr-defined]
+
+
+def _encode_value(value: Any) -> str:
+    """One converted field value in JSON, as :data:`_ENCODE` writes it inside a record:
+    the common kinds (str, int, null) without the encoder's set-up."""
+    kind = type(value)
+    if kind is str:
+        return _encode_string(value)
+    if kind is int:
+        return int.__repr__(value)
+    if value is None:
+        return "null"
+    return _ENCODE(value)
+
+
+def _untyped(value: Any) -> str:
+    return format_value(value, None)
+
+
+def _json_piece(argtype: ArgType | None) -> Callable[[Any], str]:
+    """A field's value as JSON text, as :data:`_ENCODE` writes it inside a record's ``fields``
+    (:func:`~kpsdk.trace.events.json_value`, then the encoder), with the common cases decided
+    once: hex integers (``"0x..."`` needs no escape), decimal integers a double holds, strings."""
+    from kpsdk.trace.events import JSON_SAFE_INT, json_converter
+
+    convert = json_converter(argtype)
+    display = argtype.display if argtype is not None else "x"
+    if display == "x":
+        return lambda value: f'"{value:#x}"' if type(value) is int else _encode_value(convert(value))
+    if display == "symbol":
+        return lambda value: _encode_value(convert(value))
+    return lambda value: int.__repr__(value) if type(value) is int and -JSON_SAFE_INT <= value <= JSON_SAFE_INT \
+        else _encode_string(value) if type(value) is str else _encode_value(convert(value))
 
 
 class JsonlWriter(Writer):
@@ -281,6 +393,56 @@ class JsonlWriter(Writer):
         self._start()
         self.stream.write(_ENCODE(record.as_dict()) + "\n")
 
+    def event_writer(self, shape: EventShape) -> EventWrite | None:
+        """:meth:`write`'s line for one event, made once: the keys and every value that does
+        not change from hit to hit encoded once (per event, per ``ip``/``where`` and per task),
+        each field's value encoded alone (:func:`_encode_value`), the pieces joined as
+        ``json.dumps`` would write the record's :meth:`~kpsdk.trace.events.TraceRecord.as_dict`."""
+        if type(self).write is not JsonlWriter.write:
+            return None
+        types = field_types(shape.definition)
+        parts = tuple((('"' if i == 0 else ', "') + _encode_string(name)[1:] + ": ", fetch,
+                       _json_piece(types.get(name))) for i, (name, fetch) in enumerate(shape.fetches))
+        head = '{"event": ' + _ENCODE(shape.event) + ', "group": ' + _ENCODE(shape.group) + ', "kind": ' + \
+            _ENCODE(shape.kind) + ', "time": '
+        write = self.stream.write
+        places: dict[tuple[int, str], str] = {}
+        last: list[Any] = [None, 0, ""]
+
+        def emit(now: float, ip: int, where: str, hit: HitContext, task: TaskInfo, task_id: int,
+                 entry_sp: int | None, caller: int | None, func: str | None, entry_time: float | None) -> None:
+            if self._head is not None:
+                self._start()
+            place = places.get((ip, where))
+            if place is None:
+                if len(places) >= TASK_PREFIXES:
+                    places.clear()
+                place = places[(ip, where)] = f', "ip": "{ip:#x}", "where": ' + _ENCODE(where)
+            if task is last[0] and task_id == last[1]:
+                who = last[2]
+            else:
+                who = ', "comm": ' + _ENCODE(task.comm) + f', "pid": {int(task.pid)!r}, "cpu": {int(task.cpu)!r}, ' \
+                    '"flags": ' + _ENCODE(task.flags) + f', "task": {int(task_id)!r}, "fields": {{'
+                last[0], last[1], last[2] = task, task_id, who
+            line = [head, repr(round(now, 9)), place, who]
+            for label, fetch, piece in parts:
+                line.append(label)
+                line.append(piece(fetch(hit)))
+            if caller is None and func is None and entry_time is None:  # a p event
+                line.append('}, "caller": null, "func": null, "entry_time": null, "duration": null, "stack": null}\n')
+            elif entry_time is None:
+                line.append('}, "caller": ' + (f'"{caller:#x}"' if caller is not None else "null") + ', "func": '
+                            + (_ENCODE(func) if func is not None else "null")
+                            + ', "entry_time": null, "duration": null, "stack": null}\n')
+            else:
+                line.append('}, "caller": ' + (f'"{caller:#x}"' if caller is not None else "null") + ', "func": '
+                            + (_ENCODE(func) if func is not None else "null")
+                            + f', "entry_time": {round(entry_time, 9)!r}, "duration": '
+                            + f'{round(now - entry_time, 9)!r}, "stack": null}}\n')
+            write("".join(line))
+
+        return emit
+
     def flush(self) -> None:
         self.stream.flush()
 
@@ -293,18 +455,45 @@ class JsonlWriter(Writer):
 class PerfettoWriter(Writer):
     """Collects records, then writes one Trace Event Format JSON object."""
 
+    needs_entry_sp = True
+
     def __init__(self, stream: IO[str], process_name: str = "kpsdk trace") -> None:
         self.stream = stream
         self.process_name = process_name
-        self.records: list[TraceRecord] = []
+        #: records, and the per-event path's hits as tuples (made records at :meth:`close`)
+        self.records: list[Any] = []
 
     def write(self, record: TraceRecord) -> None:
         self.records.append(record)
 
+    def event_writer(self, shape: EventShape) -> EventWrite | None:
+        """A hit kept as a tuple of what its record would hold (its fields' values in order);
+        :meth:`close` makes the records, when the slices can be paired."""
+        if type(self).write is not PerfettoWriter.write:
+            return None
+        fetches = tuple(fetch for _, fetch in shape.fetches)
+        append = self.records.append
+
+        def emit(now: float, ip: int, where: str, hit: HitContext, task: TaskInfo, task_id: int,
+                 entry_sp: int | None, caller: int | None, func: str | None, entry_time: float | None) -> None:
+            append((shape, now, ip, where, [fetch(hit) for fetch in fetches], task, task_id, entry_sp, caller,
+                    func, entry_time))
+
+        return emit
+
     def close(self) -> None:
         # json.dump would encode in pure Python, piece by piece (~3x the C encoder's time per record)
-        self.stream.write(_ENCODE(perfetto_trace(self.records, self.process_name)) + "\n")
+        self.stream.write(_ENCODE(_perfetto(self.records, self.process_name)) + "\n")
         self.stream.flush()
+
+
+def _record_of(make: type[TraceRecord], shape: EventShape, now: float, ip: int, where: str, values: list[Any],
+               task: TaskInfo, task_id: int, entry_sp: int | None, caller: int | None, func: str | None,
+               entry_time: float | None) -> TraceRecord:
+    """The record an event would have made for a hit the per-event path kept."""
+    return make(shape.event, shape.group, shape.kind, now, ip, where,
+                dict(zip((name for name, _ in shape.fetches), values, strict=True)), caller, func, entry_time,
+                task_id, shape.definition, entry_sp, task.comm, task.pid, task.cpu, task.flags, shape.event_id)
 
 
 def _us(seconds: float) -> float:
@@ -366,20 +555,41 @@ def _with_stack(event: dict[str, Any], record: TraceRecord, frames: StackFrames,
 def perfetto_trace(records: list[TraceRecord], process_name: str = "kpsdk trace") -> dict[str, Any]:
     """The Trace Event Format object (``{"traceEvents": [...]}``) for these records; with a
     ``stackFrames`` table when records have stacks (``--stack``, a ``stacktrace`` trigger)."""
+    return _perfetto(records, process_name)
+
+
+def _perfetto(records: list[Any], process_name: str) -> dict[str, Any]:
+    """:func:`perfetto_trace` of records and of the per-event path's hits (tuples,
+    :meth:`PerfettoWriter.event_writer`): a hit that is an instant event is made one from its
+    tuple; one a slice may pair (a ``p`` hit where a return was recorded, a return) becomes
+    its record first."""
+    from kpsdk.trace.events import TraceRecord
+
     pid = 1
     frames = StackFrames()
     events: list[dict[str, Any]] = [
         {"ph": "M", "pid": pid, "tid": 0, "name": "process_name", "args": {"name": process_name}},
     ]
-    tasks = sorted({r.task for r in records})
+    tasks = sorted({r.task if type(r) is not tuple else r[6] for r in records})
     for task in tasks:
         events.append({"ph": "M", "pid": pid, "tid": task, "name": "thread_name", "args": {"name": f"task {task}"}})
     # p records at a function's entry, waiting for that call's return: (task, ip) -> stack
     open_entries: dict[tuple[int, int], list[TraceRecord]] = {}
-    returns_for = {r.ip for r in records if r.kind == "r"}
+    returns_for = {r.ip if type(r) is not tuple else r[2] for r in records
+                   if (r.kind if type(r) is not tuple else r[0].kind) == "r"}
     body: list[dict[str, Any]] = []
     paired: set[int] = set()
     for record in records:
+        if type(record) is tuple:
+            shape = record[0]
+            if shape.kind == "p" and record[2] not in returns_for:  # an instant event, no stack
+                instant_args: dict[str, Any] = {"where": record[3]}
+                for (name, _), value in zip(shape.fetches, record[4], strict=True):
+                    instant_args[name] = FAULT if value is None else value
+                body.append({"ph": "i", "s": "t", "name": shape.event, "cat": shape.group, "pid": pid,
+                             "tid": record[6], "ts": _us(record[1]), "args": instant_args})
+                continue
+            record = _record_of(TraceRecord, *record)
         if record.kind == "p" and record.ip in returns_for:
             open_entries.setdefault((record.task, record.ip), []).append(record)
             continue
@@ -406,7 +616,7 @@ def perfetto_trace(records: list[TraceRecord], process_name: str = "kpsdk trace"
         for entry in stack:
             if id(entry) not in paired:
                 body.append(_instant(entry, pid, frames))
-    body.sort(key=lambda e: e["ts"])
+    body.sort(key=itemgetter("ts"))
     trace: dict[str, Any] = {"traceEvents": events + body, "displayTimeUnit": "ns",
                              "otherData": {"generator": "kpsdk trace", "records": len(records)}}
     if frames.table:

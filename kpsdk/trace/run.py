@@ -52,14 +52,16 @@ from kpsdk.errors import KpsdkError, TargetError, UnknownNameError
 from kpsdk.tasks import PID_MAX_LIMIT, check_comm
 from kpsdk.trace.functions import FunctionsError, check_templates
 from kpsdk.trace.hist import PLOT_FORMATS, parse_lhist
-from kpsdk.trace.output import Writer, WriterContext, output_format
+from kpsdk.trace.output import EventShape, EventWrite, Writer, WriterContext, output_format
 from kpsdk.trace.precheck import precheck
 
 if TYPE_CHECKING:
     from rich.table import Table
 
     from kpsdk.session import Session
+    from kpsdk.tasks import TaskInfo
     from kpsdk.trace.events import Trace, TraceRecord
+    from kpsdk.trace.fetch import HitContext
     from kpsdk.trace.hist import Histogram
 
 EVENTS_PANEL = "Events"
@@ -164,6 +166,65 @@ class _Limits:
 
     def reached(self) -> bool:
         return self.count is not None and self.seen >= self.count
+
+
+class _RunSink(Writer):
+    """The trace's sink in ``kpsdk trace``: the format's writer (:attr:`writer`, set once the
+    output is open) behind the run's limits (``--count``, a reader that went away).  It is a
+    :class:`Writer` so that, where nothing keeps the records (no ``--hist``, ``--latency``,
+    ``--linear``), events write through the format's per-event path
+    (:meth:`Writer.event_writer`) with the same limits."""
+
+    def __init__(self, limits: _Limits, keep: list[TraceRecord] | None) -> None:
+        self.limits = limits
+        #: where records are kept for the reports (None: nothing keeps them)
+        self.keep = keep
+        self.writer: Writer | None = None
+
+    def _closed(self) -> None:
+        """``| head`` has read enough: stop, and end quietly."""
+        self.limits.pipe_closed = True
+        self.limits.session.stop()  # type: ignore[union-attr]
+
+    def write(self, record: TraceRecord) -> None:
+        limits, writer = self.limits, self.writer
+        if limits.reached() or writer is None or limits.pipe_closed:
+            return
+        limits.seen += 1
+        try:
+            writer.write(record)
+        except BrokenPipeError:
+            self._closed()
+            return
+        if self.keep is not None:
+            self.keep.append(record)
+        if limits.reached():
+            limits.session.stop()  # type: ignore[union-attr]
+
+    def event_writer(self, shape: EventShape) -> EventWrite | None:
+        if self.keep is not None or self.writer is None:
+            return None
+        inner = self.writer.event_writer(shape)
+        if inner is None:
+            return None
+        self.needs_entry_sp = self.writer.needs_entry_sp
+        limits = self.limits
+        count = limits.count
+
+        def emit(now: float, ip: int, where: str, hit: HitContext, task: TaskInfo, task_id: int,
+                 entry_sp: int | None, caller: int | None, func: str | None, entry_time: float | None) -> None:
+            if limits.pipe_closed or (count is not None and limits.seen >= count):
+                return
+            limits.seen += 1
+            try:
+                inner(now, ip, where, hit, task, task_id, entry_sp, caller, func, entry_time)
+            except BrokenPipeError:
+                self._closed()
+                return
+            if count is not None and limits.seen >= count:
+                limits.session.stop()  # type: ignore[union-attr]
+
+        return emit
 
 
 def _live_table(trace: Trace) -> Table:
@@ -331,24 +392,10 @@ def cmd_trace(
                 stack.enter_context(_sigterm_as_interrupt())
                 session = limits.session = choice.open(split_commas(noprobe))
 
-                def sink(record: TraceRecord) -> None:
-                    if limits.reached() or writer is None or limits.pipe_closed:
-                        return
-                    limits.seen += 1
-                    try:
-                        writer.write(record)
-                    except BrokenPipeError:  # `| head` has read enough: stop, and end quietly
-                        limits.pipe_closed = True
-                        session.stop()  # type: ignore[union-attr]
-                        return
-                    if hist or latency or linear:
-                        records.append(record)
-                    if limits.reached():
-                        session.stop()  # type: ignore[union-attr]
-
+                sink = _RunSink(limits, records if hist or latency or linear else None)
                 if functions is not None:
                     definitions = _expand_functions(session, definitions, functions)
-                trace = session.trace(definitions, sink=sink, filter=filter_expr, comm=comm, pid=pid,
+                trace = session.trace(definitions, sink=sink.write, filter=filter_expr, comm=comm, pid=pid,
                                       triggers=trigger or [], stack=stack_trace)
                 # --out is opened (and truncated) only now: the definitions and the target were good
                 stream: IO[Any] = _open_out(stack, out, fmt.binary)
@@ -356,6 +403,8 @@ def cmd_trace(
                     process_name=f"kpsdk trace {choice.spec}", target=choice.spec, prefix=not no_prefix,
                     notes=(trace.time_note, trace.tasks_note), word_size=session.arch.word_size,
                     endian=session.arch.endian))
+                sink.writer = writer
+                trace.renew_event_writers()  # the events' per-event paths go through the writer now
                 _run(session, trace, fn_args, limit, limits)
             except KeyboardInterrupt:
                 interrupted = True

@@ -1,0 +1,142 @@
+"""The writers' per-event path writes what their record path writes, byte for byte.
+
+A trace whose sink is a writer's own ``write`` hands each hit straight to the
+writer's per-event function (:meth:`kpsdk.trace.output.Writer.event_writer`),
+without a :class:`~kpsdk.trace.events.TraceRecord`; a sink that wraps the
+writer gets records, as before.  Here one program runs twice, once each way,
+with the host's clock replaced by one that ticks by a fixed odd step (so the
+time stamps, their rounding included, are compared too, not taken out), for
+a table of every fetch and type kind (strings, symbols, faults, ``$retval``
+and ``$argN`` on return events, a function with both a ``p`` and an ``r`` event
+so that perfetto pairs them into slices), with and without a filter, with a
+stacktrace trigger, in every format, and for ``text`` with and without the prefix.
+"""
+
+from __future__ import annotations
+
+import io
+import itertools
+import json
+from typing import Any
+
+import pytest
+
+import kpsdk
+from kpsdk import fixtures
+from kpsdk.trace import events as trace_events
+from kpsdk.trace.output import WriterContext, make_writer
+from tests.conftest import UNICORN_ARCHS
+from tests.test_trace_compiled import definitions as fetch_table
+
+#: each tick of the replaced clock: odd digits down to the ns, so the prefix's and JSON's rounding show
+TICK = 0.0012345678915
+
+
+def table(arch: str) -> list[str]:
+    """test_trace_compiled's table of fetches, plus fixed-address strings and a ``p`` event on ``fact``
+    (whose ``r`` event is in the table) for perfetto's slices."""
+    return [*fetch_table(arch),
+            "p:factin fact n=$arg1:s64 cs=@counter:string cu=@counter:ustring cx=@counter:x64 s1=$stack1:x32",
+            "r:bumped bump"]
+
+
+def run(arch: str, fmt: str, direct: bool, monkeypatch: pytest.MonkeyPatch, *, prefix: bool = True,
+        filter_expr: str | None = None, triggers: tuple[str, ...] = ()) -> tuple[str, dict[str, bool]]:
+    """The output of one run, with the writer's own ``write`` as the sink (``direct``) or a
+    function around it; and which events took the per-event path."""
+    ticks = itertools.count(1)
+
+    def clock() -> float:
+        return next(ticks) * TICK
+
+    with monkeypatch.context() as patch:
+        patch.setattr(trace_events, "perf_counter", clock)
+        patch.setattr(trace_events.time, "perf_counter", clock)
+        stream = io.StringIO()
+        writer = make_writer(fmt, stream, WriterContext(target=arch, prefix=prefix, notes=("a note",)))
+        with kpsdk.open(f"elf:{fixtures.path(arch)}") as s:
+            sink: Any = writer.write if direct else (lambda record: writer.write(record))
+            trace = s.trace(table(arch), sink=sink, filter=filter_expr, triggers=triggers)
+            assert s.run(timeout=30) == 0
+            s.call("fact", 4)
+            took = {e.name: e.fast is not None and e.fast is not trace_events.UNMADE for e in trace.events}
+        writer.close()
+    return stream.getvalue(), took
+
+
+CASES = [("text", True), ("text", False), ("jsonl", True), ("perfetto", True)]
+
+
+@pytest.mark.parametrize("arch", UNICORN_ARCHS)
+def test_event_writers_write_the_records_bytes(arch: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    for fmt, prefix in CASES:
+        direct, took = run(arch, fmt, True, monkeypatch, prefix=prefix)
+        generic, took_generic = run(arch, fmt, False, monkeypatch, prefix=prefix)
+        assert all(took.values()), took  # every event wrote through the per-event path
+        assert not any(took_generic.values())
+        assert direct == generic, (fmt, prefix)
+        assert direct.count("\n") > (20 if fmt != "perfetto" else 0)
+    perfetto = json.loads(direct)
+    slices = [e for e in perfetto["traceEvents"] if e["ph"] == "X" and "entry" in e["args"]]
+    assert slices and {e["args"]["entry"]["event"] for e in slices} == {"factin", "bump"}
+
+
+@pytest.mark.parametrize("arch", ["x86_64", "arm", "riscv64"])
+def test_filtered_and_triggered_events_keep_the_record_path(arch: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A filter on some events and a trigger on one: those events take records (the filter and
+    the trigger want them), the others the per-event path, in one file, in hit order."""
+    for fmt, prefix in CASES:
+        filt = 'v > 100 && name ~ "f*"'
+        direct, took = run(arch, fmt, True, monkeypatch, prefix=prefix, filter_expr=filt,
+                           triggers=("sum7:stacktrace",))
+        generic, _ = run(arch, fmt, False, monkeypatch, prefix=prefix, filter_expr=filt,
+                         triggers=("sum7:stacktrace",))
+        assert took["put"] is False and took["sum7"] is False and took["loop"] is True, took
+        assert direct == generic, (fmt, prefix)
+        if fmt == "text":
+            assert "<stack trace>" in direct
+
+
+def cli_run(fmt: str, keep: bool, monkeypatch: pytest.MonkeyPatch, out: Any) -> tuple[str, int]:
+    """``kpsdk trace`` of the arm table into ``out`` (with ``--hist``: the records are kept),
+    the clock replaced; its file, and how many records the run made."""
+    from tests.test_trace_run import invoke
+
+    ticks = itertools.count(1)
+    records: list[Any] = []
+
+    class Counted(trace_events.TraceRecord):
+        __slots__ = ()
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            records.append(self)
+
+    def clock() -> float:
+        return next(ticks) * TICK
+
+    with monkeypatch.context() as patch:
+        patch.setattr(trace_events, "TraceRecord", Counted)
+        patch.setattr(trace_events, "perf_counter", clock)
+        patch.setattr(trace_events.time, "perf_counter", clock)
+        result = invoke("arm", *(a for d in table("arm") for a in ("-e", d)), "--output", fmt, "--out", str(out),
+                        "--count", "17", *(("--hist", "v") if keep else ()))
+    assert result.exit_code == 0, result.output
+    return out.read_text(), len(records)
+
+
+@pytest.mark.parametrize("fmt", ["text", "jsonl", "perfetto"])
+def test_kpsdk_trace_writes_the_same_with_and_without_records(fmt: str, monkeypatch: pytest.MonkeyPatch,
+                                                              tmp_path: Any) -> None:
+    """``kpsdk trace`` takes the per-event path (through its --count limit) unless a report keeps
+    the records (``--hist``): the files of both runs are the same bytes, and --count still counts."""
+    direct, made_direct = cli_run(fmt, False, monkeypatch, tmp_path / "direct")
+    kept, made_kept = cli_run(fmt, True, monkeypatch, tmp_path / "kept")
+    assert direct == kept
+    assert made_kept >= 17  # --hist: every hit written is a record
+    if fmt != "perfetto":  # (perfetto makes the records of its slices at the end)
+        assert made_direct == 0
+    if fmt == "jsonl":
+        assert len(direct.splitlines()) == 1 + 17  # the schema line, then --count records
+    if fmt == "text":
+        assert sum(1 for line in direct.splitlines() if not line.startswith("#")) == 17
