@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -19,11 +19,13 @@ if TYPE_CHECKING:
     from kpsdk.elfimage import ElfImage
     from kpsdk.insn import Decoded
     from kpsdk.manager import ProbeManager, ProbePoint
+    from kpsdk.probe import Probe
     from kpsdk.regs import PtRegs
     from kpsdk.rethook import RethookNode, ShadowStacks
     from kpsdk.session import Session
     from kpsdk.symbols import Symbol, SymbolTable
     from kpsdk.tasks import TaskInfo
+    from kpsdk.trace.fetch import BoundArg
 
 
 @dataclass(frozen=True)
@@ -343,6 +345,12 @@ class Target(ABC):
         """The guest's trace clock at the hit, in ns (a kernel's ``sched_clock``), once
         :meth:`prepare_clock` said it has one; None: not readable."""
         return None
+
+    def declare_fetches(self, probe: Probe, args: Sequence[BoundArg]) -> None:
+        """A trace event's fetch arguments, told before its probe registers: a target whose
+        handlers run after the hit (the QEMU plugin) reads their memory at the hit.  Others
+        read memory when the handler asks: nothing to do."""
+        return
 
     def prepare_tasks(self) -> str:
         """Get ready to answer :meth:`task_info` (a kernel: find ``current``'s layout)

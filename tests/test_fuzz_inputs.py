@@ -661,6 +661,71 @@ def test_qemu_arg_option_reaches_qemu_args() -> None:
     assert result.exit_code == 1 and "qemu_args: '-gdb' would change what kpsdk sets itself" in result.stderr
 
 
+mechanism_values = st.one_of(st.sampled_from(["gdb", "plugin", "GDB", "Plugin", "plugin ", "tcg", "", "-e"]),
+                             cli_text)
+
+
+@settings(max_examples=fuzz_examples(100), deadline=None)
+@given(value=mechanism_values, command_name=st.sampled_from(["trace", "probe"]),
+       target=st.sampled_from(["qemu-system:x86_64", "qemu-user:x86_64", "gdb://localhost:1", None]))
+def test_the_mechanism_option_is_a_choice_for_qemu_system_or_a_usage_error(value: str, command_name: str,
+                                                                          target: str | None) -> None:
+    """``--mechanism gdb|plugin`` goes with qemu-system only; anything else is exit 2 naming the
+    option, before a target (or a download of QEMU 10) starts: ``choose_target`` alone decides."""
+    import typer
+
+    from kpsdk.cli.options import given_target_options
+    from kpsdk.cli.target_choice import choose_target
+
+    elf = PROG if target is None else None
+    try:
+        given = given_target_options(None, None, None, None, None, None, None, mechanism=value)
+        choice = choose_target(elf, target, given)
+    except typer.BadParameter as exc:
+        assert exc.param_hint == "--mechanism", exc
+        event("refused")
+        assert value not in ("gdb", "plugin") or target != "qemu-system:x86_64"
+        return
+    event("taken")
+    assert target == "qemu-system:x86_64" and choice.options["mechanism"] == value in ("gdb", "plugin")
+
+
+@settings(max_examples=fuzz_examples(20), deadline=None)
+@given(value=mechanism_values, command_name=st.sampled_from(["trace", "probe"]))
+def test_the_mechanism_option_answers_any_value_on_the_command_line(value: str, command_name: str) -> None:
+    argv = [command_name, "x86_64", "--mechanism", value,
+            *(["-e", "p add"] if command_name == "trace" else ["--kprobe", "add"])]
+    result = runner.invoke(app, argv)
+    assert result.exit_code == 2 and "--mechanism" in result.output, (argv, result.output)
+    check_cli_result(argv, result.exit_code, result.stderr, result.output)
+
+
+@settings(max_examples=fuzz_examples(200), deadline=None)
+@given(arch=st.sampled_from(ARCHS), texts=st.lists(st.one_of(nasty_text, st.sampled_from(
+    ["+0(%si):string", "+8(%sp):u64", "+0(+0(%si)):string", "@jiffies", "$stack2", "$arg3", "+0($arg2):ustring",
+     "%si:string", "$comm", "\\x", "+0(%si):u8[4]", "+0(%si):string[2]", "+1(+2(+3(%di))):x16"])), max_size=4))
+def test_plugin_memory_declarations_plan_or_are_refused(arch: Any, texts: list[str]) -> None:
+    """What a handler declares for the plugin to read (``s.target.declare_memory``): kprobe_events
+    fetch arguments that parse and plan into the plugin's reads, or a typed error."""
+    from kpsdk.targets.pluginfetch import Planner, parse_fetches
+    from kpsdk.targets.tcgplugin import MAX_MEM, MAX_MEM_SIZE
+
+    index = {r.gdb: i for i, r in enumerate(arch.registers)}
+    try:
+        planner = Planner(arch, arch.abi("kernel"), index.get)
+        for fetch, argtype in parse_fetches(arch, texts):
+            planner.add(fetch, argtype, lambda node: 0x1000)
+    except kpsdk.KpsdkError as exc:
+        assert "\n" not in str(exc)
+        event(f"refused: {type(exc).__name__}")
+        return
+    event(f"planned {len(planner.reads)} reads")
+    assert len(planner.reads) <= MAX_MEM
+    for i, read in enumerate(planner.reads):
+        assert 0 < read.size <= MAX_MEM_SIZE and -(1 << 63) <= read.offset < 1 << 63
+        assert read.reg in index.values() or read.reg == -1 or -2 - i < read.reg <= -2
+
+
 @settings(max_examples=fuzz_examples(200))
 @given(name=st.one_of(st.text(max_size=12), st.sampled_from(["arm", "ARM", "ppc64le", "ppc64el", "x86_64",
                                                               "riscv64", "thumb", "ppc64", "i686", "arm "])),

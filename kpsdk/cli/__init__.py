@@ -49,7 +49,7 @@ _MOVED = {
     "kpsdk.cli.plugin_args": "scan_plugin_args split_plugin_values apply_plugin_options",
     "kpsdk.cli.parsing": "elf_path parse_call parse_where check_seconds split_commas",
     "kpsdk.cli.options": "ElfArg NoprobeOpt TARGET_PANEL TargetOpt ProgArgOpt KernelOpt InitrdOpt AppendOpt "
-                         "SymbolsOpt ArchOpt QemuArgOpt SysrootOpt StdinOpt",
+                         "SymbolsOpt ArchOpt QemuArgOpt MechanismOpt SysrootOpt StdinOpt",
     "kpsdk.cli.target_choice": "LIVE_KINDS TARGET_OPTIONS TARGET_SPECS UNICORN_TIMEOUT LIVE_TIMEOUT TargetChoice "
                                "choose_target close_session",
     "kpsdk.cli.hitregs": "ARG_LIMIT default_regs arg_number check_reg_names read_reg show_reg",

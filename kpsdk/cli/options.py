@@ -58,6 +58,14 @@ QemuArgOpt = Annotated[list[str] | None, typer.Option(
     "--qemu-arg", metavar="ARG", rich_help_panel=TARGET_PANEL,
     help="qemu-system: one more argument for QEMU's command line (repeat for more: --qemu-arg=-smp "
          "--qemu-arg=2). Passed as one argv word, never through a shell.")]
+MechanismOpt = Annotated[str | None, typer.Option(
+    "--mechanism", metavar="gdb|plugin", rich_help_panel=TARGET_PANEL, show_default=False,
+    help="qemu-system: how probe hits reach kpsdk. gdb (the default): a gdb breakpoint per probe, QEMU "
+         "stops at each hit (milliseconds a hit; every probe type, handlers at the hit). plugin: kpsdk's "
+         "TCG plugin in QEMU 10 (x86_64; fetched from bookworm-backports when the host's QEMU is older) "
+         "records kprobe hits without stopping, with the registers and the memory the definitions read "
+         "at the hit (microseconds a hit); probes it cannot serve keep gdb's breakpoints. "
+         "docs/api.md, 'The TCG plugin mechanism'.")]
 ArchOpt = Annotated[str | None, typer.Option(
     "--arch", metavar="ARCH", rich_help_panel=TARGET_PANEL,
     help="gdb://: the architecture (not needed when --symbols is an ELF).")]
@@ -66,12 +74,21 @@ ArchOpt = Annotated[str | None, typer.Option(
 def given_target_options(prog_arg: list[str] | None, kernel: str | None, initrd: str | None, append: str | None,
                          symbols: str | None, arch: str | None,
                          qemu_arg: list[str] | None = None, sysroot: str | None = None,
-                         stdin: str | None = None) -> dict[str, Any]:
+                         stdin: str | None = None, mechanism: str | None = None) -> dict[str, Any]:
     """The target options' values by option name, as ``choose_target`` checks them (None: not given).
     ``--stdin FILE`` is read here (its bytes are the option's value)."""
     return {"--arg": prog_arg, "--kernel": kernel, "--initrd": initrd, "--append": append, "--symbols": symbols,
             "--arch": arch, "--qemu-arg": qemu_arg or None, "--sysroot": sysroot,
-            "--stdin": None if stdin is None else read_stdin(stdin)}
+            "--stdin": None if stdin is None else read_stdin(stdin), "--mechanism": check_mechanism(mechanism)}
+
+
+def check_mechanism(value: str | None) -> str | None:
+    """``--mechanism``'s value: ``gdb`` or ``plugin`` (anything else is a usage error, before a target starts)."""
+    from kpsdk.targets.pluginlive import MECHANISMS
+
+    if value is not None and value not in MECHANISMS:
+        raise typer.BadParameter(f"{value!r} is not one of {', '.join(MECHANISMS)}", param_hint="--mechanism")
+    return value
 
 
 #: the most bytes ``--stdin`` reads (the program gets them all at once, in memory)

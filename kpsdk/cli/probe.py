@@ -25,6 +25,7 @@ from kpsdk.cli.options import (
     ArchOpt,
     InitrdOpt,
     KernelOpt,
+    MechanismOpt,
     ProgArgOpt,
     QemuArgOpt,
     StdinOpt,
@@ -116,6 +117,7 @@ def cmd_probe(
     symbols: SymbolsOpt = None,
     arch: ArchOpt = None,
     qemu_arg: QemuArgOpt = None,
+    mechanism: MechanismOpt = None,
     strace: Annotated[bool, typer.Option(
         "--strace", rich_help_panel=OUTPUT_PANEL,
         help="Unicorn Linux programs: print each system call to stderr as strace(1) does, "
@@ -196,7 +198,8 @@ def cmd_probe(
         raise typer.BadParameter(f"--call calls one function in Unicorn; a {live_kind} target runs its own "
                                  "code: drop --call (or --target)", param_hint="--call")
     choice = choose_target(elf, target, given_target_options(prog_arg, kernel, initrd, append, symbols, arch,
-                                                                qemu_arg, sysroot=sysroot, stdin=stdin))
+                                                                qemu_arg, sysroot=sysroot, stdin=stdin,
+                                                                mechanism=mechanism))
     reg = kpsdk.get_registry()
     if kprobes:
         probe_class(reg, "kprobe")

@@ -103,6 +103,9 @@ class ProbeRun:
             pre, post_h = _printers(s, self.con, names, self.hit, self.post, self.strings)
             probes.append(Kprobe(**where, pre_handler=pre, post_handler=post_h))
             self.lines.append(ProbeLine("k", "", probes[-1]))
+            declare = getattr(s.target, "declare_memory", None)  # the plugin mechanism reads it at the hit
+            if declare is not None and self.strings:
+                declare(probes[-1], [f"+0($arg{n}):string" for n in self.strings])
         for name, where in self.kretprobes:
             line = ProbeLine("r", name)
             entry, ret = self._kretprobe_handlers(s, line)

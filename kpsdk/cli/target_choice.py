@@ -36,6 +36,7 @@ TARGET_OPTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
     "--symbols": ("symbols", ("qemu-system", "gdb")),
     "--arch": ("arch", ("gdb",)),
     "--qemu-arg": ("qemu_args", ("qemu-system",)),
+    "--mechanism": ("mechanism", ("qemu-system",)),
 }
 TARGET_SPECS = "qemu-user:PROG, qemu-system:ARCH, gdb://HOST:PORT (or elf:PATH, the default)"
 #: default --timeout: a program in Unicorn, a live target

@@ -15,8 +15,10 @@ How a plugin hit flows::
 
 So handlers run *after* the hit, in batches, while the guest goes on: they see the
 registers as they were, may not change them or the execution path (a write, or a
-non-zero return with ``regs.ip`` set, raises :class:`~kpsdk.errors.TargetError`), and may
-not read guest memory (it has moved on: that raises too).  A point whose probes have no
+non-zero return with ``regs.ip`` set, raises :class:`~kpsdk.errors.TargetError`), and read
+only the guest memory the probe declared, which the plugin read at the hit
+(:mod:`kpsdk.targets.pluginfetch`: a trace definition's fetch arguments, or
+:meth:`PluginTarget.declare_memory`); any other read raises too (the guest has moved on).  A point whose probes have no
 pre_handler streams nothing; its hits are counted by the plugin alone.  A full ring makes the
 hit wait until run() has taken records (the guest then goes at the pace of the
 handlers); only a ring still full after 10 s without kpsdk taking records drops the record, counted in the probe's
@@ -26,19 +28,24 @@ handlers); only a ring still full after 10 s without kpsdk taking records drops 
 from __future__ import annotations
 
 import time
+import weakref
 from collections import deque
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kpsdk.arch import Arch, Register
-from kpsdk.errors import TargetError
+from kpsdk.errors import TargetError, TargetFault
 from kpsdk.regs import PtRegs
 from kpsdk.targets.live import _RUNNING, POLL_SECONDS, GdbTarget
-from kpsdk.targets.tcgplugin import MAX_REGS, ProbeTable, Record, register_names
+from kpsdk.targets.pluginfetch import Declared, HitMemory, Planner, bound_fetches, parse_fetches
+from kpsdk.targets.tcgplugin import MAX_REGS, MemFetch, ProbeTable, Record, register_names
 
 if TYPE_CHECKING:
     from kpsdk.manager import ProbePoint
+    from kpsdk.probe import Probe
     from kpsdk.tasks import TaskInfo
+    from kpsdk.trace.fetch import BoundArg
 
 #: how often run() takes the plugin's records while no gdb hit comes (seconds)
 POLL_SECONDS_PLUGIN = 0.005
@@ -71,9 +78,9 @@ class SnapshotRegs:
                           "the hit on a snapshot (register the probe on a gdb session to change registers)")
 
 
-def _no_memory(addr: int, size: int) -> bytes:
-    raise TargetError(f"a probe on the plugin mechanism cannot read guest memory ({size} bytes at {addr:#x}) "
-                      "from its handler: the guest has moved on since the hit (not yet: memory read by the plugin)")
+#: the trace header's note on the timestamps of a plugin session
+CLOCK_NOTE = ("the host's CLOCK_MONOTONIC at the hit, read by kpsdk's QEMU plugin (gdb-path hits: when kpsdk "
+              "takes the stop, the guest stopped at the hit)")
 
 
 class PluginTarget(GdbTarget):
@@ -94,6 +101,17 @@ class PluginTarget(GdbTarget):
         self._backlog: deque[Record] = deque()
         self._next_ident = 1
         self._snap_io = SnapshotRegs(arch)
+        #: the memory the record being handled holds
+        self._hit_memory = HitMemory()
+        #: the fetches each probe declared (the plugin reads them at its hits)
+        self._declared: weakref.WeakKeyDictionary[Probe, list[Declared]] = weakref.WeakKeyDictionary()
+        #: the per-cpu base register's plugin index, once a trace wants the prefix's task
+        #: (prepare_tasks) and the kernel's task layout is known: every streaming point reads it
+        self._task_percpu: int | None = None
+        #: ident -> index of the read of the per-cpu ``current`` word in that point's records
+        self._task_read: dict[int, int] = {}
+        #: trace probes whose fetches the plugin cannot read: gdb's path serves them
+        self._gdb_only: weakref.WeakSet[Probe] = weakref.WeakSet()
         #: plugin handlers are running: the guest runs too, so table edits wait for the next stop
         #: (while stopped, at a gdb hit or between runs, QEMU's gdbstub has flushed its translations)
         self._dispatching = False
@@ -102,7 +120,7 @@ class PluginTarget(GdbTarget):
         self._credited_at = 0.0
         self._streaming = False  # a plugin point streams records: run() polls the ring often
         super().__init__(arch, remote, **kwargs)
-        self._snap = PtRegs.create(arch, self._snap_io, arch.abi(self.abi_kind), _no_memory)
+        self._snap = PtRegs.create(arch, self._snap_io, arch.abi(self.abi_kind), self._hit_memory.read)
 
     # -- the plugin's registers ---------------------------------------------------------
 
@@ -123,12 +141,89 @@ class PluginTarget(GdbTarget):
             self._plugin_regs = [(gdb, *known[qemu]) for gdb, qemu in wanted]
         return self._plugin_regs
 
+    def _register_index(self, gdb_name: str) -> int | None:
+        """The plugin's index of a register by gdb's name (any the plugin lists: ``gs_base`` too)."""
+        for name, index, _ in self._registers():  # the arch's registers, by QEMU's exact names
+            if name == gdb_name:
+                return index
+        found = register_names(self._regs_file).get(gdb_name)
+        return found[0] if found is not None else None
+
+    # -- memory declared for the hits -------------------------------------------------------
+
+    def _plan(self, probes: Iterable[Probe], ident: int | None = None) -> list[MemFetch]:
+        """The plugin's reads for the fetches ``probes`` declared (TargetError: not readable),
+        and, for point ``ident`` while a trace wants the prefix's task, the task's."""
+        planner = Planner(self.arch, self.arch.abi(self.abi_kind), self._register_index)
+        for probe in probes:
+            for fetch, argtype, symbol in self._declared.get(probe, ()):
+                planner.add(fetch, argtype, symbol)
+        if ident is not None:
+            self._task_read.pop(ident, None)
+            if self._task_percpu is not None and self._task_layout is not None:
+                try:
+                    self._task_read[ident] = planner.add_task(self._task_layout, self._task_percpu)
+                except TargetError:
+                    pass  # no room left for the task's reads: this point's lines show <...>-0
+        return planner.reads
+
+    def declare_memory(self, probe: Probe, fetches: Sequence[str]) -> None:
+        """Have the plugin read guest memory at each hit of ``probe``, for its pre_handler:
+        ``fetches`` are kprobe_events fetch arguments (``"+0(%si):string"``, ``"+8(%sp):u64"``,
+        ``"+0(+0(%si)):string"``, ``"@jiffies:u64"``, ``"$stack1"``, ``"$arg2"``).  The handler
+        then reads exactly those bytes (``s.read_memory``, ``s.read_string``, ``regs.arg(7)``)
+        as they were at the hit; another read raises :class:`~kpsdk.errors.TargetError`.
+        Declare before registering (a registered probe's point is updated at the next stop)."""
+        from kpsdk.errors import SymbolError, TraceDefinitionError
+
+        parsed = parse_fetches(self.arch, fetches)
+
+        def symbol(node: Any) -> int:
+            if node.kind != "sym":
+                raise TargetError("a kernel has no file offsets (@+OFFSET)")
+            try:
+                return (self.symbols.resolve(node.name) + node.value) & self.arch.word_mask
+            except SymbolError as exc:
+                raise TraceDefinitionError("BAD_MEM_ADDR", node.name, 0, f"unknown symbol {node.name!r}") from exc
+
+        declared = self._declared.get(probe, []) + [(f, t, symbol) for f, t in parsed]
+        old = self._declared.get(probe)
+        self._declared[probe] = declared
+        try:
+            self._plan([probe])
+        except BaseException:
+            if old is None:
+                del self._declared[probe]
+            else:
+                self._declared[probe] = old
+            raise
+        self._refresh(probe)
+
+    def declare_fetches(self, probe: Probe, args: Sequence[BoundArg]) -> None:
+        """A trace event's fetch arguments, read by the plugin at the hit; fetches the plugin
+        cannot read (more than it reads per hit...) put the probe on gdb's path instead."""
+        self._declared[probe] = bound_fetches(args)
+        try:
+            self._plan([probe])
+        except TargetError:
+            del self._declared[probe]
+            self._gdb_only.add(probe)
+
+    def _refresh(self, probe: Probe) -> None:
+        point = self.manager.point_of(probe)
+        if point is not None and point.mechanism == "plugin" and point.active:
+            self._put(point, int(point.state["plugin"]))  # type: ignore[call-overload]
+            if not self._dispatching:
+                self.table.commit()
+
     # -- arming ------------------------------------------------------------------------
 
     def plugin_can_serve(self, point: ProbePoint) -> bool:
-        """Kprobes only (letter ``k``), no post_handler, not kpsdk's own points."""
+        """Kprobes only (letter ``k``), no post_handler, not kpsdk's own points, not a trace
+        probe whose fetches the plugin cannot read."""
         return (not point.internal and not point.needs_step and point.addr not in self._return_bps
-                and point.addr not in self._stop_hooks and all(p.letter == "k" for p in point.probes))
+                and point.addr not in self._stop_hooks and all(p.letter == "k" for p in point.probes)
+                and not any(p in self._gdb_only for p in point.probes))
 
     def sync_point(self, point: ProbePoint, force: bool = False) -> None:
         on_plugin = point.mechanism == "plugin"
@@ -148,10 +243,12 @@ class PluginTarget(GdbTarget):
         super().sync_point(point, force)
 
     def _put(self, point: ProbePoint, ident: int) -> None:
-        stream = any(p.pre_handler is not None for p in point.active)
+        handled = [p for p in point.active if p.pre_handler is not None]
+        stream = bool(handled)
         regs = [index for _, index, _ in self._registers()] if stream else []
+        mem = self._plan(handled, ident if stream else None)
         self._drain()  # records already written were written with the entry's old layout
-        self.table.put(ident, point.addr, regs, (), stream)
+        self.table.put(ident, point.addr, regs, mem, stream)
         self._note_streaming()
 
     def _note_streaming(self) -> None:
@@ -285,6 +382,7 @@ class PluginTarget(GdbTarget):
             cache.clear()
             cache.update(zip(names, record.regs, strict=False))
             cache[pc_name] = record.pc
+            self._hit_memory.reads = record.mem
             self._record = record
             try:
                 new = point.run_pre(regs)
@@ -304,9 +402,15 @@ class PluginTarget(GdbTarget):
         return self._snap if self._record is not None else super().regs()
 
     def read_memory(self, addr: int, size: int) -> bytes:
+        """At a plugin hit: from the memory the probe declared, as the plugin read it at the hit."""
         if self._record is not None:
-            return _no_memory(addr, size)
+            return self._hit_memory.read(addr, size)
         return super().read_memory(addr, size)
+
+    def read_cstring(self, addr: int, max: int) -> bytes:  # noqa: A002 - as Target.read_cstring
+        if self._record is not None:
+            return self._hit_memory.cstring(addr, max)
+        return super().read_cstring(addr, max)
 
     def write_memory(self, addr: int, data: bytes) -> None:
         if self._record is not None:
@@ -323,8 +427,9 @@ class PluginTarget(GdbTarget):
         return self._snap.sp & ~(self.arch.kernel_stack_size - 1)
 
     def task_info(self) -> TaskInfo | None:
-        """At a plugin hit: the vCPU and, from the snapshot's flags, irqs-off; the comm and pid
-        live in guest memory the plugin does not read yet (``<...>-0``)."""
+        """At a plugin hit: the vCPU, irqs-off from the snapshot's flags, and, where a trace
+        asked for the task (:meth:`prepare_tasks`), comm, pid and the other flags from the
+        task's memory the plugin read at the hit; else ``<...>-0``."""
         record = self._record
         if record is None:
             return super().task_info()
@@ -335,10 +440,51 @@ class PluginTarget(GdbTarget):
             return TaskInfo(UNKNOWN_COMM, 0, record.vcpu)
         flags = self._snap_io.cache.get(self._raw_register(tasks.flags_register).gdb)
         irqs_off = tasks.irqs_disabled(flags) if flags is not None else False
+        k = self._task_read.get(record.ident)
+        layout = self._task_layout
+        if k is not None and layout is not None and k < len(record.mem):
+            percpu = record.mem[k][0] - layout.current
+            try:
+                comm, pid, lat = layout.read(self._hit_memory.read, percpu, self.arch.word_size, self.arch.endian,
+                                             irqs_off, tasks)
+            except TargetFault:
+                pass  # current's memory was not readable at the hit
+            else:
+                return TaskInfo(comm, pid, record.vcpu, lat)
         return TaskInfo(UNKNOWN_COMM, 0, record.vcpu, lat_flags(irqs_off))
 
+    def prepare_tasks(self) -> str:
+        """gdb's answer for gdb-path hits; for plugin hits the plugin reads current's task
+        at the hit, through the per-cpu base register, when the kernel's layout is known."""
+        note = super().prepare_tasks()
+        tasks = self.arch.kernel_tasks
+        if self._task_layout is None or tasks is None or tasks.current_register is not None:
+            return f"{note}; plugin hits: <...>-0 (not yet: the kernel's layout is found from its code only at a " \
+                   "gdb hit)" if self._task_layout is None else note
+        self._task_percpu = self._register_index(tasks.percpu_register)
+        if self._task_percpu is None:
+            return f"{note}; plugin hits: <...>-0 (the plugin cannot read {tasks.percpu_register})"
+        for ident, point in self._by_ident.items():
+            if point.active:
+                self._put(point, ident)
+        if not self._dispatching:
+            self.table.commit()
+        return f"{note}; on plugin hits read by the plugin at the hit"
+
     def reads_comm(self) -> bool:
-        return False  # comm is in guest memory: not in a plugin hit's snapshot
+        """``$comm`` on plugin hits: once a trace asked for the task (read at the hit)."""
+        return self._task_percpu is not None
+
+    # -- timestamps: at the hit ---------------------------------------------------------------
+
+    def prepare_clock(self) -> str:
+        return CLOCK_NOTE
+
+    def clock_ns(self) -> int | None:
+        """At a plugin hit: the host's CLOCK_MONOTONIC when it happened (the plugin read it);
+        at a gdb-path hit, the same clock now (the guest is stopped at the hit)."""
+        record = self._record
+        return record.time_ns if record is not None else time.monotonic_ns()
 
     def close(self) -> None:
         super().close()

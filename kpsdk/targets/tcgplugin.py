@@ -3,7 +3,7 @@
 The plugin instruments probed instructions when QEMU translates them and reports each
 hit through one shared file, mapped by both sides (the layout is the C file's)::
 
-    header (64 bytes) | entries[capacity] (144 bytes each) | ring (ring_size bytes)
+    header (64 bytes) | entries[capacity] (288 bytes each) | ring (ring_size bytes)
 
 kpsdk writes entries (address, registers and memory to read, flags) only while the guest
 is stopped under gdb: QEMU's gdbstub flushed the translation cache at that stop, so after
@@ -35,14 +35,18 @@ from kpsdk.errors import TargetError, ToolMissingError
 
 SOURCE = Path(__file__).with_name("tcgplugin") / "kpsdk_tcg.c"
 MAGIC = 0x3154504B  # "KPT1"
-VERSION = 1
+VERSION = 2
 HEADER = struct.Struct("<IIQIIQQQQQ")  # magic version generation capacity nregs ring_size head tail ready progress
-ENTRY_SIZE = 144
+ENTRY_SIZE = 288
 ENTRY_HEAD = struct.Struct("<QQIIII")  # addr hits id flags nregs nmem
 MAX_REGS = 24
-MAX_MEM = 3
-MAX_MEM_SIZE = 256
+MAX_MEM = 12
+MAX_MEM_SIZE = 4096
 F_ENABLED, F_STREAM = 1, 2
+#: a memory read's flags (M_STRING: up to its NUL) and a record's status for it (R_FAULT: unreadable)
+M_STRING, R_FAULT = 1, 1
+#: MemFetch.reg: an absolute address; the word an earlier read loaded is CHAIN - k
+ABSOLUTE, CHAIN = -1, -2
 #: offsets inside the header and an entry
 _GENERATION, _HEAD, _TAIL, _READY, _PROGRESS, _NREGS = 8, 32, 40, 48, 56, 20
 _HITS, _REGS, _DROPPED, _MEM = 8, 32, 80, 88
@@ -80,12 +84,15 @@ def build_plugin(source: Path = SOURCE) -> Path:
 
 @dataclass(frozen=True)
 class MemFetch:
-    """Memory the plugin reads at a hit: ``size`` bytes at register ``reg`` (an index, -1: none)
-    plus ``offset``."""
+    """Memory the plugin reads at a hit: ``size`` bytes at ``offset`` plus the base ``reg``
+    names: a register (its index), none (:data:`ABSOLUTE`), or the word read ``k`` of the same
+    hit loaded (``CHAIN - k``, an earlier read: a dereference chain).  A ``string`` stops
+    after its NUL (``size`` bytes at most, the NUL included)."""
 
     reg: int
     offset: int
     size: int
+    string: bool = False
 
 
 @dataclass
@@ -104,13 +111,15 @@ class Entry:
 @dataclass(frozen=True)
 class Record:
     """One hit as the plugin streamed it: the point's id, the vCPU, the address, the
-    registers asked for (raw 8-byte slots), the memory (None where it could not be read)."""
+    registers asked for (raw 8-byte slots), the host's CLOCK_MONOTONIC at the hit (ns), the
+    memory read as (address, bytes; None where it could not be read)."""
 
     ident: int
     vcpu: int
     pc: int
     regs: tuple[int, ...]
-    mem: tuple[bytes | None, ...]
+    mem: tuple[tuple[int, bytes | None], ...]
+    time_ns: int = 0
 
 
 class ProbeTable:
@@ -134,7 +143,7 @@ class ProbeTable:
         self.entries: dict[int, Entry] = {}  # ident -> entry
         self._free = list(range(capacity - 1, -1, -1))
         self._dirty = False
-        self._layouts: dict[int, tuple[int, tuple[int, ...]]] = {}  # ident -> (nregs, memory sizes)
+        self._layouts: dict[int, tuple[int, int]] = {}  # ident -> (registers, memory reads)
         self._progress = 0
 
     # -- kpsdk's side: entries --------------------------------------------------------
@@ -176,8 +185,9 @@ class ProbeTable:
         struct.pack_into(f"<{len(e.regs)}H", self.map, at + _REGS, *e.regs)
         struct.pack_into("<Q", self.map, at + _DROPPED, dropped)
         for i, m in enumerate(e.mem):
-            struct.pack_into("<hHIq", self.map, at + _MEM + 16 * i, m.reg, m.size, 0, m.offset)
-        self._layouts[e.ident] = (len(e.regs), tuple(m.size for m in e.mem))
+            struct.pack_into("<hHIq", self.map, at + _MEM + 16 * i, m.reg, m.size, M_STRING if m.string else 0,
+                             m.offset)
+        self._layouts[e.ident] = (len(e.regs), len(e.mem))
         self._dirty = True
 
     def commit(self) -> None:
@@ -238,16 +248,16 @@ class ProbeTable:
         record_head = _RECORD_HEAD.unpack_from
         out: list[Record] = []
         while at < end:
-            ident, length, vcpu, pc = record_head(data, at)
-            nregs, sizes = layouts.get(ident, (0, ()))
+            ident, length, vcpu, pc, time_ns = record_head(data, at)
+            nregs, nmem = layouts.get(ident, (0, 0))
             regs = _regs_struct(nregs).unpack_from(data, at + 32)
-            mems: list[bytes | None] = []
+            mems: list[tuple[int, bytes | None]] = []
             p = at + 32 + 8 * nregs
-            for size in sizes:
-                got = struct.unpack_from("<I", data, p)[0]
-                mems.append(bytes(data[p + 8:p + 8 + got]) if got else None)
-                p += 8 + (size + 7) // 8 * 8
-            out.append(Record(ident, vcpu, pc, regs, tuple(mems)))
+            for _ in range(nmem):
+                got, status, addr = _MEM_HEAD.unpack_from(data, p)
+                mems.append((addr, None if status & R_FAULT else bytes(data[p + 16:p + 16 + got])))
+                p += 16 + (got + 7) // 8 * 8
+            out.append(Record(ident, vcpu, pc, regs, tuple(mems), time_ns))
             at += length
         return out
 
@@ -255,7 +265,8 @@ class ProbeTable:
         self.map.close()
 
 
-_RECORD_HEAD = struct.Struct("<IIQQ")  # id length vcpu pc (then 8 reserved bytes)
+_RECORD_HEAD = struct.Struct("<IIQQQ")  # id length vcpu pc time_ns
+_MEM_HEAD = struct.Struct("<IIQ")  # bytes read, status, address
 
 
 @functools.cache

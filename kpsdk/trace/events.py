@@ -524,6 +524,7 @@ class Trace:
         for event in sorted(events, key=lambda e: e.definition.is_return):
             event.probe = self._make_probe(registry, event)
             event.probe.name = event.name
+            session.target.declare_fetches(event.probe, event.args)
             probes.append(event.probe)
         session.register_many(probes)
         alive = alive_events(session)

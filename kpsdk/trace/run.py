@@ -31,6 +31,7 @@ from kpsdk.cli.options import (
     ArchOpt,
     InitrdOpt,
     KernelOpt,
+    MechanismOpt,
     ProgArgOpt,
     QemuArgOpt,
     SymbolsOpt,
@@ -305,6 +306,7 @@ def cmd_trace(
     symbols: SymbolsOpt = None,
     arch: ArchOpt = None,
     qemu_arg: QemuArgOpt = None,
+    mechanism: MechanismOpt = None,
     no_prefix: Annotated[bool, typer.Option(
         "--no-prefix", rich_help_panel=OUTPUT_PANEL,
         help="text: the event bodies only (EVENT: (sym+0x0/0x14) a=2), without the kernel's task/CPU/flags/time "
@@ -340,7 +342,8 @@ def cmd_trace(
             "no output format is loaded (blocked with -p no:trace-formats?)"
         raise typer.BadParameter(f"{output!r}: {want}", param_hint="--output") from None
     definitions = _definitions(event, file)
-    given = given_target_options(prog_arg, kernel, initrd, append, symbols, arch, qemu_arg, sysroot=sysroot)
+    given = given_target_options(prog_arg, kernel, initrd, append, symbols, arch, qemu_arg, sysroot=sysroot,
+                                 mechanism=mechanism)
     choice = _target_choice(target_arg, target, given)
     fn_args = parse_call(call) if call is not None else None
     if fn_args is not None and choice.kind in LIVE_KINDS:

@@ -7,15 +7,19 @@
  * nanoseconds.  kpsdk (kpsdk/targets/tcgplugin.py) owns one shared file,
  * mapped here and there:
  *
- *   header (64 bytes) | entries[capacity] (128 bytes each) | ring (ring_size bytes)
+ *   header (64 bytes) | entries[capacity] (288 bytes each) | ring (ring_size bytes)
  *
  * kpsdk edits the entries only while the guest is stopped under gdb (QEMU's
  * gdbstub has flushed the translation cache by then), then bumps
  * `generation`; the next translation here rebuilds the address lookup.  At a
  * probed instruction the callback counts the hit in its entry and, for an
  * entry that streams, appends one record to the ring: the point's id, the
- * registers it asked for (raw, target byte order, in 8-byte slots) and the
- * memory it asked for (register + offset, up to 256 bytes each).  A full ring
+ * registers it asked for (raw, target byte order, in 8-byte slots), the host's
+ * CLOCK_MONOTONIC at the hit, and the memory it asked for: up to MAX_MEM reads
+ * at a register + offset, an absolute address, or the pointer an earlier read
+ * of the same hit loaded + offset (a dereference chain, as a kprobe_events
+ * fetch argument `+0(+8(%di))` does), each a fixed size or a string up to its
+ * NUL (up to 4096 bytes).  A full ring
  * makes the hit wait for kpsdk to take records (the guest then runs at the
  * pace of kpsdk's handlers); only when kpsdk makes no progress for 10 s is the
  * record dropped and counted (`dropped` in the entry): kpsdk reports it as the probe's nmissed,
@@ -86,11 +90,15 @@ __attribute__((visibility("default"))) int qemu_plugin_version = 4;
 /* ---- the shared file (kpsdk/targets/tcgplugin.py has the same layout) ---- */
 #define KPT_MAGIC 0x3154504bu /* "KPT1" */
 #define MAX_REGS 24
-#define MAX_MEM 3
-#define MAX_MEM_SIZE 256
+#define MAX_MEM 12
+#define MAX_MEM_SIZE 4096
+/* a string is read in pieces of this size (never across a page): most end in the first */
+#define STRING_PIECE 64
 #define MAX_KNOWN_REGS 512
 
 enum { F_ENABLED = 1, F_STREAM = 2 };
+enum { M_STRING = 1 };          /* memfetch flags */
+enum { R_FAULT = 1 };           /* a record's memory status: not (wholly) readable */
 
 struct header {
     uint32_t magic, version;
@@ -105,9 +113,9 @@ struct header {
 };
 
 struct memfetch {
-    int16_t reg;                /* register index, -1: an absolute address */
-    uint16_t size;              /* bytes, <= MAX_MEM_SIZE */
-    uint32_t pad;
+    int16_t reg;                /* register index; -1: an absolute address; -2-k: the word read k loaded */
+    uint16_t size;              /* bytes (a string: at most, its NUL included), <= MAX_MEM_SIZE */
+    uint32_t flags;             /* M_STRING: stop after the NUL */
     int64_t offset;
 };
 
@@ -125,7 +133,7 @@ struct entry {
 };
 
 _Static_assert(sizeof(struct header) == 64, "header layout");
-_Static_assert(sizeof(struct entry) == 144, "entry layout");
+_Static_assert(sizeof(struct entry) == 288, "entry layout");
 
 static struct header *hdr;
 static struct entry *entries;
@@ -238,9 +246,11 @@ static void on_hit(unsigned int vcpu, void *userdata)
     if (!(e->flags & F_STREAM)) {
         return;
     }
-    /* record: u32 id, u32 length, u64 vcpu, u64 pc, u64 regs[nregs], then per memory fetch
-     * u32 bytes read (0: unreadable), u32 0, the bytes padded to 8 */
-    uint64_t buf[4 + MAX_REGS + MAX_MEM * (1 + MAX_MEM_SIZE / 8)];
+    /* record: u32 id, u32 length, u64 vcpu, u64 pc, u64 host CLOCK_MONOTONIC ns, u64 regs[nregs],
+     * then per memory read: u32 bytes read, u32 status (R_FAULT), u64 address, the bytes padded to 8 */
+    uint64_t buf[4 + MAX_REGS + MAX_MEM * (2 + MAX_MEM_SIZE / 8)];
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
     uint32_t nregs = e->nregs < MAX_REGS ? e->nregs : MAX_REGS;
     uint32_t nmem = e->nmem < MAX_MEM ? e->nmem : MAX_MEM;
     uint64_t *w = buf + 4;
@@ -256,43 +266,71 @@ static void on_hit(unsigned int vcpu, void *userdata)
         }
         *w++ = v;
     }
+    uint64_t loaded[MAX_MEM];  /* each read's first word (little-endian host): a chain's base */
+    bool readable[MAX_MEM];
     for (uint32_t i = 0; i < nmem; i++) {
         const struct memfetch *m = &e->mem[i];
         uint64_t base = 0;
         uint32_t size = m->size <= MAX_MEM_SIZE ? m->size : MAX_MEM_SIZE;
-        uint32_t got = 0;
+        uint32_t got = 0, status = 0;
+        bool string = (m->flags & M_STRING) != 0;
         if (m->reg >= 0 && (unsigned int)m->reg < n_known_regs) {
             g_byte_array_set_size(scratch, 0);
             int n = qemu_plugin_read_register(reg_handle[m->reg], scratch);
             if (n > 0) {
                 memcpy(&base, scratch->data, n > 8 ? 8 : (size_t)n);
             }
+        } else if (m->reg <= -2) {
+            uint32_t k = (uint32_t)(-2 - m->reg);
+            if (k >= i || !readable[k]) {
+                status = R_FAULT;  /* the pointer it dereferences could not be read */
+            } else {
+                base = loaded[k];
+            }
         }
         uint64_t addr = base + (uint64_t)m->offset;
-        uint8_t *bytes = (uint8_t *)(w + 1);
-        /* page by page: a string may end before an unmapped page */
-        while (got < size) {
+        uint8_t *bytes = (uint8_t *)(w + 2);
+        /* piece by piece, never across a page: the bytes asked for may end before an unmapped page */
+        bool ended = false;
+        while (status == 0 && got < size && !ended) {
             uint32_t chunk = 4096 - (uint32_t)((addr + got) & 4095);
             if (chunk > size - got) {
                 chunk = size - got;
             }
+            if (string && chunk > STRING_PIECE) {
+                chunk = STRING_PIECE;
+            }
             g_byte_array_set_size(scratch, 0);
             if (!qemu_plugin_read_memory_vaddr(addr + got, scratch, chunk)) {
+                status = R_FAULT;
                 break;
+            }
+            if (string) {
+                const uint8_t *nul = memchr(scratch->data, 0, chunk);
+                if (nul != NULL) {
+                    chunk = (uint32_t)(nul - scratch->data) + 1;
+                    ended = true;
+                }
             }
             memcpy(bytes + got, scratch->data, chunk);
             got += chunk;
         }
-        *w = got;  /* the low half: the bytes read (little-endian host) */
-        memset(bytes + got, 0, ((size + 7) & ~7u) - got);
-        w += 1 + (size + 7) / 8;
+        readable[i] = status == 0 && got >= 8;
+        loaded[i] = 0;
+        if (readable[i]) {
+            memcpy(&loaded[i], bytes, 8);
+        }
+        w[0] = (uint64_t)got | ((uint64_t)status << 32);  /* little-endian host */
+        w[1] = addr;
+        memset(bytes + got, 0, ((got + 7) & ~7u) - got);
+        w += 2 + (got + 7) / 8;
     }
     uint64_t len = (uint64_t)(w - buf) * 8;
     uint32_t words[2] = {e->id, (uint32_t)len};
     memcpy(buf, words, sizeof(words));
     buf[1] = vcpu;
     buf[2] = site->addr;
-    buf[3] = 0;
+    buf[3] = (uint64_t)now.tv_sec * 1000000000ull + (uint64_t)now.tv_nsec;
     uint64_t head = hdr->head;
     if (!ring_room(head, len)) {
         e->dropped++;
@@ -387,7 +425,7 @@ int qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_t *info, int argc, 
     }
     hdr = map;
     uint64_t need = sizeof(struct header) + (uint64_t)hdr->capacity * sizeof(struct entry) + hdr->ring_size;
-    if (hdr->magic != KPT_MAGIC || hdr->version != 1 || need > (uint64_t)st.st_size
+    if (hdr->magic != KPT_MAGIC || hdr->version != 2 || need > (uint64_t)st.st_size
         || hdr->ring_size == 0 || (hdr->ring_size & (hdr->ring_size - 1)) != 0) {
         fprintf(stderr, "kpsdk_tcg: %s is not a kpsdk table of this version\n", table);
         return 1;
