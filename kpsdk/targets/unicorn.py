@@ -382,7 +382,8 @@ class UnicornTarget(Target):
         if self._bp_points:
             hidden, at = self._bp_hidden, self._bp_sorted
             for a in at[bisect.bisect_left(at, addr - MAX_TRAP + 1):bisect.bisect_left(at, addr + size)]:
-                _put_back(data, addr, a, hidden[a])
+                if a + len(hidden[a]) > addr:  # a trap before addr reaching into the read
+                    _put_back(data, addr, a, hidden[a])
         if self.detours is not None and self.detours.by_addr:
             for det in self.detours.covering(addr, size):
                 _put_back(data, addr, det.point.addr, det.original)
@@ -482,8 +483,11 @@ class UnicornTarget(Target):
             return ("hook", False)
         if self.manager.optimization and (point.optimized or self._n_optimized < OPT_LIMIT):
             return ("hook", True)
-        if self._slot_code(point, self._peek_slot()) is None:
+        slot = self._peek_slot()
+        code = self._slot_code(point, slot)
+        if code is None:
             return ("hook", False)
+        point.state["booster"] = (slot, code)  # what _arm writes there, unless another slot comes first
         return ("breakpoint", False)
 
     def sync_point(self, point: ProbePoint, force: bool = False) -> None:
@@ -517,7 +521,8 @@ class UnicornTarget(Target):
                 self._hook_points[addr] = point
         else:
             slot = self._alloc_slot()
-            code = self._slot_code(point, slot)
+            booster = point.state.pop("booster", None)
+            code = booster[1] if booster is not None and booster[0] == slot else self._slot_code(point, slot)  # type: ignore[index]
             assert code is not None
             self.write_code(slot, code)
             bp = point.iset.unicorn_breakpoint.for_length(size)
