@@ -45,8 +45,13 @@ def decode_at(target: CodeView, addr: int, start: int, iset: InstructionSet) -> 
     Registration was mostly this (issue 19), so the walk from ``start`` is
     made without capstone's details, over 256 bytes of the function at a
     time, and remembered per function (:func:`_walk`, checked against the
-    bytes read now: changed code is walked again); only the instruction at
-    ``addr`` is decoded in detail, alone.
+    bytes read now: changed code is walked again); the walk keeps each
+    instruction's size, mnemonic and operands.  What the probe manager needs
+    beyond them (boostable, refused, condition) depends on the instruction's
+    bytes only, so it is decoded in detail once per distinct instruction and
+    kept (:func:`_classes`).  An ARM Thumb instruction that may sit in an IT
+    block takes its condition from the instructions before it: that one is
+    decoded in detail with them, every time.
     """
     arch = target.arch
     iset = iset or arch.isets[0]
@@ -54,32 +59,30 @@ def decode_at(target: CodeView, addr: int, start: int, iset: InstructionSet) -> 
     if addr - start > MAX_LINEAR or start > addr:
         start = addr
     want = addr - start + 16
-    code = b""
-    for size in ((want + _CHUNK - 1) & ~(_CHUNK - 1) if start != addr else want, want,
-                 addr - start + iset.min_insn):
-        try:
-            code = target.read_memory(start, size)
-            break
-        except TargetFault:
-            if size == addr - start + iset.min_insn:
-                raise
-    at = addr
     if start != addr:
-        marks = _walk(target, md, code, start, iset)
+        code, marks = _walk(target, md, start, want, iset)
         mark = marks.get(addr)
         if mark is None:  # the walk stopped before addr (data in the function): addr on its own
             return decode_at(target, addr, addr, iset)
-        if not mark:
+        if not isinstance(mark, tuple):  # False: inside an instruction
             return None
-        if iset.thumb_bit:  # an IT block's condition comes from its IT, up to 4 instructions back
-            back = 0
-            for a in range(addr - 1, max(start, addr - 20) - 1, -1):
-                if marks.get(a):
-                    at, back = a, back + 1
-                    if back == 4:
-                        break
+        if not iset.thumb_bit:
+            return _decoded(arch, md, iset, addr, code[addr - start:addr - start + mark[0]], mark)
+    else:
+        code = _read(target, addr, want, addr + iset.min_insn)
+        lite = next(md.disasm_lite(code, addr, 1), None)
+        if lite is None:
+            return None
+        return _decoded(arch, md, iset, addr, code[:lite[1]], lite[1:])
+    at = addr
+    back = 0  # an IT block's condition comes from its IT, up to 4 instructions back
+    for a in range(addr - 1, max(start, addr - 20) - 1, -1):
+        if marks.get(a):
+            at, back = a, back + 1
+            if back == 4:
+                break
     found = None
-    # one instruction in detail; up to 5 when looking back from an IT block (capstone decodes them all)
+    # the instruction in detail, with up to 4 before it (capstone decodes them all)
     for insn in md.disasm(code[at - start:addr - start + 16], at, 1 if at == addr else 5):
         if insn.address == addr:
             found = insn
@@ -92,30 +95,86 @@ def decode_at(target: CodeView, addr: int, start: int, iset: InstructionSet) -> 
                    boostable, refused, cond)
 
 
+def _read(target: CodeView, addr: int, size: int, least: int) -> bytes:
+    """``size`` bytes at ``addr``, or fewer up to ``least`` where memory ends first."""
+    try:
+        return target.read_memory(addr, size)
+    except TargetFault:
+        return target.read_memory(addr, least - addr)
+
+
+def _decoded(arch: Arch, md: capstone.Cs, iset: InstructionSet, addr: int, raw: bytes,
+             lite: tuple[int, str, str]) -> Decoded | None:
+    """A :class:`Decoded` from a lite decode (size, mnemonic, operands) and the kept
+    classification of ``raw`` (decoded in detail the first time those bytes are seen)."""
+    classes = _classes(arch)
+    key = (iset.name, iset.capstone, raw)
+    known = classes.get(key)
+    if known is None:
+        found = next(md.disasm(raw, addr, 1), None)
+        if found is None or found.size != len(raw):
+            return None
+        boostable, refused = arch.insn.classify(found)
+        known = (boostable, refused, arch.conditions.of(found) if arch.conditions is not None else None)
+        if len(classes) >= _CLASSES_MAX:
+            classes.clear()
+        classes[key] = known
+    return Decoded(addr, lite[0], lite[1], lite[2], raw, *known)
+
+
+#: per arch name: by (instruction set, its capstone mode, bytes) what classifying an instruction gave (boostable,
+#: refused, condition); bounded (cleared when full)
+_Classes = dict[tuple[str, tuple[int, int], bytes], tuple[bool, str | None, int | None]]
+_CLASSES: dict[str, _Classes] = {}
+_CLASSES_MAX = 1 << 16
+
+
+def _classes(arch: Arch) -> _Classes:
+    return _CLASSES.setdefault(arch.name, {})
+
+
 #: how much of a function one walk reads (rounded up to this): more walks again less often, but
 #: every read of probed memory looks up each probed address in it (the K10 overlay)
 _CHUNK = 0x100
-#: per code view, per (start, instruction set): the bytes walked, and by address whether an
-#: instruction starts there (True) or the address is inside one (False)
-_WALKS: weakref.WeakKeyDictionary[Any, dict[tuple[int, str], tuple[bytes, dict[int, bool]]]] = \
-    weakref.WeakKeyDictionary()
+#: per code view, per (start, instruction set): the bytes walked, by address what starts there
+#: (size, mnemonic, operands) or False inside an instruction, and the view's ``code_generation``
+_Walk = tuple[bytes, dict[int, "tuple[int, str, str] | bool"], "int | None"]
+_WALKS: weakref.WeakKeyDictionary[Any, dict[tuple[int, str], _Walk]] = weakref.WeakKeyDictionary()
 
 
-def _walk(target: CodeView, md: capstone.Cs, code: bytes, start: int, iset: InstructionSet) -> dict[int, bool]:
-    """The instruction boundaries of ``code`` decoded from ``start``: kept while
-    later reads show the same bytes (a walk over a longer read is made again)."""
+def _walk(target: CodeView, md: capstone.Cs, start: int, want: int,
+          iset: InstructionSet) -> tuple[bytes, dict[int, tuple[int, str, str] | bool]]:
+    """The code from ``start`` (at least ``want`` bytes where readable) and its instructions
+    decoded from ``start``.  A walk is kept per function; it is used without reading the
+    code again while the view's ``code_generation`` (an int that every change to the
+    code made through kpsdk, and every run, moves on; None where it cannot tell: live
+    targets, or a handler running) has not moved, else while the bytes read now agree
+    (a walk over a longer read is made again)."""
     try:
         walks = _WALKS.setdefault(target, {})
     except TypeError:  # a code view that cannot be weakly referenced: no cache
         walks = {}
     key = (start, iset.name)
     cached = walks.get(key)
+    generation = getattr(target, "code_generation", None)
+    if cached is not None and generation is not None and cached[2] == generation and len(cached[0]) >= want:
+        return cached[0], cached[1]
+    least = want - 16 + iset.min_insn
+    code = b""
+    for size in ((want + _CHUNK - 1) & ~(_CHUNK - 1), want, least):
+        try:
+            code = target.read_memory(start, size)
+            break
+        except TargetFault:
+            if size == least:
+                raise
     if cached is not None and len(cached[0]) >= len(code) and cached[0][:len(code)] == code:
-        return cached[1]
-    marks: dict[int, bool] = {}
-    for address, size, _, _ in md.disasm_lite(code, start):
-        marks[address] = True
+        walks[key] = (cached[0], cached[1], generation)
+        return cached[0], cached[1]
+    marks: dict[int, tuple[int, str, str] | bool] = {}
+    for address, size, mnemonic, op_str in md.disasm_lite(code, start):
+        marks[address] = (size, mnemonic, op_str)
         for inside in range(address + 1, address + size):
             marks[inside] = False
-    walks[key] = (bytes(code), marks)
-    return marks
+    walks[key] = (bytes(code), marks, generation)
+    return code, marks

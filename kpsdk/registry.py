@@ -50,6 +50,8 @@ class Registry:
     def __init__(self, load: tuple[str, ...] = (), block: tuple[str, ...] = (),
                  autoload: bool | None = None) -> None:
         self.pm = pluggy.PluginManager(GROUP)
+        #: :meth:`probe_type_for`'s answers by class, with the ``probe_types`` they came from
+        self._type_of_class: dict[type, tuple[dict[str, ProbeType], ProbeType]] = {}
         self.pm.add_hookspecs(hookspecs)
         for name in block:
             self.pm.set_blocked(name)
@@ -139,9 +141,14 @@ class Registry:
 
         :raises UnknownNameError: no loaded probe type has that class.
         """
+        types = self.probe_types
+        known = self._type_of_class.get(type(probe))
+        if known is not None and known[0] is types:  # one lookup per class (every registration asks)
+            return known[1]
         # most specific class first, so a Jprobe (a Kprobe subclass) finds its own type
-        for pt in sorted(self.probe_types.values(), key=lambda t: -len(t.probe_class.__mro__)):
+        for pt in sorted(types.values(), key=lambda t: -len(t.probe_class.__mro__)):
             if isinstance(probe, pt.probe_class):
+                self._type_of_class[type(probe)] = (types, pt)
                 return pt
         raise UnknownNameError("probe class", type(probe).__name__,
                                [t.probe_class.__name__ for t in self.probe_types.values()])

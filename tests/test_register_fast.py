@@ -130,3 +130,42 @@ def test_breakpoint_traps_in_host_backed_code_and_after_a_remap(remapped: bool) 
     assert bytes(s.target.uc.mem_read(0x400000, len(code))) == code
     assert s.call(0x400000, 9) == 10 and seen == [1, 2, 3]
     s.close()
+
+
+def test_instructions_with_the_same_bytes_keep_their_own_operands() -> None:
+    """Classification is kept per distinct instruction bytes (``kpsdk/decode.py``), but a
+    relative branch's operand text names its own target: two copies of one ``jmp rel8`` and
+    ``call rel32`` decode as a detailed decode at each address does."""
+    with kpsdk.open("unicorn:x86_64") as s:
+        code = 0x400000
+        s.target.map(code, 0x2000, "rx")  # type: ignore[attr-defined]
+        body = bytes.fromhex("eb02" "9090" "e800000000" "c3")
+        for at in (code, code + 0x1000):
+            s.target.uc.mem_write(at, body)  # type: ignore[attr-defined]
+        iset = s.target.iset_at(code, None)
+        for at in (code, code + 0x1000):
+            for off in (0, 2, 4, 9):
+                assert s.target.decode_at(at + off, at + off, iset) == reference(s, at + off, at + off, iset)
+        first, second = (s.target.decode_at(at, at, iset) for at in (code, code + 0x1000))
+        assert first is not None and second is not None and first.op_str != second.op_str
+
+
+def test_a_batch_leaves_the_garbage_collector_as_it_found_it() -> None:
+    """``register_kprobes`` pauses Python's cyclic collector for the batch, also when it fails."""
+    import gc
+
+    with kpsdk.open(f"elf:{fixtures.path('x86_64')}") as s:
+        inc = s.symbols.resolve("inc")
+        for enabled in (True, False):
+            (gc.enable if enabled else gc.disable)()
+            try:
+                probes = [kpsdk.Kprobe(addr=inc), kpsdk.Kprobe(addr=inc + 1)]  # inc+1 is inside the lea
+                with pytest.raises(kpsdk.KprobeError):
+                    s.register_kprobes(probes)
+                assert gc.isenabled() is enabled
+                assert not probes[0].registered  # K8: none
+                s.register_kprobes(probes[:1])
+                assert gc.isenabled() is enabled
+                s.unregister_kprobes(probes[:1])
+            finally:
+                gc.enable()

@@ -96,6 +96,9 @@ OPT_LIMIT = 32
 PROMOTE_EVERY = 256
 AREA_SIZE = 0x200000  # kpsdk's own area: sentinel + out-of-line slots, then DATA_SIZE the guest writes
 SLOT_SIZE = 32
+#: the longest trap a breakpoint-path point writes (ARM, riscv64: 4 bytes): a read looks this far
+#: back for a trap reaching into it (K10)
+MAX_TRAP = 4
 SLOT_BASE = 0x100  # offset of the first slot in kpsdk's area (the sentinel is at 0)
 STACK_TOP = 0x7FFF0000
 STACK_SIZE = 0x100000
@@ -153,6 +156,15 @@ class UnicornTarget(Target):
         #: ``uc.mem_regions()`` as last read: dropped by :meth:`map` and by every run (a
         #: program may map or protect memory), re-read on a miss (see :meth:`_region`)
         self._regions: list[tuple[int, int, int]] | None = None
+        #: translations to drop before the next run: ``(begin, end)`` ranges that registration
+        #: changed outside a run, dropped once, merged, as the run starts (:meth:`_drop_translations`)
+        self._stale: list[tuple[int, int]] = []
+        #: pages of host-backed code where a trap written by memmove was read back through
+        #: Unicorn since the last run or map (:meth:`_write_trap`); emptied with ``_regions``
+        self._host_checked: set[int] = set()
+        #: moves on at every change to memory made through kpsdk and at every run (see
+        #: :attr:`code_generation`)
+        self._generation = 0
         self.symbols = SymbolTable()
         self.manager = ProbeManager(self)
         self.default_iset = arch.iset(default_iset)
@@ -162,6 +174,10 @@ class UnicornTarget(Target):
         self._rv = arch.register(arch.return_value)
         self.hit_regs = PtRegs.create(arch, self.fast, arch.abi(abi_kind), self.read_memory, self.read_word)
         self._bp_points: dict[int, ProbePoint] = {}
+        #: the breakpoint-path points' addresses, sorted, and the bytes each one's trap hides:
+        #: a read finds the traps inside it by bisection (K10)
+        self._bp_sorted: list[int] = []
+        self._bp_hidden: dict[int, bytes] = {}
         self._slot_points: dict[int, ProbePoint] = {}
         self._hook_points: dict[int, ProbePoint] = {}
         #: software single-step for post_handlers: persistent successor hooks, one pending step
@@ -232,7 +248,7 @@ class UnicornTarget(Target):
         if host is None:
             host = "x" in perms
         buf = mmap.mmap(-1, end - start) if host else None
-        self._regions = None
+        self._forget_memory()
         try:
             if buf is None:
                 self.uc.mem_map(start, end - start, prot)
@@ -246,20 +262,73 @@ class UnicornTarget(Target):
             bisect.insort(self._host_code, (start, end, buf), key=lambda r: r[0])
         return buf
 
+    def _forget_memory(self) -> None:
+        """What kpsdk knows of the memory map and the code may be wrong from now on:
+        kpsdk maps memory, or a run starts (the program may map, unmap, protect or
+        change its code)."""
+        self._regions = None
+        self._host_checked.clear()
+        self._generation += 1
+
+    @property
+    def code_generation(self) -> int | None:
+        """An int that moves on whenever the code may have changed: memory mapped or written
+        through kpsdk (:meth:`map`, :meth:`write_memory`), and every run.  Decoding keeps a
+        function's walk while it stays the same (:mod:`kpsdk.decode`), instead of reading
+        the function again at each registration.  None while a run is under way (a handler
+        registering: the program may have changed its code since the run began).  Bytes
+        written behind kpsdk's back (``target.uc.mem_write``) do not move it."""
+        return None if self._depth else self._generation
+
     def _write_trap(self, addr: int, data: bytes) -> None:
         """Write a trap over a probed instruction, or its bytes back (the caller drops
         the translations).  In host-backed code a memmove, checked by reading it back
         through Unicorn: a program that unmapped the memory and mapped other memory
-        there no longer uses the buffer, and then ``uc_mem_write`` does it."""
+        there no longer uses the buffer, and then ``uc_mem_write`` does it.  Outside a
+        run the check is made once per page (until the next run or map: only a run
+        can remap the program's memory)."""
         code = self._host_code
         i = bisect.bisect_right(code, addr, key=lambda r: r[0]) - 1
         if i >= 0:
             start, end, buf = code[i]
             if addr + len(data) <= end:
                 buf[addr - start:addr - start + len(data)] = data
+                checked = self._host_checked
+                page = addr & ~(PAGE - 1)
+                if page in checked and (addr + len(data) - 1) & ~(PAGE - 1) in checked and not self._depth:
+                    return
                 if self._mem_read(addr, len(data)) == data:
+                    if not self._depth:
+                        checked.add(page)
+                        checked.add((addr + len(data) - 1) & ~(PAGE - 1))
                     return
         self._mem_write(addr, data)
+
+    def _drop_translations(self, begin: int, end: int) -> None:
+        """Make Unicorn translate ``[begin, end)`` again before it runs it.  Inside a run (a
+        handler registering) at once; outside one, at the start of the next run, all the
+        ranges merged (:meth:`_flush_stale`): dropping translations cost 22-35 us a call
+        whatever the span (docs/performance.md), twice per registered probe."""
+        if self._depth:
+            self._remove_cache(begin, end)
+        else:
+            self._stale.append((begin, end))
+
+    def _flush_stale(self) -> None:
+        """Drop the translations registration left stale since the last run: one call per
+        run of ranges less than a page apart."""
+        stale, self._stale = self._stale, []
+        if not stale:
+            return
+        stale.sort()
+        begin, end = stale[0]
+        for b, e in stale[1:]:
+            if b > end + PAGE:
+                self._remove_cache(begin, end)
+                begin, end = b, e
+            elif e > end:
+                end = e
+        self._remove_cache(begin, end)
 
     def setup_area(self, base: int) -> None:
         """Map kpsdk's own area (blacklisted): a sentinel return address, then slots."""
@@ -311,8 +380,10 @@ class UnicornTarget(Target):
         except unicorn.UcError as e:
             raise TargetFault(f"cannot read {size} bytes: {e}", addr, self.symbols.format(addr)) from e
         if self._bp_points:
-            for point in self._overlapping(addr, size):
-                _put_back(data, addr, point.addr, point.insn.raw[: point.state["bp_len"]])  # type: ignore[index]
+            hidden, at = self._bp_hidden, self._bp_sorted
+            for a in at[bisect.bisect_left(at, addr - MAX_TRAP + 1):bisect.bisect_left(at, addr + size)]:
+                if a + len(hidden[a]) > addr:  # a trap before addr reaching into the read
+                    _put_back(data, addr, a, hidden[a])
         if self.detours is not None and self.detours.by_addr:
             for det in self.detours.covering(addr, size):
                 _put_back(data, addr, det.point.addr, det.original)
@@ -339,11 +410,6 @@ class UnicornTarget(Target):
             raise TargetFault(f"cannot read {self.arch.word_size} bytes: unmapped", addr, self.symbols.format(addr))
         return value
 
-    def _overlapping(self, addr: int, size: int) -> list[ProbePoint]:
-        if size < len(self._bp_points):
-            return [p for a in range(addr - 3, addr + size) if (p := self._bp_points.get(a)) is not None]
-        return [p for a, p in self._bp_points.items() if a + 4 > addr and a < addr + size]
-
     def write_memory(self, addr: int, data: bytes) -> None:
         probed = [a for a in list(self._bp_points) + list(self._hook_points) if a + 4 > addr and a < addr + len(data)]
         if self.detours is not None:  # a detoured entry: the whole of its displaced instructions
@@ -356,6 +422,7 @@ class UnicornTarget(Target):
         except unicorn.UcError as e:
             raise TargetFault(f"cannot write {len(data)} bytes: {e}", addr) from e
         self.uc.ctl_remove_cache(addr, addr + len(data))
+        self._generation += 1
 
     def _region(self, addr: int) -> tuple[int, int, int] | None:
         """The mapped region holding ``addr``, from the cached region list (registering
@@ -416,8 +483,11 @@ class UnicornTarget(Target):
             return ("hook", False)
         if self.manager.optimization and (point.optimized or self._n_optimized < OPT_LIMIT):
             return ("hook", True)
-        if self._slot_code(point, self._peek_slot()) is None:
+        slot = self._peek_slot()
+        code = self._slot_code(point, slot)
+        if code is None:
             return ("hook", False)
+        point.state["booster"] = (slot, code)  # what _arm writes there, unless another slot comes first
         return ("breakpoint", False)
 
     def sync_point(self, point: ProbePoint, force: bool = False) -> None:
@@ -451,7 +521,8 @@ class UnicornTarget(Target):
                 self._hook_points[addr] = point
         else:
             slot = self._alloc_slot()
-            code = self._slot_code(point, slot)
+            booster = point.state.pop("booster", None)
+            code = booster[1] if booster is not None and booster[0] == slot else self._slot_code(point, slot)  # type: ignore[index]
             assert code is not None
             self.write_code(slot, code)
             bp = point.iset.unicorn_breakpoint.for_length(size)
@@ -460,10 +531,12 @@ class UnicornTarget(Target):
             point.state.update(slot=slot, bp_len=len(bp), resume=resume)
             self._write_trap(addr, bp)
             self._bp_points[addr] = point
+            self._bp_hidden[addr] = point.insn.raw[:len(bp)]
+            bisect.insort(self._bp_sorted, addr)
             self._bp_lo, self._bp_hi = min(self._bp_lo, addr), max(self._bp_hi, addr)
             self._slot_points[slot] = point
         point.mechanism, point.optimized = mechanism, optimized
-        self._remove_cache(self._translated_from(point), addr + size)
+        self._drop_translations(self._translated_from(point), addr + size)
 
     def _translated_from(self, point: ProbePoint) -> int:
         """Where to drop translations from when ``point``'s bytes or hooks change: its
@@ -491,7 +564,7 @@ class UnicornTarget(Target):
             self._area_mem[off:off + len(code)] = code  # host memory: a memmove, not uc_mem_write's ~19 us
         else:
             self.uc.mem_write(addr, code)
-        self._remove_cache(addr, addr + len(code))
+        self._drop_translations(addr, addr + len(code))
 
     def _disarm(self, point: ProbePoint) -> None:
         addr = point.addr
@@ -509,6 +582,8 @@ class UnicornTarget(Target):
             self._slot_points.pop(slot, None)
             self._free_slots.append(slot)
             self._bp_points.pop(addr, None)
+            del self._bp_hidden[addr]
+            del self._bp_sorted[bisect.bisect_left(self._bp_sorted, addr)]
         elif point.mechanism in ("detour", "hooked-entry"):
             assert self.detours is not None
             self.detours.disarm(point)
@@ -517,7 +592,7 @@ class UnicornTarget(Target):
         else:
             return
         point.mechanism, point.optimized = None, False
-        self._remove_cache(self._translated_from(point), addr + point.insn.size)
+        self._drop_translations(self._translated_from(point), addr + point.insn.size)
 
     def _promote(self, point: ProbePoint) -> bool:
         """Give a hot breakpoint-path point the [OPTIMIZED] hook path.
@@ -1024,7 +1099,8 @@ class UnicornTarget(Target):
         return self._exit_status
 
     def _emu(self, begin: int, until: int, timeout: float | None) -> None:
-        self._regions = None  # the program may map, unmap or protect memory while it runs
+        self._forget_memory()  # the program may map, unmap or protect memory, or write code, while it runs
+        self._flush_stale()
         detours = self.detours
         if detours is None:
             self._emu_loop(begin, until, timeout)
