@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, ClassVar, Protocol
 
 from kpsdk.arch import Abi, Arch, Register
+from kpsdk.errors import ArgumentError
 
 
 class RegisterIO(Protocol):
@@ -41,19 +42,16 @@ class PtRegs:
     reaches after a failed lookup (handlers read registers on every hit).
     """
 
-    __slots__ = ("_arch", "_io", "_read", "_abi", "_table", "_read_mem", "_hit", "_arg_regs", "arg")
+    __slots__ = ("_arch", "_io", "_read", "_table", "_hit", "arg")
     _arch: Arch
     _io: RegisterIO
     _read: Callable[[Register], int]  # _io.read, held directly: one lookup less per read
-    _abi: Abi
     _table: dict[str, Register]
-    _read_mem: Callable[[int, int], bytes]
     #: per-hit state, a list so the hot path sets it in place: [new ip set by a handler
     #: or None, the probed address or None, the target's snapshot of the register
     #: arguments or None].  The target's own list where it has one (``io.hit``: its
     #: register writes clear the snapshot); every per-hit reset clears it.
     _hit: list[int | None]
-    _arg_regs: tuple[Register, ...]
     #: ``regs.arg(n)``: argument ``n`` (from 0) at function entry, per the session's ABI.
     #: Register arguments come from registers; the rest from the stack, where the
     #: calling convention puts them at entry (:func:`_stack_reader`).  A closure made per
@@ -86,10 +84,10 @@ class PtRegs:
         table["ip"] = table["pc"] = arch.register(arch.pc)
         table["sp"] = arch.register(arch.sp)
         table["return_value"] = arch.register(arch.return_value)
-        regs._arch, regs._io, regs._abi, regs._table, regs._read_mem = arch, io, abi, table, read_mem
+        regs._arch, regs._io, regs._table = arch, io, table
         regs._read = io.read
         regs._hit = getattr(io, "hit", None) or [None, None, None]
-        regs._arg_regs = arg_regs = tuple(arch.register(r) for r in abi.args)
+        arg_regs = tuple(arch.register(r) for r in abi.args)
         args_reader = getattr(io, "args_reader", None)
         if read_word is None:
             word, endian = arch.word_size, arch.endian
@@ -147,6 +145,12 @@ class PtRegs:
         return f"<PtRegs {self._arch.name} ip={self['ip']:#x} sp={self['sp']:#x}>"
 
 
+def bad_argument_number(n: object) -> ArgumentError:
+    """The error for ``regs.arg(n)`` with ``n`` not an argument number: a negative index
+    would otherwise read another argument's register silently."""
+    return ArgumentError(f"regs.arg(n) takes an argument number from 0, not {n!r}")
+
+
 def _stack_reader(read: Callable[[Register], int], sp: Register, base: int, word: int,
                   read_word: Callable[[int], int]) -> Callable[[int], int]:
     """``arg(n)``'s other half: argument ``n`` beyond the register arguments, from the
@@ -154,6 +158,8 @@ def _stack_reader(read: Callable[[Register], int], sp: Register, base: int, word
     offset from sp of argument 0 as if every argument were on the stack)."""
 
     def stack(n: int) -> int:
+        if type(n) is not int or n < 0:  # noqa: E721 - bool and int subclasses are not argument numbers
+            raise bad_argument_number(n)
         return read_word(read(sp) + base + word * n)
 
     return stack
@@ -164,7 +170,12 @@ def _args_reader(readers: tuple[Callable[[], int], ...], stack: Callable[[int], 
     count = len(readers)
 
     def arg(n: int) -> int:
-        return readers[n]() if n < count else stack(n)
+        try:
+            if 0 <= n < count:
+                return readers[n]()
+        except TypeError:
+            raise bad_argument_number(n) from None
+        return stack(n)
 
     return arg
 

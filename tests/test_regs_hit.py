@@ -128,3 +128,42 @@ def test_every_hit_of_one_run_reads_its_own_arguments(arch: str) -> None:
         args = [a for a, _ in seen]
         assert len(args) > 2 and args == sorted(args, reverse=True) and len(set(args)) == len(args)
         assert all(pair[:len(first)] == pair[len(first):] == [a][:len(first)] for a, pair in seen)
+
+
+@pytest.mark.parametrize("bad", [-1, -7, "0", 1.0, None])
+def test_an_argument_number_that_is_not_one_is_refused(arch: str, bad: Any) -> None:
+    """``regs.arg(-1)`` used to read the last register argument silently (a Python
+    index), ``regs.arg("0")`` raised a bare TypeError: both are kpsdk's ArgumentError,
+    which the run reports as the handler's error, and the handler's next read works."""
+    with kpsdk.open(f"elf:{fixtures.path(arch)}") as s:
+        errors: list[Exception] = []
+        good: list[int] = []
+
+        def look(p: kpsdk.Probe, regs: kpsdk.regs.PtRegs) -> int:
+            try:
+                regs.arg(bad)
+            except kpsdk.ArgumentError as e:
+                errors.append(e)
+            good.append(regs.arg(0))
+            return 0
+
+        s.register_kprobe(kpsdk.Kprobe(symbol_name="sum7", pre_handler=look))
+        s.call("sum7", 7, 6, 5, 4, 3, 2, 1)
+        assert good == [7]
+        assert len(errors) == 1 and "argument number from 0" in str(errors[0])
+
+
+def test_the_generic_argument_reader_refuses_the_same_numbers() -> None:
+    """Targets without a fast reader (the plugin's snapshot, live targets) share
+    ``_args_reader``: the same refusal, and register arguments still read."""
+    from kpsdk.registry import get_registry
+    from kpsdk.targets.pluginlive import SnapshotRegs
+
+    arch = get_registry().arch("x86_64")
+    io = SnapshotRegs(arch)
+    io.cache.update({"rdi": 5, "rsi": 6, "rsp": 0x1000})
+    regs = kpsdk.regs.PtRegs.create(arch, io, arch.abi("kernel"), lambda addr, n: bytes(n))
+    assert (regs.arg(0), regs.arg(1)) == (5, 6)
+    for bad in (-1, "0", 2.0):
+        with pytest.raises(kpsdk.ArgumentError, match="argument number from 0"):
+            regs.arg(bad)

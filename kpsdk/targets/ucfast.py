@@ -18,6 +18,7 @@ import unicorn
 from unicorn.unicorn_py3.unicorn import uc_hook_h, uclib
 
 from kpsdk.arch import Register
+from kpsdk.regs import bad_argument_number
 
 HOOK_CODE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint32, ctypes.c_void_p)
 HOOK_INTR = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_uint32, ctypes.c_void_p)
@@ -184,15 +185,18 @@ class FastRegs:
             ids_all = tuple(uc_ids)
 
             def arg(n: int) -> int:
-                if n < snapped:
-                    if hit[2] is None:
-                        read_batch(uch, ids, ptrs, snapped)
-                        hit[2] = vals
-                    return vals[n] & masks[n]
-                if n < count:
-                    reg_read(uch, ids_all[n], ref)
-                    return buf.value & masks[n]
-                return stack(n)
+                try:
+                    if 0 <= n < snapped:
+                        if hit[2] is None:
+                            read_batch(uch, ids, ptrs, snapped)
+                            hit[2] = vals
+                        return vals[n] & masks[n]
+                    if 0 <= n < count:
+                        reg_read(uch, ids_all[n], ref)
+                        return buf.value & masks[n]
+                except TypeError:
+                    raise bad_argument_number(n) from None
+                return stack(n)  # refuses a negative n
 
             return arg
 
