@@ -144,3 +144,50 @@ def test_probe_cli_string_args_on_the_plugin(debian_kernel: Path, kernel_initram
     assert len(guest) >= 3 and any(g.startswith('"/') for g in guest), guest
     starts = [i for i in range(len(ours) - len(guest) + 1) if ours[i:i + len(guest)] == guest]
     assert starts, (ours, guest)
+
+
+#: 32-bit kernels (i386's regparm: ax, dx, cx; arm: r0-r2): ``do_filp_open``'s ``struct filename``
+#: read as on x86_64, a dereference chain to its kernel string, and a negative offset from the
+#: chained pointer (the word before the name: ``struct filename``'s own fields); the addresses
+#: wrap at 32 bits.
+EVENTS_32 = {arch: (f"p:kpsdk/filp do_filp_open dfd=%{a} name=+0(+0(%{b})):string uptr=+4(%{b}):x32 "
+                    f"neg=-4(+0(%{b})):x32",)
+             for arch, (a, b) in {"i386": ("ax", "dx"), "arm": ("r0", "r1")}.items()}
+
+
+@pytest.mark.parametrize("arch", ["i386", "arm"])
+def test_plugin_reads_memory_on_32_bit_guests(arch: str, arch_kernel: Callable[[str], Path],
+                                              arch_initramfs: Callable[..., Path]) -> None:
+    """Chains, negative offsets and strings on i386 and arm: byte-identical to the guest's own
+    events.  (``$comm`` and the prefix's task: not on these kernels, kpsdk finds no ``current``.)"""
+    require_tool("gdb-multiarch", "gdb-multiarch")
+    require_tool("gcc", "gcc")
+    require_tool("dpkg-deb", "dpkg")
+    image = arch_kernel(arch)
+    initrd = arch_initramfs(arch, kernel.traced_workload(events=EVENTS_32[arch]))
+    with kpsdk.open(f"qemu-system:{arch}", kernel=str(image), initrd=str(initrd), mechanism="plugin") as s:
+        window = [False]
+        writes = [0]
+
+        def toggle(p: kpsdk.Probe, regs: kpsdk.PtRegs) -> int:
+            writes[0] += 1
+            window[0] = writes[0] == 2
+            return 0
+
+        s.register_kprobe(kpsdk.Kprobe(symbol_name=kernel.TRACING_ON_WRITE, pre_handler=toggle,
+                                       post_handler=lambda p, regs, flags: None))
+        traced: list[str] = []
+
+        def record(r: kpsdk.trace.TraceRecord) -> None:
+            if window[0]:
+                traced.append(format_text(r))
+
+        s.trace(list(EVENTS_32[arch]), sink=record)
+        assert re.search(r"do_filp_open\+0x[0-9a-f]+\s+\[PLUGIN\]", s.list()), s.list()
+        status = s.run(timeout=900)
+        console = s.console
+    assert status is not None, console[-3000:]
+    guest = _guest_lines(console)
+    bodies = [body for _, body, _ in guest]
+    assert len(bodies) >= 3 and any('name="/' in b for b in bodies), bodies
+    assert traced == bodies

@@ -18,6 +18,7 @@ which a trace prints as the kernel does (``(fault)``).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from kpsdk.errors import TargetError, TargetFault
@@ -47,6 +48,8 @@ class Planner:
         self.reads: list[MemFetch] = []
 
     def _read(self, fetch: MemFetch) -> int:
+        if self.arch.word_size == 4:  # the plugin wraps base + offset at the guest's word
+            fetch = replace(fetch, word32=True)
         if fetch in self.reads:
             return self.reads.index(fetch)
         if len(self.reads) >= MAX_MEM:
@@ -148,9 +151,11 @@ class Planner:
 
 
 def _signed(value: int, word: int) -> int:
-    """An offset as the plugin's signed 64-bit field holds it (addresses wrap at the word)."""
-    value &= (1 << (8 * word)) - 1
-    return value - (1 << 64) if value >> 63 else value
+    """An offset as the plugin's signed 64-bit field holds it: sign-extended from the guest's
+    word (``-8`` on i386 is -8, not 0xfffffff8; the plugin wraps the sum at the word)."""
+    bits = 8 * word
+    value &= (1 << bits) - 1
+    return value - (1 << bits) if value >> (bits - 1) else value
 
 
 #: one declared fetch: its tree, its type, and how its symbols resolve
@@ -169,6 +174,8 @@ def parse_fetches(arch: Arch, texts: Sequence[str]) -> list[tuple[Fetch, ArgType
 
     if isinstance(texts, str):
         raise TargetError("memory= takes a list of fetch arguments, not one string")
+    if not isinstance(texts, (list, tuple)):
+        raise TargetError(f"memory= takes a list of fetch arguments (\"+0(%si):string\"), not {type(texts).__name__}")
     out = []
     for i, text in enumerate(texts):
         if not isinstance(text, str) or not text or any(c.isspace() for c in text):

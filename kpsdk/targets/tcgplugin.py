@@ -45,6 +45,8 @@ MAX_MEM_SIZE = 4096
 F_ENABLED, F_STREAM = 1, 2
 #: a memory read's flags (M_STRING: up to its NUL) and a record's status for it (R_FAULT: unreadable)
 M_STRING, R_FAULT = 1, 1
+#: a memory read's flag: the guest's addresses wrap at 32 bits (i386, arm)
+M_WORD32 = 2
 #: MemFetch.reg: an absolute address; the word an earlier read loaded is CHAIN - k
 ABSOLUTE, CHAIN = -1, -2
 #: offsets inside the header and an entry
@@ -93,6 +95,7 @@ class MemFetch:
     offset: int
     size: int
     string: bool = False
+    word32: bool = False  # a 32-bit guest: base + offset wraps at 32 bits
 
 
 @dataclass
@@ -185,8 +188,8 @@ class ProbeTable:
         struct.pack_into(f"<{len(e.regs)}H", self.map, at + _REGS, *e.regs)
         struct.pack_into("<Q", self.map, at + _DROPPED, dropped)
         for i, m in enumerate(e.mem):
-            struct.pack_into("<hHIq", self.map, at + _MEM + 16 * i, m.reg, m.size, M_STRING if m.string else 0,
-                             m.offset)
+            struct.pack_into("<hHIq", self.map, at + _MEM + 16 * i, m.reg, m.size,
+                             (M_STRING if m.string else 0) | (M_WORD32 if m.word32 else 0), m.offset)
         self._layouts[e.ident] = (len(e.regs), len(e.mem))
         self._dirty = True
 

@@ -97,7 +97,9 @@ __attribute__((visibility("default"))) int qemu_plugin_version = 4;
 #define MAX_KNOWN_REGS 512
 
 enum { F_ENABLED = 1, F_STREAM = 2 };
-enum { M_STRING = 1 };          /* memfetch flags */
+/* memfetch flags: M_STRING stops after the NUL; M_WORD32: a 32-bit guest, whose addresses
+ * wrap at 32 bits (base + a negative offset, a per-cpu sum) */
+enum { M_STRING = 1, M_WORD32 = 2 };
 enum { R_FAULT = 1 };           /* a record's memory status: not (wholly) readable */
 
 struct header {
@@ -115,7 +117,7 @@ struct header {
 struct memfetch {
     int16_t reg;                /* register index; -1: an absolute address; -2-k: the word read k loaded */
     uint16_t size;              /* bytes (a string: at most, its NUL included), <= MAX_MEM_SIZE */
-    uint32_t flags;             /* M_STRING: stop after the NUL */
+    uint32_t flags;             /* M_STRING: stop after the NUL; M_WORD32: wrap at 32 bits */
     int64_t offset;
 };
 
@@ -289,11 +291,13 @@ static void on_hit(unsigned int vcpu, void *userdata)
             }
         }
         uint64_t addr = base + (uint64_t)m->offset;
+        uint64_t wrap = (m->flags & M_WORD32) ? 0xffffffffull : ~0ull;
+        addr &= wrap;
         uint8_t *bytes = (uint8_t *)(w + 2);
         /* piece by piece, never across a page: the bytes asked for may end before an unmapped page */
         bool ended = false;
         while (status == 0 && got < size && !ended) {
-            uint32_t chunk = 4096 - (uint32_t)((addr + got) & 4095);
+            uint32_t chunk = 4096 - (uint32_t)(((addr + got) & wrap) & 4095);
             if (chunk > size - got) {
                 chunk = size - got;
             }
@@ -301,7 +305,7 @@ static void on_hit(unsigned int vcpu, void *userdata)
                 chunk = STRING_PIECE;
             }
             g_byte_array_set_size(scratch, 0);
-            if (!qemu_plugin_read_memory_vaddr(addr + got, scratch, chunk)) {
+            if (!qemu_plugin_read_memory_vaddr((addr + got) & wrap, scratch, chunk)) {
                 status = R_FAULT;
                 break;
             }
@@ -315,10 +319,12 @@ static void on_hit(unsigned int vcpu, void *userdata)
             memcpy(bytes + got, scratch->data, chunk);
             got += chunk;
         }
-        readable[i] = status == 0 && got >= 8;
+        /* a chain's pointer is the guest's word (4 bytes on i386/arm, 8 elsewhere): usable
+         * when the whole word asked for was read; little-endian guests and host */
+        readable[i] = status == 0 && got == size && size > 0 && !string;
         loaded[i] = 0;
         if (readable[i]) {
-            memcpy(&loaded[i], bytes, 8);
+            memcpy(&loaded[i], bytes, got < 8 ? got : 8);
         }
         w[0] = (uint64_t)got | ((uint64_t)status << 32);  /* little-endian host */
         w[1] = addr;
