@@ -703,8 +703,10 @@ def test_the_mechanism_option_answers_any_value_on_the_command_line(value: str, 
 @settings(max_examples=fuzz_examples(200), deadline=None)
 @given(arch=st.sampled_from(ARCHS), texts=st.lists(st.one_of(nasty_text, st.sampled_from(
     ["+0(%si):string", "+8(%sp):u64", "+0(+0(%si)):string", "@jiffies", "$stack2", "$arg3", "+0($arg2):ustring",
-     "%si:string", "$comm", "\\x", "+0(%si):u8[4]", "+0(%si):string[2]", "+1(+2(+3(%di))):x16"])), max_size=4))
-def test_plugin_memory_declarations_plan_or_are_refused(arch: Any, texts: list[str]) -> None:
+     "%si:string", "$comm", "\\x", "+0(%si):u8[4]", "+0(%si):string[2]", "+1(+2(+3(%di))):x16",
+     "-8(%sp):u32", "-4(+0(%sp)):x32", "+0(+0(%ax)):string"])), max_size=4)
+    | st.one_of(st.none(), st.integers(), st.floats(), st.text(max_size=8), st.sets(st.text(max_size=4), max_size=2)))
+def test_plugin_memory_declarations_plan_or_are_refused(arch: Any, texts: Any) -> None:
     """What a handler declares for the plugin to read (``s.target.declare_memory``): kprobe_events
     fetch arguments that parse and plan into the plugin's reads, or a typed error."""
     from kpsdk.targets.pluginfetch import Planner, parse_fetches
@@ -724,6 +726,9 @@ def test_plugin_memory_declarations_plan_or_are_refused(arch: Any, texts: list[s
     for i, read in enumerate(planner.reads):
         assert 0 < read.size <= MAX_MEM_SIZE and -(1 << 63) <= read.offset < 1 << 63
         assert read.reg in index.values() or read.reg == -1 or -2 - i < read.reg <= -2
+        # offsets sign-extended from the guest's word, which the plugin wraps at (32-bit guests)
+        assert read.word32 == (arch.word_size == 4)
+        assert read.word32 <= (-(1 << 31) <= read.offset < 1 << 31)
 
 
 @settings(max_examples=fuzz_examples(200))

@@ -174,8 +174,11 @@ class PluginTarget(GdbTarget):
         then reads exactly those bytes (``s.read_memory``, ``s.read_string``, ``regs.arg(7)``)
         as they were at the hit; another read raises :class:`~kpsdk.errors.TargetError`.
         Declare before registering (a registered probe's point is updated at the next stop)."""
-        from kpsdk.errors import SymbolError, TraceDefinitionError
+        from kpsdk.errors import ArgumentError, SymbolError, TraceDefinitionError
+        from kpsdk.probe import Probe as ProbeBase
 
+        if not isinstance(probe, ProbeBase):
+            raise ArgumentError(f"declare_memory wants a probe (a Kprobe, Kretprobe...), not {type(probe).__name__}")
         parsed = parse_fetches(self.arch, fetches)
 
         def symbol(node: Any) -> int:
@@ -220,10 +223,19 @@ class PluginTarget(GdbTarget):
 
     def plugin_can_serve(self, point: ProbePoint) -> bool:
         """Kprobes only (letter ``k``), no post_handler, not kpsdk's own points, not a trace
-        probe whose fetches the plugin cannot read."""
+        probe whose fetches the plugin cannot read, not several probes whose reads together
+        exceed what the plugin reads at one hit (the point then keeps gdb's path)."""
         return (not point.internal and not point.needs_step and point.addr not in self._return_bps
                 and point.addr not in self._stop_hooks and all(p.letter == "k" for p in point.probes)
-                and not any(p in self._gdb_only for p in point.probes))
+                and not any(p in self._gdb_only for p in point.probes) and self._plan_fits(point))
+
+    def _plan_fits(self, point: ProbePoint) -> bool:
+        """The reads of all the point's handled probes, merged, fit one plugin entry."""
+        try:
+            self._plan([p for p in point.active if p.pre_handler is not None])
+        except TargetError:
+            return False
+        return True
 
     def sync_point(self, point: ProbePoint, force: bool = False) -> None:
         on_plugin = point.mechanism == "plugin"
@@ -259,11 +271,11 @@ class PluginTarget(GdbTarget):
         self._drain()
         ident = self._next_ident
         self._next_ident += 1
+        self._put(point, ident)  # first: a failure here leaves the point as it was
         point.state["plugin"] = ident
         point.mechanism = "plugin"
         self._by_ident[ident] = point
         self._counted[ident] = (0, 0)
-        self._put(point, ident)
         if not self._dispatching:
             self.table.commit()
 
