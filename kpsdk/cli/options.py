@@ -62,7 +62,8 @@ MechanismOpt = Annotated[str | None, typer.Option(
     "--mechanism", metavar="gdb|plugin", rich_help_panel=TARGET_PANEL, show_default=False,
     help="qemu-system: how probe hits reach kpsdk. gdb (the default): a gdb breakpoint per probe, QEMU "
          "stops at each hit (milliseconds a hit; every probe type, handlers at the hit). plugin: kpsdk's "
-         "TCG plugin in QEMU 10 (x86_64; fetched from bookworm-backports when the host's QEMU is older) "
+         "TCG plugin in QEMU 10 (x86_64, i386, arm, riscv64, ppc64le kernels; fetched from "
+         "bookworm-backports when the host's QEMU is older) "
          "records kprobe hits without stopping, with the registers and the memory the definitions read "
          "at the hit (microseconds a hit); probes it cannot serve keep gdb's breakpoints. "
          "docs/api.md, 'The TCG plugin mechanism'.")]
