@@ -66,3 +66,27 @@ def test_declare_memory_refuses_what_is_not_a_probe() -> None:
     live = PluginTarget.__new__(PluginTarget)
     with pytest.raises(ArgumentError, match="wants a probe"):
         live.declare_memory(None, ["+0(%si):string"])  # type: ignore[arg-type]
+
+
+def test_probes_whose_merged_reads_overflow_keep_gdbs_path() -> None:
+    """Each probe's reads fit one plugin entry, both together do not: the point is not the
+    plugin's (gdb's breakpoint serves it) instead of a TargetError at registration."""
+    import weakref
+    from types import SimpleNamespace
+
+    from kpsdk.targets.pluginlive import PluginTarget
+    from kpsdk.targets.tcgplugin import MAX_MEM
+
+    arch = kpsdk.get_registry().archs.get("x86_64")
+    index = {r.gdb: i for i, r in enumerate(arch.registers)}
+    live = PluginTarget.__new__(PluginTarget)
+    live.arch, live.abi_kind = arch, "kernel"
+    live._register_index = index.get  # type: ignore[method-assign]
+    live._declared, live._task_read, live._task_percpu, live._task_layout = weakref.WeakKeyDictionary(), {}, None, None
+    half = [f"+{8 * i}(%si):u64" for i in range(MAX_MEM // 2 + 1)]
+    a = kpsdk.Kprobe(symbol_name="f", pre_handler=lambda p, regs: 0)
+    b = kpsdk.Kprobe(symbol_name="f", pre_handler=lambda p, regs: 0)
+    for probe, texts in ((a, half), (b, [t.replace("(%si)", "(%di)") for t in half])):
+        live._declared[probe] = [(f, t, lambda node: 0) for f, t in parse_fetches(arch, texts)]
+    assert live._plan_fits(SimpleNamespace(active=[a]))  # type: ignore[arg-type]
+    assert not live._plan_fits(SimpleNamespace(active=[a, b]))  # type: ignore[arg-type]
