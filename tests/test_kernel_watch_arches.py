@@ -137,7 +137,9 @@ def test_write_watchpoint_on_jiffies(arch: str, arch_kernel: Callable[[str], Pat
         assert s.run(timeout=300) is None and prints[0] == 3  # stopped at the third read
         for w in (wp, *rest):
             s.unregister_watchpoint(w)
-        assert s.run(timeout=300) == 0  # the guest powered off
+        status = s.run(timeout=300)
+        assert status == 0, (f"run() gave {status} after {prints[0]} headers; "
+                             f"the guest's output ends:\n{s.console[-1500:]}")
         console = s.console
     printed = [int(m.fields["value"]) for m in kernel.parse_markers(console) if m.action == "jiffies"]
     assert len(printed) == 2, console[-2000:]

@@ -249,6 +249,13 @@ class GdbTarget(Target):
         # gdb's byte order follows a loaded file, else the architecture's default (big for
         # powerpc): say it, so that ppc64le's registers and memory read the right way round
         mi.command(f"-gdb-set endian {self.arch.endian}")
+        if self.abi_kind == "kernel":
+            # a kernel is no Linux process: with gdb's Linux ABI, riscv64 steps by planting a
+            # breakpoint on the next instruction and continuing, so a pending interrupt runs
+            # first (a post_handler ran in the timer's code, and the probed instruction again
+            # after it: a second hit).  With none, gdb asks the stub to step, and QEMU steps
+            # with interrupts held off, as the kernel's kprobes step with them disabled.
+            mi.command("-gdb-set osabi none")
         if self.image is not None:
             path = os.path.abspath(self.image.path)  # gdb would expand a leading ~
             mi.command(f"-file-exec-and-symbols {c_string(path, 'the program file')}")
@@ -917,12 +924,39 @@ class GdbTarget(Target):
         then returns with the post_handlers run)."""
         if self.agent_steps and not self._ending():
             arch = self.arch
+            if self.abi_kind == "kernel":
+                self._steps.follow_code(point, self._code_now(point), self._read_code)
             succ = self._steps.successors(point, lambda name: self._io.read(arch.register(name)), self.read_memory)
             if succ is not None:
                 self._changes += self._steps.start(thread, point, succ)
                 return "c"
         self._pending_step = point
         return "s"
+
+    def _code_now(self, point: ProbePoint) -> bytes:
+        """The bytes at ``point`` now, as long as the instruction it was decoded as: sent
+        with the hit after the first (the agent reads them as it reads the registers)."""
+        size = len(point.insn.raw)
+        sent = self._io.memory.get(point.addr) if self._io.memory else None
+        if sent is not None and len(sent) >= size:
+            return sent[:size]
+        if "code_sent" not in point.state:
+            point.state["code_sent"] = True
+            self._io.learned.append(f"@{self._pc.gdb}:0:{size:x}")
+        try:
+            return bytes.fromhex(self.link.request(f"m {point.addr:x} {size:x}"))
+        except TargetFault:  # not readable now: the decode at registration is all there is
+            return point.insn.raw
+
+    def _read_code(self, addr: int, most: int) -> bytes:
+        """Up to ``most`` bytes of code at ``addr``: fewer where the next page is not mapped."""
+        while True:
+            try:
+                return self.read_memory(addr, most)
+            except TargetFault:
+                if most <= 2:
+                    raise
+                most //= 2
 
     def _condition_passes(self, point: ProbePoint) -> bool:
         arch = self.arch

@@ -36,6 +36,10 @@ if TYPE_CHECKING:
     from kpsdk.regs import PtRegs
 
 
+#: read to decode an instruction that changed under a probe: x86's longest is 15 bytes
+MAX_INSN_BYTES = 16
+
+
 class LiveStep:
     """Pending single-steps of one live target, one per gdb thread."""
 
@@ -47,6 +51,30 @@ class LiveStep:
         #: (None: anywhere, a step through MI)
         self._it: dict[int, bool] = {}  # Thumb addresses known to hold (or not) an it instruction
         self.pending: dict[int, tuple[ProbePoint, frozenset[int] | None]] = {}
+
+    def follow_code(self, point: ProbePoint, now: bytes, read: Callable[[int, int], bytes]) -> None:
+        """Decode the point's instruction again when ``now`` (the bytes there at this hit)
+        differ from the ones its successors come from.
+
+        A kernel rewrites its own code after kpsdk registered (at boot, before any
+        probe of the kernel's own could be: ftrace's entry nops, alternatives; later,
+        jump labels and static calls).  On riscv64 the four compressed nops of a
+        function's entry become two 4-byte ones: a successor computed from the first
+        (+2) is never reached, and the post_handler never ran.
+        """
+        decoded = point.state.get("live_raw", point.insn.raw)
+        assert isinstance(decoded, bytes)
+        same = min(len(decoded), len(now))
+        if decoded[:same] == now[:same]:
+            return
+        insn = next(self.arch.disassembler(point.iset).disasm(read(point.addr, MAX_INSN_BYTES), point.addr), None)
+        point.state.pop("live_succ", None)
+        if insn is None:  # not an instruction now: the slow way (a real step) follows it
+            point.state["cs"] = None
+            point.state["live_raw"] = now
+            return
+        point.state["cs"] = insn
+        point.state["live_raw"] = bytes(insn.bytes)
 
     def _insn(self, point: ProbePoint) -> capstone.CsInsn:
         insn = point.state.get("cs")
@@ -63,6 +91,8 @@ class LiveStep:
         fixed = point.state.get("live_succ")
         if fixed is not None:
             return fixed  # type: ignore[return-value]
+        if "cs" in point.state and point.state["cs"] is None:
+            return None  # the code there no longer decodes (follow_code)
         reads = 0
 
         def counted_reg(name: str) -> int:
@@ -89,7 +119,7 @@ class LiveStep:
     def _is_it(self, addr: int, mem: Callable[[int, int], bytes]) -> bool:
         """Whether the Thumb instruction at ``addr`` is an ``it``: QEMU executes it with the
         instruction before it in one step, so a step arriving there ends after it.
-        Code does not change under a probe, so each address is read once."""
+        Each address is read once: code rewritten there later is not followed."""
         known = self._it.get(addr)
         if known is None:
             half = int.from_bytes(mem(addr, 2), "little")
