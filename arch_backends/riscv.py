@@ -315,6 +315,7 @@ RISCV64 = Arch(
     unicorn_unsupported=None,
     unicorn_setup=unicorn_setup,
     gdb_arch="riscv:rv64",
+    gdb_linux_steps_in_software=True,  # gdb/riscv-linux-tdep.c: riscv_software_single_step
     elf_machine="EM_RISCV",
     elf_class=64,
     syscalls=Syscalls("a7", tuple(f"a{i}" for i in range(6)), "a0", 8, tables.RISCV64,

@@ -735,6 +735,13 @@ class Arch:
     #: live targets use gdb hardware breakpoints on such archs (QEMU implements
     #: both kinds alike, at the same cost).
     gdb_break_adjusts_pc: bool = False
+    #: gdb's Linux OS ABI single-steps this arch in software (a breakpoint on the next
+    #: instruction, then a continue: Linux's ptrace has no step there), so an interrupt
+    #: pending in a kernel runs inside the step.  Kernel targets tell gdb there is no OS
+    #: ABI, and gdb asks the stub, which steps with interrupts held off.  (Set only where
+    #: needed: without QEMU's target description, an XML-less stub's register packet has
+    #: the OS ABI's layout, x86_64's Linux one with orig_rax.)
+    gdb_linux_steps_in_software: bool = False
     #: the kernel's THREAD_SIZE: each task's kernel stack is this big and this
     #: aligned, so ``sp & ~(size - 1)`` names the task on a live kernel
     kernel_stack_size: int = 16384

@@ -249,7 +249,7 @@ class GdbTarget(Target):
         # gdb's byte order follows a loaded file, else the architecture's default (big for
         # powerpc): say it, so that ppc64le's registers and memory read the right way round
         mi.command(f"-gdb-set endian {self.arch.endian}")
-        if self.abi_kind == "kernel":
+        if self.abi_kind == "kernel" and self.arch.gdb_linux_steps_in_software:
             # a kernel is no Linux process: with gdb's Linux ABI, riscv64 steps by planting a
             # breakpoint on the next instruction and continuing, so a pending interrupt runs
             # first (a post_handler ran in the timer's code, and the probed instruction again
