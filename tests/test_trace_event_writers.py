@@ -20,10 +20,13 @@ import json
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import kpsdk
 from kpsdk import fixtures
 from kpsdk.trace import events as trace_events
+from kpsdk.trace import output
 from kpsdk.trace.output import WriterContext, make_writer
 from tests.conftest import UNICORN_ARCHS
 from tests.test_trace_compiled import definitions as fetch_table
@@ -140,3 +143,14 @@ def test_kpsdk_trace_writes_the_same_with_and_without_records(fmt: str, monkeypa
         assert len(direct.splitlines()) == 1 + 17  # the schema line, then --count records
     if fmt == "text":
         assert sum(1 for line in direct.splitlines() if not line.startswith("#")) == 17
+
+
+@settings(max_examples=3000, deadline=None)
+@given(st.one_of(st.floats(min_value=0, max_value=2e6), st.floats(min_value=1e4, max_value=1e11),
+                 st.floats(min_value=-1, max_value=1e-3),
+                 st.floats(allow_nan=False, allow_infinity=False)))
+def test_time_stamps_are_the_rounded_doubles_text(seconds: float) -> None:
+    """The writers' time stamps: the text ``repr(round(...))`` gives, by their faster way where it is
+    sure (jsonl: seconds to 9 places; perfetto: microseconds to 3), ``repr`` elsewhere."""
+    assert output._seconds_text(seconds) == repr(round(seconds, 9))
+    assert output._us_text(seconds) == repr(round(seconds * 1e6, 3))

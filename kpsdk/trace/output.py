@@ -358,6 +358,27 @@ def _untyped(value: Any) -> str:
     return format_value(value, None)
 
 
+def _rounded_repr(value: float, places: int, low: float, high: float) -> str:
+    """``repr(round(value, places))``, the same text, at half its cost where that is sure:
+    for ``low <= value < high`` the fixed-point rendering without its trailing zeros is the
+    shortest text of the rounded double (decimals ``10**-places`` apart are far coarser than
+    doubles there) and in ``repr``'s positional range; elsewhere ``repr`` itself."""
+    if low <= value < high:
+        text = f"{value:.{places}f}".rstrip("0")
+        return text + "0" if text[-1] == "." else text
+    return float.__repr__(round(value, places))
+
+
+def _seconds_text(seconds: float) -> str:
+    """``repr(round(seconds, 9))``: a JSON line's time (from 0.1 ms to ~11 days: the fast way)."""
+    return _rounded_repr(seconds, 9, 1e-4, 1e6)
+
+
+def _us_text(seconds: float) -> str:
+    """``repr(_us(seconds))``: a Trace Event time stamp in JSON (below ~27 hours: the fast way)."""
+    return _rounded_repr(seconds * 1e6, 3, 1e-3, 1e11)
+
+
 def _json_piece(argtype: ArgType | None) -> Callable[[Any], str]:
     """A field's value as JSON text, as :data:`_ENCODE` writes it inside a record's ``fields``
     (:func:`~kpsdk.trace.events.json_value`, then the encoder), with the common cases decided
@@ -424,7 +445,7 @@ class JsonlWriter(Writer):
                 who = ', "comm": ' + _ENCODE(task.comm) + f', "pid": {int(task.pid)!r}, "cpu": {int(task.cpu)!r}, ' \
                     '"flags": ' + _ENCODE(task.flags) + f', "task": {int(task_id)!r}, "fields": {{'
                 last[0], last[1], last[2] = task, task_id, who
-            line = [head, repr(round(now, 9)), place, who]
+            line = [head, _seconds_text(now), place, who]
             for label, fetch, piece in parts:
                 line.append(label)
                 line.append(piece(fetch(hit)))
@@ -437,8 +458,8 @@ class JsonlWriter(Writer):
             else:
                 line.append('}, "caller": ' + (f'"{caller:#x}"' if caller is not None else "null") + ', "func": '
                             + (_ENCODE(func) if func is not None else "null")
-                            + f', "entry_time": {round(entry_time, 9)!r}, "duration": '
-                            + f'{round(now - entry_time, 9)!r}, "stack": null}}\n')
+                            + ', "entry_time": ' + _seconds_text(entry_time) + ', "duration": '
+                            + _seconds_text(now - entry_time) + ', "stack": null}\n')
             write("".join(line))
 
         return emit
@@ -483,7 +504,7 @@ class PerfettoWriter(Writer):
 
     def close(self) -> None:
         # json.dump would encode in pure Python, piece by piece (~3x the C encoder's time per record)
-        self.stream.write(_ENCODE(_perfetto(self.records, self.process_name)) + "\n")
+        self.stream.write(_perfetto_text(self.records, self.process_name) + "\n")
         self.stream.flush()
 
 
@@ -555,39 +576,81 @@ def _with_stack(event: dict[str, Any], record: TraceRecord, frames: StackFrames,
 def perfetto_trace(records: list[TraceRecord], process_name: str = "kpsdk trace") -> dict[str, Any]:
     """The Trace Event Format object (``{"traceEvents": [...]}``) for these records; with a
     ``stackFrames`` table when records have stacks (``--stack``, a ``stacktrace`` trigger)."""
-    return _perfetto(records, process_name)
+    meta, body, frames = _perfetto_events(records, process_name)
+    events: list[Any] = meta + [event for _, event in body]  # records only: every event is a dict
+    return _perfetto_document(events, len(records), frames)
 
 
-def _perfetto(records: list[Any], process_name: str) -> dict[str, Any]:
-    """:func:`perfetto_trace` of records and of the per-event path's hits (tuples,
-    :meth:`PerfettoWriter.event_writer`): a hit that is an instant event is made one from its
-    tuple; one a slice may pair (a ``p`` hit where a return was recorded, a return) becomes
-    its record first."""
+def _perfetto_document(events: list[Any], records: int, frames: StackFrames) -> dict[str, Any]:
+    trace: dict[str, Any] = {"traceEvents": events, "displayTimeUnit": "ns",
+                             "otherData": {"generator": "kpsdk trace", "records": records}}
+    if frames.table:
+        trace["stackFrames"] = frames.table
+    return trace
+
+
+def _perfetto_text(records: list[Any], process_name: str) -> str:
+    """``_ENCODE(perfetto_trace(...))`` of records and of the per-event path's hits, the same
+    bytes; an instant event made from a hit's tuple is written as text directly (a dict and
+    its encoding per event were most of a perfetto event's cost)."""
+    meta, body, frames = _perfetto_events(records, process_name)
+    events = ", ".join([*map(_ENCODE, meta), *(event if type(event) is str else _ENCODE(event) for _, event in body)])
+    rest = _ENCODE(_perfetto_document([], len(records), frames))  # '{"traceEvents": [], ...}'
+    empty = '{"traceEvents": []'
+    return '{"traceEvents": [' + events + "]" + rest[len(empty):]
+
+
+_FAULT_JSON = _encode_string(FAULT)
+
+
+def _perfetto_events(records: list[Any], process_name: str) \
+        -> tuple[list[dict[str, Any]], list[tuple[float, dict[str, Any] | str]], StackFrames]:
+    """:func:`perfetto_trace`'s events of records and of the per-event path's hits (tuples,
+    :meth:`PerfettoWriter.event_writer`): the metadata events, then each event with its time
+    (in time order) and the stack frames they name.  A hit that is an instant event is its
+    JSON text, written here; one a slice may pair (a ``p`` hit where a return was
+    recorded, a return) becomes its record first."""
     from kpsdk.trace.events import TraceRecord
 
     pid = 1
     frames = StackFrames()
-    events: list[dict[str, Any]] = [
+    meta: list[dict[str, Any]] = [
         {"ph": "M", "pid": pid, "tid": 0, "name": "process_name", "args": {"name": process_name}},
     ]
-    tasks = sorted({r.task if type(r) is not tuple else r[6] for r in records})
+    tasks = sorted({r[6] if type(r) is tuple else r.task for r in records})
     for task in tasks:
-        events.append({"ph": "M", "pid": pid, "tid": task, "name": "thread_name", "args": {"name": f"task {task}"}})
+        meta.append({"ph": "M", "pid": pid, "tid": task, "name": "thread_name", "args": {"name": f"task {task}"}})
     # p records at a function's entry, waiting for that call's return: (task, ip) -> stack
     open_entries: dict[tuple[int, int], list[TraceRecord]] = {}
-    returns_for = {r.ip if type(r) is not tuple else r[2] for r in records
-                   if (r.kind if type(r) is not tuple else r[0].kind) == "r"}
-    body: list[dict[str, Any]] = []
+    returns_for = {r[2] if type(r) is tuple else r.ip for r in records
+                   if (r[0].kind if type(r) is tuple else r.kind) == "r"}
+    # an instant event's text, made from a hit's tuple as _ENCODE writes _instant's dict: per event its
+    # head and labels (by id: the shape lives in the hits), per where its args' start
+    heads: dict[int, tuple[str, tuple[str, ...]]] = {}
+    wheres: dict[str, str] = {}
+    body: list[tuple[float, dict[str, Any] | str]] = []
     paired: set[int] = set()
     for record in records:
         if type(record) is tuple:
             shape = record[0]
-            if shape.kind == "p" and record[2] not in returns_for:  # an instant event, no stack
-                instant_args: dict[str, Any] = {"where": record[3]}
-                for (name, _), value in zip(shape.fetches, record[4], strict=True):
-                    instant_args[name] = FAULT if value is None else value
-                body.append({"ph": "i", "s": "t", "name": shape.event, "cat": shape.group, "pid": pid,
-                             "tid": record[6], "ts": _us(record[1]), "args": instant_args})
+            if shape.kind == "p" and record[2] not in returns_for:  # an instant event, no stack: its text
+                made = heads.get(id(shape))
+                if made is None:
+                    made = heads[id(shape)] = (
+                        '{"ph": "i", "s": "t", "name": ' + _encode_string(shape.event) + ', "cat": '
+                        + _encode_string(shape.group) + f', "pid": {pid!r}, "tid": ',
+                        tuple(", " + _encode_string(name) + ": " for name, _ in shape.fetches))
+                head, labels = made
+                place = wheres.get(record[3])
+                if place is None:
+                    place = wheres[record[3]] = ', "args": {"where": ' + _encode_string(record[3])
+                ts = _us_text(record[1])
+                text = [head, int.__repr__(record[6]), ', "ts": ', ts, place]
+                for label, value in zip(labels, record[4], strict=True):
+                    text.append(label)
+                    text.append(_FAULT_JSON if value is None else _encode_value(value))
+                text.append("}}")
+                body.append((float(ts), "".join(text)))
                 continue
             record = _record_of(TraceRecord, *record)
         if record.kind == "p" and record.ip in returns_for:
@@ -609,19 +672,17 @@ def _perfetto(records: list[Any], process_name: str) -> dict[str, Any]:
                         slice_event["sf"] = node
                     args["entry"][STACK_ARG] = list(entry.stack)
             _with_stack(slice_event, record, frames, "esf")
-            body.append(slice_event)
+            body.append((slice_event["ts"], slice_event))
             continue
-        body.append(_instant(record, pid, frames))
+        event = _instant(record, pid, frames)
+        body.append((event["ts"], event))
     for stack in open_entries.values():
         for entry in stack:
             if id(entry) not in paired:
-                body.append(_instant(entry, pid, frames))
-    body.sort(key=itemgetter("ts"))
-    trace: dict[str, Any] = {"traceEvents": events + body, "displayTimeUnit": "ns",
-                             "otherData": {"generator": "kpsdk trace", "records": len(records)}}
-    if frames.table:
-        trace["stackFrames"] = frames.table
-    return trace
+                event = _instant(entry, pid, frames)
+                body.append((event["ts"], event))
+    body.sort(key=itemgetter(0))
+    return meta, body, frames
 
 
 def _entry_of(ret: TraceRecord, stack: list[TraceRecord]) -> TraceRecord | None:
