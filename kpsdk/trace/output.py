@@ -362,20 +362,21 @@ def _rounded_repr(value: float, places: int, low: float, high: float) -> str:
     """``repr(round(value, places))``, the same text, at half its cost where that is sure:
     for ``low <= value < high`` the fixed-point rendering without its trailing zeros is the
     shortest text of the rounded double (decimals ``10**-places`` apart are far coarser than
-    doubles there) and in ``repr``'s positional range; elsewhere ``repr`` itself."""
+    doubles there) and in ``repr``'s positional range; elsewhere as :data:`_ENCODE` writes
+    the rounded double (``repr``, and ``Infinity``/``NaN`` as JSON has them)."""
     if low <= value < high:
         text = f"{value:.{places}f}".rstrip("0")
         return text + "0" if text[-1] == "." else text
-    return float.__repr__(round(value, places))
+    return _ENCODE(round(value, places))
 
 
 def _seconds_text(seconds: float) -> str:
-    """``repr(round(seconds, 9))``: a JSON line's time (from 0.1 ms to ~11 days: the fast way)."""
+    """``_ENCODE(round(seconds, 9))``: a JSON line's time (from 0.1 ms to ~11 days: the fast way)."""
     return _rounded_repr(seconds, 9, 1e-4, 1e6)
 
 
 def _us_text(seconds: float) -> str:
-    """``repr(_us(seconds))``: a Trace Event time stamp in JSON (below ~27 hours: the fast way)."""
+    """``_ENCODE(_us(seconds))``: a Trace Event time stamp in JSON (below ~27 hours: the fast way)."""
     return _rounded_repr(seconds * 1e6, 3, 1e-3, 1e11)
 
 
@@ -576,9 +577,12 @@ def _with_stack(event: dict[str, Any], record: TraceRecord, frames: StackFrames,
 def perfetto_trace(records: list[TraceRecord], process_name: str = "kpsdk trace") -> dict[str, Any]:
     """The Trace Event Format object (``{"traceEvents": [...]}``) for these records; with a
     ``stackFrames`` table when records have stacks (``--stack``, a ``stacktrace`` trigger)."""
-    meta, body, frames = _perfetto_events(records, process_name)
-    events: list[Any] = meta + [event for _, event in body]  # records only: every event is a dict
-    return _perfetto_document(events, len(records), frames)
+    from kpsdk.trace.events import TraceRecord
+
+    # a writer's per-event hits (tuples) as records: every event a dict
+    made = [_record_of(TraceRecord, *r) if type(r) is tuple else r for r in records]
+    meta, body, frames = _perfetto_events(made, process_name)
+    return _perfetto_document(meta + [event for _, event in body], len(records), frames)
 
 
 def _perfetto_document(events: list[Any], records: int, frames: StackFrames) -> dict[str, Any]:
@@ -601,6 +605,8 @@ def _perfetto_text(records: list[Any], process_name: str) -> str:
 
 
 _FAULT_JSON = _encode_string(FAULT)
+#: an event whose instants are made as dicts (see _perfetto_events)
+_AS_DICT: tuple[str, tuple[str, ...]] = ("", ())
 
 
 def _perfetto_events(records: list[Any], process_name: str) \
@@ -639,7 +645,12 @@ def _perfetto_events(records: list[Any], process_name: str) \
                     made = heads[id(shape)] = (
                         '{"ph": "i", "s": "t", "name": ' + _encode_string(shape.event) + ', "cat": '
                         + _encode_string(shape.group) + f', "pid": {pid!r}, "tid": ',
-                        tuple(", " + _encode_string(name) + ": " for name, _ in shape.fetches))
+                        tuple(", " + _encode_string(name) + ": " for name, _ in shape.fetches)) \
+                        if all(name != "where" for name, _ in shape.fetches) else _AS_DICT
+                if made is _AS_DICT:  # a field named where: in the dict it takes the where key's place
+                    event = _instant(_record_of(TraceRecord, *record), pid, frames)
+                    body.append((event["ts"], event))
+                    continue
                 head, labels = made
                 place = wheres.get(record[3])
                 if place is None:
