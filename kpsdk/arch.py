@@ -740,7 +740,8 @@ class Arch:
     #: pending in a kernel runs inside the step.  Kernel targets tell gdb there is no OS
     #: ABI, and gdb asks the stub, which steps with interrupts held off.  (Set only where
     #: needed: without QEMU's target description, an XML-less stub's register packet has
-    #: the OS ABI's layout, x86_64's Linux one with orig_rax.)
+    #: the OS ABI's layout, x86_64's Linux one with orig_rax.  arm's Linux ABI has a software
+    #: step too, but asks the stub first when the stub can step: QEMU's sends ``vCont;s``.)
     gdb_linux_steps_in_software: bool = False
     #: the kernel's THREAD_SIZE: each task's kernel stack is this big and this
     #: aligned, so ``sp & ~(size - 1)`` names the task on a live kernel

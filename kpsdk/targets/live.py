@@ -934,15 +934,16 @@ class GdbTarget(Target):
         return "s"
 
     def _code_now(self, point: ProbePoint) -> bytes:
-        """The bytes at ``point`` now, as long as the instruction it was decoded as: sent
-        with the hit after the first (the agent reads them as it reads the registers)."""
-        size = len(point.insn.raw)
+        """The bytes at ``point`` now, as long as the instruction it was last decoded as
+        (at registration, or again by :meth:`LiveStep.follow_code`: a longer one's tail may
+        change too): sent with the point's later hits, learned as a register is when the
+        agent did not send them (the agent's list of a breakpoint made again is empty)."""
+        live_raw = point.state.get("live_raw")
+        size = max(len(point.insn.raw), len(live_raw) if isinstance(live_raw, bytes) else 0)
         sent = self._io.memory.get(point.addr) if self._io.memory else None
         if sent is not None and len(sent) >= size:
             return sent[:size]
-        if "code_sent" not in point.state:
-            point.state["code_sent"] = True
-            self._io.learned.append(f"@{self._pc.gdb}:0:{size:x}")
+        self._io.learned.append(f"@{self._pc.gdb}:0:{size:x}")
         try:
             return bytes.fromhex(self.link.request(f"m {point.addr:x} {size:x}"))
         except TargetFault:  # not readable now: the decode at registration is all there is
