@@ -206,6 +206,8 @@ class SoftStep:
             self._post(step[0], addr)
 
     def _post(self, point: ProbePoint, addr: int) -> None:
+        """End the pending step of ``point`` at ``addr``: its post_handlers.  The successor
+        hook inlines this body (:meth:`_on_successor`): a change here goes there too."""
         if self._transient:
             self._drop_transient()
         run_post = point.run_post
