@@ -15,11 +15,11 @@ from __future__ import annotations
 import errno
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from kpsdk.errors import KprobeError, ProbeHandlerError, SymbolError, TargetFault
 from kpsdk.insn import Decoded
-from kpsdk.probe import TRAP_HANDLER_EXCEPTION, Probe, check_address_range, fault_claimed
+from kpsdk.probe import TRAP_HANDLER_EXCEPTION, Probe, check_address_range, fault_claimed, handler_arg
 
 if TYPE_CHECKING:
     from kpsdk.arch import InstructionSet
@@ -55,6 +55,10 @@ class ProbePoint:
     run_pre: Callable[[PtRegs], int | None] | None = None
     #: :meth:`ProbeManager.post` for this point, likewise (``(regs, next_ip)``)
     run_post: Callable[[PtRegs, int], None] | None = None
+    #: ``(probe, the p its handlers get)`` when exactly one probe is active, else None:
+    #: what a target's hit path that runs one probe inline reads (one attribute, no
+    #: ``len(active)`` and index, no ``handler_arg`` test per hit)
+    only: tuple[Probe, Any] | None = None
 
 
 #: the largest ``offset`` a probe may have (``struct kprobe``'s is an ``unsigned int``)
@@ -227,6 +231,7 @@ class ProbeManager:
         probe.session = None
         if not point.probes:
             point.active = ()
+            point.only = None
             point.needs_step = False
             point.run_pre = point.run_post = None
             self.target.sync_point(point)
@@ -250,6 +255,7 @@ class ProbeManager:
     def _sync(self, point: ProbePoint) -> None:
         enabled = self._enabled or point.internal
         point.active = tuple(p for p in point.probes if not p.disabled) if enabled else ()
+        point.only = (point.active[0], handler_arg(point.active[0])) if len(point.active) == 1 else None
         point.needs_step = any(p.post_handler is not None for p in point.active)
         point.run_pre = self.pre_function(point)
         point.run_post = self.post_function(point) if point.needs_step else None
@@ -280,8 +286,9 @@ class ProbeManager:
                 handler = p.pre_handler
                 if handler is None:
                     continue
+                arg = p.handler_arg
                 try:  # the truth test is the handler's too: a return value whose bool() raises
-                    if not handler(p, regs):
+                    if not handler(p if arg is None else arg, regs):
                         continue
                 except Exception as exc:  # noqa: BLE001 - handed to fault_handler or re-raised with context
                     self._fault(p, point, regs, exc, "pre_handler")
@@ -310,6 +317,7 @@ class ProbeManager:
             pre = self.pre
             return lambda regs: pre(point, regs)
         p = point.active[0]
+        me = handler_arg(p)
         addr = point.addr
         manager = self
 
@@ -328,7 +336,7 @@ class ProbeManager:
             hit[2] = None
             try:
                 try:  # the truth test is the handler's too: a return value whose bool() raises
-                    if not handler(p, regs):
+                    if not handler(me, regs):
                         return None
                 except Exception as exc:  # noqa: BLE001 - handed to fault_handler or re-raised with context
                     manager._fault(p, point, regs, exc, "pre_handler")
@@ -359,8 +367,9 @@ class ProbeManager:
             for p in point.active:
                 if p.post_handler is None:
                     continue
+                arg = p.handler_arg
                 try:
-                    p.post_handler(p, regs, 0)
+                    p.post_handler(p if arg is None else arg, regs, 0)
                 except Exception as exc:  # noqa: BLE001 - handed to fault_handler or re-raised with context
                     self._fault(p, point, regs, exc, "post_handler")
         finally:
@@ -373,6 +382,7 @@ class ProbeManager:
             post = self.post
             return lambda regs, next_ip: post(point, regs, next_ip)
         p = point.active[0]
+        me = handler_arg(p)
         manager = self
 
         def post_one(regs: PtRegs, next_ip: int) -> None:
@@ -387,7 +397,7 @@ class ProbeManager:
             hit[1] = next_ip
             hit[2] = None
             try:
-                handler(p, regs, 0)
+                handler(me, regs, 0)
             except Exception as exc:  # noqa: BLE001 - handed to fault_handler or re-raised with context
                 manager._fault(p, point, regs, exc, "post_handler")
             finally:

@@ -123,6 +123,12 @@ def location_fields(where: str | int) -> dict[str, Any]:
     return {"symbol_name": sym, "offset": offset}
 
 
+def handler_arg(probe: Any) -> Any:
+    """The object ``probe``'s handlers get as ``p``: the probe, or its :attr:`Probe.handler_arg`."""
+    arg = probe.handler_arg
+    return probe if arg is None else arg
+
+
 def fault_claimed(probe: Any, regs: PtRegs, trapnr: int, address: int, where: str) -> bool:
     """K4: whether ``probe``'s fault_handler handles ``trapnr`` (returns non-zero).
 
@@ -134,8 +140,9 @@ def fault_claimed(probe: Any, regs: PtRegs, trapnr: int, address: int, where: st
     handler = probe.fault_handler
     if handler is None:
         return False
+    arg = probe.handler_arg
     try:
-        return bool(handler(probe, regs, trapnr))
+        return bool(handler(probe if arg is None else arg, regs, trapnr))
     except Exception as exc:  # noqa: BLE001 - re-raised with the probe's context
         raise ProbeHandlerError(probe, address, where, "fault_handler", exc) from exc
 
@@ -166,6 +173,10 @@ class Probe:
     """
 
     letter = "k"
+    #: the object the handlers get as ``p`` when it is not the probe itself (None): a
+    #: uprobe armed in a session hands its user's Uprobe to the user's own handlers, with
+    #: no wrapper frame per hit.  Read when the point's probes change (ProbePoint.only).
+    handler_arg: Any = None
     #: every field a registration checks the type of (a subclass adds its own)
     fields: ClassVar[Mapping[str, FieldKind]] = {
         "symbol_name": OPT_STR, "offset": INT, "addr": OPT_INT, "pre_handler": HANDLER,

@@ -237,6 +237,38 @@ def test_post_handler_and_path_change(prog: Path) -> None:
     assert len(posts) == 3 and all(ip != s.symbols.get("bump").address for ip in posts)
 
 
+@pytest.mark.parametrize("path", ["alone", "beside a kprobe", "breakpoint"])
+def test_every_handler_gets_the_users_uprobe(prog: Path, path: str) -> None:
+    """pre, post and fault handlers get the user's Uprobe as ``p``, whether the point runs it
+    inline (one probe), through the manager's loop (a kprobe at the same address), or on the
+    breakpoint path; the session's instance counts the hits."""
+    seen: list[tuple[str, object]] = []
+
+    def pre(p: object, regs: kpsdk.regs.PtRegs) -> None:
+        seen.append(("pre", p))
+        raise RuntimeError("to the fault_handler")
+
+    def fault(p: object, regs: kpsdk.regs.PtRegs, trapnr: int) -> int:
+        seen.append(("fault", p))
+        return 1
+
+    with open_elf(prog) as s:
+        if path == "breakpoint":
+            s.kprobes_optimization = False
+        up = kpsdk.Uprobe(prog, entry_offset(prog, "add"), pre_handler=pre,
+                          post_handler=lambda p, regs, flags: seen.append(("post", p)), fault_handler=fault)
+        s.register_uprobe(up)
+        k = kpsdk.Kprobe(addr=up.address_in(s), pre_handler=lambda p, regs: seen.append(("kprobe", p)))
+        if path == "beside a kprobe":
+            s.register_kprobe(k)
+        assert s.run(timeout=10) == 0
+        assert s.console == fixtures.EXPECTED_OUTPUT
+    # the newer probe of a point runs first, as add_new_kprobe()'s list_add_rcu() puts it
+    want = ([("kprobe", k)] if path == "beside a kprobe" else []) + [("pre", up), ("fault", up), ("post", up)]
+    assert seen == want
+    assert up.hits == 1
+
+
 def test_enable_disable_and_decorators(prog: Path) -> None:
     seen: list[str] = []
     with open_elf(prog) as s:

@@ -702,9 +702,9 @@ class UnicornTarget(Target):
                     stepper.reached(addr)
                 if conditional and not condition_passes(point):
                     return
-                active = point.active
-                if len(active) == 1:  # ProbeManager.pre for one probe, inlined
-                    p = active[0]
+                only = point.only
+                if only is not None:  # ProbeManager.pre for one probe, inlined
+                    p, me = only
                     if manager.busy:  # K6
                         p.nmissed += 1
                         return
@@ -718,7 +718,7 @@ class UnicornTarget(Target):
                         hit[2] = None
                         try:
                             try:  # the truth test is the handler's too: a return value whose bool() raises
-                                unchanged = not handler(p, regs)
+                                unchanged = not handler(me, regs)
                             except Exception as exc:  # noqa: BLE001 - K4: fault_handler or re-raised
                                 manager._fault(p, point, regs, exc, "pre_handler")
                                 unchanged = True
