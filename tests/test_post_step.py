@@ -125,3 +125,48 @@ def test_a_return_reached_from_many_call_sites_keeps_a_bounded_number_of_hooks()
         assert s.target.stepper.hooked == 0  # type: ignore[attr-defined]
     finally:
         s.close()
+
+
+def test_a_fall_through_step_is_hooked_at_registration_and_a_return_at_its_hit(session: kpsdk.Session) -> None:
+    """An instruction whose successors need no register or memory (inc's first) has its
+    successor hook from registration, so its first hit re-enters nothing; a return learns
+    where it goes at its hit.  Both run their post_handlers from the first hit on."""
+    insns = instructions(session, "inc")
+    first, last = insns[0], insns[-1]
+    posts: list[tuple[int, int]] = []
+    post = lambda p, r, f: posts.append((p.addr, r.ip))  # noqa: E731
+    straight = kpsdk.Kprobe(addr=probe_addr(session, first.address), post_handler=post)
+    session.register_kprobe(straight)
+    # arm's successors of a 4-byte instruction read cpsr (Thumb-2 or ARM?): learned at the hit
+    at_registration = 0 if session.arch.name == "arm" and first.size == 4 else 1
+    assert session.target.stepper.hooked == at_registration  # type: ignore[attr-defined]
+    ret = kpsdk.Kprobe(addr=probe_addr(session, last.address), post_handler=post)
+    session.register_kprobe(ret)
+    assert session.target.stepper.hooked == at_registration  # type: ignore[attr-defined]
+    assert session.call("loop", 2) == 3
+    loop = session.symbols.get("loop")
+    assert [at for p, at in posts if p == straight.addr] == [first.address + first.size] * 2
+    rets = [at for p, at in posts if p == ret.addr]
+    assert len(rets) == 2 and all(loop.address <= at < loop.address + loop.size for at in rets)
+    assert session.target.stepper.hooked > at_registration  # type: ignore[attr-defined]  # the return's, learned
+    session.unregister_kprobes([straight, ret])
+    assert session.target.stepper.hooked == 0  # type: ignore[attr-defined]
+
+
+def test_a_post_handler_registered_by_a_handler_inside_a_run_runs_from_its_first_hit(session: kpsdk.Session) -> None:
+    """Registered while the CPU runs (a handler's work), the step is learned at the first hit,
+    which re-enters the instruction once: every hit still gets its post_handler, once."""
+    first = instructions(session, "inc")[0]
+    posts: list[int] = []
+    late = kpsdk.Kprobe(addr=probe_addr(session, first.address), post_handler=lambda p, r, f: posts.append(r.ip))
+
+    def register_late(p: kpsdk.Probe, regs: kpsdk.regs.PtRegs) -> int:
+        if not late.registered:
+            session.register_kprobe(late)
+        return 0
+
+    session.register_kprobe(kpsdk.Kprobe(symbol_name="loop", pre_handler=register_late))
+    assert session.target.stepper.hooked == 0  # type: ignore[attr-defined]
+    assert session.call("loop", 4) == 10
+    assert posts == [first.address + first.size] * 4 and late.hits == 4
+    assert session.target.stepper.hooked == 1  # type: ignore[attr-defined]

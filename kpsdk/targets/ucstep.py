@@ -48,6 +48,18 @@ MEMO_LIMIT = 64
 HOOKS_PER_POINT = 16
 
 
+class _Reads(Exception):
+    """An instruction's successors depend on registers or memory (see :meth:`SoftStep.prepare`)."""
+
+
+def _refuse_register(name: str) -> int:
+    raise _Reads
+
+
+def _refuse_memory(addr: int, size: int) -> bytes:
+    raise _Reads
+
+
 class SuccessorMemo:
     """``successors()`` of one instruction, memoized on what it read.
 
@@ -178,18 +190,48 @@ class SoftStep:
         for a in succ:
             if a in used:
                 continue
-            if a not in self._hooks:
-                if len(used) >= HOOKS_PER_POINT:
-                    self._transient.append(host.hooks.code(self._callback, a, a))
-                    host.uc.ctl_remove_cache(a, a + 1)
-                    fresh = True
-                    continue
-                self._hooks[a] = host.hooks.code(self._callback, a, a)
+            if a not in self._hooks and len(used) >= HOOKS_PER_POINT:
+                self._transient.append(host.hooks.code(self._callback, a, a))
                 host.uc.ctl_remove_cache(a, a + 1)
                 fresh = True
-            used.add(a)
-            self._users.setdefault(a, set()).add(id(point))
+                continue
+            if self._keep(point, used, a):
+                host.uc.ctl_remove_cache(a, a + 1)
+                fresh = True
         self.pending = (point, succ)
+        return fresh
+
+    def _keep(self, point: ProbePoint, used: set[int], a: int) -> bool:
+        """``point`` steps to ``a`` from now on: its persistent hook (True when made here)."""
+        made = a not in self._hooks
+        if made:
+            self._hooks[a] = self._host.hooks.code(self._callback, a, a)
+        used.add(a)
+        self._users.setdefault(a, set()).add(id(point))
+        return made
+
+    def prepare(self, point: ProbePoint, insn: capstone.CsInsn) -> list[int]:
+        """Hook the successors of ``point``'s instruction ``insn`` as the point is armed, when
+        they depend on nothing (no register or memory read: no branch, or one to a fixed
+        address); returns the addresses that got their first hook, whose translations the
+        caller drops.  The first hit then only assigns :attr:`pending`, as every later one:
+        learning them there cost a re-entry and new translations inside the run, ~0.15 us per
+        hit of a 500-hit run (bench rows 2).  Other instructions learn at their hits."""
+        if point.state.get("step_fixed") is not None:
+            return []
+        try:
+            answer = self._host.arch.insn.successors(insn, _refuse_register, _refuse_memory, self._host.arch.word_size)
+        except _Reads:
+            return []
+        if answer is None:
+            return []
+        strip = ~1 if self._host.arch.has_thumb else ~0
+        succ = frozenset(a & strip for a in answer)
+        used = self._used.setdefault(id(point), set())
+        if len(used | succ) > HOOKS_PER_POINT:
+            return []
+        fresh = [a for a in succ if a not in used and self._keep(point, used, a)]
+        point.state["step_fixed"] = (point, succ)
         return fresh
 
     def _drop_transient(self) -> None:

@@ -493,15 +493,18 @@ class UnicornTarget(Target):
     def sync_point(self, point: ProbePoint, force: bool = False) -> None:
         want = self._choose(point)
         have = (point.mechanism, point.optimized) if point.mechanism else None
-        if want == have and not force:
-            return
-        self._disarm(point)
-        if want is not None:
-            self._arm(point, *want)
-        if self.detours is not None and self.detours.by_addr:  # a probe inside a detoured entry's bytes
-            clash = self.detours.clashing(point)
-            if clash is not None:
-                self.sync_point(clash, force=True)
+        if want != have or force:
+            self._disarm(point)
+            if want is not None:
+                self._arm(point, *want)
+            if self.detours is not None and self.detours.by_addr:  # a probe inside a detoured entry's bytes
+                clash = self.detours.clashing(point)
+                if clash is not None:
+                    self.sync_point(clash, force=True)
+        if point.needs_step and point.mechanism == "hook" and not self._depth:
+            # outside a run, a step that goes nowhere new is hooked now (SoftStep.prepare)
+            for a in self.stepper.prepare(point, self._cs_insn(point)):
+                self._drop_translations(a, a + 1)
 
     def _arm(self, point: ProbePoint, mechanism: str, optimized: bool) -> None:
         addr, size = point.addr, point.insn.size
