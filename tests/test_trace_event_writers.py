@@ -14,6 +14,7 @@ stacktrace trigger, in every format, and for ``text`` with and without the prefi
 
 from __future__ import annotations
 
+import collections
 import io
 import itertools
 import json
@@ -46,7 +47,8 @@ def table(arch: str) -> list[str]:
 def run(arch: str, fmt: str, direct: bool, monkeypatch: pytest.MonkeyPatch, *, prefix: bool = True,
         filter_expr: str | None = None, triggers: tuple[str, ...] = ()) -> tuple[str, dict[str, bool]]:
     """The output of one run, with the writer's own ``write`` as the sink (``direct``) or a
-    function around it; and which events took the per-event path."""
+    function around it; and which events took the per-event path.  The trace's counts of
+    records per event are checked against the text written, before and after its close()."""
     ticks = itertools.count(1)
 
     def clock() -> float:
@@ -63,8 +65,16 @@ def run(arch: str, fmt: str, direct: bool, monkeypatch: pytest.MonkeyPatch, *, p
             assert s.run(timeout=30) == 0
             s.call("fact", 4)
             took = {e.name: e.fast is not None and e.fast is not trace_events.UNMADE for e in trace.events}
+            counts = trace.counts
+            trace.close()
+            assert trace.counts == counts and not trace.events
         writer.close()
-    return stream.getvalue(), took
+    out = stream.getvalue()
+    if fmt == "text":  # one line a record (stack lines start with " =>" or "<stack trace>")
+        bodies = [line.split(": ", 2)[1] if prefix else line for line in out.split("\n")
+                  if line and not line.startswith("#") and "<stack trace>" not in line and " => " not in line]
+        assert counts == collections.Counter(body.split(":")[0] for body in bodies), counts
+    return out, took
 
 
 CASES = [("text", True), ("text", False), ("jsonl", True), ("perfetto", True)]

@@ -200,6 +200,9 @@ class TraceEvent:
         self.fast: EventWrite | None | object = UNMADE
         #: the per-event path wants the entry's stack pointer
         self._fast_sp = False
+        #: what a p hit's fetches read (its registers, no entry values): the target hands the
+        #: same registers object to every hit, so it is made again only when that changes
+        self._hit = HitContext(None)  # type: ignore[arg-type]
 
     @property
     def hits(self) -> int:
@@ -220,7 +223,6 @@ class TraceEvent:
                 not trace.filter(common_values(record) if self._filter_common else record.fields):
             return
         self.recorded += 1
-        trace.counts[self.name] += 1
         # every stacktrace trigger sees the hit (each counts its own N down) and writes its own
         # stack entry after the event's, filtered or not, as Debian's 6.1 kernel does
         # (tests/test_trace_triggers_kernel.py)
@@ -268,13 +270,14 @@ class TraceEvent:
             task, task_id = trace.fixed_task, 1
         else:
             task, task_id = trace.task_info(), trace.task_id()
-        hit = HitContext(regs)
+        hit = self._hit
+        if hit.regs is not regs:  # one context a hit, kept while the target hands the same registers
+            hit = self._hit = HitContext(regs)
         fast = self.fast
         if fast is UNMADE:
             fast = self._event_writer()
         if fast is not None:
             self.recorded += 1
-            trace.counts[self.name] += 1
             fast(now, ip, where, hit, task, task_id,  # type: ignore[operator]
                  int(regs.sp) if self._fast_sp else None, None, None, None)
             return 0
@@ -312,7 +315,6 @@ class TraceEvent:
             fast = self._event_writer()
         if fast is not None:
             self.recorded += 1
-            self.trace.counts[self.name] += 1
             fast(now, func_addr or 0, where, hit, task, self.trace.task_id(),  # type: ignore[operator]
                  getattr(ri, "frame", None), caller, func, entry_time)
             return
@@ -369,7 +371,8 @@ class Trace:
         self.records: list[TraceRecord] = []
         self.filter: Filter | None = parse_filter(filter) if isinstance(filter, str) else filter
         self.events: list[TraceEvent] = []
-        self.counts: Counter[str] = Counter()
+        #: every event this trace ever took, removed ones included: what :attr:`counts` adds up
+        self._taken: list[TraceEvent] = []
         self.start_time = time.perf_counter()
         target_type = type(session.target)
         #: the target has no tasks of its own (Unicorn): every hit is task 1, :attr:`fixed_task`,
@@ -530,6 +533,7 @@ class Trace:
         alive = alive_events(session)
         for event in events:
             self.events.append(event)
+            self._taken.append(event)
             alive[event.definition.full_name] = event
 
     def _make_probe(self, registry: Any, event: TraceEvent) -> Probe:
@@ -624,6 +628,15 @@ class Trace:
         return "\n".join(parts)
 
     # -- reports ------------------------------------------------------------------------------------
+
+    @property
+    def counts(self) -> Counter[str]:
+        """Records delivered per event name, over every event this trace took (closed ones
+        too).  Added up when asked: a count per hit was a dict update on every event's path."""
+        out: Counter[str] = Counter()
+        for event in self._taken:
+            out[event.name] += event.recorded
+        return out
 
     def profile_rows(self) -> list[tuple[str, int, int]]:
         """``(event, hits, misses)``: the kernel's ``kprobe_profile`` for these events."""
