@@ -124,8 +124,9 @@ def location_fields(where: str | int) -> dict[str, Any]:
 
 
 def handler_arg(probe: Any) -> Any:
-    """The object ``probe``'s handlers get as ``p``: the probe, or its :attr:`Probe.handler_arg`."""
-    arg = probe.handler_arg
+    """The object ``probe``'s handlers get as ``p``: the probe, or its :attr:`Probe.handler_arg`
+    (a plugin's probe object that is no :class:`Probe` has none)."""
+    arg = getattr(probe, "handler_arg", None)
     return probe if arg is None else arg
 
 
@@ -140,9 +141,8 @@ def fault_claimed(probe: Any, regs: PtRegs, trapnr: int, address: int, where: st
     handler = probe.fault_handler
     if handler is None:
         return False
-    arg = probe.handler_arg
     try:
-        return bool(handler(probe if arg is None else arg, regs, trapnr))
+        return bool(handler(handler_arg(probe), regs, trapnr))
     except Exception as exc:  # noqa: BLE001 - re-raised with the probe's context
         raise ProbeHandlerError(probe, address, where, "fault_handler", exc) from exc
 
@@ -175,7 +175,8 @@ class Probe:
     letter = "k"
     #: the object the handlers get as ``p`` when it is not the probe itself (None): a
     #: uprobe armed in a session hands its user's Uprobe to the user's own handlers, with
-    #: no wrapper frame per hit.  Read when the point's probes change (ProbePoint.only).
+    #: no wrapper frame per hit.  Set it before the probe is registered: hit paths bind it
+    #: when the point's probes change (ProbePoint.only, ProbeManager.pre_function).
     handler_arg: Any = None
     #: every field a registration checks the type of (a subclass adds its own)
     fields: ClassVar[Mapping[str, FieldKind]] = {

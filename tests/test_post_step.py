@@ -170,3 +170,22 @@ def test_a_post_handler_registered_by_a_handler_inside_a_run_runs_from_its_first
     assert session.call("loop", 4) == 10
     assert posts == [first.address + first.size] * 4 and late.hits == 4
     assert session.target.stepper.hooked == 1  # type: ignore[attr-defined]
+
+
+def test_a_point_that_loses_its_post_handler_drops_its_successor_hooks(session: kpsdk.Session) -> None:
+    """A return keeps the hook path with or without a post_handler (it is not boostable): when
+    the post_handler's probe goes, the point's learned successor hooks go with it, and the
+    other probe on the point goes on hitting."""
+    last = instructions(session, "inc")[-1]
+    at = probe_addr(session, last.address)
+    plain = kpsdk.Kprobe(addr=at, pre_handler=lambda p, r: 0)
+    posts: list[int] = []
+    post = kpsdk.Kprobe(addr=at, post_handler=lambda p, r, f: posts.append(r.ip))
+    session.register_kprobes([plain, post])
+    assert session.call("loop", 2) == 3
+    assert len(posts) == 2 and session.target.stepper.hooked >= 1  # type: ignore[attr-defined]
+    session.unregister_kprobe(post)
+    assert session.target.stepper.hooked == 0  # type: ignore[attr-defined]
+    assert session.call("loop", 3) == 6
+    assert plain.hits == 5 and len(posts) == 2
+    assert session.target.stepper.hooked == 0  # type: ignore[attr-defined]

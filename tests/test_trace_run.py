@@ -174,6 +174,30 @@ def test_filter_count_and_clear() -> None:
         assert (e.value.code, e.value.column) == ("BAD_MEM_ADDR", 10)  # type: ignore[attr-defined]
 
 
+def test_counts_outlive_removed_events_and_the_events_do_not() -> None:
+    """``Trace.counts`` keeps the records of events removed (``-:EVENT``, ``remove``) and closed;
+    the trace holds no removed event (a long session that adds and removes events stays flat)."""
+    import gc
+    import weakref
+
+    with kpsdk.open(f"elf:{fixtures.path('x86_64')}") as s:
+        trace = s.trace("p:keep fact n=%di:s32")
+        gone = []
+        for _ in range(20):
+            event, = trace.add("p:tmp add a=%di:s32")
+            assert s.call("add", 2, 3) == 5
+            gone.append(weakref.ref(event))
+            trace.remove(event)
+            del event
+        assert s.call("fact", 3) == 6
+        assert trace.counts == {"tmp": 20, "keep": 3}
+        assert [e.name for e in trace.events] == ["keep"]
+        gc.collect()
+        assert all(ref() is None for ref in gone)
+        trace.close()
+        assert trace.counts == {"tmp": 20, "keep": 3} and trace.events == []
+
+
 def test_all_or_nothing_registration() -> None:
     with kpsdk.open(f"elf:{fixtures.path('x86_64')}") as s:
         before = s.list()

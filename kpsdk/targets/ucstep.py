@@ -215,8 +215,9 @@ class SoftStep:
         they depend on nothing (no register or memory read: no branch, or one to a fixed
         address); returns the addresses that got their first hook, whose translations the
         caller drops.  The first hit then only assigns :attr:`pending`, as every later one:
-        learning them there cost a re-entry and new translations inside the run, ~0.15 us per
-        hit of a 500-hit run (bench rows 2).  Other instructions learn at their hits."""
+        learning them there cost a re-entry and new translations inside the run (a 500-hit
+        run's post_handler hit went from 3.2-3.3 us to 2.8-3.0 us, docs/performance.md).
+        Other instructions learn at their hits."""
         if point.state.get("step_fixed") is not None:
             return []
         try:
@@ -275,6 +276,10 @@ class SoftStep:
                 run_post(self._host.hit_regs, addr)
         except BaseException as exc:  # noqa: BLE001 - stored and re-raised by run()/call()
             self._host.fail(exc)
+
+    def holds(self, point: ProbePoint) -> bool:
+        """Whether ``point`` keeps successor hooks or a learned step (see :meth:`release`)."""
+        return id(point) in self._used or "step_fixed" in point.state or "succ_memo" in point.state
 
     def release(self, point: ProbePoint) -> None:
         """``point`` no longer steps (disarmed, or its post_handlers are gone): delete the

@@ -501,10 +501,13 @@ class UnicornTarget(Target):
                 clash = self.detours.clashing(point)
                 if clash is not None:
                     self.sync_point(clash, force=True)
-        if point.needs_step and point.mechanism == "hook" and not self._depth:
-            # outside a run, a step that goes nowhere new is hooked now (SoftStep.prepare)
-            for a in self.stepper.prepare(point, self._cs_insn(point)):
-                self._drop_translations(a, a + 1)
+        if point.mechanism == "hook":
+            if point.needs_step:
+                if not self._depth:  # outside a run, a step that goes nowhere new is hooked now
+                    for a in self.stepper.prepare(point, self._cs_insn(point)):
+                        self._drop_translations(a, a + 1)
+            elif self.stepper.holds(point):  # its post_handlers are gone, the mechanism stays
+                self.stepper.release(point)
 
     def _arm(self, point: ProbePoint, mechanism: str, optimized: bool) -> None:
         addr, size = point.addr, point.insn.size

@@ -371,8 +371,9 @@ class Trace:
         self.records: list[TraceRecord] = []
         self.filter: Filter | None = parse_filter(filter) if isinstance(filter, str) else filter
         self.events: list[TraceEvent] = []
-        #: every event this trace ever took, removed ones included: what :attr:`counts` adds up
-        self._taken: list[TraceEvent] = []
+        #: records of the events this trace took and let go (:meth:`remove`, :meth:`close`), by
+        #: name: :attr:`counts` adds them to the live events' own counts
+        self._retired: Counter[str] = Counter()
         self.start_time = time.perf_counter()
         target_type = type(session.target)
         #: the target has no tasks of its own (Unicorn): every hit is task 1, :attr:`fixed_task`,
@@ -533,7 +534,6 @@ class Trace:
         alive = alive_events(session)
         for event in events:
             self.events.append(event)
-            self._taken.append(event)
             alive[event.definition.full_name] = event
 
     def _make_probe(self, registry: Any, event: TraceEvent) -> Probe:
@@ -569,14 +569,19 @@ class Trace:
         alive = alive_events(self.session)
         if alive.get(event.definition.full_name) is event:
             del alive[event.definition.full_name]
+        self._let_go(event)
+
+    def _let_go(self, event: TraceEvent) -> None:
+        """``event`` leaves the trace; its records stay in :attr:`counts`."""
         if event in self.events:
             self.events.remove(event)
+            self._retired[event.name] += event.recorded
 
     def close(self) -> None:
         """Unregister every event of this trace."""
         for event in list(self.events):
             if self.session.closed:
-                self.events.remove(event)
+                self._let_go(event)
                 continue
             self.remove(event)
 
@@ -631,10 +636,11 @@ class Trace:
 
     @property
     def counts(self) -> Counter[str]:
-        """Records delivered per event name, over every event this trace took (closed ones
-        too).  Added up when asked: a count per hit was a dict update on every event's path."""
-        out: Counter[str] = Counter()
-        for event in self._taken:
+        """Records delivered per event name, over every event this trace took (removed and
+        closed ones too): a new Counter, added up when asked (a count per hit was a dict
+        update on every event's path)."""
+        out = Counter(self._retired)
+        for event in self.events:
             out[event.name] += event.recorded
         return out
 

@@ -235,8 +235,9 @@ def _live_table(trace: Trace) -> Table:
     table.add_column("records", justify="right")
     table.add_column("hits", justify="right")
     table.add_column("missed", justify="right")
+    counts = trace.counts
     for event in trace.events:
-        table.add_row(event.name, str(trace.counts[event.name]), str(event.hits), str(event.missed))
+        table.add_row(event.name, str(counts[event.name]), str(event.hits), str(event.missed))
     return table
 
 
