@@ -286,9 +286,8 @@ class ProbeManager:
                 handler = p.pre_handler
                 if handler is None:
                     continue
-                arg = p.handler_arg
                 try:  # the truth test is the handler's too: a return value whose bool() raises
-                    if not handler(p if arg is None else arg, regs):
+                    if not handler(handler_arg(p), regs):
                         continue
                 except Exception as exc:  # noqa: BLE001 - handed to fault_handler or re-raised with context
                     self._fault(p, point, regs, exc, "pre_handler")
@@ -367,9 +366,8 @@ class ProbeManager:
             for p in point.active:
                 if p.post_handler is None:
                     continue
-                arg = p.handler_arg
                 try:
-                    p.post_handler(p if arg is None else arg, regs, 0)
+                    p.post_handler(handler_arg(p), regs, 0)
                 except Exception as exc:  # noqa: BLE001 - handed to fault_handler or re-raised with context
                     self._fault(p, point, regs, exc, "post_handler")
         finally:

@@ -30,7 +30,7 @@ nothing, so its answer is computed once.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -148,6 +148,12 @@ class SoftStep:
             values.append(data)
             return data
 
+        return self._successors(insn, reg, mem)
+
+    def _successors(self, insn: capstone.CsInsn, reg: Callable[[str], int],
+                    mem: Callable[[int, int], bytes]) -> frozenset[int] | None:
+        """The backend's ``successors()`` of ``insn`` through ``reg``/``mem``, Thumb bits off."""
+        arch = self._host.arch
         succ = arch.insn.successors(insn, reg, mem, arch.word_size)
         if succ is None:
             return None
@@ -221,13 +227,11 @@ class SoftStep:
         if point.state.get("step_fixed") is not None:
             return []
         try:
-            answer = self._host.arch.insn.successors(insn, _refuse_register, _refuse_memory, self._host.arch.word_size)
+            succ = self._successors(insn, _refuse_register, _refuse_memory)
         except _Reads:
             return []
-        if answer is None:
+        if succ is None:
             return []
-        strip = ~1 if self._host.arch.has_thumb else ~0
-        succ = frozenset(a & strip for a in answer)
         used = self._used.setdefault(id(point), set())
         if len(used | succ) > HOOKS_PER_POINT:
             return []
