@@ -231,6 +231,15 @@ class FileProbe:
         scope = "unregistered" if self.scope is None else "system-wide" if self.scope is SYSTEM else "session"
         return f"<{type(self).__name__} {self.label} {scope}>"
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        """A handler set on a registered probe reaches the probes armed for it in each
+        session, as a kprobe's does (its hits read the handler then).  Each armed probe
+        keeps its own copy of the handlers, so that a hit reads no extra attribute."""
+        object.__setattr__(self, name, value)
+        if name in _HANDLER_FIELDS:
+            for _, inst in self.__dict__.get("_instances", ()):
+                cast(_Armed, inst).follow(name)
+
 
 class Uprobe(FileProbe):
     """A probe on the instruction at file offset ``offset`` of the executable ``path``.
@@ -297,13 +306,21 @@ def _fault_as_owner(handler: Callable[..., Any] | None, owner: FileProbe) -> Cal
     return lambda _p, regs, x: handler(owner, regs, x)
 
 
+#: the handler fields of Uprobe and Uretprobe, which the probes armed for them copy
+_HANDLER_FIELDS = frozenset({"pre_handler", "post_handler", "fault_handler", "handler", "entry_handler"})
+
+
 class _Armed:
     """What a probe armed in one session for a user's :class:`FileProbe` shares: it is
-    enabled and shown as its owner."""
+    enabled and shown as its owner, and takes the handlers its owner is given."""
 
     owner: FileProbe
     #: the mapping of the file it is armed in: ((st_dev, st_ino), load bias)
     mapping: tuple[tuple[int, int], int] | None = None
+
+    def follow(self, name: str) -> None:
+        """The owner's handler field ``name`` changed: take its new value."""
+        setattr(self, name, getattr(self.owner, name))
 
     @property
     def disabled(self) -> bool:
@@ -340,6 +357,13 @@ class SessionUretprobe(_Armed, Kretprobe):
                          fault_handler=_fault_as_owner(owner.fault_handler, owner))
         self.owner = owner
         self.label = self.name = owner.label
+
+    def follow(self, name: str) -> None:
+        """As :meth:`_Armed.follow`; the fault_handler is called with the owner, as at arming."""
+        if name == "fault_handler":
+            self.fault_handler = _fault_as_owner(self.owner.fault_handler, self.owner)
+        else:
+            super().follow(name)
 
 
 # -- checking a probe against its file ---------------------------------------------------------

@@ -269,6 +269,58 @@ def test_every_handler_gets_the_users_uprobe(prog: Path, path: str) -> None:
     assert up.hits == 1
 
 
+@pytest.mark.parametrize("pie", [False])
+@pytest.mark.parametrize("scope", ["system-wide", "session"])
+def test_handlers_set_after_registration_are_the_ones_called(prog: Path, scope: str) -> None:
+    """A handler given to a registered Uprobe or Uretprobe is the one its next hits call, as a
+    kprobe's is: also when a handler swaps it in the middle of a run (fact recurses 5 times),
+    and in a session opened after the swap."""
+    calls: list[tuple[str, int]] = []
+    up = kpsdk.Uprobe(prog, entry_offset(prog, "fact"))
+    rp = kpsdk.Uretprobe(prog, entry_offset(prog, "fact"))
+
+    def first_pre(p: object, regs: kpsdk.regs.PtRegs) -> None:
+        calls.append(("first pre", regs.arg(0)))
+        up.pre_handler = second_pre
+
+    def second_pre(p: object, regs: kpsdk.regs.PtRegs) -> None:
+        assert p is up
+        calls.append(("second pre", regs.arg(0)))
+        if regs.arg(0) == 3:
+            raise RuntimeError("to the fault_handler given after registration")
+
+    def fault(p: object, regs: kpsdk.regs.PtRegs, trapnr: int) -> int:
+        calls.append(("fault", int(p is up)))
+        return 1
+
+    def first_ret(ri: kpsdk.UretprobeInstance, regs: kpsdk.regs.PtRegs) -> None:
+        calls.append(("first ret", int(regs.return_value)))
+        rp.handler = second_ret
+
+    def second_ret(ri: kpsdk.UretprobeInstance, regs: kpsdk.regs.PtRegs) -> None:
+        calls.append(("second ret", int(regs.return_value) if ri.rp is rp else -1))
+
+    with open_elf(prog) as s:
+        if scope == "system-wide":
+            kpsdk.register_uprobes([up, rp])
+        else:
+            s.register_uprobe(up)
+            s.register_uretprobe(rp)
+        up.pre_handler, up.fault_handler, rp.handler = first_pre, fault, first_ret  # after registration
+        assert s.run(timeout=10) == 0
+        assert s.console == fixtures.EXPECTED_OUTPUT
+    # fact(5) enters 5, 4, 3, 2, 1 and returns 1, 2, 6, 24, 120
+    assert calls == [("first pre", 5), ("second pre", 4), ("second pre", 3), ("fault", 1), ("second pre", 2),
+                     ("second pre", 1), ("first ret", 1), ("second ret", 2), ("second ret", 6),
+                     ("second ret", 24), ("second ret", 120)]
+    if scope == "system-wide":
+        up.pre_handler = first_pre
+        calls.clear()
+        with open_elf(prog) as later:  # armed with the handlers the probes hold now
+            assert later.run(timeout=10) == 0
+        assert calls[:2] == [("first pre", 5), ("second pre", 4)] and calls[-1] == ("second ret", 120)
+
+
 def test_enable_disable_and_decorators(prog: Path) -> None:
     seen: list[str] = []
     with open_elf(prog) as s:
