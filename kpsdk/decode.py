@@ -35,12 +35,15 @@ class CodeView(Protocol):
 MAX_LINEAR = 0x10000
 
 
-def decode_at(target: CodeView, addr: int, start: int, iset: InstructionSet) -> Decoded | None:
+def decode_at(target: CodeView, addr: int, start: int, iset: InstructionSet,
+              end: int | None = None) -> Decoded | None:
     """The instruction at ``addr``, decoding linearly from ``start``.
 
     Returns None when ``addr`` falls inside an instruction (EILSEQ).  Where
     decoding stops early (data inside the function), the instruction at
-    ``addr`` is decoded on its own.
+    ``addr`` is decoded on its own.  ``end``, where known, is where the
+    function ends (its symbol's size): the walk reads no further, instead of a
+    whole 256-byte chunk (a 60-byte function was decoded four times over).
 
     Registration was mostly this (issue 19), so the walk from ``start`` is
     made without capstone's details, over 256 bytes of the function at a
@@ -60,7 +63,8 @@ def decode_at(target: CodeView, addr: int, start: int, iset: InstructionSet) -> 
         start = addr
     want = addr - start + 16
     if start != addr:
-        code, marks = _walk(target, md, start, want, iset)
+        limit = end - start if end is not None and end > addr else None
+        code, marks = _walk(target, md, start, want if limit is None else min(want, limit), iset, limit)
         mark = marks.get(addr)
         if mark is None:  # the walk stopped before addr (data in the function): addr on its own
             return decode_at(target, addr, addr, iset)
@@ -142,10 +146,11 @@ _Walk = tuple[bytes, dict[int, "tuple[int, str, str] | bool"], "int | None"]
 _WALKS: weakref.WeakKeyDictionary[Any, dict[tuple[int, str], _Walk]] = weakref.WeakKeyDictionary()
 
 
-def _walk(target: CodeView, md: capstone.Cs, start: int, want: int,
-          iset: InstructionSet) -> tuple[bytes, dict[int, tuple[int, str, str] | bool]]:
-    """The code from ``start`` (at least ``want`` bytes where readable) and its instructions
-    decoded from ``start``.  A walk is kept per function; it is used without reading the
+def _walk(target: CodeView, md: capstone.Cs, start: int, want: int, iset: InstructionSet,
+          limit: int | None = None) -> tuple[bytes, dict[int, tuple[int, str, str] | bool]]:
+    """The code from ``start`` (at least ``want`` bytes where readable, at most ``limit``
+    when given: the function's size) and its instructions decoded from ``start``.
+    A walk is kept per function; it is used without reading the
     code again while the view's ``code_generation`` (an int that every change to the
     code made through kpsdk, and every run, moves on; None where it cannot tell: live
     targets, or a handler running) has not moved, else while the bytes read now agree
@@ -161,7 +166,8 @@ def _walk(target: CodeView, md: capstone.Cs, start: int, want: int,
         return cached[0], cached[1]
     least = want - 16 + iset.min_insn
     code = b""
-    for size in ((want + _CHUNK - 1) & ~(_CHUNK - 1), want, least):
+    chunk = (want + _CHUNK - 1) & ~(_CHUNK - 1)
+    for size in (chunk if limit is None else min(chunk, limit), want, least):
         try:
             code = target.read_memory(start, size)
             break

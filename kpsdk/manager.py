@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from kpsdk.errors import KprobeError, ProbeHandlerError, SymbolError, TargetFault
 from kpsdk.insn import Decoded
 from kpsdk.probe import TRAP_HANDLER_EXCEPTION, Probe, check_address_range, fault_claimed, handler_arg
+from kpsdk.symbols import decode_span
 
 if TYPE_CHECKING:
     from kpsdk.arch import InstructionSet
@@ -180,8 +181,8 @@ class ProbeManager:
             raise KprobeError(errno.EINVAL, f"{addr:#x} is in kpsdk's own area (blacklisted)")
         if sym is not None and sym.name in self.blacklist and not internal:
             raise KprobeError(errno.EINVAL, f"{sym.name} is on the no-probe blacklist")
-        start = sym.address if sym is not None and sym.kind == "func" else addr
-        insn = target.decode_at(addr, start, iset)
+        start, end = decode_span(sym, addr)
+        insn = target.decode_at(addr, start, iset, end)
         if insn is None:
             where = target.symbols.format(addr)
             raise KprobeError(errno.EILSEQ, f"{where} ({addr:#x}) is not on an instruction boundary")

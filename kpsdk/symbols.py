@@ -56,6 +56,15 @@ class Symbol:
         return self.iset == "thumb"
 
 
+def decode_span(sym: Symbol | None, addr: int) -> tuple[int, int | None]:
+    """Where decoding toward ``addr`` starts (K1: a known instruction boundary) and where it
+    may stop: the function's start and end when ``sym``, the symbol holding ``addr``, is a
+    function (no end when its size is unknown), else ``addr`` itself and no end."""
+    if sym is not None and sym.kind == "func":
+        return sym.address, (sym.address + sym.size if sym.size else None)
+    return addr, None
+
+
 def is_glob(text: str) -> bool:
     """Whether a symbol spec is a shell glob (``*``, ``?``, ``[``): symbol names never hold these."""
     return any(c in text for c in "*?[")

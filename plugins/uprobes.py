@@ -73,6 +73,7 @@ from kpsdk.probe import (
     parse_number,
     register_all,
 )
+from kpsdk.symbols import decode_span
 
 if TYPE_CHECKING:
     from kpsdk.arch import Arch
@@ -428,8 +429,8 @@ def check_file(up: FileProbe, registry: Registry) -> Key:
     where = f"{up.path}:{up.offset:#x} ({image.symbols.format(vaddr)})"
     if vaddr % iset.min_insn:
         raise KprobeError(errno.EINVAL, f"{where} is not aligned to {iset.min_insn}-byte instructions")
-    start = sym.address if sym is not None and sym.kind == "func" else vaddr
-    insn = decode_at(view, vaddr, start, iset)
+    start, end = decode_span(sym, vaddr)
+    insn = decode_at(view, vaddr, start, iset, end)
     if insn is None:
         raise KprobeError(errno.EILSEQ, f"{where} is not on an instruction boundary")
     if insn.refused:
