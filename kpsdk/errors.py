@@ -143,14 +143,19 @@ class TargetStalled(TargetError):
 
 
 class TargetFault(TargetError):
-    """The emulated or live CPU faulted while running target code.
+    """The emulated or live CPU faulted while running target code, or target memory
+    could not be read or written.
 
-    ``pc`` is where it stopped and ``where`` the ``sym+0xoff`` of that address.
+    ``pc`` is where the CPU stopped; for memory that could not be reached, ``address``
+    is where it is (and ``pc`` None: no instruction was running).  ``where`` is the
+    ``sym+0xoff`` of that address.
     """
 
-    def __init__(self, message: str, pc: int | None = None, where: str | None = None) -> None:
-        self.pc, self.where = pc, where
-        loc = f" at {where or ''}{' ' if where else ''}(pc={pc:#x})" if pc is not None else ""
+    def __init__(self, message: str, pc: int | None = None, where: str | None = None, *,
+                 address: int | None = None) -> None:
+        self.pc, self.where, self.address = pc, where, address
+        at, label = (pc, "pc=") if pc is not None else (address, "")
+        loc = f" at {where or ''}{' ' if where else ''}({label}{at:#x})" if at is not None else ""
         super().__init__(f"{message}{loc}")
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import errno
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeGuard
 
 from kpsdk.errors import FieldTypeError, KprobeError, LocationError, ProbeHandlerError, shown
 
@@ -48,7 +48,7 @@ class FieldKind:
     accepts: Callable[[object], bool]
 
 
-def is_int(value: object) -> bool:
+def is_int(value: object) -> TypeGuard[int]:
     """An int that is not a bool: ``addr=True`` is a mistake, not address 1."""
     return isinstance(value, int) and not isinstance(value, bool)
 

@@ -17,6 +17,7 @@ import numbers
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
+from kpsdk.argcheck import want_address, want_bytes, want_int
 from kpsdk.errors import ArgumentError, KpsdkError, shown
 from kpsdk.events import RUN_ERROR, RUN_EXITED, RUN_STOPPED
 from kpsdk.probe import Probe, ProbeType, is_int, register_all
@@ -56,6 +57,11 @@ def _decorator_doc(pt: ProbeType) -> str:
     return (f"Decorator: ``@s.{pt.name}(where, **fields)`` makes a {pt.probe_class.__name__} at ``where`` whose "
             f"{pt.decorator_field} is the decorated function, registers it and returns it.")
 
+
+#: the most bytes one ``read_memory`` (or ``read_int``) returns, 1 GiB: the buffer is made
+#: before the target is asked, and a size such as 2**34 took the machine's memory (split
+#: larger reads)
+READ_MAX = 1 << 30
 
 #: how :meth:`Session.call` reads a return value: a signed or unsigned word, or 32 bits
 RESTYPES = ("long", "ulong", "int", "uint")
@@ -324,21 +330,34 @@ class Session(BuiltinVerbs):
         return self.target.console
 
     def read_memory(self, addr: int, size: int) -> bytes:
-        """``size`` bytes at ``addr`` as the program sees them: never kpsdk's breakpoints (K10)."""
-        return self.target.read_memory(addr, size)
+        """``size`` bytes at ``addr`` as the program sees them: never kpsdk's breakpoints (K10).
+
+        Memory that is not there is a :class:`~kpsdk.errors.TargetFault`; an ``addr`` that is
+        not an address of the arch, or a ``size`` that is not a count of bytes up to
+        :data:`READ_MAX`, an :class:`~kpsdk.errors.ArgumentError` (as for every memory call
+        below)."""
+        addr = want_address("read_memory", addr, self.arch.word_mask)
+        return self.target.read_memory(addr, want_int("read_memory", "size", size, 0, READ_MAX))
 
     def write_memory(self, addr: int, data: bytes) -> None:
         """Write target memory; over a probed instruction it is ``EBUSY`` (unregister first)."""
-        self.target.write_memory(addr, data)
+        addr = want_address("write_memory", addr, self.arch.word_mask)
+        self.target.write_memory(addr, want_bytes("write_memory", "data", data))
 
     def read_string(self, addr: int, max: int = 4096) -> str:  # noqa: A002 - the public API name
         """A NUL-terminated string (decoded as UTF-8, errors replaced), at most ``max`` bytes."""
-        return self.target.read_cstring(addr, max).decode("utf-8", "replace")
+        mask = self.arch.word_mask
+        addr = want_address("read_string", addr, mask)
+        return self.target.read_cstring(addr, want_int("read_string", "max", max, 0, mask + 1)).decode(
+            "utf-8", "replace")
 
     def read_int(self, addr: int, size: int | None = None, signed: bool = False) -> int:
         """An integer of ``size`` bytes (default: a word) at ``addr``, in the target's byte order."""
-        size = size or self.arch.word_size
-        return int.from_bytes(self.read_memory(addr, size), self.arch.endian, signed=signed)
+        addr = want_address("read_int", addr, self.arch.word_mask)
+        size = self.arch.word_size if size is None else want_int("read_int", "size", size, 1, READ_MAX)
+        if not isinstance(signed, bool):
+            raise ArgumentError(f"read_int: signed={shown(signed)}; want True or False")
+        return int.from_bytes(self.target.read_memory(addr, size), self.arch.endian, signed=signed)
 
     def regs(self) -> PtRegs:
         """The CPU's registers now (outside a handler; a handler is given its hit's)."""
@@ -354,7 +373,11 @@ class Session(BuiltinVerbs):
         hit's, and the probed address is the pc); elsewhere the CPU's own.
         """
         from kpsdk.backtrace import backtrace
+        from kpsdk.regs import PtRegs
 
+        if regs is not None and not isinstance(regs, PtRegs):
+            raise ArgumentError(f"backtrace: regs={shown(regs)}; want a handler's regs, or None")
+        limit = want_int("backtrace", "limit", limit)
         if regs is None:
             if self.target.manager.busy:
                 raise KpsdkError("in a handler, pass its regs: s.backtrace(regs)")
@@ -369,6 +392,9 @@ class Session(BuiltinVerbs):
         ``sp``: the stack address it was read from, or the stack pointer of the
         frame that read it; the innermost hooked call at or above it is the one.
         """
+        value = want_address("real_return_address", value, self.arch.word_mask, "value")
+        if sp is not None:
+            sp = want_address("real_return_address", sp, self.arch.word_mask, "sp")
         rethook = self.target.rethook
         return value if rethook is None else rethook.real_return_address(value, sp)
 

@@ -15,7 +15,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from kpsdk.errors import SymbolError
+from kpsdk.argcheck import want_int, want_str
+from kpsdk.errors import ArgumentError, SymbolError, shown
+from kpsdk.probe import is_int
 
 if TYPE_CHECKING:
     from kpsdk.target import MappedFile
@@ -63,6 +65,13 @@ def decode_span(sym: Symbol | None, addr: int) -> tuple[int, int | None]:
     if sym is not None and sym.kind == "func":
         return sym.address, (sym.address + sym.size if sym.size else None)
     return addr, None
+
+
+def _glob(pattern: object, kind: object) -> re.Pattern[str]:
+    """:meth:`SymbolTable.matching`'s arguments checked, and its pattern compiled."""
+    if kind is not None and not isinstance(kind, str):
+        raise ArgumentError(f"symbols.matching: kind={shown(kind)}; want a str (func, object, ifunc, plt) or None")
+    return re.compile(fnmatch.translate(want_str("symbols.matching", "pattern", pattern)))
 
 
 def is_glob(text: str) -> bool:
@@ -124,7 +133,7 @@ class SymbolTable:
         """The symbol called ``name``; a versioned name (``malloc@@GLIBC_2.2.5``,
         ``malloc@GLIBC_2.2.5``, as ``readelf`` and ``nm -D`` print them) is its plain one;
         ``malloc@plt`` is only ever the PLT stub (:mod:`kpsdk.pltstubs`), never ``malloc``."""
-        found = self._find(name)
+        found = self._find(want_str("symbols.get", "name", name))
         if found is None:
             raise SymbolError(f"unknown symbol {name!r}{did_you_mean(self.suggest(name))}")
         return found
@@ -143,7 +152,7 @@ class SymbolTable:
         characters, so only names sharing the first or the last character, of a
         length within ``max(2, len // 5)``, are compared (milliseconds).
         """
-        if not name or not self._by_name:
+        if not want_str("symbols.suggest", "name", name) or not self._by_name:
             return []
         slack = max(2, len(name) // 5)
         first, last = name[0], name[-1]
@@ -155,16 +164,18 @@ class SymbolTable:
     def matching(self, pattern: str, kind: str | None = "func") -> list[Symbol]:
         """The symbols whose name matches the shell glob ``pattern`` (``vfs_*``, ``do_sys_open*``;
         case-sensitive, as symbol names are), of ``kind`` (None: any), by address."""
-        rx = re.compile(fnmatch.translate(pattern))
+        rx = _glob(pattern, kind)
         return [sym for sym in self._sorted if (kind is None or sym.kind == kind) and rx.match(sym.name)]
 
-    def __contains__(self, name: str) -> bool:
-        return self._find(name) is not None
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and self._find(name) is not None
 
     def resolve(self, expr: str | int) -> int:
         """``"add"``, ``"add+0x4"``, ``"0x401000"`` or an int -> address."""
-        if isinstance(expr, int):
+        if is_int(expr):
             return expr
+        if not isinstance(expr, str):
+            raise ArgumentError(f"symbols.resolve: expr={shown(expr)}; want a str (SYM, SYM+0xOFF, 0xADDR) or an int")
         m = _EXPR.match(expr)
         if not m:
             raise SymbolError(f"cannot parse address expression {expr!r} (want SYM, SYM+0xOFF or 0xADDR)")
@@ -185,6 +196,9 @@ class SymbolTable:
 
         Zero-sized symbols match only their own address.
         """
+        return self._lookup(want_int("symbols.lookup", "addr", addr, None))
+
+    def _lookup(self, addr: int) -> tuple[str, int, int] | None:
         i = bisect.bisect_right(self._starts, addr) - 1
         while i >= 0:
             sym = self._sorted[i]
@@ -199,12 +213,12 @@ class SymbolTable:
         return None
 
     def containing(self, addr: int) -> Symbol | None:
-        found = self.lookup(addr)
+        found = self._lookup(want_int("symbols.containing", "addr", addr, None))
         return self._by_name[found[0]] if found else None
 
     def format(self, addr: int) -> str:
         """``sym+0xoff`` for an address, or its hex value outside any symbol."""
-        found = self.lookup(addr)
+        found = self._lookup(want_int("symbols.format", "addr", addr, None))
         return f"{found[0]}+{found[1]:#x}" if found else f"{addr:#x}"
 
     def functions(self) -> list[Symbol]:
@@ -231,29 +245,32 @@ class SymbolTables(SymbolTable):
         return sum(len(table) for table in self.tables)
 
     def get(self, name: str) -> Symbol:
+        want_str("symbols.get", "name", name)
         for table in self.tables:
             if name in table:
                 return table.get(name)
         raise SymbolError(f"unknown symbol {name!r}{did_you_mean(self.suggest(name))}")
 
-    def __contains__(self, name: str) -> bool:
+    def __contains__(self, name: object) -> bool:
         return any(name in table for table in self.tables)
 
     def suggest(self, name: str, n: int = 3) -> list[str]:
         return [found for table in self.tables for found in table.suggest(name, n)][:n]
 
     def matching(self, pattern: str, kind: str | None = "func") -> list[Symbol]:
+        _glob(pattern, kind)  # checked once, not once per table
         found = [sym for table in self.tables for sym in table.matching(pattern, kind)]
         return sorted(found, key=lambda sym: sym.address)
 
-    def lookup(self, addr: int) -> tuple[str, int, int] | None:
+    def _lookup(self, addr: int) -> tuple[str, int, int] | None:
         for table in self.tables:
-            found = table.lookup(addr)
+            found = table._lookup(addr)
             if found is not None:
                 return found
         return None
 
     def containing(self, addr: int) -> Symbol | None:
+        want_int("symbols.containing", "addr", addr, None)
         for table in self.tables:
             found = table.containing(addr)
             if found is not None:

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from kpsdk.errors import TargetFault
+
 if TYPE_CHECKING:
     from kpsdk.arch import Arch, InstructionSet
     from kpsdk.elfimage import ElfImage
@@ -133,6 +135,11 @@ class Target(ABC):
     def read_word(self, addr: int) -> int:
         """The machine word at ``addr`` (a return address on the stack), as the program sees it."""
         return int.from_bytes(self.read_memory(addr, self.arch.word_size), self.arch.endian)
+
+    def memory_fault(self, message: str, addr: int) -> TargetFault:
+        """The error for memory at ``addr`` that could not be read or written: it names the
+        address (and its symbol), not a pc, since no instruction of the target was running."""
+        return TargetFault(message, where=self.symbols.format(addr), address=addr)
 
     def read_cstring(self, addr: int, max: int) -> bytes:  # noqa: A002 - as Session.read_string
         """The bytes of a NUL-terminated string at ``addr`` (without the NUL), at most ``max``:

@@ -404,7 +404,7 @@ class FileView:
         for seg in self.image.segments:
             if seg.vaddr <= addr < seg.vaddr + len(seg.data):
                 return seg.data[addr - seg.vaddr: addr - seg.vaddr + size]
-        raise TargetFault(f"{self.image.path} has no bytes at {addr:#x}", addr)
+        raise TargetFault(f"{self.image.path} has no bytes at {addr:#x}")
 
 
 def check_file(up: FileProbe, registry: Registry) -> Key:

@@ -254,13 +254,45 @@ def test_an_unreadable_arg_at_a_return_prints_fault_as_at_an_entry(s: kpsdk.Sess
     lambda s: kpsdk.register_uretprobe(kpsdk.Uprobe(PROG, 0x1F9)),
     lambda s: kpsdk.open(5),
     lambda s: kpsdk.open(f"elf:{PROG}\0"),
+    lambda s: s.read_memory("add", 4),
+    lambda s: s.read_memory(-5, 4),
+    lambda s: s.read_memory(1 << 64, 4),
+    lambda s: s.read_memory(s.symbols.resolve("add"), -1),
+    lambda s: s.read_memory(s.symbols.resolve("add"), 1 << 34),
+    lambda s: s.read_memory(s.symbols.resolve("add"), 4.0),
+    lambda s: s.write_memory(s.symbols.resolve("counter"), "text"),
+    lambda s: s.write_memory(s.symbols.resolve("counter"), 5),
+    lambda s: s.read_string(None),
+    lambda s: s.read_int(s.symbols.resolve("counter"), 0),
+    lambda s: s.read_int(s.symbols.resolve("counter"), 4, signed="yes"),
+    lambda s: s.backtrace(limit="all"),
+    lambda s: s.real_return_address("0x10"),
+    lambda s: s.symbols.lookup("add"),
+    lambda s: s.symbols.format(None),
+    lambda s: s.symbols.containing(1.5),
+    lambda s: s.symbols.get(5),
+    lambda s: s.symbols.resolve(None),
+    lambda s: s.symbols.matching(b"a*"),
+    lambda s: s.symbols.matching("a*", kind=1),
 ], ids=["register-object", "batch-int", "batch-str", "call-str-arg", "call-restype", "call-float", "trace-int",
-        "trace-bytes", "filter-int", "sink-int", "unregister-uprobe-int", "uretprobe-uprobe", "open-int", "open-nul"])
+        "trace-bytes", "filter-int", "sink-int", "unregister-uprobe-int", "uretprobe-uprobe", "open-int", "open-nul",
+        "read-name", "read-negative", "read-beyond-word", "read-size-negative", "read-size-huge", "read-size-float",
+        "write-str", "write-int", "string-none", "int-size-0", "int-signed-str", "backtrace-limit-str",
+        "real-return-str", "lookup-name", "format-none", "containing-float", "get-int", "resolve-none",
+        "matching-bytes", "matching-kind-int"])
 def test_an_argument_of_the_wrong_kind_is_an_argument_error(s: kpsdk.Session, call: Callable[[Any], Any]) -> None:
     with pytest.raises(kpsdk.ArgumentError) as info:
         call(s)
     assert isinstance(info.value, TypeError) and isinstance(info.value, ValueError)
     assert s.list() == "" and s.run(timeout=30) == 0  # nothing registered, nothing half-run
+
+
+def test_memory_that_is_not_there_names_its_address_not_a_pc(s: kpsdk.Session) -> None:
+    with pytest.raises(kpsdk.TargetFault) as info:
+        s.read_memory(0x10, 4)
+    assert info.value.address == 0x10 and info.value.pc is None
+    assert str(info.value).endswith("(0x10)") and "pc=" not in str(info.value)
+    assert s.symbols.lookup(-1) is None and s.symbols.format(-1) == "-0x1" and 5 not in s.symbols
 
 
 # -- 3 and 6. the CLI ---------------------------------------------------------------------------------

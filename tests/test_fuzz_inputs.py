@@ -488,6 +488,48 @@ def test_probe_fields_are_taken_or_refused_at_construction_or_registration(s: kp
     assert_clean(s)
 
 
+# -- memory and symbol calls --------------------------------------------------------------------------
+
+#: the calls whose first argument is an address: a function's name drawn for them is turned into its address
+ADDRESS_CALLS = {"read_memory", "read_string", "read_int", "write_memory (what was read)", "symbols.lookup",
+                 "symbols.format", "symbols.containing", "real_return_address"}
+MEMORY_CALLS: dict[str, Callable[[kpsdk.Session, Any, Any], Any]] = {
+    "read_memory": lambda s, a, b: s.read_memory(a, b),
+    "read_string": lambda s, a, b: s.read_string(a, b),
+    "read_int": lambda s, a, b: s.read_int(a, b),
+    "write_memory (what was read)": lambda s, a, b: s.write_memory(a, s.read_memory(a, len(b)) if isinstance(b, bytes)
+                                                                   else b),
+    "symbols.lookup": lambda s, a, b: s.symbols.lookup(a),
+    "symbols.format": lambda s, a, b: s.symbols.format(a),
+    "symbols.containing": lambda s, a, b: s.symbols.containing(a),
+    "symbols.resolve": lambda s, a, b: s.symbols.resolve(a),
+    "symbols.get": lambda s, a, b: s.symbols.get(a),
+    "symbols.matching": lambda s, a, b: s.symbols.matching(a, b),
+    "backtrace": lambda s, a, b: s.backtrace(limit=a),
+    "real_return_address": lambda s, a, b: s.real_return_address(a, b),
+}
+
+
+@settings(max_examples=fuzz_examples(400))
+@given(call=st.sampled_from(sorted(MEMORY_CALLS)),
+       first=st.one_of(st.sampled_from(FUNCTIONS), st.integers(min_value=0, max_value=1 << 64), wrong_values),
+       second=st.one_of(st.integers(min_value=0, max_value=64), st.binary(max_size=8), st.none(), wrong_values))
+def test_memory_and_symbol_calls_answer_or_refuse_any_argument(s: kpsdk.Session, call: str, first: Any,
+                                                              second: Any) -> None:
+    """Any value for an address, a size, a name or the bytes to write: an answer, or one of
+    kpsdk's errors (ArgumentError for the wrong kind of value, TargetFault for memory that
+    is not there, SymbolError for an unknown name); the program still runs as before."""
+    if call in ADDRESS_CALLS and first in FUNCTIONS:
+        first = s.symbols.resolve(first)
+    try:
+        MEMORY_CALLS[call](s, first, second)
+    except Exception as e:  # noqa: BLE001 - the property is which exceptions
+        expect_kpsdk_error(e)
+        if isinstance(e, kpsdk.ArgumentError):
+            assert isinstance(e, TypeError) and isinstance(e, ValueError)
+    assert s.call("fact", 5) == 120
+
+
 # -- timeouts -------------------------------------------------------------------------------------
 
 

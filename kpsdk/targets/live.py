@@ -362,10 +362,10 @@ class GdbTarget(Target):
         try:
             blocks = self._mi().command(f"-data-read-memory-bytes {addr:#x} {size}").get("memory", [])
         except GdbError as exc:
-            raise TargetFault(f"cannot read {size} bytes: {exc}", addr, self.symbols.format(addr)) from exc
+            raise self.memory_fault(f"cannot read {size} bytes: {exc}", addr) from exc
         data = b"".join(bytes.fromhex(b["contents"]) for b in blocks if int(b["begin"], 16) >= addr)
         if len(data) < size:
-            raise TargetFault(f"cannot read {size} bytes (only {len(data)})", addr, self.symbols.format(addr))
+            raise self.memory_fault(f"cannot read {size} bytes (only {len(data)})", addr)
         return data[:size]
 
     def _read_through_gate(self, addr: int, size: int) -> bytes:
@@ -403,7 +403,7 @@ class GdbTarget(Target):
             chunk = min(size - len(out), page - va % page)
             pa = walk(read_reg, read_phys, va)
             if pa is None:
-                raise TargetFault(f"cannot read {size} bytes: {va:#x} is not mapped", addr, self.symbols.format(addr))
+                raise self.memory_fault(f"cannot read {size} bytes: {va:#x} is not mapped", addr)
             out += read_phys(pa, chunk)
         return bytes(out)
 
@@ -417,7 +417,7 @@ class GdbTarget(Target):
         try:
             self._mi().command(f"-data-write-memory-bytes {addr:#x} {bytes(data).hex()}")
         except GdbError as exc:
-            raise TargetFault(f"cannot write {len(data)} bytes: {exc}", addr, self.symbols.format(addr)) from exc
+            raise self.memory_fault(f"cannot write {len(data)} bytes: {exc}", addr) from exc
 
     def is_mapped(self, addr: int) -> bool:
         try:

@@ -378,7 +378,7 @@ class UnicornTarget(Target):
         try:
             data = bytearray(self._mem_read(addr, size))
         except unicorn.UcError as e:
-            raise TargetFault(f"cannot read {size} bytes: {e}", addr, self.symbols.format(addr)) from e
+            raise self.memory_fault(f"cannot read {size} bytes: {e}", addr) from e
         if self._bp_points:
             hidden, at = self._bp_hidden, self._bp_sorted
             for a in at[bisect.bisect_left(at, addr - MAX_TRAP + 1):bisect.bisect_left(at, addr + size)]:
@@ -407,7 +407,7 @@ class UnicornTarget(Target):
             return super().read_word(addr)
         value = self.words.read(addr)
         if value is None:
-            raise TargetFault(f"cannot read {self.arch.word_size} bytes: unmapped", addr, self.symbols.format(addr))
+            raise self.memory_fault(f"cannot read {self.arch.word_size} bytes: unmapped", addr)
         return value
 
     def write_memory(self, addr: int, data: bytes) -> None:
@@ -420,7 +420,7 @@ class UnicornTarget(Target):
         try:
             self.uc.mem_write(addr, bytes(data))
         except unicorn.UcError as e:
-            raise TargetFault(f"cannot write {len(data)} bytes: {e}", addr) from e
+            raise self.memory_fault(f"cannot write {len(data)} bytes: {e}", addr) from e
         self.uc.ctl_remove_cache(addr, addr + len(data))
         self._generation += 1
 

@@ -1,0 +1,41 @@
+"""The arguments of kpsdk's memory and symbol calls, checked where the user hands them over.
+
+A value of the wrong kind (``s.read_memory("add", 4)``, ``s.symbols.lookup("add")``) is an
+:class:`~kpsdk.errors.ArgumentError` naming the call, the argument and what it wants,
+rather than a ``TypeError`` about ``'<'`` from deep inside a bisect or a ctypes call.
+The checks are a few ``isinstance`` tests: cheap enough for calls that registration and
+trace output make many times.
+"""
+
+from __future__ import annotations
+
+from kpsdk.errors import ArgumentError, shown
+from kpsdk.probe import is_int
+
+
+def want_int(call: str, name: str, value: object, least: int | None = 0, most: int | None = None) -> int:
+    """``value`` if it is an int (not a bool) from ``least`` to ``most`` (None: no bound),
+    else an ArgumentError."""
+    if not is_int(value) or (least is not None and value < least) or (most is not None and value > most):
+        span = "" if least is None else f" from {least}" if most is None else f" from {least} to {most:#x}"
+        raise ArgumentError(f"{call}: {name}={shown(value)}; want an int{span}")
+    return value
+
+
+def want_address(call: str, value: object, word_mask: int | None = None, name: str = "addr") -> int:
+    """An address: an int from 0 to the arch's word (``word_mask``; unbounded when None)."""
+    return want_int(call, name, value, 0, word_mask)
+
+
+def want_str(call: str, name: str, value: object) -> str:
+    if not isinstance(value, str):
+        raise ArgumentError(f"{call}: {name}={shown(value)}; want a str")
+    return value
+
+
+def want_bytes(call: str, name: str, value: object) -> bytes:
+    """Bytes from a bytes-like object (bytes, bytearray, memoryview); a str is refused: its
+    encoding is the caller's choice."""
+    if isinstance(value, str) or not isinstance(value, bytes | bytearray | memoryview):
+        raise ArgumentError(f"{call}: {name}={shown(value)}; want bytes (or a bytearray or memoryview)")
+    return bytes(value)
