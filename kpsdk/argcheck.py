@@ -3,8 +3,8 @@
 A value of the wrong kind (``s.read_memory("add", 4)``, ``s.symbols.lookup("add")``) is an
 :class:`~kpsdk.errors.ArgumentError` naming the call, the argument and what it wants,
 rather than a ``TypeError`` about ``'<'`` from deep inside a bisect or a ctypes call.
-The checks are a few ``isinstance`` tests: cheap enough for calls that registration and
-trace output make many times.
+Calls made at every hit (a handler's ``s.read_memory``, a trace's symbol lookups) test
+the usual case inline (``type(addr) is int`` and a range) and come here only for the rest.
 """
 
 from __future__ import annotations

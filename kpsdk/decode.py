@@ -63,8 +63,11 @@ def decode_at(target: CodeView, addr: int, start: int, iset: InstructionSet,
         start = addr
     want = addr - start + 16
     if start != addr:
-        limit = end - start if end is not None and end > addr else None
-        code, marks = _walk(target, md, start, want if limit is None else min(want, limit), iset, limit)
+        # the function's bytes and 15 more: an instruction that starts inside it is whole in the
+        # walk even where the symbol's size cuts it (then its bytes are still inside one: EILSEQ)
+        limit = end - start + 15 if end is not None and end > addr else None
+        code, marks = _walk(target, md, start, want if limit is None else min(want, limit), iset, limit,
+                            addr - start + iset.min_insn)
         mark = marks.get(addr)
         if mark is None:  # the walk stopped before addr (data in the function): addr on its own
             return decode_at(target, addr, addr, iset)
@@ -148,9 +151,10 @@ _WALKS: weakref.WeakKeyDictionary[Any, dict[tuple[int, str], _Walk]] = weakref.W
 
 
 def _walk(target: CodeView, md: capstone.Cs, start: int, want: int, iset: InstructionSet,
-          limit: int | None = None) -> tuple[bytes, dict[int, tuple[int, str, str] | bool]]:
-    """The code from ``start`` (at least ``want`` bytes where readable, at most ``limit``
-    when given: the function's size) and its instructions decoded from ``start``.
+          limit: int | None, least: int) -> tuple[bytes, dict[int, tuple[int, str, str] | bool]]:
+    """The code from ``start`` (at least ``want`` bytes where readable, ``least`` where not;
+    at most ``limit`` when given: the function's size and an instruction's worth more) and
+    its instructions decoded from ``start``.
     A walk is kept per function; it is used without reading the
     code again while the view's ``code_generation`` (an int that every change to the
     code made through kpsdk, and every run, moves on; None where it cannot tell: live
@@ -165,7 +169,6 @@ def _walk(target: CodeView, md: capstone.Cs, start: int, want: int, iset: Instru
     generation = getattr(target, "code_generation", None)
     if cached is not None and generation is not None and cached[2] == generation and len(cached[0]) >= want:
         return cached[0], cached[1]
-    least = want - 16 + iset.min_insn
     code = b""
     chunk = (want + _CHUNK - 1) & ~(_CHUNK - 1)
     for size in (chunk if limit is None else min(chunk, limit), want, least):

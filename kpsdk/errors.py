@@ -154,8 +154,12 @@ class TargetFault(TargetError):
     def __init__(self, message: str, pc: int | None = None, where: str | None = None, *,
                  address: int | None = None) -> None:
         self.pc, self.where, self.address = pc, where, address
-        at, label = (pc, "pc=") if pc is not None else (address, "")
-        loc = f" at {where or ''}{' ' if where else ''}({label}{at:#x})" if at is not None else ""
+        if pc is not None:
+            loc = f" at {where or ''}{' ' if where else ''}(pc={pc:#x})"
+        elif address is not None:
+            loc = f" at {where} ({address:#x})" if where else f" at {address:#x}"
+        else:
+            loc = ""
         super().__init__(f"{message}{loc}")
 
 

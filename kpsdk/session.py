@@ -119,6 +119,8 @@ class Session(BuiltinVerbs):
         self.spec = spec
         self.closed = False
         target.session = self
+        #: the arch's largest address, for the memory calls' argument checks
+        self._word_mask = target.arch.word_mask
 
     # -- probe registration, for every probe type -------------------------------
 
@@ -335,29 +337,37 @@ class Session(BuiltinVerbs):
         Memory that is not there is a :class:`~kpsdk.errors.TargetFault`; an ``addr`` that is
         not an address of the arch, or a ``size`` that is not a count of bytes up to
         :data:`READ_MAX`, an :class:`~kpsdk.errors.ArgumentError` (as for every memory call
-        below)."""
-        addr = want_address("read_memory", addr, self.arch.word_mask)
-        return self.target.read_memory(addr, want_int("read_memory", "size", size, 0, READ_MAX))
+        below).  Handlers call these at every hit: the usual arguments pass one test."""
+        if type(addr) is not int or type(size) is not int or not (0 <= addr <= self._word_mask and
+                                                                    0 <= size <= READ_MAX):
+            addr, size = self._address("read_memory", addr), want_int("read_memory", "size", size, 0, READ_MAX)
+        return self.target.read_memory(addr, size)
 
     def write_memory(self, addr: int, data: bytes) -> None:
         """Write target memory; over a probed instruction it is ``EBUSY`` (unregister first)."""
-        addr = want_address("write_memory", addr, self.arch.word_mask)
-        self.target.write_memory(addr, want_bytes("write_memory", "data", data))
+        self.target.write_memory(self._address("write_memory", addr), want_bytes("write_memory", "data", data))
 
     def read_string(self, addr: int, max: int = 4096) -> str:  # noqa: A002 - the public API name
         """A NUL-terminated string (decoded as UTF-8, errors replaced), at most ``max`` bytes."""
-        mask = self.arch.word_mask
-        addr = want_address("read_string", addr, mask)
-        return self.target.read_cstring(addr, want_int("read_string", "max", max, 0, mask + 1)).decode(
-            "utf-8", "replace")
+        if type(addr) is not int or type(max) is not int or not (0 <= addr <= self._word_mask and max >= 0):
+            addr, max = self._address("read_string", addr), want_int("read_string", "max", max)  # noqa: A001
+        return self.target.read_cstring(addr, max).decode("utf-8", "replace")
 
     def read_int(self, addr: int, size: int | None = None, signed: bool = False) -> int:
-        """An integer of ``size`` bytes (default: a word) at ``addr``, in the target's byte order."""
-        addr = want_address("read_int", addr, self.arch.word_mask)
-        size = self.arch.word_size if size is None else want_int("read_int", "size", size, 1, READ_MAX)
-        if not isinstance(signed, bool):
+        """An integer of ``size`` bytes (None or 0: a word) at ``addr``, in the target's byte
+        order; ``signed`` is True or False (or 1 or 0)."""
+        if size is None or (type(size) is int and size == 0):
+            size = self.arch.word_size
+        if type(addr) is not int or type(size) is not int or not (0 <= addr <= self._word_mask and
+                                                                    0 < size <= READ_MAX):
+            addr, size = self._address("read_int", addr), want_int("read_int", "size", size, 1, READ_MAX)
+        if signed not in (True, False):  # 1 and 0 too, as before the check
             raise ArgumentError(f"read_int: signed={shown(signed)}; want True or False")
-        return int.from_bytes(self.target.read_memory(addr, size), self.arch.endian, signed=signed)
+        return int.from_bytes(self.target.read_memory(addr, size), self.arch.endian, signed=bool(signed))
+
+    def _address(self, call: str, addr: object) -> int:
+        """``addr`` if it is an address of the arch, else the ArgumentError naming ``call``."""
+        return want_address(call, addr, self._word_mask)
 
     def regs(self) -> PtRegs:
         """The CPU's registers now (outside a handler; a handler is given its hit's)."""
@@ -373,7 +383,7 @@ class Session(BuiltinVerbs):
         hit's, and the probed address is the pc); elsewhere the CPU's own.
         """
         from kpsdk.backtrace import backtrace
-        from kpsdk.regs import PtRegs
+        from kpsdk.regs import PtRegs  # here, as backtrace: `import kpsdk` loads neither
 
         if regs is not None and not isinstance(regs, PtRegs):
             raise ArgumentError(f"backtrace: regs={shown(regs)}; want a handler's regs, or None")
@@ -392,9 +402,9 @@ class Session(BuiltinVerbs):
         ``sp``: the stack address it was read from, or the stack pointer of the
         frame that read it; the innermost hooked call at or above it is the one.
         """
-        value = want_address("real_return_address", value, self.arch.word_mask, "value")
+        value = want_address("real_return_address", value, self._word_mask, "value")
         if sp is not None:
-            sp = want_address("real_return_address", sp, self.arch.word_mask, "sp")
+            sp = want_address("real_return_address", sp, self._word_mask, "sp")
         rethook = self.target.rethook
         return value if rethook is None else rethook.real_return_address(value, sp)
 

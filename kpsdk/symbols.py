@@ -17,12 +17,17 @@ from typing import TYPE_CHECKING
 
 from kpsdk.argcheck import want_int, want_str
 from kpsdk.errors import ArgumentError, SymbolError, shown
-from kpsdk.probe import is_int
+from kpsdk.probe import is_int, parse_number
 
 if TYPE_CHECKING:
     from kpsdk.target import MappedFile
 
-_EXPR = re.compile(r"^\s*(?P<sym>[A-Za-z_.$][\w.$@]*)?\s*(?:(?P<sign>[+-])\s*(?P<off>0[xX][0-9a-fA-F]+|\d+))?\s*$")
+#: ``SYM``, ``SYM+OFF``, ``SYM-OFF``, or a number alone (``0x401000``, ``-4``); numbers as a probe's
+#: location reads them (:func:`kpsdk.probe.parse_number`: ``0x`` hex or decimal; ``010`` is refused as
+#: ambiguous), ASCII digits only
+_NUM = r"0[xX][0-9a-fA-F]+|[0-9]+"
+_EXPR = re.compile(rf"^\s*(?:(?P<sym>[A-Za-z_.$][\w.$@]*)\s*(?:(?P<sign>[+-])\s*(?P<off>{_NUM}))?"
+                   rf"|(?P<numsign>[+-])?\s*(?P<num>{_NUM}))\s*$")
 _CLONE_SUFFIX = re.compile(r"\.(isra|constprop|part|cold|lto_priv|llvm)\.\d+$")
 
 
@@ -56,6 +61,14 @@ class Symbol:
     def thumb(self) -> bool:
         """Kept for code written before :attr:`iset`: the symbol's instruction set is ARM's Thumb."""
         return self.iset == "thumb"
+
+
+def _number(text: str, sign: str | None) -> int:
+    """``text`` (matched by ``_NUM``) read as a probe's location reads it; ValueError for ``010``."""
+    value = parse_number(text)
+    if value is None:
+        raise ValueError(text)
+    return -value if sign == "-" else value
 
 
 def decode_span(sym: Symbol | None, addr: int) -> tuple[int, int | None]:
@@ -177,28 +190,28 @@ class SymbolTable:
         if not isinstance(expr, str):
             raise ArgumentError(f"symbols.resolve: expr={shown(expr)}; want a str (SYM, SYM+0xOFF, 0xADDR) or an int")
         m = _EXPR.match(expr)
-        if not m:
-            raise SymbolError(f"cannot parse address expression {expr!r} (want SYM, SYM+0xOFF or 0xADDR)")
-        sym, sign, off = m.group("sym"), m.group("sign"), m.group("off")
-        offset = int(off, 0) if off else 0
-        if sign == "-":
-            offset = -offset
-        if sym is None:
-            if off is None:
-                raise SymbolError(f"empty address expression {expr!r}")
-            return offset
-        if re.fullmatch(r"0[xX][0-9a-fA-F]+", sym or ""):
-            return int(sym, 16) + offset
-        return self.get(sym).address + offset
+        try:
+            if m is None:
+                raise ValueError(expr)
+            sym = m.group("sym")
+            if sym is None:
+                return _number(m.group("num"), m.group("numsign"))
+            return self.get(sym).address + (_number(m.group("off"), m.group("sign")) if m.group("off") else 0)
+        except ValueError:  # no match, or a number with a leading 0
+            raise SymbolError(f"cannot parse address expression {shown(expr)} (want SYM, SYM+0xOFF or 0xADDR)") \
+                from None
 
     def lookup(self, addr: int) -> tuple[str, int, int] | None:
         """``(name, offset, size)`` of the symbol containing ``addr``, else ``None``.
 
         Zero-sized symbols match only their own address.
         """
-        return self._lookup(want_int("symbols.lookup", "addr", addr, None))
+        sym = self._at(addr if type(addr) is int else want_int("symbols.lookup", "addr", addr, None))
+        return None if sym is None else (sym.name, addr - sym.address, sym.size)
 
-    def _lookup(self, addr: int) -> tuple[str, int, int] | None:
+    def _at(self, addr: int) -> Symbol | None:
+        """The symbol holding ``addr`` (the one at that address, not the first of its name:
+        two static functions may share a name)."""
         i = bisect.bisect_right(self._starts, addr) - 1
         while i >= 0:
             sym = self._sorted[i]
@@ -206,19 +219,18 @@ class SymbolTable:
                 if self.first_alias:
                     first = bisect.bisect_left(self._starts, sym.address)
                     sym = next(s for s in self._sorted[first:i + 1] if addr < s.address + max(s.size, 1))
-                return sym.name, addr - sym.address, sym.size
+                return sym
             if sym.address < addr and sym.size:
                 return None
             i -= 1
         return None
 
     def containing(self, addr: int) -> Symbol | None:
-        found = self._lookup(want_int("symbols.containing", "addr", addr, None))
-        return self._by_name[found[0]] if found else None
+        return self._at(addr if type(addr) is int else want_int("symbols.containing", "addr", addr, None))
 
     def format(self, addr: int) -> str:
         """``sym+0xoff`` for an address, or its hex value outside any symbol."""
-        found = self._lookup(want_int("symbols.format", "addr", addr, None))
+        found = self.lookup(addr if type(addr) is int else want_int("symbols.format", "addr", addr, None))
         return f"{found[0]}+{found[1]:#x}" if found else f"{addr:#x}"
 
     def functions(self) -> list[Symbol]:
@@ -258,21 +270,12 @@ class SymbolTables(SymbolTable):
         return [found for table in self.tables for found in table.suggest(name, n)][:n]
 
     def matching(self, pattern: str, kind: str | None = "func") -> list[Symbol]:
-        _glob(pattern, kind)  # checked once, not once per table
         found = [sym for table in self.tables for sym in table.matching(pattern, kind)]
         return sorted(found, key=lambda sym: sym.address)
 
-    def _lookup(self, addr: int) -> tuple[str, int, int] | None:
+    def _at(self, addr: int) -> Symbol | None:
         for table in self.tables:
-            found = table._lookup(addr)
-            if found is not None:
-                return found
-        return None
-
-    def containing(self, addr: int) -> Symbol | None:
-        want_int("symbols.containing", "addr", addr, None)
-        for table in self.tables:
-            found = table.containing(addr)
+            found = table._at(addr)
             if found is not None:
                 return found
         return None

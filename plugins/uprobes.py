@@ -157,6 +157,8 @@ class FileProbe:
     is_return = False
     #: every field a registration checks the type of (see :func:`kpsdk.probe.check_fields`)
     fields: ClassVar[Mapping[str, FieldKind]] = {"path": STR, "offset": INT, "fault_handler": HANDLER, "flags": INT}
+    #: the handler fields the probes armed for this one copy, and take again when they are set
+    followed: ClassVar[frozenset[str]] = frozenset({"fault_handler"})
 
     def __init__(self, path: str | os.PathLike[str] | None, offset: int | None, spec: str | None,
                  fault_handler: FaultHandler | None, flags: int) -> None:
@@ -237,7 +239,7 @@ class FileProbe:
         session, as a kprobe's does (its hits read the handler then).  Each armed probe
         keeps its own copy of the handlers, so that a hit reads no extra attribute."""
         object.__setattr__(self, name, value)
-        if name in _HANDLER_FIELDS:
+        if name in self.followed:
             for _, inst in self.__dict__.get("_instances", ()):
                 cast(_Armed, inst).follow(name)
 
@@ -251,6 +253,7 @@ class Uprobe(FileProbe):
     """
 
     fields = {**FileProbe.fields, "pre_handler": HANDLER, "post_handler": HANDLER}
+    followed = frozenset({"pre_handler", "post_handler", "fault_handler"})
 
     def __init__(self, path: str | os.PathLike[str] | None = None, offset: int | None = None,
                  pre_handler: PreHandler | None = None, post_handler: PostHandler | None = None,
@@ -272,6 +275,8 @@ class Uretprobe(FileProbe):
 
     is_return = True
     fields = {**FileProbe.fields, "handler": HANDLER, "entry_handler": HANDLER, "maxactive": INT, "data_size": INT}
+    #: not pre_handler: the armed kretprobe's own is its entry hook (kretprobes.register)
+    followed = frozenset({"handler", "entry_handler", "fault_handler"})
 
     def __init__(self, path: str | os.PathLike[str] | None = None, offset: int | None = None,
                  handler: Callable[[Any, PtRegs], Any] | None = None,
@@ -305,10 +310,6 @@ def _fault_as_owner(handler: Callable[..., Any] | None, owner: FileProbe) -> Cal
     if handler is None:
         return None
     return lambda _p, regs, x: handler(owner, regs, x)
-
-
-#: the handler fields of Uprobe and Uretprobe, which the probes armed for them copy
-_HANDLER_FIELDS = frozenset({"pre_handler", "post_handler", "fault_handler", "handler", "entry_handler"})
 
 
 class _Armed:

@@ -263,7 +263,7 @@ def test_an_unreadable_arg_at_a_return_prints_fault_as_at_an_entry(s: kpsdk.Sess
     lambda s: s.write_memory(s.symbols.resolve("counter"), "text"),
     lambda s: s.write_memory(s.symbols.resolve("counter"), 5),
     lambda s: s.read_string(None),
-    lambda s: s.read_int(s.symbols.resolve("counter"), 0),
+    lambda s: s.read_int(s.symbols.resolve("counter"), -1),
     lambda s: s.read_int(s.symbols.resolve("counter"), 4, signed="yes"),
     lambda s: s.backtrace(limit="all"),
     lambda s: s.real_return_address("0x10"),
@@ -277,7 +277,7 @@ def test_an_unreadable_arg_at_a_return_prints_fault_as_at_an_entry(s: kpsdk.Sess
 ], ids=["register-object", "batch-int", "batch-str", "call-str-arg", "call-restype", "call-float", "trace-int",
         "trace-bytes", "filter-int", "sink-int", "unregister-uprobe-int", "uretprobe-uprobe", "open-int", "open-nul",
         "read-name", "read-negative", "read-beyond-word", "read-size-negative", "read-size-huge", "read-size-float",
-        "write-str", "write-int", "string-none", "int-size-0", "int-signed-str", "backtrace-limit-str",
+        "write-str", "write-int", "string-none", "int-size-negative", "int-signed-str", "backtrace-limit-str",
         "real-return-str", "lookup-name", "format-none", "containing-float", "get-int", "resolve-none",
         "matching-bytes", "matching-kind-int"])
 def test_an_argument_of_the_wrong_kind_is_an_argument_error(s: kpsdk.Session, call: Callable[[Any], Any]) -> None:
@@ -291,8 +291,25 @@ def test_memory_that_is_not_there_names_its_address_not_a_pc(s: kpsdk.Session) -
     with pytest.raises(kpsdk.TargetFault) as info:
         s.read_memory(0x10, 4)
     assert info.value.address == 0x10 and info.value.pc is None
-    assert str(info.value).endswith("(0x10)") and "pc=" not in str(info.value)
+    assert str(info.value).endswith(" at 0x10") and "pc=" not in str(info.value)  # no symbol holds it
     assert s.symbols.lookup(-1) is None and s.symbols.format(-1) == "-0x1" and 5 not in s.symbols
+    counter = s.symbols.resolve("counter")
+    assert s.read_int(counter, 0) == s.read_int(counter) == s.read_int(counter, None)  # 0 and None: a word
+    assert s.read_int(counter, 4, signed=1) == s.read_int(counter, 4, signed=True)
+
+
+@pytest.mark.parametrize(("text", "offset"), [("0x401000", None), ("add+0x4", 4), ("add+12", 12), ("add+0", 0),
+                                              ("add-4", -4), ("add + 0X10", 16)])
+def test_address_expressions_read_numbers_as_locations_do(s: kpsdk.Session, text: str, offset: int | None) -> None:
+    """``0x`` hex, else decimal (as ``kpsdk.probe.location_fields``), a number alone as an address."""
+    add = s.symbols.get("add").address
+    assert s.symbols.resolve(text) == (0x401000 if offset is None else add + offset)
+
+
+@pytest.mark.parametrize("text", ["add+09", "add+010", "+08", "add+", "0x", "add+\u0663", "0x10+4", "", "add+0xg"])
+def test_an_address_expression_that_does_not_parse_is_a_symbol_error(s: kpsdk.Session, text: str) -> None:
+    with pytest.raises(kpsdk.SymbolError, match="cannot parse address expression"):
+        s.symbols.resolve(text)
 
 
 # -- 3 and 6. the CLI ---------------------------------------------------------------------------------

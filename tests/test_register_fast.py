@@ -46,19 +46,21 @@ def reference(s: kpsdk.Session, addr: int, start: int, iset: kpsdk.arch.Instruct
     return reference(s, addr, addr, iset)
 
 
-@pytest.mark.parametrize("bounded", [False, True], ids=["walk by chunks", "walk to the function's end"])
+@pytest.mark.parametrize("short", [None, 0, 1], ids=["walk by chunks", "walk to the function's end",
+                                                    "a symbol size one byte short"])
 @pytest.mark.parametrize("arch", UNICORN_ARCHS)
-def test_every_address_decodes_as_a_full_decode_does(arch: str, bounded: bool) -> None:
+def test_every_address_decodes_as_a_full_decode_does(arch: str, short: int | None) -> None:
     """Also when the walk stops at the function's end, as registration's does (the
-    instructions at the end, and the bytes inside them, included)."""
+    instructions at the end, and the bytes inside them, included), and when the symbol's
+    size cuts its last instruction: a byte inside that one is still inside an instruction."""
     with kpsdk.open(f"elf:{fixtures.path(arch)}") as s:
         funcs = [sym for sym in s.symbols if sym.kind == "func" and sym.size]
         assert len(funcs) > 5
         for sym in funcs:
             start = sym.address & ~1 if s.arch.has_thumb else sym.address
             iset = s.target.iset_at(sym.address, sym)
-            end = start + sym.size if bounded else None
-            for addr in range(start, start + sym.size):
+            end = None if short is None else start + sym.size - short
+            for addr in range(start, start + sym.size - (short or 0)):
                 assert s.target.decode_at(addr, start, iset, end) == reference(s, addr, start, iset), \
                     f"{sym.name}+{addr - start:#x}"
 

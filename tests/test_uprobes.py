@@ -299,26 +299,43 @@ def test_handlers_set_after_registration_are_the_ones_called(prog: Path, scope: 
 
     def second_ret(ri: kpsdk.UretprobeInstance, regs: kpsdk.regs.PtRegs) -> None:
         calls.append(("second ret", int(regs.return_value) if ri.rp is rp else -1))
+        if regs.return_value == 24:
+            raise RuntimeError("to the uretprobe's fault_handler given after registration")
 
+    def first_entry(ri: kpsdk.UretprobeInstance, regs: kpsdk.regs.PtRegs) -> int:
+        rp.entry_handler = second_entry
+        return 0
+
+    def second_entry(ri: kpsdk.UretprobeInstance, regs: kpsdk.regs.PtRegs) -> int:
+        return int(regs.arg(0) == 2)  # non-zero: this call's return is not hooked
+
+    def ret_fault(p: object, regs: kpsdk.regs.PtRegs, trapnr: int) -> int:
+        calls.append(("ret fault", int(p is rp)))
+        return 1
+
+    rp.entry_handler = lambda ri, regs: 0  # registered with one, so that the entry runs it
     with open_elf(prog) as s:
         if scope == "system-wide":
             kpsdk.register_uprobes([up, rp])
         else:
             s.register_uprobe(up)
             s.register_uretprobe(rp)
-        up.pre_handler, up.fault_handler, rp.handler = first_pre, fault, first_ret  # after registration
+        # after registration; a name that is not one of a probe's handler fields stays on the object
+        up.pre_handler, up.fault_handler, up.handler = first_pre, fault, "not a uprobe's field"
+        rp.handler, rp.entry_handler, rp.fault_handler, rp.pre_handler = first_ret, first_entry, ret_fault, None
         assert s.run(timeout=10) == 0
         assert s.console == fixtures.EXPECTED_OUTPUT
-    # fact(5) enters 5, 4, 3, 2, 1 and returns 1, 2, 6, 24, 120
+    # fact(5) enters 5, 4, 3, 2, 1 and returns 1, 2, 6, 24, 120; fact(2)'s return is vetoed
     assert calls == [("first pre", 5), ("second pre", 4), ("second pre", 3), ("fault", 1), ("second pre", 2),
-                     ("second pre", 1), ("first ret", 1), ("second ret", 2), ("second ret", 6),
-                     ("second ret", 24), ("second ret", 120)]
+                     ("second pre", 1), ("first ret", 1), ("second ret", 6), ("second ret", 24),
+                     ("ret fault", 1), ("second ret", 120)]
     if scope == "system-wide":
         up.pre_handler = first_pre
         calls.clear()
         with open_elf(prog) as later:  # armed with the handlers the probes hold now
             assert later.run(timeout=10) == 0
         assert calls[:2] == [("first pre", 5), ("second pre", 4)] and calls[-1] == ("second ret", 120)
+        assert ("second ret", 2) not in calls  # the entry_handler the probe holds now vetoes fact(2)
 
 
 def test_enable_disable_and_decorators(prog: Path) -> None:

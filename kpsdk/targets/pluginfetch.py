@@ -201,14 +201,14 @@ class HitMemory:
             if start <= addr and addr + size <= start + len(data):
                 return data[addr - start:addr - start + size]
         if faulted:
-            raise TargetFault(f"the plugin could not read {size} bytes at {addr:#x} at the hit")
+            raise TargetFault(f"at the hit, the plugin could not read {size} bytes", address=addr)
         raise _undeclared(addr, size)
 
     def cstring(self, addr: int, limit: int) -> bytes:
         for start, data in self.reads:
             if data is None:
                 if start == addr:
-                    raise TargetFault(f"the plugin could not read the string at {addr:#x} at the hit")
+                    raise TargetFault("at the hit, the plugin could not read the string", address=addr)
                 continue
             if start <= addr < start + len(data):
                 text = data[addr - start:]

@@ -877,7 +877,7 @@ class UnicornTarget(Target):
         if 0 <= off <= STACK_SIZE - self._word.size and self._stack_mem is not None:
             self._word.pack_into(self._stack_mem, off, value)
         elif not self.words.write(addr, value):
-            raise TargetFault("cannot write the return address", addr)
+            raise self.memory_fault("cannot write the return address", addr)
 
     def release_return(self, node: RethookNode) -> None:
         """Nothing to undo: the trampoline serves every hooked return."""
