@@ -24,7 +24,6 @@ from kpsdk import fixtures
 from kpsdk.demo import ArchResult, heading
 from kpsdk.elfimage import load_elf
 from kpsdk.errors import KpsdkError
-from kpsdk.filelocation import find_file
 from kpsdk.registry import hookimpl
 
 if TYPE_CHECKING:
@@ -85,10 +84,9 @@ def demo_real_program(console: Console) -> ArchResult:
     registry.pm.register(counter)
     try:
         with kpsdk.open(f"elf:{PROGRAM}", args=[where], sysroot="/") as s:
-            # the bare name looked up for this session alone: another session open in the same
-            # process (another arch's program, mapping its own libc.so.6) would otherwise count too
-            libc = find_file("libc.so.6", [s])
-            s.register_uprobe(kpsdk.Uprobe.parse(f"{libc}:malloc", pre_handler=on_malloc))
+            # the session's decorator looks the bare name up in this session alone: another session
+            # open in the same process (another arch's program, with its own libc.so.6) has no say
+            s.uprobe("libc.so.6:malloc")(on_malloc)
             status = s.run(timeout=60)
             output = s.console
             libraries = [mf.path.name for mf in s.target.mapped_files()]

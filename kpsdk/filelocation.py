@@ -6,10 +6,14 @@ grammar (``p PATH:SYMBOL`` lines), so both find the same file the same way:
 * a name with a ``/`` is that path; an absolute one the host does not have is looked
   up in the open sessions' sysroots (``/lib/libc.so.6`` of an ARM program is
   ``/usr/arm-linux-gnueabihf/lib/libc.so.6``), as qemu-user's ``-L`` finds it;
-* a bare name (``libc.so.6``) is a file of that name in the working directory, else an
-  object an open session has mapped under that name (its host file), else the first
-  file of that name in the library directories (``lib``, ``usr/lib``, their multiarch
-  subdirectories, ``lib64``) of each open session's sysroot, then of the host;
+* a bare name (``libc.so.6``) is a file of that name in the working directory, else the
+  file it is to the open sessions: to one session, an object it has mapped under that
+  name (its host file), else the first file of that name in the library directories
+  (``lib``, ``usr/lib``, their multiarch subdirectories, ``lib64``) of its sysroot; where
+  no session says, the host's.  ``EINVAL`` where two sessions say different files (an
+  x86_64 and a riscv64 program each have their own ``libc.so.6``); a session's
+  decorator, ``@s.uprobe("libc.so.6:malloc")``, asks that session only
+  (:mod:`kpsdk.scope`);
 * a symbol is looked up in ``.symtab`` and ``.dynsym`` (versioned names such as
   ``malloc@@GLIBC_2.2.5`` work as plain ones) and turned into a file offset through the
   program headers.  An IFUNC symbol is the implementation the loader chose, read in an
@@ -48,7 +52,9 @@ def _roots(sessions: Iterable[Session]) -> list[Path]:
 
 def find_file(name: str, sessions: Iterable[Session] = ()) -> str:
     """The host path of the file a uprobe names (see the module's rules); ``name`` itself
-    when nothing better is found (the caller reports a missing file)."""
+    when nothing better is found (the caller reports a missing file).  ``EINVAL`` for a
+    bare name that means a different file to each of two open sessions: picking one would
+    put the probe in a file the other session's program never runs."""
     sessions = list(sessions)
     if "/" in name:
         if name.startswith("/") and not os.path.exists(name):
@@ -59,22 +65,51 @@ def find_file(name: str, sessions: Iterable[Session] = ()) -> str:
         return name
     if not name or os.path.exists(name):
         return name
-    for session in reversed(sessions):
-        if session.closed:
-            continue
-        for mf in session.target.mapped_files():
-            if name in (mf.path.name, Path(mf.name).name):
-                return str(mf.path)
-    for root in _roots(sessions):
-        for sub in LIBRARY_DIRS:
-            base = root / sub
-            candidates = [base / name]
-            if base.is_dir():
-                candidates += sorted(d / name for d in base.glob("*-linux-gnu*"))
-            for candidate in candidates:
-                if candidate.is_file():
-                    return str(candidate)
-    return name
+    found: dict[tuple[int, int] | str, tuple[str, Session]] = {}  # by file identity: the path, a session
+    for session in sessions:
+        path = None if session.closed else _in_session(name, session)
+        if path is not None:
+            found.setdefault(_identity(path), (path, session))
+    if len(found) > 1:
+        which = "; ".join(f"{path} to {session!r}" for path, session in found.values())
+        raise KprobeError(errno.EINVAL, f"{shown(name)} is a different file to each open session ({which}): "
+                          "give the file's path, or make the probe with that session's decorator "
+                          "(@s.uprobe(...))")
+    for path, _ in found.values():
+        return path
+    return _in_library_dirs(Path("/"), name) or name
+
+
+def _in_session(name: str, session: Session) -> str | None:
+    """The file a bare ``name`` is to one session: an object it maps under that name,
+    else the first of that name in its sysroot's library directories."""
+    for mf in session.target.mapped_files():
+        if name in (mf.path.name, Path(mf.name).name):
+            return str(mf.path)
+    root = getattr(session.target, "sysroot", None)
+    return _in_library_dirs(root, name) if isinstance(root, Path) else None
+
+
+def _in_library_dirs(root: Path, name: str) -> str | None:
+    """The first file ``name`` in ``root``'s library directories (and their multiarch ones)."""
+    for sub in LIBRARY_DIRS:
+        base = root / sub
+        candidates = [base / name]
+        if base.is_dir():
+            candidates += sorted(d / name for d in base.glob("*-linux-gnu*"))
+        for candidate in candidates:
+            if candidate.is_file():
+                return str(candidate)
+    return None
+
+
+def _identity(path: str) -> tuple[int, int] | str:
+    """``(st_dev, st_ino)``: the same file under two names is one; the path where it cannot be read."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return path
+    return st.st_dev, st.st_ino
 
 
 def symbol_offset(image: ElfImage, path: str, where: str, sessions: Iterable[Session] = ()) -> int:

@@ -21,6 +21,7 @@ from kpsdk.argcheck import want_address, want_bytes, want_int
 from kpsdk.errors import ArgumentError, KpsdkError, shown
 from kpsdk.events import RUN_ERROR, RUN_EXITED, RUN_STOPPED
 from kpsdk.probe import Probe, ProbeType, is_int, register_all
+from kpsdk.scope import making_for
 from kpsdk.verbs import BuiltinVerbs
 
 if TYPE_CHECKING:
@@ -243,7 +244,8 @@ class Session(BuiltinVerbs):
     def _decorator(self, pt: ProbeType) -> Callable[..., Any]:
         def make(where: str | int, **fields: Any) -> Callable[[Callable[..., Any]], Any]:
             def wrap(func: Callable[..., Any]) -> Any:
-                probe = pt.probe_class(**pt.parse_location(where), **{pt.decorator_field: func}, **fields)
+                with making_for(self):  # a bare name it holds is looked up in this session only
+                    probe = pt.probe_class(**pt.parse_location(where), **{pt.decorator_field: func}, **fields)
                 pt.register(self, probe)
                 return probe
 

@@ -73,6 +73,7 @@ from kpsdk.probe import (
     parse_number,
     register_all,
 )
+from kpsdk.scope import lookup_sessions
 from kpsdk.symbols import decode_span
 
 if TYPE_CHECKING:
@@ -115,12 +116,12 @@ def parse_location(text: str | Any) -> dict[str, Any]:
     if not sep or not path or not where.strip():
         raise LocationError(errno.EINVAL, f"{shown(text)}: want PATH:SYMBOL, PATH:SYMBOL+0xOFF or PATH:0xOFFSET")
     check_path(path)
-    path = find_file(path, list(_sessions))
+    path = find_file(path, lookup_sessions(_sessions))
     where = where.strip()
     offset = parse_number(where)
     if offset is not None:
         return {"path": path, "offset": offset}
-    return {"path": path, "offset": symbol_offset(_read_image(path), path, where, list(_sessions))}
+    return {"path": path, "offset": symbol_offset(_read_image(path), path, where, lookup_sessions(_sessions))}
 
 
 def parse_uprobe(text: str, **fields: Any) -> Uprobe | Uretprobe:
@@ -170,7 +171,7 @@ class FileProbe:
         if path is None or offset is None:
             raise LocationError(errno.EINVAL, f"{type(self).__name__} needs path= and offset= (a file offset), "
                                               "or spec='PATH:SYMBOL'")
-        self.path = find_file(_file_path(type(self).__name__, path), list(_sessions))
+        self.path = find_file(_file_path(type(self).__name__, path), lookup_sessions(_sessions))
         self.offset = offset
         self.fault_handler = fault_handler
         self.flags = flags

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import weakref
 from collections.abc import Iterator
 from datetime import timedelta
 
@@ -42,6 +43,43 @@ def pytest_configure(config: pytest.Config) -> None:
     this one and loads that.  (Not at import: test modules import this file again as
     ``tests.conftest``, which would load "ci" over the chosen profile.)"""
     settings.load_profile("ci")
+
+
+class _SessionsOfTheCall:
+    """The sessions a test's body opens (not its fixtures': a module's shared session outlives
+    the test), closed after the body if it left them open.  Left open, they stay in the
+    process until the garbage collector finds them, and a later test's lookup of a library
+    by bare name (``libc.so.6``) would see their mapped files too: an EINVAL for a name
+    two sessions map as different files (kpsdk.filelocation), or not, by GC timing."""
+
+    def __init__(self) -> None:
+        self.made: list[weakref.ref[kpsdk.Session]] | None = None
+
+    @kpsdk.hookimpl
+    def kpsdk_session_start(self, session: kpsdk.Session) -> None:
+        if self.made is not None:
+            self.made.append(weakref.ref(session))
+
+
+# one tracker, also when test modules import this file again as ``tests.conftest``
+_CALL_SESSIONS = kpsdk.get_registry().pm.get_plugin("tests-sessions-of-the-call")
+if _CALL_SESSIONS is None:
+    _CALL_SESSIONS = _SessionsOfTheCall()
+    kpsdk.get_registry().pm.register(_CALL_SESSIONS, name="tests-sessions-of-the-call")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    made: list[weakref.ref[kpsdk.Session]] = []
+    _CALL_SESSIONS.made = made
+    try:
+        yield
+    finally:
+        _CALL_SESSIONS.made = None
+        for ref in made:
+            session = ref()
+            if session is not None and not session.closed:
+                session.close()
 
 
 def fuzz_examples(ci: int) -> int:

@@ -9,6 +9,8 @@ itself: tests/libprogs/calls.c mallocs known sizes and prints them; the probe on
 
 from __future__ import annotations
 
+import errno
+import os
 import shutil
 from pathlib import Path
 
@@ -132,3 +134,30 @@ def test_dlopened_library_is_probed_then_reported_unloaded(arch: str, built: dic
     assert calls == expected
     assert events.index(("loaded", lib.name)) < events.index(("unloaded", lib.name))
     assert lib.name not in still_mapped and "libc.so.6" in still_mapped
+
+
+def test_a_bare_library_name_is_each_sessions_own(built: dict[str, tuple[Path, Path]]) -> None:  # noqa: F811
+    """Two programs open at once, x86_64 and riscv64, each with its own ``libc.so.6``: a probe
+    made for one session by its decorator names that session's libc and sees its program's
+    mallocs; one made apart from any session cannot say which libc and is refused, naming both."""
+    sessions = {arch: kpsdk.open(f"elf:{built[arch][0]}", sysroot=LIBC[arch][0]) for arch in ("x86_64", "riscv64")}
+    try:
+        with pytest.raises(kpsdk.KprobeError) as ambiguous:
+            kpsdk.Uprobe.parse("libc.so.6:malloc")
+        assert ambiguous.value.errno == errno.EINVAL
+        assert LIBC["x86_64"][1] in str(ambiguous.value) and LIBC["riscv64"][1] in str(ambiguous.value)
+        sizes: dict[str, list[int]] = {}
+        for arch, s in sessions.items():
+            seen = sizes.setdefault(arch, [])
+            up = s.uprobe("libc.so.6:malloc")(lambda p, regs, seen=seen: seen.append(regs.arg(0)))
+            assert up.path == LIBC[arch][1]
+        for arch, s in sessions.items():
+            assert s.run(timeout=120) == 0, s.console
+            expected = [int(fields[0]) for fields in report(s.console, "malloc")]
+            assert expected == [37, 4096, 100003]
+            assert [n for n in sizes[arch] if n in expected] == expected, (arch, sizes[arch])
+        sessions["riscv64"].close()  # one session left: the name is its libc again
+        assert os.path.samefile(kpsdk.Uprobe.parse("libc.so.6:malloc").path, LIBC["x86_64"][1])  # as it maps it
+    finally:
+        for s in sessions.values():
+            s.close()

@@ -192,6 +192,9 @@ class UnicornTarget(Target):
         self.pending_libraries: list[MappedFile] = []
         #: the Linux process (elf: targets): every call but exit goes to it; None: write and exit only
         self.linux: LinuxProcess | None = None
+        #: the directory a Linux program sees as ``/`` (None: none, or not a Linux program); where
+        #: a bare library name (``libc.so.6``) is looked up for this session (kpsdk.filelocation)
+        self.sysroot: Path | None = None
         #: where call() builds its frame when no run is under way (below the process's initial stack)
         self.call_sp = STACK_TOP - 0x2000
         self._pending: BaseException | None = None

@@ -121,6 +121,7 @@ def start_process(target: UnicornTarget, image: ElfImage, program: str, options:
         raise UnsupportedTargetError(f"the Unicorn target has no Linux layer for {arch.name} yet")
     linux = arch.syscalls.linux
     sysroot = options.sysroot if options.sysroot is not None else default_sysroot(target)
+    target.sysroot = Sysroot(sysroot).root
     brk_base = page_up(reserved[0][1]) + PAGE  # after kpsdk's area, which sits right after the program
     space = AddressSpace(target.uc, 1 << (8 * arch.word_size) if arch.word_size == 4 else 1 << 47,
                          brk_base, reserved)
