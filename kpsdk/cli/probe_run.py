@@ -19,6 +19,7 @@ from kpsdk.cli.hitregs import check_reg_names, default_regs, show_reg
 from kpsdk.cli.hitstrings import STRING_SLOT, fetch_string, load_strings, show_string, store_strings
 from kpsdk.cli.returns import errno_name, signed_return
 from kpsdk.errors import KprobeError, KpsdkError
+from kpsdk.scope import making_for
 from kpsdk.symbols import did_you_mean, is_glob
 
 if TYPE_CHECKING:
@@ -113,18 +114,19 @@ class ProbeRun:
                                     data_size=STRING_SLOT * len(self.strings)))
             line.probe = probes[-1]
             self.lines.append(line)
-        for text in self.uprobes:
-            pre, post_h = _printers(s, self.con, names, self.hit, self.post, self.strings)
-            probes.append(probe_class(reg, "uprobe").parse(text, pre_handler=pre, post_handler=post_h))
-            self.lines.append(ProbeLine("u", text, probes[-1]))
-        for text in self.uretprobes:
-            line = ProbeLine("r", text)
-            entry, ret = self._kretprobe_handlers(s, line)
-            probes.append(probe_class(reg, "uretprobe").parse(text, handler=ret, entry_handler=entry,
-                                                              maxactive=self.maxactive,
-                                                              data_size=STRING_SLOT * len(self.strings)))
-            line.probe = probes[-1]
-            self.lines.append(line)
+        with making_for(s):  # a bare library name is this session's (kpsdk.scope)
+            for text in self.uprobes:
+                pre, post_h = _printers(s, self.con, names, self.hit, self.post, self.strings)
+                probes.append(probe_class(reg, "uprobe").parse(text, pre_handler=pre, post_handler=post_h))
+                self.lines.append(ProbeLine("u", text, probes[-1]))
+            for text in self.uretprobes:
+                line = ProbeLine("r", text)
+                entry, ret = self._kretprobe_handlers(s, line)
+                probes.append(probe_class(reg, "uretprobe").parse(text, handler=ret, entry_handler=entry,
+                                                                  maxactive=self.maxactive,
+                                                                  data_size=STRING_SLOT * len(self.strings)))
+                line.probe = probes[-1]
+                self.lines.append(line)
         s.register_many(probes)
         for line in self.lines:
             if line.letter == "k":
