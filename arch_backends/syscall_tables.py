@@ -28,6 +28,7 @@ X86_64: dict[str, int] = {
     "ppoll": 271, "set_robust_list": 273, "dup3": 292, "pipe2": 293, "prlimit64": 302, "getrandom": 318,
     "statx": 332, "rseq": 334, "clone3": 435, "faccessat2": 439,
     "sendfile": 40,
+    "getsockname": 51, "getpeername": 52, "getsockopt": 55, "mincore": 27,
     "getxattr": 191, "lgetxattr": 192, "fgetxattr": 193, "listxattr": 194, "llistxattr": 195, "flistxattr": 196,
 }
 
@@ -52,6 +53,7 @@ I386: dict[str, int] = {
     "pipe2": 331, "prlimit64": 340, "getrandom": 355, "socket": 359, "statx": 383, "arch_prctl": 384,
     "rseq": 386, "clock_gettime64": 403, "clock_nanosleep_time64": 407, "clone3": 435, "faccessat2": 439,
     "sendfile64": 239,
+    "getsockname": 367, "getpeername": 368, "getsockopt": 365, "mincore": 218, "socketcall": 102,
     "getxattr": 229, "lgetxattr": 230, "fgetxattr": 231, "listxattr": 232, "llistxattr": 233, "flistxattr": 234,
 }
 
@@ -76,6 +78,7 @@ ARM: dict[str, int] = {
     "clock_nanosleep_time64": 407, "clone3": 435, "faccessat2": 439, "cacheflush": 0xf0002,
     "set_tls": 0xf0005,
     "sendfile64": 239,
+    "getsockname": 286, "getpeername": 287, "getsockopt": 295, "mincore": 219,
     "getxattr": 229, "lgetxattr": 230, "fgetxattr": 231, "listxattr": 232, "llistxattr": 233, "flistxattr": 234,
 }
 
@@ -94,6 +97,7 @@ RISCV64: dict[str, int] = {
     "clone": 220, "execve": 221, "mmap": 222, "fadvise64": 223, "mprotect": 226, "madvise": 233, "wait4": 260,
     "prlimit64": 261, "getrandom": 278, "statx": 291, "rseq": 293, "clone3": 435, "faccessat2": 439,
     "sendfile": 71,
+    "getsockname": 204, "getpeername": 205, "getsockopt": 209, "mincore": 232,
     "getxattr": 8, "lgetxattr": 9, "fgetxattr": 10, "listxattr": 11, "llistxattr": 12, "flistxattr": 13,
 }
 
@@ -116,6 +120,7 @@ PPC64: dict[str, int] = {
     "dup3": 316, "pipe2": 317, "prlimit64": 325, "socket": 326, "getrandom": 359, "statx": 383, "rseq": 387,
     "clone3": 435, "faccessat2": 439,
     "sendfile": 186,
+    "getsockname": 331, "getpeername": 332, "getsockopt": 340, "mincore": 206, "socketcall": 102,
     "getxattr": 212, "lgetxattr": 213, "fgetxattr": 214, "listxattr": 215, "llistxattr": 216, "flistxattr": 217,
 }
 

@@ -456,8 +456,10 @@ class Session(BuiltinVerbs):
     @property
     def syscalls_unimplemented(self) -> dict[str, int]:
         """System calls the program made that the target's Linux layer does not emulate (the
-        Unicorn target answered each with ``-ENOSYS``), by name with how often; empty when
-        none (and on targets that run the real kernel's calls)."""
+        Unicorn target answered each with ``-ENOSYS``), by name with how often, and the files
+        of its own ``/proc/self`` it opened that the layer does not make (``"open
+        /proc/self/status"``: ``ENOENT``); empty when none (and on targets that run the real
+        kernel's calls)."""
         return dict(getattr(self.target, "syscalls_unimplemented", {}))
 
     def close(self) -> None:

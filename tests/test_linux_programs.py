@@ -118,6 +118,55 @@ def test_unknown_system_call_is_enosys_and_recorded(build: Callable[[str], Path]
     assert s.syscalls_unimplemented == {"syscall_500": 1}
 
 
+@pytest.mark.parametrize("mode", ["sockets", "proc"])
+@pytest.mark.parametrize("arch", LINUX_ARCHS)
+def test_sockets_and_own_proc_match_qemu_user(build: Callable[[str], Path], sysroot: Path, arch: str,
+                                              mode: str) -> None:
+    """``sockets``: getpeername/getsockname/getsockopt of stdin, stdout, stderr are ENOTSOCK and
+    of a closed descriptor EBADF (i386 and ppc64 through socketcall); ``proc``: the program's
+    own /proc/self (its cmdline, the maps lines holding its stack and its data, the link
+    /proc/self), as qemu-user shows them, with a sysroot that has no /proc at all."""
+    exe = build(arch)
+    args = ["/data.txt", "1", mode]
+    expected = under_qemu(arch, exe, args, {}, b"", sysroot)
+    out, status, s = under_kpsdk(exe, args, {}, b"", sysroot)
+    assert (out, status) == expected
+    assert ("getpeername(99) -> -1 errno=9" in out) if mode == "sockets" else ("stack: [stack]" in out)
+    assert s.syscalls_unimplemented == {}
+
+
+def test_own_proc_is_the_program_not_kpsdks_process(tmp_path: Path) -> None:
+    """With the host's root as the sysroot, /proc/self is still the program: its environment,
+    not the Python process running kpsdk; a /proc/self file kpsdk does not make is ENOENT and
+    said so, never the host process's."""
+    if not BUSYBOX.exists():
+        message = f"{BUSYBOX} not found: install the Debian package busybox-static"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    out, status, s = under_kpsdk(BUSYBOX, ["cat", "/proc/self/environ", "/proc/self/status"],
+                                 {"ONLY": "this"}, b"", Path("/"))
+    assert out == "ONLY=this\0cat: can't open '/proc/self/status': No such file or directory\n"
+    assert status == 1
+    assert s.syscalls_unimplemented == {"open /proc/self/status": 1}
+
+
+def test_debians_bash_runs_a_command_as_natively(tmp_path: Path) -> None:
+    """Debian's /bin/bash -c: it asks getpeername(0) at start-up and, on any answer but
+    ENOTSOCK, takes its input for a network connection and runs ~/.bashrc, whose command
+    substitutions start processes; so the answer decides whether it runs here at all."""
+    bash = Path("/bin/bash")
+    if os.uname().machine != "x86_64" or not bash.exists():
+        pytest.skip("this compares the x86_64 host's own /bin/bash")
+    script = 'echo "$0 $# $1" $((6 * 7)); while read -r line; do echo "read: $line"; done'
+    args = ["-c", script, "kp", "one"]
+    native = subprocess.run([str(bash), *args], input=b"a\nb\n", capture_output=True, timeout=60, check=False,
+                            env={"LC_ALL": "C"})
+    out, status, s = under_kpsdk(bash, args, {"LC_ALL": "C"}, b"a\nb\n", Path("/"))
+    assert (out, status) == (native.stdout.decode(), native.returncode)
+    assert out == "kp 1 one 42\nread: a\nread: b\n"
+
+
 def test_fork_is_an_honest_not_yet(build: Callable[[str], Path], sysroot: Path) -> None:
     s = kpsdk.open(f"elf:{build('x86_64')}", args=["/data.txt", "1", "fork"], sysroot=sysroot)
     with pytest.raises(NotEmulatedError, match="fork"):
@@ -287,8 +336,8 @@ def test_cli_warns_once_of_unimplemented_calls(build: Callable[[str], Path], sys
                      "--sysroot", str(sysroot), "--kprobe", "main")
     assert proc.returncode == 0, proc.stderr
     warnings = [line for line in proc.stderr.splitlines() if line.startswith("warning:")]
-    assert warnings == ["warning: the program made system calls kpsdk does not emulate (each answered -ENOSYS): "
-                        "syscall_500 (1x)"]
+    assert warnings == ["warning: the program asked for what kpsdk does not emulate (a system call answered "
+                        "-ENOSYS, a /proc/self file ENOENT): syscall_500 (1x)"]
 
 
 def test_cli_sysroot_goes_with_a_program_only(sysroot: Path) -> None:

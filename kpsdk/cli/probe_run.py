@@ -190,8 +190,9 @@ class ProbeRun:
         missing = s.syscalls_unimplemented
         if missing:  # one line, on stderr: the run's result may differ from Linux's
             calls = ", ".join(f"{name} ({n}x)" for name, n in sorted(missing.items()))
-            console(stderr=True).print(Text(f"warning: the program made system calls kpsdk does not emulate "
-                                            f"(each answered -ENOSYS): {calls}", style="yellow"), soft_wrap=True)
+            console(stderr=True).print(Text(f"warning: the program asked for what kpsdk does not emulate (a "
+                                            f"system call answered -ENOSYS, a /proc/self file ENOENT): {calls}",
+                                            style="yellow"), soft_wrap=True)
         if not self.lines:  # --strace alone: no probe to list
             self._check_ended(interrupted)
             return

@@ -367,7 +367,8 @@ class UnicornTarget(Target):
     @property
     def syscalls_unimplemented(self) -> dict[str, int]:
         """System calls the program made that the Linux layer does not emulate (each got
-        ``-ENOSYS``), with how often: empty when everything it asked for was there."""
+        ``-ENOSYS``), and files of its own ``/proc/self`` it does not make (``ENOENT``), with
+        how often: empty when everything it asked for was there."""
         return dict(self.linux.unimplemented) if self.linux is not None else {}
 
     @property

@@ -1,17 +1,80 @@
 /* A small real Linux program for the Unicorn target's ground-truth tests
    (tests/test_linux_programs.py): arguments, environment, stdin, malloc, printf,
    a file read from the sysroot and a nonzero exit status.  argv[1]: the file to
-   read (/data.txt); argv[2]: how many mallocs; argv[3]: "fork", or a system call
+   read (/data.txt); argv[2]: how many mallocs; argv[3]: "fork", "sockets" (the
+   socket calls on its descriptors), "proc" (its own /proc/self), or a system call
    number to make with no arguments (its result and errno are printed).  Built static with
    each cross compiler; its output under qemu-user is the expected one. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 char greeting[64] = "hello, world";
+
+/* Asking a file or a pipe about its socket: ENOTSOCK; a closed descriptor: EBADF. */
+static void sockets(void) {
+    struct sockaddr_storage sa;
+    socklen_t len = sizeof sa;
+    int type = 0, r;
+    socklen_t tlen = sizeof type;
+    errno = 0;
+    r = getpeername(0, (struct sockaddr *)&sa, &len);
+    printf("getpeername(0) -> %d errno=%d\n", r, errno);
+    errno = 0;
+    r = getsockname(1, (struct sockaddr *)&sa, &len);
+    printf("getsockname(1) -> %d errno=%d\n", r, errno);
+    errno = 0;
+    r = getsockopt(2, SOL_SOCKET, SO_TYPE, &type, &tlen);
+    printf("getsockopt(2) -> %d errno=%d\n", r, errno);
+    errno = 0;
+    r = getpeername(99, (struct sockaddr *)&sa, &len);
+    printf("getpeername(99) -> %d errno=%d\n", r, errno);
+}
+
+/* The name /proc/self/maps gives the mapping holding addr (its last path component). */
+static void maps_name(const char *what, unsigned long addr) {
+    FILE *f = fopen("/proc/self/maps", "r");
+    char line[512], name[256];
+    unsigned long lo, hi;
+    if (!f) {
+        printf("%s: cannot open /proc/self/maps (errno=%d)\n", what, errno);
+        return;
+    }
+    while (fgets(line, sizeof line, f)) {
+        name[0] = 0;
+        if (sscanf(line, "%lx-%lx %*s %*s %*s %*s %255s", &lo, &hi, name) >= 2 && lo <= addr && addr < hi) {
+            const char *base = strrchr(name, '/');
+            printf("%s: %s\n", what, base ? base + 1 : name);
+            fclose(f);
+            return;
+        }
+    }
+    printf("%s: not in /proc/self/maps\n", what);
+    fclose(f);
+}
+
+/* The process's own /proc: its command line, its maps' stack and program, /proc/self's link. */
+static void own_proc(void) {
+    char buf[4096], link[64];
+    int here = 0;
+    FILE *f = fopen("/proc/self/cmdline", "r");
+    size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+    if (f)
+        fclose(f);
+    for (size_t i = 0; i < n; i++)
+        if (!buf[i])
+            buf[i] = ' ';
+    buf[n] = 0;
+    printf("cmdline: %s\n", buf);
+    maps_name("stack", (unsigned long)&here);
+    maps_name("greeting", (unsigned long)greeting);
+    ssize_t len = readlink("/proc/self", link, sizeof link - 1);
+    printf("/proc/self is a link: %d\n", len > 0);
+}
 
 int main(int argc, char **argv) {
     printf("argc=%d\n", argc);
@@ -38,6 +101,10 @@ int main(int argc, char **argv) {
         if (strcmp(argv[3], "fork") == 0) {
             fflush(stdout);
             printf("fork -> %d\n", fork() >= 0);
+        } else if (strcmp(argv[3], "sockets") == 0) {
+            sockets();
+        } else if (strcmp(argv[3], "proc") == 0) {
+            own_proc();
         } else {
             long r = syscall(atol(argv[3]));
             printf("syscall %s -> %ld errno=%d\n", argv[3], r, r < 0 ? errno : 0);

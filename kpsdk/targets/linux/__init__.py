@@ -142,8 +142,16 @@ def start_process(target: UnicornTarget, image: ElfImage, program: str, options:
                         entry=image.raw_entry + image.bias,
                         base=interp_base, uid=os.getuid(), gid=os.getgid(), platform=linux.platform, hwcap=linux.hwcap,
                         hwcap2=linux.hwcap2)
-    sp, _ = build_stack(target.uc.mem_write, stack_top, word, argv, envp, argv[0], info, os.urandom(16))
+    sp, auxv = build_stack(target.uc.mem_write, stack_top, word, argv, envp, argv[0], info, os.urandom(16))
     target.fast.write(target.arch.register(arch.sp), sp)
+    # what its own /proc/self shows (kpsdk.targets.linux.procfs)
+    process.argv, process.envp = argv, envp
+    process.auxv = b"".join(word.pack(w) for w in auxv)
+    process.stack = next((lo, hi) for lo, hi in reserved if lo <= stack_top < hi)
+    for mf, path in zip(target._files, (exe, image.interp or ""), strict=False):  # the program, its loader
+        for seg in mf.image.segments:
+            start = (mf.bias + seg.vaddr) & ~(PAGE - 1)
+            space.name(start, page_up(mf.bias + seg.vaddr + len(seg.data)), path, seg.offset & ~(PAGE - 1))
     return process
 
 
@@ -160,7 +168,8 @@ def load_interpreter(target: UnicornTarget, image: ElfImage, root: Sysroot, spac
     assert image.interp is not None
     where = f"{image.path} is dynamically linked: its interpreter {image.interp}"
     if root.root is None:
-        raise TargetError(f"{where} needs a sysroot holding it (sysroot=DIR; \"/\" for the host's own)")
+        raise TargetError(f"{where} needs a sysroot holding it (--sysroot DIR, sysroot=DIR in Python; \"/\" for "
+                          "the host's own)")
     try:
         host = root.resolve(image.interp, "/")
     except _GuestErrno as e:

@@ -44,6 +44,24 @@ class AddressSpace:
         self.brk_base = self.brk_end = brk_base
         self.reserved = reserved
         self.on_unmap = on_unmap
+        #: what ``/proc/self/maps`` names each file mapping: by range, the file's path and the
+        #: offset at the range's start (a range unmapped or mapped over is forgotten)
+        self.names: dict[tuple[int, int], tuple[str, int]] = {}
+
+    def name(self, start: int, end: int, path: str, offset: int) -> None:
+        """``[start, end)`` shows ``path`` from file offset ``offset`` in ``/proc/self/maps``."""
+        self._forget(start, end)
+        self.names[(start, end)] = (path, offset)
+
+    def _forget(self, start: int, end: int) -> None:
+        """``[start, end)`` shows no file any more (the parts of a named range outside it keep theirs)."""
+        for (lo, hi), (path, offset) in list(self.names.items()):
+            if lo < end and start < hi:
+                del self.names[(lo, hi)]
+                if lo < start:
+                    self.names[(lo, start)] = (path, offset)
+                if end < hi:
+                    self.names[(end, hi)] = (path, offset + (end - lo))
 
     # -- what is where ------------------------------------------------------------------
 
@@ -116,6 +134,7 @@ class AddressSpace:
             self.uc.mem_map(addr, size, prot & 7)
         except unicorn.UcError:
             raise _GuestErrno(errno.ENOMEM) from None
+        self._forget(addr, addr + size)
         return addr
 
     def unmap(self, start: int, end: int) -> None:
@@ -128,6 +147,7 @@ class AddressSpace:
             self.uc.mem_unmap(lo, hi - lo)
             if self.on_unmap is not None:
                 self.on_unmap(lo, hi)
+        self._forget(start, end)
 
     def protect(self, start: int, length: int, prot: int) -> None:
         """``mprotect``: every page of the range must be mapped (else ``ENOMEM``)."""
@@ -158,11 +178,13 @@ class AddressSpace:
             return old
         if self.free(old + old_size, old + new_size):
             self.uc.mem_map(old + old_size, new_size - old_size, perms)
+            self._forget(old + old_size, old + new_size)
             return old
         if not flags & MREMAP_MAYMOVE:
             raise _GuestErrno(errno.ENOMEM)
         new = self.find(new_size)
         self.uc.mem_map(new, new_size, perms)
+        self._forget(new, new + new_size)  # a moved file mapping shows no name (not followed)
         self.uc.mem_write(new, bytes(self.uc.mem_read(old, old_size)))
         self.unmap(old, old + old_size)
         return new

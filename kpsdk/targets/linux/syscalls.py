@@ -25,9 +25,9 @@ from typing import TYPE_CHECKING
 import unicorn
 
 from kpsdk.errors import NotEmulatedError
-from kpsdk.targets.linux import structs
-from kpsdk.targets.linux.files import FdTable, OpenFile, Pipe, Sysroot, _GuestErrno, release
-from kpsdk.targets.linux.memory import MAP_ANONYMOUS, PAGE, AddressSpace
+from kpsdk.targets.linux import procfs, structs
+from kpsdk.targets.linux.files import O_ACCMODE, O_CREAT, FdTable, OpenFile, Pipe, Sysroot, _GuestErrno, release
+from kpsdk.targets.linux.memory import MAP_ANONYMOUS, PAGE, AddressSpace, page_up
 
 if TYPE_CHECKING:
     from kpsdk.arch import Arch, LinuxAbi
@@ -47,6 +47,11 @@ MAX_RW_COUNT = 0x7FFFF000
 #: what one read from a host file brings at most (a short read: programs loop)
 READ_CHUNK = 1 << 24
 SIGNALS = {6: "SIGABRT", 9: "SIGKILL", 11: "SIGSEGV", 15: "SIGTERM"}
+#: socketcall(2)'s call numbers (include/uapi/linux/net.h)
+SOCKETCALLS = {1: "socket", 2: "bind", 3: "connect", 4: "listen", 5: "accept", 6: "getsockname",
+               7: "getpeername", 8: "socketpair", 9: "send", 10: "recv", 11: "sendto", 12: "recvfrom",
+               13: "shutdown", 14: "setsockopt", 15: "getsockopt", 16: "sendmsg", 17: "recvmsg", 18: "accept4",
+               19: "recvmmsg", 20: "sendmmsg"}
 
 
 class LinuxProcess:
@@ -63,8 +68,15 @@ class LinuxProcess:
         self.fds = FdTable(stdin)
         self.cwd = cwd
         self.exe = exe
-        #: calls the layer does not emulate, by name, with how often the program made them
+        #: calls the layer does not emulate, by name, with how often the program made them; also the
+        #: files of its own /proc it does not make (``open /proc/self/status``: ENOENT, :mod:`.procfs`)
         self.unimplemented: Counter[str] = Counter()
+        #: what ``/proc/self`` shows (set by ``start_process``): the arguments and environment
+        #: strings, the auxiliary vector as the stack holds it, the stack's range
+        self.argv: list[bytes] = []
+        self.envp: list[bytes] = []
+        self.auxv = b""
+        self.stack: tuple[int, int] | None = None
         #: signal actions the program installed (handler word by signal): recorded, never delivered
         self.sigactions: dict[int, bytes] = {}
         self.clock_skew = 0.0  #: seconds nanosleep "slept" (the clocks move on, nothing waits)
@@ -150,6 +162,12 @@ class LinuxProcess:
                 return os.pread(f.fd, n, offset) if offset is not None else os.read(f.fd, n)
             except OSError as e:
                 raise _GuestErrno(e.errno or errno.EIO) from None
+        if f.kind == "procfile":  # a file of the process's own /proc: its bytes, made at open
+            at = f.pos if offset is None else offset
+            data = f.data[at:at + count]
+            if offset is None:
+                f.pos += len(data)
+            return data
         if offset is not None:
             raise _GuestErrno(errno.ESPIPE)
         if f.kind == "stdin":
@@ -256,7 +274,10 @@ class LinuxProcess:
 
     def _open(self, dirfd: int, path_addr: int, flags: int) -> int:
         path = self.string(path_addr)
-        if path == "/dev/null":
+        own = procfs.own_entry(path, self._base(dirfd, path), PID)
+        if own is not None:
+            f = self._open_own(own, path, flags)
+        elif path == "/dev/null":
             f = OpenFile("null", path=path)
         else:
             f = self.root.open(path, self._base(dirfd, path), flags)
@@ -265,6 +286,41 @@ class LinuxProcess:
         except _GuestErrno:
             release(f)
             raise
+
+    def _own(self, entry: str) -> bytes | None:
+        """The bytes of ``/proc/self/ENTRY``, made now from the process; None where kpsdk does
+        not make that file (recorded: the program asked for what is not emulated)."""
+        if entry == "maps":
+            names = dict(self.mem.names)
+            if self.mem.brk_end > self.mem.brk_base:
+                names[(self.mem.brk_base, page_up(self.mem.brk_end))] = ("[heap]", 0)
+            if self.stack is not None:
+                names[self.stack] = ("[stack]", 0)
+            return procfs.maps(((lo, hi + 1, perms) for lo, hi, perms in self.uc.mem_regions()), names,
+                               self.arch.word_size)
+        if entry == "cmdline":
+            return procfs.nul_separated(self.argv)
+        if entry == "environ":
+            return procfs.nul_separated(self.envp)
+        if entry == "auxv":
+            return self.auxv
+        self.unimplemented[f"open /proc/self/{entry}"] += 1
+        return None
+
+    def _open_own(self, entry: str, path: str, flags: int) -> OpenFile:
+        """Open ``/proc/self/ENTRY`` (:mod:`.procfs`): its executable, or a file of bytes made now."""
+        if flags & O_ACCMODE or flags & O_CREAT:
+            raise _GuestErrno(errno.EACCES)  # read-only files, as Linux's (mode 0444)
+        if entry == "exe":
+            try:
+                fd = os.open(self.exe, os.O_RDONLY | os.O_CLOEXEC)
+            except OSError as e:
+                raise _GuestErrno(e.errno or errno.ENOENT) from None
+            return OpenFile("host", path=path, fd=fd, flags=flags, host=Path(self.exe))
+        data = self._own(entry)
+        if data is None:
+            raise _GuestErrno(errno.ENOENT)
+        return OpenFile("procfile", path=path, data=data, flags=flags)
 
     def _base(self, dirfd: int, path: str) -> str:
         """The directory a relative ``path`` starts from: the cwd, or ``dirfd``'s own path."""
@@ -299,7 +355,7 @@ class LinuxProcess:
                 return os.lseek(f.fd, offset, whence)
             except OSError as e:
                 raise _GuestErrno(e.errno or errno.EINVAL) from None
-        if f.kind != "stdin":
+        if f.kind not in ("stdin", "procfile"):
             raise _GuestErrno(errno.ESPIPE)
         base = {SEEK_SET: 0, SEEK_CUR: f.pos, SEEK_END: len(f.data)}.get(whence)
         if base is None or base + offset < 0:
@@ -463,6 +519,18 @@ class LinuxProcess:
             return self._fstat_values(self.sint(dirfd))
         if path == "/dev/null":
             return {"st_mode": statmod.S_IFCHR | 0o666, "st_rdev": os.makedev(1, 3), "st_nlink": 1}
+        own = procfs.own_entry(path, self._base(dirfd, path), PID)
+        if own == "exe" and flags & AT_SYMLINK_NOFOLLOW:
+            return {"st_mode": statmod.S_IFLNK | 0o777, "st_nlink": 1}
+        if own == "exe":
+            try:
+                return structs.stat_values(os.stat(self.exe))
+            except OSError as e:
+                raise _GuestErrno(e.errno or errno.ENOENT) from None
+        if own is not None:
+            if self._own(own) is None:
+                raise _GuestErrno(errno.ENOENT)
+            return {"st_mode": statmod.S_IFREG | 0o444, "st_nlink": 1}  # size 0, as /proc's files
         host = self.root.resolve(path, self._base(dirfd, path), follow=not flags & AT_SYMLINK_NOFOLLOW)
         try:
             return structs.stat_values(os.lstat(host))
@@ -475,6 +543,8 @@ class LinuxProcess:
             return structs.stat_values(os.fstat(f.fd))
         if f.kind == "null":
             return {"st_mode": statmod.S_IFCHR | 0o666, "st_rdev": os.makedev(1, 3), "st_nlink": 1}
+        if f.kind == "procfile":
+            return {"st_mode": statmod.S_IFREG | 0o444, "st_nlink": 1}
         return structs.stat_values(None)
 
     def _put_stat(self, buf: int, values: dict[str, int], wide: bool) -> int:
@@ -533,8 +603,15 @@ class LinuxProcess:
         path = self.string(path_addr)
         if self.sint(size) <= 0:
             raise _GuestErrno(errno.EINVAL)
-        if path == "/proc/self/exe":
+        own = procfs.own_entry(path, self._base(dirfd, path), PID)
+        if own == "exe":
             target = self.exe
+        elif own == "":  # /proc/self itself: a link to the process's pid, as Linux's
+            target = str(PID)
+        elif own is not None:  # /proc/self's other entries are files, not links
+            if self._own(own) is None:
+                raise _GuestErrno(errno.ENOENT)
+            raise _GuestErrno(errno.EINVAL)
         else:
             host = self.root.resolve(path, self._base(dirfd, path), follow=False)
             try:
@@ -592,6 +669,7 @@ class LinuxProcess:
                 self.mem.unmap(at, at + length)
                 raise _GuestErrno(e.errno or errno.EACCES) from None
             self.write(at, data)
+            self.mem.name(at, at + page_up(length), str(PurePosixPath(self.cwd, f.path)), offset)
             if self.on_file_map is not None and f.host is not None:
                 self.on_file_map(f.host, at, offset)
         return at
@@ -616,6 +694,17 @@ class LinuxProcess:
         return self.mem.remap(old, old_size, new_size, flags)
 
     def sys_madvise(self, *_: int) -> int:
+        return 0
+
+    def sys_mincore(self, addr: int, length: int, vec: int, *_: int) -> int:
+        """Every page of the range is resident (one byte per page, 1); ``ENOMEM`` where one is
+        not mapped, as Linux.  GNU grep's stack-overflow guard asks, walking down its stack."""
+        if addr % PAGE:
+            raise _GuestErrno(errno.EINVAL)
+        end = page_up(addr + length)
+        if end > self.mem.space or sum(hi - lo for lo, hi, _ in self.mem.regions(addr, end)) != end - addr:
+            raise _GuestErrno(errno.ENOMEM)
+        self.write(vec, b"\1" * ((end - addr) // PAGE))
         return 0
 
     # -- the thread and its TLS -------------------------------------------------------------------
@@ -823,6 +912,27 @@ class LinuxProcess:
 
     def sys_wait4(self, *_: int) -> int:
         raise _GuestErrno(errno.ECHILD)
+
+    # -- sockets: the layer makes none (socket() is not emulated) ---------------------------------
+
+    def _not_a_socket(self, fd: int, *_: int) -> int:
+        """``getsockname``, ``getpeername``, ``getsockopt`` of a descriptor: ``ENOTSOCK`` (``EBADF``
+        when it is not open), as Linux answers for a file or a pipe.  Bash asks
+        ``getpeername(0)`` at start-up: on any other answer it takes its input for a network
+        connection and reads ``~/.bashrc``, whose commands start processes."""
+        self.fds.get(self.sint(fd))
+        raise _GuestErrno(errno.ENOTSOCK)
+
+    sys_getsockname = sys_getpeername = sys_getsockopt = _not_a_socket
+
+    def sys_socketcall(self, call: int, args: int, *_: int) -> int:
+        """i386's and ppc64's one entry for the socket calls (glibc built for kernels before 4.3
+        uses it): ``call`` is the call's number (include/uapi/linux/net.h), ``args`` its arguments."""
+        name = SOCKETCALLS.get(call, f"socketcall_{call}")
+        if name in ("getsockname", "getpeername", "getsockopt"):
+            return self._not_a_socket(self.read_word(args))
+        self.unimplemented[name] += 1
+        return -errno.ENOSYS
 
     # -- what needs another thread or process ---------------------------------------------------
 

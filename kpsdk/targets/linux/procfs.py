@@ -1,0 +1,82 @@
+"""The program's own ``/proc/self``: its maps, command line, environment, auxv and executable.
+
+With the host's root as the sysroot, ``/proc/self`` would be kpsdk's own Python process:
+a program reading ``/proc/self/maps`` (glibc's ``pthread_getattr_np`` does, to find the
+main thread's stack: GNU grep's stack-overflow guard calls it at start-up) got the host
+interpreter's memory map, and ``/proc/self/environ`` the host's environment.  So the
+process's own entries (``/proc/self``, ``/proc/thread-self``, ``/proc/PID``) are made
+here from the emulated process, whatever the sysroot; an entry not made here is ENOENT,
+recorded with the calls kpsdk does not emulate, never the host process's.  Other
+``/proc`` files (``cpuinfo``, ``meminfo``...) are the sysroot's, as any file.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+#: what Linux's ``/proc/PID/maps`` pads a line to before the name (fs/proc/task_mmu.c:
+#: ``25 + sizeof(void *) * 6 - 1`` columns), by word size
+_NAME_COLUMN = {4: 25 + 4 * 6 - 1, 8: 25 + 8 * 6 - 1}
+#: Unicorn's permission bits
+_READ, _WRITE, _EXEC = 1, 2, 4
+
+
+def own_entry(path: str, cwd: str, pid: int) -> str | None:
+    """What follows ``/proc/self/`` when ``path`` names the process's own ``/proc`` entry
+    (``"maps"``; ``""`` for the directory itself), else None."""
+    full = posixpath.normpath(posixpath.join(cwd, path))
+    parts = full.split("/")[1:]
+    if len(parts) < 2 or parts[0] != "proc" or parts[1] not in ("self", "thread-self", str(pid)):
+        return None
+    return "/".join(parts[2:])
+
+
+@dataclass
+class _Line:
+    start: int
+    end: int
+    perms: int
+    offset: int
+    name: str
+
+
+def maps(regions: Iterable[tuple[int, int, int]], names: dict[tuple[int, int], tuple[str, int]],
+         word_size: int) -> bytes:
+    """``/proc/self/maps`` of ``regions`` (start, end, Unicorn permissions), each split where
+    ``names`` (by range: a name and the file offset at the range's start) changes; adjacent
+    lines of the same permissions and name merged as Linux merges its areas (a file's only
+    where the offsets run on)."""
+    cuts = sorted(names)
+    lines: list[_Line] = []
+    for lo, hi, perms in sorted(regions):
+        at = lo
+        while at < hi:
+            name, offset, end = "", 0, hi
+            for start, stop in cuts:
+                if start <= at < stop:
+                    name, base = names[(start, stop)]
+                    offset, end = base + (at - start), min(hi, stop)
+                    break
+                if at < start < end:
+                    end = start
+            last = lines[-1] if lines else None
+            if last is not None and last.end == at and last.perms == perms and last.name == name \
+                    and (not name.startswith("/") or last.offset + (at - last.start) == offset):
+                last.end = end
+            else:
+                lines.append(_Line(at, end, perms, offset, name))
+            at = end
+    width = _NAME_COLUMN[word_size]
+    out = []
+    for line in lines:
+        flags = "".join(c if line.perms & bit else "-" for c, bit in (("r", _READ), ("w", _WRITE), ("x", _EXEC)))
+        head = f"{line.start:08x}-{line.end:08x} {flags}p {line.offset:08x} 00:00 0"
+        out.append(f"{head.ljust(width)} {line.name}" if line.name else head)
+    return "".join(f"{line}\n" for line in out).encode()
+
+
+def nul_separated(items: Iterable[bytes]) -> bytes:
+    """``cmdline`` and ``environ``: each string followed by a NUL."""
+    return b"".join(item + b"\0" for item in items)
