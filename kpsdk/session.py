@@ -330,8 +330,14 @@ class Session(BuiltinVerbs):
 
     @property
     def console(self) -> str:
-        """What the target printed so far: the program's output, or the guest's serial console."""
+        """What the target printed so far: the program's output, or the guest's serial console
+        (as UTF-8 text: a byte that is not is U+FFFD; :attr:`console_bytes` has them all)."""
         return self.target.console
+
+    @property
+    def console_bytes(self) -> bytes:
+        """:attr:`console` as the bytes written: a program's binary output (``gzip -c``) whole."""
+        return self.target.console_bytes
 
     def read_memory(self, addr: int, size: int) -> bytes:
         """``size`` bytes at ``addr`` as the program sees them: never kpsdk's breakpoints (K10).

@@ -244,6 +244,10 @@ class Target(ABC):
         return self._console.decode("utf-8", "replace")
 
     @property
+    def console_bytes(self) -> bytes:
+        return bytes(self._console)
+
+    @property
     def exit_status(self) -> int | None:
         return self._exit_status
 

@@ -301,6 +301,12 @@ class GdbTarget(Target):
         self._settle_output()
         return self._console.decode("utf-8", "replace")
 
+    @property
+    def console_bytes(self) -> bytes:
+        """:attr:`console` as the bytes QEMU wrote."""
+        self._settle_output()
+        return bytes(self._console)
+
     def _settle_output(self, limit: float = 0.5) -> None:
         """Wait (at most ``limit`` s) until the reader threads have taken everything QEMU
         wrote into its pipes: a program stopped right after a ``write`` has its output

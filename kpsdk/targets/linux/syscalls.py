@@ -645,6 +645,25 @@ class LinuxProcess:
         self.cwd = "/" if rel == "." else "/" + rel
         return 0
 
+    def sys_fchdir(self, fd: int, *_: int) -> int:
+        """The working directory becomes the directory open on ``fd`` (find goes back to where
+        it started this way)."""
+        f = self.fds.get(self.sint(fd))
+        if f.kind != "host" or f.host is None or not statmod.S_ISDIR(os.fstat(f.fd).st_mode):
+            raise _GuestErrno(errno.ENOTDIR)
+        assert self.root.root is not None
+        rel = os.path.relpath(f.host, self.root.root)
+        self.cwd = "/" if rel == "." else "/" + rel
+        return 0
+
+    def sys_fadvise64(self, fd: int, *_: int) -> int:
+        """Advice about a file's future reads: taken, nothing to do (``ESPIPE`` on a pipe, as Linux)."""
+        if self.fds.get(self.sint(fd)).kind != "host":
+            raise _GuestErrno(errno.ESPIPE)
+        return 0
+
+    sys_fadvise64_64 = sys_arm_fadvise64_64 = sys_fadvise64
+
     def _read_only(self, *_: int) -> int:
         raise _GuestErrno(errno.EROFS)
 
