@@ -169,12 +169,15 @@ def test_debians_bash_runs_a_command_as_natively(tmp_path: Path) -> None:
 
 #: Debian's own programs, each with what it needs of the layer: find goes back to where it started
 #: with fchdir; gzip writes binary output (console_bytes); sort and gzip advise on their input
-#: (fadvise64: no warning for it)
+#: (fadvise64: no warning for it); python3 imports a C extension (json's, dlopen'ed)
 DEBIAN_PROGRAMS = {
     "find": ["/usr/bin/find", "etc", "-name", "*.txt"],
     "gzip": ["/usr/bin/gzip", "-n", "-c", "etc/sub/deep.txt"],
     "sort": ["/usr/bin/sort", "-r", "etc/passwd"],
     "sed": ["/usr/bin/sed", "-n", "s/:x:/ /p", "etc/passwd"],
+    # grep's stack-overflow guard finds its stack in /proc/self/maps (glibc's pthread_getattr_np)
+    "grep": ["/usr/bin/grep", "-n", "kp", "etc/passwd"],
+    "python3": ["/usr/bin/python3", "-c", "import _json, json, os; print(json.dumps(sorted(os.listdir('etc'))))"],
 }
 
 
