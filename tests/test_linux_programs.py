@@ -135,6 +135,17 @@ def test_sockets_and_own_proc_match_qemu_user(build: Callable[[str], Path], sysr
     assert s.syscalls_unimplemented == {}
 
 
+@pytest.mark.parametrize("arch", LINUX_ARCHS)
+def test_sysinfo_is_the_machines_memory_and_one_process(build: Callable[[str], Path], sysroot: Path,
+                                                        arch: str) -> None:
+    """sysinfo(2): the host's memory (on 32-bit arches in pages, mem_unit 4096, where the bytes
+    do not fit a word: Linux's rule), the one process kpsdk runs, an uptime."""
+    out, status, s = under_kpsdk(build(arch), ["/data.txt", "1", "sysinfo"], {}, b"", sysroot)
+    total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    assert f"sysinfo -> 0 totalram={total} freeram<=totalram=1 procs=1 uptime>0=1\n" in out, out
+    assert status == 42 and s.syscalls_unimplemented == {}
+
+
 def test_own_proc_is_the_program_not_kpsdks_process(tmp_path: Path) -> None:
     """With the host's root as the sysroot, /proc/self is still the program: its environment,
     not the Python process running kpsdk; a /proc/self file kpsdk does not make is ENOENT and

@@ -2,7 +2,7 @@
    (tests/test_linux_programs.py): arguments, environment, stdin, malloc, printf,
    a file read from the sysroot and a nonzero exit status.  argv[1]: the file to
    read (/data.txt); argv[2]: how many mallocs; argv[3]: "fork", "sockets" (the
-   socket calls on its descriptors), "proc" (its own /proc/self), or a system call
+   socket calls on its descriptors), "proc" (its own /proc/self), "sysinfo", or a system call
    number to make with no arguments (its result and errno are printed).  Built static with
    each cross compiler; its output under qemu-user is the expected one. */
 #include <errno.h>
@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
+#include <sys/sysinfo.h>
 #include <unistd.h>
 
 char greeting[64] = "hello, world";
@@ -105,6 +106,12 @@ int main(int argc, char **argv) {
             sockets();
         } else if (strcmp(argv[3], "proc") == 0) {
             own_proc();
+        } else if (strcmp(argv[3], "sysinfo") == 0) {
+            struct sysinfo si;
+            int r = sysinfo(&si);
+            printf("sysinfo -> %d totalram=%llu freeram<=totalram=%d procs=%d uptime>0=%d\n", r,
+                   (unsigned long long)si.totalram * si.mem_unit, si.freeram <= si.totalram, si.procs,
+                   si.uptime > 0);
         } else {
             long r = syscall(atol(argv[3]));
             printf("syscall %s -> %ld errno=%d\n", argv[3], r, r < 0 ? errno : 0);

@@ -79,6 +79,23 @@ def dirent_type(mode: int) -> int:
     return statmod.S_IFMT(mode) >> 12
 
 
+def pack_sysinfo(word_size: int, order: str, uptime: int, loads: tuple[float, float, float], total: int,
+                 free: int, procs: int) -> bytes:
+    """``struct sysinfo`` (include/uapi/linux/sysinfo.h) with no swap, no shared or buffer memory
+    and no high memory: the sizes in bytes (``mem_unit`` 1) where they fit a word, else in
+    pages (``mem_unit`` 4096), as Linux's ``do_sysinfo`` decides for a 32-bit caller; the
+    loads in 1/65536ths (SI_LOAD_SHIFT)."""
+    unit = 1 if total < 1 << (8 * word_size) else 4096
+    w = "Q" if word_size == 8 else "I"
+    head = struct.pack(f"{order}{w}{w}{w}{w}{w}{w}{w}{w}{w}{w}HH", uptime, *(int(x * 65536) for x in loads),
+                       total // unit, free // unit, 0, 0, 0, 0, procs, 0)
+    tail = struct.pack(f"{order}{w}{w}I", 0, 0, unit)
+    pad = (-len(head)) % word_size  # totalhigh is word-aligned after procs and pad
+    body = head + bytes(pad) + tail
+    size = 112 if word_size == 8 else 64  # _f[20 - 2 * sizeof(long) - 4] and the struct's alignment
+    return body + bytes(size - len(body))
+
+
 def pack_utsname(machine: str, order: str) -> bytes:
     """``struct new_utsname``: six 65-byte strings."""
     fields = ("Linux", "kpsdk", "6.1.0-kpsdk", "#1 SMP kpsdk Unicorn", machine, "(none)")

@@ -809,6 +809,16 @@ class LinuxProcess:
     def sys_umask(self, *_: int) -> int:
         return 0o022
 
+    def sys_sysinfo(self, buf: int, *_: int) -> int:
+        """The machine's uptime, loads and memory (the host's: the program runs on it), one
+        process (this one), no swap.  sort sizes its buffers from it; Python and bash ask too."""
+        page = os.sysconf("SC_PAGE_SIZE")
+        uptime = int(time.clock_gettime(time.CLOCK_BOOTTIME) + self.clock_skew)
+        self.write(buf, structs.pack_sysinfo(self.arch.word_size, self.order, uptime, os.getloadavg(),
+                                             os.sysconf("SC_PHYS_PAGES") * page, os.sysconf("SC_AVPHYS_PAGES") * page,
+                                             1))
+        return 0
+
     def sys_uname(self, buf: int, *_: int) -> int:
         self.write(buf, structs.pack_utsname(self.abi.machine, self.order))
         return 0
