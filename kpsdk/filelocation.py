@@ -8,12 +8,12 @@ grammar (``p PATH:SYMBOL`` lines), so both find the same file the same way:
   ``/usr/arm-linux-gnueabihf/lib/libc.so.6``), as qemu-user's ``-L`` finds it;
 * a bare name (``libc.so.6``) is a file of that name in the working directory, else the
   file it is to the open sessions: to one session, an object it has mapped under that
-  name (its host file), else the first file of that name in the library directories
-  (``lib``, ``usr/lib``, their multiarch subdirectories, ``lib64``) of its sysroot; where
-  no session says, the host's.  ``EINVAL`` where two sessions say different files (an
-  x86_64 and a riscv64 program each have their own ``libc.so.6``); a session's
-  decorator, ``@s.uprobe("libc.so.6:malloc")``, asks that session only
-  (:mod:`kpsdk.scope`);
+  name (its host file), else (a dynamically linked program) the first file of that name
+  and of the program's machine in the library directories (``lib``, ``usr/lib``, their
+  multiarch subdirectories, ``lib64``) of its sysroot; where no session says, the
+  host's.  ``EINVAL`` where two sessions say different files (an x86_64 and a riscv64
+  program each have their own ``libc.so.6``); a session's decorator,
+  ``@s.uprobe("libc.so.6:malloc")``, asks that session only (:mod:`kpsdk.scope`);
 * a symbol is looked up in ``.symtab`` and ``.dynsym`` (versioned names such as
   ``malloc@@GLIBC_2.2.5`` work as plain ones) and turned into a file offset through the
   program headers.  An IFUNC symbol is the implementation the loader chose, read in an
@@ -81,26 +81,43 @@ def find_file(name: str, sessions: Iterable[Session] = ()) -> str:
 
 
 def _in_session(name: str, session: Session) -> str | None:
-    """The file a bare ``name`` is to one session: an object it maps under that name,
-    else the first of that name in its sysroot's library directories."""
-    for mf in session.target.mapped_files():
+    """The file a bare ``name`` is to one session: an object it maps under that name, else,
+    for a dynamically linked program (a static one loads no library), the first file of that
+    name and of the program's machine in its sysroot's library directories."""
+    files = session.target.mapped_files()
+    for mf in files:
         if name in (mf.path.name, Path(mf.name).name):
             return str(mf.path)
     root = getattr(session.target, "sysroot", None)
-    return _in_library_dirs(root, name) if isinstance(root, Path) else None
+    if not isinstance(root, Path) or not files or files[0].image.interp is None:
+        return None
+    return _in_library_dirs(root, name, files[0].path)
 
 
-def _in_library_dirs(root: Path, name: str) -> str | None:
-    """The first file ``name`` in ``root``'s library directories (and their multiarch ones)."""
+def _in_library_dirs(root: Path, name: str, like: Path | None = None) -> str | None:
+    """The first file ``name`` in ``root``'s library directories (and their multiarch ones);
+    with ``like``, the first that is an ELF file of its class, byte order and machine (with
+    Debian's i386 libc beside the x86_64 one, ``/lib/i386-linux-gnu`` sorts first)."""
+    want = _elf_kind(like) if like is not None else None
     for sub in LIBRARY_DIRS:
         base = root / sub
         candidates = [base / name]
         if base.is_dir():
             candidates += sorted(d / name for d in base.glob("*-linux-gnu*"))
         for candidate in candidates:
-            if candidate.is_file():
+            if candidate.is_file() and (want is None or _elf_kind(candidate) == want):
                 return str(candidate)
     return None
+
+
+def _elf_kind(path: Path) -> bytes | None:
+    """An ELF file's class, byte order and ``e_machine`` bytes (None: not an ELF file, or unreadable)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(20)
+    except OSError:
+        return None
+    return head[4:6] + head[18:20] if len(head) == 20 and head[:4] == b"\x7fELF" else None
 
 
 def _identity(path: str) -> tuple[int, int] | str:

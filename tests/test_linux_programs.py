@@ -127,11 +127,12 @@ def test_sockets_and_own_proc_match_qemu_user(build: Callable[[str], Path], sysr
     own /proc/self (its cmdline, the maps lines holding its stack and its data, the link
     /proc/self), as qemu-user shows them, with a sysroot that has no /proc at all."""
     exe = build(arch)
-    args = ["/data.txt", "1", mode]
-    expected = under_qemu(arch, exe, args, {}, b"", sysroot)
-    out, status, s = under_kpsdk(exe, args, {}, b"", sysroot)
+    args, env = ["/data.txt", "1", mode], {"GREETING": mode}
+    expected = under_qemu(arch, exe, args, env, b"", sysroot)
+    out, status, s = under_kpsdk(exe, args, env, b"", sysroot)
     assert (out, status) == expected
-    assert ("getpeername(99) -> -1 errno=9" in out) if mode == "sockets" else ("stack: [stack]" in out)
+    assert ("getpeername(99) -> -1 errno=9" in out) if mode == "sockets" else \
+        ("stack: [stack]" in out and "environ from /proc/self as cwd: GREETING=proc;" in out)
     assert s.syscalls_unimplemented == {}
 
 
@@ -160,6 +161,9 @@ def test_own_proc_is_the_program_not_kpsdks_process(tmp_path: Path) -> None:
     assert out == "ONLY=this\0cat: can't open '/proc/self/status': No such file or directory\n"
     assert status == 1
     assert s.syscalls_unimplemented == {"open /proc/self/status": 1}
+    # /dev/stdin is a link to /proc/self/fd/0: the program's own standard input, not kpsdk's
+    out, status, s = under_kpsdk(BUSYBOX, ["cat", "/dev/stdin"], {}, b"piped in\n", Path("/"))
+    assert (out, status, s.syscalls_unimplemented) == ("piped in\n", 0, {})
 
 
 def test_debians_bash_runs_a_command_as_natively(tmp_path: Path) -> None:
@@ -189,6 +193,9 @@ DEBIAN_PROGRAMS = {
     # grep's stack-overflow guard finds its stack in /proc/self/maps (glibc's pthread_getattr_np)
     "grep": ["/usr/bin/grep", "-n", "kp", "etc/passwd"],
     "python3": ["/usr/bin/python3", "-c", "import _json, json, os; print(json.dumps(sorted(os.listdir('etc'))))"],
+    # a path relative to a directory descriptor opened before a chdir: the directory, not the new cwd
+    "python3-dirfd": ["/usr/bin/python3", "-c", "import os; d = os.open('etc/sub', os.O_RDONLY); os.chdir('/'); "
+                      "print(len(open('deep.txt', opener=lambda p, f: os.open(p, f, dir_fd=d)).read()))"],
 }
 
 
@@ -324,13 +331,14 @@ def test_paths_resolve_inside_the_sysroot(tmp_path: Path) -> None:
         with pytest.raises(_GuestErrno) as info:
             sr.resolve(path, "/")
         assert info.value.errno == code, path
-    f = sr.open("/abs", "/", 0)
+    f = sr.open(sr.walk("/abs", "/"), 0)
     try:
         assert os.read(f.fd, 100) == b"inside"
+        assert f.path == "/etc/motd"  # where the walk ended: what /proc/self/maps and a dirfd's paths use
     finally:
         os.close(f.fd)
     with pytest.raises(_GuestErrno) as info:
-        sr.open("/etc/motd", "/", os.O_WRONLY)
+        sr.open(sr.walk("/etc/motd", "/"), os.O_WRONLY)
     assert info.value.errno == errno.EROFS
     with pytest.raises(_GuestErrno) as info:
         Sysroot(None).resolve("/etc/motd", "/")

@@ -9,15 +9,18 @@ glibc's ``pthread_getattr_np`` and any ``maps`` parser read the lines.
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kpsdk.targets.linux.procfs import maps, own_entry
+from kpsdk.targets.linux.files import Sysroot, _GuestErrno
+from kpsdk.targets.linux.procfs import maps
 from tests.conftest import fuzz_examples
 
 PAGE = 0x1000
-LINE = re.compile(r"^([0-9a-f]{8,})-([0-9a-f]{8,}) ([r-][w-][x-])p ([0-9a-f]{8,}) 00:00 0(?: +(\S+))?$")
+LINE = re.compile(r"^([0-9a-f]{8,})-([0-9a-f]{8,}) ([r-][w-][x-])p ([0-9a-f]{8,}) 00:00 0 (?: *(\S+))?$")
 
 
 @st.composite
@@ -76,13 +79,49 @@ def test_every_mapped_page_is_on_one_line_with_its_perms_and_name(
     assert covered == sum(hi - lo for lo, hi, _ in regions)
 
 
-def test_own_entries_are_self_thread_self_and_the_pid_only() -> None:
-    assert own_entry("/proc/self/maps", "/", 1000) == "maps"
-    assert own_entry("/proc/thread-self/maps", "/", 1000) == "maps"
-    assert own_entry("/proc/1000/environ", "/", 1000) == "environ"
-    assert own_entry("self/exe", "/proc", 1000) == "exe"
-    assert own_entry("../proc/./self/cmdline", "/tmp", 1000) == "cmdline"
-    assert own_entry("/proc/self", "/", 1000) == ""
-    assert own_entry("/proc/1/maps", "/", 1000) is None
-    assert own_entry("/proc/cpuinfo", "/", 1000) is None
-    assert own_entry("/procx/self/maps", "/", 1000) is None
+def test_the_walk_reaches_the_own_proc_however_it_is_named(tmp_path: Path) -> None:
+    """/proc/self, /proc/thread-self and /proc/PID are the process's own entry, also through a
+    link (/dev/stdin -> /proc/self/fd/0) and from a cwd inside it, in a sysroot without /proc;
+    another pid's entry is the sysroot's (here: none)."""
+    (tmp_path / "dev").mkdir()
+    (tmp_path / "tmp").mkdir()
+    (tmp_path / "dev" / "stdin").symlink_to("/proc/self/fd/0")
+    root = Sysroot(tmp_path, own_pid=1000)
+    for path, cwd, entry in [("/proc/self/maps", "/", "maps"), ("/proc/thread-self/maps", "/", "maps"),
+                             ("/proc/1000/environ", "/", "environ"), ("self/exe", "/proc", "exe"),
+                             ("../proc/./self/cmdline", "/tmp", "cmdline"), ("/proc/self", "/", ""),
+                             ("maps", "/proc/1000", "maps"), ("/dev/stdin", "/", "fd/0")]:
+        parts = root.walk(path, cwd)
+        assert root.own(parts) == entry, (path, parts)
+        with pytest.raises(_GuestErrno):
+            root.host(parts)  # never a host file
+    for path in ("/proc/1/maps", "/proc/cpuinfo", "/procx/self/maps"):
+        with pytest.raises(_GuestErrno):
+            root.walk(path, "/")
+    assert Sysroot(tmp_path).own(["proc", "1000", "maps"]) is None  # no process: no own entry
+
+
+def test_file_names_follow_munmap_map_fixed_and_mremap() -> None:
+    """What maps names a file mapping after the calls that cut, cover or move it: an unmapped
+    middle splits the name (the part after keeps its file offset), an anonymous MAP_FIXED
+    over a part drops it there, mremap growing in place extends it, moving takes it along."""
+    import unicorn
+
+    from kpsdk.targets.linux.memory import MAP_ANONYMOUS, MAP_FIXED, MAP_PRIVATE, MREMAP_MAYMOVE, AddressSpace
+
+    space = AddressSpace(unicorn.Uc(unicorn.UC_ARCH_X86, unicorn.UC_MODE_64), 1 << 47, 0x10000000, [])
+    lib = "/usr/lib/x.so"
+    a = space.mmap(0, 4 * PAGE, 5, MAP_PRIVATE)
+    space.name(a, a + 4 * PAGE, lib, 0)
+    space.unmap(a + PAGE, a + 2 * PAGE)
+    assert space.names == {(a, a + PAGE): (lib, 0), (a + 2 * PAGE, a + 4 * PAGE): (lib, 2 * PAGE)}
+    space.mmap(a + 3 * PAGE, PAGE, 3, MAP_PRIVATE | MAP_FIXED | MAP_ANONYMOUS)
+    assert space.names == {(a, a + PAGE): (lib, 0), (a + 2 * PAGE, a + 3 * PAGE): (lib, 2 * PAGE)}
+    assert space.remap(a, PAGE, 2 * PAGE, 0) == a  # the unmapped page after it is free: in place
+    assert space.names[(a + PAGE, a + 2 * PAGE)] == (lib, PAGE)
+    new = space.remap(a + 2 * PAGE, PAGE, 2 * PAGE, MREMAP_MAYMOVE)  # the anonymous page is in the way
+    assert new not in (a, a + 2 * PAGE)
+    assert space.names == {(a, a + PAGE): (lib, 0), (a + PAGE, a + 2 * PAGE): (lib, PAGE),
+                           (new, new + PAGE): (lib, 2 * PAGE)}
+    text = maps([(lo, hi + 1, p) for lo, hi, p in space.uc.mem_regions()], space.names, 8).decode()
+    assert [line.split()[-1] for line in text.splitlines() if line.endswith(lib)] == [lib, lib]  # a's two merged

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 import kpsdk
+from kpsdk import fixtures
 from tests.test_libraries import built, report  # noqa: F401 - the module fixture that builds calls.c
 
 #: the libc each arch's program maps: the host's own for x86_64 (sysroot "/"), else Debian's
@@ -158,6 +159,10 @@ def test_a_bare_library_name_is_each_sessions_own(built: dict[str, tuple[Path, P
             assert [n for n in sizes[arch] if n in expected] == expected, (arch, sizes[arch])
         sessions["riscv64"].close()  # one session left: the name is its libc again
         assert os.path.samefile(kpsdk.Uprobe.parse("libc.so.6:malloc").path, LIBC["x86_64"][1])  # as it maps it
+        # a static program loads no library: its sysroot (Debian's riscv64 one) has no say
+        sessions["static"] = kpsdk.open(f"elf:{fixtures.path('riscv64')}")
+        assert sessions["static"].target.sysroot is not None
+        assert os.path.samefile(kpsdk.Uprobe.parse("libc.so.6:malloc").path, LIBC["x86_64"][1])
     finally:
         for s in sessions.values():
             s.close()

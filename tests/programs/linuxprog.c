@@ -75,6 +75,16 @@ static void own_proc(void) {
     maps_name("greeting", (unsigned long)greeting);
     ssize_t len = readlink("/proc/self", link, sizeof link - 1);
     printf("/proc/self is a link: %d\n", len > 0);
+    /* from inside it: the working directory is the process's own /proc entry */
+    if (chdir("/proc/self") == 0 && (f = fopen("environ", "r")) != NULL) {
+        n = fread(buf, 1, sizeof buf - 1, f);
+        fclose(f);
+        for (size_t i = 0; i < n; i++)
+            if (!buf[i])
+                buf[i] = ';';
+        buf[n] = 0;
+        printf("environ from /proc/self as cwd: %s\n", buf);
+    }
 }
 
 int main(int argc, char **argv) {

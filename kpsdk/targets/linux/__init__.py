@@ -30,7 +30,7 @@ from kpsdk.errors import ArgumentError, TargetError, UnsupportedTargetError
 from kpsdk.targets.linux.files import PATH_MAX, Sysroot
 from kpsdk.targets.linux.memory import PAGE, AddressSpace, page_up
 from kpsdk.targets.linux.stack import ARG_MAX, ProcessImage, build_stack
-from kpsdk.targets.linux.syscalls import LinuxProcess
+from kpsdk.targets.linux.syscalls import PID, LinuxProcess
 
 if TYPE_CHECKING:
     from kpsdk.elfimage import ElfImage
@@ -129,7 +129,7 @@ def start_process(target: UnicornTarget, image: ElfImage, program: str, options:
     if image.interp is not None:
         interp_base, target.entry = load_interpreter(target, image, Sysroot(sysroot), space)
     exe = os.path.abspath(program)
-    process = LinuxProcess(arch, target.uc, target._console, space, Sysroot(sysroot), options.stdin,
+    process = LinuxProcess(arch, target.uc, target._console, space, Sysroot(sysroot, own_pid=PID), options.stdin,
                            options.cwd, exe)
     process.on_file_map = lambda host, at, offset: library_mapped(target, host, at, offset)
     process.on_unmap = lambda start, end: target.unmapping(start, end)

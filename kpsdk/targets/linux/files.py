@@ -73,23 +73,28 @@ class OpenFile:
 class Sysroot:
     """Paths of the guest resolved to host files inside ``root`` (None: an empty tree)."""
 
-    def __init__(self, root: Path | None) -> None:
+    def __init__(self, root: Path | None, own_pid: int | None = None) -> None:
         self.root = Path(os.path.realpath(root)) if root is not None else None
+        #: the process's pid: ``/proc/self``, ``/proc/thread-self`` and ``/proc/PID`` are its own
+        #: entries (:mod:`.procfs`), never the host's (which would be kpsdk's Python process)
+        self.own_pid = str(own_pid) if own_pid is not None else None
 
-    def resolve(self, path: str, cwd: str, follow: bool = True) -> Path:
-        """The host path of guest ``path`` (relative to guest ``cwd``), every symbolic link
-        on the way followed inside the sysroot (the last one only if ``follow``).
-        Raises :class:`_GuestErrno` (ENOENT, ELOOP, ENAMETOOLONG, ENOTDIR)."""
+    def walk(self, path: str, cwd: str, follow: bool = True) -> list[str]:
+        """The components of guest ``path`` (relative to guest ``cwd``) once every symbolic link
+        on the way is followed inside the sysroot (the last one only if ``follow``): Linux's
+        path walk with the root pinned.  The process's own ``/proc`` entry is
+        ``["proc", PID, ...]``, reached however it is named (``/proc/self``, a link such as
+        ``/dev/stdin`` to ``/proc/self/fd/0``, a ``chdir`` into it) and never looked up on the
+        host.  Raises :class:`_GuestErrno` (ENOENT, ELOOP, ENAMETOOLONG, ENOTDIR)."""
         if not path:
             raise _GuestErrno(errno.ENOENT)
         if len(path) >= PATH_MAX:
             raise _GuestErrno(errno.ENAMETOOLONG)
-        if self.root is None:
-            raise _GuestErrno(errno.ENOENT)
         todo = [c for c in (path if path.startswith("/") else f"{cwd}/{path}").split("/") if c]
         todo.reverse()
         done: list[str] = []
         links = 0
+        own = self.own_pid
         while todo:
             part = todo.pop()
             if part == ".":
@@ -98,6 +103,15 @@ class Sysroot:
                 if done:
                     done.pop()
                 continue
+            if own is not None and (done == ["proc"] and part in ("self", "thread-self", own)
+                                    or done[:2] == ["proc", own]):
+                done.append(own if len(done) == 1 else part)  # the process's own: made, not the host's
+                continue
+            if own is not None and not done and part == "proc":
+                done.append(part)  # /proc itself is there even in a sysroot without one
+                continue
+            if self.root is None:
+                raise _GuestErrno(errno.ENOENT)
             host = self.root.joinpath(*done, part)
             try:
                 st = os.lstat(host)
@@ -119,7 +133,25 @@ class Sysroot:
             if todo and not stat.S_ISDIR(st.st_mode):
                 raise _GuestErrno(errno.ENOTDIR)
             done.append(part)
-        return self.root.joinpath(*done)
+        return done
+
+    def own(self, parts: list[str]) -> str | None:
+        """What follows ``/proc/self/`` where :meth:`walk`'s ``parts`` are the process's own
+        ``/proc`` entry (``"maps"``; ``""`` for the directory itself), else None."""
+        if self.own_pid is not None and parts[:2] == ["proc", self.own_pid]:
+            return "/".join(parts[2:])
+        return None
+
+    def host(self, parts: list[str]) -> Path:
+        """The host path of :meth:`walk`'s ``parts``: ENOENT for the process's own ``/proc``
+        (no host file is it) or without a sysroot."""
+        if self.root is None or self.own(parts) is not None:
+            raise _GuestErrno(errno.ENOENT)
+        return self.root.joinpath(*parts)
+
+    def resolve(self, path: str, cwd: str, follow: bool = True) -> Path:
+        """The host path of guest ``path``: :meth:`walk`, then :meth:`host`."""
+        return self.host(self.walk(path, cwd, follow))
 
     def inside(self, host: Path) -> bool:
         """``host`` (already resolved) is the sysroot or under it: defence in depth against
@@ -128,12 +160,13 @@ class Sysroot:
         real = Path(os.path.realpath(host))
         return real == self.root or self.root in real.parents
 
-    def open(self, path: str, cwd: str, flags: int) -> OpenFile:
-        """Open guest ``path`` read-only (``EROFS`` for any write or create)."""
+    def open(self, parts: list[str], flags: int) -> OpenFile:
+        """Open the file at :meth:`walk`'s ``parts`` read-only (``EROFS`` for any write or create);
+        its ``path`` is where the walk found it (links followed), as Linux names it."""
+        host = self.host(parts)  # a missing file is ENOENT first, as Linux
         if flags & O_ACCMODE or flags & (O_CREAT | O_TRUNC | O_APPEND):
-            self.resolve(path, cwd)  # a missing file is ENOENT first, as Linux
             raise _GuestErrno(errno.EROFS)
-        host = self.resolve(path, cwd)
+        path = "/" + "/".join(parts)
         if not self.inside(host):
             raise _GuestErrno(errno.EACCES)
         try:

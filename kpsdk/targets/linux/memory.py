@@ -53,6 +53,15 @@ class AddressSpace:
         self._forget(start, end)
         self.names[(start, end)] = (path, offset)
 
+    def _named(self, start: int, end: int) -> list[tuple[tuple[int, int], tuple[str, int]]]:
+        """The named parts of ``[start, end)``, cut to it, in address order."""
+        out = []
+        for (lo, hi), (path, offset) in sorted(self.names.items()):
+            if lo < end and start < hi:
+                cut = max(lo, start)
+                out.append(((cut, min(hi, end)), (path, offset + (cut - lo))))
+        return out
+
     def _forget(self, start: int, end: int) -> None:
         """``[start, end)`` shows no file any more (the parts of a named range outside it keep theirs)."""
         for (lo, hi), (path, offset) in list(self.names.items()):
@@ -179,12 +188,19 @@ class AddressSpace:
         if self.free(old + old_size, old + new_size):
             self.uc.mem_map(old + old_size, new_size - old_size, perms)
             self._forget(old + old_size, old + new_size)
+            last = self._named(old, old + old_size)
+            if last and last[-1][0][1] == old + old_size:  # a file mapping grows as a file mapping
+                (lo, hi), (path, offset) = last[-1]
+                self.name(hi, old + new_size, path, offset + (hi - lo))
             return old
         if not flags & MREMAP_MAYMOVE:
             raise _GuestErrno(errno.ENOMEM)
         new = self.find(new_size)
         self.uc.mem_map(new, new_size, perms)
-        self._forget(new, new + new_size)  # a moved file mapping shows no name (not followed)
+        self._forget(new, new + new_size)
         self.uc.mem_write(new, bytes(self.uc.mem_read(old, old_size)))
+        moved = self._named(old, old + old_size)
         self.unmap(old, old + old_size)
+        for (lo, hi), (path, offset) in moved:  # its names go with it
+            self.name(new + (lo - old), new + (hi - old), path, offset)
         return new

@@ -5,14 +5,15 @@ a program reading ``/proc/self/maps`` (glibc's ``pthread_getattr_np`` does, to f
 main thread's stack: GNU grep's stack-overflow guard calls it at start-up) got the host
 interpreter's memory map, and ``/proc/self/environ`` the host's environment.  So the
 process's own entries (``/proc/self``, ``/proc/thread-self``, ``/proc/PID``) are made
-here from the emulated process, whatever the sysroot; an entry not made here is ENOENT,
-recorded with the calls kpsdk does not emulate, never the host process's.  Other
+here from the emulated process, whatever the sysroot and however a path reaches them (a
+link such as ``/dev/stdin``, a ``chdir`` into ``/proc/self``: the sysroot's path walk,
+:meth:`.files.Sysroot.walk`, never looks them up on the host); an entry not made here is
+ENOENT, recorded with the calls kpsdk does not emulate, never the host process's.  Other
 ``/proc`` files (``cpuinfo``, ``meminfo``...) are the sysroot's, as any file.
 """
 
 from __future__ import annotations
 
-import posixpath
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -21,16 +22,6 @@ from dataclasses import dataclass
 _NAME_COLUMN = {4: 25 + 4 * 6 - 1, 8: 25 + 8 * 6 - 1}
 #: Unicorn's permission bits
 _READ, _WRITE, _EXEC = 1, 2, 4
-
-
-def own_entry(path: str, cwd: str, pid: int) -> str | None:
-    """What follows ``/proc/self/`` when ``path`` names the process's own ``/proc`` entry
-    (``"maps"``; ``""`` for the directory itself), else None."""
-    full = posixpath.normpath(posixpath.join(cwd, path))
-    parts = full.split("/")[1:]
-    if len(parts) < 2 or parts[0] != "proc" or parts[1] not in ("self", "thread-self", str(pid)):
-        return None
-    return "/".join(parts[2:])
 
 
 @dataclass
@@ -72,7 +63,7 @@ def maps(regions: Iterable[tuple[int, int, int]], names: dict[tuple[int, int], t
     out = []
     for line in lines:
         flags = "".join(c if line.perms & bit else "-" for c, bit in (("r", _READ), ("w", _WRITE), ("x", _EXEC)))
-        head = f"{line.start:08x}-{line.end:08x} {flags}p {line.offset:08x} 00:00 0"
+        head = f"{line.start:08x}-{line.end:08x} {flags}p {line.offset:08x} 00:00 0 "  # Linux's trailing space
         out.append(f"{head.ljust(width)} {line.name}" if line.name else head)
     return "".join(f"{line}\n" for line in out).encode()
 

@@ -26,7 +26,7 @@ import unicorn
 
 from kpsdk.errors import NotEmulatedError
 from kpsdk.targets.linux import procfs, structs
-from kpsdk.targets.linux.files import O_ACCMODE, O_CREAT, FdTable, OpenFile, Pipe, Sysroot, _GuestErrno, release
+from kpsdk.targets.linux.files import O_ACCMODE, FdTable, OpenFile, Pipe, Sysroot, _GuestErrno, release
 from kpsdk.targets.linux.memory import MAP_ANONYMOUS, PAGE, AddressSpace, page_up
 
 if TYPE_CHECKING:
@@ -274,22 +274,41 @@ class LinuxProcess:
 
     def _open(self, dirfd: int, path_addr: int, flags: int) -> int:
         path = self.string(path_addr)
-        own = procfs.own_entry(path, self._base(dirfd, path), PID)
-        if own is not None:
-            f = self._open_own(own, path, flags)
-        elif path == "/dev/null":
+        if path == "/dev/null":
             f = OpenFile("null", path=path)
         else:
-            f = self.root.open(path, self._base(dirfd, path), flags)
+            parts = self.root.walk(path, self._base(dirfd, path))
+            own = self.root.own(parts)
+            f = self.root.open(parts, flags) if own is None else self._open_own(own, path, flags)
         try:
             return self.fds.install(f)
         except _GuestErrno:
-            release(f)
+            if not f.refs:  # not a description another descriptor shares (/proc/self/fd/N)
+                release(f)
             raise
 
-    def _own(self, entry: str) -> bytes | None:
-        """The bytes of ``/proc/self/ENTRY``, made now from the process; None where kpsdk does
-        not make that file (recorded: the program asked for what is not emulated)."""
+    #: the files of its own /proc/self kpsdk makes (:mod:`.procfs`)
+    OWN_FILES = ("maps", "cmdline", "environ", "auxv")
+
+    def _own_kind(self, entry: str, verb: str) -> str:
+        """What ``/proc/self/ENTRY`` is: ``dir`` (itself, ``fd``), ``link`` (``exe``, ``fd/N`` of an
+        open descriptor) or ``file``; ENOENT, recorded under ``verb``, for what kpsdk does not make.
+        A trailing ``/`` has gone with the walk; the callers check it."""
+        if entry in ("", "fd"):
+            return "dir"
+        if entry == "exe":
+            return "link"
+        if entry in self.OWN_FILES:
+            return "file"
+        head, _, fd = entry.partition("/")
+        if head == "fd" and fd.isdigit() and int(fd) in self.fds.fds:
+            return "link"
+        if head != "fd":  # /proc/self/fd/N of a closed N is ENOENT on Linux too: nothing missing
+            self.unimplemented[f"{verb} /proc/self/{entry}"] += 1
+        raise _GuestErrno(errno.ENOENT)
+
+    def _own_bytes(self, entry: str) -> bytes:
+        """The bytes of ``/proc/self/ENTRY`` (one of OWN_FILES), made now from the process."""
         if entry == "maps":
             names = dict(self.mem.names)
             if self.mem.brk_end > self.mem.brk_base:
@@ -302,25 +321,41 @@ class LinuxProcess:
             return procfs.nul_separated(self.argv)
         if entry == "environ":
             return procfs.nul_separated(self.envp)
-        if entry == "auxv":
-            return self.auxv
-        self.unimplemented[f"open /proc/self/{entry}"] += 1
-        return None
+        return self.auxv
+
+    def _own_link(self, entry: str) -> str:
+        """Where the link ``/proc/self/ENTRY`` points: the program, or an open descriptor's file."""
+        if entry == "exe":
+            return self.exe
+        f = self.fds.get(int(entry.partition("/")[2]))
+        if f.kind in ("host", "null", "procfile"):
+            return f.path
+        return f"pipe:[{id(f) % 1000000}]"  # kpsdk's stdin, console and pipes
 
     def _open_own(self, entry: str, path: str, flags: int) -> OpenFile:
-        """Open ``/proc/self/ENTRY`` (:mod:`.procfs`): its executable, or a file of bytes made now."""
-        if flags & O_ACCMODE or flags & O_CREAT:
-            raise _GuestErrno(errno.EACCES)  # read-only files, as Linux's (mode 0444)
-        if entry == "exe":
-            try:
-                fd = os.open(self.exe, os.O_RDONLY | os.O_CLOEXEC)
-            except OSError as e:
-                raise _GuestErrno(e.errno or errno.ENOENT) from None
-            return OpenFile("host", path=path, fd=fd, flags=flags, host=Path(self.exe))
-        data = self._own(entry)
-        if data is None:
+        """Open ``/proc/self/ENTRY`` (:mod:`.procfs`): a file of bytes made now; the program
+        (``exe``); an open descriptor's file again (``fd/N``: a file of the sysroot anew, kpsdk's
+        stdin, console and pipes as they are, as Linux reopens a pipe)."""
+        kind = self._own_kind(entry, "open")
+        if kind == "dir":
+            self.unimplemented[f"open /proc/self/{entry}".rstrip("/")] += 1  # its listing is not made
             raise _GuestErrno(errno.ENOENT)
-        return OpenFile("procfile", path=path, data=data, flags=flags)
+        if path.endswith("/"):
+            raise _GuestErrno(errno.ENOTDIR)
+        if flags & O_ACCMODE:
+            raise _GuestErrno(errno.EACCES)  # read-only, as Linux's (mode 0444)
+        if kind == "file":
+            return OpenFile("procfile", path=path, data=self._own_bytes(entry), flags=flags)
+        if entry != "exe":
+            f = self.fds.get(int(entry.partition("/")[2]))
+            if f.kind != "host":
+                return f
+        host = Path(self.exe) if entry == "exe" else f.host
+        try:
+            fd = os.open(str(host), os.O_RDONLY | os.O_CLOEXEC)
+        except OSError as e:
+            raise _GuestErrno(e.errno or errno.ENOENT) from None
+        return OpenFile("host", path=self._own_link(entry), fd=fd, flags=flags, host=host)
 
     def _base(self, dirfd: int, path: str) -> str:
         """The directory a relative ``path`` starts from: the cwd, or ``dirfd``'s own path."""
@@ -519,21 +554,36 @@ class LinuxProcess:
             return self._fstat_values(self.sint(dirfd))
         if path == "/dev/null":
             return {"st_mode": statmod.S_IFCHR | 0o666, "st_rdev": os.makedev(1, 3), "st_nlink": 1}
-        own = procfs.own_entry(path, self._base(dirfd, path), PID)
-        if own == "exe" and flags & AT_SYMLINK_NOFOLLOW:
-            return {"st_mode": statmod.S_IFLNK | 0o777, "st_nlink": 1}
-        if own == "exe":
-            try:
-                return structs.stat_values(os.stat(self.exe))
-            except OSError as e:
-                raise _GuestErrno(e.errno or errno.ENOENT) from None
+        follow = not flags & AT_SYMLINK_NOFOLLOW
+        parts = self.root.walk(path, self._base(dirfd, path), follow)
+        own = self.root.own(parts)
         if own is not None:
-            if self._own(own) is None:
-                raise _GuestErrno(errno.ENOENT)
-            return {"st_mode": statmod.S_IFREG | 0o444, "st_nlink": 1}  # size 0, as /proc's files
-        host = self.root.resolve(path, self._base(dirfd, path), follow=not flags & AT_SYMLINK_NOFOLLOW)
+            return self._own_stat(own, path, follow)
+        host = self.root.host(parts)
         try:
             return structs.stat_values(os.lstat(host))
+        except OSError as e:
+            raise _GuestErrno(e.errno or errno.ENOENT) from None
+
+    def _own_stat(self, entry: str, path: str, follow: bool) -> dict[str, int]:
+        """``stat`` of ``/proc/self/ENTRY``: a directory (itself, ``fd``; ``/proc/self`` not followed
+        is the link to it), a link (``exe``, ``fd/N``: followed, the file's own), a file (size 0,
+        as /proc's)."""
+        kind = self._own_kind(entry, "stat")
+        if not follow and entry == "" and path.rstrip("/").rsplit("/", 1)[-1] in ("self", "thread-self"):
+            return {"st_mode": statmod.S_IFLNK | 0o777, "st_nlink": 1}
+        if kind == "dir":
+            return {"st_mode": statmod.S_IFDIR | 0o555, "st_nlink": 2}
+        if path.endswith("/"):
+            raise _GuestErrno(errno.ENOTDIR)
+        if kind == "file":
+            return {"st_mode": statmod.S_IFREG | 0o444, "st_nlink": 1}
+        if not follow:
+            return {"st_mode": statmod.S_IFLNK | 0o777, "st_nlink": 1}
+        if entry != "exe":
+            return self._fstat_values(int(entry.partition("/")[2]))
+        try:
+            return structs.stat_values(os.stat(self.exe))
         except OSError as e:
             raise _GuestErrno(e.errno or errno.ENOENT) from None
 
@@ -603,17 +653,17 @@ class LinuxProcess:
         path = self.string(path_addr)
         if self.sint(size) <= 0:
             raise _GuestErrno(errno.EINVAL)
-        own = procfs.own_entry(path, self._base(dirfd, path), PID)
-        if own == "exe":
-            target = self.exe
-        elif own == "":  # /proc/self itself: a link to the process's pid, as Linux's
-            target = str(PID)
-        elif own is not None:  # /proc/self's other entries are files, not links
-            if self._own(own) is None:
-                raise _GuestErrno(errno.ENOENT)
-            raise _GuestErrno(errno.EINVAL)
+        parts = self.root.walk(path, self._base(dirfd, path), follow=False)
+        own = self.root.own(parts)
+        last = path.rstrip("/").rsplit("/", 1)[-1]
+        if own == "" and last in ("self", "thread-self"):  # the links to the process's own directory
+            target = str(PID) if last == "self" else f"{PID}/task/{PID}"
+        elif own is not None:
+            if self._own_kind(own, "readlink") != "link":
+                raise _GuestErrno(errno.EINVAL)  # a directory or a file, not a link
+            target = self._own_link(own)
         else:
-            host = self.root.resolve(path, self._base(dirfd, path), follow=False)
+            host = self.root.host(parts)
             try:
                 target = os.readlink(host)
             except OSError as e:
@@ -637,29 +687,27 @@ class LinuxProcess:
 
     def sys_chdir(self, path_addr: int, *_: int) -> int:
         path = self.string(path_addr)
-        host = self.root.resolve(path, self.cwd)
-        if not os.path.isdir(host):
+        parts = self.root.walk(path, self.cwd)
+        own = self.root.own(parts)
+        if own is not None and self._own_kind(own, "chdir") != "dir" or \
+                own is None and not os.path.isdir(self.root.host(parts)):
             raise _GuestErrno(errno.ENOTDIR)
-        assert self.root.root is not None
-        rel = os.path.relpath(host, self.root.root)
-        self.cwd = "/" if rel == "." else "/" + rel
+        self.cwd = "/" + "/".join(parts)  # where the walk ended (links followed), as getcwd says
         return 0
 
     def sys_fchdir(self, fd: int, *_: int) -> int:
         """The working directory becomes the directory open on ``fd`` (find goes back to where
         it started this way)."""
         f = self.fds.get(self.sint(fd))
-        if f.kind != "host" or f.host is None or not statmod.S_ISDIR(os.fstat(f.fd).st_mode):
+        if f.kind != "host" or not statmod.S_ISDIR(os.fstat(f.fd).st_mode):
             raise _GuestErrno(errno.ENOTDIR)
-        assert self.root.root is not None
-        rel = os.path.relpath(f.host, self.root.root)
-        self.cwd = "/" if rel == "." else "/" + rel
+        self.cwd = f.path  # where its open's walk ended
         return 0
 
     def sys_fadvise64(self, fd: int, *_: int) -> int:
         """Advice about a file's future reads: taken, nothing to do (``ESPIPE`` on a pipe, as Linux)."""
-        if self.fds.get(self.sint(fd)).kind != "host":
-            raise _GuestErrno(errno.ESPIPE)
+        if self.fds.get(self.sint(fd)).kind in ("stdin", "console", "pipe_r", "pipe_w"):
+            raise _GuestErrno(errno.ESPIPE)  # kpsdk's pipes (stdin and the console are pipes under qemu-user)
         return 0
 
     sys_fadvise64_64 = sys_arm_fadvise64_64 = sys_fadvise64
@@ -688,7 +736,7 @@ class LinuxProcess:
                 self.mem.unmap(at, at + length)
                 raise _GuestErrno(e.errno or errno.EACCES) from None
             self.write(at, data)
-            self.mem.name(at, at + page_up(length), str(PurePosixPath(self.cwd, f.path)), offset)
+            self.mem.name(at, at + page_up(length), f.path, offset)
             if self.on_file_map is not None and f.host is not None:
                 self.on_file_map(f.host, at, offset)
         return at
@@ -957,7 +1005,9 @@ class LinuxProcess:
     def sys_socketcall(self, call: int, args: int, *_: int) -> int:
         """i386's and ppc64's one entry for the socket calls (glibc built for kernels before 4.3
         uses it): ``call`` is the call's number (include/uapi/linux/net.h), ``args`` its arguments."""
-        name = SOCKETCALLS.get(call, f"socketcall_{call}")
+        name = SOCKETCALLS.get(call)
+        if name is None:
+            raise _GuestErrno(errno.EINVAL)  # no such call, as Linux
         if name in ("getsockname", "getpeername", "getsockopt"):
             return self._not_a_socket(self.read_word(args))
         self.unimplemented[name] += 1
