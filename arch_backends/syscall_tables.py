@@ -102,6 +102,9 @@ RISCV64: dict[str, int] = {
     "sendfile": 71,
     "getsockname": 204, "getpeername": 205, "getsockopt": 209, "mincore": 232,
     "fchdir": 50,
+    # Linux 6.4's arch/riscv/include/uapi/asm/unistd.h (__NR_arch_specific_syscall + 14): newer than
+    # Debian 12's headers; Debian 13's glibc asks it
+    "riscv_hwprobe": 258,
     "getxattr": 8, "lgetxattr": 9, "fgetxattr": 10, "listxattr": 11, "llistxattr": 12, "flistxattr": 13,
 }
 

@@ -818,6 +818,9 @@ class LinuxProcess:
     def sys_rseq(self, *_: int) -> int:
         return -errno.ENOSYS  # glibc runs without restartable sequences (it asks, then does without)
 
+    def sys_riscv_hwprobe(self, *_: int) -> int:
+        return -errno.ENOSYS  # a kernel before 6.4's answer: Debian 13's glibc then assumes the base ISA
+
     def sys_futex(self, addr: int, op: int, val: int, *_: int) -> int:
         if op & 0x7F == FUTEX_WAKE:
             return 0
