@@ -2,14 +2,16 @@
    (tests/test_linux_programs.py): arguments, environment, stdin, malloc, printf,
    a file read from the sysroot and a nonzero exit status.  argv[1]: the file to
    read (/data.txt); argv[2]: how many mallocs; argv[3]: "fork", "sockets" (the
-   socket calls on its descriptors), "proc" (its own /proc/self), "sysinfo", or a system call
+   socket calls on its descriptors), "proc" (its own /proc/self), "statfs", "sysinfo", or a system call
    number to make with no arguments (its result and errno are printed).  Built static with
    each cross compiler; its output under qemu-user is the expected one. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/socket.h>
+#include <sys/statfs.h>
 #include <sys/syscall.h>
 #include <sys/sysinfo.h>
 #include <unistd.h>
@@ -34,6 +36,20 @@ static void sockets(void) {
     errno = 0;
     r = getpeername(99, (struct sockaddr *)&sa, &len);
     printf("getpeername(99) -> %d errno=%d\n", r, errno);
+}
+
+/* statfs of the root and fstatfs of a file in it (the same file system), of a missing path. */
+static void statfs_of_root(void) {
+    struct statfs a, b;
+    int fd = open("/data.txt", O_RDONLY);
+    int ra = statfs("/", &a), rb = fstatfs(fd, &b);
+    printf("statfs / -> %d type=%lx bsize=%ld blocks=%llu files=%llu namelen=%ld frsize=%ld fstatfs same=%d\n",
+           ra, (long)a.f_type, (long)a.f_bsize, (unsigned long long)a.f_blocks, (unsigned long long)a.f_files,
+           (long)a.f_namelen, (long)a.f_frsize, rb == 0 && a.f_type == b.f_type && a.f_blocks == b.f_blocks);
+    errno = 0;
+    ra = statfs("/missing", &a);
+    printf("statfs /missing -> %d errno=%d\n", ra, errno);
+    close(fd);
 }
 
 /* The name /proc/self/maps gives the mapping holding addr (its last path component). */
@@ -116,6 +132,8 @@ int main(int argc, char **argv) {
             sockets();
         } else if (strcmp(argv[3], "proc") == 0) {
             own_proc();
+        } else if (strcmp(argv[3], "statfs") == 0) {
+            statfs_of_root();
         } else if (strcmp(argv[3], "sysinfo") == 0) {
             struct sysinfo si;
             int r = sysinfo(&si);

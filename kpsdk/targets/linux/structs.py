@@ -79,6 +79,42 @@ def dirent_type(mode: int) -> int:
     return statmod.S_IFMT(mode) >> 12
 
 
+#: the fields of ``struct statfs`` in order (include/uapi/asm-generic/statfs.h; f_fsid is two ints)
+STATFS_FIELDS = ("f_type", "f_bsize", "f_blocks", "f_bfree", "f_bavail", "f_files", "f_ffree", "f_fsid0",
+                 "f_fsid1", "f_namelen", "f_frsize", "f_flags")
+#: the host's ``struct statfs`` (a 64-bit Linux: every word a long, f_fsid two ints, four spare longs)
+_HOST_STATFS = struct.Struct("=qqqqqqqiiqqq32x")
+#: what statfs says of kpsdk's pipes and console, and of the process's own /proc (linux/magic.h)
+PIPEFS_MAGIC, PROC_SUPER_MAGIC = 0x50495045, 0x9FA0
+
+
+def host_statfs(where: str | int) -> dict[str, int]:
+    """``statfs(2)`` (a path) or ``fstatfs(2)`` (a host descriptor) of the host, through libc:
+    Python's ``os.statvfs`` leaves out ``f_type``, which programs test (``stat -f``, ``df -T``)."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    buf = ctypes.create_string_buffer(_HOST_STATFS.size)
+    if ctypes.sizeof(ctypes.c_long) != 8:  # a 32-bit host's struct differs: statvfs's fields, no type
+        st = os.statvfs(where)
+        return {"f_bsize": st.f_bsize, "f_blocks": st.f_blocks, "f_bfree": st.f_bfree, "f_bavail": st.f_bavail,
+                "f_files": st.f_files, "f_ffree": st.f_ffree, "f_namelen": st.f_namemax, "f_frsize": st.f_frsize}
+    done = libc.fstatfs(where, buf) if isinstance(where, int) else libc.statfs(os.fsencode(where), buf)
+    if done != 0:
+        code = ctypes.get_errno()
+        raise OSError(code, os.strerror(code))
+    return dict(zip(STATFS_FIELDS, _HOST_STATFS.unpack(buf.raw), strict=True))
+
+
+def pack_statfs(values: dict[str, int], word_size: int, order: str) -> bytes:
+    """``struct statfs`` of a 64-bit arch (also ppc64's ``statfs64``: 120 bytes), or the packed
+    ``struct statfs64`` of a 32-bit one (84 bytes: i386's and ARM's ``ARCH_PACK_STATFS64``)."""
+    v = [values.get(name, 0) for name in STATFS_FIELDS]
+    if word_size == 8:
+        return struct.pack(f"{order}7q2i3q32x", *v)
+    return struct.pack(f"{order}2I5Q2i3I16x", *(x & 0xFFFFFFFF if i < 2 or i > 8 else x for i, x in enumerate(v)))
+
+
 def pack_sysinfo(word_size: int, order: str, uptime: int, loads: tuple[float, float, float], total: int,
                  free: int, procs: int) -> bytes:
     """``struct sysinfo`` (include/uapi/linux/sysinfo.h) with no swap, no shared or buffer memory

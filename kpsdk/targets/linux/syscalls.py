@@ -628,6 +628,47 @@ class LinuxProcess:
     def sys_lstat64(self, path: int, buf: int, *_: int) -> int:
         return self._put_stat(buf, self._stat_of(AT_FDCWD, path, AT_SYMLINK_NOFOLLOW), True)
 
+    def _statfs_of(self, where: str | int) -> dict[str, int]:
+        """``statfs`` of a guest path (the sysroot file's file system; the process's own /proc
+        is a proc file system) or of a descriptor (a pipe's for kpsdk's pipes and console)."""
+        if isinstance(where, str):
+            parts = self.root.walk(where, self.cwd)
+            if self.root.own(parts) is not None:
+                return {"f_type": structs.PROC_SUPER_MAGIC, "f_bsize": PAGE, "f_namelen": 255, "f_frsize": PAGE}
+            host: str | int = str(self.root.host(parts))
+        else:
+            f = self.fds.get(self.sint(where))
+            if f.kind == "procfile":
+                return {"f_type": structs.PROC_SUPER_MAGIC, "f_bsize": PAGE, "f_namelen": 255, "f_frsize": PAGE}
+            if f.kind != "host":
+                return {"f_type": structs.PIPEFS_MAGIC, "f_bsize": PAGE, "f_namelen": 255, "f_frsize": PAGE}
+            host = f.fd
+        try:
+            return structs.host_statfs(host)
+        except OSError as e:
+            raise _GuestErrno(e.errno or errno.EIO) from None
+
+    def _put_statfs(self, buf: int, values: dict[str, int], size: int | None = None) -> int:
+        """Write ``struct statfs`` (64-bit arches) or ``struct statfs64`` of ``size`` bytes
+        (32-bit arches, ppc64: the size the program passes, which the kernel checks)."""
+        data = structs.pack_statfs(values, self.arch.word_size, self.order)
+        if size is not None and size != len(data) and not (self.arch.name == "arm" and size == 88):
+            raise _GuestErrno(errno.EINVAL)  # ARM's kernel takes EABI glibc's 88 for its packed 84
+        self.write(buf, data)
+        return 0
+
+    def sys_statfs(self, path: int, buf: int, *_: int) -> int:
+        return self._put_statfs(buf, self._statfs_of(self.string(path)))
+
+    def sys_fstatfs(self, fd: int, buf: int, *_: int) -> int:
+        return self._put_statfs(buf, self._statfs_of(fd))
+
+    def sys_statfs64(self, path: int, size: int, buf: int, *_: int) -> int:
+        return self._put_statfs(buf, self._statfs_of(self.string(path)), size)
+
+    def sys_fstatfs64(self, fd: int, size: int, buf: int, *_: int) -> int:
+        return self._put_statfs(buf, self._statfs_of(fd), size)
+
     def sys_statx(self, dirfd: int, path: int, flags: int, mask: int, buf: int, *_: int) -> int:
         self.write(buf, structs.pack_statx(self._stat_of(dirfd, path, flags), self.order))
         return 0
