@@ -27,7 +27,7 @@ import errno
 import os
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from kpsdk.errors import KprobeError, SymbolError, shown
 from kpsdk.ifunc import resolve
@@ -110,14 +110,25 @@ def _in_library_dirs(root: Path, name: str, like: Path | None = None) -> str | N
     return None
 
 
-def _elf_kind(path: Path) -> bytes | None:
-    """An ELF file's class, byte order and ``e_machine`` bytes (None: not an ELF file, or unreadable)."""
+#: by ``e_machine``: the ``e_flags`` bits two objects must share to link (the float ABI of ARM
+#: EABI, armel or armhf; of riscv; ppc64's ELF ABI version); other bits (riscv's RVC) may differ
+_ABI_FLAGS = {40: 0x600, 243: 0x6, 21: 0x3}
+
+
+def _elf_kind(path: Path) -> tuple[bytes, int] | None:
+    """An ELF file's class, byte order and ``e_machine`` bytes, and the ``e_flags`` bits of its
+    ABI (None: not an ELF file, or unreadable)."""
     try:
         with open(path, "rb") as f:
-            head = f.read(20)
+            head = f.read(52)
     except OSError:
         return None
-    return head[4:6] + head[18:20] if len(head) == 20 and head[:4] == b"\x7fELF" else None
+    if len(head) < 52 or head[:4] != b"\x7fELF":
+        return None
+    order: Literal["little", "big"] = "little" if head[5] == 1 else "big"
+    machine = int.from_bytes(head[18:20], order)
+    at = 48 if head[4] == 2 else 36  # e_flags in ELF64 / ELF32
+    return head[4:6] + head[18:20], int.from_bytes(head[at:at + 4], order) & _ABI_FLAGS.get(machine, 0)
 
 
 def _identity(path: str) -> tuple[int, int] | str:

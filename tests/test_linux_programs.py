@@ -133,7 +133,10 @@ def test_sockets_and_own_proc_match_qemu_user(build: Callable[[str], Path], sysr
     out, status, s = under_kpsdk(exe, args, env, b"", sysroot)
     assert (out, status) == expected
     assert {"sockets": "getpeername(99) -> -1 errno=9", "statfs": "statfs / -> 0 type=",
-            "proc": "environ from /proc/self as cwd: GREETING=proc;"}[mode] in out
+            "proc": "environ from /proc/self as cwd: GREETING=proc;\nthen .. is /proc\n"}[mode] in out
+    if mode == "proc":
+        assert f"readlink /proc/self/ -> -1 errno={errno.EINVAL}; lstat: a directory 1" in out
+        assert f"readlink /proc/self/exe/ -> -1 errno={errno.ENOTDIR}" in out and ": the sysroot's file\n" in out
     assert s.syscalls_unimplemented == {}
 
 
@@ -198,9 +201,16 @@ def test_own_proc_is_the_program_not_kpsdks_process(tmp_path: Path) -> None:
     assert out == "ONLY=this\0cat: can't open '/proc/self/status': No such file or directory\n"
     assert status == 1
     assert s.syscalls_unimplemented == {"open /proc/self/status": 1}
-    # /dev/stdin is a link to /proc/self/fd/0: the program's own standard input, not kpsdk's
+    # /dev/stdin is a link to /proc/self/fd/0: the program's own standard input, not kpsdk's; and
+    # /dev/stderr, /dev/stdout lead to its console, also for writing
     out, status, s = under_kpsdk(BUSYBOX, ["cat", "/dev/stdin"], {}, b"piped in\n", Path("/"))
     assert (out, status, s.syscalls_unimplemented) == ("piped in\n", 0, {})
+    out, status, s = under_kpsdk(BUSYBOX, ["sh", "-c", "echo to-err >/dev/stderr; echo to-out >>/dev/stdout"], {}, b"",
+                                 Path("/"))
+    assert (out, status, s.syscalls_unimplemented) == ("to-err\nto-out\n", 0, {})
+    # /proc/thread-self/... is /proc/PID/task/PID/...: the one thread's, the process's
+    out, status, s = under_kpsdk(BUSYBOX, ["cat", "/proc/thread-self/cmdline"], {}, b"", Path("/"))
+    assert (out, status, s.syscalls_unimplemented) == (f"{BUSYBOX}\0cat\0/proc/thread-self/cmdline\0", 0, {})
 
 
 def test_debians_bash_runs_a_command_as_natively(tmp_path: Path) -> None:

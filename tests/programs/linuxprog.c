@@ -11,6 +11,7 @@
 #include <string.h>
 #include <fcntl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/statfs.h>
 #include <sys/syscall.h>
 #include <sys/sysinfo.h>
@@ -91,6 +92,24 @@ static void own_proc(void) {
     maps_name("greeting", (unsigned long)greeting);
     ssize_t len = readlink("/proc/self", link, sizeof link - 1);
     printf("/proc/self is a link: %d\n", len > 0);
+    /* a trailing slash follows the link: a directory; exe/ is no directory */
+    struct stat st;
+    errno = 0;
+    len = readlink("/proc/self/", link, sizeof link - 1);
+    printf("readlink /proc/self/ -> %zd errno=%d; lstat: a directory %d\n", len, errno,
+           lstat("/proc/self/", &st) == 0 && S_ISDIR(st.st_mode));
+    errno = 0;
+    len = readlink("/proc/self/exe/", link, sizeof link - 1);
+    printf("readlink /proc/self/exe/ -> %zd errno=%d\n", len, errno);
+    /* /proc/self/fd/N of a directory leads into it */
+    char path[64];
+    int dir = open("/", O_RDONLY | O_DIRECTORY);
+    snprintf(path, sizeof path, "/proc/self/fd/%d/data.txt", dir);
+    f = fopen(path, "r");
+    printf("through fd/%d: %s", dir, f && fgets(buf, sizeof buf, f) ? buf : "(nothing)\n");
+    if (f)
+        fclose(f);
+    close(dir);
     /* from inside it: the working directory is the process's own /proc entry */
     if (chdir("/proc/self") == 0 && (f = fopen("environ", "r")) != NULL) {
         n = fread(buf, 1, sizeof buf - 1, f);
@@ -100,6 +119,7 @@ static void own_proc(void) {
                 buf[i] = ';';
         buf[n] = 0;
         printf("environ from /proc/self as cwd: %s\n", buf);
+        printf("then .. is %s\n", chdir("..") == 0 && getcwd(buf, sizeof buf) ? buf : "(failed)");
     }
 }
 

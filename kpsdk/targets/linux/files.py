@@ -15,6 +15,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -78,6 +79,9 @@ class Sysroot:
         #: the process's pid: ``/proc/self``, ``/proc/thread-self`` and ``/proc/PID`` are its own
         #: entries (:mod:`.procfs`), never the host's (which would be kpsdk's Python process)
         self.own_pid = str(own_pid) if own_pid is not None else None
+        #: where the link ``/proc/self/fd/N`` points when it names a file of the sysroot (its guest
+        #: path), else None (kpsdk's stdin, console and pipes; a closed N): set by the process
+        self.fd_target: Callable[[int], str | None] = lambda fd: None
 
     def walk(self, path: str, cwd: str, follow: bool = True) -> list[str]:
         """The components of guest ``path`` (relative to guest ``cwd``) once every symbolic link
@@ -105,9 +109,22 @@ class Sysroot:
                 continue
             if own is not None and (done == ["proc"] and part in ("self", "thread-self", own)
                                     or done[:2] == ["proc", own]):
+                if done[2:] == ["task"] and part == own:  # /proc/PID/task/PID: the one thread is the process
+                    done.pop()
+                    continue
                 done.append(own if len(done) == 1 else part)  # the process's own: made, not the host's
+                if len(done) == 4 and done[2] == "fd" and part.isdigit() and (todo or follow):
+                    target = self.fd_target(int(part))  # a link to a file of the sysroot: follow it there
+                    if target is not None:
+                        links += 1
+                        if links > MAX_SYMLINKS:
+                            raise _GuestErrno(errno.ELOOP)
+                        done = []
+                        todo.extend(reversed([c for c in target.split("/") if c]))
+                    elif todo:
+                        raise _GuestErrno(errno.ENOTDIR)  # a pipe or the console: no directory
                 continue
-            if own is not None and not done and part == "proc":
+            if own is not None and not done and part == "proc" and self.made_up_proc():
                 done.append(part)  # /proc itself is there even in a sysroot without one
                 continue
             if self.root is None:
@@ -134,6 +151,12 @@ class Sysroot:
                 raise _GuestErrno(errno.ENOTDIR)
             done.append(part)
         return done
+
+    def made_up_proc(self) -> bool:
+        """Whether ``/proc`` is kpsdk's (a directory holding the process's own entry): the sysroot
+        has none.  Where it has one, the walk goes through it as through any directory, so a
+        ``proc`` that is a link is followed inside the sysroot, never on the host."""
+        return self.root is None or not os.path.lexists(self.root / "proc")
 
     def own(self, parts: list[str]) -> str | None:
         """What follows ``/proc/self/`` where :meth:`walk`'s ``parts`` are the process's own

@@ -187,11 +187,7 @@ class AddressSpace:
             return old
         if self.free(old + old_size, old + new_size):
             self.uc.mem_map(old + old_size, new_size - old_size, perms)
-            self._forget(old + old_size, old + new_size)
-            last = self._named(old, old + old_size)
-            if last and last[-1][0][1] == old + old_size:  # a file mapping grows as a file mapping
-                (lo, hi), (path, offset) = last[-1]
-                self.name(hi, old + new_size, path, offset + (hi - lo))
+            self._forget(old + old_size, old + new_size)  # zeros, not the file's next bytes: no name
             return old
         if not flags & MREMAP_MAYMOVE:
             raise _GuestErrno(errno.ENOMEM)

@@ -86,6 +86,7 @@ class LinuxProcess:
         #: called as ``(start, end)`` before ``munmap`` removes that range (ld.so unmapping a
         #: library at dlclose): while its pages are still there to take probes out of
         self.on_unmap: Callable[[int, int], None] | None = None
+        sysroot.fd_target = self._fd_target
         names = {nr: name for name, nr in arch.syscalls.calls.items()}
         self.handlers: dict[int, tuple[str, Callable[..., int] | None]] = {
             nr: (name, getattr(self, "sys_" + name.lstrip("_"), None)) for nr, name in names.items()}
@@ -301,10 +302,11 @@ class LinuxProcess:
         if entry in self.OWN_FILES:
             return "file"
         head, _, fd = entry.partition("/")
-        if head == "fd" and fd.isdigit() and int(fd) in self.fds.fds:
-            return "link"
-        if head != "fd":  # /proc/self/fd/N of a closed N is ENOENT on Linux too: nothing missing
-            self.unimplemented[f"{verb} /proc/self/{entry}"] += 1
+        if head == "fd" and fd.isdigit():
+            if int(fd) in self.fds.fds:
+                return "link"
+            raise _GuestErrno(errno.ENOENT)  # a closed descriptor: ENOENT on Linux too, nothing missing
+        self.unimplemented[f"{verb} /proc/self/{entry}"] += 1
         raise _GuestErrno(errno.ENOENT)
 
     def _own_bytes(self, entry: str) -> bytes:
@@ -333,29 +335,33 @@ class LinuxProcess:
         return f"pipe:[{id(f) % 1000000}]"  # kpsdk's stdin, console and pipes
 
     def _open_own(self, entry: str, path: str, flags: int) -> OpenFile:
-        """Open ``/proc/self/ENTRY`` (:mod:`.procfs`): a file of bytes made now; the program
-        (``exe``); an open descriptor's file again (``fd/N``: a file of the sysroot anew, kpsdk's
-        stdin, console and pipes as they are, as Linux reopens a pipe)."""
+        """Open ``/proc/self/ENTRY`` (:mod:`.procfs`): a file of bytes made now (read-only); the
+        program (``exe``); ``fd/N`` of kpsdk's stdin, console and pipes, or of ``/dev/null``:
+        that description itself, for reading or writing as it allows (``/dev/stderr`` is
+        ``fd/2``).  ``fd/N`` of a file the walk can reach does not come here: it followed it."""
         kind = self._own_kind(entry, "open")
         if kind == "dir":
             self.unimplemented[f"open /proc/self/{entry}".rstrip("/")] += 1  # its listing is not made
             raise _GuestErrno(errno.ENOENT)
         if path.endswith("/"):
             raise _GuestErrno(errno.ENOTDIR)
-        if flags & O_ACCMODE:
-            raise _GuestErrno(errno.EACCES)  # read-only, as Linux's (mode 0444)
+        if entry.startswith("fd/"):
+            return self.fds.get(int(entry[3:]))
+        if flags & O_ACCMODE:  # Linux: the running program is ETXTBSY, its /proc files mode 0444
+            raise _GuestErrno(errno.ETXTBSY if entry == "exe" else errno.EACCES)
         if kind == "file":
-            return OpenFile("procfile", path=path, data=self._own_bytes(entry), flags=flags)
-        if entry != "exe":
-            f = self.fds.get(int(entry.partition("/")[2]))
-            if f.kind != "host":
-                return f
-        host = Path(self.exe) if entry == "exe" else f.host
+            return OpenFile("procfile", path=f"/proc/{PID}/{entry}", data=self._own_bytes(entry), flags=flags)
         try:
-            fd = os.open(str(host), os.O_RDONLY | os.O_CLOEXEC)
+            fd = os.open(self.exe, os.O_RDONLY | os.O_CLOEXEC)
         except OSError as e:
             raise _GuestErrno(e.errno or errno.ENOENT) from None
-        return OpenFile("host", path=self._own_link(entry), fd=fd, flags=flags, host=host)
+        return OpenFile("host", path=f"/proc/{PID}/exe", fd=fd, flags=flags, host=Path(self.exe))
+
+    def _fd_target(self, fd: int) -> str | None:
+        """Where ``/proc/self/fd/N`` leads the path walk: the guest path of a file of the sysroot
+        or of the process's own /proc open on it (opened anew there, as Linux does), else None."""
+        f = self.fds.fds.get(fd)
+        return f.path if f is not None and f.kind in ("host", "procfile") and f.path.startswith("/") else None
 
     def _base(self, dirfd: int, path: str) -> str:
         """The directory a relative ``path`` starts from: the cwd, or ``dirfd``'s own path."""
@@ -559,6 +565,8 @@ class LinuxProcess:
         own = self.root.own(parts)
         if own is not None:
             return self._own_stat(own, path, follow)
+        if parts == ["proc"] and self.root.made_up_proc():
+            return {"st_mode": statmod.S_IFDIR | 0o555, "st_nlink": 2}
         host = self.root.host(parts)
         try:
             return structs.stat_values(os.lstat(host))
@@ -570,7 +578,7 @@ class LinuxProcess:
         is the link to it), a link (``exe``, ``fd/N``: followed, the file's own), a file (size 0,
         as /proc's)."""
         kind = self._own_kind(entry, "stat")
-        if not follow and entry == "" and path.rstrip("/").rsplit("/", 1)[-1] in ("self", "thread-self"):
+        if not follow and entry == "" and path.rsplit("/", 1)[-1] in ("self", "thread-self"):  # not "self/"
             return {"st_mode": statmod.S_IFLNK | 0o777, "st_nlink": 1}
         if kind == "dir":
             return {"st_mode": statmod.S_IFDIR | 0o555, "st_nlink": 2}
@@ -696,12 +704,14 @@ class LinuxProcess:
             raise _GuestErrno(errno.EINVAL)
         parts = self.root.walk(path, self._base(dirfd, path), follow=False)
         own = self.root.own(parts)
-        last = path.rstrip("/").rsplit("/", 1)[-1]
+        last = path.rsplit("/", 1)[-1]  # "" after a trailing "/": the link is followed, as Linux does
         if own == "" and last in ("self", "thread-self"):  # the links to the process's own directory
             target = str(PID) if last == "self" else f"{PID}/task/{PID}"
         elif own is not None:
             if self._own_kind(own, "readlink") != "link":
                 raise _GuestErrno(errno.EINVAL)  # a directory or a file, not a link
+            if not last:
+                raise _GuestErrno(errno.ENOTDIR)  # "exe/", "fd/2/": a file, not a directory
             target = self._own_link(own)
         else:
             host = self.root.host(parts)
@@ -730,8 +740,8 @@ class LinuxProcess:
         path = self.string(path_addr)
         parts = self.root.walk(path, self.cwd)
         own = self.root.own(parts)
-        if own is not None and self._own_kind(own, "chdir") != "dir" or \
-                own is None and not os.path.isdir(self.root.host(parts)):
+        if own is not None and self._own_kind(own, "chdir") != "dir" or own is None and not (
+                parts == ["proc"] and self.root.made_up_proc() or os.path.isdir(self.root.host(parts))):
             raise _GuestErrno(errno.ENOTDIR)
         self.cwd = "/" + "/".join(parts)  # where the walk ended (links followed), as getcwd says
         return 0
