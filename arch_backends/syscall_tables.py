@@ -29,7 +29,7 @@ X86_64: dict[str, int] = {
     "statx": 332, "rseq": 334, "clone3": 435, "faccessat2": 439,
     "sendfile": 40,
     "getsockname": 51, "getpeername": 52, "getsockopt": 55, "mincore": 27,
-    "fchdir": 81, "statfs": 137, "fstatfs": 138,
+    "fchdir": 81, "statfs": 137, "fstatfs": 138, "mlock": 149, "munlock": 150, "mlockall": 151, "munlockall": 152,
     "getxattr": 191, "lgetxattr": 192, "fgetxattr": 193, "listxattr": 194, "llistxattr": 195, "flistxattr": 196,
 }
 
@@ -55,7 +55,8 @@ I386: dict[str, int] = {
     "rseq": 386, "clock_gettime64": 403, "clock_nanosleep_time64": 407, "clone3": 435, "faccessat2": 439,
     "sendfile64": 239,
     "getsockname": 367, "getpeername": 368, "getsockopt": 365, "mincore": 218, "socketcall": 102,
-    "fchdir": 133, "statfs64": 268, "fstatfs64": 269,
+    "fchdir": 133, "statfs64": 268, "fstatfs64": 269, "mlock": 150, "munlock": 151, "mlockall": 152,
+    "munlockall": 153,
     "getxattr": 229, "lgetxattr": 230, "fgetxattr": 231, "listxattr": 232, "llistxattr": 233, "flistxattr": 234,
 }
 
@@ -81,7 +82,8 @@ ARM: dict[str, int] = {
     "set_tls": 0xf0005,
     "sendfile64": 239,
     "getsockname": 286, "getpeername": 287, "getsockopt": 295, "mincore": 219,
-    "fchdir": 133, "arm_fadvise64_64": 270, "statfs64": 266, "fstatfs64": 267,
+    "fchdir": 133, "arm_fadvise64_64": 270, "statfs64": 266, "fstatfs64": 267, "mlock": 150, "munlock": 151,
+    "mlockall": 152, "munlockall": 153,
     "getxattr": 229, "lgetxattr": 230, "fgetxattr": 231, "listxattr": 232, "llistxattr": 233, "flistxattr": 234,
 }
 
@@ -101,7 +103,7 @@ RISCV64: dict[str, int] = {
     "prlimit64": 261, "getrandom": 278, "statx": 291, "rseq": 293, "clone3": 435, "faccessat2": 439,
     "sendfile": 71,
     "getsockname": 204, "getpeername": 205, "getsockopt": 209, "mincore": 232,
-    "fchdir": 50, "statfs": 43, "fstatfs": 44,
+    "fchdir": 50, "statfs": 43, "fstatfs": 44, "mlock": 228, "munlock": 229, "mlockall": 230, "munlockall": 231,
     # Linux 6.4's arch/riscv/include/uapi/asm/unistd.h (__NR_arch_specific_syscall + 14): newer than
     # Debian 12's headers; Debian 13's glibc asks it
     "riscv_hwprobe": 258,
@@ -128,7 +130,8 @@ PPC64: dict[str, int] = {
     "clone3": 435, "faccessat2": 439,
     "sendfile": 186,
     "getsockname": 331, "getpeername": 332, "getsockopt": 340, "mincore": 206, "socketcall": 102,
-    "fchdir": 133, "statfs64": 252, "fstatfs64": 253,
+    "fchdir": 133, "statfs64": 252, "fstatfs64": 253, "mlock": 150, "munlock": 151, "mlockall": 152,
+    "munlockall": 153,
     "getxattr": 212, "lgetxattr": 213, "fgetxattr": 214, "listxattr": 215, "llistxattr": 216, "flistxattr": 217,
 }
 

@@ -155,7 +155,8 @@ def test_sysinfo_is_the_machines_memory_and_one_process(build: Callable[[str], P
 #: not one built here): the shell, text tools, checksums, compression, its own /proc/self
 DEBIAN_BUSYBOX_APPLETS = [["sh", "-c", "echo $((6*7)); for i in 1 2 3; do echo $i; done"], ["sort", "-r"], ["wc"],
                           ["sed", "s/o/0/g"], ["awk", "{n+=NF} END {print n}"], ["od", "-c"], ["uniq", "-c"],
-                          ["sha256sum"], ["gzip", "-c"], ["cat", "/proc/self/cmdline"], ["ls", "-la", "etc"]]
+                          ["sha256sum"], ["gzip", "-c"], ["cat", "/proc/self/cmdline"], ["ls", "-la", "etc"],
+                          ["cat", "etc/passwd/"]]
 
 
 @pytest.mark.parametrize("arch", ["i386", "arm", "riscv64", "ppc64le"])
@@ -373,8 +374,10 @@ def test_paths_resolve_inside_the_sysroot(tmp_path: Path) -> None:
     real = Path(os.path.realpath(root))
     assert sr.resolve("/abs", "/") == real / "etc" / "motd"
     assert sr.resolve("../../etc/motd", "/etc") == real / "etc" / "motd"
+    assert sr.resolve("/etc/", "/") == sr.resolve("/etc/.", "/") == real / "etc"
     for path, code in (("/up", errno.ENOENT), ("/../secret", errno.ENOENT), ("/loop", errno.ELOOP),
-                       ("/etc/motd/x", errno.ENOTDIR), ("", errno.ENOENT)):
+                       ("/etc/motd/x", errno.ENOTDIR), ("", errno.ENOENT),
+                       ("/etc/motd/", errno.ENOTDIR), ("/abs/", errno.ENOTDIR)):  # a trailing / names a directory
         with pytest.raises(_GuestErrno) as info:
             sr.resolve(path, "/")
         assert info.value.errno == code, path

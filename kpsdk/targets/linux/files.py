@@ -89,11 +89,15 @@ class Sysroot:
         path walk with the root pinned.  The process's own ``/proc`` entry is
         ``["proc", PID, ...]``, reached however it is named (``/proc/self``, a link such as
         ``/dev/stdin`` to ``/proc/self/fd/0``, a ``chdir`` into it) and never looked up on the
-        host.  Raises :class:`_GuestErrno` (ENOENT, ELOOP, ENAMETOOLONG, ENOTDIR)."""
+        host.  A trailing ``/`` (or ``/.``) names a directory, as on Linux: the last link is
+        followed whatever ``follow`` says, and anything else there is ENOTDIR.  Raises
+        :class:`_GuestErrno` (ENOENT, ELOOP, ENAMETOOLONG, ENOTDIR)."""
         if not path:
             raise _GuestErrno(errno.ENOENT)
         if len(path) >= PATH_MAX:
             raise _GuestErrno(errno.ENAMETOOLONG)
+        directory = path.endswith("/") or path.endswith("/.")
+        follow = follow or directory
         todo = [c for c in (path if path.startswith("/") else f"{cwd}/{path}").split("/") if c]
         todo.reverse()
         done: list[str] = []
@@ -147,7 +151,7 @@ class Sysroot:
                     done = []
                 todo.extend(reversed([c for c in target.split("/") if c]))
                 continue
-            if todo and not stat.S_ISDIR(st.st_mode):
+            if (todo or directory) and not stat.S_ISDIR(st.st_mode):
                 raise _GuestErrno(errno.ENOTDIR)
             done.append(part)
         return done

@@ -814,6 +814,13 @@ class LinuxProcess:
     def sys_madvise(self, *_: int) -> int:
         return 0
 
+    def sys_mlock(self, *_: int) -> int:
+        """Locking pages in memory: every page of the emulated process is in kpsdk's memory
+        already, and none is ever swapped (gpg locks its secrets)."""
+        return 0
+
+    sys_munlock = sys_mlockall = sys_munlockall = sys_mlock
+
     def sys_mincore(self, addr: int, length: int, vec: int, *_: int) -> int:
         """Every page of the range is resident (one byte per page, 1); ``ENOMEM`` where one is
         not mapped, as Linux.  GNU grep's stack-overflow guard asks, walking down its stack."""
