@@ -230,8 +230,13 @@ class SymbolTable:
 
     def format(self, addr: int) -> str:
         """``sym+0xoff`` for an address, or its hex value outside any symbol."""
-        found = self.lookup(addr if type(addr) is int else want_int("symbols.format", "addr", addr, None))
-        return f"{found[0]}+{found[1]:#x}" if found else f"{addr:#x}"
+        return self.symbolic(addr if type(addr) is int else want_int("symbols.format", "addr", addr, None)) \
+            or f"{addr:#x}"
+
+    def symbolic(self, addr: int) -> str | None:
+        """``sym+0xoff`` for an address inside a symbol, else None (an int is the caller's to check)."""
+        sym = self._at(addr)
+        return None if sym is None else f"{sym.name}+{addr - sym.address:#x}"
 
     def functions(self) -> list[Symbol]:
         return [s for s in self._sorted if s.kind == "func"]

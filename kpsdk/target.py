@@ -139,8 +139,7 @@ class Target(ABC):
     def memory_fault(self, message: str, addr: int) -> TargetFault:
         """The error for memory at ``addr`` that could not be read or written: it names the
         address (and its symbol), not a pc, since no instruction of the target was running."""
-        where = self.symbols.format(addr) if self.symbols.containing(addr) is not None else None
-        return TargetFault(message, where=where, address=addr)
+        return TargetFault(message, where=self.symbols.symbolic(addr), address=addr)
 
     def read_cstring(self, addr: int, max: int) -> bytes:  # noqa: A002 - as Session.read_string
         """The bytes of a NUL-terminated string at ``addr`` (without the NUL), at most ``max``:

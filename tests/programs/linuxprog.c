@@ -75,18 +75,26 @@ static void maps_name(const char *what, unsigned long addr) {
     fclose(f);
 }
 
-/* The process's own /proc: its command line, its maps' stack and program, /proc/self's link. */
-static void own_proc(void) {
-    char buf[4096], link[64];
-    int here = 0;
-    FILE *f = fopen("/proc/self/cmdline", "r");
-    size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+/* A file of NUL-separated strings (cmdline, environ) into buf, each NUL made sep: 0, or -1 (buf
+   empty) when it cannot be opened. */
+static int read_joined(const char *path, char sep, char *buf, size_t size) {
+    FILE *f = fopen(path, "r");
+    size_t n = f ? fread(buf, 1, size - 1, f) : 0;
     if (f)
         fclose(f);
     for (size_t i = 0; i < n; i++)
         if (!buf[i])
-            buf[i] = ' ';
+            buf[i] = sep;
     buf[n] = 0;
+    return f ? 0 : -1;
+}
+
+/* The process's own /proc: its command line, its maps' stack and program, /proc/self's link. */
+static void own_proc(void) {
+    char buf[4096], link[64];
+    int here = 0;
+    FILE *f;
+    read_joined("/proc/self/cmdline", ' ', buf, sizeof buf);
     printf("cmdline: %s\n", buf);
     maps_name("stack", (unsigned long)&here);
     maps_name("greeting", (unsigned long)greeting);
@@ -111,13 +119,7 @@ static void own_proc(void) {
         fclose(f);
     close(dir);
     /* from inside it: the working directory is the process's own /proc entry */
-    if (chdir("/proc/self") == 0 && (f = fopen("environ", "r")) != NULL) {
-        n = fread(buf, 1, sizeof buf - 1, f);
-        fclose(f);
-        for (size_t i = 0; i < n; i++)
-            if (!buf[i])
-                buf[i] = ';';
-        buf[n] = 0;
+    if (chdir("/proc/self") == 0 && read_joined("environ", ';', buf, sizeof buf) == 0) {
         printf("environ from /proc/self as cwd: %s\n", buf);
         printf("then .. is %s\n", chdir("..") == 0 && getcwd(buf, sizeof buf) ? buf : "(failed)");
     }

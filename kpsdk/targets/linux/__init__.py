@@ -120,17 +120,16 @@ def start_process(target: UnicornTarget, image: ElfImage, program: str, options:
     if arch.syscalls is None or arch.syscalls.linux is None:
         raise UnsupportedTargetError(f"the Unicorn target has no Linux layer for {arch.name} yet")
     linux = arch.syscalls.linux
-    sysroot = options.sysroot if options.sysroot is not None else default_sysroot(target)
-    target.sysroot = Sysroot(sysroot).root
+    root = Sysroot(options.sysroot if options.sysroot is not None else default_sysroot(target), own_pid=PID)
+    target.sysroot = root.root
     brk_base = page_up(reserved[0][1]) + PAGE  # after kpsdk's area, which sits right after the program
     space = AddressSpace(target.uc, 1 << (8 * arch.word_size) if arch.word_size == 4 else 1 << 47,
                          brk_base, reserved)
     interp_base = 0
     if image.interp is not None:
-        interp_base, target.entry = load_interpreter(target, image, Sysroot(sysroot), space)
+        interp_base, target.entry = load_interpreter(target, image, root, space)
     exe = os.path.abspath(program)
-    process = LinuxProcess(arch, target.uc, target._console, space, Sysroot(sysroot, own_pid=PID), options.stdin,
-                           options.cwd, exe)
+    process = LinuxProcess(arch, target.uc, target._console, space, root, options.stdin, options.cwd, exe)
     process.on_file_map = lambda host, at, offset: library_mapped(target, host, at, offset)
     process.on_unmap = lambda start, end: target.unmapping(start, end)
     word = struct.Struct(("<" if arch.endian == "little" else ">") + ("Q" if arch.word_size == 8 else "I"))

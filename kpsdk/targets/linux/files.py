@@ -128,7 +128,7 @@ class Sysroot:
                     elif todo:
                         raise _GuestErrno(errno.ENOTDIR)  # a pipe or the console: no directory
                 continue
-            if own is not None and not done and part == "proc" and self.made_up_proc():
+            if own is not None and not done and part == "proc" and self._no_proc():
                 done.append(part)  # /proc itself is there even in a sysroot without one
                 continue
             if self.root is None:
@@ -156,11 +156,16 @@ class Sysroot:
             done.append(part)
         return done
 
-    def made_up_proc(self) -> bool:
-        """Whether ``/proc`` is kpsdk's (a directory holding the process's own entry): the sysroot
-        has none.  Where it has one, the walk goes through it as through any directory, so a
-        ``proc`` that is a link is followed inside the sysroot, never on the host."""
+    def _no_proc(self) -> bool:
+        """Whether the sysroot has no ``/proc``: then it is kpsdk's, a directory holding the
+        process's own entry.  Where it has one, the walk goes through it as through any
+        directory, so a ``proc`` that is a link is followed inside the sysroot, never on the host."""
         return self.root is None or not os.path.lexists(self.root / "proc")
+
+    def made_up(self, parts: list[str]) -> bool:
+        """Whether :meth:`walk`'s ``parts`` are kpsdk's ``/proc`` of a sysroot without one (a
+        directory to ``stat`` and ``chdir`` into; no host file is it)."""
+        return self.own_pid is not None and parts == ["proc"] and self._no_proc()
 
     def own(self, parts: list[str]) -> str | None:
         """What follows ``/proc/self/`` where :meth:`walk`'s ``parts`` are the process's own

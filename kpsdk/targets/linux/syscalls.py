@@ -47,6 +47,12 @@ MAX_RW_COUNT = 0x7FFFF000
 #: what one read from a host file brings at most (a short read: programs loop)
 READ_CHUNK = 1 << 24
 SIGNALS = {6: "SIGABRT", 9: "SIGKILL", 11: "SIGSEGV", 15: "SIGTERM"}
+#: what ``stat`` says of what has no host file: /dev/null, a link, a directory and a file of
+#: the process's own /proc (size 0, as /proc's); read, never changed, by the stat calls
+NULL_STAT = {"st_mode": statmod.S_IFCHR | 0o666, "st_rdev": os.makedev(1, 3), "st_nlink": 1}
+LINK_STAT = {"st_mode": statmod.S_IFLNK | 0o777, "st_nlink": 1}
+DIR_STAT = {"st_mode": statmod.S_IFDIR | 0o555, "st_nlink": 2}
+PROCFILE_STAT = {"st_mode": statmod.S_IFREG | 0o444, "st_nlink": 1}
 #: socketcall(2)'s call numbers (include/uapi/linux/net.h)
 SOCKETCALLS = {1: "socket", 2: "bind", 3: "connect", 4: "listen", 5: "accept", 6: "getsockname",
                7: "getpeername", 8: "socketpair", 9: "send", 10: "recv", 11: "sendto", 12: "recvfrom",
@@ -329,7 +335,7 @@ class LinuxProcess:
         """Where the link ``/proc/self/ENTRY`` points: the program, or an open descriptor's file."""
         if entry == "exe":
             return self.exe
-        f = self.fds.get(int(entry.partition("/")[2]))
+        f = self.fds.get(_own_fd(entry))
         if f.kind in ("host", "null", "procfile"):
             return f.path
         return f"pipe:[{id(f) % 1000000}]"  # kpsdk's stdin, console and pipes
@@ -346,7 +352,7 @@ class LinuxProcess:
         if path.endswith("/"):
             raise _GuestErrno(errno.ENOTDIR)
         if entry.startswith("fd/"):
-            return self.fds.get(int(entry[3:]))
+            return self.fds.get(_own_fd(entry))
         if flags & O_ACCMODE:  # Linux: the running program is ETXTBSY, its /proc files mode 0444
             raise _GuestErrno(errno.ETXTBSY if entry == "exe" else errno.EACCES)
         if kind == "file":
@@ -559,14 +565,14 @@ class LinuxProcess:
         if not path and flags & AT_EMPTY_PATH:
             return self._fstat_values(self.sint(dirfd))
         if path == "/dev/null":
-            return {"st_mode": statmod.S_IFCHR | 0o666, "st_rdev": os.makedev(1, 3), "st_nlink": 1}
+            return NULL_STAT
         follow = not flags & AT_SYMLINK_NOFOLLOW
         parts = self.root.walk(path, self._base(dirfd, path), follow)
         own = self.root.own(parts)
         if own is not None:
             return self._own_stat(own, path, follow)
-        if parts == ["proc"] and self.root.made_up_proc():
-            return {"st_mode": statmod.S_IFDIR | 0o555, "st_nlink": 2}
+        if self.root.made_up(parts):
+            return DIR_STAT
         host = self.root.host(parts)
         try:
             return structs.stat_values(os.lstat(host))
@@ -579,17 +585,17 @@ class LinuxProcess:
         as /proc's)."""
         kind = self._own_kind(entry, "stat")
         if not follow and entry == "" and path.rsplit("/", 1)[-1] in ("self", "thread-self"):  # not "self/"
-            return {"st_mode": statmod.S_IFLNK | 0o777, "st_nlink": 1}
+            return LINK_STAT
         if kind == "dir":
-            return {"st_mode": statmod.S_IFDIR | 0o555, "st_nlink": 2}
+            return DIR_STAT
         if path.endswith("/"):
             raise _GuestErrno(errno.ENOTDIR)
         if kind == "file":
-            return {"st_mode": statmod.S_IFREG | 0o444, "st_nlink": 1}
+            return PROCFILE_STAT
         if not follow:
-            return {"st_mode": statmod.S_IFLNK | 0o777, "st_nlink": 1}
+            return LINK_STAT
         if entry != "exe":
-            return self._fstat_values(int(entry.partition("/")[2]))
+            return self._fstat_values(_own_fd(entry))
         try:
             return structs.stat_values(os.stat(self.exe))
         except OSError as e:
@@ -600,9 +606,9 @@ class LinuxProcess:
         if f.kind == "host":
             return structs.stat_values(os.fstat(f.fd))
         if f.kind == "null":
-            return {"st_mode": statmod.S_IFCHR | 0o666, "st_rdev": os.makedev(1, 3), "st_nlink": 1}
+            return NULL_STAT
         if f.kind == "procfile":
-            return {"st_mode": statmod.S_IFREG | 0o444, "st_nlink": 1}
+            return PROCFILE_STAT
         return structs.stat_values(None)
 
     def _put_stat(self, buf: int, values: dict[str, int], wide: bool) -> int:
@@ -642,14 +648,12 @@ class LinuxProcess:
         if isinstance(where, str):
             parts = self.root.walk(where, self.cwd)
             if self.root.own(parts) is not None:
-                return {"f_type": structs.PROC_SUPER_MAGIC, "f_bsize": PAGE, "f_namelen": 255, "f_frsize": PAGE}
+                return _pseudo_statfs(structs.PROC_SUPER_MAGIC)
             host: str | int = str(self.root.host(parts))
         else:
             f = self.fds.get(self.sint(where))
-            if f.kind == "procfile":
-                return {"f_type": structs.PROC_SUPER_MAGIC, "f_bsize": PAGE, "f_namelen": 255, "f_frsize": PAGE}
             if f.kind != "host":
-                return {"f_type": structs.PIPEFS_MAGIC, "f_bsize": PAGE, "f_namelen": 255, "f_frsize": PAGE}
+                return _pseudo_statfs(structs.PROC_SUPER_MAGIC if f.kind == "procfile" else structs.PIPEFS_MAGIC)
             host = f.fd
         try:
             return structs.host_statfs(host)
@@ -740,8 +744,11 @@ class LinuxProcess:
         path = self.string(path_addr)
         parts = self.root.walk(path, self.cwd)
         own = self.root.own(parts)
-        if own is not None and self._own_kind(own, "chdir") != "dir" or own is None and not (
-                parts == ["proc"] and self.root.made_up_proc() or os.path.isdir(self.root.host(parts))):
+        if own is not None:
+            is_dir = self._own_kind(own, "chdir") == "dir"
+        else:
+            is_dir = self.root.made_up(parts) or os.path.isdir(self.root.host(parts))
+        if not is_dir:
             raise _GuestErrno(errno.ENOTDIR)
         self.cwd = "/" + "/".join(parts)  # where the walk ended (links followed), as getcwd says
         return 0
@@ -1081,3 +1088,13 @@ class LinuxProcess:
                                "exec are not emulated yet on the Unicorn target (run it with --target qemu-user)")
 
     sys_clone = sys_clone3 = sys_fork = sys_vfork = sys_execve = _no_process
+
+
+def _own_fd(entry: str) -> int:
+    """N of the /proc/self entry ``fd/N`` (checked digits by ``_own_kind``)."""
+    return int(entry.partition("/")[2])
+
+
+def _pseudo_statfs(magic: int) -> dict[str, int]:
+    """``statfs`` of a file system with no host side: kpsdk's pipes, the process's own /proc."""
+    return {"f_type": magic, "f_bsize": PAGE, "f_namelen": 255, "f_frsize": PAGE}
