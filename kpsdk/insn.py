@@ -21,7 +21,7 @@ program-counter register ids and indirect-branch forms.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import capstone
 
@@ -41,9 +41,11 @@ FLOW_GROUPS = frozenset(
 )
 
 
-@dataclass(frozen=True)
-class Decoded:
-    """One decoded instruction with what the probe manager needs to know."""
+class Decoded(NamedTuple):
+    """One decoded instruction with what the probe manager needs to know.
+
+    A named tuple, immutable and compared by value: registering a probe makes one, and a
+    frozen dataclass took 2.5 us to build against ~0.4 us (issue 19's registration row)."""
 
     address: int
     size: int

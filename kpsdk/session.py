@@ -144,14 +144,31 @@ class Session(BuiltinVerbs):
         Python's cyclic garbage collector is paused for the batch (and left as it was
         found): registering 10,000 probes made it walk the growing set of points again
         and again, ~15% of the batch (docs/performance.md).  Nothing a registration
-        makes is garbage until the batch ends."""
+        makes is garbage until the batch ends.  Probes all of one type that registers
+        lists in one pass (``ProbeType.register_many``: kprobes) go to it together."""
+        probes = list(probes)
         paused = gc.isenabled()
         gc.disable()
         try:
-            register_all(probes, self.register, self.unregister)
+            pt = self._batch_type(probes)
+            if pt is not None and pt.register_many is not None:
+                pt.register_many(self, probes)
+            else:
+                register_all(probes, self.register, self.unregister)
         finally:
             if paused:
                 gc.enable()
+
+    def _batch_type(self, probes: builtins.list[Probe]) -> ProbeType | None:
+        """The one probe type of all ``probes``, or None (none, several, or a probe of no
+        loaded type: one by one then raises for it in its turn)."""
+        found = None
+        for probe in probes:
+            pt = self._probe_type_or_none(probe)
+            if pt is None or (found is not None and pt is not found):
+                return None
+            found = pt
+        return found
 
     def unregister_many(self, probes: Iterable[Probe]) -> None:
         """Unregister each; ones not registered are skipped, as in the kernel."""

@@ -33,6 +33,12 @@ def register(session: Session, probe: Probe) -> None:
     manager.add(probe, addr)
 
 
+def register_many(session: Session, probes: list[Probe]) -> None:
+    """All of ``probes`` or none (K8), each checked as :func:`register` checks it, armed in
+    one pass (:meth:`kpsdk.manager.ProbeManager.add_many`)."""
+    session.target.manager.add_many(probes, lambda probe: check_fields(probe, type(probe).fields))
+
+
 def unregister(session: Session, probe: Probe) -> None:
     session.target.manager.remove(probe)
 
@@ -42,6 +48,7 @@ KPROBE = ProbeType(
     probe_class=Kprobe,
     register=register,
     unregister=unregister,
+    register_many=register_many,
     exports={"Kprobe": Kprobe, "KPROBE_FLAG_DISABLED": KPROBE_FLAG_DISABLED},
     description="a pre/post handler on an instruction",
 )

@@ -1,0 +1,196 @@
+"""``register_kprobes`` in one pass (``ProbeManager.add_many``) against one by one.
+
+A batch checks every probe first, decodes the instructions outside any function
+together (``kpsdk.decode.prime``: one capstone pass over neighbouring code instead of
+one call per address) and arms each point once.  What a user sees must not change:
+the same probes placed on the same instructions (``s.list()``, the decoded
+instruction of each point), the same handlers run in the same order (K5), and for a
+batch that fails, the error the first failing probe gives one by one, with nothing
+left registered (K8).  Lone addresses are checked on random bytes, where a pass from
+one address reaches only some of the others on a boundary.
+"""
+
+from __future__ import annotations
+
+import errno
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import kpsdk
+from kpsdk import fixtures
+from kpsdk.insn import Decoded
+from tests.conftest import UNICORN_ARCHS
+
+CODE = 0x500000
+
+
+def _outcome(s: kpsdk.Session, addr: int) -> tuple[int, str] | Decoded:
+    """What registering one kprobe at ``addr`` gives one by one: the point's instruction,
+    or the error (errno, message); the probe is unregistered again."""
+    probe = kpsdk.Kprobe(addr=addr)
+    try:
+        s.register_kprobe(probe)
+    except kpsdk.KprobeError as exc:
+        return exc.errno, str(exc)
+    point = s.target.manager.point_of(probe)
+    assert point is not None
+    insn = point.insn
+    s.unregister_kprobe(probe)
+    return insn
+
+
+def _placed(s: kpsdk.Session, probes: list[Any]) -> dict[int, Decoded]:
+    """Each registered probe's address and its point's instruction."""
+    out = {}
+    for p in probes:
+        point = s.target.manager.point_of(p)
+        assert point is not None and p.registered
+        out[point.addr] = point.insn
+    return out
+
+
+def _every_offset(s: kpsdk.Session) -> list[int]:
+    """Every byte of every function of the fixture (Thumb bit where its code is Thumb)."""
+    out = []
+    for sym in s.symbols:
+        if sym.kind == "func" and sym.size and not sym.name.startswith("_"):
+            thumb = sym.address & 1 if s.arch.has_thumb else 0
+            start = sym.address - thumb
+            out += [(start + off) | thumb for off in range(sym.size)]
+    return out
+
+
+@pytest.mark.parametrize("arch", UNICORN_ARCHS)
+def test_a_batch_places_what_one_by_one_places(arch: str) -> None:
+    """Every byte of every function: one by one says which are instructions; a batch of
+    all of those places each on the same instruction, ``list()`` shows the same lines, and
+    a batch that adds one refused address raises its error and registers nothing."""
+    with kpsdk.open(f"elf:{fixtures.path(arch)}") as one, kpsdk.open(f"elf:{fixtures.path(arch)}") as batch:
+        offsets = _every_offset(one)
+        outcomes = {a: _outcome(one, a) for a in offsets}
+        good = [a for a, o in outcomes.items() if isinstance(o, Decoded)]
+        bad = [a for a, o in outcomes.items() if not isinstance(o, Decoded)]
+        assert len(good) > 50 and bad, (len(good), len(bad))
+        singles = [kpsdk.Kprobe(addr=a) for a in good]
+        for p in singles:
+            one.register_kprobe(p)
+        probes = [kpsdk.Kprobe(addr=a) for a in good]
+        batch.register_kprobes(probes)
+        assert _placed(batch, probes) == _placed(one, singles)
+        assert batch.list() == one.list()
+        assert [p.addr for p in probes] == [p.addr for p in singles]  # the address as registered
+        batch.unregister_kprobes(probes)
+        for a in bad[:: max(1, len(bad) // 12)]:
+            again = [kpsdk.Kprobe(addr=g) for g in good[:40]] + [kpsdk.Kprobe(addr=a)]
+            with pytest.raises(kpsdk.KprobeError) as err:
+                batch.register_kprobes(again)
+            assert (err.value.errno, str(err.value)) == outcomes[a]
+            assert not any(p.registered for p in again) and not batch.target.manager.points
+
+
+@pytest.mark.parametrize("arch", UNICORN_ARCHS)
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_lone_addresses_in_a_batch_decode_as_each_on_its_own(arch: str, data: st.DataObject) -> None:
+    """Code outside any function (random bytes, so a pass from one address lands inside
+    the instructions of others): the batch of every address one by one accepts places
+    each on the instruction decoded at that address alone."""
+    code = data.draw(st.binary(min_size=8, max_size=96), label="code")
+    offsets = sorted(data.draw(st.sets(st.integers(0, len(code) - 1), min_size=2, max_size=40), label="offsets"))
+    with kpsdk.open(f"unicorn:{arch}") as one, kpsdk.open(f"unicorn:{arch}") as s:
+        for session in (one, s):
+            session.target.map(CODE, 0x1000, "rx")  # type: ignore[attr-defined]
+            session.target.uc.mem_write(CODE, code)  # type: ignore[attr-defined]
+        thumb = 1 if arch == "thumb" else 0  # on arm, an odd address is Thumb code (as bit 0 says)
+        good = [CODE + o | thumb for o in offsets if isinstance(_outcome(one, CODE + o | thumb), Decoded)]
+        singles = [kpsdk.Kprobe(addr=a) for a in good]
+        for p in singles:
+            one.register_kprobe(p)
+        probes = [kpsdk.Kprobe(addr=a) for a in good]
+        s.register_kprobes(probes)
+        assert _placed(s, probes) == _placed(one, singles)
+        assert s.list() == one.list()
+        s.unregister_kprobes(probes)
+        assert not s.target.manager.points
+
+
+def test_a_failing_batch_raises_the_first_probe_error_in_order() -> None:
+    """K8 in a batch: the error is the one the first failing probe gives one by one,
+    whichever check finds it (a field's type, an unknown name, an address, a probe given
+    twice), and no probe of the batch is left registered."""
+    with kpsdk.open(f"elf:{fixtures.path('x86_64')}") as s:
+        inc = s.symbols.resolve("inc")
+
+        def batch(*probes: Any) -> kpsdk.KprobeError:
+            with pytest.raises(kpsdk.KprobeError) as err:
+                s.register_kprobes(list(probes))
+            assert not any(p.registered for p in probes) and not s.target.manager.points
+            return err.value
+
+        def bad_field() -> kpsdk.Kprobe:
+            p = kpsdk.Kprobe(addr=inc)
+            p.offset = "4"  # type: ignore[assignment]  # set after it was made: checked at registration
+            return p
+
+        unknown = kpsdk.Kprobe(symbol_name="no_such_function")
+        assert batch(kpsdk.Kprobe(addr=inc), unknown, bad_field()).errno == errno.ENOENT
+        assert isinstance(batch(kpsdk.Kprobe(addr=inc), bad_field(), unknown), kpsdk.FieldTypeError)
+        assert "not on an instruction boundary" in str(batch(kpsdk.Kprobe(addr=inc + 1), unknown))
+        twice = kpsdk.Kprobe(addr=inc)
+        assert "already registered" in str(batch(twice, kpsdk.Kprobe(symbol_name="inc"), twice))
+        ret = next(a for a in range(inc, inc + 64) if s.target.decode_at(a, inc, s.target.iset_at(inc, None))
+                   and str(s.target.decode_at(a, inc, s.target.iset_at(inc, None))) == "ret")
+        assert batch(kpsdk.Kprobe(addr=inc), unknown).errno == errno.ENOENT
+        ok = kpsdk.Kprobe(addr=ret)
+        s.register_kprobes([ok])  # a probe already registered, then given again in a batch
+        with pytest.raises(kpsdk.KprobeError, match="already registered"):
+            s.register_kprobes([kpsdk.Kprobe(addr=inc), ok])
+        assert [p.addr for p in s.target.manager.points.values()] == [ret]
+
+
+def test_probes_sharing_a_point_in_a_batch_run_newest_first() -> None:
+    """K5: several probes on one address, registered in one batch, run their handlers in
+    the order one by one gives them (the newest first), and each counts its hits."""
+    order: list[str] = []
+
+    def handler(name: str) -> Any:
+        def pre(p: Any, regs: Any) -> int:
+            order.append(name)
+            return 0
+        return pre
+
+    with kpsdk.open(f"elf:{fixtures.path('x86_64')}") as s:
+        probes = [kpsdk.Kprobe(symbol_name="inc", pre_handler=handler(n)) for n in "abc"]
+        probes.append(kpsdk.Kprobe(symbol_name="inc", offset=0, pre_handler=handler("d"),
+                                   post_handler=lambda p, regs, flags: order.append("post")))
+        s.register_kprobes(probes)
+        s.call("inc", 41)
+        assert order == ["d", "c", "b", "a", "post"]
+        assert [p.hits for p in probes] == [1, 1, 1, 1]
+
+
+@pytest.mark.parametrize("arch", ["thumb", "x86_64"])
+def test_a_batch_decodes_code_whose_decoder_keeps_state_as_one_by_one(arch: str) -> None:
+    """Thumb's decoder carries an ``IT``'s condition into the instructions after it
+    (``moveq``) within one pass, where the instruction alone is ``mov``: a batch decodes
+    Thumb code each on its own, as one by one does.  x86's prefixes belong to the
+    instruction they precede: a batch over ``lock``/``rep`` runs agrees too."""
+    # the IT itself is refused (K1), so it is left out of the batch, but a pass from the
+    # instruction before it would walk through it
+    code = bytes.fromhex("1846" "08bf" "0846" "7047" if arch == "thumb" else "f0ff00" "f3a4" "66" "90" "c3")
+    with kpsdk.open(f"unicorn:{arch}") as one, kpsdk.open(f"unicorn:{arch}") as s:
+        for session in (one, s):
+            session.target.map(CODE, 0x1000, "rx")  # type: ignore[attr-defined]
+            session.target.uc.mem_write(CODE, code)  # type: ignore[attr-defined]
+        thumb = 1 if arch == "thumb" else 0
+        good = [CODE + o | thumb for o in range(len(code)) if isinstance(_outcome(one, CODE + o | thumb), Decoded)]
+        singles = [kpsdk.Kprobe(addr=a) for a in good]
+        for p in singles:
+            one.register_kprobe(p)
+        probes = [kpsdk.Kprobe(addr=a) for a in good]
+        s.register_kprobes(probes)
+        assert len(good) >= 3
+        assert _placed(s, probes) == _placed(one, singles)
