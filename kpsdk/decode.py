@@ -280,6 +280,13 @@ def _prime_run(target: CodeView, md: capstone.Cs, iset: InstructionSet, addrs: l
             break
 
 
+def forget_primed() -> None:
+    """Drop what :func:`prime` decoded: a batch's own, so that nothing it did not take serves
+    a later registration (code written into the engine behind kpsdk's back, which does not
+    move ``code_generation``, is then read afresh)."""
+    _PRIMED[:] = [None, None, {}]
+
+
 def _primed(target: CodeView, addr: int, iset: InstructionSet) -> Decoded | None:
     """The instruction :func:`prime` decoded at ``addr`` (taken: each serves once), if
     ``target`` is the view primed and its code has not changed since."""

@@ -202,7 +202,6 @@ class ProbeManager:
         if point is None:
             point = ProbePoint(addr, iset, insn, internal=internal)
         self._check_step(probe, point)
-        self.points[addr] = point
         self._attach(probe, point)
         try:
             self._sync(point)
@@ -212,55 +211,63 @@ class ProbeManager:
         return point
 
     def add_many(self, probes: list[Probe], check: Callable[[Probe], None] | None = None) -> None:
-        """Register ``probes`` as :meth:`resolve` and :meth:`add` would one by one (after
-        ``check``, the type's own test of each probe), all or none (K8).
+        """Register ``probes`` exactly as :meth:`resolve` and :meth:`add` would one by one
+        (after ``check``, the type's own test of each probe), all or none (K8).
 
-        The first probe that fails raises what it would have raised one by one, and then
-        nothing is armed.  A batch of 10,000 spent most of its time on what a batch can
-        share (issue 19): the instructions outside any function are decoded together
-        (:func:`kpsdk.decode.prime`), not one capstone call each, and a point several
-        probes share is synced once.  So it goes in passes: every probe is checked and
-        resolved (up to the first that fails), the addresses decoded together and checked
-        (K1) in order, then each point armed once.  Unlike one by one, a batch that fails
-        leaves every probe as it was given (one by one, the probes registered before the
-        failing one kept the address they were registered at)."""
+        A batch of 10,000 spent most of its time on what a batch can share (issue 19):
+        decoding the instructions outside any function, one capstone call each.  So it goes
+        in passes: every probe is checked and resolved in order (up to the first that
+        fails); the addresses are decoded together (:func:`kpsdk.decode.prime`) and K1's
+        checks run on each in order (up to the first that fails); then the probes before
+        that one are attached and armed in order, as one by one.  The error raised is the
+        one the first failing probe gives one by one: an arming error (``ENOMEM``: kpsdk's
+        slot area full) of an earlier probe comes before a later probe's check error, and a
+        probe given twice is found registered at its second turn.  On any error the probes
+        armed are unregistered, newest first."""
+        from kpsdk.decode import forget_primed  # loads with the first decode, not with kpsdk
+
         addrs: list[int] = []
         failure: KprobeError | None = None
-        taken: set[int] = set()
         for probe in probes:
             try:
                 if check is not None:
                     check(probe)
                 addr = self.resolve(probe)
-                if probe.registered or id(probe) in taken:
+                if probe.registered:
                     raise KprobeError(errno.EINVAL, f"{probe!r} is already registered")
-            except KprobeError as exc:  # raised after the probes before it are checked (K1): theirs come first
+            except KprobeError as exc:  # raised in its turn, after the probes before it are armed
                 failure = exc
                 break
-            taken.add(id(probe))
             addrs.append(addr)
-        self._prime_decodes(addrs)
-        new: dict[int, ProbePoint] = {}
         placed: list[tuple[Probe, ProbePoint]] = []
-        for probe, addr in zip(probes, addrs, strict=False):  # addrs stops at a failing probe
-            addr, iset, insn = self.check_address(addr)
-            point = self.points.get(addr) or new.get(addr)
-            if point is None:
-                point = new[addr] = ProbePoint(addr, iset, insn)
-            self._check_step(probe, point)
-            placed.append((probe, point))
-        if failure is not None:
-            raise failure
-        self.points.update(new)
-        touched: dict[int, ProbePoint] = {}
-        for probe, point in placed:
-            self._attach(probe, point)
-            touched[point.addr] = point
+        new: dict[int, ProbePoint] = {}
         try:
-            for point in touched.values():
+            self._prime_decodes(addrs)
+            for probe, addr in zip(probes, addrs, strict=False):  # addrs stops at a failing probe
+                try:
+                    addr, iset, insn = self.check_address(addr)
+                    point = self.points.get(addr) or new.get(addr)
+                    if point is None:
+                        point = new[addr] = ProbePoint(addr, iset, insn)
+                    self._check_step(probe, point)
+                except KprobeError as exc:
+                    failure = exc
+                    break
+                placed.append((probe, point))
+        finally:
+            forget_primed()  # the batch's own: a later registration reads the code afresh
+        armed: list[tuple[Probe, ProbePoint]] = []
+        try:
+            for probe, point in placed:
+                if probe.registered:  # given twice in this batch: registered by its first turn
+                    raise KprobeError(errno.EINVAL, f"{probe!r} is already registered")
+                self._attach(probe, point)
+                armed.append((probe, point))
                 self._sync(point)
+            if failure is not None:
+                raise failure
         except BaseException:
-            for probe, point in reversed(placed):
+            for probe, point in reversed(armed):
                 self._detach(point, probe)
             raise
 
@@ -271,7 +278,8 @@ class ProbeManager:
                               f"{self.target.symbols.format(point.addr)}")
 
     def _attach(self, probe: Probe, point: ProbePoint) -> None:
-        """Put a checked probe on its point (not armed yet: :meth:`_sync`)."""
+        """Put a checked probe on its point, the point in :attr:`points` (not armed yet: :meth:`_sync`)."""
+        self.points[point.addr] = point
         if probe.symbol_name is None and not probe.offset:  # addr as registered (no Thumb bit)
             probe.addr = point.addr
         probe.session = self.target.session
@@ -282,11 +290,11 @@ class ProbeManager:
     def _prime_decodes(self, addrs: list[int]) -> None:
         """Hand :func:`kpsdk.decode.prime` those of ``addrs`` that :meth:`check_address` will
         decode on their own (no function holds them, or it is too long to walk)."""
-        if len(addrs) < 2:
-            return
+        target = self.target
+        if len(addrs) < 2 or getattr(target, "code_generation", None) is None:
+            return  # nothing to share, or a target whose code may change under it (live): no priming
         from kpsdk.decode import MAX_LINEAR, prime  # loads with the first decode, not with kpsdk
 
-        target = self.target
         arch = target.arch
         wanted = []
         for addr in addrs:

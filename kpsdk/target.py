@@ -353,6 +353,12 @@ class Target(ABC):
         the trace then uses the comm and pid the user chose.  Called during a hit."""
         return None
 
+    def program_pid(self) -> int | None:
+        """The pid the target tells the program it runs (``getpid``, ``/proc/self``), where it
+        has no tasks of its own: a trace's prefix shows it, so that a trace line and the
+        program's own output name the same process.  None: no program, or no pid told."""
+        return None
+
     def reads_comm(self) -> bool:
         """Whether :meth:`task_info` reads the running task's real ``comm`` at a hit (a
         kernel whose ``current`` kpsdk found): ``$comm`` then reads it too."""

@@ -151,6 +151,21 @@ def test_sysinfo_is_the_machines_memory_and_one_process(build: Callable[[str], P
     assert status == 42 and s.syscalls_unimplemented == {}
 
 
+@pytest.mark.parametrize("arch", ["x86_64", "riscv64"])
+def test_a_trace_names_the_pid_the_program_is_told(build: Callable[[str], Path], sysroot: Path, arch: str) -> None:
+    """The trace prefix's task is the process the program says it is: its getpid() and
+    gettid(), as ftrace and the program agree on a real system (and ``--pid`` still wins)."""
+    for chosen in (None, 85):
+        s = kpsdk.open(f"elf:{build(arch)}", args=["/data.txt", "1", "pid"], sysroot=sysroot)
+        records: list[Any] = []
+        s.trace("p:m main", sink=records, pid=chosen)
+        assert s.run(timeout=60) == 42
+        told = next(line.split() for line in s.console.splitlines() if line.startswith("pid "))
+        assert told[1] == told[3], told  # one thread: its tid is the pid
+        assert [r.pid for r in records] == [chosen if chosen is not None else int(told[1])]
+        s.close()
+
+
 #: applets of Debian's busybox-static run on every arch Debian builds it for (its own binary,
 #: not one built here): the shell, text tools, checksums, compression, its own /proc/self
 DEBIAN_BUSYBOX_APPLETS = [["sh", "-c", "echo $((6*7)); for i in 1 2 3; do echo $i; done"], ["sort", "-r"], ["wc"],

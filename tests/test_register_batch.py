@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 import kpsdk
 from kpsdk import fixtures
 from kpsdk.insn import Decoded
+from kpsdk.probe import register_all
 from tests.conftest import UNICORN_ARCHS
 
 CODE = 0x500000
@@ -140,7 +141,8 @@ def test_a_failing_batch_raises_the_first_probe_error_in_order() -> None:
         assert isinstance(batch(kpsdk.Kprobe(addr=inc), bad_field(), unknown), kpsdk.FieldTypeError)
         assert "not on an instruction boundary" in str(batch(kpsdk.Kprobe(addr=inc + 1), unknown))
         twice = kpsdk.Kprobe(addr=inc)
-        assert "already registered" in str(batch(twice, kpsdk.Kprobe(symbol_name="inc"), twice))
+        assert str(batch(twice, kpsdk.Kprobe(symbol_name="inc"), twice)) == \
+            f"EINVAL: <Kprobe {inc:#x} registered> is already registered"  # found registered at its second turn
         ret = next(a for a in range(inc, inc + 64) if s.target.decode_at(a, inc, s.target.iset_at(inc, None))
                    and str(s.target.decode_at(a, inc, s.target.iset_at(inc, None))) == "ret")
         assert batch(kpsdk.Kprobe(addr=inc), unknown).errno == errno.ENOENT
@@ -194,3 +196,83 @@ def test_a_batch_decodes_code_whose_decoder_keeps_state_as_one_by_one(arch: str)
         s.register_kprobes(probes)
         assert len(good) >= 3
         assert _placed(s, probes) == _placed(one, singles)
+
+
+def _nops(s: kpsdk.Session, count: int = 0x100) -> None:
+    s.target.map(CODE, max(count, 0x100) + 0x1000, "rx")  # type: ignore[attr-defined]
+    s.target.uc.mem_write(CODE, b"\x90" * count + b"\xc3")  # type: ignore[attr-defined]
+
+
+def _error_of(register: Any) -> tuple[str, int, str] | None:
+    try:
+        register()
+    except kpsdk.KprobeError as exc:
+        return type(exc).__name__, exc.errno, str(exc)
+    return None
+
+
+def test_a_batch_gives_the_hook_slots_to_the_points_one_by_one_gives_them() -> None:
+    """The first OPT_LIMIT points armed get the ``[OPTIMIZED]`` hook path: a batch arms in
+    the list's order, each probe in its turn, so a point whose needs change later in the list
+    (a disabled probe, then an enabled one; a post_handler joining) ends as one by one."""
+    from kpsdk.targets.unicorn import OPT_LIMIT
+
+    def disabled_first() -> list[Any]:
+        return ([kpsdk.Kprobe(addr=CODE, flags=kpsdk.KPROBE_FLAG_DISABLED)]
+                + [kpsdk.Kprobe(addr=CODE + 1 + i) for i in range(OPT_LIMIT)] + [kpsdk.Kprobe(addr=CODE)])
+
+    def post_later() -> list[Any]:
+        return ([kpsdk.Kprobe(addr=CODE)] + [kpsdk.Kprobe(addr=CODE + 1 + i) for i in range(OPT_LIMIT)]
+                + [kpsdk.Kprobe(addr=CODE, post_handler=lambda p, regs, flags: None), kpsdk.Kprobe(addr=CODE + 0x80)])
+
+    for make in (disabled_first, post_later):
+        with kpsdk.open("unicorn:x86_64") as one, kpsdk.open("unicorn:x86_64") as s:
+            _nops(one)
+            _nops(s)
+            register_all(make(), one.register, one.unregister)
+            s.register_kprobes(make())
+            assert "[OPTIMIZED]" in one.list()
+            assert s.list() == one.list()
+
+
+def test_a_batch_fails_at_the_first_probe_one_by_one_fails_at() -> None:
+    """Errors found at different stages, in one by one's order: a probe given twice is found
+    registered at its second turn (its message names it as one by one does, Thumb bit dropped);
+    kpsdk's slot area filling up (ENOMEM) comes before a later probe's unmapped address; and
+    nothing is left registered."""
+    with kpsdk.open(f"elf:{fixtures.path('thumb')}") as one, kpsdk.open(f"elf:{fixtures.path('thumb')}") as s:
+        inc = one.symbols.resolve("inc") | 1  # Thumb code, given with its bit
+        for session in (one, s):
+            twice = kpsdk.Kprobe(addr=inc)
+            other = kpsdk.Kprobe(symbol_name="fact")
+            batch = [twice, other, twice, kpsdk.Kprobe(symbol_name="no_such_function")]
+            if session is one:
+                expected = _error_of(lambda b=batch: register_all(b, one.register, one.unregister))
+            else:
+                assert _error_of(lambda b=batch: s.register_kprobes(b)) == expected
+            assert expected is not None and expected[2] == \
+                f"EINVAL: <Kprobe {inc & ~1:#x} registered> is already registered", expected
+            assert not session.target.manager.points
+    slots = 0x10000  # more breakpoint-path probes than kpsdk's area has booster slots
+    with kpsdk.open("unicorn:x86_64") as s:
+        _nops(s, slots)
+        s.kprobes_optimization = False
+        probes = [kpsdk.Kprobe(addr=CODE + i) for i in range(slots)] + [kpsdk.Kprobe(addr=0x10)]
+        error = _error_of(lambda: s.register_kprobes(probes))
+        assert error is not None and error[1] == errno.ENOMEM, error
+        assert not s.target.manager.points and not any(p.registered for p in probes)
+
+
+def test_a_failed_batch_leaves_nothing_decoded_for_later() -> None:
+    """What a batch decoded for probes it never reached serves no later registration: code
+    written into the engine afterwards (``uc.mem_write``, which kpsdk does not see) is read afresh."""
+    with kpsdk.open("unicorn:x86_64") as s:
+        s.target.map(CODE - 0x1000, 0x1000, "rw")  # type: ignore[attr-defined]
+        _nops(s, 16)
+        with pytest.raises(kpsdk.KprobeError, match="not mapped executable"):
+            s.register_kprobes([kpsdk.Kprobe(addr=CODE - 4), kpsdk.Kprobe(addr=CODE), kpsdk.Kprobe(addr=CODE + 1)])
+        s.target.uc.mem_write(CODE, bytes.fromhex("4889c3"))  # type: ignore[attr-defined]  # mov rbx, rax
+        p = kpsdk.Kprobe(addr=CODE)
+        s.register_kprobe(p)
+        point = s.target.manager.point_of(p)
+        assert point is not None and str(point.insn) == "mov rbx, rax"

@@ -239,7 +239,8 @@ PREFIXED = re.compile(r"^ *(\S+)-(\d+) +\[(\d{3})\] (\S{5}) +(\d+\.\d{6}): (.*)$
 @pytest.mark.parametrize("extra", [[], ["--comm", "cat", "--pid", "85"]])
 def test_cli_text_has_the_kernels_prefix_and_header(extra: list[str]) -> None:
     """The same bodies as --no-prefix, each after the task/CPU/flags/time prefix, below the
-    kernel's header; Unicorn's task is the program's name and pid 1, or what --comm/--pid say."""
+    kernel's header; Unicorn's task is the program's name and the pid its getpid() gives (1000:
+    tests/test_linux_programs.py checks the two agree), or what --comm/--pid say."""
     events = ["-e", "p:put put name=+0(%a0):string v=%a1:s32", "-e", "r fact $retval:s64"]
     bare = invoke("riscv64", *events, "--no-prefix")
     result = invoke("riscv64", *events, *extra)
@@ -253,7 +254,7 @@ def test_cli_text_has_the_kernels_prefix_and_header(extra: list[str]) -> None:
     matches = [PREFIXED.match(line) for line in body]
     assert all(matches), body
     assert [m[6] for m in matches if m] == bare.stdout.splitlines()
-    comm, pid = (extra[1], extra[3]) if extra else (fixtures.path("riscv64").name[:15], "1")
+    comm, pid = (extra[1], extra[3]) if extra else (fixtures.path("riscv64").name[:15], "1000")
     assert {(m[1], m[2], m[3], m[4]) for m in matches if m} == {(comm, pid, "000", ".....")}
     assert all(line.index("[") == 25 for line in body)  # "%16s-%-7d ": the column the kernel's is at
     times = [float(m[5]) for m in matches if m]

@@ -371,6 +371,10 @@ class UnicornTarget(Target):
         how often: empty when everything it asked for was there."""
         return dict(self.linux.unimplemented) if self.linux is not None else {}
 
+    def program_pid(self) -> int | None:
+        """The Linux layer's pid (1000) for a program it runs; None for a bare session."""
+        return self.linux.pid if self.linux is not None else None
+
     @property
     def sentinel(self) -> int:
         """Where ``call()`` makes functions return to: the first byte of kpsdk's area."""

@@ -390,10 +390,11 @@ class Trace:
         self._tasks: dict[int, int] = {}
         self._task_of: Callable[[], int] | None = getattr(session.target, "current_task", None)
         files = session.target.mapped_files()
-        #: the task of targets without tasks of their own (Unicorn): the program's name, pid 1
+        #: the task of targets without tasks of their own (Unicorn): the program's name and the
+        #: pid the program is told (1000 for a Linux program), else 1
         self.fixed_task = TaskInfo(check_comm(comm) if comm is not None else
                                    program_comm(files[0].path) if files else "kpsdk",
-                                   check_pid(pid) if pid is not None else 1)
+                                   check_pid(pid) if pid is not None else session.target.program_pid() or 1)
         #: the target kernel's version, whose rules the definitions follow (None: not a kernel)
         self.kernel = _kernel_of(session)
         #: that kernel's BTF, where it takes BTF fetch arguments (since 6.5) and its image has BTF

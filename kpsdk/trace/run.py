@@ -317,7 +317,8 @@ def cmd_trace(
         help="Unicorn: the task name the prefix shows (default: the program's file name, 15 bytes at most).")] = None,
     pid: Annotated[int | None, typer.Option(
         "--pid", metavar="N", min=0, max=PID_MAX_LIMIT, rich_help_panel=OUTPUT_PANEL, show_default=False,
-        help="Unicorn: the pid the prefix shows (default: 1).")] = None,
+        help="Unicorn: the pid the prefix shows (default: the program's, 1000, as getpid() tells it; 1 with no "
+             "program).")] = None,
     sysroot: SysrootOpt = None,
     trigger: Annotated[list[str] | None, typer.Option(
         "--trigger", "-t", metavar="EVENT:CMD", rich_help_panel=EVENTS_PANEL,

@@ -2,7 +2,8 @@
    (tests/test_linux_programs.py): arguments, environment, stdin, malloc, printf,
    a file read from the sysroot and a nonzero exit status.  argv[1]: the file to
    read (/data.txt); argv[2]: how many mallocs; argv[3]: "fork", "sockets" (the
-   socket calls on its descriptors), "proc" (its own /proc/self), "statfs", "sysinfo", or a system call
+   socket calls on its descriptors), "proc" (its own /proc/self), "statfs", "sysinfo", "pid" (getpid
+   and gettid), or a system call
    number to make with no arguments (its result and errno are printed).  Built static with
    each cross compiler; its output under qemu-user is the expected one. */
 #include <errno.h>
@@ -156,6 +157,8 @@ int main(int argc, char **argv) {
             own_proc();
         } else if (strcmp(argv[3], "statfs") == 0) {
             statfs_of_root();
+        } else if (strcmp(argv[3], "pid") == 0) {
+            printf("pid %ld tid %ld\n", (long)getpid(), (long)syscall(SYS_gettid));
         } else if (strcmp(argv[3], "sysinfo") == 0) {
             struct sysinfo si;
             int r = sysinfo(&si);
