@@ -53,6 +53,19 @@ def _placed(s: kpsdk.Session, probes: list[Any]) -> dict[int, Decoded]:
     return out
 
 
+def _batch_as_one_by_one(one: kpsdk.Session, s: kpsdk.Session, addrs: list[int]) -> tuple[list[Any], list[Any]]:
+    """A kprobe at each of ``addrs`` registered one by one in ``one`` and as one batch in ``s``:
+    the same points on the same instructions, the same ``list()``.  Returns (batch, singles)."""
+    singles = [kpsdk.Kprobe(addr=a) for a in addrs]
+    for p in singles:
+        one.register_kprobe(p)
+    probes = [kpsdk.Kprobe(addr=a) for a in addrs]
+    s.register_kprobes(probes)
+    assert _placed(s, probes) == _placed(one, singles)
+    assert s.list() == one.list()
+    return probes, singles
+
+
 def _every_offset(s: kpsdk.Session) -> list[int]:
     """Every byte of every function of the fixture (Thumb bit where its code is Thumb)."""
     out = []
@@ -75,13 +88,7 @@ def test_a_batch_places_what_one_by_one_places(arch: str) -> None:
         good = [a for a, o in outcomes.items() if isinstance(o, Decoded)]
         bad = [a for a, o in outcomes.items() if not isinstance(o, Decoded)]
         assert len(good) > 50 and bad, (len(good), len(bad))
-        singles = [kpsdk.Kprobe(addr=a) for a in good]
-        for p in singles:
-            one.register_kprobe(p)
-        probes = [kpsdk.Kprobe(addr=a) for a in good]
-        batch.register_kprobes(probes)
-        assert _placed(batch, probes) == _placed(one, singles)
-        assert batch.list() == one.list()
+        probes, singles = _batch_as_one_by_one(one, batch, good)
         assert [p.addr for p in probes] == [p.addr for p in singles]  # the address as registered
         batch.unregister_kprobes(probes)
         for a in bad[:: max(1, len(bad) // 12)]:
@@ -107,13 +114,7 @@ def test_lone_addresses_in_a_batch_decode_as_each_on_its_own(arch: str, data: st
             session.target.uc.mem_write(CODE, code)  # type: ignore[attr-defined]
         thumb = 1 if arch == "thumb" else 0  # on arm, an odd address is Thumb code (as bit 0 says)
         good = [CODE + o | thumb for o in offsets if isinstance(_outcome(one, CODE + o | thumb), Decoded)]
-        singles = [kpsdk.Kprobe(addr=a) for a in good]
-        for p in singles:
-            one.register_kprobe(p)
-        probes = [kpsdk.Kprobe(addr=a) for a in good]
-        s.register_kprobes(probes)
-        assert _placed(s, probes) == _placed(one, singles)
-        assert s.list() == one.list()
+        probes, _ = _batch_as_one_by_one(one, s, good)
         s.unregister_kprobes(probes)
         assert not s.target.manager.points
 
@@ -189,13 +190,8 @@ def test_a_batch_decodes_code_whose_decoder_keeps_state_as_one_by_one(arch: str)
             session.target.uc.mem_write(CODE, code)  # type: ignore[attr-defined]
         thumb = 1 if arch == "thumb" else 0
         good = [CODE + o | thumb for o in range(len(code)) if isinstance(_outcome(one, CODE + o | thumb), Decoded)]
-        singles = [kpsdk.Kprobe(addr=a) for a in good]
-        for p in singles:
-            one.register_kprobe(p)
-        probes = [kpsdk.Kprobe(addr=a) for a in good]
-        s.register_kprobes(probes)
         assert len(good) >= 3
-        assert _placed(s, probes) == _placed(one, singles)
+        _batch_as_one_by_one(one, s, good)
 
 
 def _nops(s: kpsdk.Session, count: int = 0x100) -> None:
