@@ -34,8 +34,9 @@ def register(session: Session, probe: Probe) -> None:
 
 
 def register_many(session: Session, probes: list[Probe]) -> None:
-    """All of ``probes`` or none (K8), each checked as :func:`register` checks it, armed in
-    one pass (:meth:`kpsdk.manager.ProbeManager.add_many`)."""
+    """All of ``probes`` or none (K8), each checked as :func:`register` checks it; the
+    instructions outside any function decoded together, then each armed in its turn
+    (:meth:`kpsdk.manager.ProbeManager.add_many`)."""
     session.target.manager.add_many(probes, lambda probe: check_fields(probe, type(probe).fields))
 
 

@@ -68,6 +68,7 @@ from kpsdk.regs import PtRegs
 from kpsdk.symbols import Symbol, SymbolTable, loaded_symbols
 from kpsdk.target import MappedFile, Target, TargetKind
 from kpsdk.targets.linux import LinuxProcess, check_options, start_process
+from kpsdk.targets.linux.syscalls import PID
 from kpsdk.targets.ucdetour import DATA_SIZE, DetourEngine
 from kpsdk.targets.ucfast import (
     FastHooks,
@@ -373,7 +374,7 @@ class UnicornTarget(Target):
 
     def program_pid(self) -> int | None:
         """The Linux layer's pid (1000) for a program it runs; None for a bare session."""
-        return self.linux.pid if self.linux is not None else None
+        return PID if self.linux is not None else None
 
     @property
     def sentinel(self) -> int:

@@ -67,8 +67,6 @@ class LinuxProcess:
                  stdin: bytes, cwd: str, exe: str) -> None:
         assert arch.syscalls is not None and arch.syscalls.linux is not None
         self.arch, self.uc, self.console, self.mem, self.root = arch, uc, console, space, sysroot
-        #: what getpid, gettid and /proc/self say the process is (a trace's prefix says so too)
-        self.pid = PID
         self.abi: LinuxAbi = arch.syscalls.linux
         self.order = "<" if arch.endian == "little" else ">"
         self.word = struct.Struct(self.order + ("Q" if arch.word_size == 8 else "I"))
