@@ -13,6 +13,7 @@ one address reaches only some of the others on a boundary.
 from __future__ import annotations
 
 import errno
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -272,3 +273,36 @@ def test_a_failed_batch_leaves_nothing_decoded_for_later() -> None:
         s.register_kprobe(p)
         point = s.target.manager.point_of(p)
         assert point is not None and str(point.insn) == "mov rbx, rax"
+
+
+def test_a_batch_on_debians_own_ls_places_and_runs_as_one_by_one() -> None:
+    """Debian's /bin/ls, stripped: no function holds any address, so every one goes through the
+    shared decode.  Every byte of the start of its .text: a batch of those one by one accepts
+    places each on the same instruction; then, with a probe on every instruction boundary of
+    that stretch (from a linear disassembly) registered as one batch, ``ls -l /usr`` prints
+    what it prints natively, and the probes were hit."""
+    import subprocess
+
+    import capstone
+    from elftools.elf.elffile import ELFFile
+
+    ls = Path("/bin/ls")
+    with ls.open("rb") as f:
+        text = ELFFile(f).get_section_by_name(".text")
+        start, code = text["sh_addr"], text.data()[:0x800]
+    with kpsdk.open(f"elf:{ls}", sysroot="/") as one, kpsdk.open(f"elf:{ls}", sysroot="/") as s:
+        at = one.target.mapped_files()[0].bias + start
+        assert all(one.symbols.containing(at + i) is None for i in range(len(code)))
+        good = [at + i for i in range(len(code)) if isinstance(_outcome(one, at + i), Decoded)]
+        assert len(good) > len(code) // 2
+        _batch_as_one_by_one(one, s, good)
+    boundaries = [off for off, *_ in capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64).disasm_lite(code, 0)]
+    native = subprocess.run([str(ls), "-l", "/usr"], capture_output=True, text=True, check=True).stdout
+    with kpsdk.open(f"elf:{ls}", sysroot="/", args=["-l", "/usr"]) as s:
+        at = s.target.mapped_files()[0].bias + start
+        probes = [kpsdk.Kprobe(addr=at + off) for off in boundaries
+                  if isinstance(_outcome(s, at + off), Decoded)]  # K1's refusals (syscall...) left out
+        s.register_kprobes(probes)
+        assert s.run(timeout=120) == 0
+        assert s.console == native
+        assert sum(p.hits for p in probes) > 0
