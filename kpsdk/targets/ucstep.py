@@ -89,7 +89,14 @@ class SoftStep:
         self._transient: list[int] = []  # one-shot hooks of the pending step (past HOOKS_PER_POINT)
         #: the step under way: the point whose instruction runs, and where it may arrive
         self.pending: tuple[ProbePoint, frozenset[int]] | None = None
-        self._callback = self._on_successor
+        self._callback_made: Callable[[int, int, int, int], None] | None = None
+
+    @property
+    def _callback(self) -> Callable[[int, int, int, int], None]:
+        """The successor hook's callback (:meth:`_on_successor`), made once."""
+        if self._callback_made is None:
+            self._callback_made = self._on_successor()
+        return self._callback_made
 
     @property
     def hooked(self) -> int:
@@ -261,25 +268,53 @@ class SoftStep:
         if run_post is not None:  # None: the point lost its post_handlers while the step was pending
             run_post(self._host.hit_regs, addr)
 
-    def _on_successor(self, handle: int, addr: int, size: int, user: int) -> None:
-        """The successor hook: a step ends here.  :meth:`_post` inlined: one Python frame
-        fewer took a post_handler hit from 3.05-3.18x to 2.81-2.87x a pre_handler hit
-        (docs/performance.md, Results)."""
-        try:
-            step = self.pending
-            if step is None or addr not in step[1]:
-                return
-            here = self._hook_points.get(addr)
-            if here is not None and not here.internal:  # its own hook runs the step first (see reached)
-                return
-            self.pending = None
-            if self._transient:
-                self._drop_transient()
-            run_post = step[0].run_post
-            if run_post is not None:  # None: the point lost its post_handlers while the step was pending
-                run_post(self._host.hit_regs, addr)
-        except BaseException as exc:  # noqa: BLE001 - stored and re-raised by run()/call()
-            self._host.fail(exc)
+    def _on_successor(self) -> Callable[[int, int, int, int], None]:
+        """The successor hook, one closure for all successors (made at the first hook, when
+        the target has its manager): a step ends here.  :meth:`_post` inlined, and for a
+        point with one active probe the manager's ``post_function`` body too (K3, K4
+        through the manager's ``_fault``, K6), as the hook path's ``on_hit`` inlines its
+        pre: each Python frame a hit does not enter is ~0.1 us of a ~2.8 us hit
+        (docs/performance.md).  A change to either body goes here too."""
+        stepper, host = self, self._host
+        hook_points, regs, manager, fail = self._hook_points, host.hit_regs, host.manager, host.fail
+        hit = regs._hit
+
+        def on_successor(handle: int, addr: int, size: int, user: int) -> None:
+            try:
+                step = stepper.pending
+                if step is None or addr not in step[1]:
+                    return
+                here = hook_points.get(addr)
+                if here is not None and not here.internal:  # its own hook runs the step first (see reached)
+                    return
+                stepper.pending = None
+                if stepper._transient:
+                    stepper._drop_transient()
+                point = step[0]
+                if point.run_post is None:  # the point lost its post_handlers while the step was pending
+                    return
+                only = point.only
+                if only is None:
+                    point.run_post(regs, addr)
+                    return
+                p, me = only  # ProbeManager.post_function's body for one probe, inlined
+                handler = p.post_handler
+                if handler is None or manager.busy:
+                    return
+                manager.busy = True
+                hit[0] = None
+                hit[1] = addr
+                hit[2] = None
+                try:
+                    handler(me, regs, 0)
+                except Exception as exc:  # noqa: BLE001 - K4: fault_handler or re-raised
+                    manager._fault(p, point, regs, exc, "post_handler")
+                finally:
+                    manager.busy = False
+            except BaseException as exc:  # noqa: BLE001 - stored and re-raised by run()/call()
+                fail(exc)
+
+        return on_successor
 
     def holds(self, point: ProbePoint) -> bool:
         """Whether ``point`` keeps successor hooks or a learned step (see :meth:`release`)."""
