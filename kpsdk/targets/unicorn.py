@@ -80,6 +80,7 @@ from kpsdk.targets.ucfast import (
     memory_writer,
 )
 from kpsdk.targets.ucstep import SoftStep
+from kpsdk.targets.uctlb import TlbFill, watch_mappings
 from kpsdk.targets.ucwatch import UcWatch
 
 if TYPE_CHECKING:
@@ -145,6 +146,9 @@ class UnicornTarget(Target):
         self.arch = arch
         self.abi_kind = abi_kind
         self.uc = unicorn.Uc(*arch.unicorn)
+        #: guest stores at full speed on memory that is not executable (kpsdk.targets.uctlb)
+        self.tlb = TlbFill(self.uc)
+        watch_mappings(self.uc, self.tlb)
         if arch.unicorn_setup is not None:  # CPU state Unicorn leaves off that programs expect (ARM's VFP)
             arch.unicorn_setup(self.uc)
         self.fast = FastRegs(self.uc)
