@@ -984,7 +984,7 @@ def build_rows(cfg: Config, raw: dict[str, Any]) -> list[Row]:
                         f"({wt['iterations']:,} iterations)", f"{wt['w_s'] * 1e3:.1f} / {wt['rw_s'] * 1e3:.1f} ms",
                         f"no watchpoint {wt['none_s'] * 1e3:.1f} ms",
                         f"{wt['w_slowdown']:.2f}x / {wt['rw_slowdown']:.2f}x",
-                        "Unicorn 2.1.4: ~1.64x (any memory hook)"))
+                        "none: code translated with a memory hook takes the slow path for every access"))
         rows.append(Row("W", f"  watchpoint hit (w, empty handler), registered around each run: its first hit "
                         f"learns the site ({wt['hits_per_run']:,} hits/run; CPU time)", us(wt["hit_us"]),
                         f"bare recording hook {us(wt['bare_us'])}", f"{wt['hit_ratio']:.2f}x", "<= 5x",
