@@ -7,6 +7,11 @@ mapping's permissions still hold after fast-path stores to it.
 
 from __future__ import annotations
 
+import os
+import signal
+import threading
+import time
+
 import pytest
 import unicorn
 
@@ -55,10 +60,45 @@ def test_code_a_program_rewrites_with_its_own_stores_runs_rewritten(arch: str) -
     s.write_memory(PAGE, one)
     assert s.call(PAGE) == 1
     s.target.map(DATA + 0x1000, 0x1000, "rw")  # type: ignore[attr-defined]  # a mapping change empties the TLB
-    s.call(CODE, PAGE + 0x800, PAGE + off, value)
+    s.call(CODE, PAGE + 0x200, PAGE + off, value)  # 0x200: ARM's TLB pages are 1 KiB
     assert s.read_memory(PAGE + off, 1) == bytes([value])
     assert s.call(PAGE) == 2
     assert s.target.tlb.fills > 0  # type: ignore[attr-defined]  # the fill is kpsdk's
+
+
+#: per arch: ``load2(a)``, two loads of the byte at a (the second returned), and the second's offset
+LOADS: dict[str, tuple[bytes, int]] = {
+    "x86_64": (bytes.fromhex("0fb6070fb607c3"), 3),  # movzx eax, byte [rdi] (twice); ret
+    "i386": (bytes.fromhex("8b4424040fb6080fb600c3"), 7),  # mov eax, [esp+4]; movzx ecx/eax, byte [eax]; ret
+    "arm": (_words((0xE5D01000, 0xE5D00000, 0xE12FFF1E), "little"), 4),  # ldrb r1, [r0]; ldrb r0, [r0]; bx lr
+    "riscv64": (_words((0x00054583, 0x00054503, 0x00008067), "little"), 4),  # lbu a1/a0, 0(a0); ret
+    "ppc64": (_words((0x88830000, 0x88630000, 0x4E800020), "big"), 4),  # lbz r4/r3, 0(r3); blr
+}
+
+
+@pytest.mark.parametrize("arch", sorted(PROGRAMS))
+def test_a_mapping_made_unreadable_inside_a_run_refuses_the_next_load(arch: str) -> None:
+    """Unicorn 2.1.4 keeps the TLB entry when ``mem_protect`` takes away only the read
+    permission, and a load that hits it takes the fast path unchecked.  Between the
+    program's two loads a pre_handler takes the permission away (as a Linux program's
+    ``mprotect`` does inside a run): kpsdk empties the TLB, so the second load is refused."""
+    code, second = LOADS[arch]
+    s = kpsdk.open(f"unicorn:{arch}")
+    s.target.map(CODE, 0x1000, "rx")  # type: ignore[attr-defined]
+    s.target.map(DATA, 0x1000, "rw")  # type: ignore[attr-defined]
+    s.write_memory(CODE, code)
+    s.write_memory(DATA + 8, b"\x05")
+    assert s.call(CODE, DATA + 8) == 5
+    uc = s.target.uc  # type: ignore[attr-defined]
+
+    def take_read(p: kpsdk.Probe, regs: kpsdk.PtRegs) -> int:
+        uc.mem_protect(DATA, 0x1000, unicorn.UC_PROT_WRITE)
+        return 0
+
+    s.register_kprobe(kpsdk.Kprobe(addr=CODE + second, pre_handler=take_read))
+    with pytest.raises(KpsdkError) as info:
+        s.call(CODE, DATA + 8)
+    assert "read" in str(info.value).lower()
 
 
 @pytest.mark.parametrize("arch", sorted(PROGRAMS))
@@ -79,3 +119,70 @@ def test_a_mapping_made_read_only_refuses_stores_after_fast_ones(arch: str) -> N
     assert "write" in str(info.value).lower()
     assert s.read_memory(DATA + 8, 1) == bytes([3])
 
+
+
+def _session_with(arch: str) -> tuple[kpsdk.Session, int, int]:
+    """``store2`` in CODE, ``one`` at PAGE (rwx, translated once); the byte to patch and its value."""
+    store2, one, off, value = PROGRAMS[arch]
+    s = kpsdk.open(f"unicorn:{arch}")
+    s.target.map(CODE, 0x1000, "rx")  # type: ignore[attr-defined]
+    s.target.map(PAGE, 0x1000, "rwx")  # type: ignore[attr-defined]
+    s.write_memory(CODE, store2)
+    s.write_memory(PAGE, one)
+    assert s.call(PAGE) == 1
+    return s, off, value
+
+
+@pytest.mark.parametrize("arch", sorted(PROGRAMS))
+def test_code_rewritten_after_its_page_lost_and_regained_exec_runs_rewritten(arch: str) -> None:
+    """Unicorn 2.1.4 keeps TLB entries when ``mem_protect`` changes only the execute
+    permission: a data-only entry made while the page was not executable must not
+    survive the page becoming executable again (its stores would skip the
+    translated code).  A Linux program's ``mprotect`` takes the same call."""
+    s, off, value = _session_with(arch)
+    uc = s.target.uc  # type: ignore[attr-defined]
+    uc.mem_protect(PAGE, 0x1000, unicorn.UC_PROT_READ | unicorn.UC_PROT_WRITE)
+    s.target.map(DATA, 0x1000, "rw")  # type: ignore[attr-defined]  # the TLB emptied
+    s.call(CODE, PAGE + 0x200, PAGE + 0x201, 9)  # the page's entry made by data accesses
+    uc.mem_protect(PAGE, 0x1000, unicorn.UC_PROT_ALL)
+    s.call(CODE, PAGE + 0x202, PAGE + off, value)
+    assert s.call(PAGE) == 2
+
+
+@pytest.mark.parametrize("arch", sorted(PROGRAMS))
+def test_code_written_while_not_executable_runs_once_executable_again(arch: str) -> None:
+    """A JIT's pattern: code made writable and not executable, rewritten, made
+    executable again.  Its stores met no translated code to drop (the mapping was not
+    executable), so making the range executable drops the translations."""
+    s, off, value = _session_with(arch)
+    uc = s.target.uc  # type: ignore[attr-defined]
+    uc.mem_protect(PAGE, 0x1000, unicorn.UC_PROT_READ | unicorn.UC_PROT_WRITE)
+    s.call(CODE, PAGE + 0x200, PAGE + off, value)
+    uc.mem_protect(PAGE, 0x1000, unicorn.UC_PROT_READ | unicorn.UC_PROT_EXEC)
+    assert s.call(PAGE) == 2
+
+
+def test_ctrl_c_during_a_run_of_tlb_misses_raises_keyboard_interrupt() -> None:
+    """A run touching more pages than the TLB holds spends its Python time in the fill,
+    so Ctrl-C's KeyboardInterrupt arrives there; it must end the run as itself, not as
+    a CPU fault (nor be lost)."""
+    s = kpsdk.open("unicorn:x86_64")
+    s.target.map(CODE, 0x1000, "rx")  # type: ignore[attr-defined]
+    s.target.map(DATA, 0x1000000, "rw")  # type: ignore[attr-defined]  # 4,096 pages
+    # for (n = rdi; n; n--) for (p = DATA; p < DATA + 16 MiB; p += 4 KiB) eax += *p
+    s.write_memory(CODE, bytes.fromhex("31c048be" + DATA.to_bytes(8, "little").hex() + "48b9"
+                                       + (DATA + 0x1000000).to_bytes(8, "little").hex()
+                                       + "03064881c6001000004839ce72f248ffcf75d9c3"))
+    start = time.perf_counter()
+    s.call(CODE, 2)
+    passes = max(4, int(6.0 / max((time.perf_counter() - start) / 2, 1e-4)))  # ~6 s of misses
+    timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
+    start = time.perf_counter()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            s.call(CODE, passes)
+    finally:
+        timer.cancel()
+    assert time.perf_counter() - start < 3.0
+    assert s.target.tlb.fills > 4096  # type: ignore[attr-defined]  # the fill ran

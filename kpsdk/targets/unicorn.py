@@ -147,7 +147,7 @@ class UnicornTarget(Target):
         self.abi_kind = abi_kind
         self.uc = unicorn.Uc(*arch.unicorn)
         #: guest stores at full speed on memory that is not executable (kpsdk.targets.uctlb)
-        self.tlb = TlbFill(self.uc)
+        self.tlb = TlbFill(self.uc, fail=self.fail)
         watch_mappings(self.uc, self.tlb)
         if arch.unicorn_setup is not None:  # CPU state Unicorn leaves off that programs expect (ARM's VFP)
             arch.unicorn_setup(self.uc)
