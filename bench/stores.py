@@ -8,10 +8,13 @@ none) to a page of its own, in the default TLB mode (the CPU's fill), in the
 virtual mode without a fill hook, and in the virtual mode with kpsdk's fill
 (:class:`kpsdk.targets.uctlb.TlbFill`).  Then, on x86_64, a loop whose turn
 reads and writes the same page (the stack's case), where the virtual mode
-without a hook refills the page at each access.  Wall time per turn, best
-of three.  ppc64 has no "cpu" column: its CPU fill (the hash MMU) faults at
-the first fetch, which is why kpsdk ran it in the virtual mode, without a fill
-hook, before the fill existed.
+without a hook refills the page at each access; and a loop reading one word
+per page over more pages than the TLB holds, where each access is a TLB miss
+(kpsdk's fill is a Python callback).  Wall time per turn, best of three.
+
+ppc64 has no "cpu" column: its CPU fill (the hash MMU) faults at the first
+fetch, which is why kpsdk ran it in the virtual mode, without a fill hook,
+before the fill existed.
 """
 
 from __future__ import annotations
@@ -78,7 +81,7 @@ ARCHES: dict[str, tuple[tuple[int, int], Callable[[int], bytes], int, int]] = {
 MODES = ("cpu", "virtual", "virtual + kpsdk's fill")
 
 
-def engine(uc_args: tuple[int, int], mode: str) -> tuple[unicorn.Uc, object]:
+def engine(uc_args: tuple[int, int], mode: str, size: int = 0x10000) -> tuple[unicorn.Uc, object]:
     uc = unicorn.Uc(*uc_args)
     keep: object = None
     if mode == "virtual":
@@ -88,16 +91,17 @@ def engine(uc_args: tuple[int, int], mode: str) -> tuple[unicorn.Uc, object]:
     if uc_args[0] == unicorn.UC_ARCH_PPC:  # a 64-bit process's MSR (arch_backends/ppc64.py)
         uc.reg_write(ppc_const.UC_PPC_REG_MSR, MSR)
     uc.mem_map(CODE, 0x10000)
-    uc.mem_map(DATA, 0x10000, unicorn.UC_PROT_READ | unicorn.UC_PROT_WRITE)
+    uc.mem_map(DATA, size, unicorn.UC_PROT_READ | unicorn.UC_PROT_WRITE)
     return uc, keep
 
 
-def per_turn_ns(uc_args: tuple[int, int], mode: str, code: bytes, regs: dict[int, int], turns: int) -> float:
+def per_turn_ns(uc_args: tuple[int, int], mode: str, code: bytes, regs: dict[int, int], turns: int,
+                size: int = 0x10000) -> float:
     if uc_args[0] == unicorn.UC_ARCH_PPC and mode == "cpu":
         return float("nan")  # the CPU's hash MMU faults at the first fetch (arch_backends/ppc64.py)
     best = float("inf")
     for _ in range(3):
-        uc, _keep = engine(uc_args, mode)
+        uc, _keep = engine(uc_args, mode, size)
         uc.mem_write(CODE, code)
         for reg, value in regs.items():
             uc.reg_write(reg, value)
@@ -126,6 +130,15 @@ def main() -> None:
                 x86_const.UC_X86_REG_RCX: turns}
         cells = [per_turn_ns((unicorn.UC_ARCH_X86, unicorn.UC_MODE_64), m, code, regs, turns) for m in MODES]
         print(f"  {label:13}  " + "  ".join(f"{c:>22.1f}" for c in cells))
+    print("x86_64, one load per page over 4 / 64 MiB (more pages than the TLB's 256 entries), ns per page:")
+    for mib in (4, 64):
+        # for (p = DATA; p < DATA + mib MiB; p += 4 KiB) eax += *p, rcx times
+        code = bytes(ks.asm(f"L: mov rsi, {DATA}; M: add eax, [rsi]; add rsi, 0x1000; "
+                            f"cmp rsi, {DATA + mib * 0x100000}; jb M; dec rcx; jnz L", CODE)[0])
+        pages = mib * 256
+        cells = [per_turn_ns((unicorn.UC_ARCH_X86, unicorn.UC_MODE_64), m, code, {x86_const.UC_X86_REG_RCX: 10},
+                             10 * pages, size=mib * 0x100000) for m in MODES]
+        print(f"  {mib:>3} MiB        " + "  ".join(f"{c:>22.1f}" for c in cells))
 
 
 if __name__ == "__main__":
