@@ -7,10 +7,12 @@ mapping's permissions still hold after fast-path stores to it.
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import threading
 import time
+import weakref
 
 import pytest
 import unicorn
@@ -186,3 +188,17 @@ def test_ctrl_c_during_a_run_of_tlb_misses_raises_keyboard_interrupt() -> None:
         timer.cancel()
     assert time.perf_counter() - start < 3.0
     assert s.target.tlb.fills > 4096  # type: ignore[attr-defined]  # the fill ran
+
+
+def test_a_closed_session_s_engine_is_freed() -> None:
+    """The fill is registered for the unraisable hook (Ctrl-C above) weakly: a closed
+    session's target, its engine and the guest memory go with it."""
+    refs = []
+    for _ in range(3):
+        s = kpsdk.open("unicorn:x86_64")
+        s.target.map(DATA, 0x1000, "rw")  # type: ignore[attr-defined]
+        refs.append(weakref.ref(s.target))
+        s.close()
+        del s
+    gc.collect()
+    assert [r() for r in refs] == [None, None, None]

@@ -62,8 +62,9 @@ _DATA = (unicorn.UC_PROT_READ | unicorn.UC_PROT_WRITE) << _PERMS_SHIFT
 _ALL = unicorn.UC_PROT_ALL << _PERMS_SHIFT
 
 
-#: each fill function's TlbFill, for :func:`_route_unraisable`
-_OWNERS: weakref.WeakKeyDictionary[Callable[..., bool], TlbFill] = weakref.WeakKeyDictionary()
+#: each fill function's TlbFill, for :func:`_route_unraisable`; weak both ways, so that a
+#: session's engine goes when the session does
+_OWNERS: weakref.WeakKeyDictionary[Callable[..., bool], weakref.ref[TlbFill]] = weakref.WeakKeyDictionary()
 
 
 def _route_unraisable(previous: Callable[[Any], Any]) -> Callable[[Any], Any]:
@@ -77,9 +78,10 @@ def _route_unraisable(previous: Callable[[Any], Any]) -> Callable[[Any], Any]:
 
     def hook(unraisable: Any) -> None:
         try:
-            tlb = _OWNERS.get(unraisable.object)
+            owner = _OWNERS.get(unraisable.object)
         except TypeError:  # an unhashable object: not a fill
-            tlb = None
+            owner = None
+        tlb = owner() if owner is not None else None
         if tlb is not None and tlb.fail is not None and unraisable.exc_value is not None:
             tlb.fail(unraisable.exc_value)
             return
@@ -106,7 +108,7 @@ class TlbFill:
         #: fills answered so far (docs/performance.md counts them per program)
         self.fills = 0
         fill = self._make_fill()
-        _OWNERS[fill] = self
+        _OWNERS[fill] = weakref.ref(self)
         if not getattr(sys.unraisablehook, "kpsdk_routes_fills", False):
             sys.unraisablehook = _route_unraisable(sys.unraisablehook)
         self._callback = HOOK_TLB_FILL(fill)
@@ -182,7 +184,7 @@ def watch_mappings(uc: unicorn.Uc, tlb: TlbFill) -> None:
         finally:
             tlb.changed()
             tlb.flush()
-        if perms & unicorn.UC_PROT_EXEC:
+        if perms & unicorn.UC_PROT_EXEC and size > 0:
             uc.ctl_remove_cache(address, address + size)
 
     uc.mem_protect = mem_protect  # type: ignore[method-assign]
