@@ -13,10 +13,13 @@ one address reaches only some of the others on a boundary.
 from __future__ import annotations
 
 import errno
+import subprocess
 from pathlib import Path
 from typing import Any
 
+import capstone
 import pytest
+from elftools.elf.elffile import ELFFile
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -281,11 +284,6 @@ def test_a_batch_on_debians_own_ls_places_and_runs_as_one_by_one() -> None:
     places each on the same instruction; then, with a probe on every instruction boundary of
     that stretch (from a linear disassembly) registered as one batch, ``ls -l /usr`` prints
     what it prints natively, and the probes were hit."""
-    import subprocess
-
-    import capstone
-    from elftools.elf.elffile import ELFFile
-
     ls = Path("/bin/ls")
     with ls.open("rb") as f:
         text = ELFFile(f).get_section_by_name(".text")
