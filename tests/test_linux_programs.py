@@ -118,6 +118,24 @@ def test_unknown_system_call_is_enosys_and_recorded(build: Callable[[str], Path]
     assert s.syscalls_unimplemented == {"syscall_500": 1}
 
 
+@pytest.mark.parametrize("arch", LINUX_ARCHS)
+def test_a_grown_file_mapping_holds_the_files_next_bytes(build: Callable[[str], Path], sysroot: Path,
+                                                           arch: str) -> None:
+    """``mremap`` growing a private file mapping, in place and by moving it: the new pages hold
+    the file's next bytes (then zeros past its end) and ``/proc/self/maps`` names them after
+    the file, as under qemu-user (which runs Linux's own mremap).  They were zeros before."""
+    exe = build(arch)
+    (sysroot / "big.bin").write_bytes(bytes((i * 7 + i // 251) & 0xFF for i in range(10000)))
+    args = ["/big.bin", "1", "mremap"]
+    expected = under_qemu(arch, exe, args, {}, b"", sysroot)
+    out, status, s = under_kpsdk(exe, args, {}, b"", sysroot)
+    assert (out, status) == expected
+    assert "grown: the file's bytes 1, zeros after them 1, byte 4096 " in out
+    assert "grown: big.bin\nmoved: 1\nmoved: the file's bytes 1, zeros after them 1" in out
+    assert "moved: big.bin\n" in out
+    assert s.syscalls_unimplemented == {}
+
+
 @pytest.mark.parametrize("mode", ["sockets", "proc", "statfs"])
 @pytest.mark.parametrize("arch", LINUX_ARCHS)
 def test_sockets_and_own_proc_match_qemu_user(build: Callable[[str], Path], sysroot: Path, arch: str,

@@ -3,14 +3,16 @@
    a file read from the sysroot and a nonzero exit status.  argv[1]: the file to
    read (/data.txt); argv[2]: how many mallocs; argv[3]: "fork", "sockets" (the
    socket calls on its descriptors), "proc" (its own /proc/self), "statfs", "sysinfo", "pid" (getpid
-   and gettid), or a system call
+   and gettid), "mremap" (argv[1] mapped and grown: more than two pages, less than three), or a system call
    number to make with no arguments (its result and errno are printed).  Built static with
    each cross compiler; its output under qemu-user is the expected one. */
+#define _GNU_SOURCE /* mremap */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
@@ -126,6 +128,48 @@ static void own_proc(void) {
     }
 }
 
+/* The grown mapping m of the file fd (size bytes, less than span): its bytes are the file's, then
+   zeros, and /proc/self/maps names its last page after the file. */
+static void report_grown(const char *what, const char *m, int fd, long size, long span, long ps) {
+    static char file[3 * 65536];
+    long same = pread(fd, file, size, 0) == size && memcmp(m, file, size) == 0, zeros = 1;
+    for (long i = size; i < span; i++)
+        zeros &= m[i] == 0;
+    printf("%s: the file's bytes %ld, zeros after them %ld, byte 4096 %d\n", what, same, zeros, m[4096]);
+    maps_name(what, (unsigned long)m + 2 * ps);
+}
+
+/* mremap of a private file mapping: grown in place over pages given back, and moved (a page
+   mapped right after it): the new pages must hold the file's next bytes, as Linux maps them. */
+static void remap_file(const char *path) {
+    long ps = sysconf(_SC_PAGESIZE), span = 3 * ps;
+    int fd = open(path, O_RDONLY);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0 || st.st_size <= 2 * ps || st.st_size >= span || span > 3 * 65536) {
+        printf("mremap: %s must have more than 2 pages and less than 3\n", path);
+        return;
+    }
+    char *p = mmap(0, span, PROT_READ, MAP_PRIVATE, fd, 0);
+    munmap(p + ps, 2 * ps);
+    char *q = mremap(p, ps, span, MREMAP_MAYMOVE);
+    if (q == MAP_FAILED) {
+        printf("mremap in place: errno=%d\n", errno);
+        return;
+    }
+    report_grown("grown", q, fd, st.st_size, span, ps);
+    /* two anonymous pages, the file over the first: the second keeps it from growing in place */
+    char *r = mmap(0, 2 * ps, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    mmap(r, ps, PROT_READ, MAP_PRIVATE | MAP_FIXED, fd, 0);
+    char *m = mremap(r, ps, span, MREMAP_MAYMOVE);
+    if (m == MAP_FAILED) {
+        printf("mremap moving: errno=%d\n", errno);
+        return;
+    }
+    printf("moved: %d\n", m != r);
+    report_grown("moved", m, fd, st.st_size, span, ps);
+    close(fd);
+}
+
 int main(int argc, char **argv) {
     printf("argc=%d\n", argc);
     for (int i = 0; i < argc; i++)
@@ -157,6 +201,9 @@ int main(int argc, char **argv) {
             own_proc();
         } else if (strcmp(argv[3], "statfs") == 0) {
             statfs_of_root();
+        } else if (strcmp(argv[3], "mremap") == 0) {
+            remap_file(argv[1]);
+            return 42; /* argv[1] is binary: not printed */
         } else if (strcmp(argv[3], "pid") == 0) {
             printf("pid %ld tid %ld\n", (long)getpid(), (long)syscall(SYS_gettid));
         } else if (strcmp(argv[3], "sysinfo") == 0) {

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import errno
 from collections.abc import Callable
+from pathlib import Path
 
 import unicorn
 
@@ -47,11 +48,17 @@ class AddressSpace:
         #: what ``/proc/self/maps`` names each file mapping: by range, the file's path and the
         #: offset at the range's start (a range unmapped or mapped over is forgotten)
         self.names: dict[tuple[int, int], tuple[str, int]] = {}
+        #: the host file behind each path a mapping was made of (mmap's): what ``mremap`` reads
+        #: when it grows such a mapping
+        self.sources: dict[str, Path] = {}
 
-    def name(self, start: int, end: int, path: str, offset: int) -> None:
-        """``[start, end)`` shows ``path`` from file offset ``offset`` in ``/proc/self/maps``."""
+    def name(self, start: int, end: int, path: str, offset: int, source: Path | None = None) -> None:
+        """``[start, end)`` shows ``path`` from file offset ``offset`` in ``/proc/self/maps``;
+        ``source``, the host file it was read from."""
         self._forget(start, end)
         self.names[(start, end)] = (path, offset)
+        if source is not None:
+            self.sources[path] = source
 
     def _named(self, start: int, end: int) -> list[tuple[tuple[int, int], tuple[str, int]]]:
         """The named parts of ``[start, end)``, cut to it, in address order."""
@@ -172,7 +179,8 @@ class AddressSpace:
 
     def remap(self, old: int, old_size: int, new_size: int, flags: int) -> int:
         """``mremap`` without MREMAP_FIXED: shrink in place, grow in place when the pages
-        after are free, else move (MREMAP_MAYMOVE) by copying."""
+        after are free, else move (MREMAP_MAYMOVE) by copying.  A grown file mapping's new
+        pages hold the file's next bytes, as Linux's."""
         if old % PAGE or not new_size or flags & MREMAP_FIXED:
             raise _GuestErrno(errno.EINVAL)
         old_size, new_size = page_up(old_size), page_up(new_size)
@@ -185,9 +193,11 @@ class AddressSpace:
             if new_size < old_size:
                 self.unmap(old + new_size, old + old_size)
             return old
+        file_after = self._file_after(old, old + old_size)
         if self.free(old + old_size, old + new_size):
             self.uc.mem_map(old + old_size, new_size - old_size, perms)
-            self._forget(old + old_size, old + new_size)  # zeros, not the file's next bytes: no name
+            self._forget(old + old_size, old + new_size)
+            self._fill_from_file(old + old_size, old + new_size, file_after)
             return old
         if not flags & MREMAP_MAYMOVE:
             raise _GuestErrno(errno.ENOMEM)
@@ -199,4 +209,33 @@ class AddressSpace:
         self.unmap(old, old + old_size)
         for (lo, hi), (path, offset) in moved:  # its names go with it
             self.name(new + (lo - old), new + (hi - old), path, offset)
+        self._fill_from_file(new + old_size, new + new_size, file_after)
         return new
+
+    def _file_after(self, start: int, end: int) -> tuple[str, int] | None:
+        """The file and offset that continue the mapping ``[start, end)`` past its end: those
+        of the named range its last page belongs to, else None (anonymous memory)."""
+        for (lo, hi), (path, offset) in self.names.items():
+            if start <= lo < hi == end:
+                return path, offset + (hi - lo)
+        return None
+
+    def _fill_from_file(self, start: int, end: int, file_after: tuple[str, int] | None) -> None:
+        """A grown file mapping's new pages ``[start, end)``: the file's next bytes (zeros past
+        its end), named in ``/proc/self/maps`` as Linux's one grown mapping is.  Left zero and
+        unnamed for anonymous memory, or a file that cannot be read again."""
+        if file_after is None:
+            return
+        path, offset = file_after
+        source = self.sources.get(path)
+        if source is None:
+            return
+        try:
+            with open(source, "rb") as f:
+                f.seek(offset)
+                data = f.read(end - start)
+        except OSError:
+            return
+        if data:
+            self.uc.mem_write(start, data)
+        self.name(start, end, path, offset)

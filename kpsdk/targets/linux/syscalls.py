@@ -794,7 +794,7 @@ class LinuxProcess:
                 self.mem.unmap(at, at + length)
                 raise _GuestErrno(e.errno or errno.EACCES) from None
             self.write(at, data)
-            self.mem.name(at, at + page_up(length), f.path, offset)
+            self.mem.name(at, at + page_up(length), f.path, offset, f.host)
             if self.on_file_map is not None and f.host is not None:
                 self.on_file_map(f.host, at, offset)
         return at
