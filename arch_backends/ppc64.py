@@ -5,7 +5,7 @@ Unicorn 2.1.4 runs it with three settings (:func:`unicorn_setup`): the default
 CPU model (the explicit PPC64 models map to 32-bit ones), the soft MMU off
 (``UC_TLB_VIRTUAL``: the hash MMU would raise an instruction storage interrupt at
 the first fetch, MSR[HV] being dropped at reset; kpsdk's Unicorn target fills that
-TLB itself, as on every arch: kpsdk.targets.uctlb) and MSR = SF|FP|VR|VSX.  On any
+TLB itself, as on every arch but ARM: kpsdk.targets.uctlb) and MSR = SF|FP|VR|VSX.  On any
 exception Unicorn 2.1.4 reports the pc 4 bytes past the instruction: a ``tw`` at A
 arrives at A+4 (hence the breakpoint's ``pc_adjust``), and an ``sc`` at A at A+4,
 which is where Linux returns to anyway.  ppc64le runs on the same big-endian engine

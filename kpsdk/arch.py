@@ -754,6 +754,9 @@ class Arch:
     detours: DetourCode | None = None
     mode_bit: ModeBit | None = None
     unicorn_setup: Callable[[Any], None] | None = None
+    #: whether kpsdk fills Unicorn's virtual TLB on this arch (kpsdk.targets.uctlb: guest stores
+    #: on the fast path); where not, Unicorn's CPU fills its TLB itself, every store on the slow path
+    unicorn_tlb_fill: bool = True
     local_entry: Callable[[bytes], int] | None = None
     #: on a kernel, how far past a function's first bytes a probe by name goes (x86 IBT:
     #: the 4-byte ``endbr``, or the nop the kernel seals an unused one with)

@@ -32,6 +32,13 @@ The fill is a Python callback, ~1.9 us where the CPU's own fill costs ~0.1 us:
 a program that touches more pages than the TLB's 256 entries, in an order
 without locality, pays that on each miss (docs/api.md's limitations).
 
+Not on ARM (``Arch.unicorn_tlb_fill``): Unicorn 2.1.4's virtual mode restores the CPU
+state of the accessing instruction at every fill (``cpu_restore_state`` in
+``unicorn_vtlb.c``), Thumb's IT state included, and a miss inside an IT block left that
+state behind for the next translated block, which then ran as if inside it.  There
+Unicorn's CPU fills its TLB, and :func:`watch_mappings` still empties it after every
+``mem_protect``.
+
 Which mappings are executable is read from ``uc_mem_regions`` at the first fill
 after the memory map may have changed; the fill is told so by
 :meth:`TlbFill.changed`, which every mapping call made through the engine
@@ -126,8 +133,8 @@ class TlbFill:
         self._spans = None
 
     def flush(self) -> None:
-        """Empty the TLB (``UC_CTL_TLB_FLUSH``): every page is filled again at its next access."""
-        self._uc.ctl(unicorn.UC_CTL_TLB_FLUSH, unicorn.UC_CTL_IO_WRITE)
+        """Empty the TLB: every page is filled again at its next access."""
+        flush_tlb(self._uc)
 
     def _read_spans(self) -> tuple[list[int], list[int]]:
         regions = sorted((s, e) for s, e, p in self._uc.mem_regions() if p & unicorn.UC_PROT_EXEC)
@@ -156,34 +163,43 @@ class TlbFill:
         return fill
 
 
-def watch_mappings(uc: unicorn.Uc, tlb: TlbFill) -> None:
-    """Route ``uc``'s mapping calls through ``tlb``: the Linux layer's ``mmap``, ``mprotect``,
-    ``munmap``, ``brk`` and ``mremap``, the watchpoints' traps and any caller holding the
-    engine call the binding's methods on this object.
+def flush_tlb(uc: unicorn.Uc) -> None:
+    """Empty ``uc``'s TLB (``UC_CTL_TLB_FLUSH``), whichever fills it."""
+    uc.ctl(unicorn.UC_CTL_TLB_FLUSH, unicorn.UC_CTL_IO_WRITE)
+
+
+def watch_mappings(uc: unicorn.Uc, tlb: TlbFill | None) -> None:
+    """Route ``uc``'s mapping calls through ``tlb`` (None where Unicorn's CPU fills its TLB):
+    the Linux layer's ``mmap``, ``mprotect``, ``munmap``, ``brk`` and ``mremap``, the
+    watchpoints' traps and any caller holding the engine call the binding's methods on
+    this object.
 
     After ``mem_protect`` the TLB is emptied (Unicorn keeps entries whose read or
-    execute permission changed), and a range made executable loses its translations:
-    code written into it while it was not executable was never checked against them."""
+    execute permission changed, in either TLB mode), and a range made executable loses
+    its translations: code written into it while it was not executable was never
+    checked against them."""
 
-    def changing(method: Callable[..., Any]) -> Callable[..., Any]:
+    def changing(method: Callable[..., Any], fill: TlbFill) -> Callable[..., Any]:
         def call(*args: Any, **kwargs: Any) -> Any:
             try:
                 return method(*args, **kwargs)
             finally:
-                tlb.changed()
+                fill.changed()
 
         return call
 
-    for name in ("mem_map", "mem_map_ptr", "mem_unmap"):
-        setattr(uc, name, changing(getattr(uc, name)))
+    if tlb is not None:
+        for name in ("mem_map", "mem_map_ptr", "mem_unmap"):
+            setattr(uc, name, changing(getattr(uc, name), tlb))
     protect = uc.mem_protect
 
     def mem_protect(address: int, size: int, perms: int = unicorn.UC_PROT_ALL) -> None:
         try:
             protect(address, size, perms)
         finally:
-            tlb.changed()
-            tlb.flush()
+            if tlb is not None:
+                tlb.changed()
+            flush_tlb(uc)
         if perms & unicorn.UC_PROT_EXEC and size > 0:
             uc.ctl_remove_cache(address, address + size)
 
