@@ -14,7 +14,9 @@ per page over more pages than the TLB holds, where each access is a TLB miss
 
 ppc64 has no "cpu" column: its CPU fill (the hash MMU) faults at the first
 fetch, which is why kpsdk ran it in the virtual mode, without a fill hook,
-before the fill existed.
+before the fill existed.  ARM's row measures the fill as on the other arches,
+but kpsdk's ARM targets do not use it (``Arch.unicorn_tlb_fill``: Unicorn's
+virtual mode leaves Thumb's IT state behind after a miss inside an IT block).
 """
 
 from __future__ import annotations

@@ -13,10 +13,13 @@ programs are Debian's.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
+import shutil
 import subprocess
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -105,29 +108,52 @@ def _finish(root: Path) -> None:
     (root / "work" / "in.txt").write_bytes(INPUT)
 
 
+#: part of each sysroot's name: a change to how one is made (:func:`_finish`) makes new ones
+LAYOUT = 1
+#: a sysroot of older package versions is removed once it is this old (seconds): a test run
+#: started before Debian's update may still be using it
+STALE_AFTER = 3600
+
+
 def build_userland(debian_arch: str, suite: str) -> Path:
-    """The sysroot of ``debian_arch``, made once per set of package versions in kpsdk's cache."""
+    """The sysroot of ``debian_arch``, made once per set of package versions in kpsdk's cache.
+
+    One builder at a time (a lock file: pytest-xdist workers, two test runs, and the private
+    apt configuration's package lists are shared).  Offline, the last sysroot made is used."""
     from kpsdk.fixtures.debian import PrivateApt
 
-    apt = PrivateApt(DebianPort(debian_arch, suite, "coreutils"))
-    pkgs = [apt.show(name) for name in PACKAGES[suite] + MORE_PACKAGES]
-    key = hashlib.sha256(" ".join(f"{p.name}={p.version}" for p in pkgs).encode()).hexdigest()[:16]
     home = cache_root() / "userland"
-    dest = home / f"{suite}-{debian_arch}-{key}"
-    if (dest / ".complete").exists():
-        return dest
     home.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=home, prefix=".build-") as tmp:
-        root = Path(tmp) / "root"
-        root.mkdir()
-        for pkg in pkgs:
-            deb = apt.download(pkg, Path(tmp))
-            subprocess.run(["dpkg-deb", "-x", str(deb), str(root)], check=True, capture_output=True)
-        _finish(root)
-        (root / ".complete").touch()
-        if not dest.exists():
+    prefix = f"{suite}-{debian_arch}-v{LAYOUT}-"
+    with open(home / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        apt = PrivateApt(DebianPort(debian_arch, suite, "coreutils"))
+        try:
+            pkgs = [apt.show(name) for name in PACKAGES[suite] + MORE_PACKAGES]
+        except TargetError:
+            made = sorted(home.glob(f"{prefix}*/.complete"), key=lambda p: p.stat().st_mtime)
+            if made:
+                return made[-1].parent
+            raise
+        key = hashlib.sha256(" ".join(f"{p.name}={p.version}" for p in pkgs).encode()).hexdigest()[:16]
+        dest = home / f"{prefix}{key}"
+        if (dest / ".complete").exists():
+            return dest
+        with tempfile.TemporaryDirectory(dir=home, prefix=".build-") as tmp:
+            root = Path(tmp) / "root"
+            root.mkdir()
+            for pkg in pkgs:
+                deb = apt.download(pkg, Path(tmp))
+                subprocess.run(["dpkg-deb", "-x", str(deb), str(root)], check=True, capture_output=True)
+            _finish(root)
+            (root / ".complete").touch()
+            if dest.exists():  # an unfinished one (a build killed before its rename): made again
+                shutil.rmtree(dest)
             root.rename(dest)
-    return dest
+        for old in home.glob(f"{prefix}*"):
+            if old != dest and time.time() - old.stat().st_mtime > STALE_AFTER:
+                shutil.rmtree(old, ignore_errors=True)
+        return dest
 
 
 @pytest.fixture(scope="module")

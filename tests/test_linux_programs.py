@@ -132,7 +132,8 @@ def test_a_grown_file_mapping_holds_the_files_next_bytes(build: Callable[[str], 
     assert (out, status) == expected
     assert "grown: the file's bytes 1, zeros after them 1, byte 4096 " in out
     assert "grown: big.bin\nmoved: 1\nmoved: the file's bytes 1, zeros after them 1" in out
-    assert "moved: big.bin\n" in out
+    assert "moved: big.bin\npart moved: 1\npart: the file's bytes 1, zeros after them 1" in out
+    assert out.endswith("part: big.bin\n")
     assert s.syscalls_unimplemented == {}
 
 
@@ -279,7 +280,7 @@ DEBIAN_PROGRAMS = {
                       "print(len(open('deep.txt', opener=lambda p, f: os.open(p, f, dir_fd=d)).read()))"],
     # compressors and checksums: long runs of guest stores to a few pages (Unicorn's store fast path,
     # kpsdk.targets.uctlb), binary output
-    "xz": ["/usr/bin/xz", "-c", "etc/passwd"],
+    "xz": ["/usr/bin/xz", "-T1", "-c", "etc/passwd"],  # one thread: a newer xz starts some
     "bzip2": ["/usr/bin/bzip2", "-c", "etc/passwd"],
     "sha512sum": ["/usr/bin/sha512sum", "etc/passwd", "etc/sub/deep.txt"],
     "od": ["/usr/bin/od", "-An", "-tx1", "etc/group"],

@@ -167,6 +167,16 @@ static void remap_file(const char *path) {
     }
     printf("moved: %d\n", m != r);
     report_grown("moved", m, fd, st.st_size, span, ps);
+    /* the first page of a three-page mapping grown to three: its second page is still mapped
+       after it, so it moves, and goes on with the file's second page */
+    char *w = mmap(0, span, PROT_READ, MAP_PRIVATE, fd, 0);
+    char *part = mremap(w, ps, span, MREMAP_MAYMOVE);
+    if (part == MAP_FAILED) {
+        printf("mremap of a part: errno=%d\n", errno);
+        return;
+    }
+    printf("part moved: %d\n", part != w);
+    report_grown("part", part, fd, st.st_size, span, ps);
     close(fd);
 }
 

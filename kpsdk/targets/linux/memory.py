@@ -12,6 +12,7 @@ as for an address Linux does not give user space).
 from __future__ import annotations
 
 import errno
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -193,7 +194,7 @@ class AddressSpace:
             if new_size < old_size:
                 self.unmap(old + new_size, old + old_size)
             return old
-        file_after = self._file_after(old, old + old_size)
+        file_after = self._file_after(old + old_size)
         if self.free(old + old_size, old + new_size):
             self.uc.mem_map(old + old_size, new_size - old_size, perms)
             self._forget(old + old_size, old + new_size)
@@ -212,12 +213,13 @@ class AddressSpace:
         self._fill_from_file(new + old_size, new + new_size, file_after)
         return new
 
-    def _file_after(self, start: int, end: int) -> tuple[str, int] | None:
-        """The file and offset that continue the mapping ``[start, end)`` past its end: those
-        of the named range its last page belongs to, else None (anonymous memory)."""
+    def _file_after(self, end: int) -> tuple[str, int] | None:
+        """The file and offset that continue a mapping ending at ``end`` past it: those of
+        the named range holding its last page (which may go on past ``end``: a part of a
+        mapping remapped), else None (anonymous memory)."""
         for (lo, hi), (path, offset) in self.names.items():
-            if start <= lo < hi == end:
-                return path, offset + (hi - lo)
+            if lo < end <= hi:
+                return path, offset + (end - lo)
         return None
 
     def _fill_from_file(self, start: int, end: int, file_after: tuple[str, int] | None) -> None:
@@ -230,12 +232,16 @@ class AddressSpace:
         source = self.sources.get(path)
         if source is None:
             return
-        try:
-            with open(source, "rb") as f:
-                f.seek(offset)
-                data = f.read(end - start)
+        try:  # not through a link made since: the file the sysroot's walk found then
+            fd = os.open(source, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
         except OSError:
             return
+        try:
+            data = os.pread(fd, end - start, offset)
+        except OSError:
+            return
+        finally:
+            os.close(fd)
         if data:
             self.uc.mem_write(start, data)
         self.name(start, end, path, offset)

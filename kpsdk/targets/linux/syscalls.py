@@ -788,8 +788,8 @@ class LinuxProcess:
             raise _GuestErrno(errno.EINVAL)
         at = self.mem.mmap(addr, length, prot, flags)
         if f is not None:
-            try:
-                data = os.pread(f.fd, length, offset)
+            try:  # the file's bytes up to the end of the last page, as Linux maps them
+                data = os.pread(f.fd, page_up(length), offset)
             except OSError as e:
                 self.mem.unmap(at, at + length)
                 raise _GuestErrno(e.errno or errno.EACCES) from None
