@@ -131,8 +131,8 @@ def test_a_grown_file_mapping_holds_the_files_next_bytes(build: Callable[[str], 
     out, status, s = under_kpsdk(exe, args, {}, b"", sysroot)
     assert (out, status) == expected
     assert "grown: the file's bytes 1, zeros after them 1, byte 4096 " in out
-    assert "grown: big.bin\nmoved: 1\nmoved: the file's bytes 1, zeros after them 1" in out
-    assert "moved: big.bin\npart moved: 1\npart: the file's bytes 1, zeros after them 1" in out
+    assert "grown: big.bin\nmoved: moved 1\nmoved: the file's bytes 1, zeros after them 1" in out
+    assert "moved: big.bin\npart: moved 1\npart: the file's bytes 1, zeros after them 1" in out
     assert out.endswith("part: big.bin\n")
     assert s.syscalls_unimplemented == {}
 

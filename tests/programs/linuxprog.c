@@ -139,6 +139,20 @@ static void report_grown(const char *what, const char *m, int fd, long size, lon
     maps_name(what, (unsigned long)m + 2 * ps);
 }
 
+/* The one-page file mapping at p grown to span bytes (MREMAP_MAYMOVE), whether it moved (where
+   Linux must move it: qemu-user may move what Linux would grow in place), and report_grown's
+   account of it. */
+static void grow(const char *what, char *p, int fd, long size, long span, long ps, int must_move) {
+    char *q = mremap(p, ps, span, MREMAP_MAYMOVE);
+    if (q == MAP_FAILED) {
+        printf("%s: mremap errno=%d\n", what, errno);
+        return;
+    }
+    if (must_move)
+        printf("%s: moved %d\n", what, q != p);
+    report_grown(what, q, fd, size, span, ps);
+}
+
 /* mremap of a private file mapping: grown in place over pages given back, and moved (a page
    mapped right after it): the new pages must hold the file's next bytes, as Linux maps them. */
 static void remap_file(const char *path) {
@@ -151,32 +165,14 @@ static void remap_file(const char *path) {
     }
     char *p = mmap(0, span, PROT_READ, MAP_PRIVATE, fd, 0);
     munmap(p + ps, 2 * ps);
-    char *q = mremap(p, ps, span, MREMAP_MAYMOVE);
-    if (q == MAP_FAILED) {
-        printf("mremap in place: errno=%d\n", errno);
-        return;
-    }
-    report_grown("grown", q, fd, st.st_size, span, ps);
+    grow("grown", p, fd, st.st_size, span, ps, 0);
     /* two anonymous pages, the file over the first: the second keeps it from growing in place */
     char *r = mmap(0, 2 * ps, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     mmap(r, ps, PROT_READ, MAP_PRIVATE | MAP_FIXED, fd, 0);
-    char *m = mremap(r, ps, span, MREMAP_MAYMOVE);
-    if (m == MAP_FAILED) {
-        printf("mremap moving: errno=%d\n", errno);
-        return;
-    }
-    printf("moved: %d\n", m != r);
-    report_grown("moved", m, fd, st.st_size, span, ps);
+    grow("moved", r, fd, st.st_size, span, ps, 1);
     /* the first page of a three-page mapping grown to three: its second page is still mapped
        after it, so it moves, and goes on with the file's second page */
-    char *w = mmap(0, span, PROT_READ, MAP_PRIVATE, fd, 0);
-    char *part = mremap(w, ps, span, MREMAP_MAYMOVE);
-    if (part == MAP_FAILED) {
-        printf("mremap of a part: errno=%d\n", errno);
-        return;
-    }
-    printf("part moved: %d\n", part != w);
-    report_grown("part", part, fd, st.st_size, span, ps);
+    grow("part", mmap(0, span, PROT_READ, MAP_PRIVATE, fd, 0), fd, st.st_size, span, ps, 1);
     close(fd);
 }
 
