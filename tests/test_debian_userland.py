@@ -158,7 +158,7 @@ def build_userland(debian_arch: str, suite: str) -> Path:
 
 @pytest.fixture(scope="module")
 def userland() -> Callable[[str], Path]:
-    """``userland(arch)``: the Debian sysroot of kpsdk's ``arch`` (fetched once: ~7 MB an arch).
+    """``userland(arch)``: the Debian sysroot of kpsdk's ``arch`` (fetched once: ~11 MB an arch).
     Skips locally, fails on CI, when Debian's registry cannot be reached."""
     require_tool("dpkg-deb", "dpkg")
     made: dict[str, Path] = {}
