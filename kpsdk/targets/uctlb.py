@@ -132,10 +132,6 @@ class TlbFill:
         """The memory map may have changed: the next fill re-reads the executable mappings."""
         self._spans = None
 
-    def flush(self) -> None:
-        """Empty the TLB: every page is filled again at its next access."""
-        flush_tlb(self._uc)
-
     def _read_spans(self) -> tuple[list[int], list[int]]:
         regions = sorted((s, e) for s, e, p in self._uc.mem_regions() if p & unicorn.UC_PROT_EXEC)
         self._spans = spans = ([s for s, _ in regions], [e for _, e in regions])
