@@ -42,8 +42,8 @@ from kpsdk.arch import (
     TaskCode,
     WatchRules,
 )
+from kpsdk.arch.insn import ReadMem, ReadReg, changes_flow
 from kpsdk.arch_backends import syscall_tables as tables
-from kpsdk.insn import ReadMem, ReadReg, changes_flow
 
 _PC_IDS = frozenset({ca.ARM_REG_PC})
 _REFUSED_PREFIXES = ("ldrex", "strex", "mrc", "mcr", "msr", "mrs", "cps", "svc", "bkpt", "udf", "wfi", "wfe")
@@ -367,7 +367,7 @@ def current_field(insn: capstone.CsInsn, reg: str) -> FieldUse | None:
 CPSR_I = 0x80
 #: Debian's armmp kernel (6.1, SMP, THREAD_INFO_IN_TASK) keeps ``current`` in TPIDRURO (QEMU's
 #: gdbstub names the register so).  It has no BTF and no data symbols: task_struct's pid
-#: and comm offsets come from the code of dump_stack_print_info (:mod:`kpsdk.taskcode`),
+#: and comm offsets come from the code of dump_stack_print_info (:mod:`kpsdk.kernel.taskcode`),
 #: which also reads thread_info.cpu (raw_smp_processor_id; thread_info is task_struct's
 #: first member: flags, preempt_count, cpu at 0, 4 and 8, arch/arm/include/asm/thread_info.h).
 KERNEL_TASKS = KernelTasks(

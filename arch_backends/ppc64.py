@@ -5,7 +5,7 @@ Unicorn 2.1.4 runs it with three settings (:func:`unicorn_setup`): the default
 CPU model (the explicit PPC64 models map to 32-bit ones), the soft MMU off
 (``UC_TLB_VIRTUAL``: the hash MMU would raise an instruction storage interrupt at
 the first fetch, MSR[HV] being dropped at reset; kpsdk's Unicorn target fills that
-TLB itself, as on every arch but ARM: kpsdk.targets.uctlb) and MSR = SF|FP|VR|VSX.  On any
+TLB itself, as on every arch but ARM: kpsdk.targets.unicorn.tlb) and MSR = SF|FP|VR|VSX.  On any
 exception Unicorn 2.1.4 reports the pc 4 bytes past the instruction: a ``tw`` at A
 arrives at A+4 (hence the breakpoint's ``pc_adjust``), and an ``sc`` at A at A+4,
 which is where Linux returns to anyway.  ppc64le runs on the same big-endian engine
@@ -45,9 +45,9 @@ from kpsdk.arch import (
     TaskCode,
     WatchRules,
 )
+from kpsdk.arch.insn import ReadMem, ReadReg, changes_flow, immediate_targets
 from kpsdk.arch_backends import ppc64_detour
 from kpsdk.arch_backends import syscall_tables as tables
-from kpsdk.insn import ReadMem, ReadReg, changes_flow, immediate_targets
 
 TRAP = struct.pack(">I", 0x7FE00008)  # tw 31,0,0
 _PC_IDS: frozenset[int] = frozenset()  # ppc has no pc register operand; flow is by groups and mnemonics
@@ -283,7 +283,7 @@ def current_field(insn: capstone.CsInsn, reg: str) -> FieldUse | None:
 
 #: ppc64 kernels: r13 is the PACA, ``current`` its ``__current`` (no BTF in Debian's ppc64el
 #: kernel: the offset, and task_struct's pid and comm, come from the code of
-#: dump_stack_print_info, :mod:`kpsdk.taskcode`).  No register says whether interrupts are off:
+#: dump_stack_print_info, :mod:`kpsdk.kernel.taskcode`).  No register says whether interrupts are off:
 #: the kernel masks them in software (``paca_struct.irq_soft_mask``, arch/powerpc/include/asm/
 #: hw_irq.h), so the prefix's irqs-off flag prints as ``.``.
 KERNEL_TASKS = KernelTasks(

@@ -1,6 +1,6 @@
 """ppc64 and ppc64le kretprobe detours on Unicorn: the guest code of
 :class:`kpsdk.arch.EntryDetour` and :class:`kpsdk.arch.ReturnDetour`
-(``kpsdk/targets/ucdetour.py`` says what they do), hand-encoded.
+(``kpsdk/targets/unicorn/detour.py`` says what they do), hand-encoded.
 
 kpsdk keeps the detours' data words in the host's byte order (Python reads them as a
 native array): little-endian.  The big-endian guest reaches them with the byte-reversing

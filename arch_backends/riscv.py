@@ -39,8 +39,8 @@ from kpsdk.arch import (
     Syscalls,
     WatchRules,
 )
+from kpsdk.arch.insn import ReadMem, ReadReg, sign_extend
 from kpsdk.arch_backends import syscall_tables as tables
-from kpsdk.insn import ReadMem, ReadReg, sign_extend
 
 _ABI_NAMES = (
     "zero", "ra", "sp", "gp", "tp", "t0", "t1", "t2", "s0", "s1",

@@ -41,8 +41,8 @@ from kpsdk.arch import (
     TaskCode,
     WatchRules,
 )
+from kpsdk.arch.insn import ReadMem, ReadReg, changes_flow
 from kpsdk.arch_backends import syscall_tables as tables
-from kpsdk.insn import ReadMem, ReadReg, changes_flow
 
 INT3 = b"\xcc"
 _PC_IDS = frozenset({cx.X86_REG_RIP, cx.X86_REG_EIP, cx.X86_REG_IP})
@@ -336,7 +336,7 @@ def current_field(insn: capstone.CsInsn, reg: str) -> FieldUse | None:
 #: (arch/x86/include/asm/preempt.h), both members of ``pcpu_hot`` since 6.2.  That count
 #: folds PREEMPT_NEED_RESCHED in, inverted; TIF_NEED_RESCHED is thread_info flag 3
 #: (arch/x86/include/asm/thread_info.h).  A kernel built without BTF shows current and
-#: task_struct's pid and comm in the code of dump_stack_print_info (:mod:`kpsdk.taskcode`).
+#: task_struct's pid and comm in the code of dump_stack_print_info (:mod:`kpsdk.kernel.taskcode`).
 KERNEL_TASKS_64 = KernelTasks(
     percpu_register="gs_base",
     current=("current_task", "pcpu_hot.current_task"),
@@ -352,7 +352,7 @@ KERNEL_TASKS_64 = KernelTasks(
 #: a GDT entry based at it; QEMU's gdbstub shows that base as fs_base), ``current`` is the
 #: per-cpu ``current_task`` (``pcpu_hot.current_task`` since 6.2).  Debian's 686 kernel has no
 #: BTF and no data symbols: the address of ``current_task`` and task_struct's pid and comm are
-#: read in the code of dump_stack_print_info (:mod:`kpsdk.taskcode`).
+#: read in the code of dump_stack_print_info (:mod:`kpsdk.kernel.taskcode`).
 KERNEL_TASKS_32 = KernelTasks(
     percpu_register="fs_base",
     current=("current_task", "pcpu_hot.current_task"),

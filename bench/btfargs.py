@@ -4,7 +4,7 @@ On Debian 13's amd64 kernel (``python -m kpsdk.fixtures.kernel --arch x86_64 --r
 each round times, in a fresh process each (as ``kpsdk trace`` meets them):
 
 - **cold**: the image's BTF with an empty cache: unpack the vmlinuz, find ``.BTF``, index its
-  types (:func:`kpsdk.kernel_btf.kernel_btf`), and write the raw section to the cache;
+  types (:func:`kpsdk.kernel.image_btf.kernel_btf`), and write the raw section to the cache;
 - **cached**: the same with the raw section in kpsdk's cache (read and index only);
 - **parse**: one definition with BTF arguments (``$arg*``, a ``->`` chain, ``:string``), once
   the BTF is loaded (median of 200 parses in that process).
@@ -31,7 +31,7 @@ DEFINITION = "p:e vfs_open $arg* n=path->dentry->d_name.name:string"
 CHILD = r"""
 import json, statistics, sys, time
 import kpsdk
-from kpsdk.kernel_btf import kernel_btf
+from kpsdk.kernel.image_btf import kernel_btf
 from kpsdk.trace.btfargs import BtfArgs
 from kpsdk.trace.grammar import Parser
 arch = kpsdk.get_registry().arch("x86_64")

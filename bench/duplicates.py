@@ -26,7 +26,7 @@ boot for each arch and accelerator.
 
 ``--accel`` picks QEMU's ``-accel`` value (repeatable; several are run interleaved, boot
 after boot, so that both see the same host load): ``tcg,thread=single`` is what kpsdk uses
-(:data:`kpsdk.targets.qemu.TCG_ACCEL`), ``tcg`` is QEMU's default (one thread per vCPU).
+(:data:`kpsdk.targets.live.qemu.TCG_ACCEL`), ``tcg`` is QEMU's default (one thread per vCPU).
 
 Run: ``python bench/duplicates.py [--arch A ...] [--boots N] [--accel X ...] [--spawns N] [--jsonl FILE]``.
 """
@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 import kpsdk
-import kpsdk.targets.qemu as qemu_launcher
+import kpsdk.targets.live.qemu as qemu_launcher
 from kpsdk.fixtures import kernel
 
 ARCHS = ("x86_64", "i386", "arm", "riscv64", "ppc64le")

@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 import kpsdk
-import kpsdk.targets.qemu as qemu_launcher
+import kpsdk.targets.live.qemu as qemu_launcher
 from kpsdk.fixtures import kernel
 
 #: the busy function, by its name in each kernel (6.12's slab allocator adds _noprof)

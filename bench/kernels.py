@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 
 import kpsdk
-import kpsdk.targets.qemu as qemu_launcher
+import kpsdk.targets.live.qemu as qemu_launcher
 from kpsdk.fixtures import kernel
 
 ARCHS = ("x86_64", "i386", "arm", "riscv64", "ppc64le")

@@ -25,7 +25,7 @@ from typing import Any
 
 import kpsdk
 from kpsdk.fixtures import path as fixture_path
-from kpsdk.targets import ucdetour
+from kpsdk.targets.unicorn import detour as ucdetour
 
 CONFIGS = ("base", "kprobe", "kretprobe", "+empty callback", "+handler callback", "entry_handler")
 

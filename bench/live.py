@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 import kpsdk
-from kpsdk.elfimage import load_elf
+from kpsdk.binfmt.elfimage import load_elf
 
 HERE = Path(__file__).resolve().parent
 ARCHS = ("x86_64", "i386", "arm", "thumb", "riscv64", "ppc64")

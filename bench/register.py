@@ -3,7 +3,7 @@
 Row 5's registration figure puts 10,000 probes on never-run nops with no symbol,
 where nothing is walked: each address is decoded on its own.  Real probes sit
 inside functions, where K1 needs the instruction boundaries from the
-function's start (``kpsdk/decode.py``, which walks a function once and keeps
+function's start (``kpsdk/arch/decode.py``, which walks a function once and keeps
 the walk).  This registers a kprobe at every instruction of every function
 of a fixture, in address order, on a fresh session each round, one by one
 and with ``register_kprobes``; the goal is issue 19's <= 30 us per probe.

@@ -44,8 +44,8 @@ from workload import CODE, END_OFF, INC_OFF, NOPS, loop_code, per_hit_us, race  
 
 import kpsdk  # noqa: E402
 from kpsdk.fixtures import path as fixture_path  # noqa: E402
-from kpsdk.targets.ucfast import FastHooks  # noqa: E402
-from kpsdk.targets.unicorn import OPT_LIMIT  # noqa: E402
+from kpsdk.targets.unicorn.fast import FastHooks  # noqa: E402
+from kpsdk.targets.unicorn.target import OPT_LIMIT  # noqa: E402
 
 QILING_VENV = BENCH_DIR / ".qiling-venv"
 INC = CODE + INC_OFF
@@ -408,7 +408,7 @@ def bench_elsewhere(cfg: Config, raw: dict[str, Any]) -> dict[str, Any]:
         def set_knob() -> None:
             s.kprobes_enabled = value  # off: every probe disarmed (none armed); on: all re-armed
             # arming and disarming leave translations to drop at the next run's start (one merged
-            # drop, kpsdk/targets/unicorn.py): done here, outside the timed run, as it was when
+            # drop, kpsdk/targets/unicorn/target.py): done here, outside the timed run, as it was when
             # the drops were made at once; this row is the loop's speed, not the toggle's cost
             s.target._flush_stale()
         return set_knob

@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
-"""What a guest store costs in Unicorn 2.1.4, by TLB mode (kpsdk/targets/uctlb.py).
+"""What a guest store costs in Unicorn 2.1.4, by TLB mode (kpsdk/targets/unicorn/tlb.py).
 
 Usage: ``python bench/stores.py [--turns N]``
 
 Plain Unicorn, no hooks, one loop per arch: ``N`` turns of four stores (or
 none) to a page of its own, in the default TLB mode (the CPU's fill), in the
 virtual mode without a fill hook, and in the virtual mode with kpsdk's fill
-(:class:`kpsdk.targets.uctlb.TlbFill`).  Then, on x86_64, a loop whose turn
+(:class:`kpsdk.targets.unicorn.tlb.TlbFill`).  Then, on x86_64, a loop whose turn
 reads and writes the same page (the stack's case), where the virtual mode
 without a hook refills the page at each access; and a loop reading one word
 per page over more pages than the TLB holds, where each access is a TLB miss
@@ -41,7 +41,7 @@ from keystone import (
 from unicorn import arm_const, ppc_const, riscv_const, x86_const
 
 from kpsdk.arch_backends.ppc64 import MSR
-from kpsdk.targets.uctlb import TlbFill
+from kpsdk.targets.unicorn.tlb import TlbFill
 
 CODE, DATA = 0x10000, 0x100000
 

@@ -47,7 +47,7 @@ from pathlib import Path
 
 import kpsdk
 from kpsdk.fixtures import kernel
-from kpsdk.targets.qemu10 import find_qemu
+from kpsdk.targets.live.qemu10 import find_qemu
 
 BUSY = "vfs_read"
 TIMEOUT = 900.0
@@ -91,7 +91,7 @@ def children_cpu() -> float:
 
 
 def qemu_alone() -> tuple[float, float, float, float]:
-    from kpsdk.targets.qemu import with_console
+    from kpsdk.targets.live.qemu import with_console
 
     image, initrd = files()
     cpu = children_cpu()
@@ -165,8 +165,8 @@ def counted_boot(functions: tuple[str, ...]) -> tuple[float, float, int]:
     """QEMU 10 + the plugin, no gdb: wall and CPU seconds of a default boot, and the hits counted."""
     import tempfile
 
-    from kpsdk.kallsyms import load_kernel_symbols
-    from kpsdk.targets.tcgplugin import ProbeTable, build_plugin
+    from kpsdk.kernel.kallsyms import load_kernel_symbols
+    from kpsdk.targets.live.tcg.plugin import ProbeTable, build_plugin
 
     image = kernel.fetch_kernel()
     initrd = kernel.build_initramfs(Path(kernel.cache_root()) / "initramfs" / "kpsdk-default.cpio.gz")

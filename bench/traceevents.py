@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import kpsdk
-from kpsdk.elfimage import load_elf
+from kpsdk.binfmt.elfimage import load_elf
 from kpsdk.fixtures import path as fixture_path
 from kpsdk.trace.output import WriterContext, make_writer
 

@@ -20,8 +20,8 @@ import warnings
 from collections.abc import Callable
 from pathlib import Path
 
+from kpsdk.binfmt.files import read_regular
 from kpsdk.errors import ImageFormatError
-from kpsdk.files import read_regular
 
 
 def cache_root() -> Path:

@@ -124,7 +124,7 @@ class ToolMissingError(TargetError):
 
 
 class GdbError(TargetError):
-    """gdb answered ``^error`` to a command (:mod:`kpsdk.targets.mi`): the message names the command and
+    """gdb answered ``^error`` to a command (:mod:`kpsdk.targets.live.mi`): the message names the command and
     quotes gdb's own."""
 
 

@@ -17,10 +17,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from kpsdk.arch.insn import Decoded
+from kpsdk.binfmt.symbols import decode_span
 from kpsdk.errors import KprobeError, ProbeHandlerError, SymbolError, TargetFault
-from kpsdk.insn import Decoded
 from kpsdk.probe import TRAP_HANDLER_EXCEPTION, Probe, check_address_range, fault_claimed, handler_arg
-from kpsdk.symbols import decode_span
 
 if TYPE_CHECKING:
     from kpsdk.arch import InstructionSet
@@ -124,7 +124,7 @@ class ProbeManager:
             try:
                 sym = self.target.symbols.get(probe.symbol_name)
             except SymbolError:
-                from kpsdk.symbols import did_you_mean
+                from kpsdk.binfmt.symbols import did_you_mean
 
                 raise KprobeError(errno.ENOENT, f"no symbol {probe.symbol_name!r} in the target"
                                   + did_you_mean(self.target.symbols.suggest(probe.symbol_name))) from None
@@ -217,14 +217,14 @@ class ProbeManager:
         A batch of 10,000 spent most of its time on what a batch can share (issue 19):
         decoding the instructions outside any function, one capstone call each.  So it goes
         in passes: every probe is checked and resolved in order (up to the first that
-        fails); the addresses are decoded together (:func:`kpsdk.decode.prime`) and K1's
+        fails); the addresses are decoded together (:func:`kpsdk.arch.decode.prime`) and K1's
         checks run on each in order (up to the first that fails); then the probes before
         that one are attached and armed in order, as one by one.  The error raised is the
         one the first failing probe gives one by one: an arming error (``ENOMEM``: kpsdk's
         slot area full) of an earlier probe comes before a later probe's check error, and a
         probe given twice is found registered at its second turn.  On any error the probes
         armed are unregistered, newest first."""
-        from kpsdk.decode import forget_primed  # loads with the first decode, not with kpsdk
+        from kpsdk.arch.decode import forget_primed  # loads with the first decode, not with kpsdk
 
         addrs: list[int] = []
         failure: KprobeError | None = None
@@ -288,12 +288,12 @@ class ProbeManager:
         probe.nmissed = 0
 
     def _prime_decodes(self, addrs: list[int]) -> None:
-        """Hand :func:`kpsdk.decode.prime` those of ``addrs`` that :meth:`check_address` will
+        """Hand :func:`kpsdk.arch.decode.prime` those of ``addrs`` that :meth:`check_address` will
         decode on their own (no function holds them, or it is too long to walk)."""
         target = self.target
         if len(addrs) < 2 or getattr(target, "code_generation", None) is None:
             return  # nothing to share, or a target whose code may change under it (live): no priming
-        from kpsdk.decode import MAX_LINEAR, prime  # loads with the first decode, not with kpsdk
+        from kpsdk.arch.decode import MAX_LINEAR, prime  # loads with the first decode, not with kpsdk
 
         arch = target.arch
         wanted = []

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TypedDict
 
 #: default ``stall_limit``: how long QEMU may stay stopped, or gdb stuck on the stub,
-#: before a run ends with TargetStalled (here, not in kpsdk.targets.live, so that the
+#: before a run ends with TargetStalled (here, not in kpsdk.targets.live.target, so that the
 #: launchers' signatures name it without importing the live target at start-up)
 STALL_LIMIT = 20.0
 

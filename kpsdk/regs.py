@@ -182,7 +182,7 @@ def _args_reader(readers: tuple[Callable[[], int], ...], stack: Callable[[int], 
 
 def _register_property(reg: Register, fget: Callable[[PtRegs], int] | None = None) -> property:
     """``regs.<name>``: ``fget`` where the target made one (:meth:`FastRegs.getter
-    <kpsdk.targets.ucfast.FastRegs.getter>`: one frame), else a read through ``_read``."""
+    <kpsdk.targets.unicorn.fast.FastRegs.getter>`: one frame), else a read through ``_read``."""
 
     def get(self: PtRegs) -> int:
         return self._read(reg)

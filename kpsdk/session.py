@@ -27,9 +27,9 @@ from kpsdk.verbs import BuiltinVerbs
 if TYPE_CHECKING:
     from kpsdk.arch import Arch
     from kpsdk.backtrace import Frame
+    from kpsdk.binfmt.symbols import SymbolTable
     from kpsdk.registry import Registry
     from kpsdk.regs import PtRegs
-    from kpsdk.symbols import SymbolTable
     from kpsdk.target import Target
 
 _VERBS = ("register", "unregister", "enable", "disable")

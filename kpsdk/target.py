@@ -18,23 +18,23 @@ from kpsdk.errors import TargetFault
 
 if TYPE_CHECKING:
     from kpsdk.arch import Arch, InstructionSet
-    from kpsdk.elfimage import ElfImage
-    from kpsdk.insn import Decoded
+    from kpsdk.arch.insn import Decoded
+    from kpsdk.binfmt.elfimage import ElfImage
+    from kpsdk.binfmt.symbols import Symbol, SymbolTable
+    from kpsdk.kernel.tasks import TaskInfo
     from kpsdk.manager import ProbeManager, ProbePoint
     from kpsdk.probe import Probe
     from kpsdk.regs import PtRegs
     from kpsdk.rethook import RethookNode, ShadowStacks
     from kpsdk.session import Session
-    from kpsdk.symbols import Symbol, SymbolTable
-    from kpsdk.tasks import TaskInfo
     from kpsdk.trace.fetch import BoundArg
 
-#: kpsdk.decode.decode_at once loaded (:meth:`Target.decode_at`)
+#: kpsdk.arch.decode.decode_at once loaded (:meth:`Target.decode_at`)
 _DECODER: list[Callable[..., Decoded | None]] = []
 
 
 def _load_decoder() -> Callable[..., Decoded | None]:
-    from kpsdk.decode import decode_at
+    from kpsdk.arch.decode import decode_at
 
     _DECODER.append(decode_at)
     return decode_at
@@ -49,7 +49,7 @@ class MappedFile:
     :param identity: ``(st_dev, st_ino)`` of the file when the target opened it.
     :param bias: what was added to the file's link-time addresses (0 for
         ``ET_EXEC``; a PIE's load base).
-    :param image: the file as linked (:func:`~kpsdk.elfimage.load_elf`, not relocated):
+    :param image: the file as linked (:func:`~kpsdk.binfmt.elfimage.load_elf`, not relocated):
         its program headers map a file offset to a link-time address.
     :param name: the path the program itself used for it (the loader's ``l_name``),
         when that differs from ``path`` (a file found in a sysroot); "" otherwise.
@@ -184,7 +184,7 @@ class Target(ABC):
     def decode_at(self, addr: int, start: int, iset: InstructionSet, end: int | None = None) -> Decoded | None:
         """The instruction at ``addr``, decoding from ``start`` (up to ``end``, the function's
         end where known) in target memory; None if ``addr`` falls inside an instruction
-        (:func:`kpsdk.decode.decode_at`).  The decoder needs capstone, which ``import
+        (:func:`kpsdk.arch.decode.decode_at`).  The decoder needs capstone, which ``import
         kpsdk`` does not load: it is imported at the first call and kept (an import
         statement here was ~5% of registering a probe)."""
         decode = _DECODER[0] if _DECODER else _load_decoder()
@@ -345,7 +345,7 @@ class Target(ABC):
         """
         return 0
 
-    # -- the trace line's prefix (kpsdk/tasks.py) -----------------------------------------
+    # -- the trace line's prefix (kpsdk/kernel/tasks.py) -----------------------------------------
 
     def task_info(self) -> TaskInfo | None:
         """The task the current hit runs in, as the kernel's trace line names it (comm,

@@ -44,7 +44,7 @@ from kpsdk.rethook import Direct, Rethook, RethookNode, ShadowStacks
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from kpsdk.decode import CodeView
+    from kpsdk.arch.decode import CodeView
     from kpsdk.regs import PtRegs
     from kpsdk.session import Session
 

@@ -41,7 +41,9 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 from kpsdk import hookimpl
-from kpsdk.decode import decode_at
+from kpsdk.arch.decode import decode_at
+from kpsdk.binfmt.filelocation import find_file, symbol_offset
+from kpsdk.binfmt.symbols import decode_span
 from kpsdk.errors import (
     ArgumentError,
     FieldTypeError,
@@ -54,7 +56,6 @@ from kpsdk.errors import (
     shown,
 )
 from kpsdk.events import RUN_EXITED
-from kpsdk.filelocation import find_file, symbol_offset
 from kpsdk.plugins.kretprobes import Kretprobe, KretprobeInstance, check_limits, function_entry
 from kpsdk.plugins.kretprobes import register as kretprobe_register
 from kpsdk.plugins.kretprobes import unregister as kretprobe_unregister
@@ -74,11 +75,10 @@ from kpsdk.probe import (
     register_all,
 )
 from kpsdk.scope import lookup_sessions
-from kpsdk.symbols import decode_span
 
 if TYPE_CHECKING:
     from kpsdk.arch import Arch
-    from kpsdk.elfimage import ElfImage
+    from kpsdk.binfmt.elfimage import ElfImage
     from kpsdk.registry import Registry
     from kpsdk.regs import PtRegs
     from kpsdk.session import Session
@@ -99,11 +99,11 @@ def parse_location(text: str | Any) -> dict[str, Any]:
 
     The offset is a file offset; a symbol is looked up in the file's ``.symtab``
     and ``.dynsym`` and turned into one through the program headers.  PATH may
-    be a library's bare name (``libc.so.6``): :func:`kpsdk.filelocation.find_file`
+    be a library's bare name (``libc.so.6``): :func:`kpsdk.binfmt.filelocation.find_file`
     says which file that is.  Raises :class:`~kpsdk.errors.LocationError`
     (``EINVAL``, a ValueError) for text of another shape, :class:`KprobeError`
     ``ENOENT`` for a missing file or symbol, ``EOPNOTSUPP`` for an IFUNC symbol no open
-    session can resolve (:mod:`kpsdk.ifunc`),
+    session can resolve (:mod:`kpsdk.binfmt.ifunc`),
     ``EINVAL`` for a symbol outside every executable segment.
     """
     if not isinstance(text, str):
@@ -385,7 +385,7 @@ def _read_image(path: str) -> ElfImage:
     key = (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
     image = _images.get(key)
     if image is None:
-        from kpsdk.elfimage import load_elf  # pyelftools loads when first used (start-up time)
+        from kpsdk.binfmt.elfimage import load_elf  # pyelftools loads when first used (start-up time)
 
         try:
             image = load_elf(path)
@@ -397,7 +397,7 @@ def _read_image(path: str) -> ElfImage:
 
 class FileView:
     """A file's segments as memory at its link-time addresses: enough of a target
-    for :func:`kpsdk.decode.decode_at` and ``function_entry`` before any run."""
+    for :func:`kpsdk.arch.decode.decode_at` and ``function_entry`` before any run."""
 
     def __init__(self, image: ElfImage, arch: Arch) -> None:
         self.image, self.arch, self.symbols = image, arch, image.symbols

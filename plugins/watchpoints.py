@@ -30,8 +30,8 @@ The rules (W1 in docs/semantics.md; Guts section 8.2; hw_breakpoint's
   counts in ``nmissed`` and runs no handler.
 
 How a target watches is its own business (``Target.watch_engine()``): Unicorn
-with bound memory hooks and a precise re-execution (:mod:`kpsdk.targets.ucwatch`),
-live targets with gdb watchpoints (:mod:`kpsdk.targets.livewatch`).
+with bound memory hooks and a precise re-execution (:mod:`kpsdk.targets.unicorn.watch`),
+live targets with gdb watchpoints (:mod:`kpsdk.targets.live.watch`).
 """
 
 from __future__ import annotations

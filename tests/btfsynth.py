@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import struct
 
-from kpsdk.btf import ARRAY, ENUM, FUNC, FUNC_PROTO, INT, PTR, STRUCT, UNION, Btf
+from kpsdk.kernel.btf import ARRAY, ENUM, FUNC, FUNC_PROTO, INT, PTR, STRUCT, UNION, Btf
 
 SIGNED = 1
 

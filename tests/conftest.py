@@ -50,7 +50,7 @@ class _SessionsOfTheCall:
     the test), closed after the body if it left them open.  Left open, they stay in the
     process until the garbage collector finds them, and a later test's lookup of a library
     by bare name (``libc.so.6``) would see their mapped files too: an EINVAL for a name
-    two sessions map as different files (kpsdk.filelocation), or not, by GC timing."""
+    two sessions map as different files (kpsdk.binfmt.filelocation), or not, by GC timing."""
 
     def __init__(self) -> None:
         self.made: list[weakref.ref[kpsdk.Session]] | None = None

@@ -1,4 +1,4 @@
-"""The host end of the agent's socket pair: when a wait may spin (kpsdk.targets.agentlink).
+"""The host end of the agent's socket pair: when a wait may spin (kpsdk.targets.live.agentlink).
 
 A spin only pays while a CPU is free: the rule reads Linux's count of runnable tasks
 (``/proc/loadavg``'s fourth field), checked here against files written in that format.
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from kpsdk.targets import agentlink
+from kpsdk.targets.live import agentlink
 
 
 @pytest.fixture

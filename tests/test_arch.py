@@ -10,7 +10,7 @@ import pytest
 import kpsdk
 from kpsdk import fixtures
 from kpsdk.arch import Arch
-from kpsdk.elfimage import load_elf
+from kpsdk.binfmt.elfimage import load_elf
 from kpsdk.registry import Registry
 from kpsdk.session import Session
 
@@ -140,7 +140,7 @@ def test_a_backend_without_optional_capabilities_probes_and_names_what_it_lacks(
 
 
 def test_each_board_brings_its_console_unless_the_command_line_names_one() -> None:
-    from kpsdk.targets.qemu import with_console
+    from kpsdk.targets.live.qemu import with_console
 
     boards = {name: kpsdk.get_registry().arch(name).qemu_system for name in ALL}
     assert {n: b.console for n, b in boards.items() if b} == {

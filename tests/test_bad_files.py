@@ -22,12 +22,12 @@ from typer.testing import CliRunner
 
 import kpsdk
 from kpsdk import fixtures
+from kpsdk.binfmt.elfimage import load_elf
+from kpsdk.binfmt.files import MAX_FILE_SIZE
 from kpsdk.cli import app
-from kpsdk.elfimage import load_elf
 from kpsdk.errors import ImageFormatError, KprobeError, KpsdkError
-from kpsdk.files import MAX_FILE_SIZE
-from kpsdk.kallsyms import load_kernel_symbols
-from kpsdk.targets.unicorn import MAX_LOAD
+from kpsdk.kernel.kallsyms import load_kernel_symbols
+from kpsdk.targets.unicorn.target import MAX_LOAD
 from tests.badfiles import ElfPatch, deadline
 
 

@@ -1,4 +1,4 @@
-"""kpsdk's BTF reader (kpsdk/btf.py) against bpftool's, on the BTF of Debian's kernel.
+"""kpsdk's BTF reader (kpsdk/kernel/btf.py) against bpftool's, on the BTF of Debian's kernel.
 
 The ``.BTF`` section of the vmlinux inside Debian's ``vmlinuz`` is read by both: every
 struct and union bpftool lists (``bpftool btf dump file F format raw``) must have, in
@@ -16,10 +16,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kpsdk.btf import STRUCT, UNION, Btf
-from kpsdk.elfimage import ElfFile
+from kpsdk.binfmt.elfimage import ElfFile
 from kpsdk.errors import ImageFormatError
-from kpsdk.kallsyms import extract_vmlinux
+from kpsdk.kernel.btf import STRUCT, UNION, Btf
+from kpsdk.kernel.kallsyms import extract_vmlinux
 from tests.conftest import fuzz_examples, require_tool
 
 HEAD = re.compile(r"^\[(\d+)\] (STRUCT|UNION) '([^']*)' size=(\d+) vlen=(\d+)$")

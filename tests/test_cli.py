@@ -261,7 +261,7 @@ def test_demo_unknown_arch_is_a_usage_error():
 def test_run_demo_returns_results():
     from rich.console import Console
 
-    from kpsdk.demo import run_demo
+    from kpsdk.demo.programs import run_demo
 
     results = run_demo(["x86_64", "thumb"], Console(file=open(os.devnull, "w"), width=120))  # noqa: SIM115
     assert [r.arch for r in results] == ["x86_64", "thumb"]
@@ -273,7 +273,7 @@ def test_demo_ends_with_the_machines_own_ls_in_unicorn():
     malloc, and its output equal to a native run's (the demo compares; so does this test)."""
     from rich.console import Console
 
-    from kpsdk.demo_linux import demo_real_program, skip_reason
+    from kpsdk.demo.linux import demo_real_program, skip_reason
 
     why = skip_reason()
     if why is not None:

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from kpsdk import debian
 from kpsdk.arch import DebianPort
 from kpsdk.errors import TargetError
-from kpsdk.fixtures import debian
 
 SHA = "ab" * 32
 INDEX = f"""\

@@ -2,7 +2,7 @@
 
 For each foreign architecture Debian builds for (armhf, i386 and ppc64el from Debian 12,
 riscv64 from Debian 13), a sysroot is made of Debian's packages, fetched through kpsdk's
-private apt configuration (:mod:`kpsdk.fixtures.debian`) and unpacked, never installed:
+private apt configuration (:mod:`kpsdk.debian`) and unpacked, never installed:
 ``libc6``, ``coreutils`` and the libraries coreutils links, gzip, bzip2, xz, perl, sed,
 grep and mawk.  Each program runs twice, in
 Unicorn under kpsdk (``elf:PROG`` with that sysroot) and under qemu-user (``-L SYSROOT``,
@@ -120,7 +120,7 @@ def build_userland(debian_arch: str, suite: str) -> Path:
 
     One builder at a time (a lock file: pytest-xdist workers, two test runs, and the private
     apt configuration's package lists are shared).  Offline, the last sysroot made is used."""
-    from kpsdk.fixtures.debian import PrivateApt
+    from kpsdk.debian import PrivateApt
 
     home = cache_root() / "userland"
     home.mkdir(parents=True, exist_ok=True)

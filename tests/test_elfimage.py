@@ -1,6 +1,6 @@
-"""kpsdk.elfimage reads what pyelftools reads.
+"""kpsdk.binfmt.elfimage reads what pyelftools reads.
 
-Symbol tables are decoded in bulk (:class:`~kpsdk.elfimage.BulkEntries`) from pyelftools' own
+Symbol tables are decoded in bulk (:class:`~kpsdk.binfmt.elfimage.BulkEntries`) from pyelftools' own
 ``Elf_Sym`` structure: the entries must equal those of pyelftools' ``iter_symbols()``, field
 for field, on every fixture and in every ELF class and byte order.
 """
@@ -16,7 +16,7 @@ from elftools.elf.sections import SymbolTableSection
 from elftools.elf.structs import ELFStructs
 
 from kpsdk import fixtures
-from kpsdk.elfimage import BulkEntries, ElfFile
+from kpsdk.binfmt.elfimage import BulkEntries, ElfFile
 
 FIXTURE_ELFS = sorted((Path(fixtures.__file__).parent / "bin").glob("*.elf"))
 

@@ -33,7 +33,7 @@ import kpsdk
 from kpsdk import fixtures
 from kpsdk.cli import app
 from kpsdk.errors import ImageFormatError, KpsdkError
-from kpsdk.kallsyms import (
+from kpsdk.kernel.kallsyms import (
     KallsymsEntry,
     decode_kallsyms,
     load_kallsyms_from_image,

@@ -656,7 +656,7 @@ qemu_arg_values = st.one_of(
 @settings(max_examples=fuzz_examples(200))
 @given(value=qemu_arg_values)
 def test_qemu_args_are_argv_words_or_refused(value: Any) -> None:
-    from kpsdk.targets.qemu import OWNED_QEMU_OPTIONS, check_qemu_args
+    from kpsdk.targets.live.qemu import OWNED_QEMU_OPTIONS, check_qemu_args
 
     try:
         out = check_qemu_args(value)
@@ -751,8 +751,8 @@ def test_the_mechanism_option_answers_any_value_on_the_command_line(value: str, 
 def test_plugin_memory_declarations_plan_or_are_refused(arch: Any, texts: Any) -> None:
     """What a handler declares for the plugin to read (``s.target.declare_memory``): kprobe_events
     fetch arguments that parse and plan into the plugin's reads, or a typed error."""
-    from kpsdk.targets.pluginfetch import Planner, parse_fetches
-    from kpsdk.targets.tcgplugin import MAX_MEM, MAX_MEM_SIZE
+    from kpsdk.targets.live.tcg.fetch import Planner, parse_fetches
+    from kpsdk.targets.live.tcg.plugin import MAX_MEM, MAX_MEM_SIZE
 
     index = {r.gdb: i for i, r in enumerate(arch.registers)}
     try:
@@ -824,7 +824,7 @@ def test_format_names_a_plugin_gives_are_checked(names: list[str]) -> None:
 @given(comm=st.one_of(st.text(max_size=20), nasty_text), pid=st.one_of(st.integers(-5, 5_000_000), st.text(max_size=8)))
 def test_a_fixed_comm_and_pid_are_taken_or_refused(comm: str, pid: Any) -> None:
     """``--comm NAME --pid N``: the prefix shows exactly them, or it is a usage error (exit 2)."""
-    from kpsdk.tasks import PID_MAX_LIMIT, TASK_COMM_LEN
+    from kpsdk.kernel.tasks import PID_MAX_LIMIT, TASK_COMM_LEN
 
     argv = ["trace", "x86_64", "-e", "p:add add a=%di:s32", "--comm", comm, "--pid", str(pid)]
     result = runner.invoke(app, argv)
@@ -879,7 +879,7 @@ def test_a_symbol_glob_matches_or_is_refused(pattern: str, command_name: str) ->
     check_cli_result(argv, result.exit_code, result.stderr, result.output)
     assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
     if command_name == "list" and result.exit_code == 0:
-        from kpsdk.elfimage import load_elf
+        from kpsdk.binfmt.elfimage import load_elf
 
         names = {s.name for s in load_elf(PROG).symbols if s.kind == "func"}
         expected = {n for n in names if re.fullmatch(fnmatch_translate(pattern), n)}

@@ -1,4 +1,4 @@
-"""IFUNC symbols in libraries under qemu-user (kpsdk/ifunc.py): resolved to the loader's choice.
+"""IFUNC symbols in libraries under qemu-user (kpsdk/binfmt/ifunc.py): resolved to the loader's choice.
 
 Ground truth: tests/libprogs/ifunc.c prints where strlen is (taking its address makes the
 loader resolve the IFUNC for the program) and the strings it passes to strlen; a probe on

@@ -16,7 +16,7 @@ checked against the guest itself.
   equals the task of the guest's own trace line for it: riscv64's kernel keeps ``current``
   in ``tp`` and has BTF; i386's, arm's and ppc64le's have no BTF, and kpsdk reads current's
   place (``fs_base`` + current_task, TPIDRURO, the PACA's ``__current``) and task_struct's
-  pid and comm where their dump_stack_print_info reads them (kpsdk/taskcode.py).
+  pid and comm where their dump_stack_print_info reads them (kpsdk/kernel/taskcode.py).
 
 The x86_64 kernel has its own tests (test_kernel_live.py, test_kernel_image.py...).
 """
@@ -34,8 +34,8 @@ import pytest
 
 import kpsdk
 from kpsdk.fixtures import kernel
-from kpsdk.kallsyms import extract_vmlinux, load_kernel_symbols
-from kpsdk.kallsyms_table import decode_kallsyms
+from kpsdk.kernel.kallsyms import extract_vmlinux, load_kernel_symbols
+from kpsdk.kernel.kallsyms_table import decode_kallsyms
 from tests.conftest import KERNEL_ARCHS, require_tool
 
 pytestmark = pytest.mark.kernel
@@ -123,7 +123,7 @@ def _arg_cases_script() -> str:
 def _check_arg_cases(console: str, arch: str, image: Path) -> tuple[int, int]:
     """kpsdk accepts what the guest's kprobe_events parsed, and refuses the rest with its error_log."""
     from kpsdk.errors import TraceDefinitionError
-    from kpsdk.kernel_version import kernel_version
+    from kpsdk.kernel.version import kernel_version
     from kpsdk.trace.grammar import Parser
 
     body = console.replace("\r", "").split("KPSDK-ARGCASES-END", 1)[0]
@@ -297,8 +297,8 @@ def test_ppc64le_local_entries_match_the_elf(arch_kernel: Callable[[str], Path])
     reads from the code must be the one the ELF's ``st_other`` records, for every function."""
     from elftools.elf.elffile import ELFFile
 
-    from kpsdk.elfimage import load_elf
-    from kpsdk.targets.qemu import ready_address
+    from kpsdk.binfmt.elfimage import load_elf
+    from kpsdk.targets.live.qemu import ready_address
 
     image_path = arch_kernel("ppc64le")
     arch = kpsdk.get_registry().arch("ppc64le")
@@ -349,7 +349,7 @@ def test_whole_boot_clones_match_the_guest(arch: str, arch_kernel: Callable[[str
     count of created tasks at the moment it reads ``/proc/stat``: none lost, none reported
     twice (what QEMU's default multi-threaded TCG did now and then: it ended gdb's step over
     the breakpoint having executed nothing, and gdb evaluated the breakpoint again; see
-    :data:`kpsdk.targets.qemu.TCG_ACCEL`).  The count differs from boot to boot; the
+    :data:`kpsdk.targets.live.qemu.TCG_ACCEL`).  The count differs from boot to boot; the
     guest's differs with it."""
     require_tool("gdb-multiarch", "gdb-multiarch")
     image = arch_kernel(arch)

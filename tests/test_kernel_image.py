@@ -33,7 +33,7 @@ from kpsdk import fixtures, kallsyms_cache
 from kpsdk.cache import cache_root
 from kpsdk.errors import ImageFormatError, SymbolError, TargetError
 from kpsdk.fixtures import kernel
-from kpsdk.kallsyms import (
+from kpsdk.kernel.kallsyms import (
     KallsymsEntry,
     compression_of,
     decode_kallsyms,
@@ -381,7 +381,7 @@ def test_bzimage_payloads(kind: str, tmp_path: Path) -> None:
 def test_pure_python_lz4_matches(monkeypatch: pytest.MonkeyPatch) -> None:
     import builtins
 
-    import kpsdk.kernel_unpack as ks
+    import kpsdk.kernel.unpack as ks
 
     data = b"\x7fELF" + b"".join(f"line {i % 97} of the kernel\n".encode() for i in range(20000))
     comp = _lz4_legacy(data)

@@ -1,4 +1,4 @@
-"""Kretprobe entries done in guest code on Unicorn (kpsdk/targets/ucdetour.py).
+"""Kretprobe entries done in guest code on Unicorn (kpsdk/targets/unicorn/detour.py).
 
 test_kretprobes.py runs every kretprobe semantic on the optimized path, which is
 this one wherever a function can have a detour; these tests pin down which
@@ -258,7 +258,7 @@ def test_a_thunk_taking_the_scratch_register_or_flags_keeps_the_hook_path(isa: s
         for name, text, at in (("thunk", thunk, code), ("plain", plain, code + 0x100)):
             body = s.arch.assemble(text, at)
             s.target.uc.mem_write(at, body)  # type: ignore[attr-defined]
-            s.symbols.add(kpsdk.symbols.Symbol(name, at, len(body), "func"))
+            s.symbols.add(kpsdk.binfmt.symbols.Symbol(name, at, len(body), "func"))
         for name, want, at in zip(("thunk", "plain"), THUNK_RESULTS[isa], (code, code + 0x100), strict=True):
             returns: list[int] = []
             rp = kpsdk.Kretprobe(symbol_name=name, handler=lambda ri, regs, out=returns: out.append(regs.return_value))
@@ -313,7 +313,7 @@ def test_records_of_tail_calls_at_one_frame_settle_in_call_order() -> None:
     """Three detoured functions tail-calling each other share one frame; each
     entry found the previous one's return code as its return address.  Settling
     pushes them in that order whatever order they are read in."""
-    from kpsdk.targets.ucdetour import _oldest_first
+    from kpsdk.targets.unicorn.detour import _oldest_first
 
     class D:
         def __init__(self, tramp: int) -> None:
@@ -352,12 +352,12 @@ def _functions(s: kpsdk.Session, count: int) -> list[int]:
     entries = [base + 16 * i for i in range(count)]
     for i, at in enumerate(entries):
         s.target.uc.mem_write(at, body)  # type: ignore[attr-defined]
-        s.symbols.add(kpsdk.symbols.Symbol(f"f{i}", at, len(body), "func"))
+        s.symbols.add(kpsdk.binfmt.symbols.Symbol(f"f{i}", at, len(body), "func"))
     return entries
 
 
 def test_when_every_detour_is_in_use_the_next_kretprobe_takes_the_hook_path() -> None:
-    from kpsdk.targets.ucdetour import MAX_DETOURS
+    from kpsdk.targets.unicorn.detour import MAX_DETOURS
 
     s = kpsdk.open("unicorn:x86_64")
     entries = _functions(s, MAX_DETOURS + 10)
@@ -380,7 +380,7 @@ def test_detours_retired_during_a_run_wait_for_its_end() -> None:
     detour each time; while the CPU runs none can be reused (the code may be
     executing), so past MAX_DETOURS the probe takes the hook path, and every
     return is still seen.  After the run they are free again."""
-    from kpsdk.targets.ucdetour import MAX_DETOURS
+    from kpsdk.targets.unicorn.detour import MAX_DETOURS
 
     s = kpsdk.open("unicorn:x86_64")
     f, = _functions(s, 1)

@@ -1,6 +1,6 @@
 """Kretprobes with an entry_handler, and on functions too short for a detour, on Unicorn.
 
-Both take the detour's return code (``kpsdk/targets/ucdetour.py``): an entry
+Both take the detour's return code (``kpsdk/targets/unicorn/detour.py``): an entry
 handler runs from a hook on the detour's displaced instructions, after the
 guest entry code hooked the call; a function too short for the jump keeps a
 code hook at its entry (the "hooked-entry" mechanism) that does the guest

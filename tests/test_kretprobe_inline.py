@@ -2,7 +2,7 @@
 
 On Unicorn the detour's resume hook, the hooked entry and the detour's short
 return hook call a kretprobe's ``entry_handler`` and ``handler`` themselves
-instead of through the plugin's wrappers (``kpsdk/targets/ucdetour.py``).  What
+instead of through the plugin's wrappers (``kpsdk/targets/unicorn/detour.py``).  What
 the wrappers decide at every hit must still be decided at every hit: a handler
 swapped or cleared by the user after registration, a veto, an exception claimed
 by the fault_handler or surfacing as ``ProbeHandlerError``, the probe

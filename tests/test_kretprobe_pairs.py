@@ -1,7 +1,7 @@
 """Two kretprobes at once, on every pair of the fixture's functions.
 
 Nested calls mix the two ways an entry is hooked on Unicorn: a detoured entry
-(guest code, recorded without Python, :mod:`kpsdk.targets.ucdetour`) and an
+(guest code, recorded without Python, :mod:`kpsdk.targets.unicorn.detour`) and an
 entry on the hook path (an entry_handler, a function too short for the jump,
 another probe at the same address).  Whatever the mix, the handlers must see
 the same returns, in the same order with the same return values, and the same

@@ -483,8 +483,8 @@ def test_ppc64_elfv2_local_entry_counts_as_the_entry() -> None:
     """ppc64 runs on QEMU, not Unicorn: the entry rule is checked on a stand-in target."""
     from types import SimpleNamespace
 
+    from kpsdk.binfmt.symbols import Symbol, SymbolTable
     from kpsdk.plugins.kretprobes import function_entry
-    from kpsdk.symbols import Symbol, SymbolTable
 
     elfv2 = bytes.fromhex("3c4c0002" "38427f00" "7c0802a6" "f8010010")  # addis r2,r12; addi r2,r2; mflr; std
     elfv1 = bytes.fromhex("7c0802a6" "f8010010" "f821ff91" "60000000")

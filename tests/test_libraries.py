@@ -25,6 +25,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import kpsdk
+from kpsdk.binfmt.linkmap import LinkMap, parse_auxv
 from kpsdk.errors import (
     ExecNotFollowedWarning,
     KpsdkError,
@@ -33,9 +34,8 @@ from kpsdk.errors import (
     TargetFault,
     ToolMissingError,
 )
-from kpsdk.linkmap import LinkMap, parse_auxv
 from kpsdk.plugins import uprobes as uprobes_plugin
-from kpsdk.targets.qemu import choose_sysroot
+from kpsdk.targets.live.qemu import choose_sysroot
 from tests.conftest import QEMU, fuzz_examples, require_tool
 
 HERE = Path(__file__).parent / "libprogs"
@@ -402,7 +402,7 @@ def test_not_an_elf_file_is_einval(tmp_path: Path) -> None:
 
 def test_the_cross_sysroot_is_the_default_and_its_absence_names_the_package(
         built: dict[str, tuple[Path, Path]], tmp_path: Path) -> None:
-    from kpsdk.elfimage import load_elf
+    from kpsdk.binfmt.elfimage import load_elf
 
     prog, _ = built["riscv64"]
     image = load_elf(prog)
@@ -482,8 +482,8 @@ def test_link_map_walks_in_hostile_memory_end(memory: bytes, head: int, layout: 
 @given(st.one_of(st.text(max_size=40), st.binary(max_size=20), st.integers(), st.none()))
 def test_fuzzed_sysroot_cwd_and_stdin_values_give_typed_errors(value: object) -> None:
     """sysroot=, cwd= and stdin= of any type and text: a directory or file, or a TargetError."""
-    from kpsdk.elfimage import load_elf
-    from kpsdk.targets.qemu import _directory, _input
+    from kpsdk.binfmt.elfimage import load_elf
+    from kpsdk.targets.live.qemu import _directory, _input
 
     image = load_elf("/bin/true")
     arch = kpsdk.get_registry().archs.by_elf(image.machine, image.elf_class, image.endian)

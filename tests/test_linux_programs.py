@@ -22,7 +22,7 @@ from elftools.elf.elffile import ELFFile
 
 import kpsdk
 from kpsdk.errors import NotEmulatedError
-from kpsdk.targets.linux.files import Sysroot, _GuestErrno
+from kpsdk.targets.unicorn.linux.files import Sysroot, _GuestErrno
 from tests.conftest import QEMU, require_tool
 
 SOURCE = Path(__file__).parent / "programs" / "linuxprog.c"
@@ -279,7 +279,7 @@ DEBIAN_PROGRAMS = {
     "python3-dirfd": ["/usr/bin/python3", "-c", "import os; d = os.open('etc/sub', os.O_RDONLY); os.chdir('/'); "
                       "print(len(open('deep.txt', opener=lambda p, f: os.open(p, f, dir_fd=d)).read()))"],
     # compressors and checksums: long runs of guest stores to a few pages (Unicorn's store fast path,
-    # kpsdk.targets.uctlb), binary output
+    # kpsdk.targets.unicorn.tlb), binary output
     "xz": ["/usr/bin/xz", "-T1", "-c", "etc/passwd"],  # one thread: a newer xz starts some
     "bzip2": ["/usr/bin/bzip2", "-c", "etc/passwd"],
     "sha512sum": ["/usr/bin/sha512sum", "etc/passwd", "etc/sub/deep.txt"],

@@ -30,7 +30,7 @@ import pytest
 
 import kpsdk
 from kpsdk import fixtures
-from kpsdk.targets.live import HALT_TIMEOUT, GdbTarget
+from kpsdk.targets.live.target import HALT_TIMEOUT, GdbTarget
 from tests.conftest import require_tool
 from tests.fakestub import ErrorStub, FakeStub, StubProxy
 from tests.test_live import children_of_this_process, open_live

@@ -1,4 +1,4 @@
-"""PLT stubs named ``SYM@plt`` (kpsdk/pltstubs.py): where binutils puts them, and probes on them.
+"""PLT stubs named ``SYM@plt`` (kpsdk/binfmt/pltstubs.py): where binutils puts them, and probes on them.
 
 Ground truth: ``objdump -d`` of each arch's binutils names the stubs (BFD's synthetic
 symbols, which gdb shows too); tests/libprogs/plts.c, built here with each (cross)
@@ -17,9 +17,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import kpsdk
-from kpsdk.elfimage import load_elf, parse_elf
+from kpsdk.binfmt.elfimage import load_elf, parse_elf
+from kpsdk.binfmt.pltstubs import KIND
 from kpsdk.errors import ImageFormatError
-from kpsdk.pltstubs import KIND
 from tests.conftest import fuzz_examples, require_tool
 from tests.test_libraries import COMPILERS, open_user
 

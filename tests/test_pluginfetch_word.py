@@ -8,8 +8,8 @@ import pytest
 
 import kpsdk
 from kpsdk.errors import ArgumentError, TargetError
-from kpsdk.targets.pluginfetch import Planner, parse_fetches
-from kpsdk.targets.tcgplugin import CHAIN, M_WORD32
+from kpsdk.targets.live.tcg.fetch import Planner, parse_fetches
+from kpsdk.targets.live.tcg.plugin import CHAIN, M_WORD32
 
 
 def _plan(arch_name: str, texts: list[str]) -> tuple[kpsdk.arch.Arch, Planner]:
@@ -61,7 +61,7 @@ def test_memory_declarations_that_are_not_lists_are_refused(bad: object) -> None
 
 
 def test_declare_memory_refuses_what_is_not_a_probe() -> None:
-    from kpsdk.targets.pluginlive import PluginTarget
+    from kpsdk.targets.live.tcg.target import PluginTarget
 
     live = PluginTarget.__new__(PluginTarget)
     with pytest.raises(ArgumentError, match="wants a probe"):
@@ -74,8 +74,8 @@ def test_probes_whose_merged_reads_overflow_keep_gdbs_path() -> None:
     import weakref
     from types import SimpleNamespace
 
-    from kpsdk.targets.pluginlive import PluginTarget
-    from kpsdk.targets.tcgplugin import MAX_MEM
+    from kpsdk.targets.live.tcg.plugin import MAX_MEM
+    from kpsdk.targets.live.tcg.target import PluginTarget
 
     arch = kpsdk.get_registry().archs.get("x86_64")
     index = {r.gdb: i for i, r in enumerate(arch.registers)}

@@ -1,4 +1,4 @@
-"""post_handlers on Unicorn (K3) through persistent successor hooks (kpsdk/targets/ucstep.py).
+"""post_handlers on Unicorn (K3) through persistent successor hooks (kpsdk/targets/unicorn/step.py).
 
 Each hit of a post_handler point only marks a step pending; the hooks on the
 successors stay from hit to hit.  These tests check what that must not change:
@@ -101,7 +101,7 @@ def test_a_return_s_post_handler_sees_each_call_site() -> None:
 def test_a_return_reached_from_many_call_sites_keeps_a_bounded_number_of_hooks() -> None:
     """Past HOOKS_PER_POINT successors, new ones get one-shot hooks: every post_handler
     still runs, at the right address, and the persistent hooks stay bounded."""
-    from kpsdk.targets.ucstep import HOOKS_PER_POINT
+    from kpsdk.targets.unicorn.step import HOOKS_PER_POINT
 
     s = kpsdk.open("unicorn:x86_64")
     try:

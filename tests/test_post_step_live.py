@@ -1,4 +1,4 @@
-"""post_handlers on live targets: steps ended by the agent (kpsdk/targets/livestep.py).
+"""post_handlers on live targets: steps ended by the agent (kpsdk/targets/live/step.py).
 
 Ground truth is the slow way, which really single-steps each probed instruction
 through MI (``-exec-step-instruction``), and the program's own output: with

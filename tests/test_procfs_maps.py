@@ -1,4 +1,4 @@
-"""``/proc/self/maps`` as the Unicorn target's Linux layer renders it (kpsdk.targets.linux.procfs).
+"""``/proc/self/maps`` as the Unicorn target's Linux layer renders it (kpsdk.targets.unicorn.linux.procfs).
 
 The programs' own reading of it is tested against qemu-user in tests/test_linux_programs.py;
 here, any layout of regions and names: every mapped byte is on exactly one line, in address
@@ -16,8 +16,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kpsdk.targets.linux.files import Sysroot, _GuestErrno
-from kpsdk.targets.linux.procfs import maps
+from kpsdk.targets.unicorn.linux.files import Sysroot, _GuestErrno
+from kpsdk.targets.unicorn.linux.procfs import maps
 from tests.conftest import fuzz_examples
 
 PAGE = 0x1000
@@ -125,7 +125,7 @@ def test_sysinfo_fields_and_mem_unit(word: int, total: int) -> None:
     size; the sizes in bytes (mem_unit 1) where they fit a word, else in 4096-byte pages."""
     import struct
 
-    from kpsdk.targets.linux.structs import pack_sysinfo
+    from kpsdk.targets.unicorn.linux.structs import pack_sysinfo
 
     data = pack_sysinfo(word, "<", 1234, (0.5, 1.0, 2.0), total, total // 3, 1)
     w = "Q" if word == 8 else "I"
@@ -145,7 +145,7 @@ def test_file_names_follow_munmap_map_fixed_and_mremap() -> None:
     zeros (kpsdk does not read the file's next bytes into them) and show no name."""
     import unicorn
 
-    from kpsdk.targets.linux.memory import MAP_ANONYMOUS, MAP_FIXED, MAP_PRIVATE, MREMAP_MAYMOVE, AddressSpace
+    from kpsdk.targets.unicorn.linux.memory import MAP_ANONYMOUS, MAP_FIXED, MAP_PRIVATE, MREMAP_MAYMOVE, AddressSpace
 
     space = AddressSpace(unicorn.Uc(unicorn.UC_ARCH_X86, unicorn.UC_MODE_64), 1 << 47, 0x10000000, [])
     lib = "/usr/lib/x.so"

@@ -152,7 +152,7 @@ def test_every_error_class_is_in_kpsdk_errors_and_exported() -> None:
     assert all(issubclass(getattr(errors, name), errors.KpsdkError) for name in classes)
     from kpsdk.fixtures.build import FixtureError
     from kpsdk.registry import PluginLoadError
-    from kpsdk.targets.mi import GdbError
+    from kpsdk.targets.live.mi import GdbError
     from kpsdk.trace.filter import FilterError
     from kpsdk.trace.grammar import TraceDefinitionError
 

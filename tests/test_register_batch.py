@@ -1,7 +1,7 @@
 """``register_kprobes`` in one pass (``ProbeManager.add_many``) against one by one.
 
 A batch checks every probe first, decodes the instructions outside any function
-together (``kpsdk.decode.prime``: one capstone pass over neighbouring code instead of
+together (``kpsdk.arch.decode.prime``: one capstone pass over neighbouring code instead of
 one call per address) and arms each point once.  What a user sees must not change:
 the same probes placed on the same instructions (``s.list()``, the decoded
 instruction of each point), the same handlers run in the same order (K5), and for a
@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 
 import kpsdk
 from kpsdk import fixtures
-from kpsdk.insn import Decoded
+from kpsdk.arch.insn import Decoded
 from kpsdk.probe import register_all
 from tests.conftest import UNICORN_ARCHS
 
@@ -215,7 +215,7 @@ def test_a_batch_gives_the_hook_slots_to_the_points_one_by_one_gives_them() -> N
     """The first OPT_LIMIT points armed get the ``[OPTIMIZED]`` hook path: a batch arms in
     the list's order, each probe in its turn, so a point whose needs change later in the list
     (a disabled probe, then an enabled one; a post_handler joining) ends as one by one."""
-    from kpsdk.targets.unicorn import OPT_LIMIT
+    from kpsdk.targets.unicorn.target import OPT_LIMIT
 
     def disabled_first() -> list[Any]:
         return ([kpsdk.Kprobe(addr=CODE, flags=kpsdk.KPROBE_FLAG_DISABLED)]

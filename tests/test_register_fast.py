@@ -2,7 +2,7 @@
 reads through ``uc_mem_read`` directly, and probes placed while code runs.
 
 The walk from a function's start is made once (without capstone's details) and
-kept while the bytes read agree (``kpsdk/decode.py``); every answer must be the
+kept while the bytes read agree (``kpsdk/arch/decode.py``); every answer must be the
 one a full, detailed decode from the start gives, on every arch, and changed
 code must be walked again.  A probe registered from a handler, over code
 Unicorn has translated already, must fire (its translations dropped), and
@@ -20,7 +20,7 @@ import pytest
 
 import kpsdk
 from kpsdk import fixtures
-from kpsdk.insn import Decoded
+from kpsdk.arch.insn import Decoded
 from tests.conftest import UNICORN_ARCHS
 
 
@@ -139,7 +139,7 @@ def test_breakpoint_traps_in_host_backed_code_and_after_a_remap(remapped: bool) 
 
 
 def test_instructions_with_the_same_bytes_keep_their_own_operands() -> None:
-    """Classification is kept per distinct instruction bytes (``kpsdk/decode.py``), but a
+    """Classification is kept per distinct instruction bytes (``kpsdk/arch/decode.py``), but a
     relative branch's operand text names its own target: two copies of one ``jmp rel8`` and
     ``call rel32`` decode as a detailed decode at each address does."""
     with kpsdk.open("unicorn:x86_64") as s:

@@ -118,7 +118,7 @@ def test_the_deferred_builtins_declare_exactly_their_modules_hooks() -> None:
         assert set(BUILTIN_HOOKS[name]) == hooks, name
 
 
-HEAVY = ("capstone", "unicorn", "keystone", "pygdbmi", "elftools", "kpsdk.targets.unicorn", "kpsdk.trace.run")
+HEAVY = ("capstone", "unicorn", "keystone", "pygdbmi", "elftools", "kpsdk.targets.unicorn.target", "kpsdk.trace.run")
 
 
 def _heavy_modules_after(code: str) -> list[str]:
@@ -142,4 +142,4 @@ def test_help_loads_only_the_trace_command_s_plugin() -> None:
 def test_a_deferred_plugin_loads_when_its_hook_runs() -> None:
     code = "import kpsdk; reg = kpsdk.get_registry(); assert reg.arch('x86_64').name == 'x86_64'"
     loaded = _heavy_modules_after(code)
-    assert "capstone" in loaded and "kpsdk.targets.unicorn" not in loaded
+    assert "capstone" in loaded and "kpsdk.targets.unicorn.target" not in loaded

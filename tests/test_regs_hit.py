@@ -1,7 +1,7 @@
 """Register reads in handlers on Unicorn, against the official binding's ``uc.reg_read``.
 
 ``regs.arg(n)`` and the argument registers' properties read a per-hit snapshot
-of the register arguments (one C call for all of them, kpsdk/targets/ucfast.py):
+of the register arguments (one C call for all of them, kpsdk/targets/unicorn/fast.py):
 these tests check that what a handler sees is the CPU's state at that moment,
 on every Unicorn arch, read in any order, after its own writes, in the next
 hit, in a return handler and after a run; the ground truth is the program's
@@ -157,7 +157,7 @@ def test_the_generic_argument_reader_refuses_the_same_numbers() -> None:
     """Targets without a fast reader (the plugin's snapshot, live targets) share
     ``_args_reader``: the same refusal, and register arguments still read."""
     from kpsdk.registry import get_registry
-    from kpsdk.targets.pluginlive import SnapshotRegs
+    from kpsdk.targets.live.tcg.target import SnapshotRegs
 
     arch = get_registry().arch("x86_64")
     io = SnapshotRegs(arch)

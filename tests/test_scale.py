@@ -4,7 +4,7 @@ optimized ones, hits still right, memory restored."""
 from __future__ import annotations
 
 import kpsdk
-from kpsdk.targets.unicorn import OPT_LIMIT
+from kpsdk.targets.unicorn.target import OPT_LIMIT
 
 CODE = 0x100000
 
@@ -28,7 +28,7 @@ def test_ten_thousand_probes(tmp_path: object) -> None:
 
 
 def test_hot_probe_gets_the_optimized_path_from_a_cold_one() -> None:
-    from kpsdk.targets.unicorn import PROMOTE_EVERY
+    from kpsdk.targets.unicorn.target import PROMOTE_EVERY
 
     s = kpsdk.open("unicorn:x86_64")
     s.target.map(CODE, 0x10000, "rx")
@@ -53,7 +53,7 @@ def test_hot_probe_gets_the_optimized_path_from_a_cold_one() -> None:
 def test_promotion_leaves_a_point_without_a_reachable_slot_on_its_hook() -> None:
     """riscv64 boosters jump back with jal (+-1 MiB): a cold optimized point far
     from kpsdk's area cannot go to the breakpoint path, so it keeps its hook."""
-    from kpsdk.targets.unicorn import PROMOTE_EVERY
+    from kpsdk.targets.unicorn.target import PROMOTE_EVERY
 
     s = kpsdk.open("unicorn:riscv64")  # kpsdk's area is at 0x7e000000
     far, near = 0x100000, 0x7DF80000  # near: within jal range of the slots at 0x7e000100

@@ -1,4 +1,4 @@
-"""``--strace`` (kpsdk.strace.StracePrinter) against the real strace(1) and qemu-user's ``-strace``.
+"""``--strace`` (kpsdk.cli.strace.StracePrinter) against the real strace(1) and qemu-user's ``-strace``.
 
 Ground truth: the same static program (tests/programs/linuxprog.c, built here) run
 natively under Debian's strace, with the same arguments, input and file, must print
@@ -22,7 +22,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import kpsdk
-from kpsdk.strace import STRING_LIMIT, StracePrinter, quoted
+from kpsdk.cli.strace import STRING_LIMIT, StracePrinter, quoted
 from tests.conftest import QEMU, require_tool
 from tests.test_linux_programs import BUSYBOX, LINUX_ARCHS, build  # noqa: F401 - the module fixture
 

@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 from kpsdk import fixtures
 from kpsdk.cli import app
 from kpsdk.fixtures import kernel
-from kpsdk.kallsyms import load_kernel_symbols
+from kpsdk.kernel.kallsyms import load_kernel_symbols
 
 runner = CliRunner(env={"COLUMNS": "200"})
 ROW = re.compile(r"^│ (\S+)\s+│ (0x[0-9a-f]+) │")

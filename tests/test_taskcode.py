@@ -1,4 +1,4 @@
-"""current and task_struct's pid and comm from a kernel's code (kpsdk/taskcode.py).
+"""current and task_struct's pid and comm from a kernel's code (kpsdk/kernel/taskcode.py).
 
 Ground truth for the rule: Debian's amd64 kernel has both BTF and the code, so the per-cpu
 offset of ``current_task`` and the offsets of ``pid`` and ``comm`` that
@@ -19,11 +19,11 @@ import keystone
 import pytest
 
 import kpsdk
-from kpsdk.elfimage import parse_elf
+from kpsdk.binfmt.elfimage import parse_elf
 from kpsdk.errors import TargetError
-from kpsdk.kallsyms import extract_vmlinux, load_kernel_symbols
-from kpsdk.taskcode import current_fields
-from kpsdk.tasks import code_task_layout, kernel_task_layout
+from kpsdk.kernel.kallsyms import extract_vmlinux, load_kernel_symbols
+from kpsdk.kernel.taskcode import current_fields
+from kpsdk.kernel.tasks import code_task_layout, kernel_task_layout
 
 FUNCTION = "dump_stack_print_info"
 
@@ -109,7 +109,7 @@ def test_an_image_without_btf_says_why_once(arch_kernel: Callable[[str], Path], 
     with pytest.raises(TargetError, match="no .BTF section") as first:
         kernel_task_layout(image, arch)
     assert [p.name.endswith(".ppc64le.v2.missing") for p in (tmp_path / "tasks").iterdir()] == [True]
-    monkeypatch.setattr("kpsdk.tasks._layout_of", lambda *a: pytest.fail("the image was read again"))
+    monkeypatch.setattr("kpsdk.kernel.tasks._layout_of", lambda *a: pytest.fail("the image was read again"))
     with pytest.raises(TargetError) as second:
         kernel_task_layout(image, arch)
     assert str(second.value) == str(first.value)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import kpsdk
-from kpsdk.targets import tcgplugin
+from kpsdk.targets.live.tcg import plugin as tcgplugin
 from tests.conftest import require_tool
 
 
@@ -34,7 +34,7 @@ def test_a_source_gcc_refuses_is_reported_with_its_errors(monkeypatch: pytest.Mo
 
 
 def _qemu_with(plugin: Path, args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    from kpsdk.targets.qemu10 import find_qemu
+    from kpsdk.targets.live.qemu10 import find_qemu
 
     qemu = find_qemu("qemu-system-x86_64")
     cmd = [str(qemu.binary), "-accel", "tcg", "-display", "none", "-monitor", "none", "-serial", "none",

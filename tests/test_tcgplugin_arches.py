@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 
 import kpsdk
-from kpsdk.targets import qemu10, tcgplugin
-from kpsdk.targets.qemu import TCG_ACCEL
+from kpsdk.targets.live import qemu10
+from kpsdk.targets.live.qemu import TCG_ACCEL
+from kpsdk.targets.live.tcg import plugin as tcgplugin
 from tests.conftest import require_tool
 
 PLUGIN_ARCHS = ("x86_64", "i386", "arm", "riscv64", "ppc64le")
@@ -28,7 +29,7 @@ def test_the_snapshot_registers_are_ones_qemu_lists(arch: str, tmp_path: Path) -
     first instruction: the plugin lists the vCPU's registers, and every name of the arch's
     ``plugin_registers`` is among them, at most MAX_REGS of them, the pc not among them.
 
-    Single-threaded TCG, as kpsdk's sessions run it (kpsdk.targets.qemu.TCG_ACCEL): under
+    Single-threaded TCG, as kpsdk's sessions run it (kpsdk.targets.live.qemu.TCG_ACCEL): under
     QEMU 10.0's default MTTCG, qemu-system-ppc64 (pseries) crashes in the plugin's first
     register read at the vCPU's start (seen here; not with one thread)."""
     require_tool("gcc", "gcc")
@@ -70,7 +71,7 @@ def test_the_snapshot_registers_are_ones_qemu_lists(arch: str, tmp_path: Path) -
 
 def test_an_arch_without_plugin_registers_is_refused() -> None:
     """Big-endian ppc64 has a board but no plugin registers (no Debian kernel to test them on)."""
-    from kpsdk.targets.pluginlive import PluginLaunch
+    from kpsdk.targets.live.tcg.target import PluginLaunch
 
     with pytest.raises(kpsdk.TargetError, match="does not serve ppc64 yet"):
         PluginLaunch(kpsdk.get_registry().arch("ppc64"))

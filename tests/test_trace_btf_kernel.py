@@ -31,7 +31,7 @@ import kpsdk
 from kpsdk.cli import app
 from kpsdk.errors import TraceDefinitionError
 from kpsdk.fixtures import kernel
-from kpsdk.kernel_version import kernel_version
+from kpsdk.kernel.version import kernel_version
 from kpsdk.trace.btfsyntax import kernel_btf_args
 from kpsdk.trace.grammar import Parser
 from tests.conftest import require_tool

@@ -1,4 +1,4 @@
-"""The trace's timestamps on the guest's own clock (kpsdk/guestclock.py), against the guest's ftrace.
+"""The trace's timestamps on the guest's own clock (kpsdk/kernel/guestclock.py), against the guest's ftrace.
 
 Debian's riscv64 kernel under ``qemu-system:riscv64`` (the virt board, whose mtime counter
 kpsdk reads at a physical address): the guest records its own ``do_sys_openat2`` calls with

@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 import kpsdk
 from kpsdk import fixtures
 from kpsdk.cli import app
-from kpsdk.tasks import lat_flags
+from kpsdk.kernel.tasks import lat_flags
 from kpsdk.trace.common import FIRST_EVENT_ID, flag_bits
 from tests.conftest import require_tool
 

@@ -17,8 +17,8 @@ import pytest
 from typer.testing import CliRunner
 
 import kpsdk
+from kpsdk.binfmt.elfimage import load_elf
 from kpsdk.cli import app
-from kpsdk.elfimage import load_elf
 from kpsdk.fixtures import kernel
 from kpsdk.trace.events import TraceRecord
 from kpsdk.trace.grammar import Parser
@@ -186,7 +186,7 @@ def test_trace_cmd_reads_a_kernel_trace_as_the_guest_recorded_it(
     guest's own trace file is in ``trace-cmd report``'s output of kpsdk's file, in order and
     contiguous: task, pid, CPU, event, where (the report's addresses named with the kernel's
     own symbols) and each field; a faulted string is the kernel's empty one."""
-    from kpsdk.kallsyms import load_kernel_symbols
+    from kpsdk.kernel.kallsyms import load_kernel_symbols
     from tests.test_trace_prefix_kernel import DEFINITIONS, SELF_TRACING, entries
 
     require_tool("gdb-multiarch", "gdb-multiarch")

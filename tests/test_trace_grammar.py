@@ -295,7 +295,7 @@ def test_an_arm_kernel_has_no_argument_access(archs: dict[str, kpsdk.arch.Arch])
 
 def test_the_version_comes_from_the_banner(tmp_path) -> None:  # type: ignore[no-untyped-def]
     """A vmlinux's ``linux_banner`` gives the version; a file without one (System.map) none."""
-    from kpsdk.kernel_version import banner_version, kernel_version
+    from kpsdk.kernel.version import banner_version, kernel_version
 
     image = tmp_path / "vmlinux"
     image.write_bytes(b"\x7fELF" + b"\0" * 100 + b"Linux version 6.12.107+deb13-riscv64 (debian-kernel@lists) #1\0")

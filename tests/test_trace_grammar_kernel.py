@@ -8,7 +8,7 @@ kernel gave: accepted, or the same ``error_log`` lines (message, command, caret)
 target runs (the grammar and, for symbols, the kernel image's own table: kpsdk's precheck).
 
 kpsdk checks them with the grammar of the kernel's version, read from the image's banner
-(:mod:`kpsdk.kernel_version`; the guest's own boot line must say the same): 6.1 refuses
+(:mod:`kpsdk.kernel.version`; the guest's own boot line must say the same): 6.1 refuses
 ``$argN`` in a return probe (``r vfs_read $arg2``: "Invalid $-variable specified", before
 it looks at the number: ``r vfs_read $arg0`` too), which newer kernels and kpsdk's own
 targets take.
@@ -28,8 +28,8 @@ import pytest
 import kpsdk
 from kpsdk.errors import TraceDefinitionError
 from kpsdk.fixtures import kernel
-from kpsdk.kallsyms import load_kernel_symbols
-from kpsdk.kernel_version import kernel_version
+from kpsdk.kernel.kallsyms import load_kernel_symbols
+from kpsdk.kernel.version import kernel_version
 from kpsdk.trace.grammar import Parser
 from kpsdk.trace.precheck import check_symbols
 

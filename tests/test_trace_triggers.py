@@ -19,8 +19,8 @@ from typer.testing import CliRunner
 
 import kpsdk
 from kpsdk import fixtures
+from kpsdk.binfmt.elfimage import load_elf
 from kpsdk.cli import app
-from kpsdk.elfimage import load_elf
 from kpsdk.errors import TriggerError
 from kpsdk.trace.functions import MAX_FUNCTIONS
 from kpsdk.trace.histtrigger import log2_key

@@ -1,4 +1,4 @@
-"""Unicorn's virtual TLB filled by kpsdk (kpsdk/targets/uctlb.py).
+"""Unicorn's virtual TLB filled by kpsdk (kpsdk/targets/unicorn/tlb.py).
 
 Guest stores to memory that is not executable take Unicorn's fast path; what
 must not change is what a program sees: code it rewrites runs rewritten, and a
@@ -19,7 +19,7 @@ import unicorn
 
 import kpsdk
 from kpsdk.errors import KpsdkError
-from kpsdk.targets.uctlb import flush_tlb
+from kpsdk.targets.unicorn.tlb import flush_tlb
 
 CODE, PAGE, DATA = 0x100000, 0x200000, 0x300000
 

@@ -1,6 +1,6 @@
 """``kpsdk demo``: what kprobes can do, live, on the bundled programs.
 
-The demo itself is :func:`kpsdk.demo.run_demo` (read it next); this module
+The demo itself is :func:`kpsdk.demo.programs.run_demo` (read it next); this module
 only chooses the architectures and turns a failed check into exit status 1.
 """
 
@@ -51,9 +51,9 @@ def cmd_demo(
     Unicorn with its real ld.so and libc: a uprobe on libc.so.6:malloc sees each
     call, and its output must equal a native run's (an x86_64 host; skipped with
     the reason elsewhere).  A summary table ends it.  Exit status 0 when every check passed, 1 if not.
-    The source is kpsdk/demo.py: read it next.
+    The source is kpsdk/demo/programs.py: read it next.
     """
-    from kpsdk.demo import run_demo
+    from kpsdk.demo.programs import run_demo
 
     chosen = [_fixture_name(a) for a in arch or []]
     results = run_demo(chosen or None, console())

@@ -20,7 +20,7 @@ from kpsdk.cli.parsing import elf_path
 from kpsdk.errors import KpsdkError
 
 if TYPE_CHECKING:
-    from kpsdk.elfimage import ElfImage
+    from kpsdk.binfmt.elfimage import ElfImage
 
 
 def _image_bytes(image: ElfImage, addr: int, size: int) -> bytes:
@@ -48,7 +48,7 @@ def cmd_disasm(
 
     Works for every architecture kpsdk knows, ppc64 included (no Unicorn needed).
     """
-    from kpsdk.elfimage import load_elf
+    from kpsdk.binfmt.elfimage import load_elf
 
     image = load_elf(elf_path(elf))
     arch = kpsdk.get_registry().archs.by_elf(image.machine, image.elf_class, image.endian)

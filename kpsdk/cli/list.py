@@ -53,7 +53,7 @@ def cmd_list(
     """
     from rich.table import Table
 
-    from kpsdk.elfimage import load_elf
+    from kpsdk.binfmt.elfimage import load_elf
     from kpsdk.errors import ImageFormatError
 
     path = elf_path(elf)
@@ -124,7 +124,7 @@ def _list_kernel(path: Path, all_: bool, pattern: re.Pattern[str] | None) -> Non
     """A kernel's symbols (image, kallsyms text, System.map): name, address, size (to the next symbol)."""
     from rich.table import Table
 
-    from kpsdk.kallsyms import load_kernel_symbols
+    from kpsdk.kernel.kallsyms import load_kernel_symbols
 
     table_syms = load_kernel_symbols(path)
     con = console()

@@ -36,10 +36,10 @@ from kpsdk.cli.options import (
 )
 from kpsdk.cli.parsing import check_seconds, file_location, parse_call, parse_where, split_commas
 from kpsdk.cli.probe_run import ProbeRun, probe_class
+from kpsdk.cli.strace import StracePrinter
 from kpsdk.cli.target_choice import LIVE_KINDS, LIVE_TIMEOUT, UNICORN_TIMEOUT, choose_target, close_session
 from kpsdk.fixtures import ARCHS
 from kpsdk.session import RESTYPES
-from kpsdk.strace import StracePrinter
 
 PROBES_PANEL = "Probes"
 OUTPUT_PANEL = "What to print"

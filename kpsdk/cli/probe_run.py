@@ -14,13 +14,13 @@ from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
 
+from kpsdk.binfmt.symbols import did_you_mean, is_glob
 from kpsdk.cli.consoles import console, heading
 from kpsdk.cli.hitregs import check_reg_names, default_regs, show_reg
 from kpsdk.cli.hitstrings import STRING_SLOT, fetch_string, load_strings, show_string, store_strings
 from kpsdk.cli.returns import errno_name, signed_return
 from kpsdk.errors import KprobeError, KpsdkError
 from kpsdk.scope import making_for
-from kpsdk.symbols import did_you_mean, is_glob
 
 if TYPE_CHECKING:
     from rich.console import Console

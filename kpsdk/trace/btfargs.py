@@ -4,7 +4,7 @@ With ``CONFIG_PROBE_EVENTS_BTF_ARGS`` a kprobe event's arguments may name the pr
 parameters, follow ``->`` and ``.`` through structures, and take their type from the kernel's BTF
 (kernel/trace/trace_probe.c: ``parse_btf_arg``, ``parse_btf_field``, ``traceprobe_expand_meta_args``;
 kernel/trace/trace_btf.c: ``btf_find_struct_member``).  This module answers the grammar's
-questions from the BTF of the image kpsdk traces (:mod:`kpsdk.kernel_btf`), the way those
+questions from the BTF of the image kpsdk traces (:mod:`kpsdk.kernel.image_btf`), the way those
 functions answer them, down to their quirks (each one checked against Debian 13's 6.12 kernel by
 ``tests/test_trace_btf_kernel.py``):
 
@@ -32,8 +32,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from kpsdk.btf import ARRAY, ENUM, ENUM64, INT, PTR, STRUCT, UNION, Btf, BtfType
 from kpsdk.errors import ImageFormatError
+from kpsdk.kernel.btf import ARRAY, ENUM, ENUM64, INT, PTR, STRUCT, UNION, Btf, BtfType
 
 #: ``BTF_INT_SIGNED`` in an INT's encoding
 INT_SIGNED = 1

@@ -41,7 +41,7 @@ def kernel_btf_args(image: str | os.PathLike[str] | None, arch: Arch) -> BtfArgs
     """The :class:`BtfArgs` of the kernel in ``image`` (None: no image, or no BTF in it)."""
     if image is None:
         return None
-    from kpsdk.kernel_btf import kernel_btf
+    from kpsdk.kernel.image_btf import kernel_btf
 
     return BtfArgs(lambda: kernel_btf(image, arch), arch.bits)
 

@@ -15,7 +15,7 @@ every ``format`` file:
 - ``common_pid``: the task's pid.
 
 Flags and preempt count are derived from the five flag characters kpsdk's prefix shows
-(:func:`kpsdk.tasks.lat_flags`): what a target cannot tell (a program's; most flags of a
+(:func:`kpsdk.kernel.tasks.lat_flags`): what a target cannot tell (a program's; most flags of a
 kernel but the irq one) is 0, as it prints ``.``.
 """
 
@@ -42,7 +42,7 @@ ANY_EVENT_FIELDS = frozenset((*COMMON_FIELDS, *GENERIC_FIELDS))
 
 def flag_bits(flags: str) -> tuple[int, int]:
     """``(common_flags, common_preempt_count)`` from the five flag characters of a
-    prefix (the inverse of :func:`kpsdk.tasks.lat_flags` for what it can tell)."""
+    prefix (the inverse of :func:`kpsdk.kernel.tasks.lat_flags` for what it can tell)."""
     irq, resched, hardsoft, depth, migrate = tuple((flags + ".....")[:5])
     bits = {"d": FLAG_IRQS_OFF, "D": FLAG_IRQS_OFF | FLAG_BH_OFF, "b": FLAG_BH_OFF}.get(irq, 0)
     bits |= {"N": FLAG_NEED_RESCHED | FLAG_PREEMPT_RESCHED, "n": FLAG_NEED_RESCHED,

@@ -32,10 +32,10 @@ from dataclasses import dataclass, field
 from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
+from kpsdk.binfmt.symbols import did_you_mean
 from kpsdk.errors import ArgumentError, KprobeError, KpsdkError, TriggerError, shown
-from kpsdk.symbols import did_you_mean
+from kpsdk.kernel.tasks import NO_FLAGS, UNKNOWN_COMM, TaskInfo, check_comm, check_pid, program_comm
 from kpsdk.target import Target
-from kpsdk.tasks import NO_FLAGS, UNKNOWN_COMM, TaskInfo, check_comm, check_pid, program_comm
 from kpsdk.trace.common import ANY_EVENT_FIELDS, FIRST_EVENT_ID, common_values
 from kpsdk.trace.fetch import BoundArg, HitContext, Value, entry_args, format_symbol
 from kpsdk.trace.filter import Filter, parse_filter
@@ -78,7 +78,7 @@ class TraceRecord:
         returning call's entry (``r``).  It tells which ``p`` record a return belongs to
         (``perfetto`` slices), whatever order the handlers of one hit ran in.
     :param comm: ``pid``, ``cpu``, ``flags``: the task the hit ran in, as the kernel's
-        trace line prefix shows it (``cat-85 [000] .....``; see :mod:`kpsdk.tasks`).
+        trace line prefix shows it (``cat-85 [000] .....``; see :mod:`kpsdk.kernel.tasks`).
     """
 
     event: str
@@ -659,7 +659,7 @@ def _kernel_of(session: Session) -> tuple[int, int] | None:
     image = getattr(session.target, "kernel_image", None)
     if image is None:
         return None
-    from kpsdk.kernel_version import kernel_version
+    from kpsdk.kernel.version import kernel_version
 
     return kernel_version(image)
 

@@ -256,7 +256,7 @@ def format_symbol(session: Session, addr: int, with_offset: bool = True) -> str:
 
 def _file_offset_address(path: str | None, node: Fetch, definition: str, subsystem: str) -> int:
     """``@+OFFSET`` on a uprobe: the address the file offset is loaded at (ELF program headers)."""
-    from kpsdk.elfimage import load_elf
+    from kpsdk.binfmt.elfimage import load_elf
 
     if path is None:
         raise TraceDefinitionError("FILE_ON_KPROBE", definition, node.column, subsystem=subsystem)

@@ -19,11 +19,11 @@ import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from kpsdk.binfmt.symbols import did_you_mean, is_glob
 from kpsdk.errors import FunctionsError, KprobeError
-from kpsdk.symbols import did_you_mean, is_glob
 
 if TYPE_CHECKING:
-    from kpsdk.symbols import SymbolTable
+    from kpsdk.binfmt.symbols import SymbolTable
 
 #: the most functions one --functions glob may trace (as ``kpsdk probe --kprobe GLOB``)
 MAX_FUNCTIONS = 1000

@@ -10,7 +10,7 @@ Users already know the kernel's syntax (``Documentation/trace/kprobetrace.rst`` 
     p|r[:[GRP/]EVENT] FILE:SYMBOL[+OFF][%return] [FETCHARGS]    (uprobes, a kpsdk extension)
     -:[GRP/]EVENT
 
-A SYM or SYMBOL may name a PLT stub, ``malloc@plt`` (:mod:`kpsdk.pltstubs`), as gdb and perf do.
+A SYM or SYMBOL may name a PLT stub, ``malloc@plt`` (:mod:`kpsdk.binfmt.pltstubs`), as gdb and perf do.
 
 A definition is split into words (the kernel's ``argv_split``), and each word
 is read by a small recursive-descent parser over its characters
@@ -29,9 +29,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
+from kpsdk.binfmt.filelocation import find_file, symbol_offset
+from kpsdk.binfmt.pltstubs import SUFFIX as PLT_SUFFIX
 from kpsdk.errors import TRACE_ERRORS, KprobeError, TargetError, TraceDefinitionError
-from kpsdk.filelocation import find_file, symbol_offset
-from kpsdk.pltstubs import SUFFIX as PLT_SUFFIX
 
 if TYPE_CHECKING:
     from kpsdk.arch import Arch
@@ -376,12 +376,12 @@ class Parser:
         #: the target kernel's BTF (:func:`kpsdk.trace.btfargs.kernel_btf_args`): on a kernel since 6.5,
         #: arguments may name the function's parameters and their members
         self.btf = btf
-        #: the target kernel's version (:func:`kpsdk.kernel_version.kernel_version`): definitions are
+        #: the target kernel's version (:func:`kpsdk.kernel.version.kernel_version`): definitions are
         #: checked as that kernel checks them (:func:`arg_error`); None: kpsdk's own targets
         self.kernel = kernel
         self.word_bits = word_bits or (arch.bits if arch is not None else 64)
-        #: where a uprobe's bare library name is looked for (:func:`kpsdk.filelocation.find_file`),
-        #: and an IFUNC symbol resolved (:mod:`kpsdk.ifunc`)
+        #: where a uprobe's bare library name is looked for (:func:`kpsdk.binfmt.filelocation.find_file`),
+        #: and an IFUNC symbol resolved (:mod:`kpsdk.binfmt.ifunc`)
         self.sessions = sessions
         #: a parse before any session (kpsdk trace's precheck): an IFUNC symbol no session can
         #: resolve yet is accepted with offset 0, to be resolved when the session parses the line
@@ -506,7 +506,7 @@ class Parser:
             module, first = first, cur.take(_symbol_char)
         if not first or not (_is_ident_start(first[0]) or first[0] == "."):
             raise TraceDefinitionError("BAD_PROBE_ADDR", text, word.start, f"{body!r}")
-        if body.startswith(PLT_SUFFIX, cur.pos):  # a PLT stub, as gdb and perf name it (kpsdk.pltstubs)
+        if body.startswith(PLT_SUFFIX, cur.pos):  # a PLT stub, as gdb and perf name it (kpsdk.binfmt.pltstubs)
             first += PLT_SUFFIX
             cur.pos += len(PLT_SUFFIX)
         offset = 0
@@ -919,7 +919,7 @@ def _looks_like_uprobe(where: str) -> bool:
 def _symbol_offset(text: str, column: int, path: str, where: str, sessions: Sequence[Session] = (),
                    ifunc_later: bool = False) -> int:
     """A uprobe's ``SYMBOL[+OFF]`` as a file offset (kpsdk's extension of uprobe_events lines)."""
-    from kpsdk.elfimage import load_elf
+    from kpsdk.binfmt.elfimage import load_elf
 
     try:
         return symbol_offset(load_elf(path), path, where, sessions)

@@ -32,7 +32,7 @@ from typing import IO, TYPE_CHECKING, Any, Literal
 from kpsdk.errors import KpsdkError, UnknownNameError
 
 if TYPE_CHECKING:
-    from kpsdk.tasks import TaskInfo
+    from kpsdk.kernel.tasks import TaskInfo
     from kpsdk.trace.events import TraceRecord
     from kpsdk.trace.fetch import HitContext, Value
     from kpsdk.trace.grammar import ArgType, ProbeDef
@@ -108,7 +108,7 @@ def format_text(record: TraceRecord) -> str:
 def format_prefix(record: TraceRecord) -> str:
     """What the kernel's ``trace_print_context`` (kernel/trace/trace_output.c) puts before
     the body: ``"%16s-%-7d "`` comm and pid, ``"[%03d] "`` the CPU, the five flag
-    characters of ``trace_print_lat_fmt`` (:func:`kpsdk.tasks.lat_flags`) and
+    characters of ``trace_print_lat_fmt`` (:func:`kpsdk.kernel.tasks.lat_flags`) and
     ``" %5lu.%06lu: "`` the time.
     """
     usecs = max(0, round(record.time * 1_000_000))

@@ -8,7 +8,7 @@ boot"):
 - every definition, against the grammar of the target's architecture (which is known
   from the target spec: ``qemu-system:ARCH``, ``unicorn:ARCH``, the ELF header of
   ``elf:``/``qemu-user:`` programs, ``--arch`` for ``gdb://``) and, for a kernel, of
-  its version (the banner in ``--kernel``/``--symbols``: :mod:`kpsdk.kernel_version`);
+  its version (the banner in ``--kernel``/``--symbols``: :mod:`kpsdk.kernel.version`);
 - for a kernel, the symbols the definitions name, in the kernel's own symbol table
   (read from the image, cached), as the kernel's ``trace_kprobe`` would refuse them;
 - each ``--hist FIELD``: a field some definition has, and one with integer values;
@@ -29,15 +29,15 @@ from typing import TYPE_CHECKING
 
 import typer
 
+from kpsdk.binfmt.symbols import did_you_mean
 from kpsdk.errors import KpsdkError, TraceDefinitionError, TriggerError
-from kpsdk.symbols import did_you_mean
 from kpsdk.trace.histtrigger import HistTrigger, register
 from kpsdk.trace.triggers import matches, parse_trigger, split_trigger
 
 if TYPE_CHECKING:
     from kpsdk.arch import Arch
+    from kpsdk.binfmt.symbols import SymbolTable
     from kpsdk.cli.target_choice import TargetChoice
-    from kpsdk.symbols import SymbolTable
     from kpsdk.trace.btfargs import BtfArgs
     from kpsdk.trace.grammar import ProbeDef
 
@@ -52,7 +52,7 @@ def target_arch(choice: TargetChoice) -> Arch | None:
         if scheme in ("qemu-system", "unicorn"):
             return registry.arch(rest)
         if scheme in ("elf", "qemu-user"):
-            from kpsdk.elfimage import load_elf
+            from kpsdk.binfmt.elfimage import load_elf
 
             image = load_elf(rest)
             return registry.archs.by_elf(image.machine, image.elf_class, image.endian)
@@ -118,7 +118,7 @@ def _kernel_version(choice: TargetChoice) -> tuple[int, int] | None:
     source = choice.options.get("kernel") or choice.options.get("symbols")
     if not source:
         return None
-    from kpsdk.kernel_version import kernel_version
+    from kpsdk.kernel.version import kernel_version
 
     return kernel_version(str(source))
 
@@ -139,7 +139,7 @@ def _kernel_symbols(choice: TargetChoice, parsed: list[ProbeDef], functions: str
     source = choice.options.get("symbols") or choice.options.get("kernel")
     if not source or not (functions is not None or any(d.symbol is not None for d in parsed)):
         return
-    from kpsdk.targets.qemu import load_symbols
+    from kpsdk.targets.live.qemu import load_symbols
 
     try:
         table = load_symbols(Path(str(source)))[0]

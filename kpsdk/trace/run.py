@@ -49,7 +49,7 @@ from kpsdk.cli.target_choice import (
     close_session,
 )
 from kpsdk.errors import KpsdkError, TargetError, UnknownNameError
-from kpsdk.tasks import PID_MAX_LIMIT, check_comm
+from kpsdk.kernel.tasks import PID_MAX_LIMIT, check_comm
 from kpsdk.trace.functions import FunctionsError, check_templates
 from kpsdk.trace.hist import PLOT_FORMATS, parse_lhist
 from kpsdk.trace.output import EventShape, EventWrite, Writer, WriterContext, output_format
@@ -58,8 +58,8 @@ from kpsdk.trace.precheck import precheck
 if TYPE_CHECKING:
     from rich.table import Table
 
+    from kpsdk.kernel.tasks import TaskInfo
     from kpsdk.session import Session
-    from kpsdk.tasks import TaskInfo
     from kpsdk.trace.events import Trace, TraceRecord
     from kpsdk.trace.fetch import HitContext
     from kpsdk.trace.hist import Histogram

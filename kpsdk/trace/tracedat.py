@@ -27,7 +27,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Literal
 
-from kpsdk.tasks import UNKNOWN_COMM
+from kpsdk.kernel.tasks import UNKNOWN_COMM
 from kpsdk.trace.common import FIRST_EVENT_ID, flag_bits
 from kpsdk.trace.output import Writer, format_value
 

@@ -1,0 +1,310 @@
+"""Symbol tables: ``sym+0xoff`` in, addresses out, and back.
+
+Targets fill a :class:`SymbolTable` from whatever they have (an ELF's
+``.symtab``, later System.map or kallsyms); everything that accepts an address
+also accepts ``sym``, ``sym+0x10`` or ``0x401000``.
+"""
+
+from __future__ import annotations
+
+import bisect
+import difflib
+import fnmatch
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from kpsdk.argcheck import want_int, want_str
+from kpsdk.errors import ArgumentError, SymbolError, shown
+from kpsdk.probe import is_int, parse_number
+
+if TYPE_CHECKING:
+    from kpsdk.target import MappedFile
+
+#: ``SYM``, ``SYM+OFF``, ``SYM-OFF``, or a number alone (``0x401000``, ``-4``); numbers as a probe's
+#: location reads them (:func:`kpsdk.probe.parse_number`: ``0x`` hex or decimal; ``010`` is refused as
+#: ambiguous), ASCII digits only
+_NUM = r"0[xX][0-9a-fA-F]+|[0-9]+"
+_EXPR = re.compile(rf"^\s*(?:(?P<sym>[A-Za-z_.$][\w.$@]*)\s*(?:(?P<sign>[+-])\s*(?P<off>{_NUM}))?"
+                   rf"|(?P<numsign>[+-])?\s*(?P<num>{_NUM}))\s*$")
+_CLONE_SUFFIX = re.compile(r"\.(isra|constprop|part|cold|lto_priv|llvm)\.\d+$")
+
+
+@dataclass(frozen=True)
+class Symbol:
+    """A named address range.
+
+    ``iset`` names the instruction set the code runs in when it is not the
+    architecture's first (ARM's ``"thumb"``: an ELF symbol value with bit 0 set,
+    see :attr:`kpsdk.arch.InstructionSet.thumb_bit`); "" for the default.
+
+    ``kind`` is ``"func"``, ``"object"``, ``"ifunc"`` (``STT_GNU_IFUNC``: the address
+    of a resolver, which the dynamic loader calls to pick the implementation that
+    calls will reach) or ``"plt"`` (a PLT stub, ``malloc@plt``); ``source`` is the table it came from (``".symtab"``,
+    ``".dynsym"``; empty for other sources).
+
+    ``descriptor`` is where the function's descriptor is (ppc64 ELFv1: the symbol's
+    value in ``.opd``, ``{code, TOC, environment}``), 0 when it has none; ``address``
+    is always the code's.  A call needs the descriptor's TOC in r2.
+    """
+
+    name: str
+    address: int
+    size: int
+    kind: str  # "func", "object", "ifunc" (an STT_GNU_IFUNC: the address is its resolver's) or "plt"
+    iset: str = ""
+    source: str = ""
+    descriptor: int = 0
+
+    @property
+    def thumb(self) -> bool:
+        """Kept for code written before :attr:`iset`: the symbol's instruction set is ARM's Thumb."""
+        return self.iset == "thumb"
+
+
+def _number(text: str, sign: str | None) -> int:
+    """``text`` (matched by ``_NUM``) read as a probe's location reads it; ValueError for ``010``."""
+    value = parse_number(text)
+    if value is None:
+        raise ValueError(text)
+    return -value if sign == "-" else value
+
+
+def decode_span(sym: Symbol | None, addr: int) -> tuple[int, int | None]:
+    """Where decoding toward ``addr`` starts (K1: a known instruction boundary) and where it
+    may stop: the function's start and end when ``sym``, the symbol holding ``addr``, is a
+    function (no end when its size is unknown), else ``addr`` itself and no end."""
+    if sym is not None and sym.kind == "func":
+        return sym.address, (sym.address + sym.size if sym.size else None)
+    return addr, None
+
+
+def _glob(pattern: object, kind: object) -> re.Pattern[str]:
+    """:meth:`SymbolTable.matching`'s arguments checked, and its pattern compiled."""
+    if kind is not None and not isinstance(kind, str):
+        raise ArgumentError(f"symbols.matching: kind={shown(kind)}; want a str (func, object, ifunc, plt) or None")
+    return re.compile(fnmatch.translate(want_str("symbols.matching", "pattern", pattern)))
+
+
+def is_glob(text: str) -> bool:
+    """Whether a symbol spec is a shell glob (``*``, ``?``, ``[``): symbol names never hold these."""
+    return any(c in text for c in "*?[")
+
+
+def did_you_mean(names: list[str]) -> str:
+    """``" (did you mean 'fact'?)"``, or "" when there is nothing close."""
+    if not names:
+        return ""
+    return " (did you mean " + " or ".join(repr(n) for n in names) + "?)"
+
+
+class SymbolTable:
+    """Sorted symbols with O(log n) address lookup and exact-name resolution."""
+
+    def __init__(self, symbols: Iterable[Symbol] = (), first_alias: bool = False) -> None:
+        """A table of ``symbols``, as if each were :meth:`add`-ed in turn, in O(n log n).
+
+        One sort, not an insertion per symbol: adding a file's symbols one by one costs
+        O(n) each when they are not in address order (80 s for 300,000 in falling order).
+        The sort is stable, so symbols at one address keep their order, as with :meth:`add`.
+
+        ``first_alias``: an address several symbols share is named by the first of them in
+        the table's order, as the kernel's ``%pS`` names it (``get_symbol_pos`` in
+        kernel/kallsyms.c: ``sys_openat``, not ``__se_sys_openat``); a kernel's kallsyms
+        table is in the kernel's own order.  Otherwise by the last.
+        """
+        self.first_alias = first_alias
+        given = list(symbols)
+        self._by_name: dict[str, Symbol] = {}
+        for sym in given:
+            self._name(sym)
+        self._sorted: list[Symbol] = sorted(given, key=lambda sym: sym.address)
+        self._starts: list[int] = [sym.address for sym in self._sorted]
+
+    def _name(self, sym: Symbol) -> None:
+        """Answer to the symbol's name and its GCC clone's base name; the first definition wins."""
+        self._by_name.setdefault(sym.name, sym)
+        base = _CLONE_SUFFIX.sub("", sym.name)
+        if base != sym.name:
+            self._by_name.setdefault(base, sym)
+
+    def add(self, sym: Symbol) -> None:
+        """Add a symbol; the first definition of a name wins (like the linker's)."""
+        self._name(sym)
+        i = bisect.bisect_right(self._starts, sym.address)
+        self._starts.insert(i, sym.address)
+        self._sorted.insert(i, sym)
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        return iter(self._sorted)
+
+    def __len__(self) -> int:
+        return len(self._sorted)
+
+    def get(self, name: str) -> Symbol:
+        """The symbol called ``name``; a versioned name (``malloc@@GLIBC_2.2.5``,
+        ``malloc@GLIBC_2.2.5``, as ``readelf`` and ``nm -D`` print them) is its plain one;
+        ``malloc@plt`` is only ever the PLT stub (:mod:`kpsdk.binfmt.pltstubs`), never ``malloc``."""
+        found = self._find(want_str("symbols.get", "name", name))
+        if found is None:
+            raise SymbolError(f"unknown symbol {name!r}{did_you_mean(self.suggest(name))}")
+        return found
+
+    def _find(self, name: str) -> Symbol | None:
+        found = self._by_name.get(name)
+        if found is None and "@" in name and not name.endswith("@plt"):
+            found = self._by_name.get(name.partition("@")[0])
+        return found
+
+    def suggest(self, name: str, n: int = 3) -> list[str]:
+        """Names close to ``name`` (a typo: ``fcat`` -> ``fact``), best first.
+
+        difflib's ratio over every name costs about a second for a kernel's 100k; a typo
+        rarely changes both ends of a name and keeps its length within a few
+        characters, so only names sharing the first or the last character, of a
+        length within ``max(2, len // 5)``, are compared (milliseconds).
+        """
+        if not want_str("symbols.suggest", "name", name) or not self._by_name:
+            return []
+        slack = max(2, len(name) // 5)
+        first, last = name[0], name[-1]
+        candidates = [k for k in self._by_name
+                      if abs(len(k) - len(name)) <= slack and (k[0] == first or k[-1] == last)]
+        # one swapped pair costs a short name more of its ratio ("sbu"/"sub": 0.67)
+        return difflib.get_close_matches(name, candidates, n=n, cutoff=0.6 if len(name) <= 5 else 0.75)
+
+    def matching(self, pattern: str, kind: str | None = "func") -> list[Symbol]:
+        """The symbols whose name matches the shell glob ``pattern`` (``vfs_*``, ``do_sys_open*``;
+        case-sensitive, as symbol names are), of ``kind`` (None: any), by address."""
+        rx = _glob(pattern, kind)
+        return [sym for sym in self._sorted if (kind is None or sym.kind == kind) and rx.match(sym.name)]
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and self._find(name) is not None
+
+    def resolve(self, expr: str | int) -> int:
+        """``"add"``, ``"add+0x4"``, ``"0x401000"`` or an int -> address."""
+        if is_int(expr):
+            return expr
+        if not isinstance(expr, str):
+            raise ArgumentError(f"symbols.resolve: expr={shown(expr)}; want a str (SYM, SYM+0xOFF, 0xADDR) or an int")
+        m = _EXPR.match(expr)
+        try:
+            if m is None:
+                raise ValueError(expr)
+            sym = m.group("sym")
+            if sym is None:
+                return _number(m.group("num"), m.group("numsign"))
+            return self.get(sym).address + (_number(m.group("off"), m.group("sign")) if m.group("off") else 0)
+        except ValueError:  # no match, or a number with a leading 0
+            raise SymbolError(f"cannot parse address expression {shown(expr)} (want SYM, SYM+0xOFF or 0xADDR)") \
+                from None
+
+    def lookup(self, addr: int) -> tuple[str, int, int] | None:
+        """``(name, offset, size)`` of the symbol containing ``addr``, else ``None``.
+
+        Zero-sized symbols match only their own address.
+        """
+        sym = self._at(addr if type(addr) is int else want_int("symbols.lookup", "addr", addr, None))
+        return None if sym is None else (sym.name, addr - sym.address, sym.size)
+
+    def _at(self, addr: int) -> Symbol | None:
+        """The symbol holding ``addr`` (the one at that address, not the first of its name:
+        two static functions may share a name)."""
+        i = bisect.bisect_right(self._starts, addr) - 1
+        while i >= 0:
+            sym = self._sorted[i]
+            if sym.address <= addr < sym.address + max(sym.size, 1):
+                if self.first_alias:
+                    first = bisect.bisect_left(self._starts, sym.address)
+                    sym = next(s for s in self._sorted[first:i + 1] if addr < s.address + max(s.size, 1))
+                return sym
+            if sym.address < addr and sym.size:
+                return None
+            i -= 1
+        return None
+
+    def containing(self, addr: int) -> Symbol | None:
+        return self._at(addr if type(addr) is int else want_int("symbols.containing", "addr", addr, None))
+
+    def format(self, addr: int) -> str:
+        """``sym+0xoff`` for an address, or its hex value outside any symbol."""
+        return self.symbolic(addr if type(addr) is int else want_int("symbols.format", "addr", addr, None)) \
+            or f"{addr:#x}"
+
+    def symbolic(self, addr: int) -> str | None:
+        """``sym+0xoff`` for an address inside a symbol, else None (an int is the caller's to check)."""
+        sym = self._at(addr)
+        return None if sym is None else f"{sym.name}+{addr - sym.address:#x}"
+
+    def functions(self) -> list[Symbol]:
+        return [s for s in self._sorted if s.kind == "func"]
+
+
+class SymbolTables(SymbolTable):
+    """Several tables answering as one, without copying them: a program's and each of its
+    libraries' (each already at its run-time addresses).  A name resolves in the first
+    table that has it (the program's first, as the dynamic loader looks names up); an
+    address in the table whose symbol holds it.  A table changes by being replaced
+    (a library loaded or unloaded), which costs nothing per symbol."""
+
+    def __init__(self, tables: Iterable[SymbolTable]) -> None:
+        self.tables = list(tables) or [SymbolTable()]
+
+    def add(self, sym: Symbol) -> None:
+        self.tables[0].add(sym)
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        return (sym for table in self.tables for sym in table)
+
+    def __len__(self) -> int:
+        return sum(len(table) for table in self.tables)
+
+    def get(self, name: str) -> Symbol:
+        want_str("symbols.get", "name", name)
+        for table in self.tables:
+            if name in table:
+                return table.get(name)
+        raise SymbolError(f"unknown symbol {name!r}{did_you_mean(self.suggest(name))}")
+
+    def __contains__(self, name: object) -> bool:
+        return any(name in table for table in self.tables)
+
+    def suggest(self, name: str, n: int = 3) -> list[str]:
+        return [found for table in self.tables for found in table.suggest(name, n)][:n]
+
+    def matching(self, pattern: str, kind: str | None = "func") -> list[Symbol]:
+        found = [sym for table in self.tables for sym in table.matching(pattern, kind)]
+        return sorted(found, key=lambda sym: sym.address)
+
+    def _at(self, addr: int) -> Symbol | None:
+        for table in self.tables:
+            found = table._at(addr)
+            if found is not None:
+                return found
+        return None
+
+    def functions(self) -> list[Symbol]:
+        return [sym for table in self.tables for sym in table.functions()]
+
+
+#: each object's symbols at a load bias, made once: a library dlopen'ed again at the same
+#: address (the usual case) costs nothing, and libc is relocated once per session's bias
+_relocated: dict[tuple[tuple[int, int], int], SymbolTable] = {}
+MAX_RELOCATED = 256
+
+
+def loaded_symbols(files: Sequence[MappedFile]) -> SymbolTable:
+    """Every object's symbols at their run-time addresses (the program's first: a name
+    defined in several objects resolves as the program's, as the loader's lookup would)."""
+    tables = []
+    for mf in files:
+        key = (mf.identity, mf.bias)
+        table = _relocated.get(key)
+        if table is None:
+            if len(_relocated) >= MAX_RELOCATED:
+                _relocated.clear()
+            table = _relocated[key] = mf.image.relocated(mf.bias).symbols
+        tables.append(table)
+    return SymbolTables(tables)

@@ -1,0 +1,104 @@
+"""What the Unicorn target's engines may use of it: the one interface between
+:class:`~kpsdk.targets.unicorn.target.UnicornTarget` and :mod:`kpsdk.targets.unicorn.watch`
+(watchpoints) and :mod:`kpsdk.targets.unicorn.detour` (kretprobe detours).
+
+Both engines run inside the target's hooks and share its engine, its hit
+registers and its area for code; this Protocol names exactly what they may
+touch, so the target's private state can change without them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    import mmap
+    import struct
+
+    import unicorn
+
+    from kpsdk.arch import Arch, InstructionSet
+    from kpsdk.binfmt.symbols import SymbolTable
+    from kpsdk.manager import ProbeManager, ProbePoint
+    from kpsdk.probe import Probe
+    from kpsdk.regs import PtRegs
+    from kpsdk.rethook import ShadowStacks
+    from kpsdk.targets.unicorn.fast import FastHooks, FastRegs
+    from kpsdk.targets.unicorn.step import SoftStep
+
+#: a ctypes code-hook callback: ``(handle, address, size, user)``
+CodeHook = Callable[[int, int, int, int], None]
+
+
+class UnicornHost(Protocol):
+    """The Unicorn target as its engines see it."""
+
+    uc: unicorn.Uc
+    arch: Arch
+    fast: FastRegs
+    hooks: FastHooks
+    symbols: SymbolTable
+    manager: ProbeManager
+    rethook: ShadowStacks | None
+    #: the registers view handed to handlers on every hit
+    hit_regs: PtRegs
+    #: the post_handlers' pending step (a hooked instruction ends it before its own hit)
+    stepper: SoftStep
+
+    @property
+    def running(self) -> bool:
+        """Inside ``emu_start`` (a hook or handler runs)."""
+
+    @property
+    def failed(self) -> bool:
+        """An error is stored for ``run()``/``call()`` to raise."""
+
+    def fail(self, exc: BaseException) -> None:
+        """Store ``exc`` for ``run()``/``call()`` and stop the emulation (from a hook)."""
+
+    def read_pc(self) -> int: ...
+
+    def running_iset(self) -> InstructionSet: ...
+
+    def begin_at(self, addr: int, point: ProbePoint | None = None) -> int:
+        """Set the pc to ``addr`` and return it as ``emu_start`` wants it (Thumb bit)."""
+
+    def read_memory(self, addr: int, size: int) -> bytes: ...
+
+    def read_word(self, addr: int) -> int: ...
+
+    def hijack_word(self, addr: int, value: int) -> None:
+        """Overwrite a return address in memory (the stack: host memory on the hot path)."""
+
+    def stack_window(self) -> tuple[mmap.mmap | bytearray, int, int, struct.Struct]:
+        """The stack as host memory: buffer, lowest address, last word offset (-1: none), word Struct."""
+
+    def hook_point(self, addr: int) -> ProbePoint | None: ...
+
+    def slot_point(self, addr: int) -> ProbePoint | None: ...
+
+    def is_reserved(self, addr: int) -> bool:
+        """``addr`` is in kpsdk's own area (booster slots, trampolines, detours)."""
+
+    # -- kpsdk's area: code kpsdk writes -------------------------------------------------------
+
+    def peek_code(self, size: int) -> int | None:
+        """Where the next :meth:`alloc_code` of ``size`` bytes goes, or None when it would not fit."""
+
+    def alloc_code(self, size: int) -> int:
+        """``size`` bytes of kpsdk's area for code, for good (the caller keeps a free list)."""
+
+    def write_code(self, addr: int, code: bytes) -> None:
+        """Write code into kpsdk's area, dropping translations of what was there."""
+
+    # -- return probes ---------------------------------------------------------------------------
+
+    def current_task(self) -> int: ...
+
+    def trampoline_for(self, entry: int) -> int: ...
+
+    def trampoline_probe(self, entry: int) -> Probe: ...
+
+    def on_detour_slow(self, handle: int, addr: int, size: int, user: int) -> None:
+        """The code hook of a detour's slow path (a normal hit of the entry's probe)."""

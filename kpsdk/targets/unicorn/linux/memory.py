@@ -1,0 +1,247 @@
+"""A Linux process's address space on Unicorn: ``brk``, ``mmap``, ``munmap``, ``mprotect``, ``mremap``.
+
+Unicorn maps whole pages and splits or merges its regions itself; this module
+decides *where*: the heap (``brk``) starts a page above kpsdk's own area (which
+sits right after the program, where Linux would start the heap: Linux moves
+the heap by a random offset anyway, so programs never count on it), and
+``mmap`` picks the lowest free range from :data:`MMAP_BASE` up.  kpsdk's
+area and the stack are never the program's to unmap or re-protect (``EINVAL``,
+as for an address Linux does not give user space).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import unicorn
+
+from kpsdk.targets.unicorn.linux.files import _GuestErrno
+
+PAGE = 0x1000
+#: where anonymous and file mappings go, lowest first (below the stack on 32-bit arches)
+MMAP_BASE = 0x40000000
+#: mmap(2) flags (include/uapi/asm-generic/mman-common.h; the same on x86, ARM, riscv, ppc64)
+MAP_SHARED, MAP_PRIVATE, MAP_FIXED, MAP_ANONYMOUS = 0x01, 0x02, 0x10, 0x20
+MAP_FIXED_NOREPLACE = 0x100000
+MREMAP_MAYMOVE, MREMAP_FIXED = 1, 2
+#: the heap may not grow beyond this many bytes (RLIMIT_DATA is unlimited by default; this
+#: bounds what a runaway program makes kpsdk allocate)
+HEAP_LIMIT = 1 << 30
+
+
+def page_up(x: int) -> int:
+    return (x + PAGE - 1) & ~(PAGE - 1)
+
+
+class AddressSpace:
+    """The program's mappings on top of ``uc``, with ``reserved`` ranges it may not touch."""
+
+    def __init__(self, uc: unicorn.Uc, space: int, brk_base: int, reserved: list[tuple[int, int]],
+                 on_unmap: Callable[[int, int], None] | None = None) -> None:
+        self.uc = uc
+        self.space = space  #: one past the highest address (2**32 or a 64-bit arch's user limit)
+        self.brk_base = self.brk_end = brk_base
+        self.reserved = reserved
+        self.on_unmap = on_unmap
+        #: what ``/proc/self/maps`` names each file mapping: by range, the file's path and the
+        #: offset at the range's start (a range unmapped or mapped over is forgotten)
+        self.names: dict[tuple[int, int], tuple[str, int]] = {}
+        #: the host file behind each path a mapping was made of (mmap's): what ``mremap`` reads
+        #: when it grows such a mapping
+        self.sources: dict[str, Path] = {}
+
+    def name(self, start: int, end: int, path: str, offset: int, source: Path | None = None) -> None:
+        """``[start, end)`` shows ``path`` from file offset ``offset`` in ``/proc/self/maps``;
+        ``source``, the host file it was read from."""
+        self._forget(start, end)
+        self.names[(start, end)] = (path, offset)
+        if source is not None:
+            self.sources[path] = source
+
+    def _named(self, start: int, end: int) -> list[tuple[tuple[int, int], tuple[str, int]]]:
+        """The named parts of ``[start, end)``, cut to it, in address order."""
+        out = []
+        for (lo, hi), (path, offset) in sorted(self.names.items()):
+            if lo < end and start < hi:
+                cut = max(lo, start)
+                out.append(((cut, min(hi, end)), (path, offset + (cut - lo))))
+        return out
+
+    def _forget(self, start: int, end: int) -> None:
+        """``[start, end)`` shows no file any more (the parts of a named range outside it keep theirs)."""
+        for (lo, hi), (path, offset) in list(self.names.items()):
+            if lo < end and start < hi:
+                del self.names[(lo, hi)]
+                if lo < start:
+                    self.names[(lo, start)] = (path, offset)
+                if end < hi:
+                    self.names[(end, hi)] = (path, offset + (end - lo))
+
+    # -- what is where ------------------------------------------------------------------
+
+    def regions(self, start: int, end: int) -> list[tuple[int, int, int]]:
+        """The mapped parts of ``[start, end)``: ``(start, end, perms)``, in order."""
+        out = []
+        for lo, hi, perms in sorted(self.uc.mem_regions()):
+            lo, hi = max(lo, start), min(hi + 1, end)
+            if lo < hi:
+                out.append((lo, hi, perms))
+        return out
+
+    def free(self, start: int, end: int) -> bool:
+        return 0 < start < end <= self.space and not self.regions(start, end)
+
+    def _check_reserved(self, start: int, end: int) -> None:
+        if any(lo < end and start < hi for lo, hi in self.reserved):
+            raise _GuestErrno(errno.EINVAL)
+
+    def find(self, size: int, hint: int = 0) -> int:
+        """The lowest free ``size`` bytes from :data:`MMAP_BASE` (``hint`` first, when free)."""
+        if hint and not hint % PAGE and self.free(hint, hint + size):
+            return hint
+        at = MMAP_BASE
+        for lo, hi, _ in sorted(self.uc.mem_regions()):
+            if hi < at:
+                continue
+            if lo >= at + size:
+                break
+            at = page_up(hi + 1)
+        if at + size > self.space:
+            raise _GuestErrno(errno.ENOMEM)
+        return at
+
+    # -- the calls ------------------------------------------------------------------------
+
+    def brk(self, want: int) -> int:
+        """``brk``: the new break, or the old one when it cannot move there (Linux's answer)."""
+        if want < self.brk_base or want - self.brk_base > HEAP_LIMIT:
+            return self.brk_end
+        old, new = page_up(self.brk_end), page_up(want)
+        try:
+            if new > old:
+                if not self.free(old, new):
+                    return self.brk_end
+                self.uc.mem_map(old, new - old, unicorn.UC_PROT_READ | unicorn.UC_PROT_WRITE)
+            elif new < old:
+                self.unmap(new, old)
+        except (unicorn.UcError, _GuestErrno):
+            return self.brk_end
+        self.brk_end = want
+        return want
+
+    def mmap(self, addr: int, length: int, prot: int, flags: int) -> int:
+        """Map ``length`` bytes (zeroed; the caller copies a file's bytes in); the address."""
+        if not length or length > self.space or addr % PAGE:
+            raise _GuestErrno(errno.EINVAL)
+        size = page_up(length)
+        if flags & MAP_FIXED:
+            self._check_reserved(addr, addr + size)
+            if addr + size > self.space:
+                raise _GuestErrno(errno.ENOMEM)
+            self.unmap(addr, addr + size)
+        elif flags & MAP_FIXED_NOREPLACE:
+            if not self.free(addr, addr + size):
+                raise _GuestErrno(errno.EEXIST)
+        else:
+            addr = self.find(size, addr)
+        try:
+            self.uc.mem_map(addr, size, prot & 7)
+        except unicorn.UcError:
+            raise _GuestErrno(errno.ENOMEM) from None
+        self._forget(addr, addr + size)
+        return addr
+
+    def unmap(self, start: int, end: int) -> None:
+        """``munmap`` of ``[start, end)``: whatever of it is mapped."""
+        if start % PAGE or end <= start:
+            raise _GuestErrno(errno.EINVAL)
+        end = page_up(end)
+        self._check_reserved(start, end)
+        for lo, hi, _ in self.regions(start, end):
+            self.uc.mem_unmap(lo, hi - lo)
+            if self.on_unmap is not None:
+                self.on_unmap(lo, hi)
+        self._forget(start, end)
+
+    def protect(self, start: int, length: int, prot: int) -> None:
+        """``mprotect``: every page of the range must be mapped (else ``ENOMEM``)."""
+        if start % PAGE:
+            raise _GuestErrno(errno.EINVAL)
+        end = page_up(start + length)
+        self._check_reserved(start, end)
+        parts = self.regions(start, end)
+        if sum(hi - lo for lo, hi, _ in parts) != end - start:
+            raise _GuestErrno(errno.ENOMEM)
+        for lo, hi, _ in parts:
+            self.uc.mem_protect(lo, hi - lo, prot & 7)
+
+    def remap(self, old: int, old_size: int, new_size: int, flags: int) -> int:
+        """``mremap`` without MREMAP_FIXED: shrink in place, grow in place when the pages
+        after are free, else move (MREMAP_MAYMOVE) by copying.  A grown file mapping's new
+        pages hold the file's next bytes, as Linux's."""
+        if old % PAGE or not new_size or flags & MREMAP_FIXED:
+            raise _GuestErrno(errno.EINVAL)
+        old_size, new_size = page_up(old_size), page_up(new_size)
+        self._check_reserved(old, old + old_size)
+        parts = self.regions(old, old + old_size)
+        if sum(hi - lo for lo, hi, _ in parts) != old_size:
+            raise _GuestErrno(errno.EFAULT)
+        perms = parts[0][2]
+        if new_size <= old_size:
+            if new_size < old_size:
+                self.unmap(old + new_size, old + old_size)
+            return old
+        file_after = self._file_after(old + old_size)
+        if self.free(old + old_size, old + new_size):
+            self.uc.mem_map(old + old_size, new_size - old_size, perms)
+            self._forget(old + old_size, old + new_size)
+            self._fill_from_file(old + old_size, old + new_size, file_after)
+            return old
+        if not flags & MREMAP_MAYMOVE:
+            raise _GuestErrno(errno.ENOMEM)
+        new = self.find(new_size)
+        self.uc.mem_map(new, new_size, perms)
+        self._forget(new, new + new_size)
+        self.uc.mem_write(new, bytes(self.uc.mem_read(old, old_size)))
+        moved = self._named(old, old + old_size)
+        self.unmap(old, old + old_size)
+        for (lo, hi), (path, offset) in moved:  # its names go with it
+            self.name(new + (lo - old), new + (hi - old), path, offset)
+        self._fill_from_file(new + old_size, new + new_size, file_after)
+        return new
+
+    def _file_after(self, end: int) -> tuple[str, int] | None:
+        """The file and offset that continue a mapping ending at ``end`` past it: those of
+        the named range holding its last page (which may go on past ``end``: a part of a
+        mapping remapped), else None (anonymous memory)."""
+        for (lo, hi), (path, offset) in self.names.items():
+            if lo < end <= hi:
+                return path, offset + (end - lo)
+        return None
+
+    def _fill_from_file(self, start: int, end: int, file_after: tuple[str, int] | None) -> None:
+        """A grown file mapping's new pages ``[start, end)``: the file's next bytes (zeros past
+        its end), named in ``/proc/self/maps`` as Linux's one grown mapping is.  Left zero and
+        unnamed for anonymous memory, or a file that cannot be read again."""
+        if file_after is None:
+            return
+        path, offset = file_after
+        source = self.sources.get(path)
+        if source is None:
+            return
+        try:  # not through a link made since: the file the sysroot's walk found then
+            fd = os.open(source, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            return
+        try:
+            data = os.pread(fd, end - start, offset)
+        except OSError:
+            return
+        finally:
+            os.close(fd)
+        if data:
+            self.uc.mem_write(start, data)
+        self.name(start, end, path, offset)
