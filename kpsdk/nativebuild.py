@@ -1,0 +1,99 @@
+"""Small C helpers built with the system compiler at first use, cached, and checked before use.
+
+kpsdk keeps a few hot paths out of Python (the QEMU TCG plugin, the Unicorn scheduler's
+quantum counter): C sources shipped in the package, compiled with ``gcc`` the first time they
+are needed into kpsdk's private cache (:func:`kpsdk.cache.private_dir`), named by the SHA256
+of their source.  A shared object is code kpsdk loads into a process, so a cached one is used
+only when it can be trusted:
+
+* the cache directory is this user's and writable by nobody else (``private_dir``);
+* the object is a regular file (not a link) of this user's, writable by nobody else;
+* its bytes hash to what kpsdk recorded when it built it, in a record file that lives in the
+  same private directory and follows the same rules (whoever could change the object could
+  not have written the record: only this user can write there).
+
+Anything else (a planted, swapped or loosened file) is built again, never loaded.  Where the
+cache directory cannot be used, the object is built in a private temporary directory that
+is removed when the interpreter exits.
+"""
+
+from __future__ import annotations
+
+import atexit
+import hashlib
+import os
+import shutil
+import stat
+import subprocess
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+from kpsdk.cache import private_dir, read_private, write_private
+from kpsdk.errors import TargetError, ToolMissingError
+
+#: the largest shared object kpsdk builds (a bound on what a check reads)
+MAX_OBJECT = 16 << 20
+
+_temporary: dict[str, Path] = {}
+
+
+def _trusted(path: Path, digest: str) -> bool:
+    """``path`` is a regular file of this user's that nobody else can write, whose SHA256 is ``digest``."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return False
+    data = read_private(path.parent, path.name, MAX_OBJECT)
+    return data is not None and hashlib.sha256(data).hexdigest() == digest
+
+
+def _scratch(name: str) -> Path:
+    """A private directory for this process's builds when the cache cannot be used (one per
+    name, removed at exit: an unusable cache must not leave a directory per build behind)."""
+    where = _temporary.get(name)
+    if where is None:
+        where = Path(tempfile.mkdtemp(prefix=f"kpsdk-{name}-"))
+        _temporary[name] = where
+        atexit.register(shutil.rmtree, where, True)
+    return where
+
+
+def build_shared_object(name: str, source: Path, what: str, flags: Sequence[str] = ()) -> Path:
+    """The shared object of ``source``, built once per source text into kpsdk's cache
+    directory ``name`` and checked before it is returned (see the module docstring).
+
+    ``what`` names it in errors ("kpsdk's QEMU plugin").  Raises
+    :class:`~kpsdk.errors.ToolMissingError` without ``gcc`` and
+    :class:`~kpsdk.errors.TargetError` when it does not compile.
+    """
+    code = source.read_bytes()
+    key = hashlib.sha256(code + "\0".join(flags).encode()).hexdigest()[:16]
+    stem = f"{source.stem}-{key}"
+    cache = private_dir(name)
+    directory = cache if cache is not None else _scratch(name)
+    out = directory / f"{stem}.so"
+    record = f"{stem}.sha256"
+    known = read_private(directory, record, 128)
+    if known is not None and _trusted(out, known.decode("ascii", "replace").strip()):
+        return out
+    gcc = shutil.which("gcc")
+    if gcc is None:
+        raise ToolMissingError(f"gcc (to build {what})", "gcc")
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{stem}-", suffix=".so")
+    os.close(fd)
+    try:
+        proc = subprocess.run([gcc, "-O2", "-shared", "-fPIC", "-fvisibility=hidden", "-Wall", *flags, "-o", tmp,
+                               str(source)], capture_output=True, text=True, timeout=120, check=False)
+        if proc.returncode != 0:
+            raise TargetError(f"gcc could not build {what} {source}: {proc.stderr.strip()[-2000:]}")
+        os.chmod(tmp, 0o700)
+        digest = hashlib.sha256(Path(tmp).read_bytes()).hexdigest()
+        os.replace(tmp, out)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    write_private(directory, record, digest.encode("ascii"))
+    return out
