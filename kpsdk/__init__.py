@@ -16,6 +16,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any, Unpack
 
+from kpsdk.binfmt import archs as _file_archs
 from kpsdk.errors import (
     ArgumentError,
     CapabilityError,
@@ -47,6 +48,7 @@ from kpsdk.errors import (
 )
 
 if TYPE_CHECKING:  # the core's names, imported on first use at run time (``_LAZY``)
+    from kpsdk.arch import ArchRegistry
     from kpsdk.options import OpenOptions
     from kpsdk.probe import KPROBE_FLAG_DISABLED, KPROBE_FLAG_GONE, TRAP_HANDLER_EXCEPTION, Probe, ProbeType
     from kpsdk.registry import get_registry, hookimpl
@@ -89,6 +91,17 @@ _LAZY = {
 #: ``import kpsdk`` still finds its module
 _SUBMODULES = frozenset(("arch", "events", "hookspecs", "options", "probe", "registry", "regs", "session",
                          "target", "verbs"))
+
+
+def _registry_archs() -> ArchRegistry:
+    """The loaded backends' architectures, for the ELF readers (:mod:`kpsdk.binfmt.archs`): they sit
+    below the registry, so the package gives them these; the registry loads when a file is first read."""
+    from kpsdk.registry import get_registry
+
+    return get_registry().archs
+
+
+_file_archs.provide(_registry_archs)
 
 __all__ = [
     "KPROBE_FLAG_DISABLED", "KPROBE_FLAG_GONE", "TRAP_HANDLER_EXCEPTION",

@@ -5,12 +5,31 @@ A value of the wrong kind (``s.read_memory("add", 4)``, ``s.symbols.lookup("add"
 rather than a ``TypeError`` about ``'<'`` from deep inside a bisect or a ctypes call.
 Calls made at every hit (a handler's ``s.read_memory``, a trace's symbol lookups) test
 the usual case inline (``type(addr) is int`` and a range) and come here only for the rest.
+
+The numbers users write (a probe's ``0x401000``, a symbol's ``+0x10``) are read here too
+(:func:`parse_number`), so that every layer reads them alike: this module imports nothing of
+kpsdk but its errors, and the ELF and symbol readers below the core use it.
 """
 
 from __future__ import annotations
 
+from typing import TypeGuard
+
 from kpsdk.errors import ArgumentError, shown
-from kpsdk.probe import is_int
+
+
+def is_int(value: object) -> TypeGuard[int]:
+    """An int that is not a bool: ``addr=True`` is a mistake, not address 1."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def parse_number(text: str) -> int | None:
+    """``int(text, 0)`` (decimal, ``0x``, ``0o``, ``0b``, a sign), or None when it is not one;
+    a decimal too long for Python to convert (over 4300 digits) is None too."""
+    try:
+        return int(text, 0)
+    except ValueError:
+        return None
 
 
 def want_int(call: str, name: str, value: object, least: int | None = 0, most: int | None = None) -> int:

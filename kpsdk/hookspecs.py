@@ -23,10 +23,10 @@ import pluggy
 if TYPE_CHECKING:
     from kpsdk.arch import Arch
     from kpsdk.events import SyscallEvent
+    from kpsdk.outputformat import OutputFormat
     from kpsdk.probe import ProbeType
     from kpsdk.session import Session
     from kpsdk.target import MappedFile, TargetKind
-    from kpsdk.trace.output import OutputFormat
 
 hookspec = pluggy.HookspecMarker("kpsdk")
 
@@ -89,11 +89,11 @@ def kpsdk_cli(app: Any) -> None:
 
 
 @hookspec
-def kpsdk_trace_formats() -> list[OutputFormat]:
+def kpsdk_trace_formats() -> list[OutputFormat[Any]]:
     """Return the output formats this plugin gives ``kpsdk trace --output NAME``
     (and :func:`kpsdk.trace.output.make_writer`).
 
-    Each :class:`~kpsdk.trace.output.OutputFormat` names a format and a factory
+    Each :class:`~kpsdk.outputformat.OutputFormat` names a format and a factory
     that makes a :class:`~kpsdk.trace.output.Writer` for a stream: the writer is
     handed every :class:`~kpsdk.trace.events.TraceRecord` as it is made, then
     closed once.  kpsdk's own ``text``, ``jsonl`` and ``perfetto`` come through

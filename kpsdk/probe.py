@@ -13,8 +13,11 @@ import errno
 import types
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, TypeGuard
+from typing import TYPE_CHECKING, Any, ClassVar
 
+# defined in argcheck, below the ELF and symbol readers that use them too; kpsdk.probe's callers read them here
+from kpsdk.argcheck import is_int as is_int
+from kpsdk.argcheck import parse_number as parse_number
 from kpsdk.errors import FieldTypeError, KprobeError, LocationError, ProbeHandlerError, shown
 
 if TYPE_CHECKING:
@@ -52,11 +55,6 @@ class FieldKind:
     plain: frozenset[type] = frozenset()
 
 
-def is_int(value: object) -> TypeGuard[int]:
-    """An int that is not a bool: ``addr=True`` is a mistake, not address 1."""
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
 _NONE = type(None)
 INT = FieldKind("an int", is_int, frozenset({int}))
 OPT_INT = FieldKind("an int or None", lambda v: v is None or is_int(v), frozenset({int, _NONE}))
@@ -82,15 +80,6 @@ def check_address_range(arch: Arch, addr: int, what: str = "address") -> None:
     if not 0 <= addr <= arch.word_mask:
         raise KprobeError(errno.EINVAL, f"{what} {addr:#x} is outside {arch.name}'s "
                                         f"{8 * arch.word_size}-bit address space")
-
-
-def parse_number(text: str) -> int | None:
-    """``int(text, 0)`` (decimal, ``0x``, ``0o``, ``0b``, a sign), or None when it is not one;
-    a decimal too long for Python to convert (over 4300 digits) is None too."""
-    try:
-        return int(text, 0)
-    except ValueError:
-        return None
 
 
 def _looks_numeric(text: str) -> bool:

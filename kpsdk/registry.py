@@ -23,7 +23,7 @@ from kpsdk.probe import ProbeType
 from kpsdk.target import TargetKind
 
 if TYPE_CHECKING:
-    from kpsdk.trace.output import OutputFormat
+    from kpsdk.outputformat import OutputFormat
 
 GROUP = "kpsdk"
 #: set (to anything) in the environment: third-party entry points do not load by themselves
@@ -117,12 +117,12 @@ class Registry:
         return out
 
     @property
-    def trace_formats(self) -> dict[str, OutputFormat]:
+    def trace_formats(self) -> dict[str, OutputFormat[Any]]:
         """``kpsdk trace --output`` formats by name (the ``kpsdk_trace_formats`` hook).
 
         Collected at each use (a writer is made once a run), so a plugin registered
         with ``pm.register`` at run time is seen."""
-        from kpsdk.trace.output import check_formats
+        from kpsdk.outputformat import check_formats
 
         return check_formats(list(self.pm.hook.kpsdk_trace_formats()))
 

@@ -283,7 +283,7 @@ class Session(BuiltinVerbs):
         ``triggers`` are ``EVENT:COMMAND`` event triggers (``hist:keys=...``,
         ``stacktrace``); ``stack=True`` records every hit's stack (``record.stack``).
         """
-        from kpsdk.trace.events import start_trace
+        from kpsdk.trace.events import start_trace  # the trace package is above the core: on first use
 
         return start_trace(self, definitions, sink=sink, filter=filter, comm=comm, pid=pid, triggers=triggers,
                            stack=stack)

@@ -21,13 +21,13 @@ if TYPE_CHECKING:
     from kpsdk.arch.insn import Decoded
     from kpsdk.binfmt.elfimage import ElfImage
     from kpsdk.binfmt.symbols import Symbol, SymbolTable
+    from kpsdk.fetchargs import BoundFetch
     from kpsdk.kernel.tasks import TaskInfo
     from kpsdk.manager import ProbeManager, ProbePoint
     from kpsdk.probe import Probe
     from kpsdk.regs import PtRegs
     from kpsdk.rethook import RethookNode, ShadowStacks
     from kpsdk.session import Session
-    from kpsdk.trace.fetch import BoundArg
 
 #: kpsdk.arch.decode.decode_at once loaded (:meth:`Target.decode_at`)
 _DECODER: list[Callable[..., Decoded | None]] = []
@@ -374,7 +374,7 @@ class Target(ABC):
         :meth:`prepare_clock` said it has one; None: not readable."""
         return None
 
-    def declare_fetches(self, probe: Probe, args: Sequence[BoundArg]) -> None:
+    def declare_fetches(self, probe: Probe, args: Sequence[BoundFetch]) -> None:
         """A trace event's fetch arguments, told before its probe registers: a target whose
         handlers run after the hit (the QEMU plugin) reads their memory at the hit.  Others
         read memory when the handler asks: nothing to do."""

@@ -44,7 +44,7 @@ from kpsdk.rethook import Direct, Rethook, RethookNode, ShadowStacks
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from kpsdk.arch.decode import CodeView
+    from kpsdk.binfmt.symbols import CodeAndSymbols
     from kpsdk.regs import PtRegs
     from kpsdk.session import Session
 
@@ -114,7 +114,7 @@ class Kretprobe(Probe):
         return self.rethook.in_flight if self.rethook is not None else 0
 
 
-def function_entry(target: CodeView, rp: Kretprobe, addr: int) -> int:
+def function_entry(target: CodeAndSymbols, rp: Kretprobe, addr: int) -> int:
     """The entry address a kretprobe resolves to; ``EINVAL`` anywhere else in a function.
 
     An address outside every known symbol is taken as an entry (code without

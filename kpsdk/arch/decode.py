@@ -18,15 +18,14 @@ if TYPE_CHECKING:
     import capstone
 
     from kpsdk.arch import Arch, InstructionSet
-    from kpsdk.binfmt.symbols import SymbolTable
 
 
 class CodeView(Protocol):
-    """What decoding needs of a target: its arch, its symbols and its memory.  A live
-    target is one; so is a file's segments before anything runs it (uprobes)."""
+    """What decoding needs of a target: its arch and its memory.  A live target is one;
+    so is a file's segments before anything runs it (uprobes).  Where the caller also
+    needs the code's symbols: :class:`kpsdk.binfmt.symbols.CodeAndSymbols`."""
 
     arch: Arch
-    symbols: SymbolTable
 
     def read_memory(self, addr: int, size: int) -> bytes: ...
 

@@ -62,14 +62,15 @@ from elftools.elf.sections import Symbol as ElfSymbol
 from elftools.elf.segments import Segment as ElfSegment
 from elftools.elf.structs import ELFStructs
 
+from kpsdk.binfmt.archs import arch_for
 from kpsdk.binfmt.files import read_regular
 from kpsdk.binfmt.ifunc import irelative_slots
 from kpsdk.binfmt.pltstubs import plt_symbols
 from kpsdk.binfmt.symbols import Symbol, SymbolTable
-from kpsdk.errors import ImageFormatError, TargetError, UnknownNameError
+from kpsdk.errors import ImageFormatError, TargetError
 
 if TYPE_CHECKING:
-    from kpsdk.arch import Arch
+    from kpsdk.arch import Arch, ArchRegistry
 
 #: e_phnum saying "the count is section 0's sh_info"
 PN_XNUM = 0xFFFF
@@ -447,23 +448,27 @@ class ElfImage:
         return None
 
 
-def load_elf(path: str | Path) -> ElfImage:
-    """Read and parse an executable; a clear error for anything that is not one."""
+def load_elf(path: str | Path, archs: ArchRegistry | None = None) -> ElfImage:
+    """Read and parse an executable; a clear error for anything that is not one.  ``archs``:
+    the architectures its machine is matched against (None: the loaded backends',
+    :mod:`kpsdk.binfmt.archs`)."""
     path = Path(path)
     try:
         raw, st = read_regular(path)
     except OSError as e:
         raise TargetError(f"cannot read {path}: {e.strerror}") from e
-    return parse_elf(raw, path, (st.st_dev, st.st_ino))
+    return parse_elf(raw, path, (st.st_dev, st.st_ino), archs)
 
 
-def parse_elf(raw: bytes, path: Path, identity: tuple[int, int] | None = None) -> ElfImage:
-    """An executable's loadable segments, entry and function/object symbols, from its bytes."""
+def parse_elf(raw: bytes, path: Path, identity: tuple[int, int] | None = None,
+              archs: ArchRegistry | None = None) -> ElfImage:
+    """An executable's loadable segments, entry and function/object symbols, from its bytes
+    (``archs`` as :func:`load_elf` takes them)."""
     elf = ElfFile(raw, path)
     segments = _segments(elf)
     if not segments:
         raise elf.error("no PT_LOAD segment with memory: not an executable")
-    arch = _arch_of(elf)
+    arch = arch_for(elf.machine, elf.elf_class, elf.endian, archs)
     deref = _Descriptors(elf, arch)
     symbols = _symbols(elf, deref, arch, segments)
     ifuncs = any(sym.kind == "ifunc" for sym in symbols)
@@ -536,17 +541,6 @@ def _segments(elf: ElfFile) -> list[Segment]:
             data = seg.data()
         out.append(Segment(vaddr, memsz, data, ph["p_flags"], offset))
     return out
-
-
-def _arch_of(elf: ElfFile) -> Arch | None:
-    """The architecture a backend declares for the file's machine, class and byte order (None:
-    no loaded backend runs it; its symbols are then read as they are)."""
-    from kpsdk.registry import get_registry
-
-    try:
-        return get_registry().archs.by_elf(elf.machine, elf.elf_class, elf.endian)
-    except UnknownNameError:
-        return None
 
 
 class _Descriptors:

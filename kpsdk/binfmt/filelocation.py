@@ -34,13 +34,13 @@ from kpsdk.errors import KprobeError, SymbolError, shown
 
 if TYPE_CHECKING:
     from kpsdk.binfmt.elfimage import ElfImage
-    from kpsdk.session import Session
+    from kpsdk.binfmt.running import OpenSession
 
 #: library directories under a root, in the order the loader's defaults search them
 LIBRARY_DIRS = ("lib", "usr/lib", "lib64", "usr/lib64")
 
 
-def _roots(sessions: Iterable[Session]) -> list[Path]:
+def _roots(sessions: Iterable[OpenSession]) -> list[Path]:
     """The open sessions' sysroots (targets that have one), then the host's root."""
     roots: list[Path] = []
     for session in sessions:
@@ -50,7 +50,7 @@ def _roots(sessions: Iterable[Session]) -> list[Path]:
     return [*roots, Path("/")]
 
 
-def find_file(name: str, sessions: Iterable[Session] = ()) -> str:
+def find_file(name: str, sessions: Iterable[OpenSession] = ()) -> str:
     """The host path of the file a uprobe names (see the module's rules); ``name`` itself
     when nothing better is found (the caller reports a missing file).  ``EINVAL`` for a
     bare name that means a different file to each of two open sessions: picking one would
@@ -65,7 +65,7 @@ def find_file(name: str, sessions: Iterable[Session] = ()) -> str:
         return name
     if not name or os.path.exists(name):
         return name
-    found: dict[tuple[int, int] | str, tuple[str, Session]] = {}  # by file identity: the path, a session
+    found: dict[tuple[int, int] | str, tuple[str, OpenSession]] = {}  # by file identity: the path, a session
     for session in sessions:
         path = None if session.closed else _in_session(name, session)
         if path is not None:
@@ -80,7 +80,7 @@ def find_file(name: str, sessions: Iterable[Session] = ()) -> str:
     return _in_library_dirs(Path("/"), name) or name
 
 
-def _in_session(name: str, session: Session) -> str | None:
+def _in_session(name: str, session: OpenSession) -> str | None:
     """The file a bare ``name`` is to one session: an object it maps under that name, else,
     for a dynamically linked program (a static one loads no library), the first file of that
     name and of the program's machine in its sysroot's library directories."""
@@ -140,7 +140,7 @@ def _identity(path: str) -> tuple[int, int] | str:
     return st.st_dev, st.st_ino
 
 
-def symbol_offset(image: ElfImage, path: str, where: str, sessions: Iterable[Session] = ()) -> int:
+def symbol_offset(image: ElfImage, path: str, where: str, sessions: Iterable[OpenSession] = ()) -> int:
     """The file offset of ``SYMBOL[+OFF]`` (or ``0xADDR``) in ``image``, the file at ``path``.
 
     An IFUNC symbol is the implementation the loader chose, read in one of ``sessions``

@@ -29,8 +29,8 @@ from kpsdk.errors import KprobeError, TargetError, shown
 if TYPE_CHECKING:
     from kpsdk.arch import Arch
     from kpsdk.binfmt.elfimage import ElfFile, ElfImage, Segment
+    from kpsdk.binfmt.running import OpenSession
     from kpsdk.binfmt.symbols import Symbol
-    from kpsdk.session import Session
 
 
 def irelative_slots(elf: ElfFile, arch: Arch | None, segments: list[Segment],
@@ -63,7 +63,7 @@ def _word_at(segments: list[Segment], vaddr: int, word: int, endian: str) -> int
     return None
 
 
-def resolve(image: ElfImage, path: str, sym: Symbol, sessions: Iterable[Session]) -> int:
+def resolve(image: ElfImage, path: str, sym: Symbol, sessions: Iterable[OpenSession]) -> int:
     """The address (as linked) of the implementation the loader chose for the IFUNC ``sym`` of
     ``image``, read in the first open session that maps the file; ``EOPNOTSUPP`` otherwise."""
     slots = image.ifunc_slots.get(sym.address, ())
@@ -90,7 +90,7 @@ def resolve(image: ElfImage, path: str, sym: Symbol, sessions: Iterable[Session]
                       "by its file offset")
 
 
-def _chosen(session: Session, bias: int, slot: int, image: ElfImage) -> int | None:
+def _chosen(session: OpenSession, bias: int, slot: int, image: ElfImage) -> int | None:
     """The code address (as linked) the slot at ``slot`` holds in ``session``: the value, or the
     first word of the function descriptor it points at (ppc64 ELFv1); None when it is no code
     of the file."""

@@ -13,17 +13,17 @@ import fnmatch
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
-from kpsdk.argcheck import want_int, want_str
+from kpsdk.argcheck import is_int, parse_number, want_int, want_str
 from kpsdk.errors import ArgumentError, SymbolError, shown
-from kpsdk.probe import is_int, parse_number
 
 if TYPE_CHECKING:
-    from kpsdk.target import MappedFile
+    from kpsdk.arch import Arch
+    from kpsdk.binfmt.running import LoadedObject
 
 #: ``SYM``, ``SYM+OFF``, ``SYM-OFF``, or a number alone (``0x401000``, ``-4``); numbers as a probe's
-#: location reads them (:func:`kpsdk.probe.parse_number`: ``0x`` hex or decimal; ``010`` is refused as
+#: location reads them (:func:`kpsdk.argcheck.parse_number`: ``0x`` hex or decimal; ``010`` is refused as
 #: ambiguous), ASCII digits only
 _NUM = r"0[xX][0-9a-fA-F]+|[0-9]+"
 _EXPR = re.compile(rf"^\s*(?:(?P<sym>[A-Za-z_.$][\w.$@]*)\s*(?:(?P<sign>[+-])\s*(?P<off>{_NUM}))?"
@@ -289,13 +289,24 @@ class SymbolTables(SymbolTable):
         return [sym for table in self.tables for sym in table.functions()]
 
 
+class CodeAndSymbols(Protocol):
+    """Code with the symbols that name it: what finding a function's entry needs (kretprobes,
+    uprobes).  A target is one; so is a file's segments before anything runs it.  Decoding alone
+    needs less (:class:`kpsdk.arch.decode.CodeView`)."""
+
+    arch: Arch
+    symbols: SymbolTable
+
+    def read_memory(self, addr: int, size: int) -> bytes: ...
+
+
 #: each object's symbols at a load bias, made once: a library dlopen'ed again at the same
 #: address (the usual case) costs nothing, and libc is relocated once per session's bias
 _relocated: dict[tuple[tuple[int, int], int], SymbolTable] = {}
 MAX_RELOCATED = 256
 
 
-def loaded_symbols(files: Sequence[MappedFile]) -> SymbolTable:
+def loaded_symbols(files: Sequence[LoadedObject]) -> SymbolTable:
     """Every object's symbols at their run-time addresses (the program's first: a name
     defined in several objects resolves as the program's, as the loader's lookup would)."""
     tables = []

@@ -23,13 +23,18 @@ come from :mod:`kpsdk.trace.formats` the same way, so ``--output NAME`` and
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from operator import itemgetter
-from typing import IO, TYPE_CHECKING, Any, Literal
+from typing import IO, TYPE_CHECKING, Any
 
-from kpsdk.errors import KpsdkError, UnknownNameError
+from kpsdk.errors import UnknownNameError
+
+# declared in the core beside the hook that returns them (kpsdk/outputformat.py); read here too
+from kpsdk.outputformat import FORMAT_NAME as FORMAT_NAME
+from kpsdk.outputformat import OutputFormat as OutputFormat
+from kpsdk.outputformat import WriterContext as WriterContext
+from kpsdk.outputformat import check_formats as check_formats
 
 if TYPE_CHECKING:
     from kpsdk.kernel.tasks import TaskInfo
@@ -717,70 +722,7 @@ def _instant(record: TraceRecord, pid: int, frames: StackFrames) -> dict[str, An
     return event
 
 
-#: what a format name may be: it is typed on a command line and shown in help
-FORMAT_NAME = re.compile(r"[a-z0-9][a-z0-9_.-]{0,31}\Z")
-
-
-@dataclass(frozen=True)
-class WriterContext:
-    """What a writer may want to know about the run besides its records.
-
-    :param process_name: a name for the traced thing (``kpsdk trace x86_64``),
-        e.g. Perfetto's process name.
-    :param target: the target spec as given (``qemu-system:x86_64``).
-    :param prefix: lines as the kernel's trace file has them (task, CPU, flags, time and
-        a header); False (``--no-prefix``): the event bodies only.
-    :param notes: where the prefix's columns come from, for a header.
-    :param word_size: the target's word (C ``long``) in bytes; ``endian`` its byte order
-        (for binary formats that record the target's layout: ``trace-dat``).
-    """
-
-    process_name: str = "kpsdk trace"
-    target: str = ""
-    prefix: bool = True
-    notes: tuple[str, ...] = ()
-    word_size: int = 8
-    endian: Literal["little", "big"] = "little"
-
-
-@dataclass(frozen=True)
-class OutputFormat:
-    """One ``--output`` format, provided by a plugin through ``kpsdk_trace_formats``.
-
-    :param name: what ``--output`` takes (lower case, digits, ``-_.``; at most 32).
-    :param open: makes the writer for a text stream (stdout or the ``--out`` file).
-    :param help: one line for ``kpsdk trace --help`` and ``kpsdk plugins``.
-    :param machine_readable: the records are for programs, so ``kpsdk trace``
-        prints its reports (histograms, profile) on stderr instead of stdout
-        when the records go to stdout.
-    :param binary: ``open`` gets a binary stream (``IO[bytes]``), not a text one;
-        ``kpsdk trace`` then wants ``--out FILE`` or a stdout that is not a terminal.
-    """
-
-    name: str
-    open: Callable[[IO[Any], WriterContext], Writer]
-    help: str = ""
-    machine_readable: bool = True
-    binary: bool = False
-
-
-def check_formats(groups: list[list[OutputFormat]]) -> dict[str, OutputFormat]:
-    """The formats the plugins returned, by name; a bad or repeated name is the plugin's error."""
-    out: dict[str, OutputFormat] = {}
-    for group in groups:
-        for fmt in group:
-            if not isinstance(fmt, OutputFormat):
-                raise KpsdkError(f"kpsdk_trace_formats returned {type(fmt).__name__}, not an OutputFormat")
-            if not FORMAT_NAME.match(fmt.name):
-                raise KpsdkError(f"output format name {fmt.name!r}: want lower case letters, digits, '-', '_' "
-                                 "or '.', at most 32")
-            if fmt.name in out:
-                raise KpsdkError(f"output format {fmt.name!r} provided twice")
-            out[fmt.name] = fmt
-    return out
-
-
-def output_format(name: str) -> OutputFormat:
+def output_format(name: str) -> OutputFormat[Writer]:
     """The loaded format called ``name``; :class:`UnknownNameError` lists the others."""
     from kpsdk.registry import get_registry
 

@@ -27,9 +27,8 @@ from kpsdk.targets.live.tcg.plugin import ABSOLUTE, CHAIN, MAX_MEM, MAX_MEM_SIZE
 
 if TYPE_CHECKING:
     from kpsdk.arch import Abi, Arch
+    from kpsdk.fetchargs import BoundFetch, FetchNode, FetchType
     from kpsdk.kernel.tasks import TaskLayout
-    from kpsdk.trace.fetch import BoundArg
-    from kpsdk.trace.grammar import ArgType, Fetch
 
 #: how far a string read goes (the kernel's MAX_STRING_SIZE, the NUL included)
 STRING_SIZE = MAX_MEM_SIZE
@@ -69,7 +68,7 @@ class Planner:
         k = self._read(MemFetch(where[0], where[1], self.arch.word_size))
         return CHAIN - k, 0
 
-    def _value(self, node: Fetch, symbol: Callable[[Fetch], int]) -> Base:
+    def _value(self, node: FetchNode, symbol: Callable[[FetchNode], int]) -> Base:
         """Where a scalar node's value comes from, as a base plus an offset."""
         kind = node.kind
         if kind == "reg":
@@ -90,7 +89,7 @@ class Planner:
             return self._word_at(self._address(node, symbol))
         raise TargetError(f"a {kind!r} fetch argument cannot be read by the plugin (not yet: use mechanism='gdb')")
 
-    def _address(self, node: Fetch, symbol: Callable[[Fetch], int]) -> Base:
+    def _address(self, node: FetchNode, symbol: Callable[[FetchNode], int]) -> Base:
         """Where a memory node loads from."""
         if node.kind == "mem":
             return ABSOLUTE, node.value
@@ -123,7 +122,7 @@ class Planner:
             self._read(MemFetch(task, layout.migration_disabled, layout.migration_disabled_size))
         return current
 
-    def add(self, fetch: Fetch, argtype: ArgType, symbol: Callable[[Fetch], int]) -> None:
+    def add(self, fetch: FetchNode, argtype: FetchType, symbol: Callable[[FetchNode], int]) -> None:
         """The reads one fetch argument needs (registers alone need none)."""
         if fetch.kind in ("comm", "immstr", "retval"):
             return
@@ -159,24 +158,26 @@ def _signed(value: int, word: int) -> int:
 
 
 #: one declared fetch: its tree, its type, and how its symbols resolve
-Declared = tuple["Fetch", "ArgType", Callable[["Fetch"], int]]
+Declared = tuple["FetchNode", "FetchType", Callable[["FetchNode"], int]]
 
 
-def bound_fetches(args: Iterable[BoundArg]) -> list[Declared]:
+def bound_fetches(args: Iterable[BoundFetch]) -> list[Declared]:
     """A trace event's bound fetch arguments as declared fetches."""
     return [(bound.arg.fetch, bound.type, bound.symbol_address) for bound in args]
 
 
-def parse_fetches(arch: Arch, texts: Sequence[str]) -> list[tuple[Fetch, ArgType]]:
+def parse_fetches(arch: Arch, texts: Sequence[str]) -> list[tuple[FetchNode, FetchType]]:
     """Fetch arguments a handler declares (``"+0(%si):string"``), parsed by the trace grammar
-    (its errors: :class:`~kpsdk.errors.TraceDefinitionError` with the kernel's error text)."""
+    (its errors: :class:`~kpsdk.errors.TraceDefinitionError` with the kernel's error text).
+    The one import of the trace package by a target (tests/test_layers.py lists it): the
+    arguments are kprobe_events syntax, and the grammar is their only parser."""
     from kpsdk.trace.grammar import parse
 
     if isinstance(texts, str):
         raise TargetError("memory= takes a list of fetch arguments, not one string")
     if not isinstance(texts, (list, tuple)):
         raise TargetError(f"memory= takes a list of fetch arguments (\"+0(%si):string\"), not {type(texts).__name__}")
-    out = []
+    out: list[tuple[FetchNode, FetchType]] = []
     for i, text in enumerate(texts):
         if not isinstance(text, str) or not text or any(c.isspace() for c in text):
             raise TargetError(f"memory= wants fetch arguments without spaces (\"+0(%si):string\"), not {text!r}")

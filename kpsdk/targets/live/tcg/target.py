@@ -42,10 +42,10 @@ from kpsdk.targets.live.tcg.fetch import Declared, HitMemory, Planner, bound_fet
 from kpsdk.targets.live.tcg.plugin import MAX_REGS, MemFetch, ProbeTable, Record, register_names
 
 if TYPE_CHECKING:
+    from kpsdk.fetchargs import BoundFetch
     from kpsdk.kernel.tasks import TaskInfo
     from kpsdk.manager import ProbePoint
     from kpsdk.probe import Probe
-    from kpsdk.trace.fetch import BoundArg
 
 #: how often run() takes the plugin's records while no gdb hit comes (seconds)
 POLL_SECONDS_PLUGIN = 0.005
@@ -202,7 +202,7 @@ class PluginTarget(GdbTarget):
             raise
         self._refresh(probe)
 
-    def declare_fetches(self, probe: Probe, args: Sequence[BoundArg]) -> None:
+    def declare_fetches(self, probe: Probe, args: Sequence[BoundFetch]) -> None:
         """A trace event's fetch arguments, read by the plugin at the hit; fetches the plugin
         cannot read (more than it reads per hit...) put the probe on gdb's path instead."""
         self._declared[probe] = bound_fetches(args)

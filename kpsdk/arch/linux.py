@@ -1,0 +1,99 @@
+"""The Linux process ABI of an architecture, as data: system calls and what the Linux layer needs.
+
+:class:`Syscalls` is the trap and the call table every Unicorn target uses (``write`` and
+``exit`` even without a Linux layer); :class:`LinuxAbi` is what the Unicorn target's Linux
+layer (:mod:`kpsdk.targets.unicorn.linux`) must know beyond the numbers: auxv values, the
+layout of ``struct stat``, TLS, how errors are returned.  Generic code reads these and
+never asks which architecture it runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class StatLayout:
+    """One ``struct stat`` as an architecture's kernel fills it (asm/stat.h), as data.
+
+    :param size: the structure's size in bytes.
+    :param fields: ``(name, offset, struct code)`` of each field the Linux layer
+        fills (``st_mode``...; ``st_atime_nsec`` and friends included); the rest is 0.
+    """
+
+    size: int
+    fields: tuple[tuple[str, int, str], ...]
+
+
+@dataclass(frozen=True)
+class LinuxAbi:
+    """What the Unicorn target's Linux layer (:mod:`kpsdk.targets.unicorn.linux`) must know of an
+    architecture's process ABI beyond the call numbers: data, so generic code never asks
+    which architecture it runs.
+
+    :param platform: ``AT_PLATFORM`` (the kernel's ``ELF_PLATFORM``), None where the
+        kernel gives none (riscv).
+    :param hwcap: ``AT_HWCAP``, the features a program may pick code for (IFUNCs).
+    :param hwcap2: ``AT_HWCAP2``.
+    :param machine: ``uname -m`` (``struct utsname``'s machine).
+    :param sysroot: Debian's cross sysroot (``/usr/TRIPLE``), the default root of a
+        program of a foreign architecture; None: none by default.
+    :param stat: ``struct stat`` of ``fstat``/``newfstatat``/``stat``.
+    :param stat64: ``struct stat64`` of ``fstat64``/``fstatat64`` (32-bit arches).
+    :param tls_register: the Unicorn register ``arch_prctl(ARCH_SET_FS)`` or ARM's
+        ``set_tls`` writes (x86_64 fs base, ARM TPIDRURO); None where the program
+        sets its thread pointer itself (riscv tp, ppc64 r13).
+    :param set_thread_area: i386's ``set_thread_area``: ``(uc, gdt, base, limit,
+        pages) -> entry``: writes a TLS descriptor into the GDT at ``gdt`` (one
+        page the layer maps) and returns its entry number.
+    :param pair_aligned: a 64-bit argument starts at an even register (ARM EABI:
+        ``pread64(fd, buf, count, pad, lo, hi)``).
+    :param error_flag: how a failed call says so: None, a negative result
+        (``-errno``); else ``(register, bit)``: the bit is set and the result is
+        the positive errno (ppc64's CR0.SO).
+    :param big_endian: the byte order of the guest's words.
+    :param open_flag_bits: the ``open(2)`` flags whose bits differ from asm-generic's
+        (arch/*/include/uapi/asm/fcntl.h: ``O_DIRECTORY``, ``O_NOFOLLOW``, ``O_DIRECT``,
+        ``O_LARGEFILE`` on arm and powerpc), by name: what ``--strace`` prints.
+    """
+
+    platform: str | None
+    hwcap: int
+    hwcap2: int = 0
+    machine: str = ""
+    sysroot: str | None = None
+    stat: StatLayout | None = None
+    stat64: StatLayout | None = None
+    tls_register: int | None = None
+    set_thread_area: Callable[[Any, int, int, int, bool], int] | None = None
+    pair_aligned: bool = False
+    error_flag: tuple[int, int] | None = None
+    open_flag_bits: tuple[tuple[str, int], ...] = ()
+
+
+@dataclass(frozen=True)
+class Syscalls:
+    """The Linux system-call convention and table of an architecture.
+
+    :param number: register holding the call number.
+    :param args: argument registers in order.
+    :param result: register receiving the result.
+    :param intno: Unicorn interrupt number of the trap, or ``None`` when the
+        trap is an instruction hook (x86_64 ``syscall``).
+    :param calls: Linux numbers by call name (:mod:`kpsdk.arch_backends.syscall_tables`);
+        at least ``write``, ``exit`` and ``exit_group``.
+    :param unicorn_insn: Unicorn's instruction id to hook (``UC_HOOK_INSN``) where
+        the trap is an instruction rather than an interrupt (x86_64's ``syscall``).
+    :param linux: the process ABI the Linux layer needs (auxv, TLS, structs);
+        None: only the freestanding calls (write, exit) are emulated.
+    """
+
+    number: str
+    args: tuple[str, ...]
+    result: str
+    intno: int | None
+    calls: dict[str, int]
+    unicorn_insn: int | None = None
+    linux: LinuxAbi | None = None
