@@ -7,8 +7,9 @@ shared): the unprobed call, a kprobe with an empty pre_handler, the detoured
 kretprobe without an entry_handler, the same plus a raw code hook on the
 resume instruction that does nothing or only calls the entry handler, and the
 kretprobe with an entry_handler.  Not in ``bench/run.py`` (it is a study, not a
-goal row); docs/performance.md ("Return probes with an entry handler: the
-floor") has its numbers.
+goal row); docs/performance-history.md ("Return probes with an entry handler:
+the floor") has its numbers, and docs/performance.md ("Kretprobes", (a)) the
+last run's.
 
     python bench/kretfloor.py --arch i386 --func inc --caller loop --rounds 7 --n 20000
 """

@@ -19,7 +19,7 @@ kpsdk over the floor of the same kind is the price of the host round trip
 wakes gdb); the floor over gdb's loop is what gdb's ``commands`` machinery
 costs (per hit two more remote-protocol round trips, ``qfThreadInfo`` and
 ``qsThreadInfo``, on top of the same ``z``/``vCont;s``/``g``/``Z``/``vCont;c``).
-docs/performance.md ("5b, measured") has the numbers and how the packets were
+docs/performance-history.md ("5b, measured") has the numbers and how the packets were
 counted.  Not part of ``nox -s bench`` (about 90 s per arch and round).
 
 Run: ``python bench/live_kinds.py [--arch A ...] [--rounds R] [--hits N] [--busy]``.

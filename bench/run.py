@@ -4,9 +4,10 @@
 Usage: ``python bench/run.py [--quick] [--no-qiling] [--out DIR]``
 
 Prints one table of every measurement with its reference, ratio and goal
-(``docs/performance.md``, "Goals"), and writes ``bench/results/latest.json`` and
-``bench/results/latest.md``.  Every per-hit cost is (time with the probe -
-time of the same workload unprobed) / hits, each the best of a few runs.
+(``docs/performance.md``, "Every goal, where it stands"), and writes
+``bench/results/latest.json`` and ``bench/results/latest.md``.  Every per-hit
+cost is (time with the probe - time of the same workload unprobed) / hits,
+each the best of a few runs.
 What is measured and why is in ``docs/performance.md``.
 """
 
