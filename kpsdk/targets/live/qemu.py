@@ -37,6 +37,7 @@ from kpsdk.errors import SymbolError, TargetError, ToolMissingError
 from kpsdk.options import STALL_LIMIT
 from kpsdk.target import MappedFile, TargetKind
 from kpsdk.targets.live.mi import check_text
+from kpsdk.targets.live.processes import reap
 from kpsdk.targets.live.sockdir import private_dir
 from kpsdk.targets.live.solibs import Libraries
 
@@ -69,8 +70,6 @@ def _need(tool: str, package: str) -> str:
 def _start(cmd: list[str], sock: Path, stdin: Any = subprocess.DEVNULL,
            cwd: Path | None = None) -> subprocess.Popen[bytes]:
     """Start QEMU in its own process group and wait for its gdbstub socket."""
-    from kpsdk.targets.live.target import _reap  # the live target loads when first used (start-up time)
-
     proc = subprocess.Popen(cmd, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             start_new_session=True, cwd=cwd)
     deadline = time.monotonic() + STARTUP_TIMEOUT
@@ -80,7 +79,7 @@ def _start(cmd: list[str], sock: Path, stdin: Any = subprocess.DEVNULL,
             raise TargetError(f"{Path(cmd[0]).name} exited with status {proc.returncode} before its gdbstub "
                               f"was up" + (f": {err}" if err else ""))
         if time.monotonic() > deadline:
-            _reap(proc)
+            reap(proc)
             raise TargetError(f"{Path(cmd[0]).name} did not open its gdbstub within {STARTUP_TIMEOUT:g} s")
         time.sleep(0.01)
     return proc

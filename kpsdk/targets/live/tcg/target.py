@@ -37,7 +37,9 @@ from typing import TYPE_CHECKING, Any
 from kpsdk.arch import Arch, Register
 from kpsdk.errors import TargetError, TargetFault
 from kpsdk.regs import PtRegs
-from kpsdk.targets.live.target import _RUNNING, POLL_SECONDS, GdbTarget
+from kpsdk.targets.live.limits import POLL_SECONDS
+from kpsdk.targets.live.runloop import _RUNNING
+from kpsdk.targets.live.target import GdbTarget
 from kpsdk.targets.live.tcg.fetch import Declared, HitMemory, Planner, bound_fetches, parse_fetches
 from kpsdk.targets.live.tcg.plugin import MAX_REGS, MemFetch, ProbeTable, Record, register_names
 
