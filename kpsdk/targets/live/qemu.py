@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from kpsdk.binfmt.elfimage import ElfImage
     from kpsdk.registry import Registry
     from kpsdk.targets.live.target import GdbTarget
-    from kpsdk.targets.live.tcg.target import PluginLaunch
+    from kpsdk.targets.live.tcg.launch import PluginLaunch
 
 #: how long QEMU gets to create its gdbstub socket
 STARTUP_TIMEOUT = 10.0
@@ -367,7 +367,7 @@ def open_qemu_system(rest: str, registry: Registry, kernel: str | None = None, i
 
 def _plugin_launch(arch: Arch, mechanism: object) -> PluginLaunch | None:
     """What ``mechanism=`` asks for: None for gdb's breakpoints, the plugin's launch for ``"plugin"``."""
-    from kpsdk.targets.live.tcg.target import MECHANISMS, PluginLaunch
+    from kpsdk.targets.live.tcg.launch import MECHANISMS, PluginLaunch
 
     if mechanism not in MECHANISMS:
         raise TargetError(f"qemu-system: mechanism={mechanism!r} is not one of {', '.join(MECHANISMS)}")
