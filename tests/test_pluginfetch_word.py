@@ -48,7 +48,7 @@ def test_the_plugin_source_wraps_and_takes_a_word_sized_pointer() -> None:
     """The C side agrees with the flag and does not ask a chain's pointer for 8 bytes."""
     from importlib.resources import files
 
-    source = (files("kpsdk.targets") / "tcgplugin" / "kpsdk_tcg.c").read_text()
+    source = (files("kpsdk.targets.live.tcg") / "kpsdk_tcg.c").read_text()
     assert f"M_WORD32 = {M_WORD32}" in source
     assert "got >= 8" not in source
 
