@@ -71,7 +71,7 @@ def test_the_snapshot_registers_are_ones_qemu_lists(arch: str, tmp_path: Path) -
 
 def test_an_arch_without_plugin_registers_is_refused() -> None:
     """Big-endian ppc64 has a board but no plugin registers (no Debian kernel to test them on)."""
-    from kpsdk.targets.live.tcg.target import PluginLaunch
+    from kpsdk.targets.live.tcg.launch import PluginLaunch
 
     with pytest.raises(kpsdk.TargetError, match="does not serve ppc64 yet"):
         PluginLaunch(kpsdk.get_registry().arch("ppc64"))

@@ -85,7 +85,7 @@ def given_target_options(prog_arg: list[str] | None, kernel: str | None, initrd:
 
 def check_mechanism(value: str | None) -> str | None:
     """``--mechanism``'s value: ``gdb`` or ``plugin`` (anything else is a usage error, before a target starts)."""
-    from kpsdk.targets.live.tcg.target import MECHANISMS
+    from kpsdk.targets.live.tcg.launch import MECHANISMS
 
     if value is not None and value not in MECHANISMS:
         raise typer.BadParameter(f"{value!r} is not one of {', '.join(MECHANISMS)}", param_hint="--mechanism")

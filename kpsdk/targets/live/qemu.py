@@ -37,6 +37,7 @@ from kpsdk.errors import SymbolError, TargetError, ToolMissingError
 from kpsdk.options import STALL_LIMIT
 from kpsdk.target import MappedFile, TargetKind
 from kpsdk.targets.live.mi import check_text
+from kpsdk.targets.live.processes import reap
 from kpsdk.targets.live.sockdir import private_dir
 from kpsdk.targets.live.solibs import Libraries
 
@@ -45,7 +46,7 @@ if TYPE_CHECKING:
     from kpsdk.binfmt.elfimage import ElfImage
     from kpsdk.registry import Registry
     from kpsdk.targets.live.target import GdbTarget
-    from kpsdk.targets.live.tcg.target import PluginLaunch
+    from kpsdk.targets.live.tcg.launch import PluginLaunch
 
 #: how long QEMU gets to create its gdbstub socket
 STARTUP_TIMEOUT = 10.0
@@ -69,8 +70,6 @@ def _need(tool: str, package: str) -> str:
 def _start(cmd: list[str], sock: Path, stdin: Any = subprocess.DEVNULL,
            cwd: Path | None = None) -> subprocess.Popen[bytes]:
     """Start QEMU in its own process group and wait for its gdbstub socket."""
-    from kpsdk.targets.live.target import _reap  # the live target loads when first used (start-up time)
-
     proc = subprocess.Popen(cmd, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             start_new_session=True, cwd=cwd)
     deadline = time.monotonic() + STARTUP_TIMEOUT
@@ -80,7 +79,7 @@ def _start(cmd: list[str], sock: Path, stdin: Any = subprocess.DEVNULL,
             raise TargetError(f"{Path(cmd[0]).name} exited with status {proc.returncode} before its gdbstub "
                               f"was up" + (f": {err}" if err else ""))
         if time.monotonic() > deadline:
-            _reap(proc)
+            reap(proc)
             raise TargetError(f"{Path(cmd[0]).name} did not open its gdbstub within {STARTUP_TIMEOUT:g} s")
         time.sleep(0.01)
     return proc
@@ -368,7 +367,7 @@ def open_qemu_system(rest: str, registry: Registry, kernel: str | None = None, i
 
 def _plugin_launch(arch: Arch, mechanism: object) -> PluginLaunch | None:
     """What ``mechanism=`` asks for: None for gdb's breakpoints, the plugin's launch for ``"plugin"``."""
-    from kpsdk.targets.live.tcg.target import MECHANISMS, PluginLaunch
+    from kpsdk.targets.live.tcg.launch import MECHANISMS, PluginLaunch
 
     if mechanism not in MECHANISMS:
         raise TargetError(f"qemu-system: mechanism={mechanism!r} is not one of {', '.join(MECHANISMS)}")

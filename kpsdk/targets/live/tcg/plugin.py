@@ -1,4 +1,4 @@
-"""kpsdk's end of the QEMU TCG plugin (``tcgplugin/kpsdk_tcg.c``): building it, its probe table, its ring.
+"""kpsdk's end of the QEMU TCG plugin (``kpsdk_tcg.c``, beside this module): building it, its probe table, its ring.
 
 The plugin instruments probed instructions when QEMU translates them and reports each
 hit through one shared file, mapped by both sides (the layout is the C file's)::
