@@ -1,8 +1,9 @@
 """kpsdk's signal frames against the frames Linux builds (kpsdk/targets/unicorn/linux/sigframes).
 
 Ground truth: tests/programs/sigframe.c, cross-built static for each architecture and run
-under qemu-user (QEMU implements Linux's frames), and on an x86_64 host also natively (the
-host's own kernel builds the x86_64 and i386 frames).  The program prints the layouts its C
+under qemu-user (QEMU implements Linux's frames; aarch64 on a CPU without SVE, like
+Unicorn's), and on an x86_64 host also natively (the host's own kernel builds the x86_64
+and i386 frames).  The program prints the layouts its C
 library declares, and for each case (a handler installed with some sa_flags) the registers it
 loaded before sending itself SIGUSR1, the registers the handler's entry found, the frame as
 built, and the registers after the handler changed one saved general and one saved FP
@@ -19,6 +20,7 @@ and a few are the host CPU's (its XSAVE image is larger than the x87+SSE one kps
 
 from __future__ import annotations
 
+import os
 import platform
 import re
 import struct
@@ -31,6 +33,7 @@ from typing import Literal
 import pytest
 
 from kpsdk.targets.unicorn.linux import sigframes as sf
+from kpsdk.targets.unicorn.linux.sigframes import aarch64 as sf_a64
 from kpsdk.targets.unicorn.linux.sigframes import arm as sf_arm
 from kpsdk.targets.unicorn.linux.sigframes import ppc64 as sf_ppc
 from kpsdk.targets.unicorn.linux.sigframes import riscv as sf_riscv
@@ -54,6 +57,8 @@ class Target:
     cflags: tuple[str, ...] = ()
     #: glibc installs every handler with SA_RESTORER and its own restorer
     glibc_restorer: bool = False
+    #: qemu-user's CPU: aarch64's default has SVE, whose record kpsdk's CPU (Unicorn's) has not
+    qemu_cpu: str = ""
 
 
 TARGETS = {
@@ -64,6 +69,8 @@ TARGETS = {
     "riscv64": Target("riscv64", "riscv64-linux-gnu-gcc", "gcc-riscv64-linux-gnu", "qemu-riscv64"),
     "ppc64": Target("ppc64", "powerpc64-linux-gnu-gcc", "gcc-powerpc64-linux-gnu", "qemu-ppc64"),
     "ppc64le": Target("ppc64le", "powerpc64le-linux-gnu-gcc", "gcc-powerpc64le-linux-gnu", "qemu-ppc64le"),
+    "aarch64": Target("aarch64", "aarch64-linux-gnu-gcc", "gcc-aarch64-linux-gnu", "qemu-aarch64",
+                      qemu_cpu="cortex-a57"),
 }
 ORDER = {"ppc64": ">"}
 WORD = {"i386": 4, "arm": 4}
@@ -139,7 +146,8 @@ def ground_truth(arch: str, kernel: str, tmp: Path) -> Run:
             cmd = [str(exe)]
         else:
             cmd = [require_tool(target.qemu, "qemu-user"), str(exe)]
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        env = {**os.environ, "QEMU_CPU": target.qemu_cpu} if target.qemu_cpu and kernel == "qemu" else None
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
         if kernel == "native" and done.returncode and arch == "i386":
             pytest.skip(f"the host kernel does not run i386 programs: {done.stderr.strip()[:200]}")
         assert done.returncode == 0, done.stderr
@@ -206,6 +214,10 @@ def fp_regs(arch: str, image: bytes) -> dict[str, int]:
     if arch == "arm":
         out = {f"d{i}": v for i, v in enumerate(_unpack("<", "32Q", image))}
         out["fpscr"] = _unpack("<", "I", image, 256)[0]
+        return out
+    if arch == "aarch64":
+        out = {f"v{i}": int.from_bytes(image[16 * i:16 * i + 16], "little") for i in range(32)}
+        out["fpsr"], out["fpcr"] = _unpack("<", "II", image, 512)
         return out
     out = {f"f{i}": v for i, v in enumerate(_unpack(order, "32Q", image))}
     if arch == "riscv64":
@@ -275,6 +287,8 @@ def delivery_state(run: Run, case: Case) -> dict[str, int]:
     elif arch == "arm":
         regs["cpsr"] = case.int("post_flags") | sf_arm.USR_MODE
         regs["fpexc"] = sf_arm.FPEXC_EN
+    elif arch == "aarch64":
+        regs["pstate"] = case.int("post_flags")  # NZCV; EL0t
     elif arch == "riscv64":
         for name in ("gp", "tp"):  # not touched by the program: as the frame has them
             regs[name] = saved_word(run, case, lay[f"reg.{name}"])
@@ -302,6 +316,8 @@ def push(run: Run, case: Case) -> FakeCpu:
     code = 0
     if arch == "riscv64":
         code = case.int("entry.ra")
+    elif arch == "aarch64":
+        code = case.int("entry.x30")
     elif arch.startswith("ppc64"):
         code = case.int("entry.lr") - 4  # the handler's lr is after the trampoline's bctrl
     if arch == "ppc64":
@@ -358,6 +374,8 @@ def regions(arch: str, rt: bool) -> list[Region]:
         return [Region("frame", at_anchor, sf_arm.RT_SIGFRAME_SIZE if rt else sf_arm.SIGFRAME_SIZE)]
     if arch == "riscv64":
         return [Region("frame", at_anchor, sf_riscv.RT_SIGFRAME_SIZE)]
+    if arch == "aarch64":  # the frame, then the frame record
+        return [Region("frame", at_anchor, sf_a64.RT_SIGFRAME_SIZE + sf_a64.FRAME_RECORD_SIZE)]
     sc = sf_ppc.UC_MCONTEXT
     return [Region("frame", at_anchor, sf_ppc.PUC + 8,
                    (sf_ppc.PINFO, sf_ppc.PUC, sc + sf_ppc.SC_REGS, sc + sf_ppc.SC_V_REGS)),
@@ -372,12 +390,13 @@ ENTRY_POINTERS = {("x86_64", True): {"rsi", "rdx"}, ("x86_64", False): {"rsi", "
                   ("i386", True): {"edx", "ecx", "arg1", "arg2"}, ("arm", True): {"r1", "r2"},
                   ("riscv64", True): {"a1", "a2"}, ("riscv64", False): {"a1", "a2"},
                   ("ppc64", True): {"r4", "r5", "r6"}, ("ppc64", False): {"r4", "r5", "r6"},
-                  ("ppc64le", True): {"r4", "r5", "r6"}, ("ppc64le", False): {"r4", "r5", "r6"}}
+                  ("ppc64le", True): {"r4", "r5", "r6"}, ("ppc64le", False): {"r4", "r5", "r6"},
+                  ("aarch64", True): {"x1", "x2", "x29"}, ("aarch64", False): {"x29"}}
 
 
 #: entry values that show part of a register: (the register, the bits shown)
 ENTRY_VIEWS = {"flags": ("eflags", 0xFFFFFFFF), "xmm0lo": ("xmm0", 0xFFFFFFFF), "apsr": ("cpsr", 0xF80F0000),
-               "fpscr": ("fpscr", 0xFFFFFFFF)}
+               "fpscr": ("fpscr", 0xFFFFFFFF), "nzcv": ("pstate", 0xF0000000)}
 
 
 @dataclass(frozen=True)
@@ -477,6 +496,10 @@ ACCEPTED: tuple[Accepted, ...] = (
     Accepted(("riscv64",), "qemu", (), "frame", ((1076, 1087),),
              why="QEMU 7.2's sigcontext ends after fcsr: no Q-sized union, no reserved word, no END header "
                  "(Linux since 6.5); its frame is 256 bytes smaller"),
+    # ppc64
+    # aarch64
+    Accepted(("aarch64",), "qemu", ("rt", "onstack"), "frame", ((12, 15), (24, 127)), why=_TAIL),
+    Accepted(("aarch64",), "qemu", ("rt",), "frame", ((152, 155),), why=_SS),
     # ppc64
     Accepted(("ppc64", "ppc64le"), "qemu", ("rt",), "frame", ((24, 27),), why=_SS),
     Accepted(("ppc64", "ppc64le"), "qemu", (), "frame", ((208, 215), (504, 511), (544, 615)), why=_PPC_UNWRITTEN),
@@ -580,7 +603,8 @@ def register_diffs(run: Run, case: Case, cpu: FakeCpu) -> list[str]:
 
 CASES = {"x86_64": ("rt", "onstack", "plain"), "i386": ("rt", "onstack", "plain"),
          "arm": ("rt", "onstack", "plain", "thumb", "thumb_plain"), "riscv64": ("rt", "onstack", "plain"),
-         "ppc64": ("rt", "onstack", "plain"), "ppc64le": ("rt", "onstack", "plain")}
+         "ppc64": ("rt", "onstack", "plain"), "ppc64le": ("rt", "onstack", "plain"),
+         "aarch64": ("rt", "onstack", "plain")}
 PARAMS = [pytest.param(a, k, c, id=f"{a}-{k}-{c}") for a in CASES for k in ("qemu", "native") for c in CASES[a]
           if k == "qemu" or a in ("x86_64", "i386")]
 
@@ -650,6 +674,8 @@ def change_victims(arch: str, cpu: FakeCpu, siginfo: bool, victim: str, new: int
             fp_at = fpstate + (sf_x86.FSAVE_HEADER_SIZE if arch == "i386" else 0) + 160 + 3 * 16
         elif arch == "arm":
             fp_at = uc + lay["uc_regspace"] + 8 + 5 * 8
+        elif arch == "aarch64":
+            fp_at = uc + lay["mc.reserved"] + 16 + 5 * 16
         else:
             fp_at = uc + lay["reg.f0"] + 5 * 8
     old = struct.unpack(order + "I", cpu.read(fp_at, 4))[0]
@@ -710,12 +736,19 @@ def test_mips_constants_differ() -> None:
 
 # -- what QEMU cannot show: Linux's own rules, from the kernel's code ------------------------
 
+def _backend_names(arch: str) -> list[str]:
+    """The arch backend's register names (none for aarch64, which has no backend yet)."""
+    import kpsdk
+
+    registry = kpsdk.get_registry()
+    return list(registry.arch(arch).register_names) if arch in registry.archs.names() else []
+
+
 def _cpu(arch: str, **regs: int) -> FakeCpu:
     """A fake CPU with every register a frame reads (0 unless given)."""
-    import kpsdk
     from kpsdk.targets.unicorn.linux.sigframes.unicorn import EXTRA_REGISTERS
 
-    names = set(kpsdk.get_registry().arch(arch).by_name) | set(EXTRA_REGISTERS[arch])
+    names = set(_backend_names(arch)) | set(EXTRA_REGISTERS[arch])
     return FakeCpu({**dict.fromkeys(names, 0), **regs})
 
 
@@ -856,10 +889,14 @@ def test_delivery_refused(arch: str, flags: int, altstack: sf.AltStack | None, s
     ("riscv64", sf_riscv.UC + sf_riscv.UC_MCONTEXT + sf_riscv.SC_RESERVED, b"\1", "reserved"),
     ("riscv64", sf_riscv.UC + sf_riscv.UC_MCONTEXT + sf_riscv.SC_EXT_HDR, struct.pack("<I", 0x53465457),
      "extension header"),
+    ("aarch64", sf_a64.UC + sf_a64.UC_MCONTEXT + sf_a64.SC_PSTATE, struct.pack("<Q", 0x3C5), "PSTATE"),
+    ("aarch64", sf_a64.UC + sf_a64.UC_MCONTEXT + sf_a64.SC_RESERVED, struct.pack("<I", 0x53564501), "magic"),
+    ("aarch64", sf_a64.UC + sf_a64.UC_MCONTEXT + sf_a64.SC_RESERVED + 4, struct.pack("<I", 0), "misshapen"),
 ])
 def test_return_refused(arch: str, offset: int, data: bytes, why: str) -> None:
     """Where Linux's sigreturn gives up (badframe: SIGSEGV): a VFP record that is not one, a
-    CPSR that is not a user mode's, riscv's reserved word or an extension it cannot restore."""
+    CPSR or PSTATE that is not a user mode's, riscv's reserved word or an extension it cannot
+    restore, an aarch64 record this CPU cannot have or of the wrong size."""
     cpu = _cpu(arch, sp=0x90000, cpsr=0x10)
     _deliver(arch, cpu, sf.SA_SIGINFO | (sf.SA_RESTORER if arch == "arm" else 0))
     cpu.write(cpu.regs["sp"] + offset, data)
@@ -913,6 +950,8 @@ def test_trampolines_disassemble() -> None:
     assert text((capstone.CS_ARCH_ARM, capstone.CS_MODE_THUMB), arm[8:12]) == ["movs r7, #0x77", "svc #0"]
     assert text((capstone.CS_ARCH_ARM, capstone.CS_MODE_ARM), arm[12:20]) == ["mov r7, #0xad", "svc #0"]
     assert text((capstone.CS_ARCH_ARM, capstone.CS_MODE_THUMB), arm[20:24]) == ["movs r7, #0xad", "svc #0"]
+    a64 = sf.sigreturn_trampoline("aarch64")
+    assert text((capstone.CS_ARCH_ARM64, capstone.CS_MODE_ARM), a64) == ["mov x8, #0x8b", "svc #0"]
     riscv = sf.sigreturn_trampoline("riscv64")
     assert text((capstone.CS_ARCH_RISCV, capstone.CS_MODE_RISCV64), riscv) == ["addi a7, zero, 0x8b", "ecall"]
     for arch, mode in (("ppc64", capstone.CS_MODE_BIG_ENDIAN), ("ppc64le", capstone.CS_MODE_LITTLE_ENDIAN)):
@@ -925,7 +964,7 @@ def test_trampolines_disassemble() -> None:
 def test_frame_kinds() -> None:
     """i386 and arm build the old frame without SA_SIGINFO; the others always an rt frame."""
     assert not sf.is_rt("i386", 0) and not sf.is_rt("arm", sf.SA_RESTORER) and sf.is_rt("arm", sf.SA_SIGINFO)
-    assert all(sf.is_rt(a, 0) for a in ("x86_64", "riscv64", "ppc64", "ppc64le"))
+    assert all(sf.is_rt(a, 0) for a in ("x86_64", "riscv64", "ppc64", "ppc64le", "aarch64"))
     with pytest.raises(LookupError):
         sf.push_frame("sparc", _cpu("x86_64"), sig=1, info=bytes(128), handler=0, flags=0, restorer=0, blocked=0,
                       altstack=None, sigreturn_code_addr=0)
@@ -938,13 +977,17 @@ STACK, STACK_SIZE = 0x7F000000, 0x100000
 
 def _unicorn(arch: str):  # type: ignore[no-untyped-def]
     """A Unicorn engine for ``arch`` with a stack, as the Linux layer makes one."""
+    import unicorn
+
     import kpsdk
 
+    if arch == "aarch64":  # no backend yet
+        uc = unicorn.Uc(unicorn.UC_ARCH_ARM64, unicorn.UC_MODE_ARM)
+        uc.mem_map(STACK, STACK_SIZE)
+        return uc
     spec = kpsdk.get_registry().arch(arch)
     if spec.unicorn is None or not spec.engines_available()["unicorn"]:
         pytest.skip(f"Unicorn has no {arch}")
-    import unicorn
-
     mode = spec.unicorn[1] | (unicorn.UC_MODE_BIG_ENDIAN if spec.endian == "big" else 0)
     uc = unicorn.Uc(spec.unicorn[0], mode)
     if spec.unicorn_setup is not None:
@@ -956,20 +999,19 @@ def _unicorn(arch: str):  # type: ignore[no-untyped-def]
 #: registers kept out of the round trip: the stack pointer and pc (checked apart), x86's
 #: segments and ARM's banked sp/lr mode bits, which the frames do not change
 _SKIP = {"rsp", "esp", "sp", "r1", "rip", "eip", "pc", "cs", "ss", "ds", "es", "fs", "gs", "cpsr", "eflags", "fptag",
-         "msr", "zero", "fip", "fdp", "fop", "fpsw"}
+         "msr", "zero", "fip", "fdp", "fop", "fpsw", "pstate"}
 
 
-@pytest.mark.parametrize("arch", ["x86_64", "i386", "arm", "riscv64"])
+@pytest.mark.parametrize("arch", ["x86_64", "i386", "arm", "riscv64", "aarch64"])
 def test_unicorn_round_trip(arch: str) -> None:
     """Push and pop on Unicorn through :class:`UnicornFrameCpu`: the handler is called as
     Linux calls it, and the return gives back every register, the FP and vector state with
     them, and the mask."""
-    import kpsdk
     from kpsdk.targets.unicorn.linux.sigframes.unicorn import EXTRA_REGISTERS, UnicornFrameCpu
 
     uc = _unicorn(arch)
     cpu = UnicornFrameCpu(uc, arch)
-    names = [n for n in (*kpsdk.get_registry().arch(arch).register_names, *EXTRA_REGISTERS[arch]) if n not in _SKIP]
+    names = [n for n in dict.fromkeys((*_backend_names(arch), *EXTRA_REGISTERS[arch])) if n not in _SKIP]
     sp_name, pc_name = SP.get(arch, "sp"), PC.get(arch, "pc")
     before: dict[str, int] = {}
     for i, name in enumerate(names):
@@ -987,6 +1029,12 @@ def test_unicorn_round_trip(arch: str) -> None:
             value = sf_arm.FPEXC_EN
         elif name == "fcsr":
             value = 0x3F
+        elif name == "fpcr":
+            value = 0x03C00000
+        elif name == "fpsr":
+            value = 0x0800009F
+        elif name.startswith("v") and name[1:].isdigit():
+            value = (i * 0x0101010101010101) << 64 | i * 0x1010101010101010
         else:
             value = 0x11111111 * (i + 1) & (0xFFFFFFFF if WORD.get(arch, 8) == 4 else (1 << 64) - 1)
         cpu.set_reg(name, value)
@@ -1017,6 +1065,11 @@ def test_unicorn_round_trip(arch: str) -> None:
     elif arch == "arm":
         assert (cpu.reg("r0"), cpu.reg("r1") - sp, cpu.reg("r2") - sp, cpu.reg("lr")) == (11, 0, 128, 0x402000)
         assert cpu.reg("cpsr") & 0xF8000000 == 0
+    elif arch == "aarch64":
+        assert (cpu.reg("x0"), cpu.reg("x1") - sp, cpu.reg("x2") - sp, cpu.reg("x30")) == (11, 0, 128, 0x403000)
+        assert cpu.reg("x29") == sp + sf_a64.RT_SIGFRAME_SIZE and sp % 16 == 0
+        record = uc.mem_read(sp + sf_a64.UC + sf_a64.UC_MCONTEXT + sf_a64.SC_RESERVED + sf_a64.FPSIMD_SIZE, 16)
+        assert struct.unpack("<IIQ", record) == (sf_a64.ESR_MAGIC, 16, 4)  # the fault's ESR record
     else:
         assert (cpu.reg("a0"), cpu.reg("a1") - sp, cpu.reg("a2") - sp, cpu.reg("ra")) == (11, 0, 128, 0x403000)
     # the handler clobbers everything, then returns through the restorer or trampoline

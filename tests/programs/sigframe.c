@@ -515,6 +515,95 @@ static void print_layout(void)
     MC("mc.vmx_reserve", vmx_reserve);
 }
 
+#elif defined(__aarch64__)
+#define ARCH "aarch64"
+#define FP_IMAGE 520
+static const char *const reg_names[] = {"x0", "x1", "x2", "x3", "x4", "x5", "x6", "x7", "x8", "x9", "x10",
+                                        "x11", "x12", "x13", "x14", "x15", "x16", "x17", "x18", "x19", "x20",
+                                        "x21", "x22", "x23", "x24", "x25", "x26", "x27", "x28", "x29", "x30", 0};
+enum { R_NR = 8, R_A0 = 0, R_A1 = 1, R_A2 = 2, R_VICTIM = 20 };
+static const char *const entry_names[] = {"sp", "x0", "x1", "x2", "x29", "x30", "fpcr", "fpsr", "nzcv", 0};
+#define ADR(r, sym) " adrp " #r ", " #sym "\n add " #r ", " #r ", :lo12:" #sym "\n"
+#define V8(op) " " #op " {v0.16b-v3.16b}, [x9], #64\n " #op " {v4.16b-v7.16b}, [x9], #64\n" \
+    " " #op " {v8.16b-v11.16b}, [x9], #64\n " #op " {v12.16b-v15.16b}, [x9], #64\n" \
+    " " #op " {v16.16b-v19.16b}, [x9], #64\n " #op " {v20.16b-v23.16b}, [x9], #64\n" \
+    " " #op " {v24.16b-v27.16b}, [x9], #64\n " #op " {v28.16b-v31.16b}, [x9], #64\n"
+#define GPAIRS(op) " " #op " x0, x1, [x30, #0]\n " #op " x2, x3, [x30, #16]\n " #op " x4, x5, [x30, #32]\n" \
+    " " #op " x6, x7, [x30, #48]\n " #op " x8, x9, [x30, #64]\n " #op " x10, x11, [x30, #80]\n" \
+    " " #op " x12, x13, [x30, #96]\n " #op " x14, x15, [x30, #112]\n " #op " x16, x17, [x30, #128]\n" \
+    " " #op " x18, x19, [x30, #144]\n " #op " x20, x21, [x30, #160]\n " #op " x22, x23, [x30, #176]\n" \
+    " " #op " x24, x25, [x30, #192]\n " #op " x26, x27, [x30, #208]\n " #op " x28, x29, [x30, #224]\n"
+__asm__(
+    ".text\n.globl do_raise\n.type do_raise,%function\ndo_raise:\n"
+    " stp x29, x30, [sp, #-176]!\n mov x29, sp\n"
+    " stp x19, x20, [sp, #16]\n stp x21, x22, [sp, #32]\n stp x23, x24, [sp, #48]\n stp x25, x26, [sp, #64]\n"
+    " stp x27, x28, [sp, #80]\n stp d8, d9, [sp, #96]\n stp d10, d11, [sp, #112]\n stp d12, d13, [sp, #128]\n"
+    " stp d14, d15, [sp, #144]\n"
+    ADR(x9, fp_in) V8(ld1)
+    ADR(x9, fp_ctl_in) " ldr w10, [x9]\n msr fpcr, x10\n"
+    ADR(x9, fp_ctl2_in) " ldr w10, [x9]\n msr fpsr, x10\n"
+    ADR(x9, fp_pre) V8(st1) " mrs x10, fpsr\n str w10, [x9]\n mrs x10, fpcr\n str w10, [x9, #4]\n"
+    ADR(x9, pre_sp) " mov x10, sp\n str x10, [x9]\n"
+    ADR(x9, flags_in) " ldr x10, [x9]\n msr nzcv, x10\n"
+    ADR(x30, pre_vals) GPAIRS(ldp) " ldr x30, [x30, #240]\n"
+    " svc #0\n"
+    ".globl after_syscall\nafter_syscall:\n"
+    " str x30, [sp, #-16]\n" ADR(x30, post_vals) GPAIRS(stp) " ldr x9, [sp, #-16]\n str x9, [x30, #240]\n"
+    " mrs x9, nzcv\n" ADR(x10, post_flags) " str x9, [x10]\n"
+    ADR(x9, fp_post) V8(st1) " mrs x10, fpsr\n str w10, [x9]\n mrs x10, fpcr\n str w10, [x9, #4]\n"
+    " msr fpcr, xzr\n msr fpsr, xzr\n"
+    " ldp x19, x20, [sp, #16]\n ldp x21, x22, [sp, #32]\n ldp x23, x24, [sp, #48]\n ldp x25, x26, [sp, #64]\n"
+    " ldp x27, x28, [sp, #80]\n ldp d8, d9, [sp, #96]\n ldp d10, d11, [sp, #112]\n ldp d12, d13, [sp, #128]\n"
+    " ldp d14, d15, [sp, #144]\n ldp x29, x30, [sp], #176\n ret\n"
+    ".globl entry_stub\n.type entry_stub,%function\nentry_stub:\n"
+    " str x9, [sp, #-16]\n" ADR(x9, entry_vals)
+    " mov x10, sp\n str x10, [x9, #0]\n str x0, [x9, #8]\n str x1, [x9, #16]\n str x2, [x9, #24]\n"
+    " str x29, [x9, #32]\n str x30, [x9, #40]\n mrs x10, fpcr\n str x10, [x9, #48]\n mrs x10, fpsr\n"
+    " str x10, [x9, #56]\n mrs x10, nzcv\n str x10, [x9, #64]\n ldr x9, [sp, #-16]\n"
+    " b c_handler\n");
+
+static void setup_fp(void)
+{
+    fp_ctl_in = 0x03c00000;  /* FPCR: DN, FZ, round toward zero */
+    fp_ctl2_in = 0x0800009f; /* FPSR: QC and the cumulative exception flags */
+    flags_in = 0xb0000000;   /* N, C, V */
+}
+
+static void change_victims(siginfo_t *info, void *ucv, int rt)
+{
+    /* aarch64 passes &uc in x2 only with SA_SIGINFO: without it, the ucontext is at the
+       handler's sp + 128 (after the siginfo) */
+    ucontext_t *uc = rt ? ucv : (ucontext_t *)((char *)entry_vals[0] + 128);
+    unsigned int *rec = (unsigned int *)uc->uc_mcontext.__reserved;
+    (void)info;
+    victim_old = uc->uc_mcontext.regs[20];
+    victim_new = victim_old ^ 0x5a5a5a5a5a5a5a5aUL;
+    uc->uc_mcontext.regs[20] = victim_new;
+    /* the FP/SIMD record: magic 0x46508001, size, fpsr, fpcr, then v0-v31 */
+    while (rec[0] && rec[0] != 0x46508001U)
+        rec = (unsigned int *)((char *)rec + rec[1]);
+    if (rec[0]) {
+        memcpy(&fvictim_old, (char *)rec + 16 + 5 * 16, 4);
+        fvictim_new = fvictim_old ^ 0xffffffffUL;
+        memcpy((char *)rec + 16 + 5 * 16, &fvictim_new, 4);
+    }
+}
+
+static void print_layout(void)
+{
+#define UC(f) printf("off %s %#zx\n", #f, offsetof(ucontext_t, f))
+#define MC(name, f) printf("off %s %#zx\n", name, offsetof(ucontext_t, uc_mcontext.f))
+    printf("off uc.flags %#zx\n", offsetof(ucontext_t, UC_FLAGS));
+    UC(uc_link);
+    UC(uc_stack);
+    UC(uc_mcontext);
+    UC(uc_sigmask);
+    MC("reg.fault_address", fault_address); MC("reg.sp", sp); MC("reg.pc", pc); MC("reg.pstate", pstate);
+    MC("mc.reserved", __reserved);
+    for (int i = 0; i < 31; i++)
+        printf("off reg.x%d %#zx\n", i, offsetof(ucontext_t, uc_mcontext.regs) + 8 * (size_t)i);
+}
+
 #else
 #error "sigframe.c: no code for this architecture"
 #endif

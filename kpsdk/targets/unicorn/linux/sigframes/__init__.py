@@ -41,7 +41,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from kpsdk.errors import UnknownNameError
-from kpsdk.targets.unicorn.linux.sigframes import arm, ppc64, riscv, x86
+from kpsdk.targets.unicorn.linux.sigframes import aarch64, arm, ppc64, riscv, x86
 from kpsdk.targets.unicorn.linux.sigframes.base import (
     SA_EXPOSE_TAGBITS,
     SA_NOCLDSTOP,
@@ -112,8 +112,10 @@ _FRAMES: dict[str, _Frames] = {
                        riscv.layout_riscv64, False),
     "ppc64": _ppc("ppc64"),
     "ppc64le": _ppc("ppc64le"),
+    "aarch64": _Frames(aarch64.push_aarch64, aarch64.pop_aarch64, aarch64.altstack_aarch64,
+                       aarch64.trampoline("aarch64"), aarch64.layout_aarch64, False),
 }
-#: the architectures with frames (aarch64 and the MIPS ABIs are not done yet)
+#: the architectures with frames (the MIPS ABIs are not done yet)
 ARCHES = tuple(_FRAMES)
 
 
@@ -195,8 +197,9 @@ def sigreturn_trampoline(arch: str) -> bytes:
     """The code that must be at ``sigreturn_code_addr`` (readable and executable), in the
     arch's byte order.  i386: ``__kernel_sigreturn`` at 0, ``__kernel_rt_sigreturn`` at 8;
     arm: the four slots of the kernel's signal page (ARM/Thumb, sigreturn/rt_sigreturn);
-    riscv64: ``__vdso_rt_sigreturn``; ppc64: ``__kernel_start_sigtramp_rt64``, which calls
-    the handler and then ``rt_sigreturn``.  Empty for x86_64 (SA_RESTORER only)."""
+    riscv64: ``__vdso_rt_sigreturn``; aarch64: ``__kernel_rt_sigreturn``; ppc64:
+    ``__kernel_start_sigtramp_rt64``, which calls the handler and then ``rt_sigreturn``.
+    Empty for x86_64 (SA_RESTORER only)."""
     return _frames(arch).trampoline
 
 

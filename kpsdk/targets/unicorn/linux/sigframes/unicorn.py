@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from unicorn import arm64_const as u64
 from unicorn import arm_const as ua
 from unicorn import ppc_const as up
 from unicorn import riscv_const as ur
@@ -32,6 +33,11 @@ EXTRA_REGISTERS: dict[str, dict[str, int]] = {
     "ppc64": {"fpscr": up.UC_PPC_REG_FPSCR, **{f"f{i}": getattr(up, f"UC_PPC_REG_FPR{i}") for i in range(32)}},
 }
 EXTRA_REGISTERS["ppc64le"] = EXTRA_REGISTERS["ppc64"]
+#: aarch64 has no arch backend yet: its general registers are listed here too
+EXTRA_REGISTERS["aarch64"] = {
+    **{f"x{i}": getattr(u64, f"UC_ARM64_REG_X{i}") for i in range(31)}, "sp": u64.UC_ARM64_REG_SP,
+    "pc": u64.UC_ARM64_REG_PC, "pstate": u64.UC_ARM64_REG_PSTATE, "fpsr": u64.UC_ARM64_REG_FPSR,
+    "fpcr": u64.UC_ARM64_REG_FPCR, **{f"v{i}": getattr(u64, f"UC_ARM64_REG_V{i}") for i in range(32)}}
 
 
 class UnicornFrameCpu:
@@ -42,8 +48,10 @@ class UnicornFrameCpu:
         from kpsdk import get_registry
 
         self.uc = uc
-        spec = get_registry().arch(arch)
-        self._ids: dict[str, int] = {n: r.uc for n, r in spec.by_name.items() if r.uc is not None}
+        self._ids: dict[str, int] = {}
+        if arch in get_registry().archs.names():
+            spec = get_registry().arch(arch)
+            self._ids.update({n: r.uc for n, r in spec.by_name.items() if r.uc is not None})
         self._ids.update(EXTRA_REGISTERS.get(arch, {}))
         self._fp = {_X87[f"fp{i}"] for i in range(8)} if arch in ("x86_64", "i386") else set()
 
