@@ -32,6 +32,7 @@ from typing import Literal
 
 import pytest
 
+import kpsdk
 from kpsdk.targets.unicorn.linux import sigframes as sf
 from kpsdk.targets.unicorn.linux.sigframes import aarch64 as sf_a64
 from kpsdk.targets.unicorn.linux.sigframes import arm as sf_arm
@@ -879,7 +880,7 @@ def test_delivery_refused(arch: str, flags: int, altstack: sf.AltStack | None, s
     """Where Linux fails the delivery (force_sigsegv): x86_64 without SA_RESTORER, a frame
     that does not fit on the alternate stack the task runs on."""
     cpu = _cpu(arch, **{SP.get(arch, "sp"): sp})
-    with pytest.raises(sf.BadFrameError, match=why):
+    with pytest.raises(kpsdk.TargetFault, match=why):
         _deliver(arch, cpu, flags, altstack=altstack)
 
 
@@ -900,7 +901,7 @@ def test_return_refused(arch: str, offset: int, data: bytes, why: str) -> None:
     cpu = _cpu(arch, sp=0x90000, cpsr=0x10)
     _deliver(arch, cpu, sf.SA_SIGINFO | (sf.SA_RESTORER if arch == "arm" else 0))
     cpu.write(cpu.regs["sp"] + offset, data)
-    with pytest.raises(sf.BadFrameError, match=why):
+    with pytest.raises(kpsdk.TargetFault, match=why):
         sf.pop_frame(arch, cpu, True)
 
 
@@ -917,7 +918,7 @@ def test_x86_64_return_checks_mxcsr_and_fpstate() -> None:
 
     cpu, fpstate = pushed()
     cpu.write(fpstate + 24, struct.pack("<I", 0x12345))
-    with pytest.raises(sf.BadFrameError, match="MXCSR"):
+    with pytest.raises(kpsdk.TargetFault, match="MXCSR"):
         sf.pop_frame("x86_64", cpu, True)
     cpu, fpstate = pushed()
     cpu.write(cpu.regs["rsp"] - 8 + sf_x86.SC_64 + sf_x86.SC64_FPSTATE, bytes(8))
@@ -1091,3 +1092,16 @@ def test_unicorn_round_trip(arch: str) -> None:
         assert (sf_x86.abridged_tag(cpu.reg("fptag")), cpu.reg("fpsw")) == (0xE0, 0x2800)
     elif arch == "arm":
         assert cpu.reg("cpsr") == flags_before  # flags back, Unicorn's mode bits kept
+
+
+def test_unicorn_unmapped_stack_is_a_fault() -> None:
+    """A stack the frame cannot be written to: Linux answers with SIGSEGV (force_sigsegv);
+    kpsdk raises :class:`kpsdk.TargetFault` with the address, for the caller to do the same."""
+    from kpsdk.targets.unicorn.linux.sigframes.unicorn import UnicornFrameCpu
+
+    cpu = UnicornFrameCpu(_unicorn("riscv64"), "riscv64")
+    cpu.set_reg("sp", STACK + 0x100)  # the frame would go below the mapping
+    with pytest.raises(kpsdk.TargetFault) as caught:
+        sf.push_frame("riscv64", cpu, sig=11, info=bytes(128), handler=0x1000, flags=0, restorer=0,
+                      blocked=0, altstack=None, sigreturn_code_addr=0x2000)
+    assert caught.value.address is not None and caught.value.address < STACK

@@ -57,7 +57,6 @@ from kpsdk.targets.unicorn.linux.sigframes.base import (
     SS_DISABLE,
     SS_ONSTACK,
     AltStack,
-    BadFrameError,
     Delivery,
     FaultContext,
     FrameCpu,
@@ -79,7 +78,7 @@ from kpsdk.targets.unicorn.linux.sigframes.siginfo import layout as siginfo_layo
 __all__ = [
     "SA_EXPOSE_TAGBITS", "SA_NOCLDSTOP", "SA_NOCLDWAIT", "SA_NODEFER", "SA_ONSTACK", "SA_RESETHAND",
     "SA_RESTART", "SA_RESTORER", "SA_SIGINFO", "SA_UNSUPPORTED", "SIGINFO_SIZE", "SIGNALS", "SS_AUTODISARM",
-    "SS_DISABLE", "SS_ONSTACK", "ARCHES", "AltStack", "BadFrameError", "FaultContext", "FrameCpu", "frame_layout",
+    "SS_DISABLE", "SS_ONSTACK", "ARCHES", "AltStack", "FaultContext", "FrameCpu", "frame_layout",
     "is_rt", "pop_frame", "push_frame", "read_altstack", "sa_flags", "siginfo_chld", "siginfo_fault",
     "siginfo_kernel", "siginfo_kill", "siginfo_layout", "siginfo_poll", "siginfo_queue", "siginfo_timer", "signals",
     "sigreturn_trampoline",
@@ -152,8 +151,8 @@ def push_frame(arch: str, cpu: FrameCpu, *, sig: int, info: bytes, handler: int,
     is 16-byte aligned; i386: the fsave header and image, the frame with sp + 4 16-byte
     aligned; arm: 8-byte aligned; riscv64: 16; ppc64: 16, with the 512-byte
     ``USER_REDZONE_SIZE`` inside the frame and a 128-byte dummy caller frame below it).
-    :raises BadFrameError: where Linux fails the delivery with SIGSEGV (an overflowing
-        alternate stack, x86_64 without ``SA_RESTORER``).
+    :raises kpsdk.TargetFault: where Linux fails the delivery with SIGSEGV (an overflowing
+        alternate stack, x86_64 without ``SA_RESTORER``, a stack it cannot write).
     """
     if len(info) != SIGINFO_SIZE:
         from kpsdk.errors import ArgumentError
@@ -175,8 +174,8 @@ def pop_frame(arch: str, cpu: FrameCpu, rt: bool) -> int:
     holds (changed or not by the handler), the FP state with them, and return the signal
     mask saved there, for the caller to install (without SIGKILL and SIGSTOP).
 
-    :raises BadFrameError: where Linux answers with SIGSEGV (a bad VFP magic, a privileged
-        CPSR, a bad riscv extension header, an MXCSR with reserved bits).
+    :raises kpsdk.TargetFault: where Linux answers with SIGSEGV (a bad VFP magic, a privileged
+        CPSR, a bad riscv extension header, an MXCSR with reserved bits, a frame it cannot read).
     """
     return _frames(arch).pop(cpu, rt)
 

@@ -25,11 +25,11 @@ import struct
 from kpsdk.targets.unicorn.linux.sigframes.base import (
     SA_RESTORER,
     SA_SIGINFO,
-    BadFrameError,
     Delivery,
     FrameCpu,
     FrameReader,
     FrameWriter,
+    bad_frame,
     read_stack_t,
     round_down,
     save_altstack,
@@ -114,12 +114,12 @@ def pop_aarch64(cpu: FrameCpu, rt: bool) -> int:
     ``parse_user_sigframe`` does."""
     frame = cpu.reg("sp")
     if frame & 15:
-        raise BadFrameError("aarch64", frame, "the stack pointer is not 16-byte aligned")
+        raise bad_frame("aarch64", frame, "the stack pointer is not 16-byte aligned")
     r = FrameReader(frame, cpu.read(frame, RT_SIGFRAME_SIZE), "<", 8)
     sc = UC + UC_MCONTEXT
     pstate = r.one(sc + SC_PSTATE)
     if pstate & _PRIVILEGED:  # valid_user_regs: EL0t, AArch64, D A I F clear
-        raise BadFrameError("aarch64", frame, f"PSTATE {pstate:#x} is not EL0t's")
+        raise bad_frame("aarch64", frame, f"PSTATE {pstate:#x} is not EL0t's")
     fpsimd = _parse_records(r, sc + SC_RESERVED)
     mask = r.one(UC + UC_SIGMASK)
     for i, value in enumerate(r.get(sc + SC_REGS, "31Q")):
@@ -143,25 +143,25 @@ def _parse_records(r: FrameReader, base: int) -> int:
     offset, fpsimd = 0, None
     while True:
         if RESERVED_SIZE - offset < 8 or offset % 16:
-            raise BadFrameError("aarch64", r.base, "the record chain runs out of __reserved")
+            raise bad_frame("aarch64", r.base, "the record chain runs out of __reserved")
         magic, size = r.get(base + offset, "II")
         if RESERVED_SIZE - offset < size:
-            raise BadFrameError("aarch64", r.base, f"record {magic:#x} is {size} bytes")
+            raise bad_frame("aarch64", r.base, f"record {magic:#x} is {size} bytes")
         if magic == 0:
             if size:
-                raise BadFrameError("aarch64", r.base, "a terminator with a size")
+                raise bad_frame("aarch64", r.base, "a terminator with a size")
             break
         if magic == FPSIMD_MAGIC:
             if fpsimd is not None or size != FPSIMD_SIZE:
-                raise BadFrameError("aarch64", r.base, "a second or misshapen FP/SIMD record")
+                raise bad_frame("aarch64", r.base, "a second or misshapen FP/SIMD record")
             fpsimd = base + offset
         elif magic != ESR_MAGIC:
-            raise BadFrameError("aarch64", r.base, f"record magic {magic:#x}")
+            raise bad_frame("aarch64", r.base, f"record magic {magic:#x}")
         if size < 8:
-            raise BadFrameError("aarch64", r.base, f"record {magic:#x} is {size} bytes")
+            raise bad_frame("aarch64", r.base, f"record {magic:#x} is {size} bytes")
         offset += size
     if fpsimd is None:
-        raise BadFrameError("aarch64", r.base, "no FP/SIMD record")
+        raise bad_frame("aarch64", r.base, "no FP/SIMD record")
     return fpsimd
 
 

@@ -28,11 +28,11 @@ import struct
 from kpsdk.targets.unicorn.linux.sigframes.base import (
     SA_RESTORER,
     SA_SIGINFO,
-    BadFrameError,
     Delivery,
     FrameCpu,
     FrameReader,
     FrameWriter,
+    bad_frame,
     read_stack_t,
     save_altstack,
     sigsp,
@@ -146,18 +146,18 @@ def pop_arm(cpu: FrameCpu, rt: bool) -> int:
     """``sys_rt_sigreturn``/``sys_sigreturn``: ``restore_sigframe`` from the frame at sp."""
     frame = cpu.reg("sp")
     if frame & 7:
-        raise BadFrameError("arm", frame, "the stack pointer is not 8-byte aligned")
+        raise bad_frame("arm", frame, "the stack pointer is not 8-byte aligned")
     at = 128 if rt else 0
     r = FrameReader(frame, cpu.read(frame, RT_SIGFRAME_SIZE if rt else SIGFRAME_SIZE), "<", 4)
     mask = r.one(at + UC_SIGMASK, "Q")
     regs = dict(zip(SC_REGS, r.get(at + UC_MCONTEXT, f"{len(SC_REGS)}I"), strict=True))
     cpsr = regs["cpsr"] & ~(PSR_F_BIT | PSR_A_BIT)
     if cpsr & PSR_I_BIT or cpsr & MODE_MASK != USR_MODE:  # valid_user_regs
-        raise BadFrameError("arm", frame, f"CPSR {regs['cpsr']:#x} is not a user mode's")
+        raise bad_frame("arm", frame, f"CPSR {regs['cpsr']:#x} is not a user mode's")
     vfp = at + UC_REGSPACE
     magic, size = r.get(vfp, "II")
     if magic != VFP_MAGIC or size != VFP_STORAGE_SIZE:
-        raise BadFrameError("arm", frame, f"VFP record magic {magic:#x} size {size}")
+        raise bad_frame("arm", frame, f"VFP record magic {magic:#x} size {size}")
     for name in SC_CORE[:-2]:
         cpu.set_reg(name, regs[name])
     cpu.set_reg("cpsr", (cpsr & ~_PRIVILEGED) | (cpu.reg("cpsr") & _PRIVILEGED))
@@ -172,7 +172,7 @@ def pop_arm(cpu: FrameCpu, rt: bool) -> int:
 
 def altstack_arm(cpu: FrameCpu, rt: bool) -> tuple[int, int, int]:
     if not rt:
-        raise BadFrameError("arm", cpu.reg("sp"), "the old (non-rt) frame's stack_t is not written")
+        raise bad_frame("arm", cpu.reg("sp"), "the old (non-rt) frame's stack_t is not written")
     frame = cpu.reg("sp")
     alt = read_stack_t(FrameReader(frame, cpu.read(frame, RT_SIGFRAME_SIZE), "<", 4), 128 + UC_STACK, 4)
     return alt.sp, alt.size, alt.flags

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from kpsdk.errors import TargetError
+from kpsdk.errors import TargetFault
 
 # sa_flags (include/uapi/asm-generic/signal-defs.h; arch/x86, arm and powerpc add SA_RESTORER
 # in their uapi/asm/signal.h; MIPS numbers differ: see :mod:`.siginfo`)
@@ -87,16 +87,15 @@ class FaultContext:
     address: int = 0
 
 
-class BadFrameError(TargetError):
-    """A frame the kernel would refuse: delivery would overflow the alternate stack or
-    lacks x86_64's required restorer, or a sigreturn found a frame it cannot restore
-    (bad magic, a privileged mode).  Linux answers each with SIGSEGV
-    (``force_sigsegv`` on delivery, ``signal_fault``/``force_sig`` on return); the
-    caller does the same.  ``address`` is the frame's."""
-
-    def __init__(self, arch: str, address: int, reason: str) -> None:
-        self.arch, self.address, self.reason = arch, address, reason
-        super().__init__(f"{arch} signal frame at {address:#x}: {reason}")
+def bad_frame(arch: str, address: int, reason: str) -> TargetFault:
+    """The error for a frame the kernel would refuse: delivery would overflow the alternate
+    stack or lacks x86_64's required restorer, or a sigreturn found a frame it cannot
+    restore (bad magic, a privileged mode).  Linux answers each with SIGSEGV
+    (``force_sigsegv`` on delivery, ``force_sig(SIGSEGV)`` on return), as it does when the
+    frame cannot be written or read at all; the caller does the same for this
+    :class:`~kpsdk.TargetFault` (``address``: the frame's) and for the one its
+    :class:`FrameCpu` raises on unmapped memory."""
+    return TargetFault(f"{arch} signal frame: {reason}", address=address)
 
 
 @dataclass(frozen=True)

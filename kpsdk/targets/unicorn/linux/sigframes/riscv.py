@@ -19,11 +19,11 @@ from __future__ import annotations
 import struct
 
 from kpsdk.targets.unicorn.linux.sigframes.base import (
-    BadFrameError,
     Delivery,
     FrameCpu,
     FrameReader,
     FrameWriter,
+    bad_frame,
     on_sig_stack,
     read_stack_t,
     save_altstack,
@@ -58,7 +58,7 @@ def push_riscv64(cpu: FrameCpu, d: Delivery) -> None:
     sp = cpu.reg("sp")
     alt = d.altstack
     if on_sig_stack(alt, sp) and not on_sig_stack(alt, sp - RT_SIGFRAME_SIZE):
-        raise BadFrameError("riscv64", sp, "the frame would overflow the alternate signal stack")
+        raise bad_frame("riscv64", sp, "the frame would overflow the alternate signal stack")
     frame = (sigsp(sp, d.flags, alt) - RT_SIGFRAME_SIZE) & ~0xF
     w = FrameWriter(frame, RT_SIGFRAME_SIZE, "<", 8)
     w.raw(INFO, d.info)
@@ -86,11 +86,11 @@ def pop_riscv64(cpu: FrameCpu, rt: bool) -> int:
     r = FrameReader(frame, cpu.read(frame, RT_SIGFRAME_SIZE), "<", 8)
     sc = UC + UC_MCONTEXT
     if r.one(sc + SC_RESERVED, "I"):
-        raise BadFrameError("riscv64", frame, "the sigcontext's reserved word is not 0")
+        raise bad_frame("riscv64", frame, "the sigcontext's reserved word is not 0")
     magic, size = r.get(sc + SC_EXT_HDR, "II")
     if magic != END_MAGIC or size != END_HDR_SIZE:
         # RISCV_V_MAGIC (a V state) cannot be restored without a vector unit
-        raise BadFrameError("riscv64", frame, f"extension header magic {magic:#x} size {size}")
+        raise bad_frame("riscv64", frame, f"extension header magic {magic:#x} size {size}")
     mask = r.one(UC + UC_SIGMASK, "Q")
     values = r.get(sc, "32Q")
     for name, value in zip(XREGS, values[1:], strict=True):

@@ -13,11 +13,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from unicorn import UcError
 from unicorn import arm64_const as u64
 from unicorn import arm_const as ua
 from unicorn import ppc_const as up
 from unicorn import riscv_const as ur
 from unicorn import x86_const as ux
+
+from kpsdk.errors import TargetFault
 
 _X87 = {"fpcw": ux.UC_X86_REG_FPCW, "fpsw": ux.UC_X86_REG_FPSW, "fptag": ux.UC_X86_REG_FPTAG,
         "fop": ux.UC_X86_REG_FOP, "fip": ux.UC_X86_REG_FIP, "fdp": ux.UC_X86_REG_FDP,
@@ -78,7 +81,15 @@ class UnicornFrameCpu:
             self.uc.reg_write(rid, value)
 
     def read(self, addr: int, size: int) -> bytes:
-        return bytes(self.uc.mem_read(addr, size))
+        try:
+            return bytes(self.uc.mem_read(addr, size))
+        except UcError as e:
+            raise TargetFault(f"signal frame: cannot read {size} bytes ({e})", address=addr) from None
 
     def write(self, addr: int, data: bytes) -> None:
-        self.uc.mem_write(addr, data)
+        """Write guest memory; memory the task cannot reach raises :class:`~kpsdk.TargetFault`
+        (Linux: the frame cannot be written, SIGSEGV)."""
+        try:
+            self.uc.mem_write(addr, data)
+        except UcError as e:
+            raise TargetFault(f"signal frame: cannot write {len(data)} bytes ({e})", address=addr) from None

@@ -31,11 +31,11 @@ from kpsdk.targets.unicorn.linux.sigframes.base import (
     SA_ONSTACK,
     SA_RESTORER,
     SA_SIGINFO,
-    BadFrameError,
     Delivery,
     FrameCpu,
     FrameReader,
     FrameWriter,
+    bad_frame,
     on_sig_stack,
     read_stack_t,
     round_down,
@@ -218,7 +218,7 @@ def _restore_fxsave(cpu: FrameCpu, arch: str, r: FrameReader, at: int, nxmm: int
         bv = r.one(at + FXSAVE_SIZE, "Q")
     mxcsr = r.one(at + 24, "I")
     if mxcsr & ~MXCSR_MASK:
-        raise BadFrameError(arch, r.base, f"MXCSR {mxcsr:#x} has bits the CPU does not have")
+        raise bad_frame(arch, r.base, f"MXCSR {mxcsr:#x} has bits the CPU does not have")
     if x87_from is None:
         fcw, fsw, ftw, fop = r.get(at, "HHBxH")
         fip, fdp = r.get(at + 8, "QQ")
@@ -267,9 +267,9 @@ def push_x86_64(cpu: FrameCpu, d: Delivery) -> None:
     fpstate = round_down(sp - XSTATE_SIGFRAME_SIZE, 64)
     frame = round_down(fpstate - RT_SIGFRAME_64, 16) - 8
     if onstack and not on_sig_stack(alt, frame):
-        raise BadFrameError("x86_64", frame, "the frame would overflow the alternate signal stack")
+        raise bad_frame("x86_64", frame, "the frame would overflow the alternate signal stack")
     if not d.flags & SA_RESTORER:
-        raise BadFrameError("x86_64", frame, "x86_64 delivers only to handlers with SA_RESTORER")
+        raise bad_frame("x86_64", frame, "x86_64 delivers only to handlers with SA_RESTORER")
     w = FrameWriter(frame, fpstate + XSTATE_SIGFRAME_SIZE - frame, "<", 8)
     _put_xstate(w, fpstate - frame, cpu, 16, ia32=False)
     if d.flags & SA_SIGINFO:
@@ -349,7 +349,7 @@ def push_i386(cpu: FrameCpu, d: Delivery) -> None:
     size = RT_SIGFRAME_32 if rt else SIGFRAME_32
     frame = ((fpstate - size + 4) & -16) - 4
     if onstack and not on_sig_stack(alt, frame):
-        raise BadFrameError("i386", frame, "the frame would overflow the alternate signal stack")
+        raise bad_frame("i386", frame, "the frame would overflow the alternate signal stack")
     w = FrameWriter(frame, buf_fx + XSTATE_SIGFRAME_SIZE - frame, "<", 4)
     _put_xstate(w, buf_fx - frame, cpu, 8, ia32=True)
     _put_fsave_header(w, fpstate - frame, cpu)
@@ -417,7 +417,7 @@ def pop_i386(cpu: FrameCpu, rt: bool) -> int:
 
 def altstack_i386(cpu: FrameCpu, rt: bool) -> tuple[int, int, int]:
     if not rt:
-        raise BadFrameError("i386", cpu.reg("esp") - 8, "the old (non-rt) frame has no stack_t")
+        raise bad_frame("i386", cpu.reg("esp") - 8, "the old (non-rt) frame has no stack_t")
     frame = cpu.reg("esp") - 4
     alt = read_stack_t(FrameReader(frame, cpu.read(frame, RT_SIGFRAME_32), "<", 4), UC_32 + 8, 4)
     return alt.sp, alt.size, alt.flags
