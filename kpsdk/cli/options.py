@@ -25,7 +25,7 @@ NoprobeOpt = Annotated[list[str] | None, typer.Option(
 
 #: the target options of ``kpsdk probe``, shared with other commands (``kpsdk trace``)
 TargetOpt = Annotated[str | None, typer.Option(
-    "--target", "-t", metavar="SPEC", rich_help_panel=TARGET_PANEL,
+    "--target", metavar="SPEC", rich_help_panel=TARGET_PANEL,
     help="Where the code runs: qemu-user:PROG (a program under qemu-user), qemu-system:ARCH (a kernel "
          "booted in QEMU), gdb://HOST:PORT (a gdbstub already running). Default: ELF in Unicorn.")]
 ProgArgOpt = Annotated[list[str] | None, typer.Option(
