@@ -2,19 +2,30 @@
 
 typer reads a command's options from its signature, so a shared option is an
 ``Annotated`` type that each command names as a parameter's type.  The
-target options (``--target``, ``--arg``, ``--kernel``...) are shared by
-``kpsdk probe`` and ``kpsdk trace``; :func:`given_target_options` hands
-their values to :func:`kpsdk.cli.target_choice.choose_target`.
+target options (``--target``, ``--arg``, ``--kernel``, ``--call``...) are
+shared by ``kpsdk probe`` and ``kpsdk trace`` as one group,
+:class:`TargetOptions`: :func:`takes_target_options` gives a command all of
+them, so both take the same names, help and defaults, and
+:meth:`TargetOptions.choose` hands their values to
+:func:`kpsdk.cli.target_choice.choose_target`.
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
 import sys
-from typing import Annotated, Any
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING, Annotated, Any, get_type_hints
 
 import typer
+from typer.models import ArgumentInfo
 
 from kpsdk.fixtures import ARCHS
+
+if TYPE_CHECKING:
+    from kpsdk.cli.target_choice import TargetChoice
 
 TARGET_PANEL = "Target (default: the ELF in Unicorn)"
 
@@ -70,6 +81,105 @@ MechanismOpt = Annotated[str | None, typer.Option(
 ArchOpt = Annotated[str | None, typer.Option(
     "--arch", metavar="ARCH", rich_help_panel=TARGET_PANEL,
     help="gdb://: the architecture (not needed when --symbols is an ELF).")]
+CallOpt = Annotated[str | None, typer.Option(
+    "--call", metavar="FN ARGS...", rich_help_panel=TARGET_PANEL,
+    help="Unicorn only: call FN with integer arguments instead of running the program: --call add 2 3 "
+         "(after the program), or one quoted string 'add 2 3' / 'add(2, -3)'; 0x.. ok.")]
+
+
+@dataclass(frozen=True)
+class TargetOptions:
+    """What the target options said, as one command received them.
+
+    The fields are the options: each field's type is the option's declaration
+    (name, help, panel) and its default the option's.  A command gets them all
+    through :func:`takes_target_options`, so no command declares one of them
+    itself and none can differ from another's.
+    """
+
+    target: TargetOpt = None
+    prog_arg: ProgArgOpt = None
+    sysroot: SysrootOpt = None
+    stdin: StdinOpt = None
+    call: CallOpt = None
+    kernel: KernelOpt = None
+    initrd: InitrdOpt = None
+    append: AppendOpt = None
+    symbols: SymbolsOpt = None
+    arch: ArchOpt = None
+    qemu_arg: QemuArgOpt = None
+    mechanism: MechanismOpt = None
+
+    def choose(self, program: str | None, extra: list[str]) -> TargetChoice:
+        """The target to open and what to run there, or a usage error, before anything starts.
+
+        ``program`` is the command's ELF argument; ``extra`` are the words the command line left
+        over, the arguments of ``--call FN`` (``--call add 2 -3``).  A call on a live target is
+        refused first: that target runs its own code, and ``--call``'s words may have been taken
+        for the program.  Then the launcher options are checked against the kind of target.
+        """
+        from kpsdk.cli.parsing import parse_call
+        from kpsdk.cli.target_choice import choose_target, live_kind
+
+        if extra and self.call is None:
+            raise typer.BadParameter(f"unexpected arguments {' '.join(extra)!r}", param_hint="ELF")
+        kind = live_kind(self.target)
+        if self.call is not None and kind is not None:
+            raise typer.BadParameter(f"--call calls one function in Unicorn; a {kind} target runs its own "
+                                     "code: drop --call (or --target)", param_hint="--call")
+        choice = choose_target(program, self.target, given_target_options(
+            self.prog_arg, self.kernel, self.initrd, self.append, self.symbols, self.arch, self.qemu_arg,
+            sysroot=self.sysroot, stdin=self.stdin, mechanism=self.mechanism))
+        if self.call is not None:
+            choice.call = parse_call(" ".join([self.call, *extra]))
+        return choice
+
+
+#: the name of the parameter a command taking the target options receives them in
+WHERE = "where"
+
+
+def takes_target_options(command: Callable[..., None]) -> Callable[..., None]:
+    """``command`` with the target options as its own, gathered into one :class:`TargetOptions`.
+
+    typer reads a command's options from its signature, and a signature cannot
+    name a group; so the command declares one parameter, ``where: TargetOptions``,
+    and the function returned here has, in its place, the group's arguments
+    (none yet) and, after the command's own options, the group's options.  typer
+    calls it with them all; it calls ``command`` with the group's values in
+    ``where``.  The options are thus declared once, on :class:`TargetOptions`.
+    """
+    signature = inspect.signature(command, eval_str=True)
+    if WHERE not in signature.parameters:
+        raise TypeError(f"{command.__name__} takes no {WHERE!r} parameter for its target options")
+    hints = get_type_hints(TargetOptions, include_extras=True)
+    group = [inspect.Parameter(f.name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=f.default,
+                               annotation=hints[f.name])
+             for f in fields(TargetOptions)]
+    names = [p.name for p in group]
+    clash = set(names) & set(signature.parameters)
+    if clash:
+        raise TypeError(f"{command.__name__} declares target options itself: {', '.join(sorted(clash))}")
+    arguments = [p for p in group if isinstance(_typer_info(p.annotation), ArgumentInfo)]
+    options = [p for p in group if p not in arguments]
+    own: list[inspect.Parameter] = []
+    for p in signature.parameters.values():
+        own += arguments if p.name == WHERE else [p]
+
+    @functools.wraps(command)
+    def with_target_options(**values: Any) -> None:
+        where = TargetOptions(**{name: values.pop(name) for name in names})
+        command(**values, **{WHERE: where})
+
+    parameters = [*own, *options]
+    setattr(with_target_options, "__signature__", signature.replace(parameters=parameters))  # noqa: B010
+    with_target_options.__annotations__ = {p.name: p.annotation for p in parameters}
+    return with_target_options
+
+
+def _typer_info(annotation: Any) -> object:
+    """The ``typer.Option``/``typer.Argument`` of an ``Annotated`` type (None: there is none)."""
+    return next(iter(getattr(annotation, "__metadata__", ())), None)
 
 
 def given_target_options(prog_arg: list[str] | None, kernel: str | None, initrd: str | None, append: str | None,

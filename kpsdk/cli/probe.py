@@ -19,25 +19,11 @@ from kpsdk.cli.consoles import console
 from kpsdk.cli.exits import INTERRUPTED
 from kpsdk.cli.hitregs import ARG_LIMIT
 from kpsdk.cli.hitstrings import STRING_SLOT, STRINGS_MAX
-from kpsdk.cli.options import (
-    TARGET_PANEL,
-    AppendOpt,
-    ArchOpt,
-    InitrdOpt,
-    KernelOpt,
-    MechanismOpt,
-    ProgArgOpt,
-    QemuArgOpt,
-    StdinOpt,
-    SymbolsOpt,
-    SysrootOpt,
-    TargetOpt,
-    given_target_options,
-)
-from kpsdk.cli.parsing import check_seconds, file_location, parse_call, parse_where, split_commas
+from kpsdk.cli.options import TARGET_PANEL, NoprobeOpt, TargetOptions, takes_target_options
+from kpsdk.cli.parsing import check_seconds, file_location, parse_where, split_commas
 from kpsdk.cli.probe_run import ProbeRun, probe_class
 from kpsdk.cli.strace import StracePrinter
-from kpsdk.cli.target_choice import LIVE_KINDS, LIVE_TIMEOUT, UNICORN_TIMEOUT, choose_target, close_session
+from kpsdk.cli.target_choice import LIVE_TIMEOUT, UNICORN_TIMEOUT, close_session
 from kpsdk.fixtures import ARCHS
 from kpsdk.session import RESTYPES
 
@@ -50,8 +36,10 @@ ProbeElfArg = Annotated[str | None, typer.Argument(
          + ", ".join(ARCHS) + "). Omit it with --target (or give it to --target qemu-user).")]
 
 
+@takes_target_options
 def cmd_probe(
     ctx: typer.Context,
+    where: TargetOptions,
     elf: ProbeElfArg = None,
     kprobe: Annotated[list[str] | None, typer.Option(
         "--kprobe", "-k", metavar="SYM[+OFF]", rich_help_panel=PROBES_PANEL,
@@ -89,10 +77,6 @@ def cmd_probe(
         "--regs", metavar="R1,R2", rich_help_panel=OUTPUT_PANEL,
         help="Registers a kprobe hit prints (names, aliases, ip, sp, return_value, argN). "
         "Default: the first 4 argument registers, sp and the return value register.")] = None,
-    call: Annotated[str | None, typer.Option(
-        "--call", metavar="FN ARGS...", rich_help_panel=TARGET_PANEL,
-        help="Unicorn only: call FN with integer arguments instead of running the program: --call add 2 3 "
-             "(after the ELF argument), or one quoted string 'add 2 3' / 'add(2, -3)'; 0x.. ok.")] = None,
     restype: Annotated[str, typer.Option(
         "--restype", rich_help_panel=OUTPUT_PANEL,
         help="How a return value is read (--call, --kretprobe): long (signed word), ulong, int or uint "
@@ -104,20 +88,7 @@ def cmd_probe(
         "--timeout", metavar="S", show_default=False, rich_help_panel=TARGET_PANEL, callback=check_seconds,
         help=f"Stop the target after S seconds, a positive number; inf: no limit (default: {UNICORN_TIMEOUT:g} "
              f"in Unicorn, {LIVE_TIMEOUT:g} on a live target).")] = None,
-    noprobe: Annotated[list[str] | None, typer.Option(
-        "--noprobe", metavar="NAME[,NAME]", rich_help_panel=PROBES_PANEL,
-        help="Symbols that may not be probed (the kernel's NOKPROBE_SYMBOL).")] = None,
-    target: TargetOpt = None,
-    prog_arg: ProgArgOpt = None,
-    sysroot: SysrootOpt = None,
-    stdin: StdinOpt = None,
-    kernel: KernelOpt = None,
-    initrd: InitrdOpt = None,
-    append: AppendOpt = None,
-    symbols: SymbolsOpt = None,
-    arch: ArchOpt = None,
-    qemu_arg: QemuArgOpt = None,
-    mechanism: MechanismOpt = None,
+    noprobe: NoprobeOpt = None,
     strace: Annotated[bool, typer.Option(
         "--strace", rich_help_panel=OUTPUT_PANEL,
         help="Unicorn Linux programs: print each system call to stderr as strace(1) does, "
@@ -168,11 +139,6 @@ def cmd_probe(
     program (Unicorn, qemu-user) did not exit within --timeout (a kernel still
     running then is just stopped: 0); 2 on a usage error; 130 on Ctrl-C.
     """
-    if ctx.args and call is None:
-        raise typer.BadParameter(f"unexpected arguments {' '.join(ctx.args)!r}", param_hint="ELF")
-    if ctx.args:
-        call = " ".join([call or "", *ctx.args])
-    fn_args = parse_call(call) if call is not None else None
     kprobes = [parse_where(k) for k in kprobe or []]
     kretprobes = [(k.strip(), parse_where(k, "--kretprobe")) for k in kretprobe or []]
     uprobes = [file_location(u, "--uprobe") for u in uprobe or []]
@@ -189,24 +155,18 @@ def cmd_probe(
                                  param_hint="--failed")
     if restype not in RESTYPES:
         raise typer.BadParameter(", ".join(RESTYPES), param_hint="--restype")
-    live_kind = (target or "").partition(":")[0]
-    if live_kind in LIVE_KINDS and strace:
-        raise typer.BadParameter(f"a {live_kind} target's system calls are run by QEMU or the guest kernel, "
+    choice = where.choose(elf, ctx.args)
+    if choice.live and strace:
+        raise typer.BadParameter(f"a {choice.kind} target's system calls are run by QEMU or the guest kernel, "
                                  "unseen by kpsdk: --strace needs a program run in Unicorn (drop --target)",
                                  param_hint="--strace")
-    if live_kind in LIVE_KINDS and fn_args is not None:
-        raise typer.BadParameter(f"--call calls one function in Unicorn; a {live_kind} target runs its own "
-                                 "code: drop --call (or --target)", param_hint="--call")
-    choice = choose_target(elf, target, given_target_options(prog_arg, kernel, initrd, append, symbols, arch,
-                                                                qemu_arg, sysroot=sysroot, stdin=stdin,
-                                                                mechanism=mechanism))
     reg = kpsdk.get_registry()
     if kprobes:
         probe_class(reg, "kprobe")
     if kretprobes:
         probe_class(reg, "kretprobe")
     run = ProbeRun(choice, kprobes, kretprobes, list(dict.fromkeys(string_arg or [])), failed, maxactive, post,
-                   regs_opt, fn_args, restype, no_optimize,
+                   regs_opt, choice.call, restype, no_optimize,
                    choice.run_timeout(timeout),
                    split_commas(noprobe), show_console, console(), uprobes=uprobes, uretprobes=uretprobes)
     printer = StracePrinter(sys.stderr) if strace else None

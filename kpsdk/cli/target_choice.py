@@ -52,6 +52,8 @@ class TargetChoice:
     options: dict[str, Any]
     #: one of LIVE_KINDS, or None for Unicorn (elf:, unicorn: and other plugins' kinds)
     kind: str | None
+    #: ``--call FN ARGS``: the one function to call instead of running the program (Unicorn only)
+    call: tuple[str, list[int]] | None = None
 
     @property
     def live(self) -> bool:
@@ -64,6 +66,12 @@ class TargetChoice:
     def open(self, noprobe: list[str]) -> Session:
         """The session on this target, with ``noprobe`` symbols refused (``--noprobe``)."""
         return kpsdk.open(self.spec, noprobe=noprobe, **self.options)
+
+
+def live_kind(spec: str | None) -> str | None:
+    """The live kind a target spec names (``qemu-user``, ``qemu-system``, ``gdb``), else None."""
+    scheme = (spec or "").partition(":")[0]
+    return scheme if scheme in LIVE_KINDS else None
 
 
 def choose_target(elf: str | None, target: str | None, given: dict[str, Any]) -> TargetChoice:

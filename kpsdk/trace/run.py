@@ -18,6 +18,7 @@ import signal
 import sys
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager, suppress
+from dataclasses import replace
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Annotated, Any
 
@@ -26,28 +27,9 @@ from rich.text import Text
 
 from kpsdk.cli.consoles import console
 from kpsdk.cli.exits import INTERRUPTED
-from kpsdk.cli.options import (
-    AppendOpt,
-    ArchOpt,
-    InitrdOpt,
-    KernelOpt,
-    MechanismOpt,
-    ProgArgOpt,
-    QemuArgOpt,
-    SymbolsOpt,
-    SysrootOpt,
-    TargetOpt,
-    given_target_options,
-)
-from kpsdk.cli.parsing import check_out_path, check_seconds, parse_call, split_commas
-from kpsdk.cli.target_choice import (
-    LIVE_KINDS,
-    LIVE_TIMEOUT,
-    UNICORN_TIMEOUT,
-    TargetChoice,
-    choose_target,
-    close_session,
-)
+from kpsdk.cli.options import NoprobeOpt, TargetOptions, takes_target_options
+from kpsdk.cli.parsing import check_out_path, check_seconds, split_commas
+from kpsdk.cli.target_choice import LIVE_KINDS, LIVE_TIMEOUT, UNICORN_TIMEOUT, TargetChoice, close_session
 from kpsdk.errors import KpsdkError, TargetError, UnknownNameError
 from kpsdk.kernel.tasks import PID_MAX_LIMIT, check_comm
 from kpsdk.trace.functions import FunctionsError, check_templates
@@ -126,11 +108,11 @@ kpsdk trace qemu-system:x86_64 --kernel vmlinuz --initrd initrd.img \\
 """
 
 
-def _target_choice(target_arg: str | None, target: str | None, given: dict[str, Any]) -> TargetChoice:
+def _target_choice(target_arg: str | None, where: TargetOptions, extra: list[str]) -> TargetChoice:
     """TARGET may be an ELF or fixture name, or a spec (qemu-user:PROG...); --target also works."""
-    if target_arg is not None and target is None and target_arg.startswith(SCHEMES):
-        return choose_target(None, target_arg, given)
-    return choose_target(target_arg, target, given)
+    if target_arg is not None and where.target is None and target_arg.startswith(SCHEMES):
+        return replace(where, target=target_arg).choose(None, extra)
+    return where.choose(target_arg, extra)
 
 
 def _definitions(events: list[str] | None, files: list[Path] | None) -> list[str]:
@@ -246,8 +228,10 @@ def _print_histograms(out: Any, hists: list[Histogram]) -> None:
         out.out(hist.render(), highlight=False)
 
 
+@takes_target_options
 def cmd_trace(
     ctx: typer.Context,
+    where: TargetOptions,
     target_arg: Annotated[str | None, typer.Argument(
         metavar="TARGET", show_default=False,
         help="An ELF or a fixture name (x86_64, i386, arm, thumb, riscv64, ppc64) to run in Unicorn, or a "
@@ -293,21 +277,7 @@ def cmd_trace(
     count: Annotated[int | None, typer.Option(
         "--count", metavar="N", min=1, rich_help_panel=LIMITS_PANEL,
         help="Stop after N records.")] = None,
-    call: Annotated[str | None, typer.Option(
-        "--call", metavar="'FN ARGS'", rich_help_panel=LIMITS_PANEL,
-        help="Unicorn: call FN with integer arguments instead of running the program: --call 'sub 3 5'.")] = None,
-    noprobe: Annotated[list[str] | None, typer.Option(
-        "--noprobe", metavar="NAME", rich_help_panel=EVENTS_PANEL,
-        help="Symbols that may not be probed (the kernel's NOKPROBE_SYMBOL). Repeatable.")] = None,
-    target: TargetOpt = None,
-    prog_arg: ProgArgOpt = None,
-    kernel: KernelOpt = None,
-    initrd: InitrdOpt = None,
-    append: AppendOpt = None,
-    symbols: SymbolsOpt = None,
-    arch: ArchOpt = None,
-    qemu_arg: QemuArgOpt = None,
-    mechanism: MechanismOpt = None,
+    noprobe: NoprobeOpt = None,
     no_prefix: Annotated[bool, typer.Option(
         "--no-prefix", rich_help_panel=OUTPUT_PANEL,
         help="text: the event bodies only (EVENT: (sym+0x0/0x14) a=2), without the kernel's task/CPU/flags/time "
@@ -319,7 +289,6 @@ def cmd_trace(
         "--pid", metavar="N", min=0, max=PID_MAX_LIMIT, rich_help_panel=OUTPUT_PANEL, show_default=False,
         help="Unicorn: the pid the prefix shows (default: the program's, 1000, as getpid() tells it; 1 with no "
              "program).")] = None,
-    sysroot: SysrootOpt = None,
     trigger: Annotated[list[str] | None, typer.Option(
         "--trigger", "-t", metavar="EVENT:CMD", rich_help_panel=EVENTS_PANEL,
         help="An event trigger, as written to events/GROUP/EVENT/trigger: 'myopen:hist:keys=common_pid:vals=hitcount' "
@@ -344,13 +313,8 @@ def cmd_trace(
             "no output format is loaded (blocked with -p no:trace-formats?)"
         raise typer.BadParameter(f"{output!r}: {want}", param_hint="--output") from None
     definitions = _definitions(event, file)
-    given = given_target_options(prog_arg, kernel, initrd, append, symbols, arch, qemu_arg, sysroot=sysroot,
-                                 mechanism=mechanism)
-    choice = _target_choice(target_arg, target, given)
-    fn_args = parse_call(call) if call is not None else None
-    if fn_args is not None and choice.kind in LIVE_KINDS:
-        raise typer.BadParameter(f"--call calls one function in Unicorn; a {choice.kind} target runs its own code",
-                                 param_hint="--call")
+    choice = _target_choice(target_arg, where, ctx.args)
+    fn_args = choice.call
     if plot is not None and not (hist or latency or lhist):
         raise typer.BadParameter("--plot draws the --hist FIELD or --latency histograms: add one", param_hint="--plot")
     if (comm is not None or pid is not None) and choice.kind in LIVE_KINDS:
