@@ -9,7 +9,8 @@ exits :data:`kpsdk.cli.exits.INTERRUPTED`.
 from __future__ import annotations
 
 import sys
-from typing import Annotated
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -26,6 +27,10 @@ from kpsdk.cli.strace import StracePrinter
 from kpsdk.cli.target_choice import LIVE_TIMEOUT, UNICORN_TIMEOUT, close_session
 from kpsdk.fixtures import ARCHS
 from kpsdk.session import RESTYPES
+
+if TYPE_CHECKING:
+    from kpsdk.cli.target_choice import TargetChoice
+    from kpsdk.registry import Registry
 
 PROBES_PANEL = "Probes"
 OUTPUT_PANEL = "What to print"
@@ -139,36 +144,94 @@ def cmd_probe(
     program (Unicorn, qemu-user) did not exit within --timeout (a kernel still
     running then is just stopped: 0); 2 on a usage error; 130 on Ctrl-C.
     """
-    kprobes = [parse_where(k) for k in kprobe or []]
-    kretprobes = [(k.strip(), parse_where(k, "--kretprobe")) for k in kretprobe or []]
-    uprobes = [file_location(u, "--uprobe") for u in uprobe or []]
-    uretprobes = [file_location(u, "--uretprobe") for u in uretprobe or []]
-    if not kprobes and not kretprobes and not uprobes and not uretprobes and not strace:
+    points = _probe_points(kprobe, kretprobe, uprobe, uretprobe, strace)
+    strings = _string_args(string_arg, points)
+    _check_returns(points, failed, restype)
+    choice = where.choose(elf, ctx.args)
+    _check_strace(choice, strace)
+    reg = kpsdk.get_registry()
+    _check_probe_types(reg, points)
+    run = ProbeRun(choice, points.kprobes, points.kretprobes, strings, failed, maxactive, post,
+                   regs_opt, choice.call, restype, no_optimize,
+                   choice.run_timeout(timeout),
+                   split_commas(noprobe), show_console, console(), uprobes=points.uprobes,
+                   uretprobes=points.uretprobes)
+    if _run(run, reg, strace):
+        raise typer.Exit(INTERRUPTED)
+
+
+@dataclass(frozen=True)
+class ProbePoints:
+    """Where the probes go, each option's values parsed (the symbols are looked up when the probe is
+    made)."""
+
+    #: ``--kprobe``: Kprobe keyword arguments (symbol/offset or addr)
+    kprobes: list[dict[str, Any]] = field(default_factory=list)
+    #: ``--kretprobe``: (the text, as the summary names it; Kretprobe keyword arguments)
+    kretprobes: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    #: ``--uprobe`` / ``--uretprobe``: PATH:SYM or PATH:0xOFF texts
+    uprobes: list[str] = field(default_factory=list)
+    uretprobes: list[str] = field(default_factory=list)
+
+    @property
+    def returns(self) -> bool:
+        """Some probe reports returns (a kretprobe or a uretprobe)."""
+        return bool(self.kretprobes or self.uretprobes)
+
+
+def _probe_points(kprobe: list[str] | None, kretprobe: list[str] | None, uprobe: list[str] | None,
+                  uretprobe: list[str] | None, strace: bool) -> ProbePoints:
+    """The probes asked for, each well formed; at least one, unless --strace is what to print."""
+    points = ProbePoints([parse_where(k) for k in kprobe or []],
+                         [(k.strip(), parse_where(k, "--kretprobe")) for k in kretprobe or []],
+                         [file_location(u, "--uprobe") for u in uprobe or []],
+                         [file_location(u, "--uretprobe") for u in uretprobe or []])
+    if not (points.kprobes or points.uprobes or points.returns or strace):
         raise typer.BadParameter("give at least one --kprobe SYM, --kretprobe SYM or --uprobe PATH:SYM "
                                  "(or --strace)", param_hint="--kprobe")
-    if len(set(string_arg or [])) > STRINGS_MAX and (kretprobes or uretprobes):
+    return points
+
+
+def _string_args(string_arg: list[int] | None, points: ProbePoints) -> list[int]:
+    """--string-arg's argument numbers, each once in the order given; a return probe keeps only
+    STRINGS_MAX of them from the entry to the return (in ri.data)."""
+    numbers = list(dict.fromkeys(string_arg or []))
+    if len(numbers) > STRINGS_MAX and points.returns:
         raise typer.BadParameter(f"a kretprobe keeps at most {STRINGS_MAX} strings from the entry to the return "
                                  f"({STRING_SLOT} bytes each in ri.data, at most {STRINGS_MAX * STRING_SLOT})",
                                  param_hint="--string-arg")
-    if failed and not kretprobes and not uretprobes:
+    return numbers
+
+
+def _check_returns(points: ProbePoints, failed: bool, restype: str) -> None:
+    """--failed filters returns, so it wants a return probe; --restype is a type a return is read as."""
+    if failed and not points.returns:
         raise typer.BadParameter("--failed filters the returns of --kretprobe probes: add one",
                                  param_hint="--failed")
     if restype not in RESTYPES:
         raise typer.BadParameter(", ".join(RESTYPES), param_hint="--restype")
-    choice = where.choose(elf, ctx.args)
+
+
+def _check_strace(choice: TargetChoice, strace: bool) -> None:
+    """--strace prints the system calls kpsdk's Linux layer runs: a live target's are not kpsdk's."""
     if choice.live and strace:
         raise typer.BadParameter(f"a {choice.kind} target's system calls are run by QEMU or the guest kernel, "
                                  "unseen by kpsdk: --strace needs a program run in Unicorn (drop --target)",
                                  param_hint="--strace")
-    reg = kpsdk.get_registry()
-    if kprobes:
+
+
+def _check_probe_types(reg: Registry, points: ProbePoints) -> None:
+    """The probe types asked for are loaded (a plugin may be blocked: -p no:kretprobes)."""
+    if points.kprobes:
         probe_class(reg, "kprobe")
-    if kretprobes:
+    if points.kretprobes:
         probe_class(reg, "kretprobe")
-    run = ProbeRun(choice, kprobes, kretprobes, list(dict.fromkeys(string_arg or [])), failed, maxactive, post,
-                   regs_opt, choice.call, restype, no_optimize,
-                   choice.run_timeout(timeout),
-                   split_commas(noprobe), show_console, console(), uprobes=uprobes, uretprobes=uretprobes)
+
+
+def _run(run: ProbeRun, reg: Registry, strace: bool) -> bool:
+    """Open the target, register, run and report, with --strace's printer in place; True when Ctrl-C
+    stopped it.  Then the report so far is printed (a second Ctrl-C skips it), and the session is
+    closed whatever happened (QEMU and gdb reaped)."""
     printer = StracePrinter(sys.stderr) if strace else None
     if printer is not None:
         reg.pm.register(printer)
@@ -189,8 +252,7 @@ def cmd_probe(
         close_session(run.session)
         if printer is not None:
             reg.pm.unregister(printer)
-    if interrupted:
-        raise typer.Exit(INTERRUPTED)
+    return interrupted
 
 
 COMMAND = Command(
