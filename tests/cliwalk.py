@@ -29,9 +29,14 @@ def app_commands() -> dict[str, Any]:
     return found
 
 
+def command_params(command: Any) -> dict[str, Any]:
+    """The command's arguments and options by their Python name, ``--help`` included."""
+    return {p.name: p for p in command.get_params(typer.Context(command))}
+
+
 def command_options(command: Any) -> dict[str, Any]:
     """The command's options by their Python name, ``--help`` included."""
-    return {p.name: p for p in command.get_params(typer.Context(command)) if p.param_type_name == "option"}
+    return {name: p for name, p in command_params(command).items() if p.param_type_name == "option"}
 
 
 def option_names(option: Any) -> list[str]:

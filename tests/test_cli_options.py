@@ -12,24 +12,25 @@ from dataclasses import fields
 import pytest
 from typer.testing import CliRunner
 
+from kpsdk import fixtures
 from kpsdk.cli import app
 from kpsdk.cli.options import TargetOptions
-from tests.cliwalk import app_commands, command_options
+from tests.cliwalk import app_commands, command_params
+from tests.conftest import require_tool
 
 runner = CliRunner()
 
 
-def _target_option_names() -> list[str]:
-    return [f.name for f in fields(TargetOptions)]
-
-
 def test_probe_and_trace_take_the_same_target_options() -> None:
+    """TARGET and the target options: the same names, help and defaults in both commands."""
     commands = app_commands()
-    probe, trace = command_options(commands["probe"]), command_options(commands["trace"])
-    for name in _target_option_names():
+    probe, trace = (command_params(commands[name]) for name in ("probe", "trace"))
+    for name in (f.name for f in fields(TargetOptions)):
         p, t = probe[name], trace[name]
-        assert (p.opts, p.secondary_opts, p.help, p.default, p.metavar, p.multiple) == \
-            (t.opts, t.secondary_opts, t.help, t.default, t.metavar, t.multiple), name
+        assert (p.param_type_name, p.opts, p.secondary_opts, getattr(p, "help", None), p.default, p.metavar,
+                p.multiple) == \
+            (t.param_type_name, t.opts, t.secondary_opts, getattr(t, "help", None), t.default, t.metavar,
+             t.multiple), name
 
 
 @pytest.mark.parametrize("command", ["probe", "trace"])
@@ -43,3 +44,42 @@ def test_call_takes_its_arguments_as_words_in_both_commands(command: str) -> Non
     assert "-2" in words.stdout and words.stdout.count("sub") == quoted.stdout.count("sub")
     extra = runner.invoke(app, [command, "x86_64", *probes, "3"])
     assert extra.exit_code == 2 and "unexpected arguments '3'" in extra.output
+
+
+# -- TARGET: one grammar in both commands (issue 36, item 14) ----------------------------------------------
+
+PROBES = {"probe": ["--kprobe", "add"], "trace": ["-e", "p add"]}
+PROG = str(fixtures.path("x86_64"))
+
+
+@pytest.mark.parametrize("command", ["probe", "trace"])
+@pytest.mark.parametrize(("argv", "refused"), [
+    ([f"qemu-user:{PROG}", "--call", "add 2 3"], "--call"),        # a live target runs its own code
+    (["qemu-system:x86_64", "--sysroot", "/"], "--sysroot"),        # a program's option
+    (["gdb://localhost:1", "--kernel", "vmlinuz"], "--kernel"),     # qemu-system's option
+    ([f"qemu-user:{PROG}", "--target", f"qemu-user:{PROG}"], "name the target"),  # named twice
+    (["x86_64", "--target", "qemu-system:x86_64"], "name the target"),
+    (["x86_64", "--kernel", "vmlinuz"], "--kernel"),                # an ELF in Unicorn
+])
+def test_target_is_a_program_or_a_spec_the_same_way_in_both_commands(command: str, argv: list[str],
+                                                                     refused: str) -> None:
+    """TARGET is a target spec when it begins with a target kind and a colon, else a program;
+    what goes with each kind of target is then checked, before anything starts (no QEMU here)."""
+    result = runner.invoke(app, [command, *argv, *PROBES[command]])
+    assert result.exit_code == 2, result.output
+    assert refused in " ".join(result.output.replace("│", " ").split())  # the error's box unwrapped
+
+
+@pytest.mark.parametrize("command", ["probe", "trace"])
+def test_a_spec_names_the_target_in_either_place(command: str) -> None:
+    """``kpsdk COMMAND qemu-user:PROG`` is ``kpsdk COMMAND --target qemu-user:PROG`` (and
+    ``kpsdk COMMAND PROG --target qemu-user``)."""
+    require_tool("qemu-x86_64", "qemu-user")
+    require_tool("gdb-multiarch", "gdb-multiarch")
+    probes = ["--kretprobe", "add"] if command == "probe" else ["-e", "r:add add $retval:s32", "--no-prefix"]
+    outputs = [runner.invoke(app, [command, *where, *probes]) for where in (
+        [f"qemu-user:{PROG}"], ["--target", f"qemu-user:{PROG}"], [PROG, "--target", "qemu-user"])]
+    for result in outputs:
+        assert result.exit_code == 0, result.output
+    want = "r add ret=5" if command == "probe" else "arg1=5"
+    assert all(want in result.stdout for result in outputs), [r.stdout for r in outputs]

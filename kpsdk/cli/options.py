@@ -34,11 +34,17 @@ ElfArg = Annotated[str, typer.Argument(
 NoprobeOpt = Annotated[list[str] | None, typer.Option(
     "--noprobe", metavar="NAME[,NAME]", help="Symbols that may not be probed (the kernel's NOKPROBE_SYMBOL).")]
 
-#: the target options of ``kpsdk probe``, shared with other commands (``kpsdk trace``)
+#: the target options of ``kpsdk probe`` and ``kpsdk trace`` (:class:`TargetOptions`)
+TargetArg = Annotated[str | None, typer.Argument(
+    metavar="TARGET", show_default=False,
+    help="What runs: a program to run in Unicorn (an ELF, or a bundled fixture: " + ", ".join(ARCHS) + "), or a "
+         "target spec, as --target takes it: qemu-user:PROG, qemu-system:ARCH, gdb://HOST:PORT, elf:PATH, "
+         "unicorn:ARCH.")]
 TargetOpt = Annotated[str | None, typer.Option(
     "--target", metavar="SPEC", rich_help_panel=TARGET_PANEL,
-    help="Where the code runs: qemu-user:PROG (a program under qemu-user), qemu-system:ARCH (a kernel "
-         "booted in QEMU), gdb://HOST:PORT (a gdbstub already running). Default: ELF in Unicorn.")]
+    help="Where the code runs, as TARGET may say it too: qemu-user:PROG (a program under qemu-user; "
+         "--target qemu-user takes PROG from TARGET), qemu-system:ARCH (a kernel booted in QEMU), "
+         "gdb://HOST:PORT (a gdbstub already running). Default: TARGET, a program in Unicorn.")]
 ProgArgOpt = Annotated[list[str] | None, typer.Option(
     "--arg", metavar="ARG", rich_help_panel=TARGET_PANEL,
     help="ELF in Unicorn, qemu-user: one argument for the program (repeat for more; --arg=-v for one "
@@ -84,7 +90,7 @@ ArchOpt = Annotated[str | None, typer.Option(
 CallOpt = Annotated[str | None, typer.Option(
     "--call", metavar="FN ARGS...", rich_help_panel=TARGET_PANEL,
     help="Unicorn only: call FN with integer arguments instead of running the program: --call add 2 3 "
-         "(after the program), or one quoted string 'add 2 3' / 'add(2, -3)'; 0x.. ok.")]
+         "(after TARGET), or one quoted string 'add 2 3' / 'add(2, -3)'; 0x.. ok.")]
 
 
 @dataclass(frozen=True)
@@ -97,6 +103,8 @@ class TargetOptions:
     itself and none can differ from another's.
     """
 
+    #: TARGET, the command's argument: a program, or a target spec (:func:`~kpsdk.cli.target_choice.is_target_spec`)
+    target_arg: TargetArg = None
     target: TargetOpt = None
     prog_arg: ProgArgOpt = None
     sysroot: SysrootOpt = None
@@ -110,24 +118,25 @@ class TargetOptions:
     qemu_arg: QemuArgOpt = None
     mechanism: MechanismOpt = None
 
-    def choose(self, program: str | None, extra: list[str]) -> TargetChoice:
+    def choose(self, extra: list[str]) -> TargetChoice:
         """The target to open and what to run there, or a usage error, before anything starts.
 
-        ``program`` is the command's ELF argument; ``extra`` are the words the command line left
-        over, the arguments of ``--call FN`` (``--call add 2 -3``).  A call on a live target is
-        refused first: that target runs its own code, and ``--call``'s words may have been taken
-        for the program.  Then the launcher options are checked against the kind of target.
+        ``extra`` are the words the command line left over, the arguments of ``--call FN``
+        (``--call add 2 -3``).  A call on a live target is refused first: that target runs its own
+        code, and ``--call``'s words may have been taken for TARGET.  Then TARGET and ``--target``
+        are read (:func:`~kpsdk.cli.target_choice.choose_target`), and the launcher options
+        checked against the kind of target.
         """
         from kpsdk.cli.parsing import parse_call
-        from kpsdk.cli.target_choice import choose_target, live_kind
+        from kpsdk.cli.target_choice import choose_target, live_kind, target_words
 
         if extra and self.call is None:
-            raise typer.BadParameter(f"unexpected arguments {' '.join(extra)!r}", param_hint="ELF")
-        kind = live_kind(self.target)
+            raise typer.BadParameter(f"unexpected arguments {' '.join(extra)!r}", param_hint="TARGET")
+        kind = live_kind(target_words(self.target_arg, self.target)[1])
         if self.call is not None and kind is not None:
             raise typer.BadParameter(f"--call calls one function in Unicorn; a {kind} target runs its own "
                                      "code: drop --call (or --target)", param_hint="--call")
-        choice = choose_target(program, self.target, given_target_options(
+        choice = choose_target(self.target_arg, self.target, given_target_options(
             self.prog_arg, self.kernel, self.initrd, self.append, self.symbols, self.arch, self.qemu_arg,
             sysroot=self.sysroot, stdin=self.stdin, mechanism=self.mechanism))
         if self.call is not None:
@@ -144,8 +153,8 @@ def takes_target_options(command: Callable[..., None]) -> Callable[..., None]:
 
     typer reads a command's options from its signature, and a signature cannot
     name a group; so the command declares one parameter, ``where: TargetOptions``,
-    and the function returned here has, in its place, the group's arguments
-    (none yet) and, after the command's own options, the group's options.  typer
+    and the function returned here has, in its place, the group's argument
+    (TARGET) and, after the command's own options, the group's options.  typer
     calls it with them all; it calls ``command`` with the group's values in
     ``where``.  The options are thus declared once, on :class:`TargetOptions`.
     """

@@ -20,12 +20,11 @@ from kpsdk.cli.consoles import console
 from kpsdk.cli.exits import INTERRUPTED
 from kpsdk.cli.hitregs import ARG_LIMIT
 from kpsdk.cli.hitstrings import STRING_SLOT, STRINGS_MAX
-from kpsdk.cli.options import TARGET_PANEL, NoprobeOpt, TargetOptions, takes_target_options
+from kpsdk.cli.options import TARGET_PANEL, NoprobeOpt, TargetArg, TargetOptions, takes_target_options
 from kpsdk.cli.parsing import check_seconds, file_location, parse_where, split_commas
 from kpsdk.cli.probe_run import ProbeRun, probe_class
 from kpsdk.cli.strace import StracePrinter
 from kpsdk.cli.target_choice import LIVE_TIMEOUT, UNICORN_TIMEOUT, close_session
-from kpsdk.fixtures import ARCHS
 from kpsdk.session import RESTYPES
 
 if TYPE_CHECKING:
@@ -35,17 +34,14 @@ if TYPE_CHECKING:
 PROBES_PANEL = "Probes"
 OUTPUT_PANEL = "What to print"
 
-ProbeElfArg = Annotated[str | None, typer.Argument(
-    metavar="ELF", show_default=False,
-    help="The program to run in Unicorn: an ELF executable or a bundled fixture's name ("
-         + ", ".join(ARCHS) + "). Omit it with --target (or give it to --target qemu-user).")]
+#: the former name of TARGET's declaration (kpsdk.cli.options.TargetArg, shared with kpsdk trace)
+ProbeElfArg = TargetArg
 
 
 @takes_target_options
 def cmd_probe(
     ctx: typer.Context,
     where: TargetOptions,
-    elf: ProbeElfArg = None,
     kprobe: Annotated[list[str] | None, typer.Option(
         "--kprobe", "-k", metavar="SYM[+OFF]", rich_help_panel=PROBES_PANEL,
         help="Put a kprobe here (SYM, SYM+0xOFF or 0xADDR; SYM may be a shell glob, 'vfs_*': one kprobe on each "
@@ -105,9 +101,9 @@ def cmd_probe(
 ) -> None:
     """Put kprobes and kretprobes on a program or a kernel and print each hit as it happens.
 
-    [bold]Where the code runs[/bold] (--target; live targets need QEMU and gdb-multiarch):
+    [bold]Where the code runs[/bold] (TARGET, or --target SPEC; live targets need QEMU and gdb-multiarch):
 
-      (no --target)      ELF, run in Unicorn from its entry point, or --call FN ARGS
+      ELF                an ELF or a bundled fixture, run in Unicorn from its entry point, or --call FN ARGS
       qemu-user:PROG     PROG under qemu-user, --arg ARG for its arguments
       qemu-system:ARCH   a kernel booted in QEMU: --kernel, --initrd, --append, --symbols
       gdb://HOST:PORT    a gdbstub already running (attached, never killed): --arch, --symbols
@@ -147,7 +143,7 @@ def cmd_probe(
     points = _probe_points(kprobe, kretprobe, uprobe, uretprobe, strace)
     strings = _string_args(string_arg, points)
     _check_returns(points, failed, restype)
-    choice = where.choose(elf, ctx.args)
+    choice = where.choose(ctx.args)
     _check_strace(choice, strace)
     reg = kpsdk.get_registry()
     _check_probe_types(reg, points)
@@ -265,7 +261,7 @@ COMMAND = Command(
     "kpsdk probe x86_64 --kretprobe sub --restype int --call sub 3 5     # r sub ret=-2\n"
     "kpsdk probe --target qemu-user:arm --kretprobe add --kprobe fact --console\n"
     "kpsdk probe ./prog --uprobe ./prog:add --uretprobe ./prog:0x1f9     # by file and offset\n"
-    "kpsdk probe --target qemu-user:./myprog --arg=-v --arg in.txt --kretprobe parse --string-arg 1\n"
+    "kpsdk probe qemu-user:./myprog --arg=-v --arg in.txt --kretprobe parse --string-arg 1\n"
     "kpsdk probe --target qemu-system:x86_64 --kernel vmlinuz --initrd initrd.img \\\n"
     "    --kretprobe do_sys_openat2 --string-arg 2 --failed       # failed opens, with file names\n"
     "kpsdk probe --target gdb://localhost:1234 --symbols vmlinux --kprobe do_sys_openat2 --string-arg 2\n"

@@ -17,7 +17,6 @@ error shows the kernel's ``error_log`` with its caret).
 from __future__ import annotations
 
 import sys
-from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -41,7 +40,6 @@ if TYPE_CHECKING:
 EVENTS_PANEL = "Events"
 OUTPUT_PANEL = "Output"
 LIMITS_PANEL = "Limits"
-SCHEMES = ("elf:", "unicorn:", "qemu-user:", "qemu-system:", "gdb:")
 
 HELP = """\
 Trace a program or a kernel with ftrace probe definitions, as in /sys/kernel/tracing/kprobe_events.
@@ -100,13 +98,6 @@ kpsdk trace qemu-system:x86_64 --kernel vmlinuz --initrd initrd.img \\
 """
 
 
-def _target_choice(target_arg: str | None, where: TargetOptions, extra: list[str]) -> TargetChoice:
-    """TARGET may be an ELF or fixture name, or a spec (qemu-user:PROG...); --target also works."""
-    if target_arg is not None and where.target is None and target_arg.startswith(SCHEMES):
-        return replace(where, target=target_arg).choose(None, extra)
-    return where.choose(target_arg, extra)
-
-
 def _definitions(events: list[str] | None, files: list[Path] | None) -> list[str]:
     lines = list(events or [])
     for path in files or []:
@@ -124,10 +115,6 @@ def _definitions(events: list[str] | None, files: list[Path] | None) -> list[str
 def cmd_trace(
     ctx: typer.Context,
     where: TargetOptions,
-    target_arg: Annotated[str | None, typer.Argument(
-        metavar="TARGET", show_default=False,
-        help="An ELF or a fixture name (x86_64, i386, arm, thumb, riscv64, ppc64) to run in Unicorn, or a "
-             "spec: qemu-user:PROG, qemu-system:ARCH, gdb://HOST:PORT, elf:PATH, unicorn:ARCH.")] = None,
     event: Annotated[list[str] | None, typer.Option(
         "--event", "-e", metavar="DEF", rich_help_panel=EVENTS_PANEL,
         help="A probe definition in the kprobe_events syntax ('p:EVENT SYM a=%di', 'r SYM $retval'). "
@@ -200,7 +187,7 @@ def cmd_trace(
 ) -> None:
     fmt = _output_format(output)
     definitions = _definitions(event, file)
-    choice = _target_choice(target_arg, where, ctx.args)
+    choice = where.choose(ctx.args)
     _check_prefix(choice, comm, pid)
     _check_output_file(fmt, out)
     reports = _reports(hist, latency, lhist, plot, profile, show_console)
