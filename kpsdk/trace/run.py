@@ -32,10 +32,10 @@ from kpsdk.trace.functions import FunctionsError, check_templates
 from kpsdk.trace.hist import PLOT_FORMATS, parse_lhist
 from kpsdk.trace.output import output_format
 from kpsdk.trace.precheck import precheck
-from kpsdk.trace.runner import EventOptions, Reports, TraceRun
 
 if TYPE_CHECKING:
     from kpsdk.trace.output import OutputFormat
+    from kpsdk.trace.runner import Reports
 
 EVENTS_PANEL = "Events"
 OUTPUT_PANEL = "Output"
@@ -185,6 +185,8 @@ def cmd_trace(
         "--lhist", metavar="FIELD,MIN,MAX,STEP", rich_help_panel=OUTPUT_PANEL,
         help="At the end, a linear histogram of FIELD per event (as bpftrace's lhist()). Repeatable.")] = None,
 ) -> None:
+    from kpsdk.trace.runner import EventOptions, TraceRun  # the run's machinery: not for kpsdk --help
+
     fmt = _output_format(output)
     definitions = _definitions(event, file)
     choice = where.choose(ctx.args)
@@ -238,6 +240,8 @@ def _reports(hist: list[str] | None, latency: bool, lhist: list[str] | None, plo
              show_console: bool) -> Reports:
     """The reports asked for, checked: ``--plot`` draws histograms some option asked for, in a format
     kpsdk can write; each ``--lhist`` parses."""
+    from kpsdk.trace.runner import Reports
+
     if plot is not None and not (hist or latency or lhist):
         raise typer.BadParameter("--plot draws the --hist FIELD or --latency histograms: add one", param_hint="--plot")
     if plot is not None:
