@@ -46,6 +46,18 @@ def test_call_takes_its_arguments_as_words_in_both_commands(command: str) -> Non
     assert extra.exit_code == 2 and "unexpected arguments '3'" in extra.output
 
 
+@pytest.mark.parametrize("command", ["probe", "trace"])
+def test_an_unknown_option_is_named_as_one(command: str) -> None:
+    """Both commands let click pass the words they do not know (``--call sub 3 -5``); a word that is
+    no number but looks like an option is refused as one, TARGET included (``kpsdk probe -t ...``)."""
+    short = "-t" if command == "probe" else "-z"  # kpsdk trace's -t is --trigger
+    for argv, unknown in ((["x86_64", "--bogus"], "--bogus"), ([short, "x86_64"], short),
+                          (["x86_64", "--call", "sub 3", "-x"], "-x")):
+        result = runner.invoke(app, [command, *argv, *PROBES[command]])
+        assert result.exit_code == 2, result.output
+        assert f"'{unknown}': no such option" in result.output, result.output
+
+
 # -- TARGET: one grammar in both commands (issue 36, item 14) ----------------------------------------------
 
 PROBES = {"probe": ["--kprobe", "add"], "trace": ["-e", "p add"]}

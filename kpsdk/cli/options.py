@@ -127,9 +127,10 @@ class TargetOptions:
         are read (:func:`~kpsdk.cli.target_choice.choose_target`), and the launcher options
         checked against the kind of target.
         """
-        from kpsdk.cli.parsing import parse_call
+        from kpsdk.cli.parsing import parse_call, refuse_unknown_options
         from kpsdk.cli.target_choice import choose_target, live_kind, target_words
 
+        refuse_unknown_options([*([self.target_arg] if self.target_arg is not None else []), *extra])
         if extra and self.call is None:
             raise typer.BadParameter(f"unexpected arguments {' '.join(extra)!r}", param_hint="TARGET")
         kind = live_kind(target_words(self.target_arg, self.target)[1])
