@@ -5,8 +5,10 @@ The parts, one job each:
 * :mod:`.stack`: the initial stack (argc, argv, envp, the auxiliary vector);
 * :mod:`.memory`: the address space (``brk``, ``mmap`` and friends);
 * :mod:`.files`: the read-only sysroot and the file descriptors;
-* :mod:`.structs`: the structures calls fill;
-* :mod:`.syscalls`: the calls, by name.
+* :mod:`.structs`: the structures calls fill; :mod:`.procfs`: the files of its own /proc;
+* :mod:`.calls`: the calls, one module per subsystem, each handler marked with its call's
+  name and strace signature;
+* :mod:`.syscalls`: :class:`LinuxProcess`, which combines them, and the dispatch by number.
 
 :func:`check_options` checks what the user passed (``args``, ``env``, ``stdin``,
 ``sysroot``, ``cwd``) before anything is mapped; :func:`start_process` builds
