@@ -43,6 +43,7 @@ from kpsdk.arch import (
     WatchRules,
 )
 from kpsdk.arch.insn import ReadMem, ReadReg, changes_flow
+from kpsdk.arch_backends import syscall_numbers as numbers
 from kpsdk.arch_backends import syscall_tables as tables
 
 _PC_IDS = frozenset({ca.ARM_REG_PC})
@@ -401,10 +402,10 @@ ARM = Arch(
     gdb_arch="arm",
     elf_machine="EM_ARM",
     elf_class=32,
-    syscalls=Syscalls("r7", ("r0", "r1", "r2", "r3", "r4", "r5"), "r0", 2, tables.ARM,
+    syscalls=Syscalls("r7", ("r0", "r1", "r2", "r3", "r4", "r5"), "r0", 2, numbers.ARM,
                       linux=LinuxAbi("v7l", HWCAP, machine="armv7l", sysroot="/usr/arm-linux-gnueabihf",
                                      stat64=StatLayout(*tables.STAT64_ARM), tls_register=ua.UC_ARM_REG_C13_C0_3,
-                                     pair_aligned=True, open_flag_bits=OPEN_FLAG_BITS)),
+                                     pair_aligned=True, open_flag_bits=OPEN_FLAG_BITS, calls=tables.ARM)),
     stack_alignment=8,
     qemu_user="qemu-arm",
     multiarch="arm-linux-gnueabihf",

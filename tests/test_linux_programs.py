@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Callable
@@ -116,6 +117,21 @@ def test_unknown_system_call_is_enosys_and_recorded(build: Callable[[str], Path]
     assert (out, status) == expected
     assert f"syscall 500 -> -1 errno={errno.ENOSYS}" in out
     assert s.syscalls_unimplemented == {"syscall_500": 1}
+
+
+#: a call the layer does not answer, by its number on each arch and the name the kernel's table gives it there
+GETGROUPS = {"x86_64": (115, "getgroups"), "i386": (205, "getgroups32"), "arm": (205, "getgroups32"),
+             "riscv64": (158, "getgroups"), "ppc64": (80, "getgroups"), "ppc64le": (80, "getgroups")}
+
+
+@pytest.mark.parametrize("arch", LINUX_ARCHS)
+def test_an_unemulated_call_is_recorded_by_its_real_name(build: Callable[[str], Path], sysroot: Path,
+                                                          arch: str) -> None:
+    """The arch's whole table names every number: getgroups is not ``syscall_115``."""
+    nr, name = GETGROUPS[arch]
+    out, status, s = under_kpsdk(build(arch), ["/data.txt", "1", str(nr)], {}, b"", sysroot)
+    assert f"syscall {nr} -> -1 errno={errno.ENOSYS}" in out and status == 42
+    assert s.syscalls_unimplemented == {name: 1}
 
 
 @pytest.mark.parametrize("arch", LINUX_ARCHS)
@@ -489,6 +505,18 @@ def test_cli_warns_once_of_unimplemented_calls(build: Callable[[str], Path], sys
     warnings = [line for line in proc.stderr.splitlines() if line.startswith("warning:")]
     assert warnings == ["warning: the program asked for what kpsdk does not emulate (a system call answered "
                         "-ENOSYS, a /proc/self file ENOENT): syscall_500 (1x)"]
+
+
+def test_cli_warns_of_an_unemulated_call_by_its_name_and_straces_it(build: Callable[[str], Path],
+                                                                     sysroot: Path) -> None:
+    proc = kpsdk_cli("probe", str(build("arm")), "--arg", "/data.txt", "--arg", "1", "--arg", "205",
+                     "--sysroot", str(sysroot), "--strace")
+    assert proc.returncode == 0, proc.stderr
+    warnings = [line for line in proc.stderr.splitlines() if line.startswith("warning:")]
+    assert warnings == ["warning: the program asked for what kpsdk does not emulate (a system call answered "
+                        "-ENOSYS, a /proc/self file ENOENT): getgroups32 (1x)"]
+    assert re.search(r"^getgroups32\((0x[0-9a-f]+, ){5}0x[0-9a-f]+\) += -1 ENOSYS \(Function not implemented\)$",
+                     proc.stderr, re.M), proc.stderr
 
 
 def test_cli_sysroot_goes_with_a_program_only(sysroot: Path) -> None:

@@ -1,11 +1,12 @@
 """The Linux process on Unicorn and its system-call dispatch: a number, a name, a handler.
 
 :class:`LinuxProcess` combines the subsystems of :mod:`kpsdk.targets.unicorn.linux.calls`
-(why mixins: that package's docstring).  The architecture's table
-(:mod:`kpsdk.arch_backends.syscall_tables`) maps numbers to names, and a name to the handler
-marked with it, so nothing here depends on the architecture except through data.  A call
-without a handler returns ``-ENOSYS`` and is recorded in :attr:`LinuxProcess.unimplemented`.
-What would need a second thread, a second process or a signal delivered raises
+(why mixins: that package's docstring).  The arch's table names every number
+(:attr:`kpsdk.arch.Syscalls.calls`, the kernel's); the calls its Linux ABI lists
+(:attr:`kpsdk.arch.LinuxAbi.calls`) get the handler marked with that name, so nothing here
+depends on the architecture except through data.  A call without a handler returns
+``-ENOSYS`` and is recorded in :attr:`LinuxProcess.unimplemented` under its name.  What would
+need a second thread, a second process or a signal delivered raises
 :class:`~kpsdk.errors.NotEmulatedError` (an honest "not yet").
 """
 
@@ -50,9 +51,12 @@ class LinuxProcess(FsCalls, ReadWriteCalls, StatCalls, XattrCalls, MemoryCalls, 
         super().__init__(arch, uc, console, space, sysroot, stdin, cwd, exe)
         assert arch.syscalls is not None
         sysroot.fd_target = self.fd_target
+        missing = sorted(self.abi.calls - HANDLERS.keys())
+        if missing:
+            raise ValueError(f"{arch.name}'s Linux ABI lists calls no handler answers: {', '.join(missing)}")
         #: by number: the call's name and its handler (None: not emulated, -ENOSYS)
         self.handlers: dict[int, tuple[str, Callable[..., int] | None]] = {
-            nr: (name, getattr(self, HANDLERS[name]) if name in HANDLERS else None)
+            nr: (name, getattr(self, HANDLERS[name]) if name in self.abi.calls else None)
             for name, nr in arch.syscalls.calls.items()}
 
     def syscall(self, nr: int, args: tuple[int, ...]) -> int:

@@ -2,7 +2,7 @@
 
 A handler is a method marked ``@syscall(NAME, args=KINDS)``, once per call it answers
 (``getuid``, ``geteuid``, ``getuid32``... are one method with four marks).  The name is
-the kernel's, as the arch's table spells it (:mod:`kpsdk.arch_backends.syscall_tables`);
+the kernel's, as the arch's table spells it (:mod:`kpsdk.arch_backends.syscall_numbers`);
 the kinds are what strace(1) shows of each argument, read by
 :class:`kpsdk.cli.strace.StracePrinter`.  Keeping both at the handler is the point: a new
 call is one method, its name and its arguments in one place, and the printer never lists
