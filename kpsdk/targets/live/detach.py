@@ -37,6 +37,8 @@ class Detach:
     error: str | None = None
     #: addresses whose code was compared after the detach, and found as they were
     checked: int = 0
+    #: leave() was called (once per session, whatever came of it)
+    left: bool = False
 
     def leave(self, target: GdbTarget) -> None:
         """Halt, remove kpsdk's breakpoints, detach, and check the code (see the module)."""
@@ -45,12 +47,16 @@ class Detach:
             return
         try:
             if target.running_now:
+                target.in_hit = False
                 target._interrupt()
                 if target._await_stop(HALT_TIMEOUT) is None:
                     self.error = f"process {self.pid} did not stop within {HALT_TIMEOUT:g} s to be detached"
                     return
             mi.console_command("python kpsdk_agent.forget()")
             mi.command("-target-detach")
+        except KeyboardInterrupt:
+            self.error = f"interrupted while detaching from process {self.pid}: it may be left stopped or with traps"
+            raise
         except (GdbError, TargetError) as exc:
             self.error = f"detaching from process {self.pid} failed: {exc}"
             return

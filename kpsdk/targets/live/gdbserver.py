@@ -99,6 +99,10 @@ def open_native(rest: str, registry: Registry, args: list[str] | tuple[str, ...]
         if not (isinstance(key, str) and isinstance(value, str)) or not key or "=" in key or "\0" in key + value:
             raise TargetError(f"native: cannot set the environment variable {key!r}={value!r}")
         environ[key] = value
+    for arg in map(str, args):
+        if not arg or any(c.isspace() for c in arg) or "\0" in arg:
+            raise TargetError(f"native: cannot pass the argument {arg!r}: gdbserver without a shell (kpsdk never "
+                              "starts one) takes no empty argument and none holding whitespace")
     cmd = [gdbserver, "--once", "--no-startup-with-shell", "--no-disable-randomization", "127.0.0.1:0",
            program, *map(str, args)]
     with _input(stdin) as source:

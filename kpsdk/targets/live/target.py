@@ -200,11 +200,14 @@ class GdbTarget(HitDispatch, RunLoop, LiveBreakpoints, LiveMemory, TracePrefix):
         """Disconnect and reap gdb and every process this target started."""
         if self.closed:
             return
+        if self._detach is not None and not self._detach.left and self.mi is not None:
+            self._detach.left = True
+            self._detach.leave(self)  # the target still open: it may have to be halted first
+            if self.closed:  # leaving failed so badly that the session was abandoned
+                raise TargetError(self._detach.error or "detaching failed: the session was abandoned")
         self.closed = True
         _open_targets.discard(self)
         try:
-            if self._detach is not None and self.mi is not None:
-                self._detach.leave(self)
             if self.mi is not None:
                 self.mi.close()
         finally:
