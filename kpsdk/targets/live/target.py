@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import atexit
 import math
+import re
 import subprocess
 import weakref
 from collections.abc import Callable
@@ -73,6 +74,10 @@ if TYPE_CHECKING:
 __all__ = ["GdbTarget", "HALT_TIMEOUT", "POLL_SECONDS", "STALL_LIMIT"]
 
 _open_targets: weakref.WeakSet[GdbTarget] = weakref.WeakSet()
+#: the lines gdbserver itself writes to the stream it shares with the program's stderr
+_GDBSERVER_SAID = re.compile(r"\n?^(Remote debugging from host [^\n]*|Child exited with status \d+|"
+                             r"Child terminated with signal [^\n]*|Detaching from process \d+|"
+                             r"Process [^\n]* created; pid = \d+|Listening on port \d+)\n", re.MULTILINE)
 
 
 @atexit.register
@@ -166,9 +171,11 @@ class GdbTarget(HitDispatch, RunLoop, LiveBreakpoints, LiveMemory, TracePrefix):
 
     @property
     def console(self) -> str:
-        """What QEMU printed so far, including what it wrote just before it stopped."""
+        """What QEMU printed so far, including what it wrote just before it stopped (under
+        gdbserver: the program's output, without gdbserver's own messages)."""
         self._procs.settle()
-        return self._procs.output.decode("utf-8", "replace")
+        text = self._procs.output.decode("utf-8", "replace")
+        return _GDBSERVER_SAID.sub("", text) if self.real_traps else text
 
     @property
     def console_bytes(self) -> bytes:
