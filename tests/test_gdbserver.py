@@ -172,6 +172,23 @@ def test_threads_carry_their_id_and_own_return_instances(tmp_path: Path) -> None
     assert names == {"threads"}
 
 
+def test_trace_prefix_names_each_thread(tmp_path: Path) -> None:
+    """s.trace() on native: each record's TASK-PID is the thread's comm and its own id, as the
+    program printed them, and the returns pair with their own thread's entries."""
+    tools()
+    prog = build(tmp_path, "threads", HERE / "threads.c", flags=("-pthread",))
+    s = kpsdk.open(f"native:{prog}")
+    try:
+        t = s.trace(["p:work work n=%di:s64", "r:workret work r=$retval:s64"])
+        assert s.run(timeout=60) == 0
+        printed = {int(line.split()[1]): int(line.split()[2]) for line in s.console.splitlines()
+                   if line.startswith("thread ")}
+    finally:
+        s.close()
+    by_thread = Counter((r.comm, r.pid) for r in t.records)
+    assert by_thread == Counter({("threads", tid): 2 * times for tid, times in printed.items()})
+
+
 # -- pid: a running process, left running and unmodified ----------------------------------------------------------
 
 
