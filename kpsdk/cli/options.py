@@ -27,7 +27,9 @@ NoprobeOpt = Annotated[list[str] | None, typer.Option(
 TargetOpt = Annotated[str | None, typer.Option(
     "--target", "-t", metavar="SPEC", rich_help_panel=TARGET_PANEL,
     help="Where the code runs: qemu-user:PROG (a program under qemu-user), qemu-system:ARCH (a kernel "
-         "booted in QEMU), gdb://HOST:PORT (a gdbstub already running). Default: ELF in Unicorn.")]
+         "booted in QEMU), gdb://HOST:PORT (a gdbstub already running: gdbserver, a kernel, a board), "
+         "native:PROG (PROG run natively under gdbserver), pid:PID (a running process, as --pid). "
+         "Default: ELF in Unicorn.")]
 ProgArgOpt = Annotated[list[str] | None, typer.Option(
     "--arg", metavar="ARG", rich_help_panel=TARGET_PANEL,
     help="ELF in Unicorn, qemu-user: one argument for the program (repeat for more; --arg=-v for one "
@@ -67,6 +69,14 @@ MechanismOpt = Annotated[str | None, typer.Option(
          "records kprobe hits without stopping, with the registers and the memory the definitions read "
          "at the hit (microseconds a hit); probes it cannot serve keep gdb's breakpoints. "
          "docs/api.md, 'The TCG plugin mechanism'.")]
+AbiOpt = Annotated[str | None, typer.Option(
+    "--abi", metavar="user|kernel", rich_help_panel=TARGET_PANEL, show_default=False,
+    help="gdb://: what the stub runs, a Linux process (user) or a kernel or bare-metal program (kernel). "
+         "Default: asked of the stub (one that answers an auxiliary vector serves a process).")]
+PidOpt = Annotated[int | None, typer.Option(
+    "--pid", metavar="PID", rich_help_panel=TARGET_PANEL, show_default=False,
+    help="Probe a running process (gdbserver --attach; ptrace must allow it): it is detached, running and "
+         "unmodified, when kpsdk ends (also at Ctrl-C). Same as --target pid:PID.")]
 ArchOpt = Annotated[str | None, typer.Option(
     "--arch", metavar="ARCH", rich_help_panel=TARGET_PANEL,
     help="gdb://: the architecture (not needed when --symbols is an ELF).")]
@@ -75,12 +85,21 @@ ArchOpt = Annotated[str | None, typer.Option(
 def given_target_options(prog_arg: list[str] | None, kernel: str | None, initrd: str | None, append: str | None,
                          symbols: str | None, arch: str | None,
                          qemu_arg: list[str] | None = None, sysroot: str | None = None,
-                         stdin: str | None = None, mechanism: str | None = None) -> dict[str, Any]:
+                         stdin: str | None = None, mechanism: str | None = None,
+                         abi: str | None = None) -> dict[str, Any]:
     """The target options' values by option name, as ``choose_target`` checks them (None: not given).
     ``--stdin FILE`` is read here (its bytes are the option's value)."""
     return {"--arg": prog_arg, "--kernel": kernel, "--initrd": initrd, "--append": append, "--symbols": symbols,
             "--arch": arch, "--qemu-arg": qemu_arg or None, "--sysroot": sysroot,
-            "--stdin": None if stdin is None else read_stdin(stdin), "--mechanism": check_mechanism(mechanism)}
+            "--stdin": None if stdin is None else read_stdin(stdin), "--mechanism": check_mechanism(mechanism),
+            "--abi": check_abi(abi)}
+
+
+def check_abi(value: str | None) -> str | None:
+    """``--abi``'s value: ``user`` or ``kernel`` (anything else is a usage error, before a target starts)."""
+    if value is not None and value not in ("user", "kernel"):
+        raise typer.BadParameter(f"{value!r} is not one of user, kernel", param_hint="--abi")
+    return value
 
 
 def check_mechanism(value: str | None) -> str | None:

@@ -21,11 +21,13 @@ from kpsdk.cli.hitregs import ARG_LIMIT
 from kpsdk.cli.hitstrings import STRING_SLOT, STRINGS_MAX
 from kpsdk.cli.options import (
     TARGET_PANEL,
+    AbiOpt,
     AppendOpt,
     ArchOpt,
     InitrdOpt,
     KernelOpt,
     MechanismOpt,
+    PidOpt,
     ProgArgOpt,
     QemuArgOpt,
     StdinOpt,
@@ -116,6 +118,8 @@ def cmd_probe(
     append: AppendOpt = None,
     symbols: SymbolsOpt = None,
     arch: ArchOpt = None,
+    abi: AbiOpt = None,
+    pid: PidOpt = None,
     qemu_arg: QemuArgOpt = None,
     mechanism: MechanismOpt = None,
     strace: Annotated[bool, typer.Option(
@@ -189,6 +193,10 @@ def cmd_probe(
                                  param_hint="--failed")
     if restype not in RESTYPES:
         raise typer.BadParameter(", ".join(RESTYPES), param_hint="--restype")
+    if pid is not None:
+        if target is not None or elf is not None:
+            raise typer.BadParameter("--pid names the target: drop --target and ELF", param_hint="--pid")
+        target = f"pid:{pid}"
     live_kind = (target or "").partition(":")[0]
     if live_kind in LIVE_KINDS and strace:
         raise typer.BadParameter(f"a {live_kind} target's system calls are run by QEMU or the guest kernel, "
@@ -199,7 +207,7 @@ def cmd_probe(
                                  "code: drop --call (or --target)", param_hint="--call")
     choice = choose_target(elf, target, given_target_options(prog_arg, kernel, initrd, append, symbols, arch,
                                                                 qemu_arg, sysroot=sysroot, stdin=stdin,
-                                                                mechanism=mechanism))
+                                                                mechanism=mechanism, abi=abi))
     reg = kpsdk.get_registry()
     if kprobes:
         probe_class(reg, "kprobe")

@@ -24,12 +24,13 @@ if TYPE_CHECKING:
     from kpsdk.session import Session
 
 #: target kinds that run real code behind a gdbstub: no --call; they run until they end
-LIVE_KINDS = ("qemu-user", "qemu-system", "gdb")
+LIVE_KINDS = ("qemu-user", "qemu-system", "gdb", "native", "pid")
 #: the launcher options of the live kinds: CLI option -> (kpsdk.open keyword, the kinds that take it)
 TARGET_OPTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "--arg": ("args", ("qemu-user", "elf")),
-    "--sysroot": ("sysroot", ("elf", "qemu-user")),
-    "--stdin": ("stdin", ("elf", "qemu-user")),
+    "--arg": ("args", ("qemu-user", "elf", "native")),
+    "--sysroot": ("sysroot", ("elf", "qemu-user", "gdb", "native", "pid")),
+    "--stdin": ("stdin", ("elf", "qemu-user", "native")),
+    "--abi": ("abi", ("gdb",)),
     "--kernel": ("kernel", ("qemu-system",)),
     "--initrd": ("initrd", ("qemu-system",)),
     "--append": ("append", ("qemu-system",)),
@@ -38,7 +39,7 @@ TARGET_OPTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
     "--qemu-arg": ("qemu_args", ("qemu-system",)),
     "--mechanism": ("mechanism", ("qemu-system",)),
 }
-TARGET_SPECS = "qemu-user:PROG, qemu-system:ARCH, gdb://HOST:PORT (or elf:PATH, the default)"
+TARGET_SPECS = "qemu-user:PROG, qemu-system:ARCH, gdb://HOST:PORT, native:PROG, pid:PID (or elf:PATH, the default)"
 #: default --timeout: a program in Unicorn, a live target
 UNICORN_TIMEOUT = 5.0
 LIVE_TIMEOUT = 120.0
@@ -90,7 +91,7 @@ def choose_target(elf: str | None, target: str | None, given: dict[str, Any]) ->
         if elf is not None:
             raise typer.BadParameter(f"both ELF ({elf}) and --target ({target}) name the target: give one "
                                      "(gdb:// takes its symbols from --symbols)", param_hint="ELF")
-        if scheme in ("qemu-user", "elf"):
+        if scheme in ("qemu-user", "elf", "native"):
             rest = str(elf_path(rest))
         spec, kind = f"{scheme}:{rest}", (scheme if scheme in LIVE_KINDS else None)
     options: dict[str, Any] = {}
