@@ -164,7 +164,7 @@ def load_interpreter(target: LinuxHost, image: ElfImage, root: Sysroot, space: A
     from kpsdk.binfmt.elfimage import load_elf
     from kpsdk.target import MappedFile
     from kpsdk.targets.unicorn.linux.files import _GuestErrno
-    from kpsdk.targets.unicorn.target import load_mappings
+    from kpsdk.targets.unicorn.loader import load_mappings
 
     assert image.interp is not None
     where = f"{image.path} is dynamically linked: its interpreter {image.interp}"
@@ -225,6 +225,6 @@ def library_mapped(target: LinuxHost, host: Path, at: int, offset: int) -> None:
     mapped = MappedFile.of(image, at - (image.segments[0].vaddr & ~(PAGE - 1)))
     # Announced once its segments are in place, not now: ld.so maps the file's whole span
     # read-only first and then each segment over it with its own protection, so a uprobe
-    # armed at this point would find its code not yet executable (UnicornTarget._syscall
+    # armed at this point would find its code not yet executable (SyscallGlue.syscall
     # announces it at the first system call that is not one of that mapping's).
     target.pending_libraries.append(mapped)
