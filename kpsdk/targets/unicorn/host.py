@@ -121,8 +121,9 @@ class LinuxHost(UnicornHost, Protocol):
     _console: bytearray
     #: the objects mapped, the program first (what ``mapped_files()`` returns)
     _files: tuple[MappedFile, ...]
-    #: libraries ld.so is mapping, announced at its first system call past their mappings
-    pending_libraries: list[MappedFile]
+    @property
+    def pending_libraries(self) -> list[MappedFile]:
+        """Libraries ld.so is mapping, announced at its first system call past their mappings."""
 
     def map(self, addr: int, size: int, perms: str = "rwx", host: bool | None = None) -> mmap.mmap | None:
         """Map ``[addr, addr + size)`` with ``perms``."""
