@@ -42,6 +42,7 @@ from kpsdk.arch import (
     TaskCode,
     WatchRules,
 )
+from kpsdk.arch.fixture import FixtureVariant, Toolchain
 from kpsdk.arch.insn import ReadMem, ReadReg, changes_flow
 from kpsdk.arch_backends import syscall_numbers as numbers
 from kpsdk.arch_backends import syscall_tables as tables
@@ -437,6 +438,11 @@ ARM = Arch(
     # armhf bzip2 wrote a corrupt stream; tests/test_uctlb.py).  The CPU's own fill restores nothing.
     unicorn_tlb_fill=False,
     kernel_tasks=KERNEL_TASKS,
+    # armhf is hard-float: plain -march=armv7-a is rejected ("selected architecture lacks an
+    # FPU"), +fp is the toolchain default; "thumb" is the same program with every function in Thumb
+    toolchain=Toolchain((FixtureVariant("arm", ("-marm", "-march=armv7-a+fp"), demo=2),
+                         FixtureVariant("thumb", ("-mthumb", "-march=armv7-a+fp"), iset="thumb", demo=3)),
+                        libc_dev="libc6-dev-armhf-cross"),
 )
 
 

@@ -39,6 +39,7 @@ from kpsdk.arch import (
     Syscalls,
     WatchRules,
 )
+from kpsdk.arch.fixture import FixtureVariant, Toolchain
 from kpsdk.arch.insn import ReadMem, ReadReg, sign_extend
 from kpsdk.arch_backends import syscall_numbers as numbers
 from kpsdk.arch_backends import syscall_tables as tables
@@ -343,6 +344,10 @@ RISCV64 = Arch(
     cross_gcc_package="gcc-riscv64-linux-gnu",
     out_of_line=OutOfLine(jump_back, return_jump),
     detours=DetourCode(jump_back, entry_detour, return_detour, scratch=("t1",), regs_access=regs_access),
+    # small-data-limit=0: counter goes to .bss rather than .sbss
+    toolchain=Toolchain((FixtureVariant("riscv64", ("-march=rv64gc", "-mabi=lp64d", "-msmall-data-limit=0"),
+                                        demo=4),),
+                        libc_dev="libc6-dev-riscv64-cross"),
 )
 
 

@@ -41,6 +41,7 @@ from kpsdk.arch import (
     TaskCode,
     WatchRules,
 )
+from kpsdk.arch.fixture import FixtureVariant, Toolchain
 from kpsdk.arch.insn import ReadMem, ReadReg, changes_flow
 from kpsdk.arch_backends import syscall_numbers as numbers
 from kpsdk.arch_backends import syscall_tables as tables
@@ -477,6 +478,9 @@ X86_64 = Arch(
     detours=DetourCode(near_jump, entry_detour, return_detour, scratch=("r11",), flags="rflags"),
     kernel_tasks=KERNEL_TASKS_64,
     kernel_entry_skip=kernel_entry_skip,
+    # no CET notes or endbr64: the fixture's code is what its source says
+    toolchain=Toolchain((FixtureVariant("x86_64", ("-fcf-protection=none",), demo=0),),
+                        libc_dev="libc6-dev-amd64-cross", native_machine="x86_64"),
 )
 
 I386 = Arch(
@@ -521,6 +525,7 @@ I386 = Arch(
     cross_gcc_package="gcc-i686-linux-gnu",
     out_of_line=OutOfLine(jump_back_32, return_jump_32),
     detours=DetourCode(near_jump, entry_detour, return_detour, scratch=(), flags="eflags"),
+    toolchain=Toolchain((FixtureVariant("i386", ("-fcf-protection=none",), demo=1),), libc_dev="libc6-dev-i386-cross"),
 )
 
 

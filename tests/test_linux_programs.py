@@ -24,19 +24,14 @@ from elftools.elf.elffile import ELFFile
 import kpsdk
 from kpsdk.errors import NotEmulatedError
 from kpsdk.targets.unicorn.linux.files import Sysroot, _GuestErrno
-from tests.conftest import QEMU, require_tool
+from tests.conftest import DEBIAN_ARCHS, QEMU, REGISTERED_ARCHS, first_fixture, require_tool
 
 SOURCE = Path(__file__).parent / "programs" / "linuxprog.c"
-#: the cross compiler of each architecture, and the Debian packages with it and its static libc
-COMPILERS = {
-    "x86_64": ("x86_64-linux-gnu-gcc", "gcc libc6-dev"),
-    "i386": ("i686-linux-gnu-gcc", "gcc-i686-linux-gnu libc6-dev-i386-cross"),
-    "arm": ("arm-linux-gnueabihf-gcc", "gcc-arm-linux-gnueabihf libc6-dev-armhf-cross"),
-    "riscv64": ("riscv64-linux-gnu-gcc", "gcc-riscv64-linux-gnu libc6-dev-riscv64-cross"),
-    "ppc64": ("powerpc64-linux-gnu-gcc", "gcc-powerpc64-linux-gnu libc6-dev-ppc64-cross"),
-    "ppc64le": ("powerpc64le-linux-gnu-gcc", "gcc-powerpc64le-linux-gnu libc6-dev-ppc64el-cross"),
-}
-LINUX_ARCHS = tuple(COMPILERS)
+#: the arches the Linux layer runs programs of (Arch.syscalls.linux) and kpsdk builds for (Arch.toolchain)
+LINUX_ARCHS = tuple(a.name for a in REGISTERED_ARCHS
+                    if a.syscalls is not None and a.syscalls.linux is not None and a.toolchain is not None)
+#: the cross compiler of each, and the Debian packages with it and its static libc
+COMPILERS = {arch: (first_fixture(arch).compilers[0], first_fixture(arch).libc_packages) for arch in LINUX_ARCHS}
 BUSYBOX = Path("/bin/busybox")
 DATA = "the sysroot's file\nits second line\n"
 
@@ -209,7 +204,7 @@ DEBIAN_BUSYBOX_APPLETS = [["sh", "-c", "echo $((6*7)); for i in 1 2 3; do echo $
                           ["cat", "etc/passwd/"]]
 
 
-@pytest.mark.parametrize("arch", ["i386", "arm", "riscv64", "ppc64le"])
+@pytest.mark.parametrize("arch", DEBIAN_ARCHS)
 def test_debians_busybox_of_each_arch_matches_qemu_user(arch: str, tmp_path: Path) -> None:
     """Debian's own busybox-static for i386, armhf, riscv64 (Debian 13's) and ppc64el, fetched as
     the kernel tests fetch it: each applet's bytes and status as under qemu-user, with the
@@ -338,7 +333,7 @@ def test_fork_is_an_honest_not_yet(build: Callable[[str], Path], sysroot: Path) 
     assert "malloc 107" in s.console  # what ran before the fork did run
 
 
-@pytest.mark.parametrize("arch", ["x86_64", "arm", "riscv64", "i386", "ppc64", "ppc64le"])
+@pytest.mark.parametrize("arch", LINUX_ARCHS)
 def test_kprobe_on_malloc_sees_the_programs_sizes_in_order(build: Callable[[str], Path], sysroot: Path,
                                                           arch: str) -> None:
     exe = build(arch)
