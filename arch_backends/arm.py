@@ -42,7 +42,9 @@ from kpsdk.arch import (
     TaskCode,
     WatchRules,
 )
+from kpsdk.arch.fixture import FixtureVariant, Toolchain
 from kpsdk.arch.insn import ReadMem, ReadReg, changes_flow
+from kpsdk.arch_backends import syscall_numbers as numbers
 from kpsdk.arch_backends import syscall_tables as tables
 
 _PC_IDS = frozenset({ca.ARM_REG_PC})
@@ -401,10 +403,10 @@ ARM = Arch(
     gdb_arch="arm",
     elf_machine="EM_ARM",
     elf_class=32,
-    syscalls=Syscalls("r7", ("r0", "r1", "r2", "r3", "r4", "r5"), "r0", 2, tables.ARM,
+    syscalls=Syscalls("r7", ("r0", "r1", "r2", "r3", "r4", "r5"), "r0", 2, numbers.ARM,
                       linux=LinuxAbi("v7l", HWCAP, machine="armv7l", sysroot="/usr/arm-linux-gnueabihf",
                                      stat64=StatLayout(*tables.STAT64_ARM), tls_register=ua.UC_ARM_REG_C13_C0_3,
-                                     pair_aligned=True, open_flag_bits=OPEN_FLAG_BITS)),
+                                     pair_aligned=True, open_flag_bits=OPEN_FLAG_BITS, calls=tables.ARM)),
     stack_alignment=8,
     qemu_user="qemu-arm",
     multiarch="arm-linux-gnueabihf",
@@ -436,6 +438,11 @@ ARM = Arch(
     # armhf bzip2 wrote a corrupt stream; tests/test_uctlb.py).  The CPU's own fill restores nothing.
     unicorn_tlb_fill=False,
     kernel_tasks=KERNEL_TASKS,
+    # armhf is hard-float: plain -march=armv7-a is rejected ("selected architecture lacks an
+    # FPU"), +fp is the toolchain default; "thumb" is the same program with every function in Thumb
+    toolchain=Toolchain((FixtureVariant("arm", ("-marm", "-march=armv7-a+fp"), demo=2),
+                         FixtureVariant("thumb", ("-mthumb", "-march=armv7-a+fp"), iset="thumb", demo=3)),
+                        libc_dev="libc6-dev-armhf-cross"),
 )
 
 

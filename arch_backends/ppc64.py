@@ -45,8 +45,10 @@ from kpsdk.arch import (
     TaskCode,
     WatchRules,
 )
+from kpsdk.arch.fixture import FixtureVariant, Toolchain
 from kpsdk.arch.insn import ReadMem, ReadReg, changes_flow, immediate_targets
 from kpsdk.arch_backends import ppc64_detour
+from kpsdk.arch_backends import syscall_numbers as numbers
 from kpsdk.arch_backends import syscall_tables as tables
 
 TRAP = struct.pack(">I", 0x7FE00008)  # tw 31,0,0
@@ -318,10 +320,10 @@ PPC64 = Arch(
     elf_class=64,
     # sc: a system call exception (POWERPC_EXCP_SYSCALL, 8); a failed call sets CR0.SO and
     # returns the positive errno (Linux arch/powerpc/kernel/syscall.c; the ppc64 ELF ABI)
-    syscalls=Syscalls("r0", tuple(f"r{i}" for i in range(3, 9)), "r3", 8, tables.PPC64,
+    syscalls=Syscalls("r0", tuple(f"r{i}" for i in range(3, 9)), "r3", 8, numbers.PPC64,
                       linux=LinuxAbi("ppc970", HWCAP, machine="ppc64", sysroot="/usr/powerpc64-linux-gnu",
                                      stat=StatLayout(*tables.STAT_X86_64), error_flag=(up.UC_PPC_REG_CR, CR0_SO),
-                                     open_flag_bits=OPEN_FLAG_BITS)),
+                                     open_flag_bits=OPEN_FLAG_BITS, calls=tables.PPC64)),
     stack_alignment=16,
     qemu_user="qemu-ppc64",
     function_descriptors=".opd",
@@ -344,6 +346,9 @@ PPC64 = Arch(
                        data_endian="little"),
     local_entry=local_entry,
     kernel_tasks=KERNEL_TASKS,
+    # big-endian, default ELFv1 ABI; no traceback tables after blr so st_size covers instructions only
+    toolchain=Toolchain((FixtureVariant("ppc64", ("-mtraceback=no",), demo=5),), libc_dev="libc6-dev-ppc64-cross",
+                        elf_flags=(3, 1, "ELFv1")),
 )
 
 TRAP_LE = struct.pack("<I", 0x7FE00008)
@@ -381,10 +386,10 @@ PPC64LE = replace(
     entry_registers=None,
     function_descriptors=None,
     entry_address_register="r12",
-    syscalls=Syscalls("r0", tuple(f"r{i}" for i in range(3, 9)), "r3", 8, tables.PPC64,
+    syscalls=Syscalls("r0", tuple(f"r{i}" for i in range(3, 9)), "r3", 8, numbers.PPC64LE,
                       linux=LinuxAbi("power8", HWCAP_LE, HWCAP2_LE, machine="ppc64le",
                                      sysroot="/usr/powerpc64le-linux-gnu", stat=StatLayout(*tables.STAT_X86_64),
-                                     error_flag=(up.UC_PPC_REG_CR, CR0_SO))),
+                                     error_flag=(up.UC_PPC_REG_CR, CR0_SO), calls=tables.PPC64)),
     multiarch="powerpc64le-linux-gnu",
     cross_libc_package="libc6-ppc64el-cross",
     qemu_user="qemu-ppc64le",
@@ -400,6 +405,10 @@ PPC64LE = replace(
     cross_gcc_package="gcc-powerpc64le-linux-gnu",
     out_of_line=OutOfLine(jump_back_le, return_jump_le),
     local_entry=local_entry_le,
+    # little-endian, ELFv2 (global and local entry points, no descriptors); added after the
+    # demo's list was drawn: shown with kpsdk demo --arch ppc64le
+    toolchain=Toolchain((FixtureVariant("ppc64le", ("-mtraceback=no",)),), libc_dev="libc6-dev-ppc64el-cross",
+                        elf_flags=(3, 2, "ELFv2")),
 )
 
 

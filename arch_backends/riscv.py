@@ -39,7 +39,9 @@ from kpsdk.arch import (
     Syscalls,
     WatchRules,
 )
+from kpsdk.arch.fixture import FixtureVariant, Toolchain
 from kpsdk.arch.insn import ReadMem, ReadReg, sign_extend
+from kpsdk.arch_backends import syscall_numbers as numbers
 from kpsdk.arch_backends import syscall_tables as tables
 
 _ABI_NAMES = (
@@ -318,12 +320,12 @@ RISCV64 = Arch(
     gdb_linux_steps_in_software=True,  # gdb/riscv-linux-tdep.c: riscv_software_single_step
     elf_machine="EM_RISCV",
     elf_class=64,
-    syscalls=Syscalls("a7", tuple(f"a{i}" for i in range(6)), "a0", 8, tables.RISCV64,
+    syscalls=Syscalls("a7", tuple(f"a{i}" for i in range(6)), "a0", 8, numbers.RISCV64,
                       # AT_HWCAP: one bit per single-letter extension, RV64IMAFDC
                       # (arch/riscv/kernel/cpufeature.c); no ELF_PLATFORM on riscv
                       linux=LinuxAbi(None, sum(1 << (ord(c) - ord("a")) for c in "imafdc"),
                                      machine="riscv64", sysroot="/usr/riscv64-linux-gnu",
-                                     stat=StatLayout(*tables.STAT_GENERIC64))),
+                                     stat=StatLayout(*tables.STAT_GENERIC64), calls=tables.RISCV64)),
     stack_alignment=16,
     qemu_user="qemu-riscv64",
     multiarch="riscv64-linux-gnu",
@@ -342,6 +344,10 @@ RISCV64 = Arch(
     cross_gcc_package="gcc-riscv64-linux-gnu",
     out_of_line=OutOfLine(jump_back, return_jump),
     detours=DetourCode(jump_back, entry_detour, return_detour, scratch=("t1",), regs_access=regs_access),
+    # small-data-limit=0: counter goes to .bss rather than .sbss
+    toolchain=Toolchain((FixtureVariant("riscv64", ("-march=rv64gc", "-mabi=lp64d", "-msmall-data-limit=0"),
+                                        demo=4),),
+                        libc_dev="libc6-dev-riscv64-cross"),
 )
 
 

@@ -41,7 +41,9 @@ from kpsdk.arch import (
     TaskCode,
     WatchRules,
 )
+from kpsdk.arch.fixture import FixtureVariant, Toolchain
 from kpsdk.arch.insn import ReadMem, ReadReg, changes_flow
+from kpsdk.arch_backends import syscall_numbers as numbers
 from kpsdk.arch_backends import syscall_tables as tables
 
 INT3 = b"\xcc"
@@ -456,10 +458,10 @@ X86_64 = Arch(
     gdb_arch="i386:x86-64",
     elf_machine="EM_X86_64",
     elf_class=64,
-    syscalls=Syscalls("rax", ("rdi", "rsi", "rdx", "r10", "r8", "r9"), "rax", None, tables.X86_64,
+    syscalls=Syscalls("rax", ("rdi", "rsi", "rdx", "r10", "r8", "r9"), "rax", None, numbers.X86_64,
                       unicorn_insn=ux.UC_X86_INS_SYSCALL,
                       linux=LinuxAbi("x86_64", 0, machine="x86_64", stat=StatLayout(*tables.STAT_X86_64),
-                                     tls_register=ux.UC_X86_REG_FS_BASE)),
+                                     tls_register=ux.UC_X86_REG_FS_BASE, calls=tables.X86_64)),
     stack_alignment=16,
     qemu_user="qemu-x86_64",
     multiarch="x86_64-linux-gnu",
@@ -476,6 +478,9 @@ X86_64 = Arch(
     detours=DetourCode(near_jump, entry_detour, return_detour, scratch=("r11",), flags="rflags"),
     kernel_tasks=KERNEL_TASKS_64,
     kernel_entry_skip=kernel_entry_skip,
+    # no CET notes or endbr64: the fixture's code is what its source says
+    toolchain=Toolchain((FixtureVariant("x86_64", ("-fcf-protection=none",), demo=0),),
+                        libc_dev="libc6-dev-amd64-cross", native_machine="x86_64"),
 )
 
 I386 = Arch(
@@ -500,9 +505,10 @@ I386 = Arch(
     gdb_arch="i386",
     elf_machine="EM_386",
     elf_class=32,
-    syscalls=Syscalls("eax", ("ebx", "ecx", "edx", "esi", "edi", "ebp"), "eax", 0x80, tables.I386,
+    syscalls=Syscalls("eax", ("ebx", "ecx", "edx", "esi", "edi", "ebp"), "eax", 0x80, numbers.I386,
                       linux=LinuxAbi("i686", 0, machine="i686", sysroot="/usr/i686-linux-gnu",
-                                     stat64=StatLayout(*tables.STAT64_I386), set_thread_area=set_thread_area)),
+                                     stat64=StatLayout(*tables.STAT64_I386), set_thread_area=set_thread_area,
+                                     calls=tables.I386)),
     stack_alignment=16,
     qemu_user="qemu-i386",
     multiarch="i686-linux-gnu",
@@ -519,6 +525,7 @@ I386 = Arch(
     cross_gcc_package="gcc-i686-linux-gnu",
     out_of_line=OutOfLine(jump_back_32, return_jump_32),
     detours=DetourCode(near_jump, entry_detour, return_detour, scratch=(), flags="eflags"),
+    toolchain=Toolchain((FixtureVariant("i386", ("-fcf-protection=none",), demo=1),), libc_dev="libc6-dev-i386-cross"),
 )
 
 

@@ -19,7 +19,12 @@ process (a Python ``while True: pass``) started for the time of the
 measurement, as on a machine shared with other work (``--no-contended``
 skips it; the plain pygdbmi loop runs only in the idle configuration).
 
-Run: ``python bench/live.py [--hits N] [--repeats R] [--arch A ...] [--floor]`` (``nox -s bench`` runs it too).
+The gdbserver row kind (``--gdbserver``): the same spin program run natively under Debian's
+gdbserver, kpsdk's ``native:`` against gdb's ``commands`` loop on the same gdbserver (a
+software breakpoint: gdbserver plants the trap), idle and next to ``yes > /dev/null``.
+
+Run: ``python bench/live.py [--hits N] [--repeats R] [--arch A ...] [--floor] [--gdbserver]``
+(``nox -s bench`` runs it too).
 """
 
 from __future__ import annotations
@@ -65,10 +70,11 @@ def _addresses(arch: str) -> tuple[int, int]:
     return syms.get("inc").address, syms.get("iterations").address
 
 
-def run_kpsdk(arch: str, hits: int, kind: str = "pre_handler") -> float:
-    """kpsdk's loop: a probe on ``inc`` of ``kind`` (see :data:`KINDS`), every hit counted."""
+def run_kpsdk(arch: str, hits: int, kind: str = "pre_handler", scheme: str = "qemu-user") -> float:
+    """kpsdk's loop: a probe on ``inc`` of ``kind`` (see :data:`KINDS`), every hit counted;
+    ``scheme="native"``: the host's own run under gdbserver (the gdbserver rows)."""
     start = time.perf_counter()
-    with kpsdk.open(f"qemu-user:{spin(arch)}") as s:
+    with kpsdk.open(f"{scheme}:{spin(arch)}") as s:
         s.write_memory(s.symbols.get("iterations").address, hits.to_bytes(4, s.arch.endian))
         seen: list[int] = []
         kp: kpsdk.Probe
@@ -111,6 +117,51 @@ def _run_gdb_script(arch: str, hits: int, probe_lines: str) -> float:
                        timeout=600)
         qemu.wait(timeout=30)
         return time.perf_counter() - start
+
+
+@contextlib.contextmanager
+def _gdbserver(prog: Path) -> Iterator[str]:
+    """gdbserver running ``prog`` natively, on loopback: its remote, as gdb's ``target remote`` takes it."""
+    import re
+
+    proc = subprocess.Popen(["gdbserver", "--once", "127.0.0.1:0", str(prog)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE)
+    assert proc.stderr is not None
+    said = b""
+    deadline = time.monotonic() + 10
+    while (port := re.search(rb"Listening on port (\d+)", said)) is None:
+        if time.monotonic() > deadline or proc.poll() is not None:
+            proc.kill()
+            raise RuntimeError(f"gdbserver did not start: {said!r}")
+        said += proc.stderr.read1(256)
+    try:
+        yield f"127.0.0.1:{int(port.group(1))}"
+    finally:
+        proc.wait(timeout=30)
+
+
+def run_gdb_commands_gdbserver(arch: str, hits: int) -> float:
+    """gdb's own loop on gdbserver: a software breakpoint (gdbserver plants an int3) whose
+    ``commands`` continue silently."""
+    inc, iterations = _addresses(arch)
+    with tempfile.TemporaryDirectory() as tmp:
+        script = Path(tmp) / "loop.gdb"
+        start = time.perf_counter()
+        with _gdbserver(spin(arch)) as remote:
+            script.write_text(
+                "set pagination off\nset confirm off\n"
+                f"file {spin(arch)}\ntarget remote {remote}\n"
+                f"set var *(int *){iterations:#x} = {hits}\n"
+                f"break *{inc:#x}\ncommands\nsilent\ncontinue\nend\ncontinue\n")
+            subprocess.run(["gdb-multiarch", "-nx", "-batch", "-x", str(script)], capture_output=True, check=True,
+                           timeout=600)
+        return time.perf_counter() - start
+
+
+#: the gdbserver row kind (``--gdbserver``): the host's own arch run natively under gdbserver
+GDBSERVER_LOOPS: dict[str, Callable[[str, int], float]] = {
+    "kpsdk": functools.partial(run_kpsdk, scheme="native"), "gdb commands": run_gdb_commands_gdbserver,
+}
 
 
 def run_gdb_commands(arch: str, hits: int) -> float:
@@ -215,6 +266,35 @@ def summary(rates: dict[str, list[float]]) -> dict[str, Any]:
     return row
 
 
+@contextlib.contextmanager
+def busy_yes() -> Iterator[None]:
+    """One competing process that wants a whole CPU: ``yes > /dev/null``."""
+    proc = subprocess.Popen(["yes"], stdout=subprocess.DEVNULL)
+    try:
+        time.sleep(0.2)
+        yield
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def bench_gdbserver(hits: int, repeats: int, log: Callable[[str], None] = print) -> dict[str, Any]:
+    """The gdbserver rows: kpsdk's ``native:`` against gdb's ``commands`` loop on the same
+    gdbserver, idle and next to ``yes > /dev/null``, the loops taking turns."""
+    arch = "x86_64"
+    rows: dict[str, Any] = {}
+    for config, context in (("idle", contextlib.nullcontext), ("one busy process", busy_yes)):
+        rates: dict[str, list[float]] = {name: [] for name in GDBSERVER_LOOPS}
+        with context():
+            for _ in range(repeats):
+                for name, loop in GDBSERVER_LOOPS.items():
+                    rates[name].append(rate(loop, arch, hits))
+        row = rows[config] = summary(rates)
+        log(f"  gdbserver {config:16} kpsdk {_cell(row, 'kpsdk')}/s  gdb commands {_cell(row, 'gdb commands')}/s  "
+            f"kpsdk/gdb {row['ratio']:.2f}x")
+    return rows
+
+
 def bench(archs: tuple[str, ...], hits: int, log: Callable[[str], None] = print,
           contended: bool = True, repeats: int = 3, floor: bool = False) -> dict[str, Any]:
     """Hits per second per arch and loop (medians of ``repeats`` interleaved runs), kpsdk's
@@ -278,9 +358,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--arch", action="append", choices=ARCHS)
     ap.add_argument("--out", type=Path, help="also write the table as markdown here")
     ap.add_argument("--no-contended", action="store_true", help="skip the runs next to a competing busy process")
+    ap.add_argument("--gdbserver", action="store_true",
+                    help="only the gdbserver rows: the host's x86_64 spin run natively under gdbserver")
     ap.add_argument("--floor", action="store_true",
                     help="also gdb's Python breakpoint alone, no host: the floor of kpsdk's path")
     args = ap.parse_args(argv)
+    if args.gdbserver:
+        print(f"gdbserver: {args.hits} probe hits, the host's own run, median of {args.repeats}")
+        bench_gdbserver(args.hits, args.repeats)
+        return 0
     print(f"live targets: {args.hits} probe hits on qemu-user, per arch, median of {args.repeats}")
     results = bench(tuple(args.arch or ARCHS), args.hits, contended=not args.no_contended, repeats=args.repeats,
                     floor=args.floor)

@@ -7,8 +7,9 @@
 
 Probe classes such as ``Kprobe`` come from probe-type plugins and appear in
 this namespace when first used (see :mod:`kpsdk.hookspecs`).  The built-in
-types' names are declared below for type checkers and listed by ``dir(kpsdk)``;
-a plugin's own names (``kpsdk.Jprobe``) appear at run time.
+types' names are declared below for type checkers and listed by ``dir(kpsdk)``
+(a mirror of the plugins' ``ProbeType.exports``, checked object by object by
+tests/test_public_api.py); a plugin's own names (``kpsdk.Jprobe``) appear at run time.
 """
 
 from __future__ import annotations

@@ -6,8 +6,9 @@ at run time (``register_kprobe``, ``register_kprobes``, ``unregister_kprobe(s)``
 third-party type needs no code in kpsdk.  Derived names are invisible to type
 checkers, though: this class declares the built-in types' verbs with real
 signatures (only for type checkers: at run time they are still derived, so a
-blocked plugin's verbs are gone).  ``tests/test_public_api.py`` checks that
-the declarations and the registry agree, both ways.
+blocked plugin's verbs are gone).  The source is each plugin's ``ProbeType``;
+``tests/test_public_api.py`` checks that the declarations and the registry agree,
+both ways, names and types (the class each verb takes, what it returns).
 
 A third-party type's verbs work the same at run time; a type checker knows
 them only as ``s.register(probe)`` / ``s.unregister(probe)``.

@@ -18,6 +18,9 @@ from hypothesis import HealthCheck, settings
 
 import kpsdk
 from kpsdk import fixtures
+from kpsdk.arch import Arch
+from kpsdk.arch.fixture import Fixture
+from kpsdk.fixtures.catalog import arch_order, registered, shown_order
 
 # --- Fuzz tests (hypothesis): one budget for all of them ------------------------------------
 #
@@ -88,10 +91,31 @@ def fuzz_examples(ci: int) -> int:
     return max(1, ci * settings.default.max_examples // FUZZ_CI_EXAMPLES)
 
 
-#: fixture programs Unicorn runs (ppc64 and ppc64le too: arch_backends/ppc64.py says how)
-UNICORN_ARCHS = ("x86_64", "i386", "arm", "thumb", "riscv64", "ppc64", "ppc64le")
-QEMU = {"x86_64": "qemu-x86_64", "i386": "qemu-i386", "arm": "qemu-arm", "thumb": "qemu-arm",
-        "riscv64": "qemu-riscv64", "ppc64": "qemu-ppc64", "ppc64le": "qemu-ppc64le"}
+# --- What the per-arch tests run on: derived from the arch backends, never named ----------------
+#
+# Each backend declares its fixture programs (Arch.toolchain, kpsdk/arch/fixture.py); a test that
+# runs "on every arch" takes its list from here, narrowed by the capability that decides it, so a
+# new backend is tested by all of them without being named (tests/test_arch_fixtures.py checks).
+
+#: every fixture program the backends declare, in the order the tests run them (the demo's first)
+FIXTURES: list[Fixture] = shown_order(registered())
+#: their names (``kpsdk.fixtures.path(name)``), in build order (``SHA256SUMS``')
+FIXTURE_ARCHS: tuple[str, ...] = tuple(f.name for f in registered())
+#: the registry's arches, in the order of their first fixtures
+REGISTERED_ARCHS: list[Arch] = arch_order()
+#: fixture programs Unicorn runs: every arch whose backend gives Unicorn's mode and no reason it
+#: cannot run there (Arch.unicorn_unsupported; ppc64 and ppc64le too: arch_backends/ppc64.py says how)
+UNICORN_ARCHS: tuple[str, ...] = tuple(f.name for f in FIXTURES
+                                       if f.arch.unicorn is not None and f.arch.unicorn_unsupported is None)
+#: fixture programs qemu-user runs (every arch names its qemu-user)
+LIVE_ARCHS: tuple[str, ...] = tuple(f.name for f in FIXTURES if f.qemu)
+#: the qemu-user binary of each fixture
+QEMU: dict[str, str] = {f.name: f.qemu for f in FIXTURES}
+
+
+def first_fixture(arch: str) -> Fixture:
+    """The arch's first fixture: its compiler and packages, for the tests' own programs."""
+    return next(f for f in FIXTURES if f.arch.name == arch)
 
 
 def require_tool(tool: str, package: str) -> str:
@@ -225,8 +249,15 @@ def kernel_initramfs(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., 
 
 # --- Debian's kernels of the other architectures (tests/test_kernel_arches.py) ------------------
 
+#: the arch of ``debian_kernel`` (kpsdk.fixtures.kernel.fetch_kernel: Debian's amd64), which the
+#: kernel tests boot by default; the others have their own tests
+DEFAULT_KERNEL_ARCH = "x86_64"
+#: the arches of which Debian builds a port (Arch.debian: its kernel, its busybox) besides that one
+DEBIAN_ARCHS: tuple[str, ...] = tuple(a.name for a in REGISTERED_ARCHS
+                                      if a.debian is not None and a.name != DEFAULT_KERNEL_ARCH)
 #: the qemu-system architectures booted with Debian's own kernel besides x86_64
-KERNEL_ARCHS = ("i386", "arm", "riscv64", "ppc64le")
+KERNEL_ARCHS: tuple[str, ...] = tuple(a.name for a in REGISTERED_ARCHS
+                                      if a.name in DEBIAN_ARCHS and a.qemu_system is not None)
 
 
 @pytest.fixture(scope="session")

@@ -27,7 +27,7 @@ from kpsdk.binfmt.files import MAX_FILE_SIZE
 from kpsdk.cli import app
 from kpsdk.errors import ImageFormatError, KprobeError, KpsdkError
 from kpsdk.kernel.kallsyms import load_kernel_symbols
-from kpsdk.targets.unicorn.target import MAX_LOAD
+from kpsdk.targets.unicorn.loader import MAX_LOAD
 from tests.badfiles import ElfPatch, deadline
 
 

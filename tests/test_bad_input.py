@@ -20,7 +20,7 @@ from kpsdk import fixtures
 from kpsdk.cli import app
 from kpsdk.probe import location_fields
 from kpsdk.session import check_timeout
-from kpsdk.targets.unicorn.target import USEC_MAX, timeout_usec
+from kpsdk.targets.unicorn.running import USEC_MAX, timeout_usec
 from kpsdk.trace.filter import MAX_FILTER_DEPTH, MAX_FILTER_LEN, FilterError, parse_filter
 
 runner = CliRunner()

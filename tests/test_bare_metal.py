@@ -19,14 +19,14 @@ import pytest
 import kpsdk
 from kpsdk.fixtures import EXPECTED_OUTPUT
 from kpsdk.fixtures.bare import BARE_ARCHS, BARE_QEMU_ARGS, build_bare
-from kpsdk.fixtures.build import ARCH_CONFIG
+from kpsdk.fixtures.build import FIXTURES
 from tests.conftest import require_tool
 
 
 @pytest.mark.parametrize("arch", BARE_ARCHS)
 def test_payload_probes_kretprobes_and_watchpoint(arch: str, tmp_path: Path) -> None:
-    cfg = ARCH_CONFIG[arch]
-    require_tool(cfg["cc"][0], cfg["package"])
+    fixture = FIXTURES[arch]
+    require_tool(fixture.compilers[0], fixture.package)
     board = kpsdk.get_registry().arch(arch).qemu_system
     assert board is not None
     require_tool(board.binary, board.package)

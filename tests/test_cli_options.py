@@ -72,6 +72,13 @@ PROG = str(fixtures.path("x86_64"))
     ([f"qemu-user:{PROG}", "--target", f"qemu-user:{PROG}"], "name the target"),  # named twice
     (["x86_64", "--target", "qemu-system:x86_64"], "name the target"),
     (["x86_64", "--kernel", "vmlinuz"], "--kernel"),                # an ELF in Unicorn
+    ([f"native:{PROG}", "--call", "add 2 3"], "--call"),           # gdbserver's kinds run their own code too
+    (["pid:1", "--call", "add 2 3"], "--call"),
+    ([PROG, "--target", "native", "--call", "add 2 3"], "--call"),
+    (["pid:1", "--arg", "x"], "--arg"),                             # a running process has its arguments
+    (["x86_64", "--abi", "user"], "--abi"),                         # gdb://'s option
+    (["gdb://localhost:1", "--abi", "both"], "not one of user, kernel"),
+    (["--target", "native"], "name the program"),
 ])
 def test_target_is_a_program_or_a_spec_the_same_way_in_both_commands(command: str, argv: list[str],
                                                                      refused: str) -> None:
@@ -95,3 +102,30 @@ def test_a_spec_names_the_target_in_either_place(command: str) -> None:
         assert result.exit_code == 0, result.output
     want = "r add ret=5" if command == "probe" else "arg1=5"
     assert all(want in result.stdout for result in outputs), [r.stdout for r in outputs]
+
+
+@pytest.mark.parametrize(("argv", "refused"), [
+    (["--pid", "1", "--strace"], "--strace"),                      # the kernel runs its calls, not kpsdk
+    (["--pid", "1", "--kprobe", "add", "--call", "add 2 3"], "--call"),
+    (["--pid", "1", "--kprobe", "add", "--call", "add", "2", "3"], "--call"),  # 2 is no TARGET here
+    (["x86_64", "--pid", "1", "--kprobe", "add"], "names the target"),
+    (["--target", "pid:1", "--pid", "1", "--kprobe", "add"], "names the target"),
+])
+def test_probe_pid_is_the_target_pid_spec(argv: list[str], refused: str) -> None:
+    """``kpsdk probe --pid PID`` is TARGET ``pid:PID``: checked as that kind, and the target named once."""
+    result = runner.invoke(app, ["probe", *argv])
+    assert result.exit_code == 2, result.output
+    assert refused in " ".join(result.output.replace("│", " ").split())
+
+
+def test_trace_pid_is_the_prefix_pid_and_pid_spec_the_process() -> None:
+    """``kpsdk trace --pid N`` stays the pid a Unicorn program's prefix shows (so --pid is no target
+    option of the group); a running process is TARGET ``pid:PID`` there, with tasks of its own."""
+    commands = app_commands()
+    assert "pid" not in {f.name for f in fields(TargetOptions)}
+    assert "Unicorn: the pid the prefix shows" in command_params(commands["trace"])["pid"].help
+    assert "running process" in command_params(commands["probe"])["pid"].help
+    ok = runner.invoke(app, ["trace", "x86_64", "-e", "p add", "--pid", "7", "--call", "add 2 3"])
+    assert ok.exit_code == 0 and "-7 " in ok.stdout, ok.output
+    live = runner.invoke(app, ["trace", "pid:1", "-e", "p add", "--pid", "7"])
+    assert live.exit_code == 2 and "tasks of its own" in live.output, live.output

@@ -29,15 +29,12 @@ import kpsdk
 from kpsdk.arch import DebianPort
 from kpsdk.cache import cache_root
 from kpsdk.errors import TargetError
-from tests.conftest import require_tool
+from tests.conftest import DEBIAN_ARCHS, REGISTERED_ARCHS, require_tool
 
-#: kpsdk's arch -> Debian's architecture, the suite that has it, the qemu-user binary
-PORTS = {
-    "arm": ("armhf", "bookworm", "qemu-arm"),
-    "i386": ("i386", "bookworm", "qemu-i386"),
-    "ppc64le": ("ppc64el", "bookworm", "qemu-ppc64le"),
-    "riscv64": ("riscv64", "trixie", "qemu-riscv64"),
-}
+#: kpsdk's arch -> Debian's architecture, the suite that has it, the qemu-user binary (every arch
+#: Debian builds a port of besides the host's: Arch.debian)
+PORTS = {a.name: (a.debian.arch, a.debian.suite, a.qemu_user)
+         for a in REGISTERED_ARCHS if a.name in DEBIAN_ARCHS and a.debian is not None}
 #: what coreutils needs, per suite (Debian 13 renamed libssl3 for its 64-bit time_t; its libcrypto
 #: links zlib and zstd, its ls libcap)
 PACKAGES = {
@@ -84,7 +81,7 @@ PROGRAMS = {
 
 #: calls a program makes that kpsdk answers ENOSYS (and records), after which it does what it does
 #: on a kernel without them: the same bytes as under qemu-user
-UNIMPLEMENTED_BUT_HANDLED = {"ls": {"socket"}, "xz": {"syscall_444"}}
+UNIMPLEMENTED_BUT_HANDLED = {"ls": {"socket"}, "xz": {"landlock_create_ruleset"}}
 
 
 def _finish(root: Path) -> None:

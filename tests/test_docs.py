@@ -33,7 +33,8 @@ reason (``pytest -ra`` lists them), and ``NOT_RUN`` below counts them per page, 
 is a deliberate change.  A printed block's output that is not deterministic says so with
 ``<!-- output not checked: REASON -->`` before its text block (none today).
 
-Blocks that need QEMU and gdb (``qemu-user:``, ``qemu-system:``, ``gdb://``), Debian's
+Blocks that need QEMU and gdb (``qemu-user:``, ``qemu-system:``, ``gdb://``), gdbserver
+(``native:``, ``pid:``), Debian's
 kernel (``kpsdk.fixtures.kernel``) or trace-cmd (``trace-cmd report`` of a trace.dat kpsdk
 wrote: the one other command a block may run) require those tools as the other live tests do: they skip
 locally naming the package, and fail on CI.  The kernel is fetched once into kpsdk's cache by
@@ -283,6 +284,8 @@ def needs(block: Block) -> set[str]:
         found.add("trace-cmd")
     if re.search(r"qemu-user:|qemu-system:|gdb://", text):
         found.add("qemu")
+    if re.search(r"native:|pid:|--pid |gdbserver", text):
+        found.add("gdbserver")
     if "qemu-system:" in text or "kpsdk.fixtures.kernel" in text or "debian_kernel" in text:
         found.add("kernel")
     return found
@@ -454,6 +457,9 @@ def _run_one(block: Block, run: PageRun, request: pytest.FixtureRequest, quiet: 
         if "qemu" in need:
             require_tool("gdb-multiarch", "gdb-multiarch")
             require_tool("qemu-x86_64", "qemu-user")
+        if "gdbserver" in need:
+            require_tool("gdb-multiarch", "gdb-multiarch")
+            require_tool("gdbserver", "gdbserver")
         if "kernel" in need:
             require_tool("qemu-system-x86_64", "qemu-system-x86")
             require_tool("busybox", "busybox-static")

@@ -13,7 +13,7 @@ import pytest
 
 import kpsdk
 from kpsdk import fixtures
-from tests.conftest import QEMU, UNICORN_ARCHS, require_tool
+from tests.conftest import FIXTURE_ARCHS, QEMU, UNICORN_ARCHS, require_tool
 
 
 def qemu_output(arch: str) -> str:
@@ -23,7 +23,7 @@ def qemu_output(arch: str) -> str:
     return done.stdout
 
 
-@pytest.mark.parametrize("arch", fixtures.ARCHS)
+@pytest.mark.parametrize("arch", FIXTURE_ARCHS)
 def test_qemu_user_prints_the_expected_output(arch: str) -> None:
     assert qemu_output(arch) == fixtures.EXPECTED_OUTPUT
 

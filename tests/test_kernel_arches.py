@@ -40,8 +40,8 @@ from tests.conftest import KERNEL_ARCHS, require_tool
 
 pytestmark = pytest.mark.kernel
 
-#: the archs whose kernels kpsdk probes through QEMU's gdbstub
-PROBED_ARCHS = ("i386", "arm", "riscv64", "ppc64le")
+#: the archs whose kernels kpsdk probes through QEMU's gdbstub: every one booted with Debian's kernel
+PROBED_ARCHS = KERNEL_ARCHS
 NAMED = ("_stext", "do_sys_openat2", "kernel_clone", "start_kernel", kernel.TRACING_ON_WRITE)
 
 

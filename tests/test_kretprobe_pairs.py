@@ -17,6 +17,7 @@ import pytest
 
 import kpsdk
 from kpsdk import fixtures
+from tests.conftest import UNICORN_ARCHS
 
 #: the fixture's functions but ``_start`` (it ends in exit_group); ``escape`` never
 #: returns (it longjmps out)
@@ -48,7 +49,7 @@ def observe(arch: str, a: str, b: str, extra: str, optimization: bool) -> tuple[
         return status, s.console, tuple(seen), tuple(p.nmissed for p in probes), tuple(p.hits for p in hits)
 
 
-@pytest.mark.parametrize("arch", ("x86_64", "i386", "arm", "thumb", "riscv64", "ppc64", "ppc64le"))
+@pytest.mark.parametrize("arch", UNICORN_ARCHS)
 def test_every_pair_sees_what_the_hook_path_sees(arch: str) -> None:
     differ = []
     pairs = list(itertools.combinations(FUNCTIONS, 2)) + [(f, f) for f in FUNCTIONS]

@@ -36,7 +36,7 @@ from kpsdk.errors import (
 )
 from kpsdk.plugins import uprobes as uprobes_plugin
 from kpsdk.targets.live.qemu import choose_sysroot
-from tests.conftest import QEMU, fuzz_examples, require_tool
+from tests.conftest import LIVE_ARCHS, QEMU, fuzz_examples, require_tool
 
 HERE = Path(__file__).parent / "libprogs"
 #: per arch: the compiler, its Debian package and the flags that pick the instruction set
@@ -132,7 +132,7 @@ def libc_of(s: kpsdk.Session) -> kpsdk.target.MappedFile:
 # -- the link map against dl_iterate_phdr, and every probe against the program's report ----------
 
 
-@pytest.mark.parametrize("arch", ["x86_64", "i386", "arm", "thumb", "riscv64", "ppc64", "ppc64le"])
+@pytest.mark.parametrize("arch", LIVE_ARCHS)
 def test_library_probes_see_what_the_program_passed(arch: str, built: dict[str, tuple[Path, Path]]) -> None:
     prog, lib = built[arch]
     mallocs: list[int] = []

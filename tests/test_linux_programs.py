@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Callable
@@ -23,19 +24,14 @@ from elftools.elf.elffile import ELFFile
 import kpsdk
 from kpsdk.errors import NotEmulatedError
 from kpsdk.targets.unicorn.linux.files import Sysroot, _GuestErrno
-from tests.conftest import QEMU, require_tool
+from tests.conftest import DEBIAN_ARCHS, QEMU, REGISTERED_ARCHS, first_fixture, require_tool
 
 SOURCE = Path(__file__).parent / "programs" / "linuxprog.c"
-#: the cross compiler of each architecture, and the Debian packages with it and its static libc
-COMPILERS = {
-    "x86_64": ("x86_64-linux-gnu-gcc", "gcc libc6-dev"),
-    "i386": ("i686-linux-gnu-gcc", "gcc-i686-linux-gnu libc6-dev-i386-cross"),
-    "arm": ("arm-linux-gnueabihf-gcc", "gcc-arm-linux-gnueabihf libc6-dev-armhf-cross"),
-    "riscv64": ("riscv64-linux-gnu-gcc", "gcc-riscv64-linux-gnu libc6-dev-riscv64-cross"),
-    "ppc64": ("powerpc64-linux-gnu-gcc", "gcc-powerpc64-linux-gnu libc6-dev-ppc64-cross"),
-    "ppc64le": ("powerpc64le-linux-gnu-gcc", "gcc-powerpc64le-linux-gnu libc6-dev-ppc64el-cross"),
-}
-LINUX_ARCHS = tuple(COMPILERS)
+#: the arches the Linux layer runs programs of (Arch.syscalls.linux) and kpsdk builds for (Arch.toolchain)
+LINUX_ARCHS = tuple(a.name for a in REGISTERED_ARCHS
+                    if a.syscalls is not None and a.syscalls.linux is not None and a.toolchain is not None)
+#: the cross compiler of each, and the Debian packages with it and its static libc
+COMPILERS = {arch: (first_fixture(arch).compilers[0], first_fixture(arch).libc_packages) for arch in LINUX_ARCHS}
 BUSYBOX = Path("/bin/busybox")
 DATA = "the sysroot's file\nits second line\n"
 
@@ -118,6 +114,21 @@ def test_unknown_system_call_is_enosys_and_recorded(build: Callable[[str], Path]
     assert s.syscalls_unimplemented == {"syscall_500": 1}
 
 
+#: a call the layer does not answer, by its number on each arch and the name the kernel's table gives it there
+GETGROUPS = {"x86_64": (115, "getgroups"), "i386": (205, "getgroups32"), "arm": (205, "getgroups32"),
+             "riscv64": (158, "getgroups"), "ppc64": (80, "getgroups"), "ppc64le": (80, "getgroups")}
+
+
+@pytest.mark.parametrize("arch", LINUX_ARCHS)
+def test_an_unemulated_call_is_recorded_by_its_real_name(build: Callable[[str], Path], sysroot: Path,
+                                                          arch: str) -> None:
+    """The arch's whole table names every number: getgroups is not ``syscall_115``."""
+    nr, name = GETGROUPS[arch]
+    out, status, s = under_kpsdk(build(arch), ["/data.txt", "1", str(nr)], {}, b"", sysroot)
+    assert f"syscall {nr} -> -1 errno={errno.ENOSYS}" in out and status == 42
+    assert s.syscalls_unimplemented == {name: 1}
+
+
 @pytest.mark.parametrize("arch", LINUX_ARCHS)
 def test_a_grown_file_mapping_holds_the_files_next_bytes(build: Callable[[str], Path], sysroot: Path,
                                                            arch: str) -> None:
@@ -193,7 +204,7 @@ DEBIAN_BUSYBOX_APPLETS = [["sh", "-c", "echo $((6*7)); for i in 1 2 3; do echo $
                           ["cat", "etc/passwd/"]]
 
 
-@pytest.mark.parametrize("arch", ["i386", "arm", "riscv64", "ppc64le"])
+@pytest.mark.parametrize("arch", DEBIAN_ARCHS)
 def test_debians_busybox_of_each_arch_matches_qemu_user(arch: str, tmp_path: Path) -> None:
     """Debian's own busybox-static for i386, armhf, riscv64 (Debian 13's) and ppc64el, fetched as
     the kernel tests fetch it: each applet's bytes and status as under qemu-user, with the
@@ -322,7 +333,7 @@ def test_fork_is_an_honest_not_yet(build: Callable[[str], Path], sysroot: Path) 
     assert "malloc 107" in s.console  # what ran before the fork did run
 
 
-@pytest.mark.parametrize("arch", ["x86_64", "arm", "riscv64", "i386", "ppc64", "ppc64le"])
+@pytest.mark.parametrize("arch", LINUX_ARCHS)
 def test_kprobe_on_malloc_sees_the_programs_sizes_in_order(build: Callable[[str], Path], sysroot: Path,
                                                           arch: str) -> None:
     exe = build(arch)
@@ -489,6 +500,18 @@ def test_cli_warns_once_of_unimplemented_calls(build: Callable[[str], Path], sys
     warnings = [line for line in proc.stderr.splitlines() if line.startswith("warning:")]
     assert warnings == ["warning: the program asked for what kpsdk does not emulate (a system call answered "
                         "-ENOSYS, a /proc/self file ENOENT): syscall_500 (1x)"]
+
+
+def test_cli_warns_of_an_unemulated_call_by_its_name_and_straces_it(build: Callable[[str], Path],
+                                                                     sysroot: Path) -> None:
+    proc = kpsdk_cli("probe", str(build("arm")), "--arg", "/data.txt", "--arg", "1", "--arg", "205",
+                     "--sysroot", str(sysroot), "--strace")
+    assert proc.returncode == 0, proc.stderr
+    warnings = [line for line in proc.stderr.splitlines() if line.startswith("warning:")]
+    assert warnings == ["warning: the program asked for what kpsdk does not emulate (a system call answered "
+                        "-ENOSYS, a /proc/self file ENOENT): getgroups32 (1x)"]
+    assert re.search(r"^getgroups32\((0x[0-9a-f]+, ){5}0x[0-9a-f]+\) += -1 ENOSYS \(Function not implemented\)$",
+                     proc.stderr, re.M), proc.stderr
 
 
 def test_cli_sysroot_goes_with_a_program_only(sysroot: Path) -> None:

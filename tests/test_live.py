@@ -23,9 +23,7 @@ import pytest
 
 import kpsdk
 from kpsdk import fixtures
-from tests.conftest import QEMU, instructions, local_entry_offset, probe_addr, require_tool
-
-LIVE_ARCHS = ("x86_64", "i386", "arm", "thumb", "riscv64", "ppc64", "ppc64le")
+from tests.conftest import LIVE_ARCHS, QEMU, instructions, local_entry_offset, probe_addr, require_tool
 
 
 def open_live(arch: str, **options: object) -> kpsdk.Session:

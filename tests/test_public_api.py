@@ -3,9 +3,11 @@
 kpsdk derives probe-type verbs and exports at run time (so third-party plugins
 need no code in kpsdk); the built-in ones are also declared statically
 (``kpsdk/verbs.py``, the ``TYPE_CHECKING`` block of ``kpsdk/__init__.py``,
-``kpsdk/options.py``).  These tests keep the declarations equal to what the
-registry derives, and run mypy --strict over a user's script to show it finds
-real mistakes.
+``kpsdk/options.py``).  A built-in probe type is declared once, by its plugin
+(its ``ProbeType``: name, class, ``register``, exports); these tests keep the
+static declarations equal to it (names, types, the very objects), and run
+mypy --strict over a user's script to show it finds real mistakes.
+(``kpsdk/lazyplugins.py``'s table of hooks is checked in tests/test_registry.py.)
 """
 
 from __future__ import annotations
@@ -63,6 +65,59 @@ def test_declared_exports_are_the_builtin_types_exports() -> None:
     static = declared_in(PACKAGE / "__init__.py", "")
     assert static == exports - {"KPROBE_FLAG_DISABLED"}  # that one is a plain import of kpsdk.probe
     assert static <= set(kpsdk.__all__) and static <= set(dir(kpsdk))
+
+
+def declared_verbs(path: Path) -> dict[str, ast.FunctionDef]:
+    """verbs.py's declarations by name."""
+    tree = ast.parse(path.read_text())
+    cls = next(n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == "BuiltinVerbs")
+    return {n.name: n for n in ast.walk(cls) if isinstance(n, ast.FunctionDef)}
+
+
+def test_declared_verbs_take_and_return_each_type_s_probe_class() -> None:
+    """Each verb's types are its probe type's (the plugin's ProbeType is the one source): the class
+    ``register_<name>`` and friends take, what ``register_<name>`` returns (the probe, or what the
+    type's ``register`` returns: a watchpoint's slot) and what the decorator makes."""
+    verbs = declared_verbs(PACKAGE / "verbs.py")
+    wrong: list[str] = []
+    for name, pt in builtin_registry().probe_types.items():
+        cls = pt.probe_class.__name__
+        returned = inspect.signature(pt.register).return_annotation
+        want = {f"register_{name}": ([cls], cls if returned in ("None", None) else str(returned)),
+                f"register_{name}s": ([f"Iterable[{cls}]"], "None"),
+                f"unregister_{name}s": ([f"Iterable[{cls}]"], "None"),
+                **{f"{verb}_{name}": ([cls], "None") for verb in ("unregister", "enable", "disable")}}
+        for verb, (params, result) in want.items():
+            node = verbs[verb]
+            got = [ast.unparse(a.annotation) for a in node.args.posonlyargs + node.args.args if a.annotation]
+            if got != params or node.returns is None or ast.unparse(node.returns) != result:
+                wrong.append(f"{verb}: {ast.unparse(node.args)} -> {ast.unparse(node.returns or ast.Constant(None))}")
+        decorator = verbs[name].returns
+        if decorator is None or not ast.unparse(decorator).endswith(f", {cls}]"):
+            wrong.append(f"{name}: the decorator does not make a {cls}")
+    assert not wrong
+
+
+def test_the_type_checkers_names_are_the_very_objects_the_plugins_export() -> None:
+    """kpsdk/__init__.py's ``TYPE_CHECKING`` imports name each export's own module and object
+    (``KRETPROBE_MAXACTIVE_MAX`` is kretprobes' ``MAXACTIVE_MAX``), verbs.py's the probe classes';
+    and ``__all__`` lists nothing that is neither kpsdk's own nor a plugin's."""
+    import importlib
+
+    exports = builtin_registry().exports()
+    wrong: list[str] = []
+    for path in (PACKAGE / "__init__.py", PACKAGE / "verbs.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("kpsdk.plugins."):
+                module = importlib.import_module(node.module or "")
+                for alias in node.names:
+                    name = alias.asname or alias.name
+                    expected = exports.get(name) if path.name == "__init__.py" else getattr(module, alias.name)
+                    if getattr(module, alias.name, None) is not expected or expected is None:
+                        wrong.append(f"{path.name}: {node.module}.{alias.name} as {name}")
+    own = set(vars(kpsdk)) | set(kpsdk._LAZY)  # type: ignore[attr-defined]  # the core's lazily imported names
+    wrong += [f"__all__: {name}" for name in kpsdk.__all__ if name not in own and name not in exports]
+    assert not wrong
 
 
 def test_open_options_are_the_builtin_openers_parameters() -> None:

@@ -18,9 +18,10 @@ import kpsdk
 from kpsdk.targets.live import qemu10
 from kpsdk.targets.live.qemu import TCG_ACCEL
 from kpsdk.targets.live.tcg import plugin as tcgplugin
-from tests.conftest import require_tool
+from tests.conftest import REGISTERED_ARCHS, require_tool
 
-PLUGIN_ARCHS = ("x86_64", "i386", "arm", "riscv64", "ppc64le")
+#: the arches kpsdk's TCG plugin serves (Arch.plugin_registers) on a qemu-system board
+PLUGIN_ARCHS = tuple(a.name for a in REGISTERED_ARCHS if a.plugin_registers and a.qemu_system is not None)
 
 
 @pytest.mark.parametrize("arch", PLUGIN_ARCHS)

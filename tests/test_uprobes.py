@@ -23,7 +23,7 @@ from typer.testing import CliRunner
 import kpsdk
 from kpsdk import fixtures
 from kpsdk.plugins import uprobes as uprobes_plugin
-from kpsdk.targets.unicorn.target import PIE_BASE_32, PIE_BASE_64
+from kpsdk.targets.unicorn.loader import PIE_BASE_32, PIE_BASE_64
 from tests.conftest import UNICORN_ARCHS, local_entry_offset
 from tests.test_live import qemu_truth
 

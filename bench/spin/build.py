@@ -8,8 +8,7 @@ from __future__ import annotations
 import pathlib
 import subprocess
 
-from kpsdk.fixtures import ARCHS
-from kpsdk.fixtures.build import ARCH_CONFIG, COMMON_FLAGS, SRC_DIR, find_compiler
+from kpsdk.fixtures.build import COMMON_FLAGS, FIXTURES, SRC_DIR, find_compiler
 
 HERE = pathlib.Path(__file__).resolve().parent
 
@@ -18,11 +17,11 @@ def build(arch: str) -> pathlib.Path:
     out = HERE / "bin" / f"spin-{arch}.elf"
     out.parent.mkdir(exist_ok=True)
     flags = [f for f in COMMON_FLAGS if not f.startswith("-ffile-prefix-map")]
-    cmd = [find_compiler(arch), *flags, *ARCH_CONFIG[arch]["flags"], f"-I{SRC_DIR}", "-o", str(out), "spin.c"]
+    cmd = [find_compiler(arch), *flags, *FIXTURES[arch].cflags, f"-I{SRC_DIR}", "-o", str(out), "spin.c"]
     subprocess.run(cmd, cwd=HERE, check=True)
     return out
 
 
 if __name__ == "__main__":
-    for arch in ARCHS:
+    for arch in FIXTURES:
         print(build(arch))

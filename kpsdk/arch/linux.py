@@ -57,6 +57,10 @@ class LinuxAbi:
     :param open_flag_bits: the ``open(2)`` flags whose bits differ from asm-generic's
         (arch/*/include/uapi/asm/fcntl.h: ``O_DIRECTORY``, ``O_NOFOLLOW``, ``O_DIRECT``,
         ``O_LARGEFILE`` on arm and powerpc), by name: what ``--strace`` prints.
+    :param calls: the calls the layer answers on this arch, by the arch's names for them
+        (:mod:`kpsdk.arch_backends.syscall_tables`; each has a handler, found by that name):
+        any other number is ``-ENOSYS``, recorded under its name.  ``exit`` and
+        ``exit_group`` are not among them: the target runs those itself.
     """
 
     platform: str | None
@@ -71,6 +75,7 @@ class LinuxAbi:
     pair_aligned: bool = False
     error_flag: tuple[int, int] | None = None
     open_flag_bits: tuple[tuple[str, int], ...] = ()
+    calls: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -82,8 +87,11 @@ class Syscalls:
     :param result: register receiving the result.
     :param intno: Unicorn interrupt number of the trap, or ``None`` when the
         trap is an instruction hook (x86_64 ``syscall``).
-    :param calls: Linux numbers by call name (:mod:`kpsdk.arch_backends.syscall_tables`);
-        at least ``write``, ``exit`` and ``exit_group``.
+    :param calls: every Linux call of the arch, its number by its name, as the kernel's
+        tables give them (:mod:`kpsdk.arch_backends.syscall_numbers`): what names a number
+        in warnings and ``--strace``; at least ``write``, ``exit`` and ``exit_group`` (the
+        calls the target runs without a Linux layer).  What the Linux layer answers is
+        :attr:`LinuxAbi.calls`.
     :param unicorn_insn: Unicorn's instruction id to hook (``UC_HOOK_INSN``) where
         the trap is an instruction rather than an interrupt (x86_64's ``syscall``).
     :param linux: the process ABI the Linux layer needs (auxv, TLS, structs);

@@ -188,21 +188,27 @@ class LinkMap:
         :attr:`LoadedObject.key`: the loader never renames an entry, so they are not
         read again (a walk after each ``dlopen`` then reads one word group per entry).
         """
-        names = names or {}
-        w = self.word
         out: list[LoadedObject] = []
         seen: set[int] = set()
         node = head
         while node and node not in seen and len(out) < MAX_OBJECTS:
             seen.add(node)
-            raw = self.read(node, 4 * w)
-            l_addr, l_name, l_ld, l_next = (int.from_bytes(raw[i * w : (i + 1) * w], self.endian) for i in range(4))
-            name = names.get((node, l_addr, l_name, l_ld))
-            if name is None:
-                name = self.string(l_name) if l_name else ""
-            out.append(LoadedObject(name, l_addr, l_ld, node, l_name))
-            node = l_next
+            entry, node = self.entry(node, names)
+            out.append(entry)
         return out
+
+    def entry(self, node: int, names: Mapping[tuple[int, int, int, int], str] | None = None,
+              name: str | None = None) -> tuple[LoadedObject, int]:
+        """The ``link_map`` entry at ``node`` and its ``l_next``.  Its name is ``name`` when the
+        caller has it (a stub's ``qXfer:libraries-svr4`` list), else taken from ``names`` or read."""
+        w = self.word
+        raw = self.read(node, 4 * w)
+        l_addr, l_name, l_ld, l_next = (int.from_bytes(raw[i * w : (i + 1) * w], self.endian) for i in range(4))
+        if name is None:
+            name = (names or {}).get((node, l_addr, l_name, l_ld))
+        if name is None:
+            name = self.string(l_name) if l_name else ""
+        return LoadedObject(name, l_addr, l_ld, node, l_name), l_next
 
     def string(self, addr: int, limit: int = MAX_NAME) -> str:
         """The NUL-terminated string at ``addr``, read in small pieces (a name near the end of a

@@ -8,6 +8,11 @@ shared by ``kpsdk probe`` and ``kpsdk trace`` as one group,
 them, so both take the same names, help and defaults, and
 :meth:`TargetOptions.choose` hands their values to
 :func:`kpsdk.cli.target_choice.choose_target`.
+
+``--pid PID`` (:data:`PidOpt`) is not one of the group: ``kpsdk trace --pid N``
+already is the pid a Unicorn program's trace prefix shows, so only ``kpsdk
+probe`` declares it, as a short way to write TARGET ``pid:PID``
+(:meth:`TargetOptions.with_pid`); ``kpsdk trace pid:PID`` attaches the same way.
 """
 
 from __future__ import annotations
@@ -16,8 +21,8 @@ import functools
 import inspect
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING, Annotated, Any, get_type_hints
+from dataclasses import dataclass, fields, replace
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, get_type_hints
 
 import typer
 from typer.models import ArgumentInfo
@@ -38,13 +43,15 @@ NoprobeOpt = Annotated[list[str] | None, typer.Option(
 TargetArg = Annotated[str | None, typer.Argument(
     metavar="TARGET", show_default=False,
     help="What runs: a program to run in Unicorn (an ELF, or a bundled fixture: " + ", ".join(ARCHS) + "), or a "
-         "target spec, as --target takes it: qemu-user:PROG, qemu-system:ARCH, gdb://HOST:PORT, elf:PATH, "
-         "unicorn:ARCH.")]
+         "target spec, as --target takes it: qemu-user:PROG, qemu-system:ARCH, gdb://HOST:PORT, native:PROG, "
+         "pid:PID, elf:PATH, unicorn:ARCH.")]
 TargetOpt = Annotated[str | None, typer.Option(
     "--target", metavar="SPEC", rich_help_panel=TARGET_PANEL,
     help="Where the code runs, as TARGET may say it too: qemu-user:PROG (a program under qemu-user; "
          "--target qemu-user takes PROG from TARGET), qemu-system:ARCH (a kernel booted in QEMU), "
-         "gdb://HOST:PORT (a gdbstub already running). Default: TARGET, a program in Unicorn.")]
+         "gdb://HOST:PORT (a gdbstub already running: gdbserver, a kernel, a board), native:PROG (PROG run "
+         "natively under gdbserver; --target native takes PROG from TARGET), pid:PID (a running process, "
+         "left running). Default: TARGET, a program in Unicorn.")]
 ProgArgOpt = Annotated[list[str] | None, typer.Option(
     "--arg", metavar="ARG", rich_help_panel=TARGET_PANEL,
     help="ELF in Unicorn, qemu-user: one argument for the program (repeat for more; --arg=-v for one "
@@ -84,6 +91,14 @@ MechanismOpt = Annotated[str | None, typer.Option(
          "records kprobe hits without stopping, with the registers and the memory the definitions read "
          "at the hit (microseconds a hit); probes it cannot serve keep gdb's breakpoints. "
          "docs/api.md, 'The TCG plugin mechanism'.")]
+AbiOpt = Annotated[str | None, typer.Option(
+    "--abi", metavar="user|kernel", rich_help_panel=TARGET_PANEL, show_default=False,
+    help="gdb://: what the stub runs, a Linux process (user) or a kernel or bare-metal program (kernel). "
+         "Default: asked of the stub (one that answers an auxiliary vector serves a process).")]
+PidOpt = Annotated[int | None, typer.Option(
+    "--pid", metavar="PID", rich_help_panel=TARGET_PANEL, show_default=False,
+    help="Probe a running process (gdbserver --attach; ptrace must allow it): it is detached, running and "
+         "unmodified, when kpsdk ends (also at Ctrl-C). Same as TARGET (or --target) pid:PID.")]
 ArchOpt = Annotated[str | None, typer.Option(
     "--arch", metavar="ARCH", rich_help_panel=TARGET_PANEL,
     help="gdb://: the architecture (not needed when --symbols is an ELF).")]
@@ -115,8 +130,20 @@ class TargetOptions:
     append: AppendOpt = None
     symbols: SymbolsOpt = None
     arch: ArchOpt = None
+    abi: AbiOpt = None
     qemu_arg: QemuArgOpt = None
     mechanism: MechanismOpt = None
+
+    def with_pid(self, pid: int | None) -> TargetOptions:
+        """These options with ``--pid PID`` as the target they name, ``pid:PID`` (``kpsdk probe --pid``);
+        ``--pid`` besides TARGET or ``--target`` names the target twice, a usage error."""
+        if pid is None:
+            return self
+        if self.call is not None:  # first: --call's words may have been taken for TARGET
+            refuse_call("pid", "--pid")
+        if self.target_arg is not None or self.target is not None:
+            raise typer.BadParameter("--pid names the target: drop TARGET and --target", param_hint="--pid")
+        return replace(self, target=f"pid:{pid}")
 
     def choose(self, extra: list[str]) -> TargetChoice:
         """The target to open and what to run there, or a usage error, before anything starts.
@@ -135,14 +162,19 @@ class TargetOptions:
             raise typer.BadParameter(f"unexpected arguments {' '.join(extra)!r}", param_hint="TARGET")
         kind = live_kind(target_words(self.target_arg, self.target)[1])
         if self.call is not None and kind is not None:
-            raise typer.BadParameter(f"--call calls one function in Unicorn; a {kind} target runs its own "
-                                     "code: drop --call (or --target)", param_hint="--call")
+            refuse_call(kind, "--target")
         choice = choose_target(self.target_arg, self.target, given_target_options(
             self.prog_arg, self.kernel, self.initrd, self.append, self.symbols, self.arch, self.qemu_arg,
-            sysroot=self.sysroot, stdin=self.stdin, mechanism=self.mechanism))
+            sysroot=self.sysroot, stdin=self.stdin, mechanism=self.mechanism, abi=self.abi))
         if self.call is not None:
             choice.call = parse_call(" ".join([self.call, *extra]))
         return choice
+
+
+def refuse_call(kind: str, named_by: str) -> NoReturn:
+    """``--call`` on a live target (``kind``, named by TARGET, ``--target`` or ``--pid``): a usage error."""
+    raise typer.BadParameter(f"--call calls one function in Unicorn; a {kind} target runs its own "
+                             f"code: drop --call (or {named_by})", param_hint="--call")
 
 
 #: the name of the parameter a command taking the target options receives them in
@@ -195,12 +227,21 @@ def _typer_info(annotation: Any) -> object:
 def given_target_options(prog_arg: list[str] | None, kernel: str | None, initrd: str | None, append: str | None,
                          symbols: str | None, arch: str | None,
                          qemu_arg: list[str] | None = None, sysroot: str | None = None,
-                         stdin: str | None = None, mechanism: str | None = None) -> dict[str, Any]:
+                         stdin: str | None = None, mechanism: str | None = None,
+                         abi: str | None = None) -> dict[str, Any]:
     """The target options' values by option name, as ``choose_target`` checks them (None: not given).
     ``--stdin FILE`` is read here (its bytes are the option's value)."""
     return {"--arg": prog_arg, "--kernel": kernel, "--initrd": initrd, "--append": append, "--symbols": symbols,
             "--arch": arch, "--qemu-arg": qemu_arg or None, "--sysroot": sysroot,
-            "--stdin": None if stdin is None else read_stdin(stdin), "--mechanism": check_mechanism(mechanism)}
+            "--stdin": None if stdin is None else read_stdin(stdin), "--mechanism": check_mechanism(mechanism),
+            "--abi": check_abi(abi)}
+
+
+def check_abi(value: str | None) -> str | None:
+    """``--abi``'s value: ``user`` or ``kernel`` (anything else is a usage error, before a target starts)."""
+    if value is not None and value not in ("user", "kernel"):
+        raise typer.BadParameter(f"{value!r} is not one of user, kernel", param_hint="--abi")
+    return value
 
 
 def check_mechanism(value: str | None) -> str | None:

@@ -20,7 +20,7 @@ from kpsdk.cli.consoles import console
 from kpsdk.cli.exits import INTERRUPTED
 from kpsdk.cli.hitregs import ARG_LIMIT
 from kpsdk.cli.hitstrings import STRING_SLOT, STRINGS_MAX
-from kpsdk.cli.options import TARGET_PANEL, NoprobeOpt, TargetArg, TargetOptions, takes_target_options
+from kpsdk.cli.options import TARGET_PANEL, NoprobeOpt, PidOpt, TargetArg, TargetOptions, takes_target_options
 from kpsdk.cli.parsing import check_seconds, file_location, parse_where, split_commas
 from kpsdk.cli.probe_run import ProbeRun, probe_class
 from kpsdk.cli.strace import StracePrinter
@@ -90,6 +90,7 @@ def cmd_probe(
         help=f"Stop the target after S seconds, a positive number; inf: no limit (default: {UNICORN_TIMEOUT:g} "
              f"in Unicorn, {LIVE_TIMEOUT:g} on a live target).")] = None,
     noprobe: NoprobeOpt = None,
+    pid: PidOpt = None,
     strace: Annotated[bool, typer.Option(
         "--strace", rich_help_panel=OUTPUT_PANEL,
         help="Unicorn Linux programs: print each system call to stderr as strace(1) does, "
@@ -101,12 +102,15 @@ def cmd_probe(
 ) -> None:
     """Put kprobes and kretprobes on a program or a kernel and print each hit as it happens.
 
-    [bold]Where the code runs[/bold] (TARGET, or --target SPEC; live targets need QEMU and gdb-multiarch):
+    [bold]Where the code runs[/bold] (TARGET, or --target SPEC; live targets need gdb-multiarch and
+    QEMU, or gdbserver for native: and pid:):
 
       ELF                an ELF or a bundled fixture, run in Unicorn from its entry point, or --call FN ARGS
       qemu-user:PROG     PROG under qemu-user, --arg ARG for its arguments
       qemu-system:ARCH   a kernel booted in QEMU: --kernel, --initrd, --append, --symbols
-      gdb://HOST:PORT    a gdbstub already running (attached, never killed): --arch, --symbols
+      gdb://HOST:PORT    a gdbstub already running (attached, never killed): --arch, --symbols, --abi
+      native:PROG        PROG run natively under gdbserver, --arg ARG for its arguments
+      pid:PID            a running process (also --pid PID), detached and left running at the end
 
     All probes are registered at once or none (an error rolls the others back,
     K8); then the target runs until it ends (the program exits, the guest powers
@@ -143,7 +147,7 @@ def cmd_probe(
     points = _probe_points(kprobe, kretprobe, uprobe, uretprobe, strace)
     strings = _string_args(string_arg, points)
     _check_returns(points, failed, restype)
-    choice = where.choose(ctx.args)
+    choice = where.with_pid(pid).choose(ctx.args)
     _check_strace(choice, strace)
     reg = kpsdk.get_registry()
     _check_probe_types(reg, points)
@@ -211,9 +215,9 @@ def _check_returns(points: ProbePoints, failed: bool, restype: str) -> None:
 def _check_strace(choice: TargetChoice, strace: bool) -> None:
     """--strace prints the system calls kpsdk's Linux layer runs: a live target's are not kpsdk's."""
     if choice.live and strace:
-        raise typer.BadParameter(f"a {choice.kind} target's system calls are run by QEMU or the guest kernel, "
-                                 "unseen by kpsdk: --strace needs a program run in Unicorn (drop --target)",
-                                 param_hint="--strace")
+        raise typer.BadParameter(f"a {choice.kind} target's system calls are run by QEMU or a real kernel, "
+                                 "unseen by kpsdk: --strace needs a program run in Unicorn (TARGET a program, "
+                                 "no --target or --pid)", param_hint="--strace")
 
 
 def _check_probe_types(reg: Registry, points: ProbePoints) -> None:
@@ -265,6 +269,7 @@ COMMAND = Command(
     "kpsdk probe --target qemu-system:x86_64 --kernel vmlinuz --initrd initrd.img \\\n"
     "    --kretprobe do_sys_openat2 --string-arg 2 --failed       # failed opens, with file names\n"
     "kpsdk probe --target gdb://localhost:1234 --symbols vmlinux --kprobe do_sys_openat2 --string-arg 2\n"
+    "kpsdk probe --pid 4242 --uprobe libc.so.6:clock_nanosleep --timeout 1   # a running process, left running\n"
     "kpsdk probe /bin/busybox --arg ls --arg /etc --sysroot / --strace      # each system call, as strace",
     # the arguments after --call FN are extra arguments (negative numbers included)
     extra_args=True,

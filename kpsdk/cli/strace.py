@@ -9,6 +9,9 @@ layer) and writes one line per call, as strace(1) does with its default
 as ``+++ exited with 42 +++``.  Paths and data written are read when the call
 starts, data read when it returned.  Structures (``struct stat``, iovecs, signal
 actions) print as their address: strace decodes them, this printer does not (yet).
+How each call's arguments print is declared where the call is emulated, next to its
+handler (``@syscall("read", "fd rbuf u")``: :mod:`kpsdk.targets.unicorn.linux.calls.declare`);
+a call without one prints its six argument registers in hex.
 
 ``kpsdk probe PROG --strace`` registers one for the run; from Python::
 
@@ -60,39 +63,6 @@ WHENCE = ("SEEK_SET", "SEEK_CUR", "SEEK_END", "SEEK_DATA", "SEEK_HOLE")
 NO_RETURN = frozenset({"exit", "exit_group"})
 #: calls whose result is an address (printed in hex)
 ADDRESS_RESULT = frozenset({"mmap", "mmap2", "brk", "mremap"})
-
-#: each call's arguments, as strace prints them.  Kinds: ``d`` signed int, ``u`` unsigned,
-#: ``x`` hex, ``p`` pointer (NULL or hex), ``fd``, ``dirfd`` (AT_FDCWD), ``path`` (a string
-#: read at entry), ``wbuf`` (the next argument's count of bytes, read at entry), ``rbuf``
-#: (as many bytes as the call returned, read at exit), ``oflags`` (with a mode after it
-#: when O_CREAT/O_TMPFILE), ``prot``, ``mflags``, ``whence``, ``mode`` (octal).  A call not
-#: listed prints its six argument registers in hex.
-SIGNATURES: dict[str, tuple[str, ...]] = {
-    "read": ("fd", "rbuf", "u"), "write": ("fd", "wbuf", "u"), "pread64": ("fd", "rbuf", "u", "d"),
-    "open": ("path", "oflags"), "openat": ("dirfd", "path", "oflags"), "close": ("fd",),
-    "lseek": ("fd", "d", "whence"), "dup": ("fd",), "dup2": ("fd", "fd"), "dup3": ("fd", "fd", "x"),
-    "getdents64": ("fd", "p", "u"), "ioctl": ("fd", "x", "p"), "fcntl": ("fd", "d", "x"),
-    "fcntl64": ("fd", "d", "x"), "pipe": ("p",), "pipe2": ("p", "x"),
-    "stat": ("path", "p"), "lstat": ("path", "p"), "stat64": ("path", "p"), "lstat64": ("path", "p"),
-    "fstat": ("fd", "p"), "fstat64": ("fd", "p"), "newfstatat": ("dirfd", "path", "p", "x"),
-    "fstatat64": ("dirfd", "path", "p", "x"), "statx": ("dirfd", "path", "x", "x", "p"),
-    "access": ("path", "mode"), "faccessat": ("dirfd", "path", "mode"),
-    "faccessat2": ("dirfd", "path", "mode", "x"), "readlink": ("path", "rbuf", "u"),
-    "readlinkat": ("dirfd", "path", "rbuf", "u"), "getcwd": ("p", "u"), "chdir": ("path",),
-    "brk": ("p",), "mmap": ("p", "u", "prot", "mflags", "fd", "x"), "mmap2": ("p", "u", "prot", "mflags", "fd", "x"),
-    "munmap": ("p", "u"), "mprotect": ("p", "u", "prot"), "mremap": ("p", "u", "u", "x"),
-    "madvise": ("p", "u", "d"), "exit": ("d",), "exit_group": ("d",), "getpid": (), "getppid": (),
-    "gettid": (), "getuid": (), "geteuid": (), "getgid": (), "getegid": (), "getuid32": (), "geteuid32": (),
-    "getgid32": (), "getegid32": (), "set_tid_address": ("p",), "set_robust_list": ("p", "u"),
-    "rseq": ("p", "u", "x", "x"), "arch_prctl": ("x", "p"), "set_thread_area": ("p",), "set_tls": ("p",),
-    "uname": ("p",), "getrandom": ("p", "u", "x"), "prlimit64": ("d", "d", "p", "p"),
-    "getrlimit": ("d", "p"), "ugetrlimit": ("d", "p"), "rt_sigaction": ("d", "p", "p", "u"),
-    "rt_sigprocmask": ("d", "p", "p", "u"), "sigaltstack": ("p", "p"), "clock_gettime": ("d", "p"),
-    "clock_gettime64": ("d", "p"), "gettimeofday": ("p", "p"), "time": ("p",), "nanosleep": ("p", "p"),
-    "umask": ("mode",), "kill": ("d", "d"), "tgkill": ("d", "d", "d"), "tkill": ("d", "d"),
-    "futex": ("p", "d", "d"), "sendfile": ("fd", "fd", "p", "u"), "sendfile64": ("fd", "fd", "p", "u"),
-}
-
 
 def quoted(data: bytes, limit: int = STRING_LIMIT, cut: bool | None = None) -> str:
     """``data`` as strace quotes it: C escapes for ``\\t\\n\\v\\f\\r"\\\\``, other bytes
@@ -192,7 +162,7 @@ class StracePrinter:
 
     def _arguments(self, session: Session, call: SyscallEvent) -> list[str | None]:
         """The call's arguments as text at its entry; None for one only known at exit."""
-        kinds = SIGNATURES.get(call.name)
+        kinds = _signature(call.name)
         if kinds is None:
             return [f"{a:#x}" for a in call.args]
         target = session.target
@@ -217,6 +187,16 @@ class StracePrinter:
         if result is None or -4096 < result < 0:
             return _pointer(addr)
         return _string_at(target, addr, result, exact=True)
+
+
+def _signature(name: str) -> tuple[str, ...] | None:
+    """Call ``name``'s argument kinds, as its handler in the Linux layer declares them
+    (:mod:`kpsdk.targets.unicorn.linux.calls.declare`); None: strace prints its registers.
+    Imported at the first call: only a Unicorn run fires these hooks, and the CLI starts
+    without loading Unicorn."""
+    from kpsdk.targets.unicorn.linux.syscalls import signature
+
+    return signature(name)
 
 
 def _signed(bits: int) -> Callable[[int, int], int]:

@@ -26,12 +26,13 @@ if TYPE_CHECKING:
     from kpsdk.session import Session
 
 #: target kinds that run real code behind a gdbstub: no --call; they run until they end
-LIVE_KINDS = ("qemu-user", "qemu-system", "gdb")
+LIVE_KINDS = ("qemu-user", "qemu-system", "gdb", "native", "pid")
 #: the launcher options of the live kinds: CLI option -> (kpsdk.open keyword, the kinds that take it)
 TARGET_OPTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "--arg": ("args", ("qemu-user", "elf")),
-    "--sysroot": ("sysroot", ("elf", "qemu-user")),
-    "--stdin": ("stdin", ("elf", "qemu-user")),
+    "--arg": ("args", ("qemu-user", "elf", "native")),
+    "--sysroot": ("sysroot", ("elf", "qemu-user", "gdb", "native", "pid")),
+    "--stdin": ("stdin", ("elf", "qemu-user", "native")),
+    "--abi": ("abi", ("gdb",)),
     "--kernel": ("kernel", ("qemu-system",)),
     "--initrd": ("initrd", ("qemu-system",)),
     "--append": ("append", ("qemu-system",)),
@@ -42,7 +43,9 @@ TARGET_OPTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
 }
 #: the target kinds kpsdk brings (plugins may add more); TARGET is a spec when it begins with one
 BUILTIN_KINDS = ("elf", "unicorn", *LIVE_KINDS)
-TARGET_SPECS = "qemu-user:PROG, qemu-system:ARCH, gdb://HOST:PORT, elf:PATH, unicorn:ARCH"
+#: the live kinds that run a program kpsdk starts: ``--target KIND`` alone takes it from TARGET
+PROGRAM_KINDS = ("qemu-user", "native")
+TARGET_SPECS = "qemu-user:PROG, qemu-system:ARCH, gdb://HOST:PORT, native:PROG, pid:PID, elf:PATH, unicorn:ARCH"
 #: default --timeout: a program in Unicorn, a live target
 UNICORN_TIMEOUT = 5.0
 LIVE_TIMEOUT = 120.0
@@ -73,7 +76,7 @@ class TargetChoice:
 
 
 def live_kind(spec: str | None) -> str | None:
-    """The live kind a target spec names (``qemu-user``, ``qemu-system``, ``gdb``), else None."""
+    """The live kind a target spec names (one of LIVE_KINDS: ``qemu-user``, ``native``, ``pid``...), else None."""
     scheme = (spec or "").partition(":")[0]
     return scheme if scheme in LIVE_KINDS else None
 
@@ -124,20 +127,21 @@ def _program_spec(program: str | None) -> str:
 
 
 def _spec_with_program(spec: str, program: str | None) -> tuple[str, str | None]:
-    """A spec, and its kind when live: ``--target qemu-user`` takes its program from TARGET; a
-    spec naming its target whole takes no program besides."""
+    """A spec, and its kind when live: ``--target qemu-user`` (or ``native``) takes its program from
+    TARGET; a spec naming its target whole takes no program besides.  A program's path is resolved
+    as TARGET's is (a bundled fixture's name works)."""
     scheme, sep, rest = spec.partition(":")
     if not sep:
-        if scheme != "qemu-user":
+        if scheme not in PROGRAM_KINDS:
             raise typer.BadParameter(f"{spec!r} is not a target spec; want {TARGET_SPECS}", param_hint="--target")
         if program is None:
-            raise typer.BadParameter("name the program: --target qemu-user:PROG (or kpsdk COMMAND PROG "
-                                     "--target qemu-user)", param_hint="--target")
+            raise typer.BadParameter(f"name the program: --target {scheme}:PROG (or kpsdk COMMAND PROG "
+                                     f"--target {scheme})", param_hint="--target")
         rest, program = program, None
     if program is not None:
         raise typer.BadParameter(f"both TARGET ({program}) and --target ({spec}) name the target: give one "
                                  "(gdb:// takes its symbols from --symbols)", param_hint="TARGET")
-    if scheme in ("qemu-user", "elf"):
+    if scheme in (*PROGRAM_KINDS, "elf"):
         rest = str(elf_path(rest))
     return f"{scheme}:{rest}", (scheme if scheme in LIVE_KINDS else None)
 

@@ -38,6 +38,7 @@ from rich.text import Text
 import kpsdk
 from kpsdk import fixtures
 from kpsdk.errors import KpsdkError, UnsupportedTargetError
+from kpsdk.fixtures.catalog import demo_names
 from kpsdk.probe import KPROBE_FLAG_DISABLED
 
 if TYPE_CHECKING:
@@ -45,9 +46,6 @@ if TYPE_CHECKING:
 
     from kpsdk.regs import PtRegs
     from kpsdk.session import Session
-
-#: The fixture architectures the demo shows when none are chosen.
-DEFAULT_ARCHS: tuple[str, ...] = ("x86_64", "i386", "arm", "thumb", "riscv64", "ppc64")
 
 #: The value the fault-injection handler writes into ``add``'s second argument.
 INJECTED = 40
@@ -259,13 +257,14 @@ def _demo_arch(arch: str, console: Console) -> ArchResult:
 
 
 def run_demo(archs: list[str] | tuple[str, ...] | None, console: Console) -> list[ArchResult]:
-    """Run the demo on ``archs`` (fixture names; default :data:`DEFAULT_ARCHS`) and print it.
+    """Run the demo on ``archs`` (fixture names; default: the fixtures the arch backends place
+    in the demo, in their order, :func:`kpsdk.fixtures.catalog.demo_names`) and print it.
 
     Returns one :class:`ArchResult` per architecture; the demo passed when
     every ``result.ok`` is true.
     """
     real_program = not archs  # the default demo ends with one of the machine's own programs
-    archs = list(archs or DEFAULT_ARCHS)
+    archs = list(archs or demo_names())
     results: list[ArchResult] = []
     console.print(Text.assemble(
         ("kpsdk demo", "bold"), ": Linux kprobes on programs run in Unicorn. ",

@@ -46,7 +46,8 @@ Trace a program or a kernel with ftrace probe definitions, as in /sys/kernel/tra
 
 [bold]TARGET[/bold] is a program to run in Unicorn (an ELF, or a bundled fixture: x86_64, i386,
 arm, thumb, riscv64, ppc64), or a target spec: qemu-user:PROG, qemu-system:ARCH (with
---kernel/--initrd/--append/--symbols), gdb://HOST:PORT (with --arch/--symbols), elf:PATH,
+--kernel/--initrd/--append/--symbols), gdb://HOST:PORT (with --arch/--symbols/--abi),
+native:PROG (PROG under gdbserver), pid:PID (a running process, left running), elf:PATH,
 unicorn:ARCH.  The target runs until it ends, --duration S, --count N or Ctrl-C.
 
 [bold]Definitions[/bold] (-e, repeatable; -f FILE for one a line, # comments):
@@ -167,7 +168,7 @@ def cmd_trace(
     pid: Annotated[int | None, typer.Option(
         "--pid", metavar="N", min=0, max=PID_MAX_LIMIT, rich_help_panel=OUTPUT_PANEL, show_default=False,
         help="Unicorn: the pid the prefix shows (default: the program's, 1000, as getpid() tells it; 1 with no "
-             "program).")] = None,
+             "program). To trace a running process, give TARGET pid:PID.")] = None,
     trigger: Annotated[list[str] | None, typer.Option(
         "--trigger", "-t", metavar="EVENT:CMD", rich_help_panel=EVENTS_PANEL,
         help="An event trigger, as written to events/GROUP/EVENT/trigger: 'myopen:hist:keys=common_pid:vals=hitcount' "

@@ -249,10 +249,11 @@ def _serve(cmd):
         if op == "a":
             always(int(rest, 16))
             return "v"
-        if op == "t":  # the stub's id of the hit's thread (qemu-user: the guest's thread id)
+        if op == "t":  # the stub's id of the hit's thread (the guest's or the process's thread id), its name
             thread = gdb.selected_thread()
             ptid = thread.ptid if thread is not None else (0, 0, 0)
-            return f"v {(ptid[1] or ptid[0]):x}"
+            name = (thread.name or "") if thread is not None else ""
+            return f"v {(ptid[1] or ptid[0]):x} {name.replace(' ', '_')}".rstrip()
         return "e unknown request " + op
     except (gdb.error, gdb.MemoryError, ValueError) as exc:
         return "e " + str(exc).replace("\n", " ")
@@ -382,9 +383,18 @@ class KpsdkBreakpoint(gdb.Breakpoint):
             self.rest()
 
 
+def forget():
+    """Delete every breakpoint and watchpoint of kpsdk's (called through MI, the CPU stopped,
+    before detaching from a process that goes on running)."""
+    for bp in list(_breakpoints.values()) + list(_watches.values()):
+        bp.delete()
+    _breakpoints.clear()
+    _watches.clear()
+
+
 #: what the host calls through MI (``python kpsdk_agent.insert(0x401000, 0)``)
 kpsdk_agent = types.SimpleNamespace(insert=insert, delete=delete, purge=purge, prefetch=prefetch,
-                                    only_when=only_when, always=always)
+                                    only_when=only_when, always=always, forget=forget)
 
 
 # -- watchpoints (kpsdk.targets.live.watch) ---------------------------------------------------

@@ -1,4 +1,5 @@
-"""Launchers for live targets: ``qemu-user:``, ``qemu-system:`` and ``gdb://``.
+"""Launchers for live targets: ``qemu-user:`` and ``qemu-system:`` (``gdb://`` is
+:mod:`kpsdk.targets.live.gdbremote`'s, ``native:`` and ``pid:`` :mod:`kpsdk.targets.live.gdbserver`'s).
 
 Each starts what it needs (QEMU with its gdbstub on a unix socket in a private
 temporary directory, :mod:`kpsdk.targets.live.sockdir`: nothing listens on the
@@ -17,9 +18,7 @@ with a TargetError that names it.
 from __future__ import annotations
 
 import contextlib
-import ipaddress
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -31,15 +30,14 @@ from typing import TYPE_CHECKING, Any
 
 from kpsdk import hookimpl
 from kpsdk.binfmt.files import read_regular
-from kpsdk.binfmt.linkmap import AT_ENTRY, LinkMap
 from kpsdk.binfmt.symbols import SymbolTable
 from kpsdk.errors import SymbolError, TargetError, ToolMissingError
 from kpsdk.options import STALL_LIMIT
-from kpsdk.target import MappedFile, TargetKind
+from kpsdk.target import TargetKind
 from kpsdk.targets.live.mi import check_text
 from kpsdk.targets.live.processes import reap
 from kpsdk.targets.live.sockdir import private_dir
-from kpsdk.targets.live.solibs import Libraries
+from kpsdk.targets.live.userstub import place_program
 
 if TYPE_CHECKING:
     from kpsdk.arch import Arch
@@ -160,7 +158,7 @@ def open_qemu_user(rest: str, registry: Registry, args: list[str] | tuple[str, .
     target.hw_watchpoints = False  # qemu-user's gdbstub answers Z2/Z3/Z4 as unsupported
     target.sysroot = root
     try:
-        _place(target, image, root, workdir)
+        place_program(target, image, root, workdir)
     except BaseException:
         target.close()
         raise
@@ -248,51 +246,6 @@ def _env_options(env: dict[str, str]) -> list[str]:
                               "non-empty text without '=', and neither may hold ',' (qemu-user's -E splits there)")
         options += ["-E", f"{key}={value}"]
     return options
-
-
-#: one line of gdb's ``info auxv``: ``9    AT_ENTRY    Entry point of program    0x4000001040``
-_AUXV_LINE = re.compile(r"^\s*(\d+)\s+\S+\s.*?\s(0x[0-9a-fA-F]+|\d+)(\s+\".*\")?\s*$", re.MULTILINE)
-#: how long the loader gets to map and relocate a program's libraries
-LOADER_TIMEOUT = 60.0
-
-
-def read_auxv(target: GdbTarget) -> dict[int, int]:
-    """The auxiliary vector the program started with, through gdb's ``info auxv`` (the
-    stub's ``qXfer:auxv:read``; the command takes nothing from the user)."""
-    text = target._mi().console_command("info auxv")
-    auxv = {int(m.group(1)): int(m.group(2), 0) for m in _AUXV_LINE.finditer(text)}
-    if AT_ENTRY not in auxv:
-        raise TargetError(f"cannot find where qemu-user loaded the program: gdb's 'info auxv' has no "
-                          f"AT_ENTRY ({text.strip()[:200]!r})")
-    return auxv
-
-
-def _place(target: GdbTarget, linked: ElfImage, sysroot: Path | None, cwd: Path) -> None:
-    """Say where qemu-user loaded the program and, for a dynamically linked one, its libraries.
-
-    A PIE's load bias comes from the auxiliary vector (``AT_PHDR`` against
-    ``PT_PHDR``, else ``AT_ENTRY`` against ``e_entry``); the image and its symbols
-    are moved by it.  A program with a loader is then run to its entry point, where
-    the loader has mapped and relocated the libraries, and they are read from its
-    link map (:class:`kpsdk.targets.live.solibs.Libraries`).
-    """
-    bias = 0
-    auxv: dict[int, int] = {}
-    if linked.kind == "ET_DYN" or linked.interp is not None:
-        auxv = read_auxv(target)
-        bias = LinkMap(target.read_memory, target.arch.word_size, target.arch.endian).program_bias(
-            auxv, linked.raw_entry)
-        target.image = linked.relocated(bias)
-        target.symbols = target.image.symbols
-    target._files = (MappedFile.of(linked, bias),)
-    if linked.interp is None:
-        return
-    entry = linked.entry + bias
-    if target.arch.has_thumb:
-        entry &= ~1
-    target.run_to(entry, LOADER_TIMEOUT)
-    target.libraries = Libraries(target, linked, bias, auxv, sysroot, cwd)
-    target.libraries.start()
 
 
 #: QEMU's accelerator for qemu-system targets: TCG with one thread for every vCPU (round-robin).
@@ -425,70 +378,16 @@ def with_console(append: str, console: str) -> str:
     return f"console={console} {append}".strip()
 
 
-def open_gdb(rest: str, registry: Registry, arch: str | None = None, symbols: str | None = None,
-             abi: str = "kernel", hardware_breakpoints: bool = False, stall_limit: float = STALL_LIMIT,
-             **options: Any) -> GdbTarget:
-    """``gdb://HOST:PORT``: attach to a gdbstub that is already running (not started, not killed by kpsdk)."""
-    from kpsdk.targets.live.target import GdbTarget
-
-    if options:
-        raise TargetError(f"gdb: unknown options {', '.join(options)}")
-    remote = parse_remote(rest)
-    table, image = load_symbols(symbols) if symbols else (SymbolTable(), None)
-    if arch is None:
-        if image is None:
-            raise TargetError("gdb:// needs arch=... (or symbols= an ELF file to read it from)")
-        the_arch = registry.archs.by_elf(image.machine, image.elf_class, image.endian)
-    else:
-        the_arch = registry.arch(arch)
-    _need("gdb-multiarch", "gdb-multiarch")
-    target = GdbTarget(the_arch, remote, abi_kind=abi, symbols=table, image=image,
-                       hardware_breakpoints=hardware_breakpoints, stall_limit=stall_limit)
-    if abi == "kernel":
-        target.kernel_image = symbols  # a vmlinux or vmlinuz has the BTF the trace prefix reads
-    return target
-
-
-_PORT = re.compile(r"[0-9]{1,5}")
-_HOST_LABEL = re.compile(r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
-
-
-def parse_remote(rest: str) -> str:
-    """``gdb://HOST:PORT``'s remote, checked to be exactly that, as gdb's ``target remote`` takes it.
-
-    HOST is a host name, an IPv4 address or a bracketed IPv6 address (no
-    ``%zone``); PORT is 1-65535.  Anything else is refused: gdb would run
-    ``|cmd`` in a shell, and a line break would end gdb's command.
-    """
-    spec = rest.removeprefix("//")
-    host, sep, port = spec.rpartition(":")
-    if not sep or not _PORT.fullmatch(port) or not 1 <= int(port) <= 65535 or not _plain_host(host):
-        raise TargetError(f"gdb:// wants HOST:PORT, not {spec!r} (HOST: a host name, an IPv4 address or an "
-                          "[IPv6] address; PORT: 1-65535)")
-    return f"{host}:{int(port)}"
-
-
-def _plain_host(host: str) -> bool:
-    if host.startswith("[") and host.endswith("]"):
-        try:
-            ipaddress.IPv6Address(host[1:-1])
-        except ValueError:
-            return False
-        return "%" not in host
-    if re.fullmatch(r"[0-9.]+", host):
-        try:
-            ipaddress.IPv4Address(host)
-        except ValueError:
-            return False
-        return True
-    labels = host.removesuffix(".").split(".")
-    return len(host) <= 253 and all(_HOST_LABEL.fullmatch(label) for label in labels)
-
-
 @hookimpl
 def kpsdk_targets() -> list[TargetKind]:
+    from kpsdk.targets.live.gdbremote import open_gdb
+    from kpsdk.targets.live.gdbserver import open_native, open_pid
+
     return [
         TargetKind("qemu-user", open_qemu_user, "a program under qemu-user, through gdb (qemu-user:PROG)"),
         TargetKind("qemu-system", open_qemu_system, "a kernel booted in qemu-system, through gdb (qemu-system:ARCH)"),
-        TargetKind("gdb", open_gdb, "an existing gdbstub (gdb://HOST:PORT)"),
+        TargetKind("gdb", open_gdb, "an existing gdbstub (gdb://HOST:PORT): a process behind gdbserver, a kernel, "
+                   "a board"),
+        TargetKind("native", open_native, "a program run natively under gdbserver (native:PROG)"),
+        TargetKind("pid", open_pid, "a running process, attached with gdbserver --attach (pid:PID)"),
     ]

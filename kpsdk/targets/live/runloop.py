@@ -125,6 +125,7 @@ class RunLoop(LiveState):
     def _resume(self, command: str) -> None:
         self._io.cache.clear()
         self._regs._reset(None)
+        self.running_now = True
         try:
             self._mi().command(command)
         except GdbError as exc:
@@ -139,6 +140,7 @@ class RunLoop(LiveState):
         while mi.events:
             record = mi.events.popleft()
             if record["message"] == "stopped":
+                self.running_now = False
                 return record.get("payload") or {}
         return None
 

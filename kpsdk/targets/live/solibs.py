@@ -1,4 +1,4 @@
-"""Which ELF objects a program under qemu-user has mapped, kept up to date while it runs.
+"""Which ELF objects a program behind a user-space stub has mapped, kept up to date while it runs.
 
 gdb's own shared-library machinery is not used: on x86 qemu-user it lists no library
 at all (QEMU's target description lacks ``org.gnu.gdb.i386.linux``, so gdb never sets
@@ -108,14 +108,18 @@ class Libraries:
         except (SymbolError, TargetError):
             return 0
 
-    def start(self) -> None:
-        """Read the list as the loader left it at the program's entry, and stop on every
-        later change (a breakpoint on ``r_brk``)."""
+    def start(self, listed: list[tuple[int, str]] | None = None) -> None:
+        """Read the list as the loader left it (at the program's entry, or in a running
+        process), and stop on every later change (a breakpoint on ``r_brk``).
+
+        ``listed``: the entries and their names as the stub gave them
+        (``qXfer:libraries-svr4``, :func:`kpsdk.targets.live.userstub.svr4_objects`): no
+        name is read from memory then."""
         self.r_debug = self._find_r_debug()
         if not self.r_debug:
             self.target._files = (self.main,)
             return
-        self.refresh(emit=False)
+        self.refresh(emit=False, listed=listed)
         self._watch_exec()
         brk = self._code_address(self.map.r_debug(self.r_debug).brk)
         if brk is not None:
@@ -182,11 +186,14 @@ class Libraries:
         if debug.state == RT_CONSISTENT:
             self.refresh(emit=True, debug=debug)
 
-    def refresh(self, emit: bool, debug: RDebug | None = None) -> None:
-        """Walk the list, update the target's files and symbols, fire the events for the difference."""
-        debug = debug or self.map.r_debug(self.r_debug)
+    def refresh(self, emit: bool, debug: RDebug | None = None, listed: list[tuple[int, str]] | None = None) -> None:
+        """Walk the list (or take the stub's, ``listed``), update the target's files and
+        symbols, fire the events for the difference."""
         now: dict[tuple[int, int, int, int], MappedFile | None] = {}
-        entries = self.map.objects(debug.map, self._names)
+        if listed is not None:
+            entries = [self.map.entry(node, name=name)[0] for node, name in listed]
+        else:
+            entries = self.map.objects((debug or self.map.r_debug(self.r_debug)).map, self._names)
         for entry in entries:
             key = entry.key
             now[key] = self.known[key] if key in self.known else self._mapped(entry, first=not now)

@@ -50,7 +50,8 @@ class LiveState(Target):
     def __init__(self, arch: Arch, *, abi_kind: str = "user", symbols: SymbolTable | None = None,
                  image: ElfImage | None = None, processes: list[subprocess.Popen[bytes]] | None = None,
                  interrupt: Callable[[], None] | None = None, hardware_breakpoints: bool = False,
-                 cleanup: Callable[[], None] | None = None) -> None:
+                 cleanup: Callable[[], None] | None = None, real_traps: bool = False,
+                 link: AgentLink | None = None) -> None:
         self.stall_limit = STALL_LIMIT
         self.arch = arch
         self.abi_kind = abi_kind
@@ -60,7 +61,11 @@ class LiveState(Target):
         self.processes = processes or []
         self._interrupt_fn = interrupt
         self._cleanup = cleanup
-        self.hardware = hardware_breakpoints or arch.gdb_break_adjusts_pc
+        #: a ptrace stub (gdbserver) plants real trap instructions and reports the pc as the
+        #: CPU left it, which gdb's pc adjustment expects: software breakpoints are right on
+        #: every arch there (and x86 has only four debug registers)
+        self.real_traps = real_traps
+        self.hardware = hardware_breakpoints or (arch.gdb_break_adjusts_pc and not real_traps)
         self.in_hit = False
         self.closed = False
         self._exit_status: int | None = None
@@ -89,7 +94,7 @@ class LiveState(Target):
         self._clock: SchedClock | None = None
         #: why the guest's clock is not read (the trace header says it)
         self.clock_error: str | None = None
-        self._tids: dict[int, int] = {}  # gdb's thread number -> the stub's thread id (qemu-user)
+        self._tids: dict[int, tuple[int, str]] = {}  # gdb's thread number -> the stub's thread id, its name
         # -- breakpoints (kpsdk.targets.live.breakpoints)
         self._return_bps: dict[int, int] = {}  # return address -> hooked calls returning there
         self._dormant = False  # breakpoints removed during a hit wait for a purge
@@ -104,8 +109,12 @@ class LiveState(Target):
         #: the program's libraries (qemu-user, dynamically linked programs), and where they are looked up
         self.libraries: Libraries | None = None
         self.sysroot: Path | None = None
-        self.link = AgentLink()
+        self.link = link if link is not None else AgentLink()
         self.mi: MiConnection | None = None
+        #: the process on this machine the stub serves (native:, pid:), else None
+        self.process_id: int | None = None
+        #: the target is running (resumed, its stop not seen yet): closing must halt it first
+        self.running_now = False
         #: QEMU's processes: their output (``console``), whether one is stopped, their end
         self._procs = Processes(self.processes)
         self._stalls = StallWatch(self._procs)

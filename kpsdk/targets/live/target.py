@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import atexit
 import math
+import re
 import subprocess
 import weakref
 from collections.abc import Callable
@@ -49,14 +50,19 @@ from typing import TYPE_CHECKING
 
 from kpsdk.arch import Arch
 from kpsdk.binfmt.symbols import SymbolTable
-from kpsdk.errors import TargetError
+from kpsdk.errors import TargetError, TargetFault
+from kpsdk.regs import PtRegs
+from kpsdk.targets.live.agentlink import AgentLink
 from kpsdk.targets.live.breakpoints import LiveBreakpoints
-from kpsdk.targets.live.connect import attach, check_gdb_words
+from kpsdk.targets.live.connect import check_gdb_words, finish_attach, select_remote
+from kpsdk.targets.live.detach import Detach
 from kpsdk.targets.live.hits import HitDispatch
 from kpsdk.targets.live.limits import HALT_TIMEOUT, POLL_SECONDS, STALL_LIMIT
 from kpsdk.targets.live.memory import LiveMemory
 from kpsdk.targets.live.mi import MiConnection
+from kpsdk.targets.live.processes import reap
 from kpsdk.targets.live.runloop import RunLoop
+from kpsdk.targets.live.step import LiveStep
 from kpsdk.targets.live.traceprefix import TracePrefix
 from kpsdk.targets.live.watch import LiveWatch
 
@@ -68,6 +74,10 @@ if TYPE_CHECKING:
 __all__ = ["GdbTarget", "HALT_TIMEOUT", "POLL_SECONDS", "STALL_LIMIT"]
 
 _open_targets: weakref.WeakSet[GdbTarget] = weakref.WeakSet()
+#: the lines gdbserver itself writes to the stream it shares with the program's stderr
+_GDBSERVER_SAID = re.compile(r"\n?^(Remote debugging from host [^\n]*|Child exited with status \d+|"
+                             r"Child terminated with signal [^\n]*|Detaching from process \d+|"
+                             r"Process [^\n]* created; pid = \d+|Listening on port \d+)\n", re.MULTILINE)
 
 
 @atexit.register
@@ -85,32 +95,87 @@ class GdbTarget(HitDispatch, RunLoop, LiveBreakpoints, LiveMemory, TracePrefix):
     This class connects them to gdb and closes everything.
     """
 
-    def __init__(self, arch: Arch, remote: str, *, abi_kind: str = "user", symbols: SymbolTable | None = None,
-                 image: ElfImage | None = None, processes: list[subprocess.Popen[bytes]] | None = None,
+    def __init__(self, arch: Arch | Callable[[MiConnection], Arch], remote: str, *, abi_kind: str = "user",
+                 symbols: SymbolTable | None = None, image: ElfImage | None = None,
+                 processes: list[subprocess.Popen[bytes]] | None = None,
                  interrupt: Callable[[], None] | None = None, hardware_breakpoints: bool = False,
-                 cleanup: Callable[[], None] | None = None, stall_limit: float = STALL_LIMIT) -> None:
+                 cleanup: Callable[[], None] | None = None, stall_limit: float = STALL_LIMIT,
+                 real_traps: bool = False, files: bool = True, detach: Detach | None = None) -> None:
+        """``arch``: the architecture, or a function that tells it from gdb once attached (a
+        stub nobody named the program of).  ``files=False``: gdb reads no file by itself
+        (:func:`~kpsdk.targets.live.connect.select_remote`).  ``detach``: leave the process
+        running when the session closes (``pid:``), every trap checked gone."""
+        link = AgentLink()
+        mi: MiConnection | None = None
+        if not isinstance(arch, Arch):
+            try:  # attached before the parts exist: they are made for the architecture the stub says
+                check_gdb_words(None, remote)
+                mi = self._start_gdb(link)
+                select_remote(mi, None, None, image, remote, files=files)
+                arch = arch(mi)
+            except BaseException:
+                if mi is not None:
+                    mi.close()
+                link.close()
+                for proc in processes or []:
+                    reap(proc)
+                if cleanup is not None:
+                    cleanup()
+                raise
         super().__init__(arch, abi_kind=abi_kind, symbols=symbols, image=image, processes=processes,
-                         interrupt=interrupt, hardware_breakpoints=hardware_breakpoints, cleanup=cleanup)
+                         interrupt=interrupt, hardware_breakpoints=hardware_breakpoints, cleanup=cleanup,
+                         real_traps=real_traps, link=link)
+        self.mi = mi
+        self._detach = detach
         _open_targets.add(self)
         try:  # from here on a failure reaps what the launcher started
             self.stall_limit = self.link.request_timeout = _positive_seconds(stall_limit, "stall_limit")
-            self._connect(remote)
+            self._connect(remote, files)
         except BaseException:
             self.close()
             raise
 
-    def _connect(self, remote: str) -> None:
+    def reconfigure(self, abi_kind: str, hardware: bool, real_traps: bool) -> None:
+        """Say what the stub is, once gdb has asked it (``gdb://``): a user process or not,
+        breakpoints by hardware or not, real trap instructions or QEMU's.  Before any probe."""
+        self.abi_kind, self.real_traps = abi_kind, real_traps
+        self.hardware = hardware or (self.arch.gdb_break_adjusts_pc and not real_traps)
+        self._regs = PtRegs.create(self.arch, self._io, self.arch.abi(abi_kind), self.read_memory)
+        self._steps = LiveStep(self.arch, self.hardware)
+
+    @staticmethod
+    def _start_gdb(link: AgentLink) -> MiConnection:
+        mi = MiConnection(pass_fds=(link.peer.fileno(),), env={"KPSDK_AGENT_FD": str(link.peer.fileno())})
+        link.peer.close()
+        return mi
+
+    def _connect(self, remote: str, files: bool = True) -> None:
         check_gdb_words(self.arch, remote)
-        self.mi = MiConnection(pass_fds=(self.link.peer.fileno(),),
-                               env={"KPSDK_AGENT_FD": str(self.link.peer.fileno())})
-        self.link.peer.close()
-        self._reg_numbers = attach(self.mi, self.arch, self.abi_kind, self.image, remote, self.stall_limit)
+        if self.mi is None:
+            self.mi = self._start_gdb(self.link)
+            select_remote(self.mi, self.arch, self.abi_kind, self.image, remote, files=files)
+        self._reg_numbers = finish_attach(self.mi, self.stall_limit)
+
+    def _insert_breakpoint(self, addr: int) -> None:
+        if self._detach is not None and addr not in self._detach.original:
+            self._detach.original[addr] = self._original_code(addr)
+        super()._insert_breakpoint(addr)
+
+    def _original_code(self, addr: int) -> bytes:
+        """The code at ``addr`` before kpsdk's breakpoint, compared after the detach (the stub
+        shows memory without its own breakpoints, so this is the program's)."""
+        try:
+            return self.read_memory(addr, 4)
+        except TargetFault:
+            return self.read_memory(addr, 1)
 
     @property
     def console(self) -> str:
-        """What QEMU printed so far, including what it wrote just before it stopped."""
+        """What QEMU printed so far, including what it wrote just before it stopped (under
+        gdbserver: the program's output, without gdbserver's own messages)."""
         self._procs.settle()
-        return self._procs.output.decode("utf-8", "replace")
+        text = self._procs.output.decode("utf-8", "replace")
+        return _GDBSERVER_SAID.sub("", text) if self.real_traps else text
 
     @property
     def console_bytes(self) -> bytes:
@@ -142,16 +207,25 @@ class GdbTarget(HitDispatch, RunLoop, LiveBreakpoints, LiveMemory, TracePrefix):
         """Disconnect and reap gdb and every process this target started."""
         if self.closed:
             return
+        if self._detach is not None and not self._detach.left and self.mi is not None:
+            self._detach.left = True
+            self._detach.leave(self)  # the target still open: it may have to be halted first
+            if self.closed:  # leaving failed so badly that the session was abandoned
+                raise TargetError(self._detach.error or "detaching failed: the session was abandoned")
         self.closed = True
         _open_targets.discard(self)
         try:
             if self.mi is not None:
                 self.mi.close()
         finally:
+            if self._detach is not None:
+                self._procs.drain()  # gdbserver ends by itself once detached and disconnected
             self._procs.reap()
             self.link.close()
             if self._cleanup is not None:
                 self._cleanup()
+        if self._detach is not None and self._detach.error is not None:
+            raise TargetError(self._detach.error)
 
 
 def _positive_seconds(value: object, name: str) -> float:

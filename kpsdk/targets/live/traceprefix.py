@@ -1,6 +1,7 @@
 """A live target's answers for the trace prefix: the hit's task, its CPU, its timestamp.
 
-User programs: the program's file name and the thread id gdb's stub reports.  Kernels:
+User programs: the thread's name as the stub reports it (gdbserver: the thread's comm),
+else the program's file name, and the thread id gdb's stub reports.  Kernels:
 ``current``'s comm and pid, found through the kernel's BTF or, without BTF, from the
 kernel's own code read at the first hit (:mod:`kpsdk.kernel.tasks`,
 :mod:`kpsdk.kernel.taskcode`); the vCPU is gdb's thread; the timestamp is the guest
@@ -97,8 +98,9 @@ class TracePrefix(LiveState):
         from kpsdk.kernel.tasks import UNKNOWN_COMM, TaskInfo, lat_flags, program_comm
 
         if self.abi_kind != "kernel":
-            comm = program_comm(self.image.path) if self.image is not None else UNKNOWN_COMM
-            return TaskInfo(comm, self._thread_id())
+            tid, name = self._thread_id()
+            comm = name or (program_comm(self.image.path) if self.image is not None else UNKNOWN_COMM)
+            return TaskInfo(comm, tid)
         cpu = max(self._thread - 1, 0)  # qemu-system: gdb's threads are the vCPUs, in order
         tasks = self.arch.kernel_tasks
         if tasks is None:
@@ -124,9 +126,14 @@ class TracePrefix(LiveState):
         known = self.arch.by_name.get(name)
         return known if known is not None else Register(name, self.arch.word_size, None, name)
 
-    def _thread_id(self) -> int:
-        """The stub's id of the hit's thread (qemu-user: the guest's thread id), asked once per thread."""
-        tid = self._tids.get(self._thread)
-        if tid is None:
-            tid = self._tids[self._thread] = int(self.link.request("t"), 16) if self.in_hit else self._thread
-        return tid
+    def _thread_id(self) -> tuple[int, str]:
+        """The stub's id of the hit's thread (the guest's or the process's thread id) and the
+        name the stub gives it (gdbserver: the thread's comm, ``""`` where the stub names none),
+        asked once per thread."""
+        known = self._tids.get(self._thread)
+        if known is None:
+            if not self.in_hit:
+                return self._thread, ""
+            tid, _, name = self.link.request("t").partition(" ")
+            known = self._tids[self._thread] = (int(tid, 16), name[:15])
+        return known

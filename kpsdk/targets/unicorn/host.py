@@ -1,10 +1,13 @@
 """What the Unicorn target's engines may use of it: the one interface between
 :class:`~kpsdk.targets.unicorn.target.UnicornTarget` and :mod:`kpsdk.targets.unicorn.watch`
-(watchpoints) and :mod:`kpsdk.targets.unicorn.detour` (kretprobe detours).
+(watchpoints) and :mod:`kpsdk.targets.unicorn.detour` (kretprobe detours), and, with
+:class:`LinuxHost`, :mod:`kpsdk.targets.unicorn.linux` (the process a program runs in).
 
 Both engines run inside the target's hooks and share its engine, its hit
-registers and its area for code; this Protocol names exactly what they may
-touch, so the target's private state can change without them.
+registers and its area for code; :class:`UnicornHost` names exactly what they may
+touch, so the target's private state can change without them.  The Linux layer
+builds the process into a loaded target (the loader, its console, the objects
+mapped): :class:`LinuxHost` adds those, for it alone.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from typing import TYPE_CHECKING, Protocol
 if TYPE_CHECKING:
     import mmap
     import struct
+    from pathlib import Path
 
     import unicorn
 
@@ -24,6 +28,7 @@ if TYPE_CHECKING:
     from kpsdk.probe import Probe
     from kpsdk.regs import PtRegs
     from kpsdk.rethook import ShadowStacks
+    from kpsdk.target import MappedFile
     from kpsdk.targets.unicorn.fast import FastHooks, FastRegs
     from kpsdk.targets.unicorn.step import SoftStep
 
@@ -102,3 +107,28 @@ class UnicornHost(Protocol):
 
     def on_detour_slow(self, handle: int, addr: int, size: int, user: int) -> None:
         """The code hook of a detour's slow path (a normal hit of the entry's probe)."""
+
+
+class LinuxHost(UnicornHost, Protocol):
+    """The Unicorn target as its Linux layer sees it: a loaded program (and its loader) to make a
+    process of, and the objects mapped, which the layer adds to as ld.so maps libraries."""
+
+    #: where the run starts (the program's entry, or its PT_INTERP loader's)
+    entry: int | None
+    #: the directory the program sees as ``/`` (kpsdk.binfmt.filelocation looks names up there)
+    sysroot: Path | None
+    #: what the program writes to its standard output and error
+    _console: bytearray
+    #: the objects mapped, the program first (what ``mapped_files()`` returns)
+    _files: tuple[MappedFile, ...]
+    @property
+    def pending_libraries(self) -> list[MappedFile]:
+        """Libraries ld.so is mapping, announced at its first system call past their mappings."""
+
+    def map(self, addr: int, size: int, perms: str = "rwx", host: bool | None = None) -> mmap.mmap | None:
+        """Map ``[addr, addr + size)`` with ``perms``."""
+
+    def mapped_files(self) -> list[MappedFile]: ...
+
+    def unmapping(self, start: int, end: int) -> None:
+        """The program is about to unmap ``[start, end)``: the objects there leave (and plugins hear)."""

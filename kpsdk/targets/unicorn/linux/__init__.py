@@ -5,12 +5,14 @@ The parts, one job each:
 * :mod:`.stack`: the initial stack (argc, argv, envp, the auxiliary vector);
 * :mod:`.memory`: the address space (``brk``, ``mmap`` and friends);
 * :mod:`.files`: the read-only sysroot and the file descriptors;
-* :mod:`.structs`: the structures calls fill;
-* :mod:`.syscalls`: the calls, by name.
+* :mod:`.structs`: the structures calls fill; :mod:`.procfs`: the files of its own /proc;
+* :mod:`.calls`: the calls, one module per subsystem, each handler marked with its call's
+  name and strace signature;
+* :mod:`.syscalls`: :class:`LinuxProcess`, which combines them, and the dispatch by number.
 
 :func:`check_options` checks what the user passed (``args``, ``env``, ``stdin``,
 ``sysroot``, ``cwd``) before anything is mapped; :func:`start_process` builds
-the process on a loaded :class:`~kpsdk.targets.unicorn.target.UnicornTarget`.
+the process on a loaded Unicorn target (seen as :class:`~kpsdk.targets.unicorn.host.LinuxHost`).
 A dynamically linked program starts in its ``PT_INTERP`` loader, mapped from the
 sysroot (:func:`load_interpreter`); ld.so maps the libraries itself.  What is not
 emulated (yet): signal delivery, threads, ``fork``/``exec``, writes to files
@@ -34,7 +36,7 @@ from kpsdk.targets.unicorn.linux.syscalls import PID, LinuxProcess
 
 if TYPE_CHECKING:
     from kpsdk.binfmt.elfimage import ElfImage
-    from kpsdk.targets.unicorn.target import UnicornTarget
+    from kpsdk.targets.unicorn.host import LinuxHost
 
 __all__ = ["LinuxProcess", "ProcessOptions", "check_options", "start_process"]
 
@@ -103,7 +105,7 @@ def check_options(args: Sequence[str] | None, env: Mapping[str, str] | None, std
     return ProcessOptions(checked_args, tuple(checked_env), bytes(stdin), root, os.path.normpath(cwd))
 
 
-def default_sysroot(target: UnicornTarget) -> Path | None:
+def default_sysroot(target: LinuxHost) -> Path | None:
     """The root a program sees when none is given: its arch's Debian cross sysroot where it is
     installed (``/usr/TRIPLE``), else an empty tree: never the host's own ``/`` unless asked."""
     linux = target.arch.syscalls.linux if target.arch.syscalls else None
@@ -112,7 +114,7 @@ def default_sysroot(target: UnicornTarget) -> Path | None:
     return None
 
 
-def start_process(target: UnicornTarget, image: ElfImage, program: str, options: ProcessOptions,
+def start_process(target: LinuxHost, image: ElfImage, program: str, options: ProcessOptions,
                   stack_top: int, reserved: list[tuple[int, int]]) -> LinuxProcess:
     """Make ``target`` (``image`` loaded, kpsdk's area and the stack mapped) the process
     that ``execve(program, args, env)`` would start; its stack pointer is set."""
@@ -154,7 +156,7 @@ def start_process(target: UnicornTarget, image: ElfImage, program: str, options:
     return process
 
 
-def load_interpreter(target: UnicornTarget, image: ElfImage, root: Sysroot, space: AddressSpace) -> tuple[int, int]:
+def load_interpreter(target: LinuxHost, image: ElfImage, root: Sysroot, space: AddressSpace) -> tuple[int, int]:
     """Map ``image``'s PT_INTERP (the dynamic loader) from the sysroot, as Linux's
     load_elf_binary does: at a free base (an ET_DYN), its segments' bytes copied in.
     Returns its base (AT_BASE) and entry point, where the process starts; the loader then
@@ -162,7 +164,7 @@ def load_interpreter(target: UnicornTarget, image: ElfImage, root: Sysroot, spac
     from kpsdk.binfmt.elfimage import load_elf
     from kpsdk.target import MappedFile
     from kpsdk.targets.unicorn.linux.files import _GuestErrno
-    from kpsdk.targets.unicorn.target import load_mappings
+    from kpsdk.targets.unicorn.loader import load_mappings
 
     assert image.interp is not None
     where = f"{image.path} is dynamically linked: its interpreter {image.interp}"
@@ -197,7 +199,7 @@ def load_interpreter(target: UnicornTarget, image: ElfImage, root: Sysroot, spac
     return base, placed.entry
 
 
-def library_mapped(target: UnicornTarget, host: Path, at: int, offset: int) -> None:
+def library_mapped(target: LinuxHost, host: Path, at: int, offset: int) -> None:
     """A file's start was mapped at ``at`` (ld.so maps a library's first segment, file offset 0,
     where its whole span goes): when it is an ELF object, plugins hear ``kpsdk_library_loaded``
     with its host path and load bias (the address minus its first PT_LOAD's) once its
@@ -223,6 +225,6 @@ def library_mapped(target: UnicornTarget, host: Path, at: int, offset: int) -> N
     mapped = MappedFile.of(image, at - (image.segments[0].vaddr & ~(PAGE - 1)))
     # Announced once its segments are in place, not now: ld.so maps the file's whole span
     # read-only first and then each segment over it with its own protection, so a uprobe
-    # armed at this point would find its code not yet executable (UnicornTarget._syscall
+    # armed at this point would find its code not yet executable (SyscallGlue.syscall
     # announces it at the first system call that is not one of that mapping's).
     target.pending_libraries.append(mapped)

@@ -21,6 +21,8 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from kpsdk.targets.unicorn.linux.files import _GuestErrno
+
 if TYPE_CHECKING:
     from kpsdk.targets.unicorn.linux.tasks import Task
 
@@ -34,14 +36,6 @@ FUTEX_BITSET_MATCH_ANY = 0xFFFFFFFF
 FUTEX_WAITERS, FUTEX_OWNER_DIED, FUTEX_TID_MASK = 0x80000000, 0x40000000, 0x3FFFFFFF
 #: entries of a robust list walked at most (ROBUST_LIST_LIMIT)
 ROBUST_LIST_LIMIT = 2048
-
-
-class GuestError(Exception):
-    """A futex operation fails with ``errno`` (turned into ``-errno`` by the caller)."""
-
-    def __init__(self, code: int) -> None:
-        super().__init__(code)
-        self.errno = code
 
 
 @dataclass(eq=False)
@@ -62,7 +56,7 @@ class FutexTable:
     def wait(self, task: Task, key: Hashable, bitset: int = FUTEX_BITSET_MATCH_ANY) -> None:
         """``task`` sleeps on ``key`` (the caller raises Block once this is done)."""
         if not bitset:
-            raise GuestError(errno.EINVAL)
+            raise _GuestErrno(errno.EINVAL)
         self.cancel(task)
         waiter = Waiter(task, key, bitset)
         self._waiters.setdefault(key, []).append(waiter)
@@ -85,7 +79,7 @@ class FutexTable:
     def wake(self, key: Hashable, count: int, bitset: int = FUTEX_BITSET_MATCH_ANY) -> int:
         """Wake up to ``count`` waiters of ``key`` whose bitset meets ``bitset``; how many."""
         if not bitset:
-            raise GuestError(errno.EINVAL)
+            raise _GuestErrno(errno.EINVAL)
         queue = self._waiters.get(key)
         if not queue or count <= 0:
             return 0
@@ -128,7 +122,7 @@ def wake_op(oparg_word: int, old: int) -> tuple[int, bool]:
         cmparg -= 0x1000
     if (oparg_word >> 28) & 8:  # FUTEX_OP_OPARG_SHIFT
         if not 0 <= oparg <= 31:
-            raise GuestError(errno.EINVAL)
+            raise _GuestErrno(errno.EINVAL)
         oparg = 1 << oparg
     if op == 0:  # SET
         new = oparg
@@ -141,7 +135,7 @@ def wake_op(oparg_word: int, old: int) -> tuple[int, bool]:
     elif op == 4:  # XOR
         new = old ^ oparg
     else:
-        raise GuestError(errno.ENOSYS)
+        raise _GuestErrno(errno.ENOSYS)
     signed_old = old - (1 << 32) if old & 0x80000000 else old
     if cmp == 0:
         holds = signed_old == cmparg
@@ -156,7 +150,7 @@ def wake_op(oparg_word: int, old: int) -> tuple[int, bool]:
     elif cmp == 5:
         holds = signed_old >= cmparg
     else:
-        raise GuestError(errno.ENOSYS)
+        raise _GuestErrno(errno.ENOSYS)
     return new & 0xFFFFFFFF, holds
 
 

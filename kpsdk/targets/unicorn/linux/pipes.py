@@ -7,7 +7,7 @@ write of at most ``PIPE_BUF`` bytes is atomic (all of it or, without room, none:
 a longer one writes what fits and waits for the rest, keeping what it wrote in the task's
 progress so that a signal ending the wait returns the part written, as Linux does.  A read
 of an empty pipe blocks while a writer exists and returns 0 (end of file) once none does;
-a write with no reader left is EPIPE and raises SIGPIPE in the writer (:class:`BrokenPipe`
+a write with no reader left is EPIPE and raises SIGPIPE in the writer (:class:`_BrokenPipe`
 tells the caller to send it).
 """
 
@@ -16,7 +16,8 @@ from __future__ import annotations
 import errno
 from typing import TYPE_CHECKING
 
-from kpsdk.targets.unicorn.linux.waits import Block, WaitQueue
+from kpsdk.targets.unicorn.linux.files import _GuestErrno
+from kpsdk.targets.unicorn.linux.waits import WaitQueue, _Block
 
 if TYPE_CHECKING:
     from kpsdk.targets.unicorn.linux.tasks import Task
@@ -29,16 +30,8 @@ PIPE_BUF = 4096
 PIPE_MIN, PIPE_MAX = 4096, 1 << 20
 
 
-class BrokenPipe(Exception):  # noqa: N818 - control flow: the caller sends SIGPIPE and returns EPIPE
+class _BrokenPipe(Exception):  # noqa: N818 - control flow: the caller sends SIGPIPE and returns EPIPE
     """A write found no reader."""
-
-
-class PipeErrno(Exception):
-    """A pipe operation fails with ``errno``."""
-
-    def __init__(self, code: int) -> None:
-        super().__init__(code)
-        self.errno = code
 
 
 class Pipe:
@@ -75,16 +68,16 @@ class Pipe:
     # -- reading and writing ------------------------------------------------------------------
 
     def read(self, count: int, nonblock: bool) -> bytes:
-        """Up to ``count`` bytes; b"" at the end of the file.  Raises :class:`Block` when it must
-        wait, :class:`PipeErrno` (EAGAIN) when it may not."""
+        """Up to ``count`` bytes; b"" at the end of the file.  Raises :class:`~.waits._Block` when it must
+        wait, :class:`~.files._GuestErrno` (EAGAIN) when it may not."""
         if count <= 0:
             return b""
         if not self.data:
             if not self.writers:
                 return b""
             if nonblock:
-                raise PipeErrno(errno.EAGAIN)
-            raise Block([self.readable])
+                raise _GuestErrno(errno.EAGAIN)
+            raise _Block([self.readable])
         out = bytes(self.data[:count])
         del self.data[:count]
         self.writable.wake()
@@ -94,8 +87,8 @@ class Pipe:
         """Write ``data`` (the whole of it unless non-blocking); how many bytes went in.
 
         A blocking write that fills the pipe keeps its progress in ``task.progress`` and raises
-        :class:`Block`; run again (woken) with the same ``data`` it goes on where it stopped.
-        Raises :class:`BrokenPipe` without a reader (after any part written is counted: the
+        :class:`~.waits._Block`; run again (woken) with the same ``data`` it goes on where it stopped.
+        Raises :class:`_BrokenPipe` without a reader (after any part written is counted: the
         caller returns that part, or EPIPE when it is nothing)."""
         done = task.progress if isinstance(task.progress, int) else 0
         while done < len(data):
@@ -103,7 +96,7 @@ class Pipe:
                 task.progress = None
                 if done:
                     return done
-                raise BrokenPipe()
+                raise _BrokenPipe()
             room = self.capacity - len(self.data)
             rest = len(data) - done
             if room <= 0 or (rest <= PIPE_BUF and room < rest):
@@ -111,9 +104,9 @@ class Pipe:
                     task.progress = None
                     if done:
                         return done
-                    raise PipeErrno(errno.EAGAIN)
+                    raise _GuestErrno(errno.EAGAIN)
                 task.progress = done
-                raise Block([self.writable])
+                raise _Block([self.writable])
             take = min(room, rest)
             self.data += data[done:done + take]
             done += take
@@ -127,11 +120,11 @@ class Pipe:
         """``F_SETPIPE_SZ``: round up to a power of two within Linux's bounds; EBUSY when the
         pipe holds more than that, EPERM above the unprivileged limit."""
         if size > PIPE_MAX:
-            raise PipeErrno(errno.EPERM)
+            raise _GuestErrno(errno.EPERM)
         size = max(size, PIPE_MIN)
         size = 1 << (size - 1).bit_length()
         if len(self.data) > size:
-            raise PipeErrno(errno.EBUSY)
+            raise _GuestErrno(errno.EBUSY)
         self.capacity = size
         self.writable.wake()
         return size

@@ -2,13 +2,13 @@
 
 One host thread runs every emulated task, so a call never sleeps: a handler that must wait
 (a read of an empty pipe, ``futex(WAIT)``, ``wait4`` with live children, ``nanosleep``)
-raises :class:`Block` naming the :class:`WaitQueue` objects whose change could let it finish
+raises :class:`_Block` naming the :class:`WaitQueue` objects whose change could let it finish
 and, for a timed wait, a deadline on the scheduler's clock.  The kernel
 (:mod:`.kernel`) then parks the task with its call pending, its registers as they were at
 the system call instruction's end (no result written: the arguments are still in their
 registers), and runs another task.  When a queue is woken, or the deadline passes, or a
 signal arrives, the task becomes runnable and its handler runs *again* with the same
-arguments: handlers are written so that everything they do before raising ``Block`` can
+arguments: handlers are written so that everything they do before raising ``_Block`` can
 be done twice (they check, then act).  A handler that made progress before blocking (a
 pipe write that filled the pipe half way) keeps it in :attr:`Task.progress
 <kpsdk.targets.unicorn.linux.tasks.Task.progress>`.
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from kpsdk.targets.unicorn.linux.tasks import Task
 
 
-class Block(Exception):  # noqa: N818 - control flow, not an error
+class _Block(Exception):  # noqa: N818 - control flow, not an error (private: kpsdk/errors.py holds the errors)
     """Raised by a call handler that must wait: the task sleeps on ``queues`` until one is
     woken, ``deadline`` (ns on the scheduler clock, None: no time limit) passes, or a signal
     interrupts it (unless ``interruptible`` is False: futex waits of robust-list cleanup,

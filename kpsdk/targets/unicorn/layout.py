@@ -1,0 +1,21 @@
+"""Where the Unicorn target puts its own things in the emulated address space.
+
+Its own module because several parts place things by these numbers and none of them owns
+the others: the mechanisms (:mod:`.target`: booster slots), guest memory (:mod:`.memory`:
+kpsdk's area, the stack), the loader (:mod:`.loader`: the program below the area, the Linux
+process's reserved ranges) and the runner (:mod:`.running`: call frames under the stack).
+"""
+
+from __future__ import annotations
+
+PAGE = 0x1000
+AREA_SIZE = 0x200000  # kpsdk's own area: sentinel + out-of-line slots, then DATA_SIZE the guest writes
+SLOT_SIZE = 32
+SLOT_BASE = 0x100  # offset of the first slot in kpsdk's area (the sentinel is at 0)
+STACK_TOP = 0x7FFF0000
+STACK_SIZE = 0x100000
+
+
+def align_up(x: int, a: int = PAGE) -> int:
+    """``x`` rounded up to a multiple of ``a`` (a power of two)."""
+    return (x + a - 1) & ~(a - 1)

@@ -1,0 +1,39 @@
+"""The system calls of the Linux layer on Unicorn, one module per subsystem.
+
+====================  =====================================================================
+module                calls
+====================  =====================================================================
+:mod:`.fs`            open, close, dup, fcntl, pipe, ioctl, getdents64, readlink, getcwd,
+                      chdir, fadvise; mkdir/unlink/rename (``EROFS``)
+:mod:`.rw`            read, write, their vector and positioned forms, sendfile, lseek
+:mod:`.filestat`      the stat family, statx, statfs, access
+:mod:`.xattr`         getxattr, listxattr and their l/f forms
+:mod:`.mm`            brk, mmap, munmap, mprotect, mremap, madvise, mlock, mincore
+:mod:`.thread`        arch_prctl, set_tls, set_thread_area, set_tid_address, robust lists,
+                      rseq, futex
+:mod:`.process`       getpid and the other process ids, prctl, wait4, the refused
+                      fork/clone/execve; exit's strace signature
+:mod:`.ids`           uid, gid, umask
+:mod:`.signals`       rt_sigaction, rt_sigprocmask, sigaltstack, kill, tgkill, tkill
+:mod:`.clocks`        clock_gettime, gettimeofday, time, the sleeps
+:mod:`.sockets`       getsockname/getpeername/getsockopt (``ENOTSOCK``), socketcall
+:mod:`.sysinfo`       uname, sysinfo, rlimits, getrandom, sched_getaffinity
+====================  =====================================================================
+
+:mod:`.core` is what they share (the process's state, the program's memory, path bases),
+:mod:`.procself` the process's own ``/proc/self`` (for the calls that walk paths), and
+:mod:`.declare` the ``@syscall(NAME, ARGS)`` mark a handler carries: the call's name (the
+kernel's) and its arguments as ``--strace`` prints them.  The modules avoid the names of the
+standard library's modules they use (``stat``, ``signal``, ``time``, ``socket``).
+
+Each subsystem is a class whose methods are its calls, all subclasses of
+:class:`~.core.ProcessCore`; :class:`kpsdk.targets.unicorn.linux.syscalls.LinuxProcess`
+combines them (mixins).  Why mixins rather than handler objects over a shared context: a
+call's dispatch stays one dict lookup to a bound method (``handlers[nr]``, built once per
+process from the marks, no context to fetch and no second call in between, on the path
+every system call of a program takes); the subsystems share the process's state without
+passing it, as the kernel's subsystems share ``current``; and mypy checks each class alone
+against :class:`~.core.ProcessCore`, which declares every attribute a call may use.  What
+one subsystem asks of another goes through a base (:class:`~.procself.ProcSelf` for the
+path walkers), never through a sibling.
+"""

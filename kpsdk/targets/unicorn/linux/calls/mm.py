@@ -1,0 +1,93 @@
+"""The address space: ``brk``, ``mmap`` and friends.
+
+The ranges themselves (where a mapping goes, what ``mremap`` moves, the names
+``/proc/self/maps`` shows) are :class:`~kpsdk.targets.unicorn.linux.memory.AddressSpace`'s;
+these calls check the arguments, bring a file's bytes into its mapping and tell the target
+when a library's span is mapped or about to go (``on_file_map``, ``on_unmap``).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+
+from kpsdk.targets.unicorn.linux.calls.core import ProcessCore
+from kpsdk.targets.unicorn.linux.calls.declare import syscall
+from kpsdk.targets.unicorn.linux.files import _GuestErrno
+from kpsdk.targets.unicorn.linux.memory import MAP_ANONYMOUS, PAGE, page_up
+
+
+class MemoryCalls(ProcessCore):
+    """The calls that map, unmap, protect and query the process's memory."""
+
+    @syscall("brk", "p")
+    def sys_brk(self, addr: int, *_: int) -> int:
+        return self.mem.brk(addr)
+
+    def _mmap(self, addr: int, length: int, prot: int, flags: int, fd: int, offset: int) -> int:
+        f = None if flags & MAP_ANONYMOUS else self.fds.get(self.sint(fd))
+        if f is not None and f.kind != "host":
+            raise _GuestErrno(errno.ENODEV)
+        if offset % PAGE:
+            raise _GuestErrno(errno.EINVAL)
+        at = self.mem.mmap(addr, length, prot, flags)
+        if f is not None:
+            try:  # the file's bytes up to the end of the last page, as Linux maps them
+                data = os.pread(f.fd, page_up(length), offset)
+            except OSError as e:
+                self.mem.unmap(at, at + length)
+                raise _GuestErrno(e.errno or errno.EACCES) from None
+            self.write(at, data)
+            self.mem.name(at, at + page_up(length), f.path, offset, f.host)
+            if self.on_file_map is not None and f.host is not None:
+                self.on_file_map(f.host, at, offset)
+        return at
+
+    @syscall("mmap", "p u prot mflags fd x")
+    def sys_mmap(self, addr: int, length: int, prot: int, flags: int, fd: int, offset: int, *_: int) -> int:
+        return self._mmap(addr, length, prot, flags, fd, offset)
+
+    @syscall("mmap2", "p u prot mflags fd x")
+    def sys_mmap2(self, addr: int, length: int, prot: int, flags: int, fd: int, pgoff: int, *_: int) -> int:
+        return self._mmap(addr, length, prot, flags, fd, pgoff * PAGE)  # mmap2's offset is in 4096-byte units
+
+    @syscall("munmap", "p u")
+    def sys_munmap(self, addr: int, length: int, *_: int) -> int:
+        if self.on_unmap is not None and not addr % PAGE and length:
+            self.on_unmap(addr, addr + length)
+        self.mem.unmap(addr, addr + length)
+        return 0
+
+    @syscall("mprotect", "p u prot")
+    def sys_mprotect(self, addr: int, length: int, prot: int, *_: int) -> int:
+        self.mem.protect(addr, length, prot)
+        return 0
+
+    @syscall("mremap", "p u u x")
+    def sys_mremap(self, old: int, old_size: int, new_size: int, flags: int, *_: int) -> int:
+        return self.mem.remap(old, old_size, new_size, flags)
+
+    @syscall("madvise", "p u d")
+    def sys_madvise(self, *_: int) -> int:
+        return 0
+
+    @syscall("mlock")
+    @syscall("munlock")
+    @syscall("mlockall")
+    @syscall("munlockall")
+    def sys_mlock(self, *_: int) -> int:
+        """Locking pages in memory: every page of the emulated process is in kpsdk's memory
+        already, and none is ever swapped (gpg locks its secrets)."""
+        return 0
+
+    @syscall("mincore")
+    def sys_mincore(self, addr: int, length: int, vec: int, *_: int) -> int:
+        """Every page of the range is resident (one byte per page, 1); ``ENOMEM`` where one is
+        not mapped, as Linux.  GNU grep's stack-overflow guard asks, walking down its stack."""
+        if addr % PAGE:
+            raise _GuestErrno(errno.EINVAL)
+        end = page_up(addr + length)
+        if end > self.mem.space or sum(hi - lo for lo, hi, _ in self.mem.regions(addr, end)) != end - addr:
+            raise _GuestErrno(errno.ENOMEM)
+        self.write(vec, b"\1" * ((end - addr) // PAGE))
+        return 0

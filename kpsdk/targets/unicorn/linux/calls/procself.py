@@ -1,0 +1,102 @@
+"""The process's own ``/proc/self``: what its entries are, and the files kpsdk makes of them.
+
+Not calls: what ``open``, ``stat``, ``readlink`` and ``chdir`` (:mod:`.fs`, :mod:`.filestat`)
+ask when the path walk ends in the process's own /proc (``/proc/self``, ``/proc/thread-self``,
+``/proc/PID``: :meth:`~kpsdk.targets.unicorn.linux.files.Sysroot.own`).  The bytes of its files
+are made by :mod:`kpsdk.targets.unicorn.linux.procfs`.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from pathlib import Path
+
+from kpsdk.targets.unicorn.linux import procfs
+from kpsdk.targets.unicorn.linux.calls.core import PID, ProcessCore
+from kpsdk.targets.unicorn.linux.files import O_ACCMODE, OpenFile, _GuestErrno
+from kpsdk.targets.unicorn.linux.memory import page_up
+
+
+def own_fd(entry: str) -> int:
+    """N of the /proc/self entry ``fd/N`` (checked digits by ``own_kind``)."""
+    return int(entry.partition("/")[2])
+
+
+class ProcSelf(ProcessCore):
+    """The entries of the process's own /proc, for the calls that walk paths."""
+
+    #: the files of its own /proc/self kpsdk makes (:mod:`kpsdk.targets.unicorn.linux.procfs`)
+    OWN_FILES = ("maps", "cmdline", "environ", "auxv")
+
+    def own_kind(self, entry: str, verb: str) -> str:
+        """What ``/proc/self/ENTRY`` is: ``dir`` (itself, ``fd``), ``link`` (``exe``, ``fd/N`` of an
+        open descriptor) or ``file``; ENOENT, recorded under ``verb``, for what kpsdk does not make.
+        A trailing ``/`` has gone with the walk; the callers check it."""
+        if entry in ("", "fd"):
+            return "dir"
+        if entry == "exe":
+            return "link"
+        if entry in self.OWN_FILES:
+            return "file"
+        head, _, fd = entry.partition("/")
+        if head == "fd" and fd.isdigit():
+            if int(fd) in self.fds.fds:
+                return "link"
+            raise _GuestErrno(errno.ENOENT)  # a closed descriptor: ENOENT on Linux too, nothing missing
+        self.unimplemented[f"{verb} /proc/self/{entry}"] += 1
+        raise _GuestErrno(errno.ENOENT)
+
+    def own_bytes(self, entry: str) -> bytes:
+        """The bytes of ``/proc/self/ENTRY`` (one of OWN_FILES), made now from the process."""
+        if entry == "maps":
+            names = dict(self.mem.names)
+            if self.mem.brk_end > self.mem.brk_base:
+                names[(self.mem.brk_base, page_up(self.mem.brk_end))] = ("[heap]", 0)
+            if self.stack is not None:
+                names[self.stack] = ("[stack]", 0)
+            return procfs.maps(((lo, hi + 1, perms) for lo, hi, perms in self.uc.mem_regions()), names,
+                               self.arch.word_size)
+        if entry == "cmdline":
+            return procfs.nul_separated(self.argv)
+        if entry == "environ":
+            return procfs.nul_separated(self.envp)
+        return self.auxv
+
+    def own_link(self, entry: str) -> str:
+        """Where the link ``/proc/self/ENTRY`` points: the program, or an open descriptor's file."""
+        if entry == "exe":
+            return self.exe
+        f = self.fds.get(own_fd(entry))
+        if f.kind in ("host", "null", "procfile"):
+            return f.path
+        return f"pipe:[{id(f) % 1000000}]"  # kpsdk's stdin, console and pipes
+
+    def open_own(self, entry: str, path: str, flags: int) -> OpenFile:
+        """Open ``/proc/self/ENTRY``: a file of bytes made now (read-only); the program (``exe``);
+        ``fd/N`` of kpsdk's stdin, console and pipes, or of ``/dev/null``: that description
+        itself, for reading or writing as it allows (``/dev/stderr`` is ``fd/2``).  ``fd/N`` of
+        a file the walk can reach does not come here: it followed it."""
+        kind = self.own_kind(entry, "open")
+        if kind == "dir":
+            self.unimplemented[f"open /proc/self/{entry}".rstrip("/")] += 1  # its listing is not made
+            raise _GuestErrno(errno.ENOENT)
+        if path.endswith("/"):
+            raise _GuestErrno(errno.ENOTDIR)
+        if entry.startswith("fd/"):
+            return self.fds.get(own_fd(entry))
+        if flags & O_ACCMODE:  # Linux: the running program is ETXTBSY, its /proc files mode 0444
+            raise _GuestErrno(errno.ETXTBSY if entry == "exe" else errno.EACCES)
+        if kind == "file":
+            return OpenFile("procfile", path=f"/proc/{PID}/{entry}", data=self.own_bytes(entry), flags=flags)
+        try:
+            fd = os.open(self.exe, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError as e:
+            raise _GuestErrno(e.errno or errno.ENOENT) from None
+        return OpenFile("host", path=f"/proc/{PID}/exe", fd=fd, flags=flags, host=Path(self.exe))
+
+    def fd_target(self, fd: int) -> str | None:
+        """Where ``/proc/self/fd/N`` leads the path walk: the guest path of a file of the sysroot
+        or of the process's own /proc open on it (opened anew there, as Linux does), else None."""
+        f = self.fds.fds.get(fd)
+        return f.path if f is not None and f.kind in ("host", "procfile") and f.path.startswith("/") else None

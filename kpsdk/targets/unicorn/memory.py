@@ -1,0 +1,361 @@
+"""Guest memory as the Unicorn target keeps it: mappings, kpsdk's area and the stack, reads
+that never show kpsdk's breakpoints (K10), writes, and dropping stale translations.
+
+A part of :class:`~kpsdk.targets.unicorn.target.UnicornTarget` of its own because memory is
+one job with its own state (the region cache, host buffers, pending translation drops, the
+generation count) and its own rules (host-backed code and what Unicorn 2.1.4 does with it).
+
+A mixin, not an object the target owns, and that is the honest cut: the trap overlay a read
+puts back is the breakpoint tables the arming code keeps (:mod:`.target`), and ``read_memory``,
+``read_word`` and ``read_cstring`` are what handlers and the return-probe core call on every
+hit (``Session.read_memory``, ``PtRegs``, the rethook's ``[sp]``): a delegating method would
+be one more call per read.  Method lookups through the class's bases cost nothing more
+(CPython's type cache), so the parts share one object at no cost per hit.
+
+kpsdk's area and the stack are host memory handed to Unicorn (``mem_map_ptr``), so the words a
+return probe reads and writes on every hit (the return address at [sp], the trampoline's word)
+are plain ``struct`` accesses, not ``uc_mem_read``/``uc_mem_write`` calls (~1.5 us each).
+"""
+
+from __future__ import annotations
+
+import bisect
+import ctypes
+import errno
+import mmap
+import struct
+from typing import TYPE_CHECKING
+
+import unicorn
+
+from kpsdk.errors import KprobeError, TargetError
+from kpsdk.target import Target
+from kpsdk.targets.unicorn.detour import DATA_SIZE
+from kpsdk.targets.unicorn.fast import cache_remover, cstring_reader, memory_reader, memory_writer
+from kpsdk.targets.unicorn.layout import AREA_SIZE, PAGE, SLOT_BASE, STACK_SIZE, STACK_TOP, align_up
+
+if TYPE_CHECKING:
+    from kpsdk.arch import Register
+    from kpsdk.manager import ProbePoint
+    from kpsdk.targets.unicorn.detour import DetourEngine
+    from kpsdk.targets.unicorn.fast import FastRegs, FastWords
+    from kpsdk.targets.unicorn.running import Runner
+
+#: the longest trap a breakpoint-path point writes (ARM, riscv64: 4 bytes): a read looks this far
+#: back for a trap reaching into it (K10)
+MAX_TRAP = 4
+_PERMS = {"r": unicorn.UC_PROT_READ, "w": unicorn.UC_PROT_WRITE, "x": unicorn.UC_PROT_EXEC}
+
+
+class GuestMemory(Target):
+    """The memory part of the Unicorn target (a mixin of
+    :class:`~kpsdk.targets.unicorn.target.UnicornTarget`; see the module's docstring)."""
+
+    # what this part uses of the target's others (set up in UnicornTarget.__init__)
+    uc: unicorn.Uc
+    fast: FastRegs
+    words: FastWords
+    runner: Runner
+    detours: DetourEngine | None
+    _sp: Register
+    #: the probe points armed with a trap, and with a code hook (:mod:`.target`): writes refuse them
+    _bp_points: dict[int, ProbePoint]
+    _hook_points: dict[int, ProbePoint]
+
+    def _init_memory(self) -> None:
+        """This part's state, on a new target whose ``uc`` and ``arch`` are set."""
+        uc, arch = self.uc, self.arch
+        self._remove_cache = cache_remover(uc)
+        self._mem_write = memory_writer(uc)  # a trap over a probed instruction, and back
+        self._mem_read = memory_reader(uc)  # every read through kpsdk (decoding at registration)
+        self._cstring = cstring_reader(uc)  # strings a trace fetches at every hit
+        #: ``uc.mem_regions()`` as last read: dropped by :meth:`map` and by every run (a
+        #: program may map or protect memory), re-read on a miss (see :meth:`_region`)
+        self._regions: list[tuple[int, int, int]] | None = None
+        #: translations to drop before the next run: ``(begin, end)`` ranges that registration
+        #: changed outside a run, dropped once, merged, as the run starts (:meth:`_drop_translations`)
+        self._stale: list[tuple[int, int]] = []
+        #: pages of host-backed code where a trap written by memmove was read back through
+        #: Unicorn since the last run or map (:meth:`_write_trap`); emptied with ``_regions``
+        self._host_checked: set[int] = set()
+        #: moves on at every change to memory made through kpsdk and at every run (see
+        #: :attr:`code_generation`)
+        self._generation = 0
+        #: the breakpoint-path points' addresses, sorted, and the bytes each one's trap hides:
+        #: a read finds the traps inside it by bisection (K10); kept by the arming code
+        self._bp_sorted: list[int] = []
+        self._bp_hidden: dict[int, bytes] = {}
+        #: lowest and highest address kpsdk ever patched (reads outside skip the overlay)
+        self._bp_lo, self._bp_hi = 1 << 64, -1
+        self._area = 0
+        self._next_slot = 0
+        #: host buffers behind kpsdk's area and the stack (``map(host=True)``), and their ctypes views
+        self._host_views: list[ctypes.Array[ctypes.c_char]] = []
+        #: executable mappings backed by a host buffer: ``(start, end, buffer)``, sorted by start
+        self._host_code: list[tuple[int, int, mmap.mmap]] = []
+        self._area_mem: mmap.mmap | None = None
+        self._stack_mem: mmap.mmap | None = None
+        word = "<" if arch.endian == "little" else ">"
+        self._word = struct.Struct(word + ("Q" if arch.word_size == 8 else "I"))
+
+    # -- mappings --------------------------------------------------------------------------
+
+    def map(self, addr: int, size: int, perms: str = "rwx", host: bool | None = None) -> mmap.mmap | None:
+        """Map memory (page-aligned outward).
+
+        ``host``: back it with a buffer of ours (``mem_map_ptr``) and return that
+        buffer, for memory kpsdk itself reads and writes on hot paths.  The
+        buffer lives as long as the target (Unicorn never frees it).  By default
+        executable memory is host-backed: registering a breakpoint-path kprobe
+        writes a trap there, a memmove instead of ``uc_mem_write`` (which makes
+        Unicorn 2.1.4 lift the protection and rebuild its view of memory,
+        ~15 us; see :meth:`_write_trap`).
+        """
+        start, end = addr & ~(PAGE - 1), align_up(addr + size)
+        prot = 0
+        for c in perms:
+            prot |= _PERMS[c]
+        if host is None:
+            host = "x" in perms
+        buf = mmap.mmap(-1, end - start) if host else None
+        self._forget_memory()
+        try:
+            if buf is None:
+                self.uc.mem_map(start, end - start, prot)
+            else:
+                view = (ctypes.c_char * (end - start)).from_buffer(buf)
+                self.uc.mem_map_ptr(start, end - start, prot, ctypes.addressof(view))
+                self._host_views.append(view)
+        except unicorn.UcError as e:
+            raise TargetError(f"cannot map {start:#x}-{end:#x}: {e}") from e
+        if buf is not None and prot & unicorn.UC_PROT_EXEC:
+            bisect.insort(self._host_code, (start, end, buf), key=lambda r: r[0])
+        return buf
+
+    def _forget_memory(self) -> None:
+        """What kpsdk knows of the memory map and the code may be wrong from now on:
+        kpsdk maps memory, or a run starts (the program may map, unmap, protect or
+        change its code)."""
+        self._regions = None
+        self._host_checked.clear()
+        self._generation += 1
+
+    @property
+    def code_generation(self) -> int | None:
+        """An int that moves on whenever the code may have changed: memory mapped or written
+        through kpsdk (:meth:`map`, :meth:`write_memory`), and every run.  Decoding keeps a
+        function's walk while it stays the same (:mod:`kpsdk.arch.decode`), instead of reading
+        the function again at each registration.  None while a run is under way (a handler
+        registering: the program may have changed its code since the run began).  Bytes
+        written behind kpsdk's back (``target.uc.mem_write``) do not move it."""
+        return None if self.runner.depth else self._generation
+
+    def _write_trap(self, addr: int, data: bytes) -> None:
+        """Write a trap over a probed instruction, or its bytes back (the caller drops
+        the translations).  In host-backed code a memmove, checked by reading it back
+        through Unicorn: a program that unmapped the memory and mapped other memory
+        there no longer uses the buffer, and then ``uc_mem_write`` does it.  Outside a
+        run the check is made once per page (until the next run or map: only a run
+        can remap the program's memory)."""
+        code = self._host_code
+        i = bisect.bisect_right(code, addr, key=lambda r: r[0]) - 1
+        if i >= 0:
+            start, end, buf = code[i]
+            if addr + len(data) <= end:
+                buf[addr - start:addr - start + len(data)] = data
+                checked = self._host_checked
+                page = addr & ~(PAGE - 1)
+                if page in checked and (addr + len(data) - 1) & ~(PAGE - 1) in checked and not self.runner.depth:
+                    return
+                if self._mem_read(addr, len(data)) == data:
+                    if not self.runner.depth:
+                        checked.add(page)
+                        checked.add((addr + len(data) - 1) & ~(PAGE - 1))
+                    return
+        self._mem_write(addr, data)
+
+    def _drop_translations(self, begin: int, end: int) -> None:
+        """Make Unicorn translate ``[begin, end)`` again before it runs it.  Inside a run (a
+        handler registering) at once; outside one, at the start of the next run, all the
+        ranges merged (:meth:`_flush_stale`): dropping translations cost 22-35 us a call
+        whatever the span (docs/performance.md), twice per registered probe."""
+        if self.runner.depth:
+            self._remove_cache(begin, end)
+        else:
+            self._stale.append((begin, end))
+
+    def _flush_stale(self) -> None:
+        """Drop the translations registration left stale since the last run: one call per
+        run of ranges less than a page apart."""
+        stale, self._stale = self._stale, []
+        if not stale:
+            return
+        stale.sort()
+        begin, end = stale[0]
+        for b, e in stale[1:]:
+            if b > end + PAGE:
+                self._remove_cache(begin, end)
+                begin, end = b, e
+            elif e > end:
+                end = e
+        self._remove_cache(begin, end)
+
+    # -- kpsdk's area and the stack ----------------------------------------------------------
+
+    def _map_area(self, base: int) -> tuple[int, mmap.mmap]:
+        """Map kpsdk's own area (blacklisted) at ``base``: a sentinel return address, then slots
+        and code, then the data part; returns the data part's address and buffer (the detours')."""
+        self._area = base
+        self._area_mem = self.map(base, AREA_SIZE - DATA_SIZE, "rx", host=True)
+        assert self._area_mem is not None
+        self._area_words = memoryview(self._area_mem).cast("Q" if self.arch.word_size == 8 else "I")
+        data = base + AREA_SIZE - DATA_SIZE
+        mem = self.map(data, DATA_SIZE, "rw", host=True)
+        assert mem is not None
+        self._next_slot = base + SLOT_BASE
+        return data, mem
+
+    def setup_stack(self) -> int:
+        self._stack_mem = self.map(STACK_TOP - STACK_SIZE, STACK_SIZE, "rw", host=True)
+        sp = STACK_TOP - 0x1000
+        self.uc.mem_write(sp, bytes(8 * self.arch.word_size))  # argc=0, argv=NULL, envp=NULL, AT_NULL
+        self.fast.write(self._sp, sp)
+        return sp
+
+    @property
+    def sentinel(self) -> int:
+        """Where ``call()`` makes functions return to: the first byte of kpsdk's area."""
+        return self._area
+
+    def peek_code(self, size: int) -> int | None:
+        """Where the next :meth:`alloc_code` of ``size`` bytes starts, or None when it would not fit."""
+        return self._next_slot if self._next_slot + size <= self._area + AREA_SIZE - DATA_SIZE else None
+
+    def alloc_code(self, size: int) -> int:
+        """``size`` bytes of kpsdk's area for code (a multiple of SLOT_SIZE), never given back:
+        their owner keeps its own free list (slots, detours)."""
+        block = self._next_slot
+        if block + size > self._area + AREA_SIZE - DATA_SIZE:
+            raise KprobeError(errno.ENOMEM, "kpsdk's out-of-line slot area is full")
+        self._next_slot += size
+        return block
+
+    def write_code(self, addr: int, code: bytes) -> None:
+        """Write code into kpsdk's area (a slot reused by another point, a trampoline).
+
+        The area is host memory (``mem_map_ptr``), for which Unicorn 2.1.4's
+        ``uc_mem_write`` does not drop translations of the old bytes: a reused
+        slot then ran its previous occupant's code.  So drop them here."""
+        off = addr - self._area
+        if self._area_mem is not None and 0 <= off and off + len(code) <= len(self._area_mem):
+            self._area_mem[off:off + len(code)] = code  # host memory: a memmove, not uc_mem_write's ~19 us
+        else:
+            self.uc.mem_write(addr, code)
+        self._drop_translations(addr, addr + len(code))
+
+    def stack_window(self) -> tuple[mmap.mmap | bytearray, int, int, struct.Struct]:
+        """The stack as host memory, for hooks that read and write return addresses
+        without a call per word (:meth:`read_word` and :meth:`hijack_word` inlined):
+        its buffer, its lowest address, the highest offset a word fits at (-1 while
+        there is no stack, with an empty buffer) and the word's ``Struct``.  The stack is mapped once, at
+        ``open``, and never unmapped (the Linux layer refuses to)."""
+        mem = self._stack_mem
+        if mem is None:
+            return bytearray(), STACK_TOP - STACK_SIZE, -1, self._word
+        return mem, STACK_TOP - STACK_SIZE, STACK_SIZE - self._word.size, self._word
+
+    def hijack_word(self, addr: int, value: int) -> None:
+        """Overwrite the return address at ``addr`` (the stack, in host memory, on the hot path)."""
+        off = addr - STACK_TOP + STACK_SIZE
+        if 0 <= off <= STACK_SIZE - self._word.size and self._stack_mem is not None:
+            self._word.pack_into(self._stack_mem, off, value)
+        elif not self.words.write(addr, value):
+            raise self.memory_fault("cannot write the return address", addr)
+
+    # -- memory (K10: reads never show kpsdk's breakpoints) ---------------------------------
+
+    def read_memory(self, addr: int, size: int) -> bytes:
+        try:
+            data = bytearray(self._mem_read(addr, size))
+        except unicorn.UcError as e:
+            raise self.memory_fault(f"cannot read {size} bytes: {e}", addr) from e
+        if self._bp_points:
+            hidden, at = self._bp_hidden, self._bp_sorted
+            for a in at[bisect.bisect_left(at, addr - MAX_TRAP + 1):bisect.bisect_left(at, addr + size)]:
+                if a + len(hidden[a]) > addr:  # a trap before addr reaching into the read
+                    _put_back(data, addr, a, hidden[a])
+        if self.detours is not None and self.detours.by_addr:
+            for det in self.detours.covering(addr, size):
+                _put_back(data, addr, det.point.addr, det.original)
+        return bytes(data)
+
+    def read_cstring(self, addr: int, max: int) -> bytes:  # noqa: A002 - as Session.read_string
+        """One ``uc_mem_read`` per page into a kept buffer, the NUL found by C; near kpsdk's
+        breakpoints and detours (K10: the program's own bytes), or where a page cannot be
+        read (the fault names the address), the generic pieces through :meth:`read_memory`."""
+        if not (self._bp_lo - 4 < addr + max and addr < self._bp_hi + 4):
+            data = self._cstring(addr, max)
+            if data is not None:
+                return data
+        return super().read_cstring(addr, max)
+
+    def read_word(self, addr: int) -> int:
+        off = addr - STACK_TOP + STACK_SIZE
+        if 0 <= off <= STACK_SIZE - self._word.size and self._stack_mem is not None:  # the hot case: [sp]
+            return int(self._word.unpack_from(self._stack_mem, off)[0])
+        if self._bp_lo - 4 < addr < self._bp_hi + 4:
+            return super().read_word(addr)
+        value = self.words.read(addr)
+        if value is None:
+            raise self.memory_fault(f"cannot read {self.arch.word_size} bytes: unmapped", addr)
+        return value
+
+    def write_memory(self, addr: int, data: bytes) -> None:
+        probed = [a for a in list(self._bp_points) + list(self._hook_points) if a + 4 > addr and a < addr + len(data)]
+        if self.detours is not None:  # a detoured entry: the whole of its displaced instructions
+            probed += [d.point.addr for d in self.detours.covering(addr, len(data))]
+        if probed:
+            where = self.symbols.format(probed[0])
+            raise KprobeError(errno.EBUSY, f"{where} is probed; unregister before writing code there")
+        try:
+            self.uc.mem_write(addr, bytes(data))
+        except unicorn.UcError as e:
+            raise self.memory_fault(f"cannot write {len(data)} bytes: {e}", addr) from e
+        self.uc.ctl_remove_cache(addr, addr + len(data))
+        self._generation += 1
+
+    def _region(self, addr: int) -> tuple[int, int, int] | None:
+        """The mapped region holding ``addr``, from the cached region list (registering
+        10,000 probes walked ``mem_regions()`` 20,000 times); re-read once on a miss
+        or a region without exec, so memory mapped behind kpsdk's back is seen."""
+        for fresh in (False, True):
+            if fresh or self._regions is None:
+                self._regions = list(self.uc.mem_regions())
+                fresh = True
+            for start, end, perms in self._regions:
+                if start <= addr <= end:
+                    if perms & unicorn.UC_PROT_EXEC or fresh:
+                        return start, end, perms
+                    break
+            if fresh:
+                return None
+        return None
+
+    def is_mapped(self, addr: int) -> bool:
+        return self._region(addr) is not None
+
+    def is_executable(self, addr: int) -> bool:
+        region = self._region(addr)
+        return region is not None and bool(region[2] & unicorn.UC_PROT_EXEC)
+
+    def is_reserved(self, addr: int) -> bool:
+        return bool(self._area) and self._area <= addr < self._area + AREA_SIZE
+
+
+def _put_back(data: bytearray, addr: int, at: int, original: bytes) -> None:
+    """Show ``original`` (bytes kpsdk replaced at ``at``) in ``data``, read from ``addr`` (K10):
+    one slice assignment (decoding next to many probes puts back each neighbour's bytes)."""
+    lo, hi = max(at, addr), min(at + len(original), addr + len(data))
+    if lo < hi:
+        data[lo - addr:hi - addr] = original[lo - at:hi - at]
+
