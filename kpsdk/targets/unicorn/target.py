@@ -55,19 +55,22 @@ import unicorn
 from kpsdk.arch import Arch, InstructionSet
 from kpsdk.binfmt.symbols import SymbolTable
 from kpsdk.errors import TargetFault, UnsupportedTargetError
+from kpsdk.kernel.tasks import TaskInfo
 from kpsdk.manager import ProbeManager, ProbePoint
 from kpsdk.regs import PtRegs
 from kpsdk.targets.unicorn.detour import DetourEngine
 from kpsdk.targets.unicorn.fast import FastHooks, FastRegs, FastWords
-from kpsdk.targets.unicorn.layout import PAGE, SLOT_BASE, SLOT_SIZE, STACK_TOP
+from kpsdk.targets.unicorn.layout import PAGE, SLOT_BASE, SLOT_SIZE, STACK_SIZE, STACK_TOP
 from kpsdk.targets.unicorn.libraries import Libraries
 from kpsdk.targets.unicorn.linux.syscalls import PID
 from kpsdk.targets.unicorn.memory import GuestMemory
+from kpsdk.targets.unicorn.quantum import QuantumCounter
 from kpsdk.targets.unicorn.returns import ReturnProbes
 from kpsdk.targets.unicorn.running import Runner
+from kpsdk.targets.unicorn.space import Space, switch
 from kpsdk.targets.unicorn.step import SoftStep
 from kpsdk.targets.unicorn.syscalls import SyscallGlue
-from kpsdk.targets.unicorn.tlb import TlbFill, watch_mappings
+from kpsdk.targets.unicorn.tlb import TlbFill, flush_tlb, watch_mappings
 from kpsdk.targets.unicorn.watch import UcWatch
 
 if TYPE_CHECKING:
@@ -75,8 +78,10 @@ if TYPE_CHECKING:
 
     import capstone
 
+    from kpsdk.events import SyscallEvent
     from kpsdk.target import MappedFile
     from kpsdk.targets.unicorn.linux import LinuxProcess
+    from kpsdk.targets.unicorn.linux.kernel import LinuxKernel
 
 #: most probes given the [OPTIMIZED] hook path at once (see docs/performance.md)
 OPT_LIMIT = 32
@@ -353,6 +358,12 @@ class UnicornTarget(GuestMemory, ReturnProbes):
             if self._sys is not None and intno == self._sys.intno:
                 self._syscall()
                 return
+            kernel = self.kernel
+            if kernel is not None and self._sys is not None and self._sys.linux is not None:
+                for number, name, code in self._sys.linux.cpu_exceptions:
+                    if number == intno:  # a fault of the program's own: a signal (a divide error's SIGFPE)
+                        kernel.cpu_exception(name, code)
+                        return
             pc = self.fast.read(self._pc)
             self.fail(TargetFault(f"unhandled CPU exception (interrupt {intno})", pc, self.symbols.format(pc)))
         except BaseException as exc:  # noqa: BLE001 - stored and re-raised by run()/call()
@@ -508,8 +519,10 @@ class UnicornTarget(GuestMemory, ReturnProbes):
     # -- the program (system calls, libraries) -----------------------------------------------
 
     def close(self) -> None:
-        """Close the host files the program opened."""
-        if self.linux is not None:
+        """Close the host files the program's processes opened."""
+        if self.kernel is not None:
+            self.kernel.close()
+        elif self.linux is not None:
             self.linux.close()
 
     def ifunc_args(self) -> tuple[int, ...]:
@@ -520,15 +533,71 @@ class UnicornTarget(GuestMemory, ReturnProbes):
         return (linux.hwcap, linux.hwcap2)
 
     @property
-    def syscalls_unimplemented(self) -> dict[str, int]:
+    def syscalls_unimplemented(self) -> dict[str, int]:  # every process of the program shares one record
         """System calls the program made that the Linux layer does not emulate (each got
         ``-ENOSYS``), and files of its own ``/proc/self`` it does not make (``ENOENT``), with
         how often: empty when everything it asked for was there."""
         return dict(self.linux.unimplemented) if self.linux is not None else {}
 
     def program_pid(self) -> int | None:
-        """The Linux layer's pid (1000) for a program it runs; None for a bare session."""
+        """The Linux layer's pid (1000) for the program it runs; None for a bare session."""
         return PID if self.linux is not None else None
+
+    # -- the tasks of a Linux program (kpsdk.targets.unicorn.linux.kernel) ----------------------
+
+    @property
+    def kernel(self) -> LinuxKernel | None:
+        """The Linux layer's kernel (elf: targets): its processes and tasks, their scheduling;
+        the system-call glue hands it every call."""
+        return self.syscall_glue.kernel if self.syscall_glue is not None else None
+
+    @kernel.setter
+    def kernel(self, kernel: LinuxKernel | None) -> None:
+        assert self.syscall_glue is not None, "a Linux program runs on an arch with system calls"
+        self.syscall_glue.kernel = kernel
+
+    def current_task(self) -> int:
+        """The thread id of the task running now (0 without a Linux layer)."""
+        kernel = self.kernel
+        return kernel.current.tid if kernel is not None and kernel.current is not None else 0
+
+    def task_info(self) -> TaskInfo | None:
+        """The task of a hit, once the program has made a second task (before that, None: the
+        trace's fixed comm and pid, the program's name and pid unless the user chose others)."""
+        kernel = self.kernel
+        if kernel is None or kernel.current is None or not kernel.many:
+            return None
+        task = kernel.current
+        return TaskInfo(task.comm or task.process.comm, task.tid)
+
+    def switch_space(self, space: Space) -> None:
+        """Make ``space`` (another process's) the engine's memory: its mappings replace the
+        current ones, the TLB is emptied, and the stack buffer hot paths read is its own."""
+        switch(self.uc, self.space, space)
+        self.space = space
+        region = space.region_at(STACK_TOP - 1)
+        self._stack_mem = region.buf if region is not None and region.offset == 0 and \
+            region.start == STACK_TOP - STACK_SIZE else None
+        self._forget_memory()
+        flush_tlb(self.uc)
+
+    def run_slice(self, timeout: float | None) -> None:
+        """Run the current task from its pc until it stops (the kernel's loop, one turn)."""
+        self.runner.run_slice(timeout)
+
+    def complete_call(self, call: SyscallEvent, result: int) -> None:
+        """A call a task waited in has its result: written, and plugins hear it returned."""
+        assert self.syscall_glue is not None
+        self.syscall_glue.complete(call, result)
+
+    def task_ended(self, tid: int) -> None:
+        """Task ``tid`` ended: the hooked calls it has in flight will never return."""
+        if self.rethook is not None:
+            self.rethook.unwind(tid)
+
+    def quantum_counter(self) -> QuantumCounter:
+        """A block counter on the engine, for the scheduler's quanta (:mod:`.quantum`)."""
+        return QuantumCounter(self.uc)
 
     @property
     def linux(self) -> LinuxProcess | None:

@@ -16,8 +16,12 @@ import errno
 import os
 import stat
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from kpsdk.targets.unicorn.linux.pipes import Pipe
 
 #: symbolic links followed in one path walk before ELOOP (Linux's MAXSYMLINKS, fs/namei.c)
 MAX_SYMLINKS = 40
@@ -38,20 +42,12 @@ class _GuestErrno(Exception):
 
 
 @dataclass
-class Pipe:
-    """An in-memory pipe: what one end writes the other reads (no blocking: one thread)."""
-
-    data: bytearray = field(default_factory=bytearray)
-    writers: int = 0
-
-
-@dataclass
 class OpenFile:
     """One open file description, shared by the descriptors ``dup`` made of it.
 
     ``kind``: ``host`` (a read-only file of the sysroot, ``fd`` is the host's),
     ``stdin`` (the bytes given as ``stdin=``), ``console`` (output to the
-    session's console), ``pipe_r``/``pipe_w`` (an end of :class:`Pipe`),
+    session's console), ``pipe_r``/``pipe_w`` (an end of a :class:`~.pipes.Pipe`),
     ``null`` (``/dev/null``).
     """
 
@@ -209,17 +205,38 @@ class Sysroot:
 
 
 class FdTable:
-    """The program's file descriptors: 0 its stdin bytes, 1 and 2 the console."""
+    """A process's file descriptors (shared by the tasks of a CLONE_FILES clone): 0 its stdin
+    bytes, 1 and 2 the console, at first."""
 
     #: the most descriptors open at once (RLIMIT_NOFILE's usual soft limit)
     LIMIT = 1024
 
-    def __init__(self, stdin: bytes) -> None:
+    def __init__(self, stdin: bytes | None) -> None:
         self.fds: dict[int, OpenFile] = {}
-        self.install(OpenFile("stdin", data=stdin), 0)
-        console = OpenFile("console")
-        self.install(console, 1)
-        self.install(console, 2)
+        #: the descriptors execve closes (FD_CLOEXEC: a descriptor's own flag, not its description's)
+        self.cloexec: set[int] = set()
+        #: the processes using this table (CLONE_FILES): the last one's end closes it
+        self.users = 1
+        if stdin is not None:
+            self.install(OpenFile("stdin", data=stdin), 0)
+            console = OpenFile("console")
+            self.install(console, 1)
+            self.install(console, 2)
+
+    def fork(self) -> FdTable:
+        """A copy for a new process: the same open file descriptions, one more reference each."""
+        child = FdTable(None)
+        for fd, f in self.fds.items():
+            child.install(f, fd)
+        child.cloexec = set(self.cloexec)
+        return child
+
+    def close_on_exec(self) -> None:
+        """``execve``: the descriptors marked FD_CLOEXEC are closed."""
+        for fd in sorted(self.cloexec):
+            if fd in self.fds:
+                self.close(fd)
+        self.cloexec.clear()
 
     def get(self, fd: int) -> OpenFile:
         f = self.fds.get(fd)
@@ -227,8 +244,9 @@ class FdTable:
             raise _GuestErrno(errno.EBADF)
         return f
 
-    def install(self, f: OpenFile, fd: int | None = None, lowest: int = 0) -> int:
-        """Give ``f`` descriptor ``fd`` (closing what it was), or the lowest free one from ``lowest``."""
+    def install(self, f: OpenFile, fd: int | None = None, lowest: int = 0, cloexec: bool = False) -> int:
+        """Give ``f`` descriptor ``fd`` (closing what it was), or the lowest free one from
+        ``lowest``; ``cloexec``: the descriptor's FD_CLOEXEC flag."""
         if fd is None:
             fd = lowest
             while fd in self.fds:
@@ -240,15 +258,20 @@ class FdTable:
         elif fd in self.fds:
             self.close(fd)
         f.refs += 1
-        if f.kind == "pipe_w" and f.pipe is not None and f.refs == 1:
-            f.pipe.writers += 1
+        if f.pipe is not None and f.refs == 1:
+            f.pipe.open_end(f.kind == "pipe_w")
         self.fds[fd] = f
+        if cloexec:
+            self.cloexec.add(fd)
+        else:
+            self.cloexec.discard(fd)
         return fd
 
     def close(self, fd: int) -> None:
         f = self.fds.pop(fd, None)
         if f is None:
             raise _GuestErrno(errno.EBADF)
+        self.cloexec.discard(fd)
         f.refs -= 1
         if f.refs == 0:
             release(f)
@@ -260,9 +283,9 @@ class FdTable:
 
 
 def release(f: OpenFile) -> None:
-    """The last descriptor of ``f`` is gone: close the host file, drop a pipe writer."""
+    """The last descriptor of ``f`` is gone: close the host file, close a pipe's end."""
     if f.kind == "host" and f.fd >= 0:
         os.close(f.fd)
         f.fd = -1
-    elif f.kind == "pipe_w" and f.pipe is not None:
-        f.pipe.writers -= 1
+    elif f.pipe is not None:
+        f.pipe.close_end(f.kind == "pipe_w")

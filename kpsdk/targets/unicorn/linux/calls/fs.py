@@ -17,9 +17,14 @@ from kpsdk.targets.unicorn.linux import structs
 from kpsdk.targets.unicorn.linux.calls.core import AT_FDCWD, PID
 from kpsdk.targets.unicorn.linux.calls.declare import syscall
 from kpsdk.targets.unicorn.linux.calls.procself import ProcSelf
-from kpsdk.targets.unicorn.linux.files import OpenFile, Pipe, _GuestErrno, release
+from kpsdk.targets.unicorn.linux.files import OpenFile, _GuestErrno, release
+from kpsdk.targets.unicorn.linux.pipes import Pipe
 
 F_DUPFD, F_GETFD, F_SETFD, F_GETFL, F_SETFL, F_DUPFD_CLOEXEC = 0, 1, 2, 3, 4, 1030
+F_SETPIPE_SZ, F_GETPIPE_SZ = 1031, 1032
+FD_CLOEXEC = 1
+#: pipe2's O_DIRECT (packet mode): accepted, the pipe stays a byte stream
+O_DIRECT_PIPE = 0o40000
 
 
 class FsCalls(ProcSelf):
@@ -36,7 +41,7 @@ class FsCalls(ProcSelf):
             own = self.root.own(parts)
             f = self.root.open(parts, flags) if own is None else self.open_own(own, path, flags)
         try:
-            return self.fds.install(f)
+            return self.fds.install(f, cloexec=bool(flags & self.o_cloexec))
         except _GuestErrno:
             if not f.refs:  # not a description another descriptor shares (/proc/self/fd/N)
                 release(f)
@@ -70,27 +75,58 @@ class FsCalls(ProcSelf):
 
     @syscall("dup3", "fd fd x")
     def sys_dup3(self, old: int, new: int, flags: int, *_: int) -> int:
-        if self.sint(old) == self.sint(new):
+        if self.sint(old) == self.sint(new) or flags & ~self.o_cloexec:
             raise _GuestErrno(errno.EINVAL)
-        return self.fds.install(self.fds.get(self.sint(old)), self.sint(new))
+        return self.fds.install(self.fds.get(self.sint(old)), self.sint(new), cloexec=bool(flags & self.o_cloexec))
 
     @syscall("fcntl", "fd d x")
     @syscall("fcntl64", "fd d x")
     def sys_fcntl(self, fd: int, cmd: int, arg: int, *_: int) -> int:
-        f = self.fds.get(self.sint(fd))
+        fd = self.sint(fd)
+        f = self.fds.get(fd)
         if cmd in (F_DUPFD, F_DUPFD_CLOEXEC):
-            return self.fds.install(f, lowest=self.sint(arg))
-        if cmd in (F_GETFD, F_SETFD, F_SETFL):
+            lowest = self.sint(arg)
+            if not 0 <= lowest < self.fds.LIMIT:
+                raise _GuestErrno(errno.EINVAL)
+            return self.fds.install(f, lowest=lowest, cloexec=cmd == F_DUPFD_CLOEXEC)
+        if cmd == F_GETFD:
+            return FD_CLOEXEC if fd in self.fds.cloexec else 0
+        if cmd == F_SETFD:
+            if arg & FD_CLOEXEC:
+                self.fds.cloexec.add(fd)
+            else:
+                self.fds.cloexec.discard(fd)
+            return 0
+        if cmd == F_SETFL:  # of the flags F_SETFL may change, O_NONBLOCK is the one kpsdk's descriptions use
+            f.flags = (f.flags & ~self.o_nonblock) | (arg & self.o_nonblock)
             return 0
         if cmd == F_GETFL:
-            return 1 if f.kind in ("console", "pipe_w", "null") else f.flags & ~0o3
+            if f.pipe is not None:
+                return f.flags
+            return 1 if f.kind in ("console", "null") else f.flags & ~0o3
+        if cmd in (F_GETPIPE_SZ, F_SETPIPE_SZ):
+            if f.pipe is None:
+                raise _GuestErrno(errno.EBADF)
+            return f.pipe.capacity if cmd == F_GETPIPE_SZ else f.pipe.set_capacity(self.sint(arg))
         raise _GuestErrno(errno.EINVAL)
 
-    def _pipe(self, fds: int) -> int:
+    def _pipe(self, fds: int, flags: int = 0) -> int:
+        if flags & ~(self.o_nonblock | self.o_cloexec | O_DIRECT_PIPE):
+            raise _GuestErrno(errno.EINVAL)
         pipe = Pipe()
-        r = self.fds.install(OpenFile("pipe_r", pipe=pipe))
-        w = self.fds.install(OpenFile("pipe_w", pipe=pipe))
-        self.write(fds, struct.pack(self.order + "ii", r, w))
+        nonblock, cloexec = flags & self.o_nonblock, bool(flags & self.o_cloexec)
+        r = self.fds.install(OpenFile("pipe_r", pipe=pipe, flags=nonblock), cloexec=cloexec)
+        try:
+            w = self.fds.install(OpenFile("pipe_w", pipe=pipe, flags=1 | nonblock), cloexec=cloexec)
+        except _GuestErrno:
+            self.fds.close(r)
+            raise
+        try:
+            self.write(fds, struct.pack(self.order + "ii", r, w))
+        except _GuestErrno:
+            self.fds.close(r)
+            self.fds.close(w)
+            raise
         return 0
 
     @syscall("pipe", "p")
@@ -99,7 +135,7 @@ class FsCalls(ProcSelf):
 
     @syscall("pipe2", "p x")
     def sys_pipe2(self, fds: int, flags: int, *_: int) -> int:
-        return self._pipe(fds)
+        return self._pipe(fds, flags)
 
     @syscall("ioctl", "fd x p")
     def sys_ioctl(self, fd: int, request: int, *_: int) -> int:

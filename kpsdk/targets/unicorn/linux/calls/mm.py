@@ -87,7 +87,7 @@ class MemoryCalls(ProcessCore):
         if addr % PAGE:
             raise _GuestErrno(errno.EINVAL)
         end = page_up(addr + length)
-        if end > self.mem.space or sum(hi - lo for lo, hi, _ in self.mem.regions(addr, end)) != end - addr:
+        if end > self.mem.limit or sum(hi - lo for lo, hi, _ in self.mem.regions(addr, end)) != end - addr:
             raise _GuestErrno(errno.ENOMEM)
         self.write(vec, b"\1" * ((end - addr) // PAGE))
         return 0

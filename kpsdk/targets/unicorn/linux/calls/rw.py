@@ -15,11 +15,11 @@ import struct
 
 import unicorn
 
-from kpsdk.errors import NotEmulatedError
 from kpsdk.targets.unicorn.linux.calls.core import ProcessCore
 from kpsdk.targets.unicorn.linux.calls.declare import syscall
 from kpsdk.targets.unicorn.linux.files import OpenFile, _GuestErrno
 from kpsdk.targets.unicorn.linux.memory import PAGE
+from kpsdk.targets.unicorn.linux.pipes import _BrokenPipe
 
 #: the most one read or write moves at once (Linux's MAX_RW_COUNT)
 MAX_RW_COUNT = 0x7FFFF000
@@ -53,12 +53,7 @@ class ReadWriteCalls(ProcessCore):
             f.pos += len(data)
             return data
         if f.kind == "pipe_r" and f.pipe is not None:
-            if not f.pipe.data and f.pipe.writers:
-                raise NotEmulatedError("the program reads an empty pipe whose write end is open: it would wait "
-                                       "for another process, and the Unicorn target runs one (not yet emulated)")
-            data = bytes(f.pipe.data[:count])
-            del f.pipe.data[:count]
-            return data
+            return f.pipe.read(count, bool(f.flags & self.o_nonblock))  # may wait (raises _Block)
         if f.kind == "null":
             return b""
         raise _GuestErrno(errno.EBADF)
@@ -68,7 +63,13 @@ class ReadWriteCalls(ProcessCore):
         if f.kind == "console":
             self.console += data
         elif f.kind == "pipe_w" and f.pipe is not None:
-            f.pipe.data += data
+            try:
+                return f.pipe.write(self.task, data, bool(f.flags & self.o_nonblock))  # may wait (raises _Block)
+            except _BrokenPipe:
+                from kpsdk.targets.unicorn.linux import signaling
+
+                signaling.broken_pipe(self.kernel, self.task)
+                raise _GuestErrno(errno.EPIPE) from None
         elif f.kind != "null":
             raise _GuestErrno(errno.EBADF)
         return len(data)
