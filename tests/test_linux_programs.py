@@ -22,7 +22,6 @@ import pytest
 from elftools.elf.elffile import ELFFile
 
 import kpsdk
-from kpsdk.errors import NotEmulatedError
 from kpsdk.targets.unicorn.linux.files import Sysroot, _GuestErrno
 from tests.conftest import DEBIAN_ARCHS, QEMU, REGISTERED_ARCHS, first_fixture, require_tool
 
