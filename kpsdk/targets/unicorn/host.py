@@ -107,6 +107,9 @@ class UnicornHost(Protocol):
 
     def trampoline_probe(self, entry: int) -> Probe: ...
 
+    def patch(self, point: ProbePoint, addr: int, data: bytes) -> None:
+        """Write probe bytes at ``addr`` in every process where ``point`` applies."""
+
     def on_detour_slow(self, handle: int, addr: int, size: int, user: int) -> None:
         """The code hook of a detour's slow path (a normal hit of the entry's probe)."""
 

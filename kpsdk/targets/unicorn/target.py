@@ -55,22 +55,21 @@ import unicorn
 from kpsdk.arch import Arch, InstructionSet
 from kpsdk.binfmt.symbols import SymbolTable
 from kpsdk.errors import TargetFault, UnsupportedTargetError
-from kpsdk.kernel.tasks import TaskInfo
 from kpsdk.manager import ProbeManager, ProbePoint
 from kpsdk.regs import PtRegs
 from kpsdk.targets.unicorn.detour import DetourEngine
 from kpsdk.targets.unicorn.fast import FastHooks, FastRegs, FastWords
-from kpsdk.targets.unicorn.layout import PAGE, SLOT_BASE, SLOT_SIZE, STACK_SIZE, STACK_TOP
+from kpsdk.targets.unicorn.layout import PAGE, SLOT_BASE, SLOT_SIZE, STACK_TOP
 from kpsdk.targets.unicorn.libraries import Libraries
 from kpsdk.targets.unicorn.linux.syscalls import PID
 from kpsdk.targets.unicorn.memory import GuestMemory
-from kpsdk.targets.unicorn.quantum import QuantumCounter
+from kpsdk.targets.unicorn.processes import TaskSupport
 from kpsdk.targets.unicorn.returns import ReturnProbes
 from kpsdk.targets.unicorn.running import Runner
-from kpsdk.targets.unicorn.space import Space, switch
+from kpsdk.targets.unicorn.space import Space
 from kpsdk.targets.unicorn.step import SoftStep
 from kpsdk.targets.unicorn.syscalls import SyscallGlue
-from kpsdk.targets.unicorn.tlb import TlbFill, flush_tlb, watch_mappings
+from kpsdk.targets.unicorn.tlb import TlbFill, watch_mappings
 from kpsdk.targets.unicorn.watch import UcWatch
 
 if TYPE_CHECKING:
@@ -78,10 +77,8 @@ if TYPE_CHECKING:
 
     import capstone
 
-    from kpsdk.events import SyscallEvent
     from kpsdk.target import MappedFile
     from kpsdk.targets.unicorn.linux import LinuxProcess
-    from kpsdk.targets.unicorn.linux.kernel import LinuxKernel
 
 #: most probes given the [OPTIMIZED] hook path at once (see docs/performance.md)
 OPT_LIMIT = 32
@@ -90,7 +87,7 @@ OPT_LIMIT = 32
 PROMOTE_EVERY = 256
 
 
-class UnicornTarget(GuestMemory, ReturnProbes):
+class UnicornTarget(GuestMemory, ReturnProbes, TaskSupport):
     """One Unicorn CPU with its memory, symbols and probe points."""
 
     #: the interrupt hook's way to :meth:`SyscallGlue.syscall <kpsdk.targets.unicorn.syscalls.SyscallGlue.syscall>`
@@ -109,6 +106,8 @@ class UnicornTarget(GuestMemory, ReturnProbes):
         watch_mappings(self.uc, self.tlb)
         if arch.unicorn_setup is not None:  # CPU state Unicorn leaves off that programs expect (ARM's VFP)
             arch.unicorn_setup(self.uc)
+        #: the CPU as a new process starts it (execve resets the registers to this)
+        self.fresh_context = self.uc.context_save()
         self.fast = FastRegs(self.uc)
         self.words = FastWords(self.uc, arch.word_size, arch.endian)
         self.hooks = FastHooks(self.uc)
@@ -241,7 +240,7 @@ class UnicornTarget(GuestMemory, ReturnProbes):
             # the pc written on every hit: the slot, with the Thumb bit where it runs Thumb code
             resume = slot | (1 if point.iset.thumb_bit else 0)
             point.state.update(slot=slot, bp_len=len(bp), resume=resume)
-            self._write_trap(addr, bp)
+            self.patch(point, addr, bp)
             self._bp_points[addr] = point
             self._bp_hidden[addr] = point.insn.raw[:len(bp)]
             bisect.insort(self._bp_sorted, addr)
@@ -275,7 +274,7 @@ class UnicornTarget(GuestMemory, ReturnProbes):
                 self._n_optimized -= 1
         elif point.mechanism == "breakpoint":
             bp_len = int(point.state.pop("bp_len"))  # type: ignore[call-overload]
-            self._write_trap(addr, point.insn.raw[:bp_len])
+            self.patch(point, addr, point.insn.raw[:bp_len])
             slot = int(point.state.pop("slot"))  # type: ignore[call-overload]
             point.state.pop("resume", None)
             self._slot_points.pop(slot, None)
@@ -384,9 +383,15 @@ class UnicornTarget(GuestMemory, ReturnProbes):
         state = point.state
         hit = regs._hit
         at = point.addr
+        #: the address spaces this point keeps quiet in (an exec'd process with other code there:
+        #: :mod:`.processes`); empty for a program that never exec'd
+        excluded: set[Space] = state.setdefault("excluded", set())  # type: ignore[assignment]
+        target = self
 
         def on_hit(handle: int, addr: int, size: int, user: int) -> None:
             try:
+                if excluded and target.space in excluded:
+                    return
                 if point.resuming:
                     point.resuming = False
                     return
@@ -542,62 +547,6 @@ class UnicornTarget(GuestMemory, ReturnProbes):
     def program_pid(self) -> int | None:
         """The Linux layer's pid (1000) for the program it runs; None for a bare session."""
         return PID if self.linux is not None else None
-
-    # -- the tasks of a Linux program (kpsdk.targets.unicorn.linux.kernel) ----------------------
-
-    @property
-    def kernel(self) -> LinuxKernel | None:
-        """The Linux layer's kernel (elf: targets): its processes and tasks, their scheduling;
-        the system-call glue hands it every call."""
-        return self.syscall_glue.kernel if self.syscall_glue is not None else None
-
-    @kernel.setter
-    def kernel(self, kernel: LinuxKernel | None) -> None:
-        assert self.syscall_glue is not None, "a Linux program runs on an arch with system calls"
-        self.syscall_glue.kernel = kernel
-
-    def current_task(self) -> int:
-        """The thread id of the task running now (0 without a Linux layer)."""
-        kernel = self.kernel
-        return kernel.current.tid if kernel is not None and kernel.current is not None else 0
-
-    def task_info(self) -> TaskInfo | None:
-        """The task of a hit, once the program has made a second task (before that, None: the
-        trace's fixed comm and pid, the program's name and pid unless the user chose others)."""
-        kernel = self.kernel
-        if kernel is None or kernel.current is None or not kernel.many:
-            return None
-        task = kernel.current
-        return TaskInfo(task.comm or task.process.comm, task.tid)
-
-    def switch_space(self, space: Space) -> None:
-        """Make ``space`` (another process's) the engine's memory: its mappings replace the
-        current ones, the TLB is emptied, and the stack buffer hot paths read is its own."""
-        switch(self.uc, self.space, space)
-        self.space = space
-        region = space.region_at(STACK_TOP - 1)
-        self._stack_mem = region.buf if region is not None and region.offset == 0 and \
-            region.start == STACK_TOP - STACK_SIZE else None
-        self._forget_memory()
-        flush_tlb(self.uc)
-
-    def run_slice(self, timeout: float | None) -> None:
-        """Run the current task from its pc until it stops (the kernel's loop, one turn)."""
-        self.runner.run_slice(timeout)
-
-    def complete_call(self, call: SyscallEvent, result: int) -> None:
-        """A call a task waited in has its result: written, and plugins hear it returned."""
-        assert self.syscall_glue is not None
-        self.syscall_glue.complete(call, result)
-
-    def task_ended(self, tid: int) -> None:
-        """Task ``tid`` ended: the hooked calls it has in flight will never return."""
-        if self.rethook is not None:
-            self.rethook.unwind(tid)
-
-    def quantum_counter(self) -> QuantumCounter:
-        """A block counter on the engine, for the scheduler's quanta (:mod:`.quantum`)."""
-        return QuantumCounter(self.uc)
 
     @property
     def linux(self) -> LinuxProcess | None:

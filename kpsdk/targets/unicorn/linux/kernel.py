@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from kpsdk.events import SyscallEvent
     from kpsdk.targets.unicorn.fast import FastRegs
     from kpsdk.targets.unicorn.linux.calls.core import ProcessCore as LinuxProcess
+    from kpsdk.targets.unicorn.linux.memory import AddressSpace
     from kpsdk.targets.unicorn.quantum import QuantumCounter
     from kpsdk.targets.unicorn.space import Space
 
@@ -77,6 +78,15 @@ class KernelHost(Protocol):
 
     def quantum_counter(self) -> QuantumCounter:
         """The engine's block counter, installed at the first call."""
+
+    def file_mapped(self, mem: AddressSpace, start: int, end: int) -> None:
+        """A file was mapped at ``[start, end)`` of ``mem`` (the current process's): its probes there."""
+
+    def new_space(self, mem: AddressSpace) -> None:
+        """``mem`` is an exec'd process's fresh space."""
+
+    def forked_space(self, parent: AddressSpace, child: AddressSpace) -> None:
+        """``child`` is ``parent`` copied by fork."""
 
 
 class LinuxKernel:

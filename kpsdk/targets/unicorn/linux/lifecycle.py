@@ -50,7 +50,10 @@ def clone(kernel: LinuxKernel, parent: Task, flags: int, stack: int, ptid: int, 
     tid = kernel.new_id()
     process = parent.process
     if not flags & CLONE_THREAD:
+        parent_mem = process.mem
         process = process.fork(tid, flags)
+        if process.mem is not parent_mem:
+            kernel.host.forked_space(parent_mem, process.mem)
         process.parent = parent.process if not flags & CLONE_PARENT else parent.process.parent
         if process.parent is not None:
             process.parent.children.append(process)

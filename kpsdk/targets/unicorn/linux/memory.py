@@ -80,6 +80,14 @@ class AddressSpace:
         if source is not None:
             self.sources[path] = source
 
+    def file_at(self, addr: int) -> tuple[str, int] | None:
+        """The file and file offset ``addr`` maps (None: anonymous memory): what a probe armed
+        there belongs to, in whichever process maps that file."""
+        for (lo, hi), (path, offset) in self.names.items():
+            if lo <= addr < hi:
+                return path, offset + (addr - lo)
+        return None
+
     def _named(self, start: int, end: int) -> list[tuple[tuple[int, int], tuple[str, int]]]:
         """The named parts of ``[start, end)``, cut to it, in address order."""
         out = []
@@ -155,8 +163,8 @@ class AddressSpace:
                 raise _GuestErrno(errno.EEXIST)
         else:
             addr = self.find(size, addr)
-        try:
-            self.table.map(addr, addr + size, prot & 7)
+        try:  # MAP_SHARED memory stays shared with the children a fork makes
+            self.table.map(addr, addr + size, prot & 7, shared=bool(flags & MAP_SHARED))
         except (unicorn.UcError, OSError):  # the engine or the host cannot give that much memory
             raise _GuestErrno(errno.ENOMEM) from None
         self._forget(addr, addr + size)

@@ -105,6 +105,8 @@ class Task:
     saved_mask: int | None = None
     #: the frame rt_sigreturn (True) or sigreturn (False) asked to return from, done between runs
     sigreturn: bool | None = None
+    #: the image execve checked, loaded between runs (:mod:`.execs`)
+    exec_plan: Any = None
     #: things to do in the task's own address space before it first runs (CLONE_CHILD_SETTID)
     on_start: list[Callable[[], None]] = field(default_factory=list)
     #: the thread's name (PR_SET_NAME; a new process's is its program's)

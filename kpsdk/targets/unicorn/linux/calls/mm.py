@@ -39,6 +39,8 @@ class MemoryCalls(ProcessCore):
                 raise _GuestErrno(e.errno or errno.EACCES) from None
             self.write(at, data)
             self.mem.name(at, at + page_up(length), f.path, offset, f.host)
+            if self.kernel is not None:  # the probes of that file there (an exec'd process's libraries)
+                self.kernel.host.file_mapped(self.mem, at, at + page_up(length))
             if self.on_file_map is not None and f.host is not None:
                 self.on_file_map(f.host, at, offset)
         return at
