@@ -373,6 +373,15 @@ GDT_ENTRY_STACK = 2
 GDT_ENTRIES = 32
 
 
+def unicorn_setup(uc: unicorn.Uc) -> None:
+    """The FPU state a Linux process starts with (fpstate_init: ``fninit``'s control word
+    0x37f: all exceptions masked, 64-bit precision, round to nearest; MXCSR_DEFAULT 0x1f80):
+    Unicorn 2.1.4 starts both at 0, so x87 arithmetic after the first control-word save and
+    restore ran at 24-bit precision (Debian's sqlite3 printed 999*0.5 as 499.499988555908)."""
+    uc.reg_write(ux.UC_X86_REG_FPCW, 0x37F)
+    uc.reg_write(ux.UC_X86_REG_MXCSR, 0x1F80)
+
+
 #: the exceptions Linux's x86 traps.c turns into signals (vector, signal, si_code): #DE divide
 #: error (SIGFPE, FPE_INTDIV), #UD invalid opcode (SIGILL, ILL_ILLOPN), #GP (SIGSEGV, SI_KERNEL),
 #: int3 that is not kpsdk's (SIGTRAP, SI_KERNEL)
@@ -460,6 +469,7 @@ X86_64 = Arch(
     isets=(_iset("x86_64", capstone.CS_MODE_64, keystone.KS_MODE_64, _frame_record("rbp", "rsp", 8)),),
     insn=INSN_RULES,
     unicorn=(unicorn.UC_ARCH_X86, unicorn.UC_MODE_64),
+    unicorn_setup=unicorn_setup,
     unicorn_unsupported=None,
     gdb_arch="i386:x86-64",
     elf_machine="EM_X86_64",
@@ -508,6 +518,7 @@ I386 = Arch(
     isets=(_iset("i386", capstone.CS_MODE_32, keystone.KS_MODE_32, _frame_record("ebp", "esp", 4)),),
     insn=INSN_RULES,
     unicorn=(unicorn.UC_ARCH_X86, unicorn.UC_MODE_32),
+    unicorn_setup=unicorn_setup,
     unicorn_unsupported=None,
     gdb_arch="i386",
     elf_machine="EM_386",

@@ -72,6 +72,12 @@ class LinuxAbi:
     :param cpu_exceptions: CPU exceptions Unicorn reports as interrupts that Linux turns into
         signals: ``(interrupt number, signal name, si_code)`` (x86's divide error: SIGFPE,
         FPE_INTDIV; a ``ud2``: SIGILL).
+    :param vector_page: a page the kernel maps into every process at a fixed address, and its
+        bytes (ARM's kuser helpers at 0xffff0000: ``__kuser_get_tls``, ``__kuser_cmpxchg``...,
+        which older armhf C libraries call).
+    :param legacy_call: ``(read, pc, thumb) -> number or None``: the number of a system call made
+        the arch's old way (ARM's OABI ``swi 0x9000NN``), which the layer refuses by name
+        instead of taking it for an EABI call.
     :param clone_backwards: ``clone``'s arguments are ``(flags, stack, parent_tid, tls,
         child_tid)`` (the kernel's CONFIG_CLONE_BACKWARDS: i386, arm, powerpc, mips) instead of
         ``(flags, stack, parent_tid, child_tid, tls)`` (x86_64; riscv64 passes tls before the child's tid too:
@@ -102,6 +108,8 @@ class LinuxAbi:
     sigaction: tuple[str, ...] = ("handler", "flags", "restorer", "mask")
     stack_t: tuple[str, ...] = ("sp", "flags", "size")
     cpu_exceptions: tuple[tuple[int, str, int], ...] = ()
+    vector_page: tuple[int, bytes] | None = None
+    legacy_call: Callable[[Callable[[int, int], bytes], int, bool], int | None] | None = None
 
 
 @dataclass(frozen=True)

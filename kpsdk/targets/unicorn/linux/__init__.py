@@ -127,6 +127,11 @@ def start_process(target: LinuxHost, image: ElfImage, program: str, options: Pro
     root = Sysroot(options.sysroot if options.sysroot is not None else default_sysroot(target), own_pid=PID)
     target.sysroot = root.root
     brk_base = page_up(reserved[0][1]) + PAGE  # after kpsdk's area, which sits right after the program
+    if linux.vector_page is not None:  # ARM's kuser helpers: in every process, never the program's to unmap
+        where, code = linux.vector_page
+        target.map(where, len(code), "rx", shared=True)
+        target.uc.mem_write(where, code)
+        reserved = [*reserved, (where, where + len(code))]
     space = AddressSpace(target.space, 1 << (8 * arch.word_size) if arch.word_size == 4 else 1 << 47,
                          brk_base, reserved)
     interp_base = 0

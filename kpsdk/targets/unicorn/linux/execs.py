@@ -155,8 +155,8 @@ def finish_exec(kernel: LinuxKernel, task: Task) -> None:
     old = process.mem
     area = target.sentinel  # type: ignore[attr-defined]
     table = Space(kernel.uc)
-    for region in old.table:
-        if region.shared and area <= region.start < area + AREA_SIZE:  # kpsdk's own area: in every process
+    for region in old.table:  # kpsdk's own area and the arch's vector page: in every process
+        if region.shared and any(lo <= region.start < hi for lo, hi in old.reserved):
             table.map(region.start, region.end, region.prot, region.buf, region.offset, shared=True)
     old.release()
     target.switch_space(table)
@@ -176,7 +176,7 @@ def finish_exec(kernel: LinuxKernel, task: Task) -> None:
     for seg in placed.segments:
         kernel.uc.mem_write(seg.vaddr, seg.data)
     target.setup_stack()  # type: ignore[attr-defined]
-    reserved = [(area, area + AREA_SIZE), (STACK_TOP - STACK_SIZE, STACK_TOP)]
+    reserved = old.reserved
     limit = 1 << (8 * arch.word_size) if arch.word_size == 4 else 1 << 47
     # the heap after the program, or after kpsdk's area when that sits right above the program
     # (as at kpsdk.open: the area was placed after the first program, and this one may be there too)

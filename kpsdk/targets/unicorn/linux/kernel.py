@@ -212,6 +212,8 @@ class LinuxKernel:
         assert task is not None
         self.clock.advance(SYSCALL_NS)
         process = task.process
+        if self.abi.legacy_call is not None:
+            self._refuse_legacy()
         name, handler = process.handlers.get(nr, (event.name, None))
         if handler is None:
             process.unimplemented[name] += 1
@@ -225,6 +227,20 @@ class LinuxKernel:
             result = -e.errno
         task.progress = None  # a call's own record ends with it
         return result
+
+    def _refuse_legacy(self) -> None:
+        """A call made the arch's old way (ARM's OABI ``swi 0x9000NN``) is refused by name at the
+        first one: taken for an EABI call it would run another call with the wrong arguments."""
+        from kpsdk.errors import NotEmulatedError
+
+        legacy = self.abi.legacy_call
+        assert legacy is not None
+        thumb = self.host.running_iset().thumb_bit  # type: ignore[attr-defined]
+        number = legacy(lambda at, n: bytes(self.uc.mem_read(at, n)), self.host.fast.read(self._pc), thumb)
+        if number is not None:
+            raise NotEmulatedError(f"the program makes an OABI system call (swi {0x900000 + number:#x}, "
+                                   f"call {number}): the Unicorn target emulates EABI calls only (an old-ABI "
+                                   "binary runs under qemu-user: --target qemu-user)")
 
     def after_syscall(self) -> None:
         """A call returned to the current task: stop the engine if a signal is now deliverable."""
