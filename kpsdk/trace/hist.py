@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from kpsdk.errors import KpsdkError
+from kpsdk.trace.numbers import parse_ascii_int
 
 if TYPE_CHECKING:
     from kpsdk.trace.events import TraceRecord
@@ -128,10 +129,10 @@ def parse_lhist(spec: str) -> tuple[str, int, int, int]:
     parts = [p.strip() for p in spec.split(",")]
     if len(parts) != 4 or not parts[0]:
         raise KpsdkError(f"--lhist {spec!r}: want FIELD,MIN,MAX,STEP (as bpftrace's lhist(v, 0, 100, 10))")
-    try:
-        low, high, step = (int(p, 0) for p in parts[1:])
-    except ValueError:
-        raise KpsdkError(f"--lhist {spec!r}: MIN, MAX and STEP are integers") from None
+    numbers = [parse_ascii_int(p) for p in parts[1:]]
+    if None in numbers:  # ASCII digits only: int() would take other scripts' digits too
+        raise KpsdkError(f"--lhist {spec!r}: MIN, MAX and STEP are integers")
+    low, high, step = (n for n in numbers if n is not None)
     if step <= 0 or low >= high:
         raise KpsdkError(f"--lhist {spec!r}: want MIN < MAX and STEP > 0")
     if (high - low) // step > 10_000:
