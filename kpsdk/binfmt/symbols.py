@@ -29,6 +29,50 @@ _NUM = r"0[xX][0-9a-fA-F]+|[0-9]+"
 _EXPR = re.compile(rf"^\s*(?:(?P<sym>[A-Za-z_.$][\w.$@]*)\s*(?:(?P<sign>[+-])\s*(?P<off>{_NUM}))?"
                    rf"|(?P<numsign>[+-])?\s*(?P<num>{_NUM}))\s*$")
 _CLONE_SUFFIX = re.compile(r"\.(isra|constprop|part|cold|lto_priv|llvm)\.\d+$")
+#: what :func:`shown_name` writes as ``\xNN``/``\uNNNN``/``\UNNNNNNNN``: a backslash (so that the
+#: escapes can be told from a name's own text), and every character Python does not call
+#: printable: controls (newline, tab, ESC), C1 controls, line and paragraph separators,
+#: format characters (bidirectional overrides), surrogates, unassigned code points and every
+#: blank but the ASCII space
+_UNSHOWN = re.compile(r"[^\x21-\x5b\x5d-\x7e ]")
+_ESCAPE = re.compile(r"\\(?:\\|x[0-9a-f]{2}|u[0-9a-f]{4}|U[0-9a-f]{8})")
+
+
+def _escape(match: re.Match[str]) -> str:
+    char = match.group()
+    if char == "\\":
+        return "\\\\"
+    if char.isprintable() and char != " ":
+        return char
+    code = ord(char)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+
+
+def shown_name(name: str, blanks: bool = False) -> str:
+    """A symbol's name as kpsdk shows it, on one line whatever the file holds.
+
+    An ELF's ``.strtab`` (or a kallsyms table, a System.map) may name a symbol with any bytes:
+    a newline splits a trace line in two, ESC sequences reach the terminal.  Every character
+    that is not printable, and the backslash, is written as a Python-style escape (``\\x0a``,
+    ``\\x1b``, ``\\u202e``, ``\\\\``); printable text, Unicode letters included, is kept.
+    ``blanks``: the space too (``\\x20``), for formats whose fields are separated by blanks
+    (``trace.dat``'s kallsyms lines).  Names that need nothing (all real ones) are returned as
+    they are, at the cost of one regular expression search.  :meth:`SymbolTable.get` takes the
+    escaped form back.
+    """
+    if _UNSHOWN.search(name) is None and not (blanks and " " in name):
+        return name
+    shown = _UNSHOWN.sub(_escape, name)
+    return shown.replace(" ", "\\x20") if blanks else shown
+
+
+def unescaped_name(text: str) -> str:
+    """The name :func:`shown_name` showed as ``text`` (text without escapes is itself)."""
+    def one(match: re.Match[str]) -> str:
+        escape = match.group()
+        return "\\" if escape == "\\\\" else chr(int(escape[2:], 16))
+
+    return _ESCAPE.sub(one, text)
 
 
 @dataclass(frozen=True)
@@ -155,6 +199,8 @@ class SymbolTable:
         found = self._by_name.get(name)
         if found is None and "@" in name and not name.endswith("@plt"):
             found = self._by_name.get(name.partition("@")[0])
+        if found is None and "\\" in name:  # a name as kpsdk shows it (shown_name), copied from its output
+            found = self._by_name.get(unescaped_name(name))
         return found
 
     def suggest(self, name: str, n: int = 3) -> list[str]:
@@ -234,9 +280,10 @@ class SymbolTable:
             or f"{addr:#x}"
 
     def symbolic(self, addr: int) -> str | None:
-        """``sym+0xoff`` for an address inside a symbol, else None (an int is the caller's to check)."""
+        """``sym+0xoff`` for an address inside a symbol, else None (an int is the caller's to check);
+        the name as :func:`shown_name` shows it: this is text for people and logs."""
         sym = self._at(addr)
-        return None if sym is None else f"{sym.name}+{addr - sym.address:#x}"
+        return None if sym is None else f"{shown_name(sym.name)}+{addr - sym.address:#x}"
 
     def functions(self) -> list[Symbol]:
         return [s for s in self._sorted if s.kind == "func"]

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from operator import itemgetter
 from typing import IO, TYPE_CHECKING, Any
 
+from kpsdk.binfmt.symbols import shown_name
 from kpsdk.errors import UnknownNameError
 
 # declared in the core beside the hook that returns them (kpsdk/outputformat.py); read here too
@@ -118,7 +119,7 @@ def format_prefix(record: TraceRecord) -> str:
     """
     usecs = max(0, round(record.time * 1_000_000))
     secs, usec = divmod(usecs, 1_000_000)
-    return f"{record.comm:>16}-{record.pid:<7} [{record.cpu:03d}] {record.flags} {secs:5d}.{usec:06d}: "
+    return f"{shown_name(record.comm):>16}-{record.pid:<7} [{record.cpu:03d}] {record.flags} {secs:5d}.{usec:06d}: "
 
 
 #: the column legend of the kernel's ``trace`` file (print_func_help_header_irq in kernel/trace/trace.c)
@@ -231,7 +232,8 @@ class TextWriter(Writer):
         if task is None:
             if len(self._tasks) >= TASK_PREFIXES:
                 self._tasks.clear()
-            task = self._tasks[key] = f"{record.comm:>16}-{record.pid:<7} [{record.cpu:03d}] {record.flags} "
+            task = self._tasks[key] = \
+                f"{shown_name(record.comm):>16}-{record.pid:<7} [{record.cpu:03d}] {record.flags} "
         usecs = max(0, round(record.time * 1_000_000))
         return f"{task}{usecs // 1_000_000:5d}.{usecs % 1_000_000:06d}: "
 
@@ -272,7 +274,8 @@ class TextWriter(Writer):
                     if task_part is None:
                         if len(tasks) >= TASK_PREFIXES:
                             tasks.clear()
-                        task_part = tasks[key] = f"{task.comm:>16}-{task.pid:<7} [{task.cpu:03d}] {task.flags} "
+                        task_part = tasks[key] = \
+                            f"{shown_name(task.comm):>16}-{task.pid:<7} [{task.cpu:03d}] {task.flags} "
                     last[0], last[1] = task, task_part
                 usecs = round(now * 1_000_000)
                 if usecs < 0:

@@ -22,11 +22,13 @@ the ``sym+off/size`` text, not the address).
 from __future__ import annotations
 
 import itertools
+import re
 import struct
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Literal
 
+from kpsdk.binfmt.symbols import shown_name
 from kpsdk.kernel.tasks import UNKNOWN_COMM
 from kpsdk.trace.common import FIRST_EVENT_ID, flag_bits
 from kpsdk.trace.output import Writer, format_value
@@ -262,20 +264,45 @@ def _page(endian: str, long_size: int, stamp: int, data: bytes | bytearray) -> b
     return body + b"\0" * (PAGE_SIZE - len(body))
 
 
+def _function_of(r: TraceRecord) -> tuple[int, str] | None:
+    """The start and name of the function a record names (``sym+0xoff/0xsize``, a return's
+    ``func``), as a ``/proc/kallsyms`` line may hold it: one word, no blank or control character
+    (a name that has one is shown escaped, :func:`~kpsdk.binfmt.symbols.shown_name`)."""
+    if r.kind == "r" and r.func:
+        name, offset = r.func, "0x0"
+    else:
+        name, plus, rest = r.where.rpartition("+")  # the last +: a name may hold one
+        if not plus:
+            return None
+        offset = rest.split("/")[0]
+    try:
+        start = r.ip - int(offset, 16) if offset.startswith("0x") and offset.isascii() else -1
+    except ValueError:
+        return None
+    if start < 0 or not name or name.startswith("0x"):
+        return None
+    return start, shown_name(name, blanks=True) if _NOT_A_WORD.search(name) else name
+
+
+#: what cannot be in a kallsyms line's name: the blanks that separate its fields, and anything
+#: :func:`~kpsdk.binfmt.symbols.shown_name` escapes but the backslash of a name it escaped before
+_NOT_A_WORD = re.compile(r"[^\x21-\x7e]")
+
+
 def _kallsyms(records: Iterable[TraceRecord]) -> str:
     """``/proc/kallsyms`` lines for the functions the records name, so that trace-cmd can
     tell the addresses' names (``--symbols``-style lookups in KernelShark)."""
     seen: dict[int, str] = {}
     for r in records:
-        name = r.func if r.kind == "r" and r.func else r.where.split("+")[0]
-        offset = r.where.split("+")[1].split("/")[0] if r.kind == "p" and "+" in r.where else "0x0"
-        try:
-            start = r.ip - int(offset, 16)
-        except ValueError:
-            continue
-        if name and not name.startswith("0x"):
-            seen.setdefault(start, name)
+        found = _function_of(r)
+        if found is not None:
+            seen.setdefault(*found)
     return "".join(f"{addr:016x} T {name}\n" for addr, name in sorted(seen.items()))
+
+
+def _cmdline(pid: int, comm: str) -> str:
+    """A ``saved_cmdlines`` line: the comm on one line (a guest may name a task with a newline)."""
+    return f"{pid} {shown_name(comm) if _NOT_A_WORD.search(comm.replace(' ', '')) else comm}\n"
 
 
 def tracedat(records: list[TraceRecord], long_size: int = 8,
@@ -319,7 +346,7 @@ def tracedat(records: list[TraceRecord], long_size: int = 8,
     for r in records:
         if r.comm != UNKNOWN_COMM:
             cmdlines[r.pid] = r.comm
-    blob = "".join(f"{pid} {comm}\n" for pid, comm in sorted(cmdlines.items())).encode()
+    blob = "".join(_cmdline(pid, comm) for pid, comm in sorted(cmdlines.items())).encode()
     out += struct.pack(endian + "Q", len(blob)) + blob
     ncpus = max((r.cpu for r in records), default=0) + 1
     # an entry's data, with its header, length word and a time extend before it, fits in a page
