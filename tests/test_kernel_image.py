@@ -30,11 +30,11 @@ from pathlib import Path
 import pytest
 
 from kpsdk import fixtures
-from kpsdk.kernel import kallsyms_cache
 from kpsdk.cache import cache_root
 from kpsdk.cachetree import record_tree
 from kpsdk.errors import ImageFormatError, SymbolError, TargetError
 from kpsdk.fixtures import kernel
+from kpsdk.kernel import kallsyms_cache
 from kpsdk.kernel.kallsyms import (
     KallsymsEntry,
     compression_of,
