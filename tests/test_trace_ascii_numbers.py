@@ -119,3 +119,30 @@ def test_the_checks_are_ascii(text: str) -> None:
     value = parse_ascii_int(text)
     if value is not None:
         assert text.isascii() and "_" not in text and text.strip() == text and value == int(text, 0)
+
+
+@settings(max_examples=200, deadline=None)
+@given(number=numbers())
+def test_call_arguments_and_probe_locations_take_no_other_digits(number: str) -> None:
+    """The same rule where kpsdk reads a number for itself: --call's arguments, a probe's
+    location (``0x...``, ``SYM+OFF``) and kpsdk.argcheck.parse_number under them."""
+    import typer
+
+    from kpsdk.argcheck import parse_number
+    from kpsdk.cli.parsing import parse_call
+    from kpsdk.errors import LocationError
+    from kpsdk.probe import location_fields
+
+    assert parse_number(number) is None and parse_number("-" + number) is None
+    with pytest.raises(typer.BadParameter, match="not an integer"):
+        parse_call(f"loop {number}")
+    for where in (number, f"add+{number}"):
+        with pytest.raises(LocationError):
+            location_fields(where)
+
+
+def test_int_forms_kept() -> None:
+    from kpsdk.argcheck import parse_number
+
+    assert [parse_number(t) for t in ("0x1F", "-5", "+7", "0o17", "0b101", "0", "00")] == [31, -5, 7, 15, 5, 0, 0]
+    assert [parse_number(t) for t in ("010", "1_000", " 5", "5 ", "", "0x", "٣")] == [None] * 7

@@ -10,12 +10,7 @@ goes through these checks first (kpsdk.trace.grammar.parse_uint is ``kstrtoul`` 
 
 from __future__ import annotations
 
-import re
-
-#: what ``int(text, 0)`` takes, spelled in ASCII, without ``_`` separators or blanks
-_INT = re.compile(r"[+-]?(?:0[xX][0-9a-fA-F]+|0[oO][0-7]+|0[bB][01]+|0+|[1-9][0-9]*)")
-#: a decimal longer than this is no number a trace takes (and would hit int()'s 4300-digit limit)
-_MAX_DIGITS = 64
+from kpsdk.argcheck import parse_number
 
 
 def ascii_digits(text: str) -> bool:
@@ -31,6 +26,4 @@ def is_ascii_digit(char: str) -> bool:
 def parse_ascii_int(text: str) -> int | None:
     """``int(text, 0)`` for ASCII text only: an optional sign, then decimal, ``0x``, ``0o`` or
     ``0b`` digits; None for anything else (Unicode digits, ``_``, blanks, ``010``)."""
-    if len(text) > _MAX_DIGITS or not _INT.fullmatch(text):
-        return None
-    return int(text, 0)
+    return parse_number(text)
