@@ -29,7 +29,7 @@ from rich.text import Text
 from kpsdk.cli.consoles import console
 from kpsdk.cli.target_choice import TargetChoice, close_session
 from kpsdk.errors import KpsdkError, TargetError
-from kpsdk.trace.hist import PLOT_FORMATS
+from kpsdk.trace.hist import PLOT_FORMATS, HistogramSet
 from kpsdk.trace.output import EventShape, EventWrite, Writer, WriterContext
 
 if TYPE_CHECKING:
@@ -74,7 +74,7 @@ class Reports:
         """The histograms need the records once the run is over: the run keeps them."""
         return bool(self.hist_fields or self.latency or self.linear)
 
-    def print(self, con: Any, session: Session, trace: Trace, records: list[TraceRecord],
+    def print(self, con: Any, session: Session, trace: Trace, records: HistogramSet,
               interrupted: bool = False) -> None:
         """The reports asked for, at the end of the run or when it was interrupted (then what
         was collected so far, and no complaint about what did not happen yet)."""
@@ -90,7 +90,7 @@ class Reports:
         if self.show_console:
             console(stderr=True).out(session.console, end="", highlight=False)
 
-    def _histograms(self, records: list[TraceRecord], interrupted: bool) -> list[Histogram]:
+    def _histograms(self, records: HistogramSet, interrupted: bool) -> list[Histogram]:
         """``--hist``, ``--latency`` and ``--lhist`` over the records; one that found nothing is an
         error, unless the run was interrupted."""
         from kpsdk.trace.hist import field_histograms, latency_histograms, linear_histograms
@@ -152,12 +152,14 @@ class TraceRun:
     session: Session | None = None
     trace: Trace | None = None
     writer: Writer | None = None
-    records: list[TraceRecord] = field(default_factory=list)
+    #: the histograms' buckets, filled as records come (no record is kept)
+    records: HistogramSet = field(init=False)
     interrupted: bool = False
     limits: _Limits = field(init=False)
 
     def __post_init__(self) -> None:
         self.limits = _Limits(None, self.count)
+        self.records = HistogramSet(self.reports.hist_fields, self.reports.latency, self.reports.linear)
 
     def execute(self) -> bool:
         """Trace, write the records, print the reports, close the target; True when Ctrl-C (or
@@ -252,7 +254,7 @@ class _RunSink(Writer):
     ``--linear``), events write through the format's per-event path
     (:meth:`Writer.event_writer`) with the same limits."""
 
-    def __init__(self, limits: _Limits, keep: list[TraceRecord] | None) -> None:
+    def __init__(self, limits: _Limits, keep: HistogramSet | None) -> None:
         self.limits = limits
         #: where records are kept for the reports (None: nothing keeps them)
         self.keep = keep
