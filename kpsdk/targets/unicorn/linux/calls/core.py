@@ -91,6 +91,8 @@ class ProcessCore:
         #: a stop to report to wait4(WUNTRACED) (the signal), and a SIGCONT to report (WCONTINUED)
         self.stop_report: int | None = None
         self.continued = False
+        #: the file-creation mask (umask: inherited across fork, kept across exec)
+        self.umask = 0o022
         #: ITIMER_REAL (alarm, setitimer): its deadline on the kernel's clock and its interval (ns)
         self.itimer: tuple[int, int] | None = None
         #: i386's GDT page for set_thread_area (0: not mapped yet)
