@@ -235,6 +235,9 @@ class WatchRules:
     :param exec_lengths: lengths an execute (``x``) watchpoint may have.
     :param exec_slots: a separate pool of slots for ``x`` (ARM's breakpoint
         registers); None when ``x`` shares ``slots`` (x86's DR0-DR3).
+    :param masked: ``(smallest, largest)``: a data watchpoint may also be any power of two
+        between these, naturally aligned, which ``lengths`` and ``window`` do not then
+        restrict (AArch64's MASK field: 8 bytes to 2 GiB); None: no such ranges.
     :param source: where the numbers come from.
     """
 
@@ -245,7 +248,13 @@ class WatchRules:
     window: int | None = None
     exec_lengths: tuple[int, ...] = ()
     exec_slots: int | None = None
+    masked: tuple[int, int] | None = None
     source: str = ""
+
+    def is_masked(self, length: int) -> bool:
+        """Whether ``length`` is one of the :attr:`masked` ranges' (a power of two in range)."""
+        return (self.masked is not None and self.masked[0] <= length <= self.masked[1]
+                and length & (length - 1) == 0)
 
 
 @dataclass(frozen=True)
