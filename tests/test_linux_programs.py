@@ -116,7 +116,8 @@ def test_unknown_system_call_is_enosys_and_recorded(build: Callable[[str], Path]
 
 #: a call the layer does not answer, by its number on each arch and the name the kernel's table gives it there
 GETGROUPS = {"x86_64": (115, "getgroups"), "i386": (205, "getgroups32"), "arm": (205, "getgroups32"),
-             "riscv64": (158, "getgroups"), "ppc64": (80, "getgroups"), "ppc64le": (80, "getgroups")}
+             "riscv64": (158, "getgroups"), "ppc64": (80, "getgroups"), "ppc64le": (80, "getgroups"),
+             "aarch64": (158, "getgroups")}
 
 
 @pytest.mark.parametrize("arch", LINUX_ARCHS)
