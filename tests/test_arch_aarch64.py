@@ -160,7 +160,8 @@ def test_simulated_instructions_run_and_post_handlers_follow_them(words: list[in
         assert posts == [expected_next]
 
 
-def test_a_probe_by_name_lands_on_a_pac_or_bti_entry_and_the_function_runs() -> None:
+@pytest.mark.parametrize("optimize", [True, False], ids=["optimized", "breakpoint"])
+def test_a_probe_by_name_lands_on_a_pac_or_bti_entry_and_the_function_runs(optimize: bool) -> None:
     """A kernel function built with branch protection starts with ``paciasp`` or ``bti c``:
     the kernel puts a kprobe by name on that instruction itself (arm64 has no
     arch_adjust_kprobe_addr), a steppable hint, and so does kpsdk."""
@@ -168,18 +169,17 @@ def test_a_probe_by_name_lands_on_a_pac_or_bti_entry_and_the_function_runs() -> 
     # autiasp ; ret   and   bti c ; add x0, x0, #2 ; ret
     words = [0xD503233F, 0xA9BF7BFD, 0x910003FD, 0x91000400, 0xA8C17BFD, 0xD50323BF, 0xD65F03C0,
              0xD503245F, 0x91000800, 0xD65F03C0]
-    for optimize in (True, False):
-        with _blank(words) as s:
-            s.kprobes_optimization = optimize
-            s.symbols.add(Symbol("pac_func", CODE, 28, "func"))
-            s.symbols.add(Symbol("bti_func", CODE + 28, 12, "func"))
-            seen: list[int] = []
-            for name in ("pac_func", "bti_func"):
-                s.register_kprobe(kpsdk.Kprobe(symbol_name=name, pre_handler=lambda p, r: seen.append(r.ip) or 0))
-            rp = kpsdk.Kretprobe(symbol_name="pac_func", handler=lambda ri, regs: seen.append(regs.return_value))
-            s.register_kretprobe(rp)
-            assert s.call("pac_func", 41) == 42 and s.call("bti_func", 40) == 42
-            assert seen == [CODE, 42, CODE + 28]
+    seen: list[int] = []
+    with _blank(words) as s:
+        s.kprobes_optimization = optimize
+        s.symbols.add(Symbol("pac_func", CODE, 28, "func"))
+        s.symbols.add(Symbol("bti_func", CODE + 28, 12, "func"))
+        for name in ("pac_func", "bti_func"):
+            s.register_kprobe(kpsdk.Kprobe(symbol_name=name, pre_handler=lambda p, r: seen.append(r.ip) or 0))
+        rp = kpsdk.Kretprobe(symbol_name="pac_func", handler=lambda ri, regs: seen.append(regs.return_value))
+        s.register_kretprobe(rp)
+        assert s.call("pac_func", 41) == 42 and s.call("bti_func", 40) == 42
+    assert seen == [CODE, 42, CODE + 28]
 
 
 def test_kpsdks_own_code_decodes_as_intended() -> None:
