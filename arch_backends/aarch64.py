@@ -76,6 +76,9 @@ def _regs() -> tuple[Register, ...]:
         # (NZCV is its top four bits: ``nzcv`` names the same register)
         Register("pstate", 4, u64.UC_ARM64_REG_PSTATE, "cpsr", ("cpsr", "nzcv")),
         Register("tpidr_el0", 8, u64.UC_ARM64_REG_TPIDR_EL0, "tpidr", ("tpidr",)),
+        # a kernel's current task (arch/arm64/include/asm/current.h); QEMU's gdbstub lists it
+        # among its system registers by the cp register's name
+        Register("sp_el0", 8, u64.UC_ARM64_REG_SP_EL0, "SP_EL0", ("SP_EL0",)),
         Register("fpcr", 4, u64.UC_ARM64_REG_FPCR, "fpcr"),
         Register("fpsr", 4, u64.UC_ARM64_REG_FPSR, "fpsr"),
     ]

@@ -90,11 +90,11 @@ def a64_updated(code: bytes, address: int) -> set[int]:
     for insn in md.disasm(code, address):
         ops = insn.operands
         if insn.mnemonic == "adrp":
-            page[ops[0].reg] = ops[1].imm
+            page[ops[0].reg] = ops[1].imm & (1 << 64) - 1  # capstone gives it signed
         elif insn.mnemonic in ("ldr", "str") and len(ops) == 2 and ops[1].type == capstone.arm64.ARM64_OP_MEM:
             mem = ops[1].mem
             if mem.base in page and not mem.index and insn.reg_name(ops[0].reg).startswith("x"):
-                (loaded if insn.mnemonic == "ldr" else stored).add(page[mem.base] + mem.disp)
+                (loaded if insn.mnemonic == "ldr" else stored).add((page[mem.base] + mem.disp) & (1 << 64) - 1)
     return loaded & stored
 
 
