@@ -226,3 +226,19 @@ def test_watchpoint_rules_are_byte_select_and_mask_ranges(addr_offset: int, leng
         with pytest.raises(kpsdk.KprobeError) as info:
             check_rules(rules, "aarch64", wp, 0x80000000 + addr_offset, length)
         assert info.value.errno == errno.EINVAL
+
+
+def test_a_raw_images_btf_is_found_by_its_header() -> None:
+    """arm64's kallsyms name no data (no CONFIG_KALLSYMS_ALL), so no ``__start_BTF``: the one
+    blob with a kernel's BTF header (types at 0, strings right after, the empty string first)
+    is the BTF; none, or two, and there is no answer."""
+    import random
+
+    from kpsdk.kernel.image_btf import _scan_btf
+
+    rng = random.Random(35)
+    blob = struct.pack("<HBBIIIII", 0xEB9F, 1, 0, 24, 0, 8, 8, 4) + bytes(range(8)) + b"\0abc"
+    image = rng.randbytes(4099) + blob + rng.randbytes(999)
+    assert _scan_btf(image) == blob
+    assert _scan_btf(image + blob) is None
+    assert _scan_btf(rng.randbytes(4096)) is None
