@@ -222,6 +222,24 @@ def classify(insn: capstone.CsInsn) -> tuple[bool, str | None]:
     return kind == "step", None
 
 
+#: MAX_ATOMIC_CONTEXT_SIZE (arch/arm64/kernel/probes/decode-insn.h): instructions looked back
+MAX_ATOMIC_CONTEXT_SIZE = 16
+
+
+def in_atomic_sequence(before: bytes, addr: int) -> str | None:
+    """``is_probed_address_atomic`` (decode-insn.c): a probe after an exclusive load with no
+    exclusive store since, within the function and 16 instructions back, would make the
+    sequence fail forever (the exception clears the exclusive monitor): refused."""
+    for at in range(len(before) - 4, -1, -4):
+        word = int.from_bytes(before[at:at + 4], "little")
+        if insn_is("store_ex", word):
+            return None
+        if insn_is("load_ex", word):
+            return (f"{addr:#x} is inside an exclusive load/store sequence (an ldxr at "
+                    f"{addr - len(before) + at:#x}, no stxr since: arch/arm64/kernel/probes/decode-insn.c)")
+    return None
+
+
 def successors(insn: capstone.CsInsn, reg: ReadReg, mem: ReadMem, word: int) -> set[int] | None:
     """Where execution can go after ``insn``, as simulate-insn.c computes each branch's
     target (both ways for the conditional ones, whose flags or register decide)."""
@@ -486,7 +504,7 @@ AARCH64 = Arch(
     kernel_abi=Abi(tuple(f"x{i}" for i in range(8)), stack_args_offset=0),
     user_abi=Abi(tuple(f"x{i}" for i in range(8)), stack_args_offset=0),
     isets=(A64_ISET,),
-    insn=InsnRules(classify, successors),
+    insn=InsnRules(classify, successors, in_atomic_sequence, 4 * MAX_ATOMIC_CONTEXT_SIZE),
     unicorn=(unicorn.UC_ARCH_ARM64, unicorn.UC_MODE_ARM),
     unicorn_unsupported=None,
     unicorn_setup=unicorn_setup,

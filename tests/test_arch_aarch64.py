@@ -242,3 +242,22 @@ def test_a_raw_images_btf_is_found_by_its_header() -> None:
     assert _scan_btf(image) == blob
     assert _scan_btf(image + blob) is None
     assert _scan_btf(rng.randbytes(4096)) is None
+
+
+def test_no_probe_inside_an_exclusive_sequence() -> None:
+    """``is_probed_address_atomic``: between an ``ldxr`` and its ``stxr`` a probe would clear the
+    exclusive monitor at every try, so the kernel refuses it (looking back to the function's
+    start, 16 instructions at most); after the ``stxr`` it is fine again."""
+    # 0: ldxr x0, [x1] ; 4: add x0, x0, #1 ; 8: stxr w2, x0, [x1] ; 12: cbnz w2, 0 ; 16: ret
+    words = [0xC85F7C20, 0x91000400, 0xC8027C20, 0x35FFFFA2, 0xD65F03C0]
+    with _blank(words) as s:
+        s.symbols.add(Symbol("atomic_inc", CODE, 20, "func"))
+        with pytest.raises(kpsdk.KprobeError) as info:
+            s.register_kprobe(kpsdk.Kprobe(symbol_name="atomic_inc", offset=4))
+        assert info.value.errno == errno.EINVAL and "exclusive load/store sequence" in str(info.value)
+        kp = kpsdk.Kprobe(symbol_name="atomic_inc", offset=12)
+        s.register_kprobe(kp)
+        s.target.map(0x200000, 0x1000, "rw")  # type: ignore[attr-defined]
+        s.write_memory(0x200000, (41).to_bytes(8, "little"))
+        s.call("atomic_inc", 0, 0x200000)
+        assert kp.hits == 1 and s.read_memory(0x200000, 8) == (42).to_bytes(8, "little")

@@ -40,10 +40,18 @@ class InsnRules:
         given the registers now (branch targets, return addresses): kpsdk's
         software single-step for post_handlers and watchpoints; ``None`` where
         the backend cannot tell (a trap).
+    :param in_context: ``(code before, address) -> refused reason or None``: a rule the
+        kernel applies to an instruction by the ones before it in its function (``code
+        before`` ends at the instruction, and starts at the function's start or at most
+        :attr:`context_bytes` before it: arm64's "no probe inside an exclusive load/store
+        sequence"); None: none.
+    :param context_bytes: how far back ``in_context`` looks.
     """
 
     classify: Classify
     successors: Successors
+    in_context: Callable[[bytes, int], str | None] | None = None
+    context_bytes: int = 0
 
 
 @dataclass(frozen=True)
