@@ -995,10 +995,10 @@ def _unicorn(arch: str):  # type: ignore[no-untyped-def]
 
 #: registers kept out of the round trip: the stack pointer and pc (checked apart), x86's
 #: segments and ARM's banked sp/lr mode bits, which the frames do not change; aarch64's thread
-#: pointer, which no frame holds (TPIDR_EL0 is the thread's, arch/arm64/kernel/signal.c leaves
-#: it), and its d0-d31, the low halves of the v0-v31 the round trip sets
+#: pointer and SP_EL0 (a kernel's), which no frame holds (arch/arm64/kernel/signal.c), and its
+#: d0-d31, the low halves of the v0-v31 the round trip sets
 _SKIP = {"rsp", "esp", "sp", "r1", "rip", "eip", "pc", "cs", "ss", "ds", "es", "fs", "gs", "cpsr", "eflags", "fptag",
-         "msr", "zero", "fip", "fdp", "fop", "fpsw", "pstate", "tpidr_el0", *(f"d{i}" for i in range(32))}
+         "msr", "zero", "fip", "fdp", "fop", "fpsw", "pstate", "tpidr_el0", "sp_el0", *(f"d{i}" for i in range(32))}
 
 
 @pytest.mark.parametrize("arch", ["x86_64", "i386", "arm", "riscv64", "aarch64"])
