@@ -254,12 +254,10 @@ def successors(insn: capstone.CsInsn, reg: ReadReg, mem: ReadMem, word: int) -> 
         return {nxt, (pc + sign_extend(((w >> 5) & 0x3FFF) << 2, 16)) & mask}
     if insn_is("br", w) or insn_is("blr", w) or insn_is("ret", w):
         rn = (w >> 5) & 31
-        return {reg(f"x{rn}")}  # x31 is no register of these: the encoding has none
-    if insn_is("ret_auth", w):
-        return {reg("x30")}
+        return {reg(f"x{rn}") if rn != 31 else 0}  # Rn 31 is xzr here
     if is_branch(w) or insn_is("eret", w) or insn_is("eret_auth", w):
-        return None  # an authenticated branch: its target is a signed pointer
-    if insn_is("exception", w) and not w & 0x1F == 1:  # svc returns after itself; brk, hlt... trap
+        return None  # an authenticated branch (its target a signed pointer), an exception return
+    if insn_is("exception", w) and w & 0x1F != 1:  # svc returns after itself; brk, hlt... trap
         return None
     return {nxt}
 

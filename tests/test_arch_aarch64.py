@@ -261,3 +261,18 @@ def test_no_probe_inside_an_exclusive_sequence() -> None:
         s.write_memory(0x200000, (41).to_bytes(8, "little"))
         s.call("atomic_inc", 0, 0x200000)
         assert kp.hits == 1 and s.read_memory(0x200000, 8) == (42).to_bytes(8, "little")
+
+
+def test_successors_of_traps_and_authenticated_branches() -> None:
+    """``svc`` goes on after itself (the Linux layer returns there); ``brk``, ``hlt`` and the
+    authenticated branches cannot be followed (None), as no simulate-insn.c handler follows them."""
+    md = kpsdk.get_registry().arch("aarch64").disassembler()
+
+    def after(word: int) -> set[int] | None:
+        insn = next(md.disasm(struct.pack("<I", word), CODE))
+        return a64.successors(insn, lambda name: 0x1234, lambda addr, n: bytes(n), 8)
+
+    assert after(0xD4000001) == {CODE + 4}  # svc #0
+    assert after(0xD4200080) is None and after(0xD4400000) is None  # brk #4, hlt #0
+    assert after(0xD65F0BFF) is None and after(0xD63F081F) is None  # retaa, blraaz x0
+    assert after(0xD65F03C0) == {0x1234} and after(0x14000010) == {CODE + 64}  # ret, b
