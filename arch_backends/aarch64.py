@@ -513,7 +513,10 @@ AARCH64 = Arch(
     # EXCP_SWI (2) with the pc past the svc.  glibc sets its thread pointer itself (msr tpidr_el0)
     syscalls=Syscalls("x8", tuple(f"x{i}" for i in range(6)), "x0", 2, numbers.AARCH64,
                       linux=LinuxAbi("aarch64", HWCAP, machine="aarch64", sysroot="/usr/aarch64-linux-gnu",
-                                     stat=StatLayout(*tables.STAT_GENERIC64), calls=tables.AARCH64)),
+                                     stat=StatLayout(*tables.STAT_GENERIC64), calls=tables.AARCH64,
+                                     # clone(CLONE_SETTLS) sets TPIDR_EL0; glibc's clone.S passes tls in
+                                     # x3 and the child's tid in x4, as on riscv64
+                                     tls_register=u64.UC_ARM64_REG_TPIDR_EL0, clone_backwards=True)),
     stack_alignment=16,
     qemu_user="qemu-aarch64",
     multiarch="aarch64-linux-gnu",
