@@ -1,22 +1,29 @@
-"""A Linux user-mode layer for the Unicorn target: real programs (static glibc, busybox) run.
+"""A Linux user-mode layer for the Unicorn target: real programs run, with their processes,
+threads, signals and pipes.
 
 The parts, one job each:
 
+* :mod:`.kernel`: every task of the session, which runs next (:mod:`.sched`: deterministic,
+  quanta counted natively, the program's clock), blocking calls (:mod:`.waits`), futexes
+  (:mod:`.futex`), timers;
+* :mod:`.tasks`: a task (thread) and what a process's tasks share;
+* :mod:`.lifecycle`: clone, fork, a process's end, wait4; :mod:`.execs`: execve;
+* :mod:`.signaling`: sending, delivering and returning from signals, on each arch's frame
+  (:mod:`.sigframes`);
+* :mod:`.pipes`: pipes with Linux's capacity and blocking;
 * :mod:`.stack`: the initial stack (argc, argv, envp, the auxiliary vector);
-* :mod:`.memory`: the address space (``brk``, ``mmap`` and friends);
+* :mod:`.memory`: a process's address space (``brk``, ``mmap`` and friends) on its
+  :class:`~kpsdk.targets.unicorn.space.Space`;
 * :mod:`.files`: the read-only sysroot and the file descriptors;
-* :mod:`.structs`: the structures calls fill; :mod:`.procfs`: the files of its own /proc;
-* :mod:`.calls`: the calls, one module per subsystem, each handler marked with its call's
-  name and strace signature;
-* :mod:`.syscalls`: :class:`LinuxProcess`, which combines them, and the dispatch by number.
+* :mod:`.structs`: the structures calls fill;
+* :mod:`.syscalls` and :mod:`.calls`: the calls, by subsystem.
 
 :func:`check_options` checks what the user passed (``args``, ``env``, ``stdin``,
-``sysroot``, ``cwd``) before anything is mapped; :func:`start_process` builds
-the process on a loaded Unicorn target (seen as :class:`~kpsdk.targets.unicorn.host.LinuxHost`).
-A dynamically linked program starts in its ``PT_INTERP`` loader, mapped from the
-sysroot (:func:`load_interpreter`); ld.so maps the libraries itself.  What is not
-emulated (yet): signal delivery, threads, ``fork``/``exec``, writes to files
-(``EROFS``); each is an error naming it, never a silent wrong answer.
+``sysroot``, ``cwd``) before anything is mapped; :func:`start_process` builds the first
+process on a loaded :class:`~kpsdk.targets.unicorn.target.UnicornTarget` and its kernel.
+A dynamically linked program starts in its ``PT_INTERP`` loader, mapped from the sysroot
+(:func:`load_interpreter`); ld.so maps the libraries itself.  What is not emulated is an
+error naming it or ``ENOSYS`` recorded by name, never a silent wrong answer.
 """
 
 from __future__ import annotations

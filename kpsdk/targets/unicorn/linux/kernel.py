@@ -389,6 +389,11 @@ class LinuxKernel:
             self.uc.context_restore(task.context)
             task.context = None
         self.current = task
+        process = task.process
+        root = process.root  # one file system for every process: /proc/self is the running one's
+        if root.own_pid != str(process.pid):
+            root.own_pid = str(process.pid)
+            root.fd_target = process.fd_target
         while task.on_start:
             task.on_start.pop(0)()
 

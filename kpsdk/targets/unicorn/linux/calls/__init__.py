@@ -10,11 +10,14 @@ module                calls
 :mod:`.xattr`         getxattr, listxattr and their l/f forms
 :mod:`.mm`            brk, mmap, munmap, mprotect, mremap, madvise, mlock, mincore
 :mod:`.thread`        arch_prctl, set_tls, set_thread_area, set_tid_address, robust lists,
-                      rseq, futex
-:mod:`.process`       getpid and the other process ids, prctl, wait4, the refused
-                      fork/clone/execve; exit's strace signature
-:mod:`.ids`           uid, gid, umask
-:mod:`.signals`       rt_sigaction, rt_sigprocmask, sigaltstack, kill, tgkill, tkill
+                      rseq, futex, sched_yield
+:mod:`.process`       the process ids, groups and sessions, prctl, clone/fork/vfork,
+                      execve, exit/exit_group, wait4/waitpid/waitid
+:mod:`.ids`           uid, gid (set only to themselves), groups, umask
+:mod:`.signals`       rt_sigaction, rt_sigprocmask, sigaltstack, kill, tgkill, tkill,
+                      rt_sigpending, rt_sigsuspend, pause, rt_sigreturn/sigreturn,
+                      alarm, setitimer/getitimer
+:mod:`.poll`          poll, ppoll, select, pselect6
 :mod:`.clocks`        clock_gettime, gettimeofday, time, the sleeps
 :mod:`.sockets`       getsockname/getpeername/getsockopt (``ENOTSOCK``), socketcall
 :mod:`.sysinfo`       uname, sysinfo, rlimits, getrandom, sched_getaffinity

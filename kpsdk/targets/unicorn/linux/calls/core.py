@@ -118,6 +118,10 @@ class ProcessCore:
         """The process ended: its descriptors and memory go."""
         raise NotImplementedError
 
+    def fd_target(self, fd: int) -> str | None:
+        """Where ``/proc/self/fd/N`` leads in the file system (:mod:`.procself`)."""
+        raise NotImplementedError
+
     def thread_area(self, desc: int) -> None:
         """i386's set_thread_area of the ``struct user_desc`` at ``desc`` (:mod:`.thread`)."""
         raise NotImplementedError

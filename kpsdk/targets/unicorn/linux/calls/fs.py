@@ -14,7 +14,7 @@ import struct
 from pathlib import Path
 
 from kpsdk.targets.unicorn.linux import structs
-from kpsdk.targets.unicorn.linux.calls.core import AT_FDCWD, PID
+from kpsdk.targets.unicorn.linux.calls.core import AT_FDCWD
 from kpsdk.targets.unicorn.linux.calls.declare import syscall
 from kpsdk.targets.unicorn.linux.calls.procself import ProcSelf
 from kpsdk.targets.unicorn.linux.files import OpenFile, _GuestErrno, release
@@ -207,7 +207,7 @@ class FsCalls(ProcSelf):
         own = self.root.own(parts)
         last = path.rsplit("/", 1)[-1]  # "" after a trailing "/": the link is followed, as Linux does
         if own == "" and last in ("self", "thread-self"):  # the links to the process's own directory
-            target = str(PID) if last == "self" else f"{PID}/task/{PID}"
+            target = str(self.pid) if last == "self" else f"{self.pid}/task/{self.task.tid}"
         elif own is not None:
             if self.own_kind(own, "readlink") != "link":
                 raise _GuestErrno(errno.EINVAL)  # a directory or a file, not a link

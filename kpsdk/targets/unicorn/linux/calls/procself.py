@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 
 from kpsdk.targets.unicorn.linux import procfs
-from kpsdk.targets.unicorn.linux.calls.core import PID, ProcessCore
+from kpsdk.targets.unicorn.linux.calls.core import ProcessCore
 from kpsdk.targets.unicorn.linux.files import O_ACCMODE, OpenFile, _GuestErrno
 from kpsdk.targets.unicorn.linux.memory import page_up
 
@@ -88,12 +88,12 @@ class ProcSelf(ProcessCore):
         if flags & O_ACCMODE:  # Linux: the running program is ETXTBSY, its /proc files mode 0444
             raise _GuestErrno(errno.ETXTBSY if entry == "exe" else errno.EACCES)
         if kind == "file":
-            return OpenFile("procfile", path=f"/proc/{PID}/{entry}", data=self.own_bytes(entry), flags=flags)
+            return OpenFile("procfile", path=f"/proc/{self.pid}/{entry}", data=self.own_bytes(entry), flags=flags)
         try:
             fd = os.open(self.exe, os.O_RDONLY | os.O_CLOEXEC)
         except OSError as e:
             raise _GuestErrno(e.errno or errno.ENOENT) from None
-        return OpenFile("host", path=f"/proc/{PID}/exe", fd=fd, flags=flags, host=Path(self.exe))
+        return OpenFile("host", path=f"/proc/{self.pid}/exe", fd=fd, flags=flags, host=Path(self.exe))
 
     def fd_target(self, fd: int) -> str | None:
         """Where ``/proc/self/fd/N`` leads the path walk: the guest path of a file of the sysroot
