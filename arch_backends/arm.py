@@ -24,6 +24,7 @@ from kpsdk.arch import (
     Conditions,
     DebianPort,
     DetourCode,
+    DwarfRegisters,
     EntryDetour,
     FieldUse,
     FrameRecord,
@@ -380,6 +381,11 @@ KERNEL_TASKS = KernelTasks(
 )
 
 
+#: DWARF register numbers, "DWARF for the Arm Architecture" (AAELF32 DWARF, table 1): r0-r15
+#: (13 sp, 14 lr: the return address column, 15 pc); the VFP registers are not read
+DWARF_ARM = DwarfRegisters({**{i: f"r{i}" for i in range(13)}, 13: "sp", 14: "lr", 15: "pc"})
+
+
 ARM = Arch(
     name="arm",
     aliases=("arm32", "armhf", "thumb"),
@@ -436,6 +442,7 @@ ARM = Arch(
     # armhf bzip2 wrote a corrupt stream; tests/test_uctlb.py).  The CPU's own fill restores nothing.
     unicorn_tlb_fill=False,
     kernel_tasks=KERNEL_TASKS,
+    dwarf=DWARF_ARM,
 )
 
 

@@ -23,6 +23,7 @@ from kpsdk.arch import (
     Breakpoint,
     DebianPort,
     DetourCode,
+    DwarfRegisters,
     EntryDetour,
     FrameRecord,
     InsnRules,
@@ -290,6 +291,11 @@ KERNEL_TASKS = KernelTasks(
 VIRT_MTIME = KernelClock(0x200BFF8, 8, "riscv_sched_clock", "QEMU's virt board: ACLINT mtime at 0x200bff8")
 
 
+#: DWARF register numbers, RISC-V ELF psABI ("DWARF Register Numbers"): 0-31 are x0-x31 (the
+#: return address column is 1, ra); the pc has no number
+DWARF_RISCV = DwarfRegisters(dict(enumerate(_ABI_NAMES)))
+
+
 RISCV64 = Arch(
     name="riscv64",
     aliases=("riscv", "rv64"),
@@ -342,6 +348,7 @@ RISCV64 = Arch(
     cross_gcc_package="gcc-riscv64-linux-gnu",
     out_of_line=OutOfLine(jump_back, return_jump),
     detours=DetourCode(jump_back, entry_detour, return_detour, scratch=("t1",), regs_access=regs_access),
+    dwarf=DWARF_RISCV,
 )
 
 

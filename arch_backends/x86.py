@@ -23,6 +23,7 @@ from kpsdk.arch import (
     Breakpoint,
     DebianPort,
     DetourCode,
+    DwarfRegisters,
     EntryDetour,
     FieldUse,
     FrameRecord,
@@ -433,6 +434,20 @@ def kernel_entry_skip(code: bytes) -> int:
     return 4 if code[:4] in KERNEL_ENDBR else 0
 
 
+#: DWARF register numbers, System V x86-64 psABI (figure 3.36); 16 is the return address
+#: column, the caller's rip
+DWARF_X86_64 = DwarfRegisters(
+    {0: "rax", 1: "rdx", 2: "rcx", 3: "rbx", 4: "rsi", 5: "rdi", 6: "rbp", 7: "rsp",
+     **{i: f"r{i}" for i in range(8, 16)}, 16: "rip", 49: "eflags",
+     50: "es", 51: "cs", 52: "ss", 53: "ds", 54: "fs", 55: "gs"},
+    return_address="rip")
+#: DWARF register numbers, i386 psABI (table 2.14); 8 is the return address column, the eip
+DWARF_I386 = DwarfRegisters(
+    {0: "eax", 1: "ecx", 2: "edx", 3: "ebx", 4: "esp", 5: "ebp", 6: "esi", 7: "edi", 8: "eip", 9: "eflags",
+     40: "es", 41: "cs", 42: "ss", 43: "ds", 44: "fs", 45: "gs"},
+    return_address="eip")
+
+
 X86_64 = Arch(
     name="x86_64",
     aliases=("amd64", "x86-64"),
@@ -476,6 +491,7 @@ X86_64 = Arch(
     detours=DetourCode(near_jump, entry_detour, return_detour, scratch=("r11",), flags="rflags"),
     kernel_tasks=KERNEL_TASKS_64,
     kernel_entry_skip=kernel_entry_skip,
+    dwarf=DWARF_X86_64,
 )
 
 I386 = Arch(
@@ -519,6 +535,7 @@ I386 = Arch(
     cross_gcc_package="gcc-i686-linux-gnu",
     out_of_line=OutOfLine(jump_back_32, return_jump_32),
     detours=DetourCode(near_jump, entry_detour, return_detour, scratch=(), flags="eflags"),
+    dwarf=DWARF_I386,
 )
 
 

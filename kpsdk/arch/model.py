@@ -25,6 +25,7 @@ from kpsdk.arch.capabilities import (
     PltTable,
     WatchRules,
 )
+from kpsdk.arch.dwarfregs import DwarfRegisters
 from kpsdk.arch.kernel import AccessGate, KernelTasks, PageWalk
 from kpsdk.arch.linux import Syscalls
 from kpsdk.arch.machine import DebianPort, QemuMachine
@@ -274,6 +275,8 @@ class Arch:
     #: in a GOT slot (``R_X86_64_IRELATIVE``...): how a session learns what an IFUNC
     #: symbol resolved to (:mod:`kpsdk.binfmt.ifunc`); empty: IFUNC symbols are refused
     irelative: tuple[int, ...] = ()
+    #: DWARF register numbers -> register names (:mod:`kpsdk.arch.dwarfregs`); None: no DWARF reading
+    dwarf: DwarfRegisters | None = None
 
     def require(self, capability: str, feature: str) -> Any:
         """The capability named ``capability`` (an attribute of this class, or of its
