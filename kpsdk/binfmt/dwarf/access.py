@@ -18,8 +18,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 
-from kpsdk.binfmt.dwarf.expr import Computed, Context, Implicit, InMemory, InRegister, Location, Pieces, Sym
-from kpsdk.binfmt.dwarf.values import Object, location_bytes
+from kpsdk.binfmt.dwarf.expr import Computed, Context, Implicit, InMemory, InRegister, Location, Pieces, Sym, as_address
+from kpsdk.binfmt.dwarf.values import Object, location_bytes, sub_location
 from kpsdk.errors import MemberPathError, OptimizedOutError
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -79,6 +79,10 @@ def _at_offset(loc: Location, offset: int, size: int, ctx: Context, obj: Object)
     if isinstance(loc, InMemory):
         address = loc.address
         return InMemory(Sym(address.base, address.offset + offset) if isinstance(address, Sym) else address + offset)
+    if isinstance(loc, Pieces):
+        part = sub_location(loc, offset, size)
+        if part is not None:
+            return part
     if isinstance(loc, InRegister | Computed | Implicit | Pieces):
         whole = obj.type.size or (offset + size)
         data = location_bytes(loc, whole, ctx, obj.name, obj.where)
@@ -97,9 +101,9 @@ def _pointer(obj: Object, ctx: Context) -> int | Sym:
             raise OptimizedOutError(obj.name, obj.where, f"register {loc.register} is not available") from None
         return value if isinstance(value, Sym) else value & ((1 << 8 * size) - 1)
     if isinstance(loc, Computed):
-        return loc.value
+        return as_address(loc.value)
     if isinstance(loc, InMemory):
-        return ctx.read(loc.address, size)
+        return as_address(ctx.read(loc.address, size))
     data = location_bytes(loc, size, ctx, obj.name, obj.where)
     return int.from_bytes(data, "little" if ctx.num.little else "big")
 

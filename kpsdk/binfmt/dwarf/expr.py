@@ -16,6 +16,7 @@ multiplication of registers) raises :class:`NotStatic`.
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -45,7 +46,11 @@ class Sym:
         return inner if not self.offset else f"{inner}{self.offset:+d}"
 
 
-Number = int | Sym
+#: a stack entry: an integer, a symbolic register value, or a floating-point value that a typed
+#: operation (``DW_OP_convert`` to a float type, ``DW_OP_const_type``) put there
+Number = int | Sym | float
+#: an address: a number, or a symbolic one
+Address = int | Sym
 
 
 @dataclass(frozen=True)
@@ -59,7 +64,13 @@ class InRegister:
 class InMemory:
     """The value is in memory at ``address``."""
 
-    address: Number
+    address: Address
+
+
+def as_address(value: Number) -> Address:
+    if isinstance(value, float):
+        raise Unavailable("a floating-point value used as an address")
+    return value
 
 
 @dataclass(frozen=True)
@@ -112,7 +123,8 @@ class Context:
     :param frame_base: the value of the function's ``DW_AT_frame_base`` (``DW_OP_fbreg``).
     :param cfa: the canonical frame address at this pc, from the call frame information.
     :param entry_value: the value the register (the inner expression) had at function entry.
-    :param base_type: a typed operation's base type, by unit-relative DIE offset: (size, signed).
+    :param base_type: a typed operation's base type, by unit-relative DIE offset: (size, encoding),
+        the encoding ``signed``, ``unsigned`` or ``float``.
     :param address_index: ``.debug_addr`` entry by index (``DW_OP_addrx``, ``DW_OP_constx``).
     :param bias: the load bias, added to the addresses the expression names.
     """
@@ -124,7 +136,7 @@ class Context:
     frame_base: Callable[[], Number] | None = None
     cfa: Callable[[], Number] | None = None
     entry_value: Callable[[bytes], Number] | None = None
-    base_type: Callable[[int], tuple[int, bool]] | None = None
+    base_type: Callable[[int], tuple[int, str]] | None = None
     address_index: Callable[[int], int] | None = None
     #: added to the addresses the expression names (``DW_OP_addr``): the load bias of a PIE or library
     bias: int = 0
@@ -145,6 +157,8 @@ class Context:
         return name
 
     def read(self, address: Number, size: int) -> Number:
+        if isinstance(address, float):
+            raise Unavailable("a memory read at a floating-point address")
         if isinstance(address, Sym):
             if size != self.address_size:
                 raise NotStatic(f"a {size}-byte read through a register-relative address")
@@ -165,6 +179,8 @@ class SymbolicCpu:
 
 
 def _add(a: Number, b: Number, mask: int) -> Number:
+    if isinstance(a, float) or isinstance(b, float):
+        return _float_binary("plus", a, b)
     if isinstance(a, Sym) and isinstance(b, int):
         return Sym(a.base, a.offset + b)
     if isinstance(b, Sym) and isinstance(a, int):
@@ -177,6 +193,8 @@ def _add(a: Number, b: Number, mask: int) -> Number:
 def _int(value: Number, what: str) -> int:
     if isinstance(value, Sym):
         raise NotStatic(what)
+    if isinstance(value, float):
+        raise Unavailable(f"{what}: an integer operation on a floating-point value")
     return value
 
 
@@ -292,7 +310,9 @@ def _run(expr: bytes, ctx: Context, stack: list[Number]) -> Location:
                 stack.append(~a & mask)
         elif op in _BINARY:
             rhs, lhs = pop(), pop()
-            if op == 0x22:
+            if isinstance(lhs, float) or isinstance(rhs, float):
+                stack.append(_float_binary(_BINARY[op], lhs, rhs))
+            elif op == 0x22:
                 stack.append(_add(lhs, rhs, mask))
             elif op == 0x1C and isinstance(lhs, Sym) and isinstance(rhs, int):
                 stack.append(Sym(lhs.base, lhs.offset - rhs))
@@ -324,7 +344,7 @@ def _run(expr: bytes, ctx: Context, stack: list[Number]) -> Location:
             else:
                 nbits, pos = uleb(expr, pos)
                 boff, pos = uleb(expr, pos)
-            loc = current if current is not None else (InMemory(pop()) if stack else None)
+            loc = current if current is not None else (InMemory(as_address(pop())) if stack else None)
             pieces.append(Piece(loc, nbits, boff))
             current = None
         elif op in (0xA3, 0xF3):                        # entry_value
@@ -339,20 +359,22 @@ def _run(expr: bytes, ctx: Context, stack: list[Number]) -> Location:
             _, pos = uleb(expr, pos)
             stack.append(ctx.register(reg))
         elif op in (0xA4, 0xF4):                        # const_type
-            _, pos = uleb(expr, pos)
+            die, pos = uleb(expr, pos)
             size = expr[pos]
-            stack.append(int.from_bytes(expr[pos + 1:pos + 1 + size], "little" if num.little else "big"))
+            raw = int.from_bytes(expr[pos + 1:pos + 1 + size], "little" if num.little else "big")
             pos += 1 + size
+            if ctx.base_type is not None and ctx.base_type(die)[1] == "float":
+                stack.append(_convert(raw, size, "float", reinterpret=True, ctx=ctx))
+            else:
+                stack.append(raw)
         elif op in (0xA6, 0xF6):                        # deref_type
             size = expr[pos]
             _, pos = uleb(expr, pos + 1)
             stack.append(ctx.read(pop(), size))
         elif op in (0xA8, 0xF7, 0xA9, 0xF9):            # convert, reinterpret
             die, pos = uleb(expr, pos)
-            if die and op in (0xA8, 0xF7) and ctx.base_type is not None:
-                size, signed = ctx.base_type(die)
-                value = _int(pop(), "a conversion of a register") & ((1 << 8 * size) - 1)
-                stack.append((_signed(value, 8 * size) if signed else value) & mask)
+            if die and ctx.base_type is not None:
+                stack.append(_convert(pop(), *ctx.base_type(die), reinterpret=op in (0xA9, 0xF9), ctx=ctx))
         elif op in (0xE0, 0x9B):                        # GNU_push_tls_address, form_tls_address
             raise Unavailable("a thread-local variable (TLS addresses are not resolved)")
         elif op == 0xF0:                                # GNU_uninit
@@ -369,8 +391,47 @@ def _run(expr: bytes, ctx: Context, stack: list[Number]) -> Location:
     if current is not None:
         return current
     if stack:
-        return InMemory(stack[-1])
+        return InMemory(as_address(stack[-1]))
     return OptimizedOut()
+
+
+def _convert(value: Number, size: int, encoding: str, *, reinterpret: bool, ctx: Context) -> Number:
+    """``DW_OP_convert``/``reinterpret`` (and ``const_type``'s bytes) to a base type of ``size``
+    bytes and ``encoding``."""
+    if isinstance(value, Sym):
+        raise NotStatic("a conversion of a register")
+    if encoding == "float":
+        if isinstance(value, float):
+            return value
+        if reinterpret:
+            raw = (value & ((1 << 8 * size) - 1)).to_bytes(size, "little")
+            if size in (4, 8):
+                return float(struct.unpack("<f" if size == 4 else "<d", raw)[0])
+            raise Unavailable(f"a {size}-byte floating-point value")
+        return float(value)
+    if isinstance(value, float):
+        value = int(value)
+    value &= (1 << 8 * size) - 1
+    if encoding == "signed":
+        value = _signed(value, 8 * size)
+    return value & ((1 << 8 * ctx.address_size) - 1) if value >= 0 else value + (1 << 8 * ctx.address_size)
+
+
+def _float_binary(name: str, a: Number, b: Number) -> Number:
+    if isinstance(a, Sym) or isinstance(b, Sym):
+        raise NotStatic("floating-point arithmetic on a register")
+    x, y = float(a), float(b)
+    ops = {"plus": x + y, "minus": x - y, "mul": x * y}
+    if name in ops:
+        return ops[name]
+    if name == "div":
+        if y == 0:
+            raise Unavailable("DWARF expression divides by zero")
+        return x / y
+    compare = {"eq": x == y, "ne": x != y, "lt": x < y, "le": x <= y, "gt": x > y, "ge": x >= y}
+    if name in compare:
+        return int(compare[name])
+    raise Unavailable(f"DW_OP_{name} on a floating-point value")
 
 
 def _binary(name: str, a: int, b: int, bits: int, mask: int) -> int:

@@ -78,9 +78,10 @@ def context(dbg: DebugInfo, scope: Scope, cpu: Cpu, bias: int = 0) -> Context:
             return loc.address if isinstance(loc, InMemory) else loc.value
         raise Unavailable(f"the frame base is {loc}")
 
-    def base_type(offset: int) -> tuple[int, bool]:
+    def base_type(offset: int) -> tuple[int, str]:
         t = dbg.types.of(dbg.die(unit.offset + offset))
-        return t.size or dbg.address_size, t.signed
+        encoding = "float" if t.encoding == "float" else "signed" if t.signed else "unsigned"
+        return t.size or dbg.address_size, encoding
 
     def entry_value(inner: bytes) -> Number:
         loc = evaluate(inner, ctx)

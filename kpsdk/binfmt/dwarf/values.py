@@ -25,6 +25,8 @@ from kpsdk.binfmt.dwarf.expr import (
     Location,
     NotStatic,
     OptimizedOut,
+    Piece,
+    Pieces,
     Sym,
 )
 from kpsdk.binfmt.dwarf.types import CType
@@ -72,16 +74,47 @@ def location_bytes(location: Location, size: int, ctx: Context, name: str = "", 
     if isinstance(location, Computed):
         if isinstance(location.value, Sym):
             raise NotStatic("the bytes of a computed value")
+        if isinstance(location.value, float):
+            if size not in (4, 8):
+                raise OptimizedOutError(name, where, f"a floating-point value in {size} bytes")
+            return struct.pack(("<" if little else ">") + ("f" if size == 4 else "d"), location.value)
         return _int_bytes(location.value, size, little)
     if isinstance(location, Implicit):
         return (location.data + bytes(size))[:size]
     out = b""
     for piece in location.parts:
+        if len(out) >= size:
+            break
         nbytes = (piece.bits + 7) // 8
         if piece.location is None:
-            raise OptimizedOutError(name, where, f"part of it (bits {8 * len(out)}..) is optimized out")
-        out += location_bytes(piece.location, nbytes, ctx, name, where)
+            raise OptimizedOutError(name, where, f"part of it (bytes {len(out)}..{len(out) + nbytes - 1}) is "
+                                                 "optimized out")
+        skip = piece.bit_offset // 8
+        out += location_bytes(piece.location, skip + nbytes, ctx, name, where)[skip:]
     return (out + bytes(size))[:size]
+
+
+def sub_location(location: Location, offset: int, size: int) -> Location | None:
+    """The part of a :class:`Pieces` location ``offset`` bytes in, ``size`` long, as a location
+    of its own (the pieces it spans), without reading anything; None for other kinds."""
+    if not isinstance(location, Pieces):
+        return None
+    parts: list[Piece] = []
+    start_bits, end_bits = 8 * offset, 8 * (offset + size)
+    pos = 0
+    for piece in location.parts:
+        lo, hi = max(pos, start_bits), min(pos + piece.bits, end_bits)
+        if lo < hi:
+            if piece.location is None:
+                parts.append(Piece(None, hi - lo))
+            elif isinstance(piece.location, InMemory) and isinstance(piece.location.address, int):
+                parts.append(Piece(InMemory(piece.location.address + (lo - pos) // 8), hi - lo))
+            else:
+                parts.append(Piece(piece.location, hi - lo, piece.bit_offset + lo - pos))
+        pos += piece.bits
+    if len(parts) == 1 and parts[0].location is not None and not parts[0].bit_offset:
+        return parts[0].location
+    return Pieces(tuple(parts))
 
 
 def object_bytes(obj: Object, ctx: Context) -> bytes:
