@@ -262,7 +262,8 @@ def unwind(cpu: Cpu, pc: int, tables: Callable[[int], tuple[FrameTable, int] | N
 
     :param tables: the :class:`FrameTable` of the ELF mapping a pc and its load bias (the
         runtime address minus the file's), or None where no file with CFI maps it.
-    :param thumb: addresses may carry ARM's Thumb bit, cleared before looking them up.
+    :param thumb: addresses may carry ARM's Thumb bit: it is cleared (the frames' pcs are the
+        instructions' addresses, as gdb shows them).
     """
     strip = ~1 if thumb else ~0
     frame = Frame(pc, None, cpu)
@@ -286,5 +287,5 @@ def unwind(cpu: Cpu, pc: int, tables: Callable[[int], tuple[FrameTable, int] | N
                 (previous_cfa == cfa and ra == frame.pc):
             return
         previous_cfa = cfa
-        recovered[table.pc_name] = ra
-        frame = Frame(ra, None, FrameCpu(frame.cpu, recovered, unknown), recovered)
+        recovered[table.pc_name] = ra & strip
+        frame = Frame(ra & strip, None, FrameCpu(frame.cpu, recovered, unknown), recovered)

@@ -140,6 +140,8 @@ class Context:
     address_index: Callable[[int], int] | None = None
     #: added to the addresses the expression names (``DW_OP_addr``): the load bias of a PIE or library
     bias: int = 0
+    #: the size of a DIE reference in ``DW_OP_implicit_pointer`` (the unit's offset size)
+    offset_size: int = 4
 
     def register(self, number: int) -> Number:
         name = self.register_name(number)
@@ -335,8 +337,10 @@ def _run(expr: bytes, ctx: Context, stack: list[Number]) -> Location:
             size, pos = uleb(expr, pos)
             current = Implicit(expr[pos:pos + size])
             pos += size
-        elif op in (0xA0, 0xF2):                        # implicit_pointer
-            return OptimizedOut("a pointer to an object the compiler did not keep in memory (implicit pointer)")
+        elif op in (0xA0, 0xF2):                        # implicit_pointer: a DIE reference and an offset
+            pos += ctx.offset_size
+            _, pos = sleb(expr, pos)
+            current = OptimizedOut("a pointer to an object the compiler did not keep in memory (implicit pointer)")
         elif op in (0x93, 0x9D):                        # piece, bit_piece
             if op == 0x93:
                 size, pos = uleb(expr, pos)
@@ -345,7 +349,7 @@ def _run(expr: bytes, ctx: Context, stack: list[Number]) -> Location:
                 nbits, pos = uleb(expr, pos)
                 boff, pos = uleb(expr, pos)
             loc = current if current is not None else (InMemory(as_address(pop())) if stack else None)
-            pieces.append(Piece(loc, nbits, boff))
+            pieces.append(Piece(None if isinstance(loc, OptimizedOut) else loc, nbits, boff))
             current = None
         elif op in (0xA3, 0xF3):                        # entry_value
             size, pos = uleb(expr, pos)

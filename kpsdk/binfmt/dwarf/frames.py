@@ -54,7 +54,7 @@ def context(dbg: DebugInfo, scope: Scope, cpu: Cpu, bias: int = 0) -> Context:
     regs = dbg.arch.dwarf
     unit = dbg.unit(scope.function.unit)
     pc = scope.pc
-    ctx = Context(cpu, dbg.address_size, dbg.sections.num, regs.name, bias=bias)
+    ctx = Context(cpu, dbg.address_size, dbg.sections.num, regs.name, bias=bias, offset_size=unit.offset_size)
 
     def cfa() -> Number:
         try:
@@ -113,7 +113,7 @@ def _from_call_site(dbg: DebugInfo, scope: Scope, cpu: Cpu, register: str, bias:
         _, recovered, unknown, ra = dbg.frame_table.caller(scope.pc, cpu)
     except (UnwindStop, Unavailable, LookupError) as e:
         raise Unavailable(f"the caller's frame cannot be recovered for an entry value ({e})") from None
-    caller_pc = ra - bias
+    caller_pc = (ra & (~1 if dbg.arch is not None and dbg.arch.has_thumb else ~0)) - bias
     caller_scope = scope_at(dbg, caller_pc - 1)
     if caller_scope is None:
         raise Unavailable("no debug information for the caller, for an entry value")
