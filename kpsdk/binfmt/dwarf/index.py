@@ -24,7 +24,7 @@ from kpsdk.binfmt.dwarf.scan import FunctionRecord, GlobalRecord, ScanResult, Un
 from kpsdk.binfmt.dwarf.sections import Bases
 
 #: bumped whenever the saved form or what the scan records changes
-FORMAT_VERSION = 1
+FORMAT_VERSION = 3
 _MAGIC = b"kpsdk-dwarf-index"
 
 

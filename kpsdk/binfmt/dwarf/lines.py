@@ -5,8 +5,9 @@ The answers come from the unit's line table (:mod:`.linetable`), from its rows m
 
 - :func:`function_lines`: the lines of a function's own file that have a statement row in
   its code, each with its addresses (the first of each run of rows: where execution enters
-  the line), the function's declaration line included (at its entry): ``perf probe -L``'s
-  numbered lines, as offsets from the declaration line;
+  the line); the entry counts as the declaration's line (the row there, often the ``{``
+  line, is not listed apart): ``perf probe -L``'s numbered lines, as offsets from the
+  declaration line;
 - :func:`line_addresses`: ``FILE:LINE`` anywhere in the program, the file matched by its
   full path or by a trailing part of it (``dwfix.c``, ``src/dwfix.c``);
 - :func:`relative_line`: ``FUNC:RELLINE``, the line ``RELLINE`` lines after the function's
@@ -52,10 +53,16 @@ def function_lines(dbg: DebugInfo, fn: Function) -> dict[int, list[int]]:
     table = dbg.line_table(dbg.unit(fn.unit))
     out: dict[int, list[int]] = {}
     previous = (-1, "")
+    inlined = _inlined_spans(dbg, fn)
     for i in _rows_in(table, fn.ranges):
         if not table.flags[i] & IS_STMT:
             continue
         line, file = table.lines[i], table.file(table.file_of[i])
+        if _call_line(inlined, table.addresses[i]) is not None:
+            previous = (-1, "")  # code inlined here from another function: its lines are not this one's
+            continue
+        if table.addresses[i] == fn.entry and fn.line and not fn.inlined:
+            line, file = fn.line, fn.file  # the entry is the declaration's line, as perf counts it
         if file != fn.file or not line:
             previous = (-1, "")
             continue
@@ -64,13 +71,40 @@ def function_lines(dbg: DebugInfo, fn: Function) -> dict[int, list[int]]:
             if table.addresses[i] not in addresses:
                 addresses.append(table.addresses[i])
         previous = (line, file)
-    if fn.line:
+    if fn.line and not fn.inlined:
         entry = out.setdefault(fn.line, [])
         if fn.entry not in entry:
             entry.append(fn.entry)
     for addresses in out.values():
         addresses.sort()
     return dict(sorted(out.items()))
+
+
+def _inlined_spans(dbg: DebugInfo, fn: Function) -> list[tuple[int, int, int, str]]:
+    """(low, high, call line, call file) of the inlined copies directly inside ``fn`` (the
+    outermost ones: a copy inside a copy is inside its parent's ranges)."""
+    table = dbg.line_table(dbg.unit(fn.unit))
+    spans = []
+    if fn.inlined:
+        parent = fn.die
+        records = [r for r in dbg.index.inlined_in(dbg.index.by_die[fn.die].caller) if r.die > parent]
+        records = [r for r in records if any(fn.contains(lo) for lo, _ in r.ranges) and r.die != parent]
+    else:
+        records = list(dbg.index.inlined_in(fn.die))
+    for r in records:
+        for low, high in r.ranges:
+            spans.append((low, high, r.call_line, table.file(r.call_file)))
+    # outermost first: the widest span containing an address wins
+    spans.sort(key=lambda s: (s[0], -s[1]))
+    return spans
+
+
+def _call_line(spans: list[tuple[int, int, int, str]], address: int) -> tuple[int, str] | None:
+    best = None
+    for low, high, line, file in spans:
+        if low <= address < high and (best is None or high - low > best[0]):
+            best = (high - low, line, file)
+    return (best[1], best[2]) if best is not None else None
 
 
 def probeable_lines(dbg: DebugInfo, fn: Function) -> list[int]:

@@ -24,7 +24,9 @@ _ALL = 1 << 64
 
 
 def ranges_v4(sec: Sections, offset: int, base: int, address_size: int) -> list[Range]:
-    """The ``.debug_ranges`` list at ``offset`` (DWARF 2-4), ``base`` the unit's base address."""
+    """The ``.debug_ranges`` list at ``offset`` (DWARF 2-4), ``base`` the unit's base address,
+    in the order listed, empty ranges included (the first range's start is where ``perf``
+    puts an inlined copy that has no ``DW_AT_entry_pc``)."""
     data, read = sec.ranges, sec.num.read
     ones = (1 << (8 * address_size)) - 1
     out: list[Range] = []
@@ -41,7 +43,8 @@ def ranges_v4(sec: Sections, offset: int, base: int, address_size: int) -> list[
 
 
 def ranges_v5(sec: Sections, offset: int, base: int, bases: Bases, address_size: int) -> list[Range]:
-    """The ``.debug_rnglists`` list at ``offset`` (DWARF 5), ``base`` the unit's base address."""
+    """The ``.debug_rnglists`` list at ``offset`` (DWARF 5), ``base`` the unit's base address,
+    in order, empty ranges included (as :func:`ranges_v4`)."""
     data, read = sec.rnglists, sec.num.read
     out: list[Range] = []
     pos = offset
@@ -80,8 +83,7 @@ def ranges_v5(sec: Sections, offset: int, base: int, bases: Bases, address_size:
             high = low + length
         else:
             raise ValueError(f"unknown range list entry kind {kind} at .debug_rnglists+{pos - 1:#x}")
-        if low != high:
-            out.append((low, high))
+        out.append((low, high))
 
 
 def locations_v4(sec: Sections, offset: int, base: int, address_size: int) -> list[LocEntry]:

@@ -76,11 +76,12 @@ class Function:
 
     @property
     def low(self) -> int:
-        return min(low for low, _ in self.ranges)
+        """Its lowest address (its entry for an inlined copy left with no code)."""
+        return min((low for low, _ in self.ranges), default=self.entry)
 
     @property
     def high(self) -> int:
-        return max(high for _, high in self.ranges)
+        return max((high for _, high in self.ranges), default=self.entry)
 
     def contains(self, pc: int) -> bool:
         return any(low <= pc < high for low, high in self.ranges)
@@ -209,7 +210,7 @@ class DebugInfo:
         records = [r for r in self.index.by_name.get(name, []) if inlined or not r.inlined]
         if not records:
             raise NoSuchFunctionError(name, self._similar(name))
-        return sorted((self._function(r) for r in records), key=lambda f: (f.entry, f.inlined))
+        return sorted((self._function(r) for r in records), key=lambda f: (f.entry, f.inlined, f.die))
 
     def function_names(self) -> list[str]:
         """The names of every function with code, sorted."""

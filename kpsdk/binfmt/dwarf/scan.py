@@ -259,7 +259,7 @@ class Scanner:
         record.stmt_list = int(stmt[1]) if stmt is not None else -1
         low = attrs.get(AT["DW_AT_low_pc"])
         record.base = self._address(low, unit, bases) if low is not None else 0
-        record.ranges = self._ranges(attrs, unit, record)
+        record.ranges = [r for r in self._ranges(attrs, unit, record) if r[0] < r[1]]
         return record
 
     def _ranges(self, attrs: dict[int, tuple[int, Any]], unit: Unit, record: UnitRecord) -> list[Range]:
@@ -301,14 +301,22 @@ class Scanner:
         external = AT["DW_AT_external"] in attrs
         if tag == _SUBPROGRAM:
             self.named[die] = _Named(name, decl_file, decl_line, external, refer)
-        ranges = self._ranges(attrs, unit, record)
-        if not ranges:
-            return -1
+        listed = self._ranges(attrs, unit, record)
+        ranges = [r for r in listed if r[0] < r[1]]
         entry_attr = attrs.get(AT["DW_AT_entry_pc"])
+        if not ranges:
+            # an inlined copy whose code was all moved or merged away (DW_AT_high_pc 0) still
+            # has an entry pc, where perf probes it: it is kept, with no range
+            low = attrs.get(AT["DW_AT_low_pc"])
+            if tag != _INLINED or (entry_attr is None and low is None):
+                return -1
+            if entry_attr is None or entry_attr[0] in CONSTANT:
+                entry_attr = low
         if entry_attr is None:
-            entry = min(low for low, _ in ranges)
+            # no DW_AT_entry_pc: DW_AT_low_pc, or the start of the first range listed (perf's choice)
+            entry = listed[0][0] if listed else min(low for low, _ in ranges)
         elif entry_attr[0] in CONSTANT:  # DWARF 5: an offset from the base address
-            entry = ranges[0][0] + int(entry_attr[1]) if tag == _INLINED else min(r[0] for r in ranges)
+            entry = ranges[0][0] + int(entry_attr[1]) if tag == _INLINED and ranges else min(r[0] for r in ranges)
         else:
             entry = self._address(entry_attr, unit, record.bases)
         self.result.functions.append(FunctionRecord(

@@ -57,6 +57,9 @@ class Variable:
     const_value: bytes | int | None = None
     file: str = ""
     line: int = 0
+    #: the DIEs of the function copies around its declaration, outermost first: the out-of-line
+    #: function, then each inlined copy it sits in
+    copies: tuple[int, ...] = ()
 
     @property
     def available(self) -> bool:
@@ -126,8 +129,10 @@ def die_ranges(die: DIE, unit: UnitRecord, dbg: DebugInfo) -> list[Range]:
             offset = attr.value
             if attr.form == "DW_FORM_rnglistx":
                 offset = sec.list_index(sec.rnglists, unit.bases.rnglists, attr.value, unit.offset_size)
-            return ranges_v5(sec, offset, unit.base, unit.bases, unit.address_size)
-        return ranges_v4(sec, attr.value, unit.base, unit.address_size)
+            listed = ranges_v5(sec, offset, unit.base, unit.bases, unit.address_size)
+        else:
+            listed = ranges_v4(sec, attr.value, unit.base, unit.address_size)
+    return [r for r in listed if r[0] < r[1]]
 
 
 def _address(attr: Any, unit: UnitRecord, dbg: DebugInfo) -> int:
@@ -185,12 +190,24 @@ def scope_at(dbg: DebugInfo, pc: int) -> Scope | None:
     unit = dbg.unit(function.unit)
     top = dbg.die(function.die)
     scope = Scope(pc, function, frame_base=top)
-    _walk(dbg, top, unit, scope, function.name, False, 0)
+    _walk(dbg, top, unit, scope, function.name, False, 0, (top.offset,))
     scope.inlined = dbg.inlined_at(pc)
     return scope
 
 
-def _walk(dbg: DebugInfo, die: DIE, unit: UnitRecord, scope: Scope, function: str, inlined: bool, depth: int) -> None:
+def copy_variables(dbg: DebugInfo, fn: Function, pc: int) -> list[Variable]:
+    """The variables of the function copy ``fn`` itself (its DIE's subtree) as they are at
+    ``pc``, even where ``pc`` is outside the copy's ranges: an inlined copy's entry pc may lie
+    before its first range (GCC's ``DW_AT_entry_pc`` of a copy whose first instruction was
+    scheduled away)."""
+    top = dbg.die(fn.die)
+    scope = Scope(pc, fn)
+    _walk(dbg, top, dbg.unit(fn.unit), scope, fn.name, fn.inlined, 0, (top.offset,))
+    return scope.variables
+
+
+def _walk(dbg: DebugInfo, die: DIE, unit: UnitRecord, scope: Scope, function: str, inlined: bool, depth: int,
+          copies: tuple[int, ...]) -> None:
     pc = scope.pc
     table = dbg.line_table(unit)
     inner: list[tuple[DIE, str, bool]] = []
@@ -215,7 +232,7 @@ def _walk(dbg: DebugInfo, die: DIE, unit: UnitRecord, scope: Scope, function: st
                 expression=expression_at(location_list(child, "DW_AT_location", unit, dbg), pc),
                 const_value=_const(child) if "DW_AT_const_value" in child.attributes else _const(named),
                 file=table.file(int(_attr(named, "DW_AT_decl_file") or 0)),
-                line=int(_attr(named, "DW_AT_decl_line") or 0)))
+                line=int(_attr(named, "DW_AT_decl_line") or 0), copies=copies))
         elif tag in ("DW_TAG_lexical_block", "DW_TAG_inlined_subroutine"):
             if any(low <= pc < high for low, high in die_ranges(child, unit, dbg)):
                 if tag == "DW_TAG_inlined_subroutine":
@@ -227,4 +244,5 @@ def _walk(dbg: DebugInfo, die: DIE, unit: UnitRecord, scope: Scope, function: st
                 inner.append((child, function, inlined))  # a block without code of its own: its
                 # variables are the enclosing scope's (GCC emits these for some -O0 blocks)
     for child, name, is_inlined in inner:
-        _walk(dbg, child, unit, scope, name, is_inlined, depth + 1)
+        inner_copies = copies + (child.offset,) if child.tag == "DW_TAG_inlined_subroutine" else copies
+        _walk(dbg, child, unit, scope, name, is_inlined, depth + 1, inner_copies)

@@ -247,23 +247,26 @@ class CType:
     @cached_property
     def perf_name(self) -> str:
         """The type as ``perf probe -V`` prints it: qualifiers dropped, ``*`` glued to the
-        name (``char*``, ``struct buffer*``), arrays as ``int[3]``."""
+        name (``char*``, ``struct buffer*``), an array as a pointer to its element (``char*``),
+        and ``(unknown_type)`` for anything reaching ``void`` (``void *`` included), whose DIE
+        names no type."""
+        name = self._perf_name()
+        return name if name is not None else "(unknown_type)"
+
+    def _perf_name(self) -> str | None:
         kind = self.kind
-        if kind in _QUALIFIERS:
-            return self.target.perf_name if self.target is not None else "void"
-        if kind == "pointer":
-            target = self.target
-            return f"{target.perf_name if target is not None else 'void'}*"
-        if kind == "array":
-            inner = self.target.perf_name if self.target is not None else "void"
-            return inner + "".join(f"[{n if n is not None else ''}]" for n in self.dims)
+        if kind in _QUALIFIERS or kind == "pointer" or kind == "array":
+            if self.die is None or "DW_AT_type" not in self.die.attributes or self.target is None:
+                return None
+            inner = self.target._perf_name()
+            if inner is None:
+                return None
+            return inner if kind in _QUALIFIERS else f"{inner}*"
         if kind in ("struct", "union", "enum", "class"):
-            return f"{kind} {self.name}" if self.name else f"{kind} (unknown)"
+            return f"{kind} {self.name}" if self.name else None
         if kind == "function":
             return "(function_type)"
-        if kind == "void":
-            return "void"
-        return self.name or "(unknown_type)"
+        return self.name or None
 
 
 class _SubArray(CType):
