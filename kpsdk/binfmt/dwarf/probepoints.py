@@ -114,11 +114,11 @@ def resolve_points(dbg: DebugInfo, spec: PointSpec | str, with_variables: bool =
         if spec.line is not None:
             return [_point(dbg, fn, a) for a in line_addresses(dbg, spec.file, spec.line)
                     if (fn := dbg.function_at(a)) is not None]
-        out = []
+        in_file = []
         for fn in _functions_in_file(dbg, spec.file):
             for line in lazy_lines(dbg, fn, spec.pattern):
-                out.append(_point(dbg, fn, function_lines(dbg, fn)[line][0]))
-        return out
+                in_file.append(_point(dbg, fn, function_lines(dbg, fn)[line][0]))
+        return in_file
     copies = [fn for fn in dbg.functions(spec.function)
               if not spec.file or fn.file.endswith("/" + spec.file.lstrip("/")) or fn.file == spec.file]
     if not copies:
