@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 
+from kpsdk.cache import cache_root
 from tests.conftest import require_tool
 
 REPO = Path(__file__).resolve().parent.parent
@@ -92,7 +93,7 @@ def split_debug(program: Path) -> tuple[Path, Path]:
 
 def lz4_sources(into: Path) -> list[Path]:
     """LZ4's library sources, from the lz4 sdist on PyPI (pip download), unpacked in ``into``."""
-    cache = Path(os.environ.get("KPSDK_TEST_SOURCES", str(Path.home() / ".cache" / "kpsdk-test-sources")))
+    cache = cache_root() / "test-sources"
     cache.mkdir(parents=True, exist_ok=True)
     archives = sorted(cache.glob("lz4-*.tar.gz"))
     if not archives:
@@ -139,24 +140,46 @@ def perf() -> str:
     return require_tool("perf", "linux-perf")
 
 
+def _parse_vars(text: str) -> dict[str, dict[str, list[tuple[str, str]]]]:
+    """``perf probe -V`` output: function -> probe point (``@<fn+off>``) -> [(type, name)]."""
+    out: dict[str, dict[str, list[tuple[str, str]]]] = {}
+    points: dict[str, list[tuple[str, str]]] | None = None
+    current = None
+    for line in text.splitlines():
+        if line.startswith("Available variables at "):
+            points = out.setdefault(line.removeprefix("Available variables at ").strip(), {})
+            current = None
+        elif line.startswith("\t@<") and points is not None:
+            current = line.strip()
+            points.setdefault(current, [])
+        elif line.startswith("\t\t") and points is not None and current is not None:
+            text_ = line.strip()
+            if not text_.startswith("(No matched variables)"):
+                kind, _, name = text_.rpartition("\t")
+                points[current].append((kind, name))
+    return out
+
+
 def perf_vars(program: Path, spec: str) -> dict[str, list[tuple[str, str]]] | None:
     """``perf probe -x PROGRAM -V SPEC``: probe point (``@<fn+off>``) -> [(type, name)]; None
     when perf finds no such probe point."""
-    r = subprocess.run([perf(), "probe", "-x", str(program), "-V", spec], capture_output=True, text=True, timeout=120)
-    if "Available variables" not in r.stdout:
-        return None
-    out: dict[str, list[tuple[str, str]]] = {}
-    current = None
-    for line in r.stdout.splitlines():
-        if line.startswith("\t@<"):
-            current = line.strip()
-            out.setdefault(current, [])
-        elif line.startswith("\t\t") and current is not None:
-            text = line.strip()
-            if text.startswith("(No matched variables)"):
-                continue
-            kind, _, name = text.rpartition("\t")
-            out[current].append((kind, name))
+    return perf_vars_many(program, [spec]).get(spec)
+
+
+def perf_vars_many(program: Path, specs: list[str], batch: int = 40) -> dict[str, dict[str, list[tuple[str, str]]]]:
+    """:func:`perf_vars` of many specs, ``batch`` to a perf run (perf stops at the first spec it
+    cannot find: that batch is asked again one spec at a time)."""
+    out: dict[str, dict[str, list[tuple[str, str]]]] = {}
+    for i in range(0, len(specs), batch):
+        group = specs[i:i + batch]
+        args = [a for spec in group for a in ("-V", spec)]
+        r = subprocess.run([perf(), "probe", "-x", str(program), *args], capture_output=True, text=True, timeout=300)
+        found = _parse_vars(r.stdout)
+        if r.returncode != 0 and len(group) > 1:
+            for spec in group:
+                if spec not in found:
+                    found.update(perf_vars_many(program, [spec]))
+        out.update(found)
     return out
 
 
@@ -222,3 +245,38 @@ def gdb_check(tc: Toolchain, program: Path, stops: list[int], work: Path) -> dic
 
 def have(tool: str) -> bool:
     return shutil.which(tool) is not None
+
+
+class Corpus:
+    """The corpus of one test session: each program built once, on first use."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._built: dict[tuple[str, ...], Path] = {}
+
+    def fixture(self, arch: str, opt: str = "2", dwarf: str = "") -> Path:
+        """dwfix.c for ``arch`` at ``-O<opt>`` (``-gdwarf-<dwarf>``, else ``-g``: DWARF 5)."""
+        key = ("dwfix", arch, opt, dwarf)
+        if key not in self._built:
+            name = f"dwfix-{arch}-O{opt}" + (f"-d{dwarf}" if dwarf else "")
+            self._built[key] = build(TOOLCHAINS[arch], [FIXTURE], self.root / name, opt, dwarf)
+        return self._built[key]
+
+    def lz4(self, arch: str = "x86_64", opt: str = "2") -> Path:
+        """LZ4's library and a small driver for ``arch`` at ``-O<opt>``."""
+        key = ("lz4", arch, opt)
+        if key not in self._built:
+            srcdir = self.root / "lz4-src"
+            if not srcdir.exists():
+                srcdir.mkdir()
+            sources = lz4_sources(srcdir)
+            driver = srcdir / "lz4main.c"
+            driver.write_text(LZ4_MAIN)
+            self._built[key] = build(TOOLCHAINS[arch], [driver, *sources], self.root / f"lz4-{arch}-O{opt}", opt,
+                                     extra=("-I", str(sources[0].parent)))
+        return self._built[key]
+
+
+@pytest.fixture(scope="session")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> Corpus:
+    return Corpus(tmp_path_factory.mktemp("dwarf-corpus"))
