@@ -119,8 +119,11 @@ def ours_scalar(v: object, size: int) -> object:
     return int(v) & ((1 << (8 * size)) - 1)
 
 
+_TABLES: dict[str, FrameTable] = {}
+
+
 def library_tables(arch: object) -> list[tuple[int, int, FrameTable, int]]:
-    """(low, high, table, bias) of each shared library gdb lists."""
+    """(low, high, table, bias) of each shared library gdb lists now (tables read once a file)."""
     out = []
     text = gdb.execute("info sharedlibrary", to_string=True)
     for line in text.splitlines():
@@ -141,7 +144,9 @@ def library_tables(arch: object) -> list[tuple[int, int, FrameTable, int]]:
                     files.append(debug.elf)
             except DebugInfoError:
                 pass
-            table = FrameTable.from_files(arch.dwarf, arch.pc, arch.sp, *files)  # type: ignore[attr-defined]
+            if path not in _TABLES:
+                _TABLES[path] = FrameTable.from_files(arch.dwarf, arch.pc, arch.sp, *files)  # type: ignore[attr-defined]
+            table = _TABLES[path]
         except (KpsdkError, OSError):
             continue
         out.append((low, high, table, bias))
@@ -166,13 +171,15 @@ def main() -> None:
     bias = (int(gdb.parse_and_eval("(unsigned long)&main")) & mask & ~1) - (main_fn.entry & ~1)
     for pc in SPEC["stops"]:
         gdb.execute(f"break *{pc + bias:#x}", to_string=True)
+    gdb.execute("set breakpoint pending on")
+    for name in SPEC.get("library_breaks", []):  # in a shared library: unwinds through it
+        gdb.execute(f"break {name}", to_string=True)
     records: list[dict[str, object]] = []
     unwinds: list[dict[str, object]] = []
-    libs: list[tuple[int, int, FrameTable, int]] | None = None
     thumb = bool(arch.has_thumb)
     program_table = dbg.frame_table
     hits = 0
-    while hits < len(SPEC["stops"]) + 5:
+    while hits < len(SPEC["stops"]) + len(SPEC.get("library_breaks", [])) + 5:
         try:
             gdb.execute("continue", to_string=True)
         except gdb.error:
@@ -186,10 +193,11 @@ def main() -> None:
         hits += 1
         pc = (frame0.pc() & mask) - bias
         gdb.execute(f"clear *{pc + bias:#x}", to_string=True)
+        in_library = gdb.solib_name(frame0.pc()) is not None
         cpu = GdbCpu(mask)
         scope = None
         try:
-            scope = dbg.scope(pc)
+            scope = None if in_library else dbg.scope(pc)
         except DebugInfoError:
             pass
         frames = gdb_frames(frame0.pc())
@@ -232,11 +240,10 @@ def main() -> None:
         theirs_bt = []
         f = gdb.newest_frame()
         while f is not None and len(theirs_bt) < 32:
-            if f.type() != gdb.INLINE_FRAME:
+            if f.type() not in (gdb.INLINE_FRAME, gdb.TAILCALL_FRAME):  # gdb's virtual frames
                 theirs_bt.append((f.pc() & mask, f.name() or ""))
             f = f.older()
-        if libs is None:
-            libs = library_tables(arch)
+        libs = library_tables(arch)
 
         def tables(address: int, _libs: list[tuple[int, int, FrameTable, int]] = libs) -> tuple[FrameTable, int] | None:
             for low, high, table, lbias in _libs:
@@ -247,7 +254,7 @@ def main() -> None:
             return None
 
         ours_bt = [fr.pc for fr in unwind(cpu, frame0.pc() & mask, tables, max_frames=32, thumb=thumb)]
-        unwinds.append({"pc": pc, "gdb": theirs_bt, "ours": ours_bt})
+        unwinds.append({"pc": pc, "gdb": theirs_bt, "ours": ours_bt, "library": in_library})
     with open(SPEC["out"], "w") as out:
         json.dump({"bias": bias, "hits": hits, "values": records, "unwinds": unwinds}, out)
     try:

@@ -21,6 +21,7 @@ import tarfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -210,11 +211,13 @@ def _listening(port: int) -> bool:
     return any(f":{port:04X} " in line and line.split()[3] == "0A" for line in table.splitlines()[1:])
 
 
-def gdb_check(tc: Toolchain, program: Path, stops: list[int], work: Path) -> dict[str, object]:
+def gdb_check(tc: Toolchain, program: Path, stops: list[int], work: Path,
+              library_breaks: tuple[str, ...] = ()) -> dict[str, Any]:
     """Run ``program`` under gdb (under qemu-user -g for a cross arch), stop at ``stops`` (file
     addresses) and compare there (tests/dwarf_gdbcheck.py); its JSON result."""
     spec_path, out_path = work / f"{program.name}.spec.json", work / f"{program.name}.gdb.json"
-    spec: dict[str, object] = {"program": str(program), "stops": sorted(set(stops)), "out": str(out_path)}
+    spec: dict[str, object] = {"program": str(program), "stops": sorted(set(stops)), "out": str(out_path),
+                               "library_breaks": list(library_breaks)}
     env = dict(os.environ, KPSDK_GDB_SPEC=str(spec_path),
                KPSDK_GDB_SYSPATH=json.dumps([str(REPO), *site.getsitepackages()]))
     qemu = None
