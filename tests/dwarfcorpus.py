@@ -280,6 +280,11 @@ class Corpus:
         return self._built[key]
 
 
-@pytest.fixture(scope="session")
-def corpus(tmp_path_factory: pytest.TempPathFactory) -> Corpus:
-    return Corpus(tmp_path_factory.mktemp("dwarf-corpus"))
+_SHARED: list[Corpus] = []
+
+
+def shared_corpus(factory: pytest.TempPathFactory) -> Corpus:
+    """The session's one corpus (each test module's ``corpus`` fixture returns it)."""
+    if not _SHARED:
+        _SHARED.append(Corpus(factory.mktemp("dwarf-corpus")))
+    return _SHARED[0]

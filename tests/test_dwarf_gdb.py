@@ -22,7 +22,13 @@ from typing import Any
 import pytest
 
 from kpsdk.binfmt.dwarf import DebugInfo, function_lines, probe_address
-from tests.dwarfcorpus import FIXTURE_FUNCTIONS, TOOLCHAINS, Corpus, corpus, gdb_check, split_debug  # noqa: F401
+from tests.dwarfcorpus import FIXTURE_FUNCTIONS, TOOLCHAINS, Corpus, gdb_check, shared_corpus, split_debug
+
+
+@pytest.fixture(scope="session")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> Corpus:
+    return shared_corpus(tmp_path_factory)
+
 
 
 def stops_of(program: Path, names: tuple[str, ...] | None = None) -> list[int]:

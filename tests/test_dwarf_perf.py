@@ -21,7 +21,13 @@ import pytest
 from kpsdk.binfmt.dwarf import DebugInfo, probeable_lines
 from kpsdk.binfmt.dwarf.probepoints import perf_variables, resolve_points
 from kpsdk.errors import DebugInfoError
-from tests.dwarfcorpus import TOOLCHAINS, Corpus, corpus, perf_lines, perf_vars_many  # noqa: F401
+from tests.dwarfcorpus import TOOLCHAINS, Corpus, perf_lines, perf_vars_many, shared_corpus
+
+
+@pytest.fixture(scope="session")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> Corpus:
+    return shared_corpus(tmp_path_factory)
+
 
 #: (function, perf's probe point) -> why kpsdk differs there
 KNOWN_V = {
