@@ -382,8 +382,9 @@ KERNEL_TASKS = KernelTasks(
 
 
 #: DWARF register numbers, "DWARF for the Arm Architecture" (AAELF32 DWARF, table 1): r0-r15
-#: (13 sp, 14 lr: the return address column, 15 pc); the VFP registers are not read
-DWARF_ARM = DwarfRegisters({**{i: f"r{i}" for i in range(13)}, 13: "sp", 14: "lr", 15: "pc"})
+#: (13 sp, 14 lr: the return address column, 15 pc), 256-287 the VFP's d0-d31
+DWARF_ARM = DwarfRegisters({**{i: f"r{i}" for i in range(13)}, 13: "sp", 14: "lr", 15: "pc",
+                            **{256 + i: f"d{i}" for i in range(32)}})
 
 
 ARM = Arch(

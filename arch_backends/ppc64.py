@@ -299,7 +299,8 @@ KERNEL_TASKS = KernelTasks(
 #: DWARF register numbers, 64-bit ELF ABI (ELFv1 and ELFv2: "DWARF Register Number Mapping"):
 #: r0-r31, CR 64, XER 101, LR 108, CTR 109 in .debug_info and .debug_frame; GCC's .eh_frame
 #: keeps its older numbers for LR (65: the return address column there), CTR (66) and XER (76)
-DWARF_PPC64 = DwarfRegisters({**{i: f"r{i}" for i in range(32)}, 64: "cr", 101: "xer", 108: "lr", 109: "ctr"},
+DWARF_PPC64 = DwarfRegisters({**{i: f"r{i}" for i in range(32)}, **{32 + i: f"f{i}" for i in range(32)},
+                              64: "cr", 101: "xer", 108: "lr", 109: "ctr"},
                              eh_frame={65: "lr", 66: "ctr", 76: "xer"})
 
 

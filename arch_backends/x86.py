@@ -438,12 +438,13 @@ def kernel_entry_skip(code: bytes) -> int:
 #: column, the caller's rip
 DWARF_X86_64 = DwarfRegisters(
     {0: "rax", 1: "rdx", 2: "rcx", 3: "rbx", 4: "rsi", 5: "rdi", 6: "rbp", 7: "rsp",
-     **{i: f"r{i}" for i in range(8, 16)}, 16: "rip", 49: "eflags",
+     **{i: f"r{i}" for i in range(8, 16)}, 16: "rip", **{17 + i: f"xmm{i}" for i in range(16)}, 49: "eflags",
      50: "es", 51: "cs", 52: "ss", 53: "ds", 54: "fs", 55: "gs"},
     return_address="rip")
 #: DWARF register numbers, i386 psABI (table 2.14); 8 is the return address column, the eip
 DWARF_I386 = DwarfRegisters(
     {0: "eax", 1: "ecx", 2: "edx", 3: "ebx", 4: "esp", 5: "ebp", 6: "esi", 7: "edi", 8: "eip", 9: "eflags",
+     **{21 + i: f"xmm{i}" for i in range(8)},
      40: "es", 41: "cs", 42: "ss", 43: "ds", 44: "fs", 45: "gs"},
     return_address="eip")
 

@@ -22,10 +22,12 @@ from dataclasses import dataclass, field
 class DwarfRegisters:
     """DWARF register numbers of one architecture, mapped to kpsdk's register names.
 
-    :param names: number -> kpsdk register name, as ``.debug_info`` (``DW_OP_reg*``,
-        ``DW_OP_breg*``, ``DW_OP_regx``) and ``.debug_frame`` number them.  A number not
-        here is a register kpsdk does not read (a vector or floating-point register): a
-        variable kept there is reported as such, never guessed.
+    :param names: number -> register name, as ``.debug_info`` (``DW_OP_reg*``,
+        ``DW_OP_breg*``, ``DW_OP_regx``) and ``.debug_frame`` number them.  The names are
+        kpsdk's, and gdb's for the floating-point and vector registers kpsdk's register table
+        lacks (``xmm0``, ``d8``, ``fa0``): a CPU view that can read those (a gdb stop) gives a
+        variable kept there, one that cannot says it is not available.  A number not here
+        is reported as a register kpsdk does not read, never guessed.
     :param eh_frame: the numbers ``.eh_frame`` uses differently (PowerPC's LR and CTR);
         the rest of ``.eh_frame`` follows ``names``.
     :param return_address: the name the return-address column of the call frame

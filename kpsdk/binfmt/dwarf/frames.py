@@ -31,7 +31,7 @@ from kpsdk.binfmt.dwarf.expr import (
     Unavailable,
     evaluate,
 )
-from kpsdk.binfmt.dwarf.scope import Scope, Variable, expression_at, location_list, scope_at
+from kpsdk.binfmt.dwarf.scope import Scope, Variable, expression_at, global_variables, location_list, scope_at
 from kpsdk.binfmt.dwarf.values import Object, Value, read_value
 from kpsdk.errors import NotInScopeError, OptimizedOutError
 
@@ -192,7 +192,10 @@ def resolve(dbg: DebugInfo, scope: Scope, path: str, ctx: Context) -> Object:
     var = scope.lookup(name)
     where = _where(dbg, scope)
     if var is None:
-        raise NotInScopeError(name, where, scope.names())
+        found = global_variables(dbg, name, scope.function.unit)
+        if not found:
+            raise NotInScopeError(name, where, scope.names())
+        var = found[0]
     loc = locate(dbg, var, ctx)
     obj = Object(loc, var.type, name, where=where)
     if isinstance(loc, OptimizedOut):
@@ -209,4 +212,22 @@ def value(dbg: DebugInfo, scope: Scope, path: str, cpu: Cpu, bias: int = 0) -> V
     obj = resolve(dbg, scope, path, ctx)
     if isinstance(obj.location, OptimizedOut):
         raise OptimizedOutError(obj.name, obj.where, obj.location.why)
+    return read_value(obj, ctx)
+
+
+def global_value(dbg: DebugInfo, path: str, cpu: Cpu, bias: int = 0) -> Value:
+    """The value of ``path`` starting at a global variable, anywhere (no frame needed)."""
+    name, steps = parse(path)
+    found = global_variables(dbg, name)
+    if not found:
+        raise NotInScopeError(name, "file scope", sorted({v.name for v in global_variables(dbg)}))
+    var = found[0]
+    unit = dbg.unit(var.unit)
+    regs = dbg.arch.dwarf.name if dbg.arch is not None and dbg.arch.dwarf is not None else (lambda n: None)
+    ctx = Context(cpu, dbg.address_size, dbg.sections.num, regs, bias=bias, offset_size=unit.offset_size)
+    ctx.address_index = lambda i: dbg.sections.address_index(i, unit.bases, unit.address_size)
+    loc = locate(dbg, var, ctx)
+    if isinstance(loc, OptimizedOut):
+        raise OptimizedOutError(path.strip(), "file scope", loc.why)
+    obj = follow(Object(loc, var.type, name, where="file scope"), steps, ctx, path)
     return read_value(obj, ctx)

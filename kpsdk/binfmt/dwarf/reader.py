@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from kpsdk.arch import Arch, ArchRegistry
     from kpsdk.binfmt.dwarf.cfi import FrameTable
     from kpsdk.binfmt.dwarf.cpu import Cpu
-    from kpsdk.binfmt.dwarf.scope import Scope
+    from kpsdk.binfmt.dwarf.scope import Scope, Variable
     from kpsdk.binfmt.dwarf.values import Object, Value
     from kpsdk.binfmt.elfimage import ElfFile
 
@@ -272,6 +272,19 @@ class DebugInfo:
         scope = self.scope(pc)
         ctx = context(self, scope, cpu if cpu is not None else SymbolicCpu(), bias)
         return resolve(self, scope, path, ctx)
+
+    def globals(self, name: str | None = None) -> list[Variable]:
+        """The variables of file scope with a static address (``perf probe --externs``), all
+        or those called ``name``; their :attr:`~Variable.expression` is their ``DW_OP_addr``."""
+        from kpsdk.binfmt.dwarf.scope import global_variables
+
+        return global_variables(self, name)
+
+    def global_value(self, path: str, cpu: Cpu, *, bias: int = 0) -> Value:
+        """The value of ``path`` from a global variable (``global_buf.fl.mode``), at any pc."""
+        from kpsdk.binfmt.dwarf.frames import global_value
+
+        return global_value(self, path, cpu, bias)
 
     @cached_property
     def frame_table(self) -> FrameTable:

@@ -246,3 +246,28 @@ def _walk(dbg: DebugInfo, die: DIE, unit: UnitRecord, scope: Scope, function: st
     for child, name, is_inlined in inner:
         inner_copies = copies + (child.offset,) if child.tag == "DW_TAG_inlined_subroutine" else copies
         _walk(dbg, child, unit, scope, name, is_inlined, depth + 1, inner_copies)
+
+
+def global_variables(dbg: DebugInfo, name: str | None = None, unit: int | None = None) -> list[Variable]:
+    """The variables of the units' top level (``perf probe -V --externs``'s extra ones, static
+    ones included) that have a static address, by name when ``name`` is given; a variable of
+    ``unit`` comes first (a ``static`` in that file hides another file's)."""
+    records = dbg.index.globals_by_name.get(name, []) if name is not None else dbg.index.globals
+    records = sorted((r for r in records if r.address is not None), key=lambda r: (r.unit != unit, not r.external))
+    out = []
+    for rec in records:
+        die = dbg.die(rec.die)
+        named = die
+        if "DW_AT_type" not in die.attributes and "DW_AT_specification" in die.attributes:
+            with dbg.reading(f"the declaration of the DIE at {die.offset:#x}"):
+                named = die.get_DIE_from_attribute("DW_AT_specification")
+        with dbg.reading(f"the type of the DIE at {die.offset:#x}"):
+            vtype = dbg.types.of(named.get_DIE_from_attribute("DW_AT_type")) \
+                if "DW_AT_type" in named.attributes else dbg.types.void
+        unit_record = dbg.unit(rec.unit)
+        table = dbg.line_table(unit_record)
+        out.append(Variable(rec.name, vtype, "global", "", False, 0, rec.die, rec.unit, 0,
+                            expression=expression_at(location_list(die, "DW_AT_location", unit_record, dbg), 0),
+                            file=table.file(int(_attr(named, "DW_AT_decl_file") or 0)),
+                            line=int(_attr(named, "DW_AT_decl_line") or 0)))
+    return out
