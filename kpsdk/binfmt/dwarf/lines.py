@@ -58,7 +58,8 @@ def function_lines(dbg: DebugInfo, fn: Function) -> dict[int, list[int]]:
         if not table.flags[i] & IS_STMT:
             continue
         line, file = table.lines[i], table.file(table.file_of[i])
-        if _call_line(inlined, table.addresses[i]) is not None:
+        call = _call_line(inlined, table.addresses[i])
+        if call is not None and call != (line, file):
             previous = (-1, "")  # code inlined here from another function: its lines are not this one's
             continue
         if table.addresses[i] == fn.entry and fn.line and not fn.inlined:

@@ -190,14 +190,14 @@ def format_variables(dbg: DebugInfo, text: str) -> str:
 
 def format_lines(dbg: DebugInfo, function: str) -> str:
     """``perf probe -L FUNCTION``'s output: the out-of-line copy's source from its declaration to
-    its last line, each probeable line numbered from the declaration."""
+    three lines past its last probeable line, each probeable line numbered from the declaration."""
     fn = next((f for f in dbg.functions(function) if not f.inlined), dbg.functions(function)[0])
     lines = function_lines(dbg, fn)
     try:
         text = source_lines(dbg, fn.file)
     except SourceNotFoundError:
         raise
-    last = max(lines) if lines else fn.line
+    last = (max(lines) if lines else fn.line) + 3  # perf shows three lines after the last numbered one
     out = [f"<{fn.name}@{fn.file}:0>"]
     for n in range(fn.line, min(last, len(text) - 1) + 1):
         number = f"{n - fn.line:>7}" if n in lines else " " * 7
