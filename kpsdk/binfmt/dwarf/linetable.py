@@ -149,6 +149,12 @@ class _Header:
         return out, pos
 
 
+def files(sec: Sections, offset: int, comp_dir: str, unit_name: str, address_size: int) -> LineTable:
+    """The file table of the line program at ``offset``, without running the program (a
+    :class:`LineTable` with no rows): what naming a declaration's file needs."""
+    return LineTable(_Header(sec.line, offset, sec.num, sec, comp_dir, unit_name, address_size).files)
+
+
 def decode(sec: Sections, offset: int, comp_dir: str, unit_name: str, address_size: int) -> LineTable:
     """The line program at ``offset`` of ``.debug_line``, run."""
     data, num = sec.line, sec.num

@@ -28,7 +28,7 @@ from elftools.dwarf.dwarfinfo import DWARFInfo
 from kpsdk.binfmt.archs import arch_for
 from kpsdk.binfmt.dwarf.debugfile import DebugFile, find_debug_file, read_elf
 from kpsdk.binfmt.dwarf.index import Index, IndexStore, MemoryStore, load_index, save_index, store_key
-from kpsdk.binfmt.dwarf.linetable import LineTable, decode
+from kpsdk.binfmt.dwarf.linetable import LineTable, decode, files
 from kpsdk.binfmt.dwarf.scan import FunctionRecord, Scanner, UnitRecord
 from kpsdk.binfmt.dwarf.sections import Sections
 from kpsdk.binfmt.dwarf.types import TypeTable
@@ -99,6 +99,7 @@ class DebugInfo:
         self.arch = arch
         self.source_dirs = tuple(source_dirs)
         self._lines: dict[int, LineTable] = {}
+        self._files: dict[int, LineTable] = {}
 
     @classmethod
     def open(cls, path: str | os.PathLike[str], *, debug_dir: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
@@ -176,6 +177,19 @@ class DebugInfo:
         """The indexed unit at ``offset``."""
         return self.index.unit_by_offset[offset]
 
+    def line_files(self, unit: UnitRecord) -> LineTable:
+        """``unit``'s line table's files only (no rows: the program is not run), for naming
+        the files of declarations; the whole table when it was decoded already."""
+        table = self._lines.get(unit.offset) or self._files.get(unit.offset)
+        if table is None:
+            if unit.stmt_list < 0:
+                table = LineTable([])
+            else:
+                with self.reading(f"the line program header at .debug_line+{unit.stmt_list:#x}"):
+                    table = files(self.sections, unit.stmt_list, unit.comp_dir, unit.name, unit.address_size)
+            self._files[unit.offset] = table
+        return table
+
     def line_table(self, unit: UnitRecord) -> LineTable:
         """``unit``'s line table, decoded on first use."""
         table = self._lines.get(unit.offset)
@@ -192,7 +206,7 @@ class DebugInfo:
 
     def _function(self, rec: FunctionRecord) -> Function:
         unit = self.unit(rec.unit)
-        table = self.line_table(unit)
+        table = self.line_files(unit)
         caller = ""
         if rec.inlined and rec.caller >= 0:
             outer = self.index.by_die.get(rec.caller)

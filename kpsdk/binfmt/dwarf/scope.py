@@ -209,7 +209,7 @@ def copy_variables(dbg: DebugInfo, fn: Function, pc: int) -> list[Variable]:
 def _walk(dbg: DebugInfo, die: DIE, unit: UnitRecord, scope: Scope, function: str, inlined: bool, depth: int,
           copies: tuple[int, ...]) -> None:
     pc = scope.pc
-    table = dbg.line_table(unit)
+    table = dbg.line_files(unit)
     inner: list[tuple[DIE, str, bool]] = []
     with dbg.reading(f"the children of the DIE at {die.offset:#x}"):
         children = list(die.iter_children())
@@ -265,7 +265,7 @@ def global_variables(dbg: DebugInfo, name: str | None = None, unit: int | None =
             vtype = dbg.types.of(named.get_DIE_from_attribute("DW_AT_type")) \
                 if "DW_AT_type" in named.attributes else dbg.types.void
         unit_record = dbg.unit(rec.unit)
-        table = dbg.line_table(unit_record)
+        table = dbg.line_files(unit_record)
         out.append(Variable(rec.name, vtype, "global", "", False, 0, rec.die, rec.unit, 0,
                             expression=expression_at(location_list(die, "DW_AT_location", unit_record, dbg), 0),
                             file=table.file(int(_attr(named, "DW_AT_decl_file") or 0)),
