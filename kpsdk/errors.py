@@ -411,6 +411,11 @@ class DwarfFormatError(ImageFormatError, DebugInfoError):
     program or a call frame entry): the message names the file, the section and the offset."""
 
 
+class SplitDwarfError(DebugInfoError):
+    """The file's compile units are split DWARF skeletons (``-gsplit-dwarf``): their DIEs are in
+    ``.dwo`` files, which kpsdk does not read."""
+
+
 class NoSuchFunctionError(DebugInfoError, LookupError):
     """No function of that name in the debug information; ``similar`` lists names close to it."""
 

@@ -24,6 +24,7 @@ from kpsdk.binfmt.dwarf import (
     InRegister,
     MemoryStore,
     Sym,
+    function_lines,
     lazy_lines,
     line_addresses,
     probe_address,
@@ -346,5 +347,47 @@ def test_the_index_is_kept_by_build_id(corpus: Corpus, tmp_path: Path, monkeypat
     rebuilt = DebugInfo.open(program, store=PrivateStore("dwarf"))
     assert rebuilt.functions("fact") == first.functions("fact")
     memory = MemoryStore()
-    DebugInfo.open(program, store=memory).index
+    assert DebugInfo.open(program, store=memory).index.functions
     assert list(memory.entries) == [f"{first.debug.build_id}.index"]
+
+
+def test_split_dwarf_is_refused_by_name(tmp_path: Path) -> None:
+    from kpsdk.errors import SplitDwarfError
+
+    program = build(TOOLCHAINS["x86_64"], [FIXTURE], tmp_path / "split", "2", extra=("-gsplit-dwarf",))
+    with pytest.raises(SplitDwarfError, match=".dwo"):
+        DebugInfo.open(program).functions("main")
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_damaged_dwarf_is_a_format_error(corpus: Corpus, tmp_path: Path, seed: int) -> None:
+    """Bytes of .debug_info, .debug_abbrev or .debug_line overwritten: every answer is either
+    right or a DwarfFormatError naming the file, never another exception."""
+    import random
+
+    from elftools.elf.elffile import ELFFile
+
+    from kpsdk.errors import DebugInfoError
+
+    program = corpus.fixture("x86_64", "2")
+    data = bytearray(program.read_bytes())
+    with program.open("rb") as f:
+        sections = {s.name: (s["sh_offset"], s["sh_size"]) for s in ELFFile(f).iter_sections()}
+    rng = random.Random(seed)
+    name = (".debug_info", ".debug_abbrev", ".debug_line", ".debug_loclists")[seed % 4]
+    offset, size = sections[name]
+    for _ in range(1 + seed):
+        data[offset + rng.randrange(size)] = rng.randrange(256)
+    damaged = tmp_path / "damaged"
+    damaged.write_bytes(bytes(data))
+    try:
+        dbg = DebugInfo.open(damaged)
+        for fn in dbg.functions("parse_line") + dbg.functions("main"):
+            scope = dbg.scope(fn.entry)
+            for var in scope.variables:
+                assert var.type.c_name and (var.type.size is None or var.type.size >= 0)
+            dbg.locate(fn.entry, "buf")
+            lines = function_lines(dbg, fn)
+            assert lines is not None
+    except DebugInfoError:
+        pass

@@ -36,6 +36,7 @@ from kpsdk.binfmt.dwarf.units import (
     read_form,
     skip_attrs,
 )
+from kpsdk.errors import SplitDwarfError
 
 _CU, _PU = TAG["DW_TAG_compile_unit"], TAG["DW_TAG_partial_unit"]
 _SUBPROGRAM, _INLINED = TAG["DW_TAG_subprogram"], TAG["DW_TAG_inlined_subroutine"]
@@ -134,13 +135,21 @@ class Scanner:
         self._abbrevs: dict[tuple[int, int, int, int], dict[int, Abbrev]] = {}
 
     def run(self) -> ScanResult:
+        """Scan every unit.  :class:`SplitDwarfError` when the file has only the skeletons of
+        split DWARF (``-gsplit-dwarf``: the DIEs are in ``.dwo`` files, which are not read)."""
         data = self.sec.info
         pos = 0
+        skeletons = 0
         while pos < len(data):
             unit = parse_unit(data, pos, self.num)
             if unit.is_compile:
                 self._unit(unit)
+            elif unit.unit_type == 4:
+                skeletons += 1
             pos = unit.end
+        if skeletons and not self.result.units:
+            raise SplitDwarfError(f"split DWARF: {skeletons} skeleton unit(s) whose DIEs are in .dwo files, which "
+                                  "kpsdk does not read (build without -gsplit-dwarf)")
         self._join_names()
         return self.result
 
