@@ -419,10 +419,10 @@ class SplitDwarfError(DebugInfoError):
 class NoSuchFunctionError(DebugInfoError, LookupError):
     """No function of that name in the debug information; ``similar`` lists names close to it."""
 
-    def __init__(self, name: str, similar: list[str] | tuple[str, ...] = ()) -> None:
+    def __init__(self, name: str, similar: list[str] | tuple[str, ...] = (), problem: str = "") -> None:
         self.name, self.similar = name, tuple(similar)
         hint = f"; similar: {', '.join(self.similar)}" if self.similar else ""
-        super().__init__(f"no function {name!r} in the debug information{hint}")
+        super().__init__(problem or f"no function {name!r} in the debug information{hint}")
 
 
 class NoSuchLineError(DebugInfoError, LookupError):

@@ -122,3 +122,29 @@ def test_lz4_lines_equal_perfs(corpus: Corpus) -> None:
     # two of LZ4's force-inlined helpers: perf keeps lines of code inlined from elsewhere that
     # kpsdk attributes to the inlined function (LZ4_compress_generic, LZ4HC_InsertAndGetWiderMatch)
     assert equal / total >= 0.99, "\n".join(diffs)
+
+
+@pytest.mark.parametrize("opt", ["0", "2"])
+def test_probe_addresses_equal_perf_definitions(corpus: Corpus, opt: str) -> None:
+    """``perf probe -D 'FUNC VAR'``: the address perf puts a probe reading a variable on (past the
+    prologue in unoptimized code) is :func:`probe_address`'s (x86_64: file offsets are the
+    addresses in these programs)."""
+    import re
+    import subprocess
+
+    from kpsdk.binfmt.dwarf import probe_address
+    from tests.dwarfcorpus import perf
+
+    program = corpus.fixture("x86_64", opt)
+    dbg = DebugInfo.open(program)
+    checked = 0
+    for name in ("parse_line", "many_locals", "walk", "fact", "deep1", "main"):
+        (fn,) = dbg.functions(name, inlined=False)
+        variable = dbg.scope(fn.entry).variables[0].name
+        r = subprocess.run([perf(), "probe", "-x", str(program), "-D", f"{name} {variable}"], capture_output=True,
+                           text=True, timeout=60)
+        m = re.search(r":0x([0-9a-f]+) ", r.stdout)
+        assert m, r.stdout + r.stderr
+        assert int(m.group(1), 16) == probe_address(dbg, fn), name
+        checked += 1
+    assert checked == 6

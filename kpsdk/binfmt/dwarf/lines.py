@@ -116,22 +116,17 @@ def probeable_lines(dbg: DebugInfo, fn: Function) -> list[int]:
 def after_prologue(dbg: DebugInfo, fn: Function) -> int:
     """Where the function's body starts, from the line table: the address of a
     ``prologue_end`` row if the compiler marked one (Clang does), else of the first statement
-    row after the entry whose line differs from the entry's (the rule gdb's "skip prologue
-    using the line table" follows; GCC marks no prologue end).  The entry itself when the
-    table says nothing more."""
+    row after the entry, the end of the entry's "line" (gdb's "skip prologue using the line
+    table", and where ``perf probe -D`` puts a probe that reads variables: the same even when
+    the function is one line, whose body is then a second row of that line; GCC marks no
+    prologue end).  The entry itself when the table says nothing more."""
     table = dbg.line_table(dbg.unit(fn.unit))
     rows = sorted((table.addresses[i], i) for i in _rows_in(table, fn.ranges))
     for address, i in rows:
         if table.flags[i] & PROLOGUE_END and address >= fn.entry:
             return address
-    entry_line = None
     for address, i in rows:
-        if address < fn.entry:
-            continue
-        if entry_line is None:
-            entry_line = table.lines[i]
-            continue
-        if table.flags[i] & IS_STMT and table.lines[i] != entry_line and address > fn.entry:
+        if address > fn.entry and table.flags[i] & IS_STMT:
             return address
     return fn.entry
 

@@ -221,8 +221,12 @@ class DebugInfo:
 
         :raises NoSuchFunctionError: no function of that name has code; the error names close ones.
         """
-        records = [r for r in self.index.by_name.get(name, []) if inlined or not r.inlined]
+        every = self.index.by_name.get(name, [])
+        records = [r for r in every if inlined or not r.inlined]
         if not records:
+            if every:
+                raise NoSuchFunctionError(name, problem=f"{name!r} has no out-of-line copy: it is only inlined "
+                                                        f"({len(every)} copies)")
             raise NoSuchFunctionError(name, self._similar(name))
         return sorted((self._function(r) for r in records), key=lambda f: (f.entry, f.inlined, f.die))
 
