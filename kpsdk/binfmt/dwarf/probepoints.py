@@ -93,9 +93,15 @@ def parse_point(text: str) -> PointSpec:
 
 
 def _point(dbg: DebugInfo, fn: Function, address: int) -> ProbePoint:
-    outer = dbg.function_at(address)
-    symbol = outer if outer is not None else fn
-    return ProbePoint(address, fn, symbol.name, address - symbol.low)
+    """The point at ``address`` in the copy ``fn``, named as perf names it: after the out-of-line
+    function whose DIE holds the copy (its DWARF name, through ``DW_AT_abstract_origin`` for a
+    clone), the offset from that function's entry."""
+    outer = dbg.index.by_die.get(fn.caller_die) if fn.inlined else None
+    if outer is None:
+        outer = dbg.index.function_at(address)
+    if outer is None:
+        return ProbePoint(address, fn, fn.name, address - fn.entry)
+    return ProbePoint(address, fn, outer.name, address - outer.entry)
 
 
 def resolve_points(dbg: DebugInfo, spec: PointSpec | str, with_variables: bool = True) -> list[ProbePoint]:

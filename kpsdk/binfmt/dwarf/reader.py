@@ -32,6 +32,7 @@ from kpsdk.binfmt.dwarf.linetable import LineTable, decode, files
 from kpsdk.binfmt.dwarf.scan import FunctionRecord, Scanner, UnitRecord
 from kpsdk.binfmt.dwarf.sections import Sections
 from kpsdk.binfmt.dwarf.types import TypeTable
+from kpsdk.binfmt.symbols import SymbolTable, SymbolTables
 from kpsdk.errors import DebugInfoError, DwarfFormatError, NoSuchFunctionError
 
 if TYPE_CHECKING:
@@ -59,6 +60,7 @@ class Function:
     :param call_file: an inlined copy's call site (``call_line``), else ``""`` and 0.
     :param caller: the out-of-line function an inlined copy is in, else ``""``.
     :param die: the DIE of this copy (``.debug_info`` offset), ``unit`` its unit's offset.
+    :param caller_die: an inlined copy's out-of-line function's DIE (the one its DIE is in), else -1.
     """
 
     name: str
@@ -73,6 +75,7 @@ class Function:
     external: bool
     die: int
     unit: int
+    caller_die: int = -1
 
     @property
     def low(self) -> int:
@@ -161,6 +164,18 @@ class DebugInfo:
         return index
 
     @cached_property
+    def symbols(self) -> SymbolTable:
+        """The program's ELF symbols (``.symtab``, else ``.dynsym``; a stripped program's from its
+        debug file's ``.symtab``), as :func:`kpsdk.binfmt.elfimage.load_elf` reads them."""
+        from kpsdk.binfmt.elfimage import load_elf
+
+        with self.reading("the symbol table"):
+            table = load_elf(self.path).symbols
+            if self.debug.separate:
+                table = SymbolTables([table, load_elf(self.debug.path).symbols])
+        return table
+
+    @cached_property
     def types(self) -> TypeTable:
         return TypeTable(self.debug.elf.elf_class // 8, self.debug.elf.endian == "little")
 
@@ -213,7 +228,7 @@ class DebugInfo:
             caller = outer.name if outer is not None else ""
         return Function(rec.name, rec.entry, tuple(rec.ranges), rec.inlined, table.file(rec.decl_file),
                         rec.decl_line, table.file(rec.call_file) if rec.inlined else "", rec.call_line, caller,
-                        rec.external, rec.die, rec.unit)
+                        rec.external, rec.die, rec.unit, rec.caller)
 
     def functions(self, name: str, *, inlined: bool = True) -> list[Function]:
         """Every copy of the function ``name``: its out-of-line code and, with ``inlined``,
