@@ -61,7 +61,9 @@ def compare_vars(program: Path) -> tuple[int, int, list[str]]:
         by_die = [f"@<{p.where}>" for p in sorted(points, key=lambda p: p.function.die)]
         unmatched_ours = [w for w in by_die if w not in theirs]
         unmatched_theirs = [w for w in theirs if w not in ours]
-        pairs = dict(zip(unmatched_theirs, unmatched_ours)) if len(unmatched_ours) == len(unmatched_theirs) else {}
+        pairs: dict[str, str] = {}
+        if len(unmatched_ours) == len(unmatched_theirs):
+            pairs = dict(zip(unmatched_theirs, unmatched_ours, strict=True))
         for where, listed in theirs.items():
             total += 1
             mine = ours.get(where, ours.get(pairs.get(where, ""), {("(no point)", "")}))
