@@ -89,17 +89,12 @@ class Index:
     def function_at(self, pc: int) -> FunctionRecord | None:
         """The out-of-line function whose code holds ``pc`` (the innermost of nested ones)."""
         i = bisect.bisect_right(self._lows, pc)
-        best: FunctionRecord | None = None
-        while i > 0:
-            i -= 1
-            low, high, fn = self._spans[i]
+        # spans do not overlap but for nested functions (GNU C): the nearest that holds pc is
+        # the innermost, and a few steps back are enough to pass over empty neighbours
+        for low, high, fn in reversed(self._spans[max(0, i - 8):i]):
             if low <= pc < high:
-                if best is None or fn.ranges[0][0] >= best.ranges[0][0]:
-                    best = fn
-                break
-            if pc - low > 1 << 24:
-                break
-        return best
+                return fn
+        return None
 
     def unit_at(self, pc: int) -> UnitRecord | None:
         """The unit whose ranges hold ``pc``; through its functions where the unit has no ranges."""

@@ -29,7 +29,7 @@ from kpsdk.binfmt.dwarf.expr import (
     Pieces,
     Sym,
 )
-from kpsdk.binfmt.dwarf.types import CType
+from kpsdk.binfmt.dwarf.types import CType, Member
 from kpsdk.errors import OptimizedOutError
 
 #: the most bytes :meth:`Value.string` reads
@@ -205,11 +205,9 @@ class Value:
             out[m.name or f"<anonymous@{m.offset}>"] = self.member_value(m.name, m)
         return out
 
-    def member_value(self, name: str, member: object = None) -> Value:
-        """The member called ``name``."""
-        from kpsdk.binfmt.dwarf.types import Member
-
-        m = member if isinstance(member, Member) else self.type.strip().member(name)
+    def member_value(self, name: str, member: Member | None = None) -> Value:
+        """The member called ``name`` (``member``: already looked up)."""
+        m = member if member is not None else self.type.strip().member(name)
         if m is None:
             raise KeyError(name)
         if m.bit_size:
