@@ -416,6 +416,12 @@ class SplitDwarfError(DebugInfoError):
     ``.dwo`` files, which kpsdk does not read."""
 
 
+class NotStaticError(DebugInfoError):
+    """A location asked for without a CPU (statically, for a probe definition) that only a CPU can
+    answer: arithmetic on two registers, a comparison, a read of a value narrower than a word
+    through a register-relative address.  The message says which."""
+
+
 class NoSuchFunctionError(DebugInfoError, LookupError):
     """No function of that name in the debug information; ``similar`` lists names close to it."""
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from kpsdk.binfmt.dwarf.cpu import Cpu
 from kpsdk.binfmt.dwarf.primitives import Numbers, sleb, uleb
+from kpsdk.errors import NotStaticError
 
 
 class Unavailable(Exception):
@@ -29,8 +30,8 @@ class Unavailable(Exception):
     gone): the location is reported :class:`OptimizedOut` with this message."""
 
 
-class NotStatic(Exception):
-    """A symbolic evaluation met an operation a fixed register-and-offset form cannot express."""
+#: a symbolic evaluation met an operation a fixed register-and-offset form cannot express
+NotStatic = NotStaticError
 
 
 @dataclass(frozen=True)
@@ -319,8 +320,11 @@ def _run(expr: bytes, ctx: Context, stack: list[Number]) -> Location:
             elif op == 0x1C and isinstance(lhs, Sym) and isinstance(rhs, int):
                 stack.append(Sym(lhs.base, lhs.offset - rhs))
             else:
-                stack.append(_binary(_BINARY[op], _int(lhs, "arithmetic on a register"),
-                                     _int(rhs, "arithmetic on a register"), bits, mask))
+                a, b = _int(lhs, "arithmetic on a register"), _int(rhs, "arithmetic on a register")
+                # a typed operation (deref_type, convert) can push a value wider than an address
+                # (an 8-byte integer on a 32-bit CPU): the arithmetic keeps that width
+                width = 64 if (a > mask or b > mask) and bits < 64 else bits
+                stack.append(_binary(_BINARY[op], a, b, width, (1 << width) - 1))
         elif op == 0x2F:                                # skip
             delta = _signed(num.read(expr, pos, 2), 16)
             pos += 2 + delta
@@ -418,7 +422,8 @@ def _convert(value: Number, size: int, encoding: str, *, reinterpret: bool, ctx:
     value &= (1 << 8 * size) - 1
     if encoding == "signed":
         value = _signed(value, 8 * size)
-    return value & ((1 << 8 * ctx.address_size) - 1) if value >= 0 else value + (1 << 8 * ctx.address_size)
+    width = 8 * max(size, ctx.address_size)  # the type's width, when wider than an address
+    return value & ((1 << width) - 1)
 
 
 def _float_binary(name: str, a: Number, b: Number) -> Number:
