@@ -140,6 +140,8 @@ def _from_call_site(dbg: DebugInfo, scope: Scope, cpu: Cpu, register: str, bias:
             return loc.value
         if isinstance(loc, InRegister):
             return caller_cpu.read_register(loc.register)
+        if isinstance(loc, OptimizedOut):
+            raise Unavailable(f"the call site's value: {loc.why}")
         raise Unavailable("the call site's value is not available")
     raise Unavailable(f"the caller's call site does not give {register}")
 
