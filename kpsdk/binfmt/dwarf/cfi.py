@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 from elftools.dwarf.callframe import CIE, FDE, CallFrameInfo, CFARule, RegisterRule
 from elftools.dwarf.structs import DWARFStructs
 
-from kpsdk.binfmt.dwarf.expr import Context, InMemory, NotStatic, Sym, Unavailable, evaluate
+from kpsdk.binfmt.dwarf.expr import Context, InMemory, NotStatic, Sym, _Unavailable, evaluate
 from kpsdk.binfmt.dwarf.primitives import Numbers
 
 if TYPE_CHECKING:
@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 _KEEP = -1
 
 
-class UnwindStop(Exception):
+class _UnwindStop(Exception):
     """The walk cannot go further (no CFI for the pc, an undefined return address)."""
 
 
@@ -129,7 +129,7 @@ class FrameTable:
     def _name(self, number: int, eh: bool) -> str:
         name = self.regs.name(number, eh)
         if name is None:
-            raise Unavailable(f"DWARF register {number} in the call frame information is not one kpsdk reads")
+            raise _Unavailable(f"DWARF register {number} in the call frame information is not one kpsdk reads")
         return name
 
     def _ctx(self, cpu: Cpu, eh: bool) -> Context:
@@ -139,7 +139,7 @@ class FrameTable:
         """The canonical frame address at ``pc`` (the caller's stack pointer before the call)."""
         found = self.row_at(pc)
         if found is None:
-            raise Unavailable(f"no call frame information for {pc:#x}")
+            raise _Unavailable(f"no call frame information for {pc:#x}")
         row, fde = found
         return self._cfa(row["cfa"], cpu, fde.eh_frame)  # type: ignore[arg-type]
 
@@ -147,14 +147,14 @@ class FrameTable:
         if rule.expr is not None:
             loc = evaluate(bytes(rule.expr), self._ctx(cpu, eh))
             if not isinstance(loc, InMemory) or not isinstance(loc.address, int):
-                raise Unavailable("a CFA expression kpsdk cannot evaluate")
+                raise _Unavailable("a CFA expression kpsdk cannot evaluate")
             return loc.address
         if rule.reg is None:
-            raise Unavailable("no CFA rule")
+            raise _Unavailable("no CFA rule")
         try:
             base = cpu.read_register(self._name(rule.reg, eh))
         except LookupError as e:
-            raise Unavailable(str(e)) from None
+            raise _Unavailable(str(e)) from None
         if isinstance(base, Sym):  # a static answer: "rsp + 16"
             return Sym(base.base, base.offset + (rule.offset or 0))  # type: ignore[return-value]
         return (base + (rule.offset or 0)) & ((1 << (8 * self.address_size)) - 1)
@@ -168,7 +168,7 @@ class FrameTable:
         """One step up: ``(cfa, recovered registers, registers made unknown, caller's pc)``."""
         found = self.row_at(pc)
         if found is None:
-            raise UnwindStop(f"no call frame information for {pc:#x}")
+            raise _UnwindStop(f"no call frame information for {pc:#x}")
         row, fde = found
         eh = fde.eh_frame
         cfa = self._cfa(row["cfa"], cpu, eh)  # type: ignore[arg-type]
@@ -183,11 +183,11 @@ class FrameTable:
             name = self.regs.name(number, eh)
             try:
                 value = self._apply(rule, cfa, cpu, eh, mask)
-            except (Unavailable, NotStatic, LookupError):
+            except (_Unavailable, NotStatic, LookupError):
                 value = None
             if number == ra_column:
                 if rule.type == RegisterRule.UNDEFINED:
-                    raise UnwindStop("the return address is undefined here: the outermost frame")
+                    raise _UnwindStop("the return address is undefined here: the outermost frame")
                 ra = None if value == _KEEP else value
             if name is None or value == _KEEP:
                 continue
@@ -198,7 +198,7 @@ class FrameTable:
         if ra is None:
             rule = row.get(ra_column)  # type: ignore[call-overload]
             if isinstance(rule, RegisterRule) and rule.type != RegisterRule.SAME_VALUE:
-                raise UnwindStop("the return address cannot be recovered")
+                raise _UnwindStop("the return address cannot be recovered")
             ra = cpu.read_register(self._name(ra_column, eh))
         recovered.setdefault(self.sp_name, cfa)
         return cfa, recovered, unknown, ra & mask
@@ -278,7 +278,7 @@ def unwind(cpu: Cpu, pc: int, tables: Callable[[int], tuple[FrameTable, int] | N
         lookup = (frame.pc & strip) - bias - (1 if depth else 0)
         try:
             cfa, recovered, unknown, ra = table.caller(lookup, frame.cpu)
-        except (UnwindStop, Unavailable, LookupError):
+        except (_UnwindStop, _Unavailable, LookupError):
             yield frame
             return
         frame.cfa = cfa

@@ -25,7 +25,7 @@ from kpsdk.binfmt.dwarf.primitives import Numbers, sleb, uleb
 from kpsdk.errors import NotStaticError
 
 
-class Unavailable(Exception):
+class _Unavailable(Exception):
     """The value cannot be had here (a register the CPU view lacks, an entry value that is
     gone): the location is reported :class:`OptimizedOut` with this message."""
 
@@ -70,7 +70,7 @@ class InMemory:
 
 def as_address(value: Number) -> Address:
     if isinstance(value, float):
-        raise Unavailable("a floating-point value used as an address")
+        raise _Unavailable("a floating-point value used as an address")
     return value
 
 
@@ -147,21 +147,21 @@ class Context:
     def register(self, number: int) -> Number:
         name = self.register_name(number)
         if name is None:
-            raise Unavailable(f"DWARF register {number} is not one kpsdk reads")
+            raise _Unavailable(f"DWARF register {number} is not one kpsdk reads")
         try:
             return self.cpu.read_register(name)
         except LookupError:
-            raise Unavailable(f"register {name} is not available") from None
+            raise _Unavailable(f"register {name} is not available") from None
 
     def reg_name(self, number: int) -> str:
         name = self.register_name(number)
         if name is None:
-            raise Unavailable(f"DWARF register {number} is not one kpsdk reads")
+            raise _Unavailable(f"DWARF register {number} is not one kpsdk reads")
         return name
 
     def read(self, address: Number, size: int) -> Number:
         if isinstance(address, float):
-            raise Unavailable("a memory read at a floating-point address")
+            raise _Unavailable("a memory read at a floating-point address")
         if isinstance(address, Sym):
             if size != self.address_size:
                 raise NotStatic(f"a {size}-byte read through a register-relative address")
@@ -197,7 +197,7 @@ def _int(value: Number, what: str) -> int:
     if isinstance(value, Sym):
         raise NotStatic(what)
     if isinstance(value, float):
-        raise Unavailable(f"{what}: an integer operation on a floating-point value")
+        raise _Unavailable(f"{what}: an integer operation on a floating-point value")
     return value
 
 
@@ -219,7 +219,7 @@ def evaluate(expr: bytes, ctx: Context, stack: list[Number] | None = None) -> Lo
     """
     try:
         return _run(expr, ctx, list(stack or ()))
-    except Unavailable as e:
+    except _Unavailable as e:
         return OptimizedOut(str(e))
 
 
@@ -233,7 +233,7 @@ def _run(expr: bytes, ctx: Context, stack: list[Number]) -> Location:
 
     def pop() -> Number:
         if not stack:
-            raise Unavailable("DWARF expression pops an empty stack")
+            raise _Unavailable("DWARF expression pops an empty stack")
         return stack.pop()
 
     while pos < end:
@@ -256,11 +256,11 @@ def _run(expr: bytes, ctx: Context, stack: list[Number]) -> Location:
         elif op == 0x91:                                # fbreg
             offset, pos = sleb(expr, pos)
             if ctx.frame_base is None:
-                raise Unavailable("DW_OP_fbreg without a frame base")
+                raise _Unavailable("DW_OP_fbreg without a frame base")
             stack.append(_add(ctx.frame_base(), offset, mask))
         elif op == 0x9C:                                # call_frame_cfa
             if ctx.cfa is None:
-                raise Unavailable("no call frame information for the CFA here")
+                raise _Unavailable("no call frame information for the CFA here")
             stack.append(ctx.cfa())
         elif op == 0x03:                                # addr
             stack.append((num.read(expr, pos, ctx.address_size) + ctx.bias) & mask)
@@ -268,7 +268,7 @@ def _run(expr: bytes, ctx: Context, stack: list[Number]) -> Location:
         elif op in (0xA1, 0xA2, 0xFB, 0xFC):            # addrx, constx (and their GNU forms)
             index, pos = uleb(expr, pos)
             if ctx.address_index is None:
-                raise Unavailable("DW_OP_addrx without .debug_addr")
+                raise _Unavailable("DW_OP_addrx without .debug_addr")
             stack.append((ctx.address_index(index) + (ctx.bias if op in (0xA1, 0xFB) else 0)) & mask)
         elif op in _CONST_SIZES:
             size, signed = _CONST_SIZES[op]
@@ -360,7 +360,7 @@ def _run(expr: bytes, ctx: Context, stack: list[Number]) -> Location:
             inner = expr[pos:pos + size]
             pos += size
             if ctx.entry_value is None:
-                raise Unavailable("the value at function entry is not known here")
+                raise _Unavailable("the value at function entry is not known here")
             stack.append(ctx.entry_value(inner))
         elif op in (0xA5, 0xF5):                        # regval_type
             reg, pos = uleb(expr, pos)
@@ -384,16 +384,16 @@ def _run(expr: bytes, ctx: Context, stack: list[Number]) -> Location:
             if die and ctx.base_type is not None:
                 stack.append(_convert(pop(), *ctx.base_type(die), reinterpret=op in (0xA9, 0xF9), ctx=ctx))
         elif op in (0xE0, 0x9B):                        # GNU_push_tls_address, form_tls_address
-            raise Unavailable("a thread-local variable (TLS addresses are not resolved)")
+            raise _Unavailable("a thread-local variable (TLS addresses are not resolved)")
         elif op == 0xF0:                                # GNU_uninit
             pass
         elif op == 0xFA:                                # GNU_parameter_ref
-            raise Unavailable("a parameter passed by the caller's call site (DW_OP_GNU_parameter_ref)")
+            raise _Unavailable("a parameter passed by the caller's call site (DW_OP_GNU_parameter_ref)")
         else:
-            raise Unavailable(f"DWARF operation {op:#x} is not supported")
+            raise _Unavailable(f"DWARF operation {op:#x} is not supported")
         if current is not None and pos < end and expr[pos] not in (0x93, 0x9D):
             if isinstance(current, InRegister) or isinstance(current, Implicit | Computed):
-                raise Unavailable("a DWARF location description continues after its register or value")
+                raise _Unavailable("a DWARF location description continues after its register or value")
     if pieces:
         return Pieces(tuple(pieces))
     if current is not None:
@@ -415,7 +415,7 @@ def _convert(value: Number, size: int, encoding: str, *, reinterpret: bool, ctx:
             raw = (value & ((1 << 8 * size) - 1)).to_bytes(size, "little")
             if size in (4, 8):
                 return float(struct.unpack("<f" if size == 4 else "<d", raw)[0])
-            raise Unavailable(f"a {size}-byte floating-point value")
+            raise _Unavailable(f"a {size}-byte floating-point value")
         return float(value)
     if isinstance(value, float):
         value = int(value)
@@ -435,12 +435,12 @@ def _float_binary(name: str, a: Number, b: Number) -> Number:
         return ops[name]
     if name == "div":
         if y == 0:
-            raise Unavailable("DWARF expression divides by zero")
+            raise _Unavailable("DWARF expression divides by zero")
         return x / y
     compare = {"eq": x == y, "ne": x != y, "lt": x < y, "le": x <= y, "gt": x > y, "ge": x >= y}
     if name in compare:
         return int(compare[name])
-    raise Unavailable(f"DW_OP_{name} on a floating-point value")
+    raise _Unavailable(f"DW_OP_{name} on a floating-point value")
 
 
 def _binary(name: str, a: int, b: int, bits: int, mask: int) -> int:
@@ -457,7 +457,7 @@ def _binary(name: str, a: int, b: int, bits: int, mask: int) -> int:
         return (a * b) & mask
     if name in ("div", "mod"):
         if b == 0:
-            raise Unavailable("DWARF expression divides by zero")
+            raise _Unavailable("DWARF expression divides by zero")
         if name == "div":
             q = abs(sa) // abs(sb)
             return (q if (sa < 0) == (sb < 0) else -q) & mask

@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from kpsdk.binfmt.dwarf.access import follow, parse
-from kpsdk.binfmt.dwarf.cfi import FrameCpu, UnwindStop
+from kpsdk.binfmt.dwarf.cfi import FrameCpu, _UnwindStop
 from kpsdk.binfmt.dwarf.expr import (
     Computed,
     Context,
@@ -28,7 +28,7 @@ from kpsdk.binfmt.dwarf.expr import (
     Number,
     OptimizedOut,
     SymbolicCpu,
-    Unavailable,
+    _Unavailable,
     evaluate,
 )
 from kpsdk.binfmt.dwarf.scope import Scope, Variable, expression_at, global_variables, location_list, scope_at
@@ -50,7 +50,7 @@ def _where(dbg: DebugInfo, scope: Scope) -> str:
 def context(dbg: DebugInfo, scope: Scope, cpu: Cpu, bias: int = 0) -> Context:
     """The context the expressions of ``scope``'s variables run in on ``cpu``."""
     if dbg.arch is None or dbg.arch.dwarf is None:
-        raise Unavailable("the architecture of this file has no DWARF register table")
+        raise _Unavailable("the architecture of this file has no DWARF register table")
     regs = dbg.arch.dwarf
     unit = dbg.unit(scope.function.unit)
     pc = scope.pc
@@ -59,24 +59,24 @@ def context(dbg: DebugInfo, scope: Scope, cpu: Cpu, bias: int = 0) -> Context:
     def cfa() -> Number:
         try:
             return dbg.frame_table.cfa(pc, cpu)
-        except (LookupError, UnwindStop) as e:
-            raise Unavailable(str(e)) from None
+        except (LookupError, _UnwindStop) as e:
+            raise _Unavailable(str(e)) from None
 
     def frame_base() -> Number:
         if scope.frame_base is None:
-            raise Unavailable("no frame base")
+            raise _Unavailable("no frame base")
         expr = expression_at(location_list(scope.frame_base, "DW_AT_frame_base", unit, dbg), pc)
         if expr is None:
-            raise Unavailable("the function has no frame base at this pc")
+            raise _Unavailable("the function has no frame base at this pc")
         loc = evaluate(expr, ctx)
         if isinstance(loc, InRegister):
             try:
                 return cpu.read_register(loc.register)
             except LookupError:
-                raise Unavailable(f"register {loc.register} is not available") from None
+                raise _Unavailable(f"register {loc.register} is not available") from None
         if isinstance(loc, InMemory | Computed):
             return loc.address if isinstance(loc, InMemory) else loc.value
-        raise Unavailable(f"the frame base is {loc}")
+        raise _Unavailable(f"the frame base is {loc}")
 
     def base_type(offset: int) -> tuple[int, str]:
         t = dbg.types.of(dbg.die(unit.offset + offset))
@@ -86,12 +86,12 @@ def context(dbg: DebugInfo, scope: Scope, cpu: Cpu, bias: int = 0) -> Context:
     def entry_value(inner: bytes) -> Number:
         loc = evaluate(inner, ctx)
         if not isinstance(loc, InRegister):
-            raise Unavailable("an entry value of something other than a register")
+            raise _Unavailable("an entry value of something other than a register")
         if pc == scope.function.entry:
             try:
                 return cpu.read_register(loc.register)
             except LookupError:
-                raise Unavailable(f"register {loc.register} is not available") from None
+                raise _Unavailable(f"register {loc.register} is not available") from None
         return _from_call_site(dbg, scope, cpu, loc.register, bias)
 
     ctx.cfa = cfa
@@ -105,22 +105,22 @@ def context(dbg: DebugInfo, scope: Scope, cpu: Cpu, bias: int = 0) -> Context:
 def _from_call_site(dbg: DebugInfo, scope: Scope, cpu: Cpu, register: str, bias: int) -> Number:
     """What the caller passed in ``register``: its call site's ``DW_AT_call_value``."""
     if isinstance(cpu, SymbolicCpu):
-        raise Unavailable("an entry value (known only at a hit)")
+        raise _Unavailable("an entry value (known only at a hit)")
     regs = dbg.arch.dwarf if dbg.arch is not None else None
     if regs is None:
-        raise Unavailable("no DWARF register table")
+        raise _Unavailable("no DWARF register table")
     try:
         _, recovered, unknown, ra = dbg.frame_table.caller(scope.pc, cpu)
-    except (UnwindStop, Unavailable, LookupError) as e:
-        raise Unavailable(f"the caller's frame cannot be recovered for an entry value ({e})") from None
+    except (_UnwindStop, _Unavailable, LookupError) as e:
+        raise _Unavailable(f"the caller's frame cannot be recovered for an entry value ({e})") from None
     caller_pc = (ra & (~1 if dbg.arch is not None and dbg.arch.has_thumb else ~0)) - bias
     caller_scope = scope_at(dbg, caller_pc - 1)
     if caller_scope is None:
-        raise Unavailable("no debug information for the caller, for an entry value")
+        raise _Unavailable("no debug information for the caller, for an entry value")
     caller_cpu = FrameCpu(cpu, recovered, unknown)
     site = _call_site(dbg, caller_scope.function.die, caller_pc)
     if site is None:
-        raise Unavailable(f"the caller's call site at {caller_pc:#x} says nothing of {register}")
+        raise _Unavailable(f"the caller's call site at {caller_pc:#x} says nothing of {register}")
     number = regs.number(register)
     for param in site.iter_children():
         if param.tag not in ("DW_TAG_call_site_parameter", "DW_TAG_GNU_call_site_parameter"):
@@ -141,9 +141,9 @@ def _from_call_site(dbg: DebugInfo, scope: Scope, cpu: Cpu, register: str, bias:
         if isinstance(loc, InRegister):
             return caller_cpu.read_register(loc.register)
         if isinstance(loc, OptimizedOut):
-            raise Unavailable(f"the call site's value: {loc.why}")
-        raise Unavailable("the call site's value is not available")
-    raise Unavailable(f"the caller's call site does not give {register}")
+            raise _Unavailable(f"the call site's value: {loc.why}")
+        raise _Unavailable("the call site's value is not available")
+    raise _Unavailable(f"the caller's call site does not give {register}")
 
 
 def _call_site(dbg: DebugInfo, function_die: int, return_pc: int) -> DIE | None:
@@ -204,7 +204,7 @@ def resolve(dbg: DebugInfo, scope: Scope, path: str, ctx: Context) -> Object:
         raise OptimizedOutError(path.strip(), where, loc.why)
     try:
         return follow(obj, steps, ctx, path)
-    except Unavailable as e:
+    except _Unavailable as e:
         raise OptimizedOutError(path.strip(), where, str(e)) from None
 
 
