@@ -30,6 +30,7 @@ from kpsdk.arch import (
     Breakpoint,
     DebianPort,
     DetourCode,
+    DwarfRegisters,
     FieldUse,
     FrameRecord,
     InsnRules,
@@ -297,6 +298,14 @@ KERNEL_TASKS = KernelTasks(
 )
 
 
+#: DWARF register numbers, 64-bit ELF ABI (ELFv1 and ELFv2: "DWARF Register Number Mapping"):
+#: r0-r31, CR 64, XER 101, LR 108, CTR 109 in .debug_info and .debug_frame; GCC's .eh_frame
+#: keeps its older numbers for LR (65: the return address column there), CTR (66) and XER (76)
+DWARF_PPC64 = DwarfRegisters({**{i: f"r{i}" for i in range(32)}, **{32 + i: f"f{i}" for i in range(32)},
+                              64: "cr", 101: "xer", 108: "lr", 109: "ctr"},
+                             eh_frame={65: "lr", 66: "ctr", 76: "xer"})
+
+
 PPC64 = Arch(
     name="ppc64",
     aliases=("powerpc64", "ppc64be"),
@@ -350,6 +359,7 @@ PPC64 = Arch(
     # big-endian, default ELFv1 ABI; no traceback tables after blr so st_size covers instructions only
     toolchain=Toolchain((FixtureVariant("ppc64", ("-mtraceback=no",), demo=5),), libc_dev="libc6-dev-ppc64-cross",
                         elf_flags=(3, 1, "ELFv1")),
+    dwarf=DWARF_PPC64,
 )
 
 TRAP_LE = struct.pack("<I", 0x7FE00008)

@@ -23,6 +23,7 @@ from kpsdk.arch import (
     Breakpoint,
     DebianPort,
     DetourCode,
+    DwarfRegisters,
     EntryDetour,
     FieldUse,
     FrameRecord,
@@ -450,6 +451,21 @@ def kernel_entry_skip(code: bytes) -> int:
     return 4 if code[:4] in KERNEL_ENDBR else 0
 
 
+#: DWARF register numbers, System V x86-64 psABI (figure 3.36); 16 is the return address
+#: column, the caller's rip
+DWARF_X86_64 = DwarfRegisters(
+    {0: "rax", 1: "rdx", 2: "rcx", 3: "rbx", 4: "rsi", 5: "rdi", 6: "rbp", 7: "rsp",
+     **{i: f"r{i}" for i in range(8, 16)}, 16: "rip", **{17 + i: f"xmm{i}" for i in range(16)}, 49: "eflags",
+     50: "es", 51: "cs", 52: "ss", 53: "ds", 54: "fs", 55: "gs"},
+    return_address="rip")
+#: DWARF register numbers, i386 psABI (table 2.14); 8 is the return address column, the eip
+DWARF_I386 = DwarfRegisters(
+    {0: "eax", 1: "ecx", 2: "edx", 3: "ebx", 4: "esp", 5: "ebp", 6: "esi", 7: "edi", 8: "eip", 9: "eflags",
+     **{21 + i: f"xmm{i}" for i in range(8)},
+     40: "es", 41: "cs", 42: "ss", 43: "ds", 44: "fs", 45: "gs"},
+    return_address="eip")
+
+
 X86_64 = Arch(
     name="x86_64",
     aliases=("amd64", "x86-64"),
@@ -498,6 +514,7 @@ X86_64 = Arch(
     # no CET notes or endbr64: the fixture's code is what its source says
     toolchain=Toolchain((FixtureVariant("x86_64", ("-fcf-protection=none",), demo=0),),
                         libc_dev="libc6-dev-amd64-cross", native_machine="x86_64"),
+    dwarf=DWARF_X86_64,
 )
 
 I386 = Arch(
@@ -545,6 +562,7 @@ I386 = Arch(
     out_of_line=OutOfLine(jump_back_32, return_jump_32),
     detours=DetourCode(near_jump, entry_detour, return_detour, scratch=(), flags="eflags"),
     toolchain=Toolchain((FixtureVariant("i386", ("-fcf-protection=none",), demo=1),), libc_dev="libc6-dev-i386-cross"),
+    dwarf=DWARF_I386,
 )
 
 
