@@ -48,16 +48,18 @@ def pie_base(elf_class: int) -> int:
 def open_elf(rest: str, registry: Registry, abi: str = "user", args: Sequence[str] | None = None,
              env: Mapping[str, str] | None = None, stdin: bytes | None = None,
              sysroot: str | os.PathLike[str] | None = None, cwd: str | None = None,
-             **options: Any) -> UnicornTarget:
+             bind: Sequence[tuple[str | os.PathLike[str], str, str]] | None = None, **options: Any) -> UnicornTarget:
     """``elf:PATH``: load an executable's PT_LOAD segments into Unicorn, as the Linux process
     ``execve(PATH, [PATH, *args], env)`` starts (:mod:`kpsdk.targets.unicorn.linux`): ``stdin`` its
-    standard input, ``sysroot`` the directory it sees as ``/`` (read-only), ``cwd`` its
-    working directory in there."""
+    standard input, ``sysroot`` the directory it sees as ``/`` (read-only, under the session's
+    in-memory overlay), ``cwd`` its working directory in there, ``bind`` host directories
+    mapped into its tree."""
     from kpsdk.binfmt.elfimage import load_elf  # pyelftools loads when first used (start-up time)
 
     if options:
-        raise TargetError(f"elf: unknown options {', '.join(options)} (known: abi, args, env, stdin, sysroot, cwd)")
-    process = check_options(args, env, stdin, sysroot, cwd)
+        raise TargetError(f"elf: unknown options {', '.join(options)} (known: abi, args, env, stdin, sysroot, cwd, "
+                          "bind)")
+    process = check_options(args, env, stdin, sysroot, cwd, bind)
     linked = load_elf(Path(rest))
     arch = registry.archs.by_elf(linked.machine, linked.elf_class, linked.endian)
     bias = pie_base(linked.elf_class) if linked.kind == "ET_DYN" else 0

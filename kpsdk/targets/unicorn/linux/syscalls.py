@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 import unicorn
 
 from kpsdk.targets.unicorn.linux.calls import process
+from kpsdk.targets.unicorn.linux.calls.attrs import AttrCalls
 from kpsdk.targets.unicorn.linux.calls.clocks import ClockCalls
 from kpsdk.targets.unicorn.linux.calls.core import PID, PPID
 from kpsdk.targets.unicorn.linux.calls.declare import collect
@@ -26,6 +27,7 @@ from kpsdk.targets.unicorn.linux.calls.filestat import StatCalls
 from kpsdk.targets.unicorn.linux.calls.fs import FsCalls
 from kpsdk.targets.unicorn.linux.calls.ids import IdCalls
 from kpsdk.targets.unicorn.linux.calls.mm import MemoryCalls
+from kpsdk.targets.unicorn.linux.calls.names import NameCalls
 from kpsdk.targets.unicorn.linux.calls.process import ProcessCalls
 from kpsdk.targets.unicorn.linux.calls.rw import ReadWriteCalls
 from kpsdk.targets.unicorn.linux.calls.signals import SignalCalls
@@ -42,8 +44,8 @@ if TYPE_CHECKING:
 __all__ = ["PID", "PPID", "SIGNATURES", "LinuxProcess", "signature"]
 
 
-class LinuxProcess(FsCalls, ReadWriteCalls, StatCalls, XattrCalls, MemoryCalls, ThreadCalls, ProcessCalls, IdCalls,
-                   SignalCalls, ClockCalls, SocketCalls, SysinfoCalls):
+class LinuxProcess(FsCalls, NameCalls, AttrCalls, ReadWriteCalls, StatCalls, XattrCalls, MemoryCalls, ThreadCalls,
+                   ProcessCalls, IdCalls, SignalCalls, ClockCalls, SocketCalls, SysinfoCalls):
     """One single-threaded Linux process's kernel side, over a Unicorn engine."""
 
     def __init__(self, arch: Arch, uc: unicorn.Uc, console: bytearray, space: AddressSpace, sysroot: Sysroot,
@@ -72,6 +74,7 @@ class LinuxProcess(FsCalls, ReadWriteCalls, StatCalls, XattrCalls, MemoryCalls, 
 
     def close(self) -> None:
         self.fds.close_all()
+        self.root.close()  # the binds' host directories
 
 
 #: the method answering each call, by the call's name; each call's strace argument kinds

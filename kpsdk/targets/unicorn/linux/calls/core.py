@@ -13,7 +13,7 @@ import errno
 import struct
 from collections import Counter
 from collections.abc import Callable
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import unicorn
@@ -43,6 +43,8 @@ class ProcessCore:
         self.bits = 8 * arch.word_size
         self.fds = FdTable(stdin)
         self.cwd = cwd
+        #: the file-creation mask (umask(2)); what the calls that make files take off their mode
+        self.umask = 0o022
         self.exe = exe
         #: calls the layer does not emulate, by name, with how often the program made them; also the
         #: files of its own /proc it does not make (``open /proc/self/status``: ENOENT, :mod:`.procself`)
@@ -120,6 +122,6 @@ class ProcessCore:
         if path.startswith("/") or dirfd == AT_FDCWD:
             return self.cwd
         f = self.fds.get(dirfd)
-        if f.kind != "host":
+        if f.kind not in ("dir", "path") or f.node is None or not f.node.mode & 0o040000:
             raise _GuestErrno(errno.ENOTDIR)
-        return str(PurePosixPath(self.cwd, f.path))
+        return self.root.path_of(f.node, f.path)

@@ -27,5 +27,7 @@ class IdCalls(ProcessCore):
         return os.getgid()
 
     @syscall("umask", "mode")
-    def sys_umask(self, *_: int) -> int:
-        return 0o022
+    def sys_umask(self, mask: int, *_: int) -> int:
+        """Set the file-creation mask; the old one (022 at start, as a login shell's)."""
+        old, self.umask = self.umask, mask & 0o777
+        return old
