@@ -130,7 +130,7 @@ class MemDir(MemNode):
     show through unless ``whiteouts`` names them.  ``mount``: a bind over it.  ``parent`` and
     ``name`` place it (a directory has one name), so its path can be told after a rename."""
 
-    __slots__ = ("entries", "whiteouts", "lower", "mount", "parent", "name", "dirty", "host_nlink")
+    __slots__ = ("entries", "whiteouts", "lower", "mount", "parent", "name", "dirty", "host_nlink", "host_size")
 
     def __init__(self, ino: int, mode: int, uid: int, gid: int, now: int, parent: MemDir | None = None,
                  name: str = "", lower: Path | None = None) -> None:
@@ -145,9 +145,19 @@ class MemDir(MemNode):
         self.dirty = lower is None
         self.host_nlink = 2
         self.nlink = 2
+        #: a sysroot directory's size and blocks on the host (None: the overlay's own)
+        self.host_size: tuple[int, int] | None = None
 
     def size(self) -> int:
-        return 4096 if self.lower is not None else 40 + 20 * len(self.entries)  # tmpfs-like for the overlay's
+        if self.host_size is not None:
+            return self.host_size[0]
+        return 40 + 20 * len(self.entries)  # tmpfs-like: what its entries take
+
+    def stat(self) -> dict[str, int]:
+        values = super().stat()
+        if self.host_size is not None:
+            values["st_blocks"] = self.host_size[1]
+        return values
 
 
 class HostNode:

@@ -137,6 +137,7 @@ class Tree:
             raise host_errno(e) from None
         d.copy_meta(s)
         d.host_nlink = d.nlink = s.st_nlink
+        d.host_size = s.st_size, s.st_blocks
         d.dirty = False
 
     def _count_subdirs(self, d: MemDir) -> None:
@@ -200,6 +201,7 @@ class Tree:
         sub = MemDir(0, 0, 0, 0, 0, d, name, lower=host)
         sub.copy_meta(s)
         sub.host_nlink = sub.nlink = s.st_nlink
+        sub.host_size = s.st_size, s.st_blocks
         sub.dirty = False
         d.entries[name] = sub
         return sub

@@ -21,8 +21,8 @@ from kpsdk.targets.unicorn.linux.calls.declare import syscall
 from kpsdk.targets.unicorn.linux.files import O_APPEND, O_NONBLOCK, OpenFile, _GuestErrno
 from kpsdk.targets.unicorn.linux.inodes import MemFile, MemSpecial
 from kpsdk.targets.unicorn.linux.memory import PAGE
-from kpsdk.targets.unicorn.linux.pipes import BrokenPipe, PipeErrno
-from kpsdk.targets.unicorn.linux.waits import Block
+from kpsdk.targets.unicorn.linux.pipes import _BrokenPipe
+from kpsdk.targets.unicorn.linux.waits import _Block
 
 #: the most one read or write moves at once (Linux's MAX_RW_COUNT)
 MAX_RW_COUNT = 0x7FFFF000
@@ -85,9 +85,7 @@ class ReadWriteCalls(ProcessCore):
         if kind == "fifo" and f.fifo is not None:
             try:
                 return f.fifo.read(count, bool(f.flags & O_NONBLOCK))
-            except PipeErrno as e:
-                raise _GuestErrno(e.errno) from None
-            except Block:
+            except _Block:
                 raise NotEmulatedError(f"the program reads the empty FIFO {f.path} while it is open for "
                                        "writing: it would wait for another process") from None
         if kind == "pipe_r" and f.pipe is not None:
@@ -142,11 +140,9 @@ class ReadWriteCalls(ProcessCore):
         elif kind == "fifo" and f.fifo is not None:
             try:
                 return f.fifo.write(_Progress(), data, bool(f.flags & O_NONBLOCK))
-            except PipeErrno as e:
-                raise _GuestErrno(e.errno) from None
-            except BrokenPipe:
+            except _BrokenPipe:
                 raise _GuestErrno(errno.EPIPE) from None
-            except Block:
+            except _Block:
                 raise NotEmulatedError(f"the program fills the FIFO {f.path}: it would wait for another process "
                                        "to read it") from None
         else:
