@@ -109,6 +109,11 @@ class MemLink(MemNode):
     def size(self) -> int:
         return len(os.fsencode(self.target))
 
+    def stat(self) -> dict[str, int]:
+        values = super().stat()
+        values["st_blocks"] = 0  # a short target lives in the inode, as tmpfs and ext4 keep it
+        return values
+
 
 class MemSpecial(MemNode):
     """A FIFO (its :class:`~kpsdk.targets.unicorn.linux.pipes.Pipe`, made at the first open), a

@@ -414,6 +414,10 @@ class Sysroot(Tree):
 
     def _not_inside(self, d: Node, target: Dir) -> None:
         """EINVAL when directory ``target`` is ``d`` or under it (a directory moved into itself)."""
+        if isinstance(d, HostNode) and isinstance(target, HostNode):  # in one bind: by their paths in it
+            if target.rel[:len(d.rel)] == d.rel:
+                raise _GuestErrno(errno.EINVAL)
+            return
         at: Node | None = target
         while isinstance(at, MemDir):
             if at is d:
@@ -487,6 +491,8 @@ class Sysroot(Tree):
         if not cred.owns(node) and (explicit or not cred.may(node, MAY_W)):
             raise _GuestErrno(errno.EPERM if explicit else errno.EACCES)
         now = self.counter.clock()
+        if isinstance(node, HostNode) and node.bind is not None and node.rel:  # the host's times now, not at open
+            node = node.bind.lookup(node.rel[:-1], node.rel[-1]) or node
         old = node.stat()
         a = old["st_atime"] * 10**9 + old["st_atime_nsec"] if atime == UTIME_OMIT else now if atime == UTIME_NOW \
             else atime

@@ -1,0 +1,366 @@
+"""The writable file system of the Linux layer on Unicorn, against ground truth.
+
+tests/programs/files.c calls every file call (create, write, read back, rename, unlink, mkdir,
+rmdir, truncate, chmod, chown, utimensat, symlink, link, mknod, O_TMPFILE, getdents, mmap,
+the devices...) and prints each result or errno name.  It runs natively (x86_64, in a fresh
+temporary directory) or under qemu-user (every other arch), and on kpsdk in the session's
+in-memory /tmp: the lines must be the same.  Debian's own programs (the host's x86_64 ones,
+with the sysroot "/") then work in the overlay as natively in a directory of the host, and
+leave the host untouched; a ``"rw"`` bind writes through and cannot be escaped.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+import stat
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+import kpsdk
+from kpsdk.targets.unicorn.linux.files import Sysroot, _GuestErrno
+from kpsdk.targets.unicorn.linux.inodes import HostNode, MemDir, MemFile, MemLink
+from tests.conftest import QEMU, require_tool
+from tests.test_linux_programs import COMPILERS, LINUX_ARCHS
+
+SOURCE = Path(__file__).parent / "programs" / "files.c"
+X86_64_HOST = os.uname().machine == "x86_64"
+
+
+@pytest.fixture(scope="module")
+def build(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
+    """``build(arch)``: files.c, statically linked for ``arch`` (built once per module)."""
+    out = tmp_path_factory.mktemp("files")
+    built: dict[str, Path] = {}
+
+    def make(arch: str) -> Path:
+        if arch not in built:
+            cc, package = COMPILERS[arch]
+            require_tool(cc, package)
+            exe = out / f"files-{arch}"
+            subprocess.run([cc, "-static", "-O1", "-o", str(exe), str(SOURCE)], check=True, capture_output=True)
+            built[arch] = exe
+        return built[arch]
+
+    return make
+
+
+def ground_truth(arch: str, exe: Path, work: Path) -> tuple[str, int]:
+    """files.c's output natively (x86_64 on an x86_64 host) or under qemu-user, in ``work``, in a
+    session of its own (no controlling terminal: /dev/tty is ENXIO, as for kpsdk's program)."""
+    cmd = [str(exe), str(work)]
+    if arch != "x86_64" or not X86_64_HOST:
+        cmd.insert(0, require_tool(QEMU[arch], "qemu-user"))
+    proc = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, timeout=120, check=False,
+                          start_new_session=True, env={})
+    return proc.stdout.decode(), proc.returncode
+
+
+@pytest.mark.parametrize("arch", LINUX_ARCHS)
+def test_every_file_call_gives_what_linux_gives(build: Callable[[str], Path], tmp_path: Path, arch: str) -> None:
+    exe = build(arch)
+    expected = ground_truth(arch, exe, tmp_path)
+    assert expected[1] == 0 and "== removing the tree" in expected[0], expected
+    s = kpsdk.open(f"elf:{exe}", args=["/tmp"])
+    try:
+        status = s.run(timeout=300)
+        assert (s.console, status) == expected
+        assert s.syscalls_unimplemented == {}
+    finally:
+        s.close()
+
+
+# -- the overlay from Python: what a run left in it ---------------------------------------------------
+
+
+def overlay(s: kpsdk.Session) -> Sysroot:
+    linux = s.target.linux  # type: ignore[attr-defined]
+    assert linux is not None
+    root = linux.root
+    assert isinstance(root, Sysroot)
+    return root
+
+
+def seed(fs: Sysroot, host: Path, guest: str) -> None:
+    """Copy host tree ``host`` into the overlay at ``guest`` (made), modes and times kept: the
+    same start a native run gets in a directory of the host."""
+    def times(path: str, st: os.stat_result) -> None:
+        fs.utimes(fs.find(path, "/", follow=False), st.st_atime_ns, st.st_mtime_ns, explicit=True)
+
+    fs.mkdir(fs.find(guest, "/", follow=False), 0o755)
+    dirs = []
+    for dirpath, dirnames, filenames in os.walk(host):
+        rel = os.path.relpath(dirpath, host)
+        where = guest if rel == "." else f"{guest}/{rel}"
+        for name in sorted(dirnames) + sorted(filenames):
+            src = Path(dirpath) / name
+            st = os.lstat(src)
+            ref = fs.find(f"{where}/{name}", "/", follow=False)
+            if stat.S_ISLNK(st.st_mode):
+                fs.symlink(ref, os.readlink(src))
+                times(f"{where}/{name}", st)
+                continue
+            if stat.S_ISDIR(st.st_mode):
+                fs.mkdir(ref, stat.S_IMODE(st.st_mode))
+                dirs.append((f"{where}/{name}", st))
+                continue
+            node = fs.create(ref, stat.S_IMODE(st.st_mode))
+            assert isinstance(node, MemFile)
+            node.data[:] = src.read_bytes()
+            times(f"{where}/{name}", st)
+    for path, st in reversed(dirs):
+        times(path, st)
+    times(guest, os.stat(host))
+
+
+def dump(fs: Sysroot, guest: str) -> dict[str, tuple[str, int, bytes]]:
+    """The tree at ``guest`` in the overlay: relative path -> (kind, mode, bytes or link target)."""
+    out: dict[str, tuple[str, int, bytes]] = {}
+
+    def walk(path: str, rel: str) -> None:
+        node = fs.find(path, "/", follow=False).node
+        assert node is not None
+        mode = node.mode
+        if isinstance(node, MemDir | HostNode) and stat.S_ISDIR(mode):
+            if rel:
+                out[rel] = ("dir", stat.S_IMODE(mode), b"")
+            for name, _ino, _kind in fs.listing(node):
+                walk(f"{path}/{name}", f"{rel}/{name}" if rel else name)
+        elif isinstance(node, MemLink):
+            out[rel] = ("link", 0, os.fsencode(node.target))
+        elif isinstance(node, MemFile):
+            out[rel] = ("file", stat.S_IMODE(mode), bytes(node.data))
+        else:
+            out[rel] = ("other", stat.S_IMODE(mode), b"")
+
+    walk(guest, "")
+    return out
+
+
+def host_dump(root: Path) -> dict[str, tuple[str, int, bytes]]:
+    """The same of a host tree (what the native run left)."""
+    out: dict[str, tuple[str, int, bytes]] = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            p = Path(dirpath) / name
+            rel = str(p.relative_to(root))
+            st = os.lstat(p)
+            if stat.S_ISLNK(st.st_mode):
+                out[rel] = ("link", 0, os.fsencode(os.readlink(p)))
+            elif stat.S_ISDIR(st.st_mode):
+                out[rel] = ("dir", stat.S_IMODE(st.st_mode), b"")
+            elif stat.S_ISREG(st.st_mode):
+                out[rel] = ("file", stat.S_IMODE(st.st_mode), p.read_bytes())
+            else:
+                out[rel] = ("other", stat.S_IMODE(st.st_mode), b"")
+    return out
+
+
+def fingerprint(root: Path) -> str:
+    """Every name, mode, size, time and byte under ``root``: what "unchanged" means."""
+    h = hashlib.sha256()
+    for dirpath, dirnames, filenames in sorted(os.walk(root)):
+        for name in sorted(dirnames + filenames):
+            p = Path(dirpath) / name
+            st = os.lstat(p)
+            h.update(f"{p}|{st.st_mode}|{st.st_size}|{st.st_mtime_ns}\n".encode())
+            if stat.S_ISREG(st.st_mode):
+                h.update(p.read_bytes())
+    return h.hexdigest()
+
+
+def make_input(root: Path) -> Path:
+    """The tree each Debian program starts from: text files, a subdirectory, a link, a big file."""
+    (root / "tree" / "sub" / "deeper").mkdir(parents=True)
+    (root / "tree" / "a.txt").write_text("alpha\nbeta\ngamma\n")
+    (root / "tree" / "sub" / "b.txt").write_text("one\ntwo\nthree\n" * 50)
+    (root / "tree" / "sub" / "deeper" / "c.bin").write_bytes(bytes(range(256)) * 40)
+    (root / "tree" / "link").symlink_to("a.txt")
+    (root / "old.txt").write_text("".join(f"line {i}\n" for i in range(40)))
+    new = [f"line {i}\n" for i in range(40)]
+    new[10], new[30] = "changed ten\n", "changed thirty\n"
+    (root / "new.txt").write_text("".join(new))
+    diff = subprocess.run(["diff", "-u", "--label", "old.txt", "--label", "new.txt", "old.txt", "new.txt"], cwd=root,
+                          capture_output=True, text=True)
+    (root / "fix.patch").write_text(diff.stdout)
+    (root / "new.txt").unlink()
+    (root / "big.txt").write_bytes(b"".join(b"%07d %s\n" % ((i * 7919) % 200003, b"x" * (i % 23))
+                                            for i in range(160_000)))  # 3 MB: sort -S 1M merges temp files
+    for p in sorted([root, *root.rglob("*")], key=lambda p: -len(p.parts)):  # a directory after its entries
+        os.utime(p, ns=(1_600_000_000_000_000_000, 1_600_000_000_000_000_000), follow_symlinks=False)
+    return root
+
+
+#: Debian's programs (the host's, x86_64) and what they do in the working directory
+DEBIAN = {
+    "sort-temp-files": ["/usr/bin/sort", "-S", "1M", "-T", ".", "big.txt"],  # merges through temp files
+    "sort-tmp": ["/usr/bin/sort", "-S", "1M", "-o", "sorted.txt", "big.txt"],  # temp files in /tmp
+    "patch": ["/usr/bin/patch", "-o", "-", "old.txt", "fix.patch"],
+    "patch-in-place": ["/usr/bin/patch", "-b", "old.txt", "fix.patch"],
+    "cp": ["/usr/bin/cp", "-a", "tree", "copy"],
+    "cp-file": ["/usr/bin/cp", "old.txt", "tree/sub/copied.txt"],
+    "mv": ["/usr/bin/mv", "tree", "moved"],
+    "mv-file": ["/usr/bin/mv", "-v", "old.txt", "tree/sub/deeper/"],
+    "rm": ["/usr/bin/rm", "-r", "tree"],  # not -v: it would print in the directory's order, the host's its own
+    "mkdir": ["/usr/bin/mkdir", "-pv", "x/y/z", "tree/sub/new"],
+    "ln": ["/usr/bin/ln", "-sv", "../old.txt", "tree/sub/to-old"],
+    "ln-hard": ["/usr/bin/ln", "old.txt", "hard.txt"],
+    "tar": ["/usr/bin/tar", "--sort=name", "--owner=0", "--group=0", "-cvf", "out.tar", "tree"],
+    "tar-x": ["/usr/bin/tar", "-xvf", "in.tar"],
+    "split": ["/usr/bin/split", "-b", "100000", "-d", "big.txt", "part-"],
+    "touch-chmod": ["/usr/bin/install", "-m", "0640", "old.txt", "tree/installed.txt"],
+}
+
+
+@pytest.mark.parametrize("name", DEBIAN)
+def test_debians_programs_work_in_the_overlay_as_natively(name: str, tmp_path: Path) -> None:
+    """Each program once natively in a directory of the host and once on kpsdk (sysroot "/")
+    in the overlay's /tmp with the same start: the same output and status, the same tree after
+    (every file, link and mode), and nothing written on the host."""
+    argv = DEBIAN[name]
+    if not X86_64_HOST or not Path(argv[0]).exists():
+        pytest.skip(f"this compares the x86_64 host's own {argv[0]}")
+    native_dir = make_input(tmp_path / "native")
+    seed_dir = make_input(tmp_path / "seed")
+    if name == "tar-x":
+        for d in (native_dir, seed_dir):
+            subprocess.run(["tar", "--sort=name", "-cf", "in.tar", "tree"], cwd=d, check=True)
+            os.utime(d / "in.tar", ns=(1_600_000_000_000_000_000,) * 2)
+            subprocess.run(["rm", "-r", "tree"], cwd=d, check=True)
+            os.utime(d, ns=(1_600_000_000_000_000_000,) * 2)
+    env = {"LC_ALL": "C", "TMPDIR": "/tmp"}
+    native = subprocess.run(argv, cwd=native_dir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=120,
+                            check=False, env=env)  # one pipe: the console has both, in the order written
+    before = fingerprint(seed_dir)
+    host_tmp = {n for n in os.listdir("/tmp") if n.startswith("sort")}
+    s = kpsdk.open(f"elf:{argv[0]}", args=argv[1:], env=env, sysroot="/", cwd="/tmp/w")
+    try:
+        fs = overlay(s)
+        seed(fs, seed_dir, "/tmp/w")
+        status = s.run(timeout=600)
+        assert (s.console_bytes, status) == (native.stdout, native.returncode)
+        after = dump(fs, "/tmp/w")
+        assert after == host_dump(native_dir)
+        assert set(s.syscalls_unimplemented) <= {"socket"}  # GNU tar asks for one (rmt), carries on without
+    finally:
+        s.close()
+    assert fingerprint(seed_dir) == before  # the host's tree is untouched
+    assert not Path("/tmp/w").exists()
+    assert {n for n in os.listdir("/tmp") if n.startswith("sort")} <= host_tmp  # sort's temp files: the guest's
+
+
+# -- binds ---------------------------------------------------------------------------------------------
+
+
+def without_unnamed(out: str) -> str:
+    """files.c's output less its O_TMPFILE part."""
+    head, _, rest = out.partition("== unnamed files\n")
+    return head + rest[rest.index("== descriptors as directories"):]
+
+
+def test_a_rw_bind_writes_through_and_a_ro_bind_is_read_only(build: Callable[[str], Path], tmp_path: Path) -> None:
+    """files.c run in a ``"rw"`` bind: its files appear on the host, exactly as its native run
+    leaves them (but a device node, which a bind never makes: EPERM); the same run in a ``"ro"``
+    bind fails at its first mkdir with EROFS."""
+    exe = build("x86_64") if X86_64_HOST else pytest.skip("runs the x86_64 program natively")
+    native_dir, bound = tmp_path / "native", tmp_path / "bound"
+    native_dir.mkdir()
+    bound.mkdir()
+    expected = ground_truth("x86_64", exe, native_dir)
+    s = kpsdk.open(f"elf:{exe}", args=["/out"], bind=[(bound, "/out", "rw")])
+    try:
+        assert s.run(timeout=300) == 0
+        # the differences: no device node is ever made on the host through a bind, root or not,
+        # and O_TMPFILE there is EOPNOTSUPP (glibc's tmpfile() then makes and removes a name)
+        assert "open(\".\", O_TMPFILE | O_RDWR, 0600) -> -1 EOPNOTSUPP\n" in s.console
+        assert without_unnamed(s.console) == without_unnamed(
+            expected[0].replace("mknod chr -> 0\n", "mknod chr -> EPERM\n").replace(" c:2 ", " ")).replace(
+            " named:8 ", " ")
+    finally:
+        s.close()
+    native_tree = {k: v for k, v in host_dump(native_dir).items() if v[0] != "other" and k != "area/named"}
+    assert {k: v for k, v in host_dump(bound).items() if v[0] != "other"} == native_tree
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    s = kpsdk.open(f"elf:{exe}", args=["/in"], bind=[(ro, "/in", "ro")])
+    try:
+        s.run(timeout=60)
+        assert s.console.startswith('mkdir("area", 0755) -> -1 EROFS\n')
+    finally:
+        s.close()
+    assert list(ro.iterdir()) == []
+
+
+def test_a_bind_cannot_be_escaped(tmp_path: Path) -> None:
+    """Inside a ``"rw"`` bind, ``..`` climbs the guest's tree (not the host's), a link to an
+    absolute path or out of the bind is followed in the guest's tree, and a link the host
+    swaps in is never followed by the host: nothing outside the bound directory is read or
+    written."""
+    outside = tmp_path / "secret"
+    outside.mkdir()
+    (outside / "file").write_text("host secret\n")
+    bound = tmp_path / "bound"
+    bound.mkdir()
+    (bound / "up").symlink_to("../secret")
+    (bound / "abs").symlink_to(str(outside))
+    (bound / "sub").mkdir()
+    fs = Sysroot(None, binds=[(bound, "/data", True)])
+    try:
+        for path in ("/data/up/file", "/data/abs/file", "/data/../secret/file", "/data/sub/../../secret/file",
+                     f"/data/abs/{outside.name}/file"):
+            with pytest.raises(_GuestErrno) as info:
+                fs.resolve(path, "/")
+            assert info.value.errno == errno.ENOENT, path
+        with pytest.raises(_GuestErrno) as info:  # the link's target, in the guest's tree: /secret, not there
+            fs.find("/data/up/new", "/")
+        assert info.value.errno == errno.ENOENT
+        # the host swaps a directory of the bind for a link out of it after the guest's walk
+        ref = fs.find("/data/sub/made", "/")
+        os.rmdir(bound / "sub")
+        (bound / "sub").symlink_to(str(outside))
+        with pytest.raises(_GuestErrno) as info:
+            fs.create(ref, 0o644)
+        assert info.value.errno in (errno.ENOTDIR, errno.ELOOP)
+        assert sorted(os.listdir(outside)) == ["file"]
+        fs.create(fs.find("/data/inside", "/"), 0o644)
+        assert (bound / "inside").exists()
+        with pytest.raises(_GuestErrno) as info:
+            fs.rename(fs.find("/data/inside", "/", follow=False), fs.find("/tmp/x", "/", follow=False))
+        assert info.value.errno == errno.EXDEV
+        with pytest.raises(_GuestErrno) as info:
+            fs.rmdir(fs.find("/data", "/", follow=False))
+        assert info.value.errno == errno.EBUSY
+    finally:
+        fs.close()
+
+
+@pytest.mark.parametrize("bind, message", [
+    ("x", "bind must be a list"),
+    ([("a", "/x")], "a bind is"),
+    ([(".", "/x", "rx")], "\"ro\" or \"rw\""),
+    ([(".", "x", "ro")], "absolute path"),
+    ([(".", "/x/../y", "ro")], "absolute path"),
+    ([("/nonexistent/dir", "/x", "ro")], "not a directory"),
+    ([(".", "/x", "ro"), (".", "/x/y", "rw")], "overlap"),
+])
+def test_bad_binds_are_argument_errors(bind: object, message: str) -> None:
+    with pytest.raises(kpsdk.ArgumentError, match=message):
+        kpsdk.open("elf:/bin/true", bind=bind)  # type: ignore[arg-type]
+
+
+def test_kpsdks_devices_and_tmp_are_there_whatever_the_sysroot(tmp_path: Path) -> None:
+    fs = Sysroot(tmp_path, own_pid=1000)
+    for path, mode in (("/dev/null", stat.S_IFCHR | 0o666), ("/dev/zero", stat.S_IFCHR | 0o666),
+                       ("/dev/full", stat.S_IFCHR | 0o666), ("/dev/urandom", stat.S_IFCHR | 0o666),
+                       ("/dev/random", stat.S_IFCHR | 0o666), ("/dev/tty", stat.S_IFCHR | 0o666),
+                       ("/tmp", stat.S_IFDIR | 0o1777), ("/dev/shm", stat.S_IFDIR | 0o1777)):
+        node = fs.find(path, "/").node
+        assert node is not None and node.mode == mode, path
+    assert fs.walk("/dev/stdin", "/") == ["proc", "1000", "fd", "0"]
+    assert fs.walk("/dev/fd/2", "/") == ["proc", "1000", "fd", "2"]
+    assert [name for name, _, _ in fs.listing(fs.top)] == ["dev", "proc", "tmp"]
+    assert list(tmp_path.iterdir()) == []  # nothing was made on the host
