@@ -364,3 +364,76 @@ def test_kpsdks_devices_and_tmp_are_there_whatever_the_sysroot(tmp_path: Path) -
     assert fs.walk("/dev/fd/2", "/") == ["proc", "1000", "fd", "2"]
     assert [name for name, _, _ in fs.listing(fs.top)] == ["dev", "proc", "tmp"]
     assert list(tmp_path.iterdir()) == []  # nothing was made on the host
+
+
+# -- fuzzing: random paths and flags never raise and never reach the host --------------------------------
+
+#: names the fuzzer builds paths of: the sysroot's, the bind's, links out of it, the special ones
+NAMES = ["a", "b", "f", "dir", "..", ".", "", "tmp", "data", "up", "abs", "proc", "self", "fd", "0", "3", "dev",
+         "null", "tty", "stdin", "loop", "n" * 256, "sub", "new"]
+
+
+def test_random_paths_and_flags_never_raise_and_never_reach_the_host(build: Callable[[str], Path],
+                                                                     tmp_path: Path) -> None:
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as hs
+
+    root, bound, outside = tmp_path / "root", tmp_path / "bound", tmp_path / "outside"
+    for d in (root / "dir" / "sub", bound / "sub", outside):
+        d.mkdir(parents=True)
+    (root / "f").write_text("sysroot file\n")
+    (root / "loop").symlink_to("loop")
+    (root / "abs").symlink_to(str(outside))
+    (bound / "up").symlink_to("../../outside")
+    (bound / "abs").symlink_to(str(outside))
+    (outside / "secret").write_text("host\n")
+    frozen = fingerprint(root), fingerprint(outside)
+    s = kpsdk.open(f"elf:{build('x86_64')}", sysroot=root, bind=[(bound, "/data", "rw")])
+    linux = s.target.linux  # type: ignore[attr-defined]
+    calls = s.target.arch.syscalls.calls
+    scratch = linux.mem.mmap(0, 0x2000, 3, 0x22)
+
+    def path(parts: list[str], absolute: bool) -> int:
+        raw = ("/" if absolute else "") + "/".join(parts)
+        data = raw.encode()[:0x1000 - 1] + b"\0"
+        linux.uc.mem_write(scratch, data)
+        return scratch
+
+    def other(parts: list[str]) -> int:
+        data = ("/" + "/".join(parts)).encode()[:0x1000 - 1] + b"\0"
+        linux.uc.mem_write(scratch + 0x1000, data)
+        return scratch + 0x1000
+
+    parts = hs.lists(hs.sampled_from(NAMES), min_size=0, max_size=8)
+    flags = hs.integers(min_value=0, max_value=0o77777777)
+
+    @settings(max_examples=400, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(op=hs.sampled_from(["openat", "mkdirat", "renameat2", "unlinkat", "symlinkat", "linkat", "fchmodat",
+                               "truncate", "newfstatat", "getdents64"]),
+           a=parts, b=parts, absolute=hs.booleans(), flag=flags, mode=hs.integers(0, 0o7777))
+    def one(op: str, a: list[str], b: list[str], absolute: bool, flag: int, mode: int) -> None:
+        at = -100 & 0xFFFFFFFFFFFFFFFF  # AT_FDCWD
+        p = path(a, absolute)
+        args = {
+            "openat": (at, p, flag & ~0o20000000 if flag & 0o3 == 0 else flag, mode),  # never a FIFO's wait
+            "mkdirat": (at, p, mode),
+            "renameat2": (at, p, at, other(b), flag & 7),
+            "unlinkat": (at, p, flag & 0x200),
+            "symlinkat": (other(b), at, p),
+            "linkat": (at, p, at, other(b), flag & 0x1400),
+            "fchmodat": (at, p, mode),
+            "truncate": (p, mode),
+            "newfstatat": (at, p, scratch + 0x1800, flag & 0x1100),
+            "getdents64": (3, scratch + 0x1800, 0x400),
+        }[op]
+        result = linux.syscall(calls[op], (*args, 0, 0, 0)[:6])
+        assert isinstance(result, int)
+        if op == "openat" and result >= 3:
+            linux.syscall(calls["close"], (result, 0, 0, 0, 0, 0))
+
+    try:
+        one()
+    finally:
+        s.close()
+    assert (fingerprint(root), fingerprint(outside)) == frozen  # the sysroot and what is outside the bind
+    assert {p.name for p in tmp_path.iterdir()} == {"root", "bound", "outside"}
