@@ -4,19 +4,22 @@ The parts, one job each:
 
 * :mod:`.stack`: the initial stack (argc, argv, envp, the auxiliary vector);
 * :mod:`.memory`: the address space (``brk``, ``mmap`` and friends);
-* :mod:`.files`: the read-only sysroot and the file descriptors;
+* :mod:`.files`: the open files and descriptors; the session's file system is :mod:`.tree`
+  (the walk), :mod:`.overlay` (its changes), :mod:`.inodes` (what a name is) and
+  :mod:`.binds` (host directories mapped in);
 * :mod:`.structs`: the structures calls fill; :mod:`.procfs`: the files of its own /proc;
 * :mod:`.calls`: the calls, one module per subsystem, each handler marked with its call's
   name and strace signature;
 * :mod:`.syscalls`: :class:`LinuxProcess`, which combines them, and the dispatch by number.
 
 :func:`check_options` checks what the user passed (``args``, ``env``, ``stdin``,
-``sysroot``, ``cwd``) before anything is mapped; :func:`start_process` builds
+``sysroot``, ``cwd``, ``bind``) before anything is mapped; :func:`start_process` builds
 the process on a loaded Unicorn target (seen as :class:`~kpsdk.targets.unicorn.host.LinuxHost`).
 A dynamically linked program starts in its ``PT_INTERP`` loader, mapped from the
 sysroot (:func:`load_interpreter`); ld.so maps the libraries itself.  What is not
-emulated (yet): signal delivery, threads, ``fork``/``exec``, writes to files
-(``EROFS``); each is an error naming it, never a silent wrong answer.
+emulated (yet): signal delivery, threads, ``fork``/``exec``; each is an error naming
+it, never a silent wrong answer.  Files the program writes live in the session's in-memory
+overlay, or on the host through a ``"rw"`` bind.
 """
 
 from __future__ import annotations
