@@ -370,7 +370,7 @@ def test_kpsdks_devices_and_tmp_are_there_whatever_the_sysroot(tmp_path: Path) -
 
 #: names the fuzzer builds paths of: the sysroot's, the bind's, links out of it, the special ones
 NAMES = ["a", "b", "f", "dir", "..", ".", "", "tmp", "data", "up", "abs", "proc", "self", "fd", "0", "3", "dev",
-         "null", "tty", "stdin", "loop", "n" * 256, "sub", "new"]
+         "null", "tty", "stdin", "loop", "n" * 256, "sub", "new", "\u00b2", "007", "thread-self", "task"]
 
 
 def test_random_paths_and_flags_never_raise_and_never_reach_the_host(build: Callable[[str], Path],
@@ -437,3 +437,42 @@ def test_random_paths_and_flags_never_raise_and_never_reach_the_host(build: Call
         s.close()
     assert (fingerprint(root), fingerprint(outside)) == frozen  # the sysroot and what is outside the bind
     assert {p.name for p in tmp_path.iterdir()} == {"root", "bound", "outside"}
+
+
+def test_a_user_other_than_root_meets_the_permission_bits(tmp_path: Path) -> None:
+    """The checks root skips, as Linux makes them for an unprivileged user: no file made in a
+    directory it may not write (the sysroot's, root's), the sticky /tmp keeps others' files,
+    chmod and explicit times are the owner's, chown to someone else is EPERM."""
+    from kpsdk.targets.unicorn.linux.inodes import Cred
+
+    (tmp_path / "etc").mkdir()
+    for d in (tmp_path, tmp_path / "etc"):
+        os.chmod(d, 0o755)  # the sysroot's top: pytest makes it 0700, which no one else may search
+    fs = Sysroot(tmp_path, cred=Cred(0, 0, ()))
+    root_file = fs.create(fs.find("/tmp/roots", "/"), 0o600)
+    assert isinstance(root_file, MemFile)
+    fs.cred = Cred(1000, 1000, ())
+    codes = {}
+    for what, call in {
+        "create in root's directory": lambda: fs.create(fs.find("/etc/new", "/"), 0o644),
+        "mkdir in root's directory": lambda: fs.mkdir(fs.find("/etc/new", "/"), 0o755),
+        "remove root's file from the sticky /tmp": lambda: fs.unlink(fs.find("/tmp/roots", "/", follow=False)),
+        "chmod root's file": lambda: fs.chmod(fs.find("/tmp/roots", "/"), 0o666),
+        "chown to another": lambda: fs.chown(fs.find("/tmp/mine", "/"), 0, -1),
+        "times of root's file": lambda: fs.utimes(fs.find("/tmp/roots", "/"), 1, 1, explicit=True),
+        "hard link to root's unreadable file": lambda: fs.link(fs.find("/tmp/roots", "/"),
+                                                              fs.find("/tmp/alias", "/")),
+    }.items():
+        if what == "chown to another":
+            fs.create(fs.find("/tmp/mine", "/"), 0o644)
+        with pytest.raises(_GuestErrno) as info:
+            call()
+        codes[what] = errno.errorcode[info.value.errno]
+    assert codes == {"create in root's directory": "EACCES", "mkdir in root's directory": "EACCES",
+                     "remove root's file from the sticky /tmp": "EPERM", "chmod root's file": "EPERM",
+                     "chown to another": "EPERM", "times of root's file": "EPERM",
+                     "hard link to root's unreadable file": "EPERM"}
+    mine = fs.find("/tmp/mine", "/")
+    fs.chmod(mine, 0o600)
+    fs.unlink(fs.find("/tmp/mine", "/", follow=False))  # its own file in /tmp: allowed
+    assert not fs.cred.may(root_file, 4)

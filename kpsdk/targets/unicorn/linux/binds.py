@@ -212,6 +212,8 @@ class Bind:
                 fd = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent)
             except OSError as e:
                 raise host_errno(e) from None
+            except (OverflowError, ValueError):
+                raise _GuestErrno(errno.EINVAL) from None  # an id or a time the host's types cannot hold
         try:
             proc = f"/proc/self/fd/{fd}"
             if mode is not None:
@@ -228,6 +230,8 @@ class Bind:
                     os.close(wfd)
         except OSError as e:
             raise host_errno(e) from None
+        except (OverflowError, ValueError):
+            raise _GuestErrno(errno.EINVAL) from None  # an id or a time the host's types cannot hold
         finally:
             os.close(fd)
 

@@ -294,7 +294,8 @@ class Sysroot(Tree):
         if st.S_ISDIR(node.mode):
             raise _GuestErrno(errno.EISDIR)
         parent = ref.parent
-        assert parent is not None
+        if parent is None:
+            raise _GuestErrno(errno.EBUSY)  # never: only the top has no directory, and it is no file
         self.may_remove(parent, node)
         if isinstance(parent, HostNode):
             assert parent.bind is not None
@@ -322,7 +323,8 @@ class Sysroot(Tree):
         if not st.S_ISDIR(node.mode):
             raise _GuestErrno(errno.ENOTDIR)
         parent = ref.parent
-        assert parent is not None
+        if parent is None:
+            raise _GuestErrno(errno.EBUSY)
         self.may_remove(parent, node)
         if isinstance(parent, HostNode):
             assert parent.bind is not None
@@ -359,7 +361,8 @@ class Sysroot(Tree):
         if flags & RENAME_EXCHANGE and there is None:
             raise _GuestErrno(errno.ENOENT)
         a, b = old.parent, new.parent
-        assert a is not None and b is not None
+        if a is None or b is None:
+            raise _GuestErrno(errno.EBUSY)
         if bind_of(a) is not bind_of(b):
             raise _GuestErrno(errno.EXDEV)
         if old.slash and not st.S_ISDIR(node.mode) or new.slash and there is None and not st.S_ISDIR(node.mode):

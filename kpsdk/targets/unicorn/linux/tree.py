@@ -258,7 +258,7 @@ class Tree:
                     continue
                 done.append(own if len(done) == 1 else part)  # the process's own: made, not the host's
                 stack.append(OWN)
-                if len(done) == 4 and done[2] == "fd" and part.isdigit() and (todo or follow):
+                if len(done) == 4 and done[2] == "fd" and part.isascii() and part.isdigit() and (todo or follow):
                     target = self.fd_target(int(part))
                     if target is not None:
                         links += 1

@@ -42,7 +42,7 @@ class ProcSelf(ProcessCore):
         if entry in self.OWN_FILES:
             return "file"
         head, _, fd = entry.partition("/")
-        if head == "fd" and fd.isdigit():
+        if head == "fd" and fd.isascii() and fd.isdigit():
             if int(fd) in self.fds.fds:
                 return "link"
             raise _GuestErrno(errno.ENOENT)  # a closed descriptor: ENOENT on Linux too, nothing missing
