@@ -248,6 +248,16 @@ def test_debians_programs_work_in_the_overlay_as_natively(name: str, tmp_path: P
         assert set(s.syscalls_unimplemented) <= {"socket"}  # GNU tar asks for one (rmt), carries on without
     finally:
         s.close()
+    if name == "tar":  # what tar made, listed by tar (a second session: its input, the archive's bytes)
+        listed = subprocess.run(["/usr/bin/tar", "-tvf", "out.tar"], cwd=native_dir, capture_output=True, env=env)
+        t = kpsdk.open("elf:/usr/bin/tar", args=["-tvf", "-"], env=env, sysroot="/", stdin=after["out.tar"][2])
+        try:
+            assert (t.run(timeout=120), t.console_bytes) == (0, listed.stdout)
+        finally:
+            t.close()
+    if name == "split":  # the parts, put back together, are the input
+        parts = sorted(k for k in after if k.startswith("part-"))
+        assert len(parts) > 20 and b"".join(after[k][2] for k in parts) == after["big.txt"][2]
     assert fingerprint(seed_dir) == before  # the host's tree is untouched
     assert not Path("/tmp/w").exists()
     assert {n for n in os.listdir("/tmp") if n.startswith("sort")} <= host_tmp  # sort's temp files: the guest's
