@@ -486,3 +486,26 @@ def test_a_user_other_than_root_meets_the_permission_bits(tmp_path: Path) -> Non
     fs.chmod(mine, 0o600)
     fs.unlink(fs.find("/tmp/mine", "/", follow=False))  # its own file in /tmp: allowed
     assert not fs.cred.may(root_file, 4)
+
+
+def test_a_bind_follows_the_links_on_its_way_as_mount_does(tmp_path: Path) -> None:
+    """A bind at /lib/x where the sysroot's /lib is a link to usr/lib (merged /usr) lands in
+    /usr/lib/x; a missing directory on the way is made in the overlay; a file there is ENOTDIR."""
+    root, host = tmp_path / "root", tmp_path / "host"
+    (root / "usr" / "lib").mkdir(parents=True)
+    (root / "lib").symlink_to("usr/lib")
+    (root / "file").write_text("x")
+    host.mkdir()
+    (host / "inside").write_text("bound\n")
+    fs = Sysroot(root, binds=[(host, "/lib/x", False), (host, "/made/here", True)])
+    try:
+        for path in ("/lib/x/inside", "/usr/lib/x/inside", "/made/here/inside"):
+            node = fs.find(path, "/").node
+            assert isinstance(node, HostNode) and node.path == host.resolve() / "inside", path
+        assert fs.binds[0].guest == "/usr/lib/x"
+        assert sorted(os.listdir(root)) == ["file", "lib", "usr"]  # made in the overlay, not on the host
+    finally:
+        fs.close()
+    with pytest.raises(_GuestErrno) as info:
+        Sysroot(root, binds=[(host, "/file/x", False)])
+    assert info.value.errno == errno.ENOTDIR

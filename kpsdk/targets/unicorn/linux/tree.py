@@ -145,26 +145,34 @@ class Tree:
         d.nlink = self.dir_nlink(d)
 
     def bind(self, host: Path, guest: str, writable: bool) -> None:
-        """Map host directory ``host`` at guest path ``guest`` (made in the overlay where the
-        sysroot lacks it).  Raises :class:`_GuestErrno` where it cannot be."""
-        d = self.top
+        """Map host directory ``host`` at guest path ``guest``: its directories are made in the
+        overlay where the sysroot lacks them, and links on the way followed, as ``mount``
+        follows them.  Raises :class:`_GuestErrno` where it cannot be (a file on the way,
+        another bind's directory)."""
+        path = ""
         for name in [c for c in guest.split("/") if c not in ("", ".")]:
             if name == "..":
                 raise _GuestErrno(errno.EINVAL)
-            node = self.child(d, name)
-            if node is None:
-                node = MemDir(self.counter.ino(), 0o755, 0, 0, self.counter.clock(), d, name)
-                d.entries[name] = node
-                d.whiteouts.discard(name)
-                d.dirty = True
-                d.nlink += 1
-            if not isinstance(node, MemDir):
-                raise _GuestErrno(errno.ENOTDIR)  # a file, a link or another bind's directory
-            d = node
-        if d.mount is not None:
+            path += "/" + name
+            ref = self.find(path, "/")
+            if ref.node is None:
+                parent = ref.parent
+                if not isinstance(parent, MemDir):
+                    raise _GuestErrno(errno.ENOTDIR)
+                parent.entries[ref.name] = MemDir(self.counter.ino(), 0o755, 0, 0, self.counter.clock(), parent,
+                                                  ref.name)
+                parent.whiteouts.discard(ref.name)
+                parent.dirty = True
+                path = ref.path
+            elif not isinstance(ref.node, MemDir):
+                raise _GuestErrno(errno.ENOTDIR)  # a file, or another bind's directory
+            else:
+                path = ref.path
+        d = self.top if not path else self.find(path, "/").node
+        if not isinstance(d, MemDir) or d.mount is not None:
             raise _GuestErrno(errno.EBUSY)
         try:
-            b = Bind(host, guest, writable)
+            b = Bind(host, path or "/", writable)
         except OSError as e:
             raise host_errno(e) from None
         d.mount = b
