@@ -509,3 +509,22 @@ def test_a_bind_follows_the_links_on_its_way_as_mount_does(tmp_path: Path) -> No
     with pytest.raises(_GuestErrno) as info:
         Sysroot(root, binds=[(host, "/file/x", False)])
     assert info.value.errno == errno.ENOTDIR
+
+
+def test_a_shared_writable_mapping_of_an_overlay_file_is_enodev(build: Callable[[str], Path]) -> None:
+    """A writable MAP_SHARED mapping would have to write the file back: refused, said (ENODEV);
+    a private one holds the file's bytes."""
+    s = kpsdk.open(f"elf:{build('x86_64')}")
+    try:
+        linux = s.target.linux  # type: ignore[attr-defined]
+        calls = s.target.arch.syscalls.calls
+        scratch = linux.mem.mmap(0, 0x1000, 3, 0x22)
+        linux.uc.mem_write(scratch, b"/tmp/mapped\0")
+        fd = linux.syscall(calls["openat"], (-100 & (2**64 - 1), scratch, 0o102, 0o644, 0, 0))  # O_RDWR|O_CREAT
+        assert fd >= 3
+        assert linux.syscall(calls["pwrite64"], (fd, scratch, 11, 0, 0, 0)) == 11
+        assert linux.syscall(calls["mmap"], (0, 0x1000, 3, 0x01, fd, 0)) == -errno.ENODEV
+        at = linux.syscall(calls["mmap"], (0, 0x1000, 3, 0x02, fd, 0))
+        assert at > 0 and bytes(linux.uc.mem_read(at, 11)) == b"/tmp/mapped"
+    finally:
+        s.close()
