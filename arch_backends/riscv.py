@@ -325,7 +325,8 @@ RISCV64 = Arch(
                       # (arch/riscv/kernel/cpufeature.c); no ELF_PLATFORM on riscv
                       linux=LinuxAbi(None, sum(1 << (ord(c) - ord("a")) for c in "imafdc"),
                                      machine="riscv64", sysroot="/usr/riscv64-linux-gnu",
-                                     stat=StatLayout(*tables.STAT_GENERIC64), calls=tables.RISCV64)),
+                                     stat=StatLayout(*tables.STAT_GENERIC64), calls=tables.RISCV64,
+                                     tls_gpr="tp", sigaction=("handler", "flags", "mask"), clone_backwards=True)),
     stack_alignment=16,
     qemu_user="qemu-riscv64",
     multiarch="riscv64-linux-gnu",

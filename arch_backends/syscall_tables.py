@@ -12,6 +12,8 @@ its handler plus its name here, in each arch's set that has it.  Below them: eac
 
 from __future__ import annotations
 
+from kpsdk.arch_backends import syscall_numbers as _numbers
+
 
 def _names(text: str) -> frozenset[str]:
     return frozenset(text.split())
@@ -27,6 +29,18 @@ FILES = _names("""
 FILES_CLASSIC = _names("rmdir symlink link mknod chmod chown lchown creat getdents utimes futimesat")
 #: the 32-bit arches' 64-bit sizes and 32-bit ids, and their 64-bit times
 FILES_32 = _names("truncate64 ftruncate64 chown32 fchown32 lchown32 utimensat_time64")
+
+def _present(names: frozenset[str], table: dict[str, int]) -> frozenset[str]:
+    """Those of ``names`` the arch's table has (old calls some arches never had: alarm, sigreturn)."""
+    return frozenset(name for name in names if name in table)
+
+
+#: processes, threads and signals: the calls every arch has and those only some keep
+TASKS = _names("""
+    exit exit_group waitid sched_yield rt_sigreturn rt_sigpending rt_sigsuspend getitimer setitimer setsid tkill
+    get_robust_list alarm pause sigreturn waitpid poll ppoll select _newselect pselect6
+""")
+
 
 #: the calls every arch's layer answers, by the same name
 EVERY = FILES | _names("""
@@ -49,24 +63,25 @@ CLASSIC = FILES_CLASSIC | _names("open access stat lstat readlink mkdir unlink r
 #: x86_64
 X86_64 = EVERY | CLASSIC | _names("utime") | _names("""
     newfstatat statfs fstatfs mmap sendfile fadvise64 getrlimit arch_prctl set_thread_area time
-""")
+""") | _present(TASKS, _numbers.X86_64)
 #: i386: 64-bit offsets and sizes through the *64 calls, 32-bit ids through the *32 ones
 I386 = EVERY | CLASSIC | FILES_32 | _names("utime") | _names("""
     _llseek fcntl64 mmap mmap2 stat64 lstat64 fstat64 fstatat64 statfs64 fstatfs64 sendfile64 fadvise64 fadvise64_64
     getuid32 geteuid32 getgid32 getegid32 getrlimit ugetrlimit arch_prctl set_thread_area time
     clock_gettime64 clock_nanosleep_time64 socketcall
-""")
+""") | _present(TASKS, _numbers.I386)
 #: arm EABI: as i386, with its own fadvise and the ARM private calls
 ARM = EVERY | CLASSIC | FILES_32 | _names("""
     _llseek fcntl64 mmap2 stat64 lstat64 fstat64 fstatat64 statfs64 fstatfs64 sendfile64 arm_fadvise64_64
     getuid32 geteuid32 getgid32 getegid32 ugetrlimit clock_gettime64 clock_nanosleep_time64 set_tls cacheflush
-""")
+""") | _present(TASKS, _numbers.ARM)
 #: riscv64: the generic table's names
-RISCV64 = EVERY | _names("newfstatat statfs fstatfs mmap sendfile fadvise64 getrlimit riscv_hwprobe")
+RISCV64 = EVERY | _names("newfstatat statfs fstatfs mmap sendfile fadvise64 getrlimit riscv_hwprobe") | \
+    _present(TASKS, _numbers.RISCV64)
 #: ppc64 and ppc64le
 PPC64 = EVERY | CLASSIC | _names("utime") | _names("""
     newfstatat statfs64 fstatfs64 mmap _llseek sendfile fadvise64 getrlimit ugetrlimit time socketcall
-""")
+""") | _present(TASKS, _numbers.PPC64)
 
 
 # -- struct stat as each kernel fills it (asm/stat.h of each architecture) --------------------------

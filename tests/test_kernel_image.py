@@ -29,10 +29,12 @@ from pathlib import Path
 
 import pytest
 
-from kpsdk import fixtures, kallsyms_cache
+from kpsdk import fixtures
 from kpsdk.cache import cache_root
+from kpsdk.cachetree import record_tree
 from kpsdk.errors import ImageFormatError, SymbolError, TargetError
 from kpsdk.fixtures import kernel
+from kpsdk.kernel import kallsyms_cache
 from kpsdk.kernel.kallsyms import (
     KallsymsEntry,
     compression_of,
@@ -531,6 +533,7 @@ def test_readme_kernel_stays_one_file(tmp_path: Path, monkeypatch: pytest.Monkey
     monkeypatch.setenv("HOME", str(tmp_path))
     package = "linux-image-6.1.0-test-amd64"
     image = synthetic_vmlinuz(tmp_path / f".cache/kpsdk/kernel/{package}/boot/vmlinuz-6.1.0-test")
+    record_tree(image.parent.parent, {package: "1 sha256:" + "0" * 64})  # as kpsdk unpacked it
     for _ in range(2):
         load_kernel_symbols(image)
     assert glob.glob(str(image.parent / "vmlinuz-*")) == [str(image)]
@@ -608,9 +611,11 @@ def test_fetch_kernel_errors_name_the_tool(tmp_path: Path, monkeypatch: pytest.M
 
 
 def test_fetch_kernel_falls_back_to_the_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KPSDK_CACHE", str(tmp_path / ".kpsdk"))
     cached = tmp_path / "linux-image-old-amd64-unsigned_1.0" / "boot" / "vmlinuz-old"
     cached.parent.mkdir(parents=True)
     cached.write_bytes(b"old kernel")
+    record_tree(cached.parent.parent, {"linux-image-old-amd64-unsigned": "1.0 sha256:" + "0" * 64})
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     assert kernel.fetch_kernel(tmp_path) == cached  # apt is not there: use what the cache has
     with pytest.warns(UserWarning, match="using the cached"):

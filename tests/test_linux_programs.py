@@ -22,7 +22,6 @@ import pytest
 from elftools.elf.elffile import ELFFile
 
 import kpsdk
-from kpsdk.errors import NotEmulatedError
 from kpsdk.targets.unicorn.linux.files import Sysroot, _GuestErrno
 from tests.conftest import DEBIAN_ARCHS, QEMU, REGISTERED_ARCHS, first_fixture, require_tool
 
@@ -329,11 +328,17 @@ def test_debians_programs_give_the_bytes_of_a_native_run(program: str, tmp_path:
         s.close()
 
 
-def test_fork_is_an_honest_not_yet(build: Callable[[str], Path], sysroot: Path) -> None:
-    s = kpsdk.open(f"elf:{build('x86_64')}", args=["/data.txt", "1", "fork"], sysroot=sysroot)
-    with pytest.raises(NotEmulatedError, match="fork"):
-        s.run(timeout=60)
-    assert "malloc 107" in s.console  # what ran before the fork did run
+@pytest.mark.parametrize("arch", LINUX_ARCHS)
+def test_a_forked_child_runs_on_as_under_qemu(build: Callable[[str], Path], sysroot: Path, arch: str) -> None:
+    """fork() gives a second process that runs the rest of main() too: both write the same
+    lines after the fork (their order is the schedulers', so the lines are compared sorted)."""
+    exe = build(arch)
+    args = ["/data.txt", "1", "fork"]
+    s = kpsdk.open(f"elf:{exe}", args=args, sysroot=sysroot)
+    status = s.run(timeout=120)
+    expected, qemu_status = under_qemu(arch, exe, args, {}, b"", sysroot)
+    assert sorted(s.console.splitlines()) == sorted(expected.splitlines())
+    assert s.console.count("fork -> 1") == 2 and status == qemu_status
 
 
 @pytest.mark.parametrize("arch", LINUX_ARCHS)

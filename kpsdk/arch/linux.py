@@ -57,6 +57,31 @@ class LinuxAbi:
     :param open_flag_bits: the ``open(2)`` flags whose bits differ from asm-generic's
         (arch/*/include/uapi/asm/fcntl.h: ``O_DIRECTORY``, ``O_NOFOLLOW``, ``O_DIRECT``,
         ``O_LARGEFILE`` on arm and powerpc), by name: what ``--strace`` prints.
+    :param syscall_insn_size: bytes of the system-call instruction (``syscall``/``int 0x80``:
+        2; ARM's ``svc``: 4, 2 in Thumb state, which the layer asks the CPU): a call restarted
+        after a signal handler (``SA_RESTART``) runs it again from there, as Linux does.
+    :param tls_gpr: the general register that is the thread pointer where there is no
+        ``tls_register`` (riscv ``tp``, ppc64 ``r13``): what ``clone(CLONE_SETTLS)`` sets.
+    :param tls_segment: the Unicorn register of the segment that ``set_thread_area``'s entry is
+        loaded into (i386's gs): ``clone(CLONE_SETTLS)`` reloads it in the new thread, whose
+        cached base is then its own while the descriptor table is shared.
+    :param sigaction: the fields of the kernel's ``struct sigaction`` (rt_sigaction's), in
+        order: ``restorer`` only where the arch has SA_RESTORER (not riscv; MIPS puts its 32-bit
+        ``flags`` first and has none).
+    :param stack_t: the fields of ``stack_t`` in order (MIPS: sp, size, flags).
+    :param cpu_exceptions: CPU exceptions Unicorn reports as interrupts that Linux turns into
+        signals: ``(interrupt number, signal name, si_code)`` (x86's divide error: SIGFPE,
+        FPE_INTDIV; a ``ud2``: SIGILL).
+    :param vector_page: a page the kernel maps into every process at a fixed address, and its
+        bytes (ARM's kuser helpers at 0xffff0000: ``__kuser_get_tls``, ``__kuser_cmpxchg``...,
+        which older armhf C libraries call).
+    :param legacy_call: ``(read, pc, thumb) -> number or None``: the number of a system call made
+        the arch's old way (ARM's OABI ``swi 0x9000NN``), which the layer refuses by name
+        instead of taking it for an EABI call.
+    :param clone_backwards: ``clone``'s arguments are ``(flags, stack, parent_tid, tls,
+        child_tid)`` (the kernel's CONFIG_CLONE_BACKWARDS: i386, arm, powerpc, mips) instead of
+        ``(flags, stack, parent_tid, child_tid, tls)`` (x86_64; riscv64 passes tls before the child's tid too:
+        glibc's clone.S there hands the kernel a3 = tls, a4 = ctid).
     :param calls: the calls the layer answers on this arch, by the arch's names for them
         (:mod:`kpsdk.arch_backends.syscall_tables`; each has a handler, found by that name):
         any other number is ``-ENOSYS``, recorded under its name.  ``exit`` and
@@ -76,6 +101,15 @@ class LinuxAbi:
     error_flag: tuple[int, int] | None = None
     open_flag_bits: tuple[tuple[str, int], ...] = ()
     calls: frozenset[str] = frozenset()
+    syscall_insn_size: int = 4
+    clone_backwards: bool = False
+    tls_gpr: str | None = None
+    tls_segment: int | None = None
+    sigaction: tuple[str, ...] = ("handler", "flags", "restorer", "mask")
+    stack_t: tuple[str, ...] = ("sp", "flags", "size")
+    cpu_exceptions: tuple[tuple[int, str, int], ...] = ()
+    vector_page: tuple[int, bytes] | None = None
+    legacy_call: Callable[[Callable[[int, int], bytes], int, bool], int | None] | None = None
 
 
 @dataclass(frozen=True)

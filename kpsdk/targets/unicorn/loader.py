@@ -12,6 +12,7 @@ kpsdk's area and the stack go around it, and handing the result to the Linux lay
 from __future__ import annotations
 
 import os
+import platform
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -59,9 +60,16 @@ def open_elf(rest: str, registry: Registry, abi: str = "user", args: Sequence[st
     if options:
         raise TargetError(f"elf: unknown options {', '.join(options)} (known: abi, args, env, stdin, sysroot, cwd, "
                           "bind)")
-    process = check_options(args, env, stdin, sysroot, cwd, bind)
+    check_options(args, env, stdin, sysroot, cwd, bind)  # bad options first, before the file is read
     linked = load_elf(Path(rest))
     arch = registry.archs.by_elf(linked.machine, linked.elf_class, linked.endian)
+    if sysroot is None and runs_natively(arch):
+        # a program of the host's own arch runs in the caller's world: the host's files (read
+        # only, the writes in the session's overlay), the caller's environment and directory
+        sysroot = "/"
+        env = dict(os.environ) if env is None else env
+        cwd = os.getcwd() if cwd is None else cwd
+    process = check_options(args, env, stdin, sysroot, cwd, bind)
     bias = pie_base(linked.elf_class) if linked.kind == "ET_DYN" else 0
     image = linked.relocated(bias)  # a PIE at a Linux-like base, its symbols with it
     mappings = load_mappings(image, arch)
@@ -91,6 +99,12 @@ def open_elf(rest: str, registry: Registry, abi: str = "user", args: Sequence[st
         target.linux = start_process(target, image, rest, process, STACK_TOP - 0x10, reserved)
         target.call_sp = min(target.call_sp, target.fast.read(arch.register(arch.sp)) - 0x100)
     return target
+
+
+def runs_natively(arch: Arch) -> bool:
+    """Whether ``arch``'s programs are the host's own (its Linux ``uname -m`` is this machine's)."""
+    linux = arch.syscalls.linux if arch.syscalls is not None else None
+    return linux is not None and linux.machine == platform.machine()
 
 
 def load_mappings(image: ElfImage, arch: Arch) -> list[tuple[int, int, str]]:

@@ -33,9 +33,11 @@ from typing import TYPE_CHECKING
 
 from kpsdk.errors import ArgumentError, TargetError, UnsupportedTargetError
 from kpsdk.targets.unicorn.linux.files import PATH_MAX, Sysroot, _GuestErrno
+from kpsdk.targets.unicorn.linux.kernel import LinuxKernel
 from kpsdk.targets.unicorn.linux.memory import PAGE, AddressSpace, page_up
 from kpsdk.targets.unicorn.linux.stack import ARG_MAX, ProcessImage, build_stack
 from kpsdk.targets.unicorn.linux.syscalls import PID, LinuxProcess
+from kpsdk.targets.unicorn.linux.tasks import Task
 
 if TYPE_CHECKING:
     from kpsdk.binfmt.elfimage import ElfImage
@@ -166,7 +168,12 @@ def start_process(target: LinuxHost, image: ElfImage, program: str, options: Pro
         raise TargetError(f"elf: a bind cannot be made in the guest's tree ({os.strerror(e.errno)})") from None
     target.sysroot = root.root
     brk_base = page_up(reserved[0][1]) + PAGE  # after kpsdk's area, which sits right after the program
-    space = AddressSpace(target.uc, 1 << (8 * arch.word_size) if arch.word_size == 4 else 1 << 47,
+    if linux.vector_page is not None:  # ARM's kuser helpers: in every process, never the program's to unmap
+        where, code = linux.vector_page
+        target.map(where, len(code), "rx", shared=True)
+        target.uc.mem_write(where, code)
+        reserved = [*reserved, (where, where + len(code))]
+    space = AddressSpace(target.space, 1 << (8 * arch.word_size) if arch.word_size == 4 else 1 << 47,
                          brk_base, reserved)
     interp_base = 0
     if image.interp is not None:
@@ -190,6 +197,12 @@ def start_process(target: LinuxHost, image: ElfImage, program: str, options: Pro
     process.argv, process.envp = argv, envp
     process.auxv = b"".join(word.pack(w) for w in auxv)
     process.stack = next((lo, hi) for lo, hi in reserved if lo <= stack_top < hi)
+    kernel = LinuxKernel(target)  # type: ignore[arg-type]  # the target is the kernel's host too
+    kernel.first_id(PID)
+    kernel.new_id()
+    process.kernel = kernel
+    kernel.start(Task(kernel, PID, process, comm=process.comm))
+    target.kernel = kernel
     for mf, path in zip(target._files, (exe, image.interp or ""), strict=False):  # the program, its loader
         for seg in mf.image.segments:
             start = (mf.bias + seg.vaddr) & ~(PAGE - 1)

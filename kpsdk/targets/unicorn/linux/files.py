@@ -22,22 +22,14 @@ from kpsdk.targets.unicorn.linux.overlay import Sysroot
 from kpsdk.targets.unicorn.linux.tree import MAX_SYMLINKS, PATH_MAX
 
 if TYPE_CHECKING:
-    from kpsdk.targets.unicorn.linux.pipes import Pipe as Fifo
+    from kpsdk.targets.unicorn.linux.pipes import Pipe
 
-__all__ = ["MAX_SYMLINKS", "PATH_MAX", "FdTable", "OpenFile", "Pipe", "Sysroot", "_GuestErrno", "release"]
+__all__ = ["MAX_SYMLINKS", "PATH_MAX", "FdTable", "OpenFile", "Sysroot", "_GuestErrno", "release"]
 
 #: open(2) flags the same on every arch kpsdk runs on Unicorn (include/uapi/asm-generic/fcntl.h);
 #: O_DIRECTORY, O_NOFOLLOW, O_LARGEFILE and O_TMPFILE differ on ARM and powerpc (LinuxAbi.open_flag_bits)
 O_ACCMODE, O_CREAT, O_EXCL, O_NOCTTY, O_TRUNC, O_APPEND, O_NONBLOCK = 3, 0o100, 0o200, 0o400, 0o1000, 0o2000, 0o4000
 O_CLOEXEC, O_PATH, O_TMPFILE_BIT = 0o2000000, 0o10000000, 0o20000000
-
-
-@dataclass
-class Pipe:
-    """An in-memory pipe: what one end writes the other reads (no blocking: one thread)."""
-
-    data: bytearray = field(default_factory=bytearray)
-    writers: int = 0
 
 
 @dataclass
@@ -49,7 +41,7 @@ class OpenFile:
     ``dev`` (one of kpsdk's devices: ``node.device``), ``null`` (``/dev/null``), ``fifo`` (a
     named pipe: ``fifo``, read and/or written as ``flags`` say), ``path`` (``O_PATH``: a place,
     no bytes), ``stdin`` (the bytes given as ``stdin=``), ``console`` (output to the session's
-    console), ``pipe_r``/``pipe_w`` (an end of :class:`Pipe`), ``procfile`` (a file of the
+    console), ``pipe_r``/``pipe_w`` (an end of a :class:`~.pipes.Pipe`), ``procfile`` (a file of the
     process's own /proc: ``data``).
     """
 
@@ -70,7 +62,7 @@ class OpenFile:
     #: the inode (``mem``, ``dir``, ``dev``, ``fifo``, ``path``; a ``host`` file's stand-in)
     node: Node | None = None
     #: a ``fifo``'s pipe, and which of its ends this description holds
-    fifo: Fifo | None = None
+    fifo: Pipe | None = None
     ends: tuple[bool, bool] = field(default=(False, False))
 
     @property
@@ -83,21 +75,38 @@ class OpenFile:
 
 
 class FdTable:
-    """One process's file descriptors: 0 its stdin bytes, 1 and 2 the console.  Each points at
-    an :class:`OpenFile`; ``cloexec`` holds the descriptors ``execve`` closes (FD_CLOEXEC)."""
+    """A process's file descriptors (shared by the tasks of a CLONE_FILES clone): 0 its stdin
+    bytes, 1 and 2 the console, at first.  Each points at an :class:`OpenFile`."""
 
     #: the most descriptors open at once (RLIMIT_NOFILE's usual soft limit)
     LIMIT = 1024
 
-    def __init__(self, stdin: bytes | None = b"") -> None:
+    def __init__(self, stdin: bytes | None) -> None:
         self.fds: dict[int, OpenFile] = {}
+        #: the descriptors execve closes (FD_CLOEXEC: a descriptor's own flag, not its description's)
         self.cloexec: set[int] = set()
-        if stdin is None:
-            return
-        self.install(OpenFile("stdin", data=stdin), 0)
-        console = OpenFile("console", flags=os.O_WRONLY)
-        self.install(console, 1)
-        self.install(console, 2)
+        #: the processes using this table (CLONE_FILES): the last one's end closes it
+        self.users = 1
+        if stdin is not None:
+            self.install(OpenFile("stdin", data=stdin), 0)
+            console = OpenFile("console", flags=os.O_WRONLY)
+            self.install(console, 1)
+            self.install(console, 2)
+
+    def fork(self) -> FdTable:
+        """A copy for a new process: the same open file descriptions, one more reference each."""
+        child = FdTable(None)
+        for fd, f in self.fds.items():
+            child.install(f, fd)
+        child.cloexec = set(self.cloexec)
+        return child
+
+    def close_on_exec(self) -> None:
+        """``execve``: the descriptors marked FD_CLOEXEC are closed."""
+        for fd in sorted(self.cloexec):
+            if fd in self.fds:
+                self.close(fd)
+        self.cloexec.clear()
 
     def get(self, fd: int) -> OpenFile:
         f = self.fds.get(fd)
@@ -106,7 +115,8 @@ class FdTable:
         return f
 
     def install(self, f: OpenFile, fd: int | None = None, lowest: int = 0, cloexec: bool = False) -> int:
-        """Give ``f`` descriptor ``fd`` (closing what it was), or the lowest free one from ``lowest``."""
+        """Give ``f`` descriptor ``fd`` (closing what it was), or the lowest free one from
+        ``lowest``; ``cloexec``: the descriptor's FD_CLOEXEC flag."""
         if fd is None:
             fd = lowest
             while fd in self.fds:
@@ -118,11 +128,13 @@ class FdTable:
         elif fd in self.fds:
             self.close(fd)
         f.refs += 1
-        if f.kind == "pipe_w" and f.pipe is not None and f.refs == 1:
-            f.pipe.writers += 1
+        if f.pipe is not None and f.refs == 1:
+            f.pipe.open_end(f.kind == "pipe_w")
         self.fds[fd] = f
         if cloexec:
             self.cloexec.add(fd)
+        else:
+            self.cloexec.discard(fd)
         return fd
 
     def close(self, fd: int) -> None:
@@ -139,27 +151,18 @@ class FdTable:
         for fd in list(self.fds):
             self.close(fd)
 
-    def fork(self) -> FdTable:
-        """A child's table: the same descriptions under the same numbers (``fork``)."""
-        child = FdTable(None)
-        for fd, f in sorted(self.fds.items()):
-            f.refs += 1
-            child.fds[fd] = f
-        child.cloexec = set(self.cloexec)
-        return child
-
 
 def release(f: OpenFile) -> None:
-    """The last descriptor of ``f`` is gone: close the host file, let go of a pipe's end."""
+    """The last descriptor of ``f`` is gone: close the host file, close a pipe's or FIFO's ends."""
     if f.kind == "host" and f.fd >= 0:
         os.close(f.fd)
         f.fd = -1
-    elif f.kind == "pipe_w" and f.pipe is not None:
-        f.pipe.writers -= 1
+    elif f.pipe is not None:
+        f.pipe.close_end(f.kind == "pipe_w")
     elif f.kind == "fifo" and f.fifo is not None:
         reader, writer = f.ends
+        f.ends = (False, False)
         if reader:
             f.fifo.close_end(False)
         if writer:
             f.fifo.close_end(True)
-        f.ends = (False, False)

@@ -561,6 +561,51 @@ class Sysroot(Tree):
             return ref.node.lower  # a sysroot directory
         raise _GuestErrno(errno.ENOENT)
 
+    def host(self, parts: list[str]) -> Path:
+        """A host file holding what ``parts`` (a walk's) names, for what must read it by path
+        (``execve`` loads a program and reads a script's ``#!`` line): a sysroot or bind file
+        itself; a file of the overlay written to a session-private host directory (mode 0700,
+        removed at the session's end; the guest never sees it), with its mode; ENOENT for what
+        has no bytes (the process's own /proc, a directory of the overlay)."""
+        if self.own(parts) is not None:
+            raise _GuestErrno(errno.ENOENT)
+        node = self.find("/" + "/".join(parts), "/").node
+        if isinstance(node, HostNode):
+            return node.path
+        if isinstance(node, MemDir) and node.lower is not None:
+            return node.lower
+        if not isinstance(node, MemFile):
+            raise _GuestErrno(errno.ENOENT if node is None else errno.EACCES)
+        return self._materialized(node)
+
+    def _materialized(self, node: MemFile) -> Path:
+        import tempfile
+
+        if self.private is None:
+            self.private = Path(tempfile.mkdtemp(prefix="kpsdk-overlay-"))
+        path = self.private / f"{node.ino}-{node.mtime}-{len(node.data)}"
+        if not path.exists():
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+                try:
+                    view = memoryview(bytes(node.data))
+                    while view:
+                        view = view[os.write(fd, view):]
+                    os.fchmod(fd, node.mode & 0o777)
+                finally:
+                    os.close(fd)
+            except OSError as e:
+                raise host_errno(e) from None
+        return path
+
+    def close(self) -> None:
+        super().close()
+        if self.private is not None:
+            import shutil
+
+            shutil.rmtree(self.private, ignore_errors=True)
+            self.private = None
+
     def inside(self, host: Path) -> bool:
         """``host`` (already resolved) is the sysroot or under it: defence in depth against
         a link changed between the walk and the open."""

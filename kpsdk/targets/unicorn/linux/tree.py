@@ -106,6 +106,9 @@ class Tree:
         if self.root is not None:
             self._take_host(self.top, self.root)
         self.binds: list[Bind] = []
+        #: a host directory of kpsdk's own where overlay files are written for what must read
+        #: them by path (execve), made when first needed (:meth:`.overlay.Sysroot.host`)
+        self.private: Path | None = None
         if own_pid is not None and (self.root is None or not os.path.lexists(self.root / "proc")):
             self.top.entries["proc"] = MemDir(self.counter.ino(), 0o555, 0, 0, now, self.top, "proc")
         self.top.entries["tmp"] = MemDir(self.counter.ino(), 0o1777, 0, 0, now, self.top, "tmp")

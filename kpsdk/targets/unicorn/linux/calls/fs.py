@@ -15,7 +15,6 @@ import os
 import stat as statmod
 import struct
 
-from kpsdk.errors import NotEmulatedError
 from kpsdk.targets.unicorn.linux import structs
 from kpsdk.targets.unicorn.linux.calls.core import AT_FDCWD, PID
 from kpsdk.targets.unicorn.linux.calls.declare import syscall
@@ -27,25 +26,26 @@ from kpsdk.targets.unicorn.linux.files import (
     O_CREAT,
     O_EXCL,
     O_NOCTTY,
-    O_NONBLOCK,
     O_PATH,
     O_TMPFILE_BIT,
     O_TRUNC,
     OpenFile,
-    Pipe,
     _GuestErrno,
     release,
 )
 from kpsdk.targets.unicorn.linux.inodes import MAY_R, MAY_W, MAY_X, HostNode, MemDir, MemFile, MemSpecial, Node
-from kpsdk.targets.unicorn.linux.pipes import Pipe as Fifo
+from kpsdk.targets.unicorn.linux.pipes import Pipe
 from kpsdk.targets.unicorn.linux.tree import Ref
+from kpsdk.targets.unicorn.linux.waits import _Block
 
 F_DUPFD, F_GETFD, F_SETFD, F_GETFL, F_SETFL, F_DUPFD_CLOEXEC = 0, 1, 2, 3, 4, 1030
+F_SETPIPE_SZ, F_GETPIPE_SZ = 1031, 1032
+FD_CLOEXEC = 1
+#: pipe2's O_DIRECT (packet mode): accepted, the pipe stays a byte stream
+O_DIRECT_PIPE = 0o40000
 #: record locks: F_GETLK, F_SETLK, F_SETLKW, their 64-bit forms on 32-bit arches, and the OFD ones
 F_GETLKS, F_SETLKS = frozenset({5, 12, 36}), frozenset({6, 7, 13, 14, 37, 38})
 F_UNLCK = 2
-#: what F_SETFL may change (fs/fcntl.c SETFL_MASK, less O_DIRECT/O_NOATIME/FASYNC, which do nothing here)
-SETFL_MASK = O_APPEND | O_NONBLOCK
 #: the kinds that are kpsdk's pipes (stdin and the console are pipes under qemu-user too)
 PIPES = ("stdin", "console", "pipe_r", "pipe_w", "fifo")
 
@@ -65,7 +65,7 @@ class FsCalls(PathCalls):
             ref = self.lookup(dirfd, path, follow=not nofollow)
             f = self.open_own(ref.own, path, flags) if ref.own is not None else self.open_ref(ref, flags, mode)
         try:
-            return self.fds.install(f, cloexec=bool(flags & O_CLOEXEC))
+            return self.fds.install(f, cloexec=bool(flags & self.o_cloexec))
         except _GuestErrno:
             if not f.refs:  # not a description another descriptor shares (/proc/self/fd/N)
                 release(f)
@@ -170,24 +170,26 @@ class FsCalls(PathCalls):
 
     def _open_fifo(self, node: MemSpecial, path: str, flags: int) -> OpenFile:
         """A named pipe: O_RDWR holds both ends and never waits; O_RDONLY waits for a writer and
-        O_WRONLY for a reader (O_NONBLOCK: a reader goes on, a writer gets ENXIO)."""
+        O_WRONLY for a reader (O_NONBLOCK: a reader goes on, a writer gets ENXIO).  A waiting
+        open sleeps on the pipe's queues, which an end opened elsewhere wakes; run again, it
+        checks again before it takes its end."""
         if node.pipe is None:
-            node.pipe = Fifo()
+            node.pipe = Pipe()
         fifo = node.pipe
         acc = flags & O_ACCMODE
         reader, writer = acc in (os.O_RDONLY, os.O_RDWR), acc in (os.O_WRONLY, os.O_RDWR)
         if acc == os.O_WRONLY and not fifo.readers:
-            if flags & O_NONBLOCK:
+            if flags & self.o_nonblock:
                 raise _GuestErrno(errno.ENXIO)
-            raise NotEmulatedError(f"the program opens the FIFO {path} for writing with no reader: it would wait "
-                                   "for another process")
-        if acc == os.O_RDONLY and not fifo.writers and not flags & O_NONBLOCK:
-            raise NotEmulatedError(f"the program opens the FIFO {path} for reading with no writer: it would wait "
-                                   "for another process")
+            raise _Block([fifo.writable])
+        if acc == os.O_RDONLY and not fifo.writers and not flags & self.o_nonblock:
+            raise _Block([fifo.readable])
         if reader:
             fifo.open_end(False)
+            fifo.writable.wake()  # a writer waiting in open may go on
         if writer:
             fifo.open_end(True)
+            fifo.readable.wake()  # a reader waiting in open may go on
         return OpenFile("fifo", path=path, node=node, flags=flags, fifo=fifo, ends=(reader, writer))
 
     @syscall("open", "path oflags")
@@ -222,9 +224,9 @@ class FsCalls(PathCalls):
 
     @syscall("dup3", "fd fd x")
     def sys_dup3(self, old: int, new: int, flags: int, *_: int) -> int:
-        if self.sint(old) == self.sint(new) or flags & ~O_CLOEXEC:
+        if self.sint(old) == self.sint(new) or flags & ~self.o_cloexec:
             raise _GuestErrno(errno.EINVAL)
-        return self.fds.install(self.fds.get(self.sint(old)), self.sint(new), cloexec=bool(flags & O_CLOEXEC))
+        return self.fds.install(self.fds.get(self.sint(old)), self.sint(new), cloexec=bool(flags & self.o_cloexec))
 
     @syscall("fcntl", "fd d x")
     @syscall("fcntl64", "fd d x")
@@ -236,20 +238,26 @@ class FsCalls(PathCalls):
                 raise _GuestErrno(errno.EINVAL)
             return self.fds.install(f, lowest=self.sint(arg), cloexec=cmd == F_DUPFD_CLOEXEC)
         if cmd == F_GETFD:
-            return int(fd in self.fds.cloexec)
+            return FD_CLOEXEC if fd in self.fds.cloexec else 0
         if cmd == F_SETFD:
-            if arg & 1:
+            if arg & FD_CLOEXEC:
                 self.fds.cloexec.add(fd)
             else:
                 self.fds.cloexec.discard(fd)
             return 0
         if cmd == F_GETFL:
             return f.flags
-        if cmd == F_SETFL:
-            f.flags = (f.flags & ~SETFL_MASK) | (arg & SETFL_MASK)
+        if cmd == F_SETFL:  # of what F_SETFL may change (fs/fcntl.c SETFL_MASK), what kpsdk's files use
+            settable = O_APPEND | self.o_nonblock
+            f.flags = (f.flags & ~settable) | (arg & settable)
             return 0
         if cmd in F_GETLKS | F_SETLKS:
             return self._lock(f, cmd, arg)
+        if cmd in (F_GETPIPE_SZ, F_SETPIPE_SZ):
+            pipe = f.pipe or f.fifo
+            if pipe is None:
+                raise _GuestErrno(errno.EBADF)
+            return pipe.capacity if cmd == F_GETPIPE_SZ else pipe.set_capacity(self.sint(arg))
         raise _GuestErrno(errno.EINVAL)
 
     def _lock(self, f: OpenFile, cmd: int, arg: int) -> int:
@@ -270,13 +278,22 @@ class FsCalls(PathCalls):
         return 0
 
     def _pipe(self, fds: int, flags: int = 0) -> int:
-        if flags & ~(O_CLOEXEC | O_NONBLOCK | self.oflags.direct):
+        if flags & ~(self.o_nonblock | self.o_cloexec | O_DIRECT_PIPE):
             raise _GuestErrno(errno.EINVAL)
         pipe = Pipe()
-        cloexec = bool(flags & O_CLOEXEC)
-        r = self.fds.install(OpenFile("pipe_r", pipe=pipe, flags=os.O_RDONLY), cloexec=cloexec)
-        w = self.fds.install(OpenFile("pipe_w", pipe=pipe, flags=os.O_WRONLY), cloexec=cloexec)
-        self.write(fds, struct.pack(self.order + "ii", r, w))
+        nonblock, cloexec = flags & self.o_nonblock, bool(flags & self.o_cloexec)
+        r = self.fds.install(OpenFile("pipe_r", pipe=pipe, flags=nonblock), cloexec=cloexec)
+        try:
+            w = self.fds.install(OpenFile("pipe_w", pipe=pipe, flags=1 | nonblock), cloexec=cloexec)
+        except _GuestErrno:
+            self.fds.close(r)
+            raise
+        try:
+            self.write(fds, struct.pack(self.order + "ii", r, w))
+        except _GuestErrno:
+            self.fds.close(r)
+            self.fds.close(w)
+            raise
         return 0
 
     @syscall("pipe", "p")

@@ -59,6 +59,8 @@ class MemoryCalls(ProcessCore):
                 raise _GuestErrno(e.errno or errno.EACCES) from None
             self.write(at, data)
             self.mem.name(at, at + page_up(length), f.path, offset, f.host)
+            if self.kernel is not None:  # the probes of that file there (an exec'd process's libraries)
+                self.kernel.host.file_mapped(self.mem, at, at + page_up(length))
             if self.on_file_map is not None and f.host is not None:
                 self.on_file_map(f.host, at, offset)
         return at
@@ -107,7 +109,7 @@ class MemoryCalls(ProcessCore):
         if addr % PAGE:
             raise _GuestErrno(errno.EINVAL)
         end = page_up(addr + length)
-        if end > self.mem.space or sum(hi - lo for lo, hi, _ in self.mem.regions(addr, end)) != end - addr:
+        if end > self.mem.limit or sum(hi - lo for lo, hi, _ in self.mem.regions(addr, end)) != end - addr:
             raise _GuestErrno(errno.ENOMEM)
         self.write(vec, b"\1" * ((end - addr) // PAGE))
         return 0

@@ -57,7 +57,7 @@ class ProcSelf(ProcessCore):
                 names[(self.mem.brk_base, page_up(self.mem.brk_end))] = ("[heap]", 0)
             if self.stack is not None:
                 names[self.stack] = ("[stack]", 0)
-            return procfs.maps(((lo, hi + 1, perms) for lo, hi, perms in self.uc.mem_regions()), names,
+            return procfs.maps(self.mem.table.regions(), names,
                                self.arch.word_size)
         if entry == "cmdline":
             return procfs.nul_separated(self.argv)

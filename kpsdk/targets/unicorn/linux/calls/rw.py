@@ -15,14 +15,12 @@ import struct
 
 import unicorn
 
-from kpsdk.errors import NotEmulatedError
 from kpsdk.targets.unicorn.linux.calls.core import ProcessCore
 from kpsdk.targets.unicorn.linux.calls.declare import syscall
-from kpsdk.targets.unicorn.linux.files import O_APPEND, O_NONBLOCK, OpenFile, _GuestErrno
+from kpsdk.targets.unicorn.linux.files import O_APPEND, OpenFile, _GuestErrno
 from kpsdk.targets.unicorn.linux.inodes import MemFile, MemSpecial
 from kpsdk.targets.unicorn.linux.memory import PAGE
 from kpsdk.targets.unicorn.linux.pipes import _BrokenPipe
-from kpsdk.targets.unicorn.linux.waits import _Block
 
 #: the most one read or write moves at once (Linux's MAX_RW_COUNT)
 MAX_RW_COUNT = 0x7FFFF000
@@ -32,12 +30,6 @@ SEEK_SET, SEEK_CUR, SEEK_END, SEEK_DATA, SEEK_HOLE = 0, 1, 2, 3, 4
 #: the kinds whose descriptors are read or written as their open flags allow
 FILES = frozenset({"host", "mem", "dev", "null", "fifo", "dir", "path"})
 
-
-class _Progress:
-    """What a pipe write keeps of a write it must finish later: a task's progress, until the
-    Linux layer's tasks carry it (today a write that would wait is NotEmulatedError)."""
-
-    progress: object = None
 
 
 class ReadWriteCalls(ProcessCore):
@@ -83,18 +75,9 @@ class ReadWriteCalls(ProcessCore):
             f.pos += len(data)
             return data
         if kind == "fifo" and f.fifo is not None:
-            try:
-                return f.fifo.read(count, bool(f.flags & O_NONBLOCK))
-            except _Block:
-                raise NotEmulatedError(f"the program reads the empty FIFO {f.path} while it is open for "
-                                       "writing: it would wait for another process") from None
+            return f.fifo.read(count, bool(f.flags & self.o_nonblock))  # may wait (raises _Block)
         if kind == "pipe_r" and f.pipe is not None:
-            if not f.pipe.data and f.pipe.writers:
-                raise NotEmulatedError("the program reads an empty pipe whose write end is open: it would wait "
-                                       "for another process, and the Unicorn target runs one (not yet emulated)")
-            data = bytes(f.pipe.data[:count])
-            del f.pipe.data[:count]
-            return data
+            return f.pipe.read(count, bool(f.flags & self.o_nonblock))  # may wait (raises _Block)
         raise _GuestErrno(errno.EBADF)
 
     def write_to(self, f: OpenFile, data: bytes, offset: int | None = None) -> int:
@@ -135,16 +118,16 @@ class ReadWriteCalls(ProcessCore):
             raise _GuestErrno(errno.ESPIPE)
         if kind == "console":
             self.console += data
-        elif kind == "pipe_w" and f.pipe is not None:
-            f.pipe.data += data
-        elif kind == "fifo" and f.fifo is not None:
+        elif kind in ("pipe_w", "fifo") and (f.pipe or f.fifo) is not None:
+            pipe = f.pipe or f.fifo
+            assert pipe is not None
             try:
-                return f.fifo.write(_Progress(), data, bool(f.flags & O_NONBLOCK))
+                return pipe.write(self.task, data, bool(f.flags & self.o_nonblock))  # may wait (raises _Block)
             except _BrokenPipe:
+                from kpsdk.targets.unicorn.linux import signaling
+
+                signaling.broken_pipe(self.kernel, self.task)
                 raise _GuestErrno(errno.EPIPE) from None
-            except _Block:
-                raise NotEmulatedError(f"the program fills the FIFO {f.path}: it would wait for another process "
-                                       "to read it") from None
         else:
             raise _GuestErrno(errno.EBADF)
         return len(data)
