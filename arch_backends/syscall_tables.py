@@ -39,6 +39,9 @@ def _present(names: frozenset[str], table: dict[str, int]) -> frozenset[str]:
 TASKS = _names("""
     exit exit_group waitid sched_yield rt_sigreturn rt_sigpending rt_sigsuspend getitimer setitimer setsid tkill
     get_robust_list alarm pause sigreturn waitpid poll ppoll select _newselect pselect6
+    setuid setgid setreuid setregid setresuid setresgid getresuid getresgid setfsuid setfsgid getgroups setgroups
+    setuid32 setgid32 setreuid32 setregid32 setresuid32 setresgid32 getresuid32 getresgid32 setfsuid32 setfsgid32
+    getgroups32 setgroups32
 """)
 
 

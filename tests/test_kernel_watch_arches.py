@@ -155,7 +155,7 @@ def test_write_watchpoint_on_jiffies(arch: str, arch_kernel: Callable[[str], Pat
 
 def test_riscv64_store_over_two_watchpoints_reports_one(arch_kernel: Callable[[str], Path],
                                                          arch_initramfs: Callable[..., Path]) -> None:
-    """What QEMU 7.2 and gdb do with one access that two watchpoints cover (docs/api.md, limitations).
+    """What QEMU 7.2 and gdb do with one access that two watchpoints cover (docs/api/kernels.md, limitations).
 
     riscv64's tick writes ``jiffies_64`` with one 8-byte ``sd``.  A 4-byte watchpoint on its
     low half alone sees every tick (the store overlaps it, as the hardware's would).  Add a

@@ -357,7 +357,7 @@ def file_offset(path: Path, name: str) -> int:
 
 
 def test_fork_the_parent_is_probed_the_child_runs_without(tmp_path: Path) -> None:
-    """Documented (docs/api.md, "Fork and exec: not yet"): the session follows the process it
+    """Documented (docs/api/probes.md, "Fork and exec: not yet"): the session follows the process it
     started; a forked child runs unprobed and the run ends normally with the parent."""
     compiler = require_tool("gcc", "gcc")
     prog = tmp_path / "forks"
@@ -548,7 +548,7 @@ def test_one_stop_per_library_change(built: dict[str, tuple[Path, Path]], probe_
 
 
 def test_exec_is_not_followed_and_says_so(tmp_path: Path) -> None:
-    """Documented (docs/api.md, "Fork and exec"): at the C library's execve kpsdk warns that
+    """Documented (docs/api/probes.md, "Fork and exec"): at the C library's execve kpsdk warns that
     the new program (/bin/echo here, which prints its argument) runs unprobed; the run ends
     with its exit status, and the probes saw the first program's calls."""
     compiler = require_tool("gcc", "gcc")

@@ -155,9 +155,9 @@ def test_puts_plt_fires_once_per_call(arch: str, programs: dict[str, Path]) -> N
 
 
 def test_ppc64_glink_stub_fires_on_the_binding_call_only(programs: dict[str, Path]) -> None:
-    """ppc64 ELFv1 (docs/api.md): ``puts@plt`` is the glink stub, as gdb and objdump name it;
-    calls go through the caller's plt_call stub, and reach glink only while puts is unbound
-    (lazy binding: the first call)."""
+    """ppc64 ELFv1 (docs/api/probes.md, "Shared libraries (qemu-user)"): ``puts@plt`` is the glink
+    stub, as gdb and objdump name it; calls go through the caller's plt_call stub, and reach glink
+    only while puts is unbound (lazy binding: the first call)."""
     prog = programs["ppc64"]
     s = open_user(prog, "ppc64", args=["7"])
     try:

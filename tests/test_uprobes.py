@@ -490,5 +490,5 @@ def test_cli_uprobe_and_uretprobe(prog: Path) -> None:
 
 
 def test_unicorn_archs_all_have_pie_fixtures() -> None:
-    # ppc64 too: its only relocations are its .opd descriptors', never called through (docs/api.md, Uprobes)
+    # ppc64 too: its only relocations are its .opd descriptors', never called through (docs/api/probes.md, Uprobes)
     assert set(UNICORN_ARCHS) <= set(fixtures.PIE_ARCHS)

@@ -373,7 +373,7 @@ class Parser:
                  sessions: Sequence[Session] = (), kernel: tuple[int, int] | None = None,
                  ifunc_later: bool = False, btf: BtfArgs | None = None) -> None:
         self.arch = arch
-        #: the target kernel's BTF (:func:`kpsdk.trace.btfargs.kernel_btf_args`): on a kernel since 6.5,
+        #: the target kernel's BTF (:func:`kpsdk.trace.btfsyntax.kernel_btf_args`): on a kernel since 6.5,
         #: arguments may name the function's parameters and their members
         self.btf = btf
         #: the target kernel's version (:func:`kpsdk.kernel.version.kernel_version`): definitions are

@@ -484,6 +484,12 @@ static int mode_exec(char **argv)
     char *none[] = {"/nonexistent", NULL};
     execv("/nonexistent", none);
     say("execv of a missing file: %s\n", strerror(errno));
+    return 0;
+}
+
+/* a shell of the system's: popen and system */
+static int mode_shell(void)
+{
     FILE *p = popen("echo from popen", "r");
     if (p) {
         char line[64] = {0};
@@ -555,8 +561,10 @@ int main(int argc, char **argv)
         return mode_ucontext();
     if (!strcmp(mode, "exec"))
         return mode_exec(argv);
+    if (!strcmp(mode, "shell"))
+        return mode_shell();
     if (!strcmp(mode, "racy"))
         return mode_racy();
-    say("usage: tasks threads|futex|robust|fork|forkthread|pipe64k|sigpipe|signals|ucontext|exec|racy\n");
+    say("usage: tasks threads|futex|robust|fork|forkthread|pipe64k|sigpipe|signals|ucontext|exec|shell|racy\n");
     return 2;
 }

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kpsdk import hookimpl
-from kpsdk.errors import ImageFormatError, TargetError
+from kpsdk.errors import ArgumentError, ImageFormatError, TargetError
 from kpsdk.target import MappedFile, TargetKind
 from kpsdk.targets.unicorn.layout import AREA_SIZE, PAGE, STACK_SIZE, STACK_TOP, align_up
 from kpsdk.targets.unicorn.linux import check_options, start_process
@@ -49,7 +49,8 @@ def pie_base(elf_class: int) -> int:
 def open_elf(rest: str, registry: Registry, abi: str = "user", args: Sequence[str] | None = None,
              env: Mapping[str, str] | None = None, stdin: bytes | None = None,
              sysroot: str | os.PathLike[str] | None = None, cwd: str | None = None,
-             bind: Sequence[tuple[str | os.PathLike[str], str, str]] | None = None, **options: Any) -> UnicornTarget:
+             bind: Sequence[tuple[str | os.PathLike[str], str, str]] | None = None,
+             schedule_seed: int | None = None, **options: Any) -> UnicornTarget:
     """``elf:PATH``: load an executable's PT_LOAD segments into Unicorn, as the Linux process
     ``execve(PATH, [PATH, *args], env)`` starts (:mod:`kpsdk.targets.unicorn.linux`): ``stdin`` its
     standard input, ``sysroot`` the directory it sees as ``/`` (read-only, under the session's
@@ -59,7 +60,9 @@ def open_elf(rest: str, registry: Registry, abi: str = "user", args: Sequence[st
 
     if options:
         raise TargetError(f"elf: unknown options {', '.join(options)} (known: abi, args, env, stdin, sysroot, cwd, "
-                          "bind)")
+                          "bind, schedule_seed)")
+    if schedule_seed is not None and (not isinstance(schedule_seed, int) or isinstance(schedule_seed, bool)):
+        raise ArgumentError(f"elf: schedule_seed must be an int or None, not {type(schedule_seed).__name__}")
     check_options(args, env, stdin, sysroot, cwd, bind)  # bad options first, before the file is read
     linked = load_elf(Path(rest))
     arch = registry.archs.by_elf(linked.machine, linked.elf_class, linked.endian)
@@ -97,6 +100,8 @@ def open_elf(rest: str, registry: Registry, abi: str = "user", args: Sequence[st
         area = target.sentinel
         reserved = [(area, area + AREA_SIZE), (STACK_TOP - STACK_SIZE, STACK_TOP)]
         target.linux = start_process(target, image, rest, process, STACK_TOP - 0x10, reserved)
+        assert target.kernel is not None
+        target.kernel.sched.reseed(schedule_seed)
         target.call_sp = min(target.call_sp, target.fast.read(arch.register(arch.sp)) - 0x100)
     return target
 

@@ -416,7 +416,12 @@ class LinuxKernel:
             if quantum is not None:
                 quantum.arm(self.sched.quantum() if self.sched.queue else 0)
             self._stop = None
-            self.host.run_slice(left)
+            try:
+                self.host.run_slice(left)
+            except BaseException:
+                if task.state == RUNNABLE and task not in self.sched.queue:
+                    self.sched.queue.appendleft(task)  # a handler's error ends the run: the task goes on next time
+                raise
             if quantum is not None:
                 self.clock.advance(quantum.take() * BLOCK_NS)
             reason, self._stop = self._stop, None

@@ -53,8 +53,6 @@ class ProcessCore:
         self.o_nonblock = bits.get("O_NONBLOCK", 0o4000)
         self.o_cloexec = bits.get("O_CLOEXEC", 0o2000000)
         self.cwd = cwd
-        #: the file-creation mask (umask(2)); what the calls that make files take off their mode
-        self.umask = 0o022
         self.exe = exe
         #: calls the layer does not emulate, by name, with how often the program made them; also the
         #: files of its own /proc it does not make (``open /proc/self/status``: ENOENT, :mod:`.procself`)
@@ -93,6 +91,8 @@ class ProcessCore:
         #: a stop to report to wait4(WUNTRACED) (the signal), and a SIGCONT to report (WCONTINUED)
         self.stop_report: int | None = None
         self.continued = False
+        #: the file-creation mask (umask: inherited across fork, kept across exec)
+        self.umask = 0o022
         #: ITIMER_REAL (alarm, setitimer): its deadline on the kernel's clock and its interval (ns)
         self.itimer: tuple[int, int] | None = None
         #: i386's GDT page for set_thread_area (0: not mapped yet)
