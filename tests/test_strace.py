@@ -32,14 +32,13 @@ COMPARED = ("openat", "read", "write", "close", "exit_group")
 AWKWARD = b'one\ttwo "quoted" back\\slash\x01\x7f9\x00\xc3\xa9\x1b7\nthe second line is longer than 32 bytes\n'
 
 
-def kpsdk_strace(prog: Path, args: list[str], stdin: bytes, sysroot: str,
-                 bind: list[tuple[Path, str, str]] | None = None) -> tuple[list[str], kpsdk.Session]:
+def kpsdk_strace(prog: Path, args: list[str], stdin: bytes, sysroot: str) -> tuple[list[str], kpsdk.Session]:
     out = io.StringIO()
     printer = StracePrinter(out)
     registry = kpsdk.get_registry()
     registry.pm.register(printer)
     try:
-        with kpsdk.open(f"elf:{prog}", args=args, stdin=stdin, sysroot=sysroot, bind=bind or []) as s:
+        with kpsdk.open(f"elf:{prog}", args=args, stdin=stdin, sysroot=sysroot) as s:
             s.run(timeout=60)
     finally:
         registry.pm.unregister(printer)
@@ -69,7 +68,7 @@ def test_lines_equal_the_real_strace(build, tmp_path: Path) -> None:  # noqa: F8
                              str(log), str(prog), *args], input=stdin, capture_output=True, timeout=60, check=False)
     assert native.returncode == 42, native.stderr
     expected = only(log.read_text().splitlines(), COMPARED)
-    seen, _ = kpsdk_strace(prog, args, stdin, "/", bind=[(tmp_path, str(tmp_path), "ro")])  # the guest has its own /tmp
+    seen, _ = kpsdk_strace(prog, args, stdin, "/")
     assert only(seen, COMPARED) == expected
     assert any(line.startswith(f'openat(AT_FDCWD, "{data}", O_RDONLY) = 3') for line in seen)
     assert seen[-1] == "+++ exited with 42 +++"
@@ -87,7 +86,7 @@ def test_busybox_ls_lines_equal_the_real_strace(tmp_path: Path) -> None:
     subprocess.run([strace, "-q", "-e", "trace=" + ",".join(names), "-o", str(log), str(BUSYBOX), *args],
                    capture_output=True, timeout=60, check=False)
     expected = only(log.read_text().splitlines(), names)
-    seen, s = kpsdk_strace(BUSYBOX, args, b"", "/", bind=[(tmp_path, str(tmp_path), "ro")])
+    seen, s = kpsdk_strace(BUSYBOX, args, b"", "/")
     assert only(seen, names) == expected
     assert any("ENOENT (No such file or directory)" in line for line in seen)
     assert any(line.startswith("getdents64(3, ") for line in seen)

@@ -4,8 +4,9 @@ One tree per session, shared by every process of it (each has its own working di
 the sysroot underneath, read-only, seen through an in-memory overlay
 (:mod:`~kpsdk.targets.unicorn.linux.inodes`), host directories bound over guest directories
 (:mod:`~kpsdk.targets.unicorn.linux.binds`), and what exists whatever the sysroot holds:
-``/tmp`` (empty, writable by all, sticky), ``/dev`` with kpsdk's devices, and ``/proc``
-holding the process's own entry where the sysroot has no ``/proc``.
+``/tmp`` (the sysroot's seen through the overlay, writable like any of its directories; an
+empty one, writable by all and sticky, where it has none), ``/dev`` with kpsdk's devices, and
+``/proc`` holding the process's own entry where the sysroot has no ``/proc``.
 
 The walk is Linux's (fs/namei.c) with the root pinned, as a ``chroot``: ``..`` at the root
 stays there, symbolic links are followed by kpsdk (an absolute target starts again at the
@@ -111,7 +112,9 @@ class Tree:
         self.private: Path | None = None
         if own_pid is not None and (self.root is None or not os.path.lexists(self.root / "proc")):
             self.top.entries["proc"] = MemDir(self.counter.ino(), 0o555, 0, 0, now, self.top, "proc")
-        self.top.entries["tmp"] = MemDir(self.counter.ino(), 0o1777, 0, 0, now, self.top, "tmp")
+        tmp = self.child(self.top, "tmp")  # the sysroot's, seen through the overlay (the caller's with "/")
+        if not isinstance(tmp, MemDir):  # none (or a file, a link): an empty one, writable by all
+            self.top.entries["tmp"] = MemDir(self.counter.ino(), 0o1777, 0, 0, now, self.top, "tmp")
         dev = MemDir(self.counter.ino(), 0o755, 0, 0, now, self.top, "dev")
         self.top.entries["dev"] = dev
         for name, major, minor in DEVICES:
