@@ -528,3 +528,21 @@ def test_a_shared_writable_mapping_of_an_overlay_file_is_enodev(build: Callable[
         assert at > 0 and bytes(linux.uc.mem_read(at, 11)) == b"/tmp/mapped"
     finally:
         s.close()
+
+
+def test_a_script_and_a_program_made_in_the_overlay_run(tmp_path: Path) -> None:
+    """bash writes a script and copies a program into the overlay's /tmp and runs both (execve
+    reads them from a session-private host copy, gone when the session closes)."""
+    bash = Path("/bin/bash")
+    if not X86_64_HOST or not bash.exists():
+        pytest.skip("runs the x86_64 host's own bash")
+    script = ("cd /tmp && printf '#!/bin/sh\\necho script $0\\n' > kpsdk-x.sh && chmod +x kpsdk-x.sh && ./kpsdk-x.sh"
+              " && cp /bin/echo kpsdk-echo && ./kpsdk-echo copied program")
+    s = kpsdk.open(f"elf:{bash}", args=["-c", script], env={"PATH": "/usr/bin:/bin"})
+    try:
+        assert (s.run(timeout=120), s.console) == (0, "script ./kpsdk-x.sh\ncopied program\n")
+        private = overlay(s).private
+        assert private is not None and private.is_dir()
+    finally:
+        s.close()
+    assert not private.exists() and not Path("/tmp/kpsdk-x.sh").exists() and not Path("/tmp/kpsdk-echo").exists()

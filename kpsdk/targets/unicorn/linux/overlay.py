@@ -582,7 +582,11 @@ class Sysroot(Tree):
         import tempfile
 
         if self.private is None:
+            import shutil
+            import weakref
+
             self.private = Path(tempfile.mkdtemp(prefix="kpsdk-overlay-"))
+            weakref.finalize(self, shutil.rmtree, self.private, True)  # a session never closed, too
         path = self.private / f"{node.ino}-{node.mtime}-{len(node.data)}"
         if not path.exists():
             try:
