@@ -81,6 +81,9 @@ ARM = EVERY | CLASSIC | FILES_32 | _names("""
 #: riscv64: the generic table's names
 RISCV64 = EVERY | _names("newfstatat statfs fstatfs mmap sendfile fadvise64 getrlimit riscv_hwprobe") | \
     _present(TASKS, _numbers.RISCV64)
+#: aarch64: the generic table's names, and the renameat arm64 keeps (__ARCH_WANT_RENAMEAT)
+AARCH64 = EVERY | _names("newfstatat statfs fstatfs mmap sendfile fadvise64 getrlimit renameat") | \
+    _present(TASKS, _numbers.AARCH64)
 #: ppc64 and ppc64le
 PPC64 = EVERY | CLASSIC | _names("utime") | _names("""
     newfstatat statfs64 fstatfs64 mmap _llseek sendfile fadvise64 getrlimit ugetrlimit time socketcall

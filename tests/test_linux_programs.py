@@ -116,7 +116,7 @@ def test_unknown_system_call_is_enosys_and_recorded(build: Callable[[str], Path]
 #: a call the layer does not answer, by its number on each arch and the name the kernel's table gives it there
 #: a call the Linux layer does not emulate (process accounting), and its number on each arch
 ACCT = {"x86_64": (163, "acct"), "i386": (51, "acct"), "arm": (51, "acct"), "riscv64": (89, "acct"),
-        "ppc64": (51, "acct"), "ppc64le": (51, "acct")}
+        "ppc64": (51, "acct"), "ppc64le": (51, "acct"), "aarch64": (89, "acct")}
 
 
 @pytest.mark.parametrize("arch", LINUX_ARCHS)

@@ -37,7 +37,7 @@ KNOWN: dict[str, dict[str, int]] = {
 }
 #: the arches with a Linux layer, and their emulated sets
 LINUX_ARCHS = {"x86_64": emulated.X86_64, "i386": emulated.I386, "arm": emulated.ARM, "riscv64": emulated.RISCV64,
-               "ppc64": emulated.PPC64, "ppc64le": emulated.PPC64}
+               "ppc64": emulated.PPC64, "ppc64le": emulated.PPC64, "aarch64": emulated.AARCH64}
 
 
 @pytest.mark.parametrize("table", KNOWN)

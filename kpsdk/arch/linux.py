@@ -79,9 +79,9 @@ class LinuxAbi:
         the arch's old way (ARM's OABI ``swi 0x9000NN``), which the layer refuses by name
         instead of taking it for an EABI call.
     :param clone_backwards: ``clone``'s arguments are ``(flags, stack, parent_tid, tls,
-        child_tid)`` (the kernel's CONFIG_CLONE_BACKWARDS: i386, arm, powerpc, mips) instead of
-        ``(flags, stack, parent_tid, child_tid, tls)`` (x86_64; riscv64 passes tls before the child's tid too:
-        glibc's clone.S there hands the kernel a3 = tls, a4 = ctid).
+        child_tid)`` (i386, arm, powerpc, mips: the kernel's CONFIG_CLONE_BACKWARDS; riscv64 and
+        aarch64 too, as their glibc's clone.S passes them) instead of x86_64's ``(flags, stack,
+        parent_tid, child_tid, tls)``.
     :param calls: the calls the layer answers on this arch, by the arch's names for them
         (:mod:`kpsdk.arch_backends.syscall_tables`; each has a handler, found by that name):
         any other number is ``-ENOSYS``, recorded under its name.  ``exit`` and

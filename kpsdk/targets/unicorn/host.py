@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from kpsdk.rethook import ShadowStacks
     from kpsdk.target import MappedFile
     from kpsdk.targets.unicorn.fast import FastHooks, FastRegs
+    from kpsdk.targets.unicorn.libraries import Libraries
     from kpsdk.targets.unicorn.linux.kernel import LinuxKernel
     from kpsdk.targets.unicorn.space import Space
     from kpsdk.targets.unicorn.step import SoftStep
@@ -124,6 +125,8 @@ class LinuxHost(UnicornHost, Protocol):
     space: Space
     #: the Linux layer's kernel, set by start_process
     kernel: LinuxKernel | None
+    #: the library announcements (kpsdk.targets.unicorn.libraries)
+    libraries: Libraries
     #: the directory the program sees as ``/`` (kpsdk.binfmt.filelocation looks names up there)
     sysroot: Path | None
     #: what the program writes to its standard output and error

@@ -148,6 +148,15 @@ class TaskSupport(Target):
             if mem.table is not self.space and mem.file_at(addr) == key:
                 mem.table.write(addr, data)
 
+    def quiet_elsewhere(self, point: ProbePoint) -> None:
+        """A hooked point armed now: it keeps quiet in every other live space that does not map
+        its file there (a library at another bias in another process holds other code there)."""
+        key = self._file_key(point)
+        excluded: set[Space] = point.state.setdefault("excluded", set())  # type: ignore[assignment]
+        for mem in self._spaces():
+            if mem.table is not self.space and (key is None or mem.file_at(point.addr) != key):
+                excluded.add(mem.table)
+
     def file_mapped(self, mem: AddressSpace, start: int, end: int) -> None:
         """A file was mapped at ``[start, end)`` in ``mem`` (the current process's space: an
         exec'd program, ld.so, a library): the probes of that file there are armed in it, the

@@ -216,7 +216,11 @@ class UnicornTarget(GuestMemory, ReturnProbes, TaskSupport):
 
     def _arm(self, point: ProbePoint, mechanism: str, optimized: bool) -> None:
         addr, size = point.addr, point.insn.size
+        if self.kernel is not None:
+            self._file_key(point)  # the file it belongs to, read in the process arming it (processes.py)
         if mechanism == "hook":
+            if self.kernel is not None:
+                self.quiet_elsewhere(point)
             callback = self._internal_hooks.get(addr) or self._hook_callback(point)
             point.state["hook"] = self.hooks.code(callback, addr, addr)
             self._hook_points[addr] = point

@@ -197,6 +197,7 @@ def start_process(target: LinuxHost, image: ElfImage, program: str, options: Pro
     process.argv, process.envp = argv, envp
     process.auxv = b"".join(word.pack(w) for w in auxv)
     process.stack = next((lo, hi) for lo, hi in reserved if lo <= stack_top < hi)
+    process.mapped = list(target._files)
     kernel = LinuxKernel(target)  # type: ignore[arg-type]  # the target is the kernel's host too
     kernel.first_id(PID)
     kernel.new_id()
@@ -252,20 +253,26 @@ def load_interpreter(target: LinuxHost, image: ElfImage, root: Sysroot, space: A
     return base, placed.entry
 
 
-def library_mapped(target: LinuxHost, host: Path, at: int, offset: int) -> None:
+def library_mapped(target: LinuxHost, host: Path, at: int, offset: int, program: bool = False) -> None:
     """A file's start was mapped at ``at`` (ld.so maps a library's first segment, file offset 0,
     where its whole span goes): when it is an ELF object, plugins hear ``kpsdk_library_loaded``
     with its host path and load bias (the address minus its first PT_LOAD's) once its
-    segments are mapped."""
+    segments are mapped.  Each process keeps its own list (:attr:`ProcessCore.mapped`): the
+    same library at another bias in another process (an exec'd program needs others before
+    it) is announced again, at its bias; at a bias already announced it is not.  ``program``:
+    an exec'd program's image (announced, its symbols not joined to the session's table)."""
     from kpsdk.binfmt.elfimage import load_elf
     from kpsdk.errors import KpsdkError
     from kpsdk.target import MappedFile
 
     if offset:
         return
+    kernel = target.kernel
+    process = kernel.current.process if kernel is not None and kernel.current is not None else None
     try:
         st = os.stat(host)
-        for known in (*target.pending_libraries, *target.mapped_files()):
+        known_here = process.mapped if process is not None else [*target.pending_libraries, *target.mapped_files()]
+        for known in known_here:
             start, end = known.span(PAGE)
             if known.identity == (st.st_dev, st.st_ino) and start <= at < end:
                 return  # a later segment of an object already seen, whose file offset rounds down to 0
@@ -280,4 +287,11 @@ def library_mapped(target: LinuxHost, host: Path, at: int, offset: int) -> None:
     # read-only first and then each segment over it with its own protection, so a uprobe
     # armed at this point would find its code not yet executable (SyscallGlue.syscall
     # announces it at the first system call that is not one of that mapping's).
+    if process is not None:
+        process.mapped.append(mapped)
+    if any(mf.identity == mapped.identity and mf.bias == mapped.bias
+           for mf in (*target.pending_libraries, *target.mapped_files())):
+        return  # another process announced it at that bias already: its probes are there (processes.py)
+    if program:
+        target.libraries.programs.append(mapped)
     target.pending_libraries.append(mapped)

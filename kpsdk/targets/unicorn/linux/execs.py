@@ -238,5 +238,6 @@ def finish_exec(kernel: LinuxKernel, task: Task) -> None:
     task.robust_list = 0
     task.saved_mask = None
     process.vfork_done.wake()
-    for mf in files:  # plugins (uprobes) hear of the new image's objects; ld.so's libraries follow
-        library_mapped(target, mf.image.path, mf.span(PAGE)[0], 0)  # type: ignore[arg-type]
+    process.mapped = []
+    for i, mf in enumerate(files):  # plugins (uprobes) hear of the new image's objects; ld.so's libraries follow
+        library_mapped(target, mf.image.path, mf.span(PAGE)[0], 0, program=i == 0)  # type: ignore[arg-type]

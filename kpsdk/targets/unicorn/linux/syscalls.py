@@ -99,6 +99,7 @@ class LinuxProcess(FsCalls, NameCalls, AttrCalls, ReadWriteCalls, StatCalls, Xat
             child.fds = self.fds.fork()
         child.sighand = self.sighand if flags & CLONE_SIGHAND else self.sighand.copy()
         child.shared_pending, child.shared_rt = {}, []
+        child.mapped = list(self.mapped)
         child.exit_status = child.exit_signal_status = None
         child.child_wait = WaitQueue("a child changed state")
         child.vfork_done = WaitQueue("vfork child done")

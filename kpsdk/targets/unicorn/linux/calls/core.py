@@ -25,6 +25,7 @@ from kpsdk.targets.unicorn.linux.waits import WaitQueue
 
 if TYPE_CHECKING:
     from kpsdk.arch import Arch, LinuxAbi
+    from kpsdk.target import MappedFile
     from kpsdk.targets.unicorn.linux.kernel import LinuxKernel
     from kpsdk.targets.unicorn.linux.tasks import Task
 
@@ -91,6 +92,9 @@ class ProcessCore:
         #: a stop to report to wait4(WUNTRACED) (the signal), and a SIGCONT to report (WCONTINUED)
         self.stop_report: int | None = None
         self.continued = False
+        #: the ELF objects mapped in this process (its program, ld.so, its libraries): whether a
+        #: mapping is an object's first (:func:`kpsdk.targets.unicorn.linux.library_mapped`)
+        self.mapped: list[MappedFile] = []
         #: the file-creation mask (umask: inherited across fork, kept across exec)
         self.umask = 0o022
         #: ITIMER_REAL (alarm, setitimer): its deadline on the kernel's clock and its interval (ns)
