@@ -452,6 +452,9 @@ def unicorn_setup(uc: unicorn.Uc) -> None:
 #: AT_HWCAP (arch/arm64/include/uapi/asm/hwcap.h) of Unicorn 2.1.4's default CPU, a Cortex-A72
 #: with the crypto extension: FP, ASIMD, AES, PMULL, SHA1, SHA2, CRC32.  Not CPUID (glibc would
 #: read MIDR_EL1 to pick memcpy by core, an EL0 trap the kernel emulates) nor ATOMICS (no LSE on A72)
+#: the open(2) flags whose bits differ from asm-generic's (arch/arm64/include/uapi/asm/fcntl.h: ARM's)
+OPEN_FLAG_BITS = (("O_DIRECTORY", 0o40000), ("O_NOFOLLOW", 0o100000), ("O_DIRECT", 0o200000),
+                  ("O_LARGEFILE", 0o400000), ("O_TMPFILE", 0o20040000))
 HWCAP = 1 << 0 | 1 << 1 | 1 << 3 | 1 << 4 | 1 << 5 | 1 << 6 | 1 << 7
 
 #: binutils bfd/elfnn-aarch64.c: PLT_ENTRY_SIZE (PLT0, 32 bytes) and PLT_SMALL_ENTRY_SIZE (16:
@@ -514,6 +517,7 @@ AARCH64 = Arch(
     syscalls=Syscalls("x8", tuple(f"x{i}" for i in range(6)), "x0", 2, numbers.AARCH64,
                       linux=LinuxAbi("aarch64", HWCAP, machine="aarch64", sysroot="/usr/aarch64-linux-gnu",
                                      stat=StatLayout(*tables.STAT_GENERIC64), calls=tables.AARCH64,
+                                     open_flag_bits=OPEN_FLAG_BITS,
                                      # clone(CLONE_SETTLS) sets TPIDR_EL0; glibc's clone.S passes tls in
                                      # x3 and the child's tid in x4, as on riscv64
                                      tls_register=u64.UC_ARM64_REG_TPIDR_EL0, clone_backwards=True)),

@@ -19,6 +19,17 @@ def _names(text: str) -> frozenset[str]:
     return frozenset(text.split())
 
 
+#: the file calls every arch has by the same name (the writable file system: calls/names.py, attrs.py, rw.py)
+FILES = _names("""
+    pwrite64 preadv pwritev preadv2 pwritev2 copy_file_range ftruncate truncate fallocate fsync fdatasync sync syncfs
+    flock renameat2 symlinkat linkat mknodat fchmod fchmodat fchown fchownat utimensat
+    setxattr lsetxattr fsetxattr removexattr lremovexattr fremovexattr
+""")
+#: and the older path calls of the arches that keep them (not riscv64's generic table)
+FILES_CLASSIC = _names("rmdir symlink link mknod chmod chown lchown creat getdents utimes futimesat")
+#: the 32-bit arches' 64-bit sizes and 32-bit ids, and their 64-bit times
+FILES_32 = _names("truncate64 ftruncate64 chown32 fchown32 lchown32 utimensat_time64")
+
 def _present(names: frozenset[str], table: dict[str, int]) -> frozenset[str]:
     """Those of ``names`` the arch's table has (old calls some arches never had: alarm, sigreturn)."""
     return frozenset(name for name in names if name in table)
@@ -35,7 +46,7 @@ TASKS = _names("""
 
 
 #: the calls every arch's layer answers, by the same name
-EVERY = _names("""
+EVERY = FILES | _names("""
     read write readv writev pread64 lseek openat close dup dup3 fcntl ioctl pipe2 getdents64 readlinkat getcwd
     chdir fchdir mkdirat unlinkat fstat faccessat faccessat2 statx
     getxattr lgetxattr fgetxattr listxattr llistxattr flistxattr
@@ -49,20 +60,21 @@ EVERY = _names("""
     uname sysinfo prlimit64 getrandom sched_getaffinity
 """)
 #: the older path calls x86_64, i386, arm and ppc64 keep (the generic table of riscv64 has only the *at ones)
-CLASSIC = _names("open access stat lstat readlink mkdir unlink rename renameat dup2 pipe getpgrp fork vfork")
+CLASSIC = FILES_CLASSIC | _names("open access stat lstat readlink mkdir unlink rename renameat dup2 pipe getpgrp fork "
+                                 "vfork")
 
 #: x86_64
-X86_64 = EVERY | CLASSIC | _names("""
+X86_64 = EVERY | CLASSIC | _names("utime") | _names("""
     newfstatat statfs fstatfs mmap sendfile fadvise64 getrlimit arch_prctl set_thread_area time
 """) | _present(TASKS, _numbers.X86_64)
 #: i386: 64-bit offsets and sizes through the *64 calls, 32-bit ids through the *32 ones
-I386 = EVERY | CLASSIC | _names("""
+I386 = EVERY | CLASSIC | FILES_32 | _names("utime") | _names("""
     _llseek fcntl64 mmap mmap2 stat64 lstat64 fstat64 fstatat64 statfs64 fstatfs64 sendfile64 fadvise64 fadvise64_64
     getuid32 geteuid32 getgid32 getegid32 getrlimit ugetrlimit arch_prctl set_thread_area time
     clock_gettime64 clock_nanosleep_time64 socketcall
 """) | _present(TASKS, _numbers.I386)
 #: arm EABI: as i386, with its own fadvise and the ARM private calls
-ARM = EVERY | CLASSIC | _names("""
+ARM = EVERY | CLASSIC | FILES_32 | _names("""
     _llseek fcntl64 mmap2 stat64 lstat64 fstat64 fstatat64 statfs64 fstatfs64 sendfile64 arm_fadvise64_64
     getuid32 geteuid32 getgid32 getegid32 ugetrlimit clock_gettime64 clock_nanosleep_time64 set_tls cacheflush
 """) | _present(TASKS, _numbers.ARM)
@@ -73,7 +85,7 @@ RISCV64 = EVERY | _names("newfstatat statfs fstatfs mmap sendfile fadvise64 getr
 AARCH64 = EVERY | _names("newfstatat statfs fstatfs mmap sendfile fadvise64 getrlimit renameat") | \
     _present(TASKS, _numbers.AARCH64)
 #: ppc64 and ppc64le
-PPC64 = EVERY | CLASSIC | _names("""
+PPC64 = EVERY | CLASSIC | _names("utime") | _names("""
     newfstatat statfs64 fstatfs64 mmap _llseek sendfile fadvise64 getrlimit ugetrlimit time socketcall
 """) | _present(TASKS, _numbers.PPC64)
 

@@ -49,19 +49,21 @@ def pie_base(elf_class: int) -> int:
 def open_elf(rest: str, registry: Registry, abi: str = "user", args: Sequence[str] | None = None,
              env: Mapping[str, str] | None = None, stdin: bytes | None = None,
              sysroot: str | os.PathLike[str] | None = None, cwd: str | None = None,
+             bind: Sequence[tuple[str | os.PathLike[str], str, str]] | None = None,
              schedule_seed: int | None = None, **options: Any) -> UnicornTarget:
     """``elf:PATH``: load an executable's PT_LOAD segments into Unicorn, as the Linux process
     ``execve(PATH, [PATH, *args], env)`` starts (:mod:`kpsdk.targets.unicorn.linux`): ``stdin`` its
-    standard input, ``sysroot`` the directory it sees as ``/`` (read-only), ``cwd`` its
-    working directory in there."""
+    standard input, ``sysroot`` the directory it sees as ``/`` (read-only, under the session's
+    in-memory overlay), ``cwd`` its working directory in there, ``bind`` host directories
+    mapped into its tree."""
     from kpsdk.binfmt.elfimage import load_elf  # pyelftools loads when first used (start-up time)
 
     if options:
         raise TargetError(f"elf: unknown options {', '.join(options)} (known: abi, args, env, stdin, sysroot, cwd, "
-                          "schedule_seed)")
+                          "bind, schedule_seed)")
     if schedule_seed is not None and (not isinstance(schedule_seed, int) or isinstance(schedule_seed, bool)):
         raise ArgumentError(f"elf: schedule_seed must be an int or None, not {type(schedule_seed).__name__}")
-    check_options(args, env, stdin, sysroot, cwd)  # bad options first, before the file is read
+    check_options(args, env, stdin, sysroot, cwd, bind)  # bad options first, before the file is read
     linked = load_elf(Path(rest))
     arch = registry.archs.by_elf(linked.machine, linked.elf_class, linked.endian)
     if sysroot is None and runs_natively(arch):
@@ -70,7 +72,7 @@ def open_elf(rest: str, registry: Registry, abi: str = "user", args: Sequence[st
         sysroot = "/"
         env = dict(os.environ) if env is None else env
         cwd = os.getcwd() if cwd is None else cwd
-    process = check_options(args, env, stdin, sysroot, cwd)
+    process = check_options(args, env, stdin, sysroot, cwd, bind)
     bias = pie_base(linked.elf_class) if linked.kind == "ET_DYN" else 0
     image = linked.relocated(bias)  # a PIE at a Linux-like base, its symbols with it
     mappings = load_mappings(image, arch)

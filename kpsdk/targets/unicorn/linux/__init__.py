@@ -14,16 +14,22 @@ The parts, one job each:
 * :mod:`.stack`: the initial stack (argc, argv, envp, the auxiliary vector);
 * :mod:`.memory`: a process's address space (``brk``, ``mmap`` and friends) on its
   :class:`~kpsdk.targets.unicorn.space.Space`;
-* :mod:`.files`: the read-only sysroot and the file descriptors;
-* :mod:`.structs`: the structures calls fill;
-* :mod:`.syscalls` and :mod:`.calls`: the calls, by subsystem.
+* :mod:`.files`: the open files and descriptors; the session's file system is :mod:`.tree`
+  (the walk), :mod:`.overlay` (its changes), :mod:`.inodes` (what a name is) and
+  :mod:`.binds` (host directories mapped in);
+* :mod:`.structs`: the structures calls fill; :mod:`.procfs`: the files of its own /proc;
+* :mod:`.calls`: the calls, one module per subsystem, each handler marked with its call's
+  name and strace signature;
+* :mod:`.syscalls`: :class:`LinuxProcess`, which combines them, and the dispatch by number.
 
 :func:`check_options` checks what the user passed (``args``, ``env``, ``stdin``,
-``sysroot``, ``cwd``) before anything is mapped; :func:`start_process` builds the first
-process on a loaded :class:`~kpsdk.targets.unicorn.target.UnicornTarget` and its kernel.
-A dynamically linked program starts in its ``PT_INTERP`` loader, mapped from the sysroot
-(:func:`load_interpreter`); ld.so maps the libraries itself.  What is not emulated is an
-error naming it or ``ENOSYS`` recorded by name, never a silent wrong answer.
+``sysroot``, ``cwd``, ``bind``) before anything is mapped; :func:`start_process` builds the
+first process on a loaded Unicorn target (seen as
+:class:`~kpsdk.targets.unicorn.host.LinuxHost`) and its kernel.  A dynamically linked program
+starts in its ``PT_INTERP`` loader, mapped from the sysroot (:func:`load_interpreter`);
+ld.so maps the libraries itself.  What is not emulated is an error naming it or ``ENOSYS``
+recorded by name, never a silent wrong answer.  Files the program writes live in the
+session's in-memory overlay, or on the host through a ``"rw"`` bind.
 """
 
 from __future__ import annotations
@@ -36,7 +42,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kpsdk.errors import ArgumentError, TargetError, UnsupportedTargetError
-from kpsdk.targets.unicorn.linux.files import PATH_MAX, Sysroot
+from kpsdk.targets.unicorn.linux.files import PATH_MAX, Sysroot, _GuestErrno
 from kpsdk.targets.unicorn.linux.kernel import LinuxKernel
 from kpsdk.targets.unicorn.linux.memory import PAGE, AddressSpace, page_up
 from kpsdk.targets.unicorn.linux.stack import ARG_MAX, ProcessImage, build_stack
@@ -59,6 +65,8 @@ class ProcessOptions:
     stdin: bytes = b""
     sysroot: Path | None = None
     cwd: str = "/"
+    #: host directories mapped into the guest's tree: (host directory, guest path, writable)
+    binds: tuple[tuple[Path, str, bool], ...] = ()
 
 
 def _text(value: object, what: str) -> str:
@@ -69,8 +77,39 @@ def _text(value: object, what: str) -> str:
     return value
 
 
+def check_binds(bind: object) -> tuple[tuple[Path, str, bool], ...]:
+    """``bind=[(HOST_DIR, GUEST_DIR, "ro"|"rw"), ...]`` as (host directory, guest path, writable),
+    or an :class:`~kpsdk.errors.ArgumentError` naming the first bad one."""
+    if bind is None:
+        return ()
+    if isinstance(bind, str | bytes) or not isinstance(bind, Sequence):
+        raise ArgumentError(f"elf: bind must be a list of (HOST_DIR, GUEST_DIR, \"ro\"|\"rw\") tuples, not "
+                            f"{type(bind).__name__}")
+    out: list[tuple[Path, str, bool]] = []
+    for item in bind:
+        if isinstance(item, str | bytes) or not isinstance(item, Sequence) or len(item) != 3:
+            raise ArgumentError(f"elf: a bind is (HOST_DIR, GUEST_DIR, \"ro\"|\"rw\"), not {item!r}")
+        host, guest, mode = item
+        if not isinstance(host, str | os.PathLike) or "\0" in str(host):
+            raise ArgumentError(f"elf: a bind's host directory must be a path, not {host!r}")
+        _text(guest, "bind's guest directory")
+        if mode not in ("ro", "rw"):
+            raise ArgumentError(f"elf: a bind's mode is \"ro\" or \"rw\", not {mode!r}")
+        if not os.path.isdir(host):
+            raise ArgumentError(f"elf: the bind's host directory {str(host)!r} is not a directory")
+        if not guest.startswith("/") or len(guest) >= PATH_MAX or ".." in guest.split("/"):
+            raise ArgumentError(f"elf: a bind's guest directory {guest!r} must be an absolute path without '..'")
+        where = os.path.normpath(guest)
+        for other in out:
+            if where == other[1] or where.startswith(other[1].rstrip("/") + "/") \
+                    or other[1].startswith(where.rstrip("/") + "/"):
+                raise ArgumentError(f"elf: the binds at {other[1]!r} and {where!r} overlap: one would hide the other")
+        out.append((Path(host), where, mode == "rw"))
+    return tuple(out)
+
+
 def check_options(args: Sequence[str] | None, env: Mapping[str, str] | None, stdin: bytes | None,
-                  sysroot: str | os.PathLike[str] | None, cwd: str | None) -> ProcessOptions:
+                  sysroot: str | os.PathLike[str] | None, cwd: str | None, bind: object = None) -> ProcessOptions:
     """The options as :class:`ProcessOptions`, or an :class:`~kpsdk.errors.ArgumentError` /
     :class:`~kpsdk.errors.TargetError` naming the first bad one."""
     if args is None:
@@ -111,7 +150,8 @@ def check_options(args: Sequence[str] | None, env: Mapping[str, str] | None, std
     _text(cwd, "cwd")
     if not cwd.startswith("/") or len(cwd) >= PATH_MAX:
         raise ArgumentError(f"elf: cwd {cwd!r} must be an absolute path inside the sysroot")
-    return ProcessOptions(checked_args, tuple(checked_env), bytes(stdin), root, os.path.normpath(cwd))
+    return ProcessOptions(checked_args, tuple(checked_env), bytes(stdin), root, os.path.normpath(cwd),
+                          check_binds(bind))
 
 
 def default_sysroot(target: LinuxHost) -> Path | None:
@@ -131,7 +171,11 @@ def start_process(target: LinuxHost, image: ElfImage, program: str, options: Pro
     if arch.syscalls is None or arch.syscalls.linux is None:
         raise UnsupportedTargetError(f"the Unicorn target has no Linux layer for {arch.name} yet")
     linux = arch.syscalls.linux
-    root = Sysroot(options.sysroot if options.sysroot is not None else default_sysroot(target), own_pid=PID)
+    try:
+        root = Sysroot(options.sysroot if options.sysroot is not None else default_sysroot(target), own_pid=PID,
+                       binds=options.binds)
+    except _GuestErrno as e:
+        raise TargetError(f"elf: a bind cannot be made in the guest's tree ({os.strerror(e.errno)})") from None
     target.sysroot = root.root
     brk_base = page_up(reserved[0][1]) + PAGE  # after kpsdk's area, which sits right after the program
     if linux.vector_page is not None:  # ARM's kuser helpers: in every process, never the program's to unmap
@@ -184,7 +228,6 @@ def load_interpreter(target: LinuxHost, image: ElfImage, root: Sysroot, space: A
     maps the libraries itself (openat, mmap)."""
     from kpsdk.binfmt.elfimage import load_elf
     from kpsdk.target import MappedFile
-    from kpsdk.targets.unicorn.linux.files import _GuestErrno
     from kpsdk.targets.unicorn.loader import load_mappings
 
     assert image.interp is not None

@@ -511,6 +511,8 @@ class LinuxKernel:
             if id(process.fds) not in seen:
                 seen.add(id(process.fds))
                 process.fds.close_all()
+        if self.init is not None:  # the session's file system (every process's): its binds, its private files
+            self.init.root.close()
         self.tasks.clear()
 
     def stopped(self, task: Task) -> None:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 import unicorn
 
 from kpsdk.targets.unicorn.linux.calls import process
+from kpsdk.targets.unicorn.linux.calls.attrs import AttrCalls
 from kpsdk.targets.unicorn.linux.calls.clocks import ClockCalls
 from kpsdk.targets.unicorn.linux.calls.core import PID, PPID, ProcessCore
 from kpsdk.targets.unicorn.linux.calls.declare import collect
@@ -25,6 +26,7 @@ from kpsdk.targets.unicorn.linux.calls.filestat import StatCalls
 from kpsdk.targets.unicorn.linux.calls.fs import FsCalls
 from kpsdk.targets.unicorn.linux.calls.ids import IdCalls
 from kpsdk.targets.unicorn.linux.calls.mm import MemoryCalls
+from kpsdk.targets.unicorn.linux.calls.names import NameCalls
 from kpsdk.targets.unicorn.linux.calls.poll import PollCalls
 from kpsdk.targets.unicorn.linux.calls.process import ProcessCalls
 from kpsdk.targets.unicorn.linux.calls.rw import ReadWriteCalls
@@ -43,8 +45,8 @@ if TYPE_CHECKING:
 __all__ = ["PID", "PPID", "SIGNATURES", "LinuxProcess", "signature"]
 
 
-class LinuxProcess(FsCalls, ReadWriteCalls, StatCalls, XattrCalls, MemoryCalls, ThreadCalls, ProcessCalls, IdCalls,
-                   SignalCalls, PollCalls, ClockCalls, SocketCalls, SysinfoCalls):
+class LinuxProcess(FsCalls, NameCalls, AttrCalls, ReadWriteCalls, StatCalls, XattrCalls, MemoryCalls, ThreadCalls,
+                   ProcessCalls, IdCalls, SignalCalls, PollCalls, ClockCalls, SocketCalls, SysinfoCalls):
     """One single-threaded Linux process's kernel side, over a Unicorn engine."""
 
     def __init__(self, arch: Arch, uc: unicorn.Uc, console: bytearray, space: AddressSpace, sysroot: Sysroot,
@@ -75,6 +77,7 @@ class LinuxProcess(FsCalls, ReadWriteCalls, StatCalls, XattrCalls, MemoryCalls, 
 
     def close(self) -> None:
         self.fds.close_all()
+        self.root.close()  # the binds' host directories
 
     def fork(self, pid: int, flags: int) -> ProcessCore:
         """The process a ``clone`` without CLONE_THREAD makes: the same program, its memory

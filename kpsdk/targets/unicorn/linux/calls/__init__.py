@@ -3,11 +3,14 @@
 ====================  =====================================================================
 module                calls
 ====================  =====================================================================
-:mod:`.fs`            open, close, dup, fcntl, pipe, ioctl, getdents64, readlink, getcwd,
-                      chdir, fadvise; mkdir/unlink/rename (``EROFS``)
-:mod:`.rw`            read, write, their vector and positioned forms, sendfile, lseek
+:mod:`.fs`            open, creat, close, dup, fcntl, flock, pipe, ioctl, getdents(64),
+                      readlink, getcwd, chdir, fadvise, fsync
+:mod:`.names`         mkdir, rmdir, unlink, rename(at2), link, symlink, mknod
+:mod:`.attrs`         chmod, chown, utimensat/utimes/utime, truncate, fallocate
+:mod:`.rw`            read, write, their vector and positioned forms, sendfile,
+                      copy_file_range, lseek
 :mod:`.filestat`      the stat family, statx, statfs, access
-:mod:`.xattr`         getxattr, listxattr and their l/f forms
+:mod:`.xattr`         getxattr, listxattr, setxattr, removexattr and their l/f forms
 :mod:`.mm`            brk, mmap, munmap, mprotect, mremap, madvise, mlock, mincore
 :mod:`.thread`        arch_prctl, set_tls, set_thread_area, set_tid_address, robust lists,
                       rseq, futex, sched_yield
@@ -24,7 +27,8 @@ module                calls
 ====================  =====================================================================
 
 :mod:`.core` is what they share (the process's state, the program's memory, path bases),
-:mod:`.procself` the process's own ``/proc/self`` (for the calls that walk paths), and
+:mod:`.procself` the process's own ``/proc/self`` and :mod:`.paths` the walk from a ``dirfd``
+(for the calls that walk paths), and
 :mod:`.declare` the ``@syscall(NAME, ARGS)`` mark a handler carries: the call's name (the
 kernel's) and its arguments as ``--strace`` prints them.  The modules avoid the names of the
 standard library's modules they use (``stat``, ``signal``, ``time``, ``socket``).

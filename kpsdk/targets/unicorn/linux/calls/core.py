@@ -26,6 +26,7 @@ from kpsdk.targets.unicorn.linux.waits import WaitQueue
 if TYPE_CHECKING:
     from kpsdk.arch import Arch, LinuxAbi
     from kpsdk.target import MappedFile
+    from kpsdk.targets.unicorn.linux.tree import FdTarget
     from kpsdk.targets.unicorn.linux.kernel import LinuxKernel
     from kpsdk.targets.unicorn.linux.tasks import Task
 
@@ -118,7 +119,7 @@ class ProcessCore:
         """The process ended: its descriptors and memory go."""
         raise NotImplementedError
 
-    def fd_target(self, fd: int) -> str | None:
+    def fd_target(self, fd: int) -> FdTarget | None:
         """Where ``/proc/self/fd/N`` leads in the file system (:mod:`.procself`)."""
         raise NotImplementedError
 
@@ -197,6 +198,6 @@ class ProcessCore:
         if path.startswith("/") or dirfd == AT_FDCWD:
             return self.cwd
         f = self.fds.get(dirfd)
-        if f.kind != "host":
+        if f.kind not in ("dir", "path") or f.node is None or not f.node.mode & 0o040000:
             raise _GuestErrno(errno.ENOTDIR)
-        return str(PurePosixPath(self.cwd, f.path))
+        return self.root.path_of(f.node, f.path)

@@ -115,5 +115,6 @@ class IdCalls(ProcessCore):
 
     @syscall("umask", "mode")
     def sys_umask(self, mask: int, *_: int) -> int:
+        """Set the file-creation mask; the old one (022 at start, as a login shell's)."""
         old, self.umask = self.umask, mask & 0o777
         return old

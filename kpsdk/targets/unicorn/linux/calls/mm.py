@@ -10,11 +10,16 @@ from __future__ import annotations
 
 import errno
 import os
+from collections.abc import Callable
 
 from kpsdk.targets.unicorn.linux.calls.core import ProcessCore
 from kpsdk.targets.unicorn.linux.calls.declare import syscall
 from kpsdk.targets.unicorn.linux.files import _GuestErrno
-from kpsdk.targets.unicorn.linux.memory import MAP_ANONYMOUS, PAGE, page_up
+from kpsdk.targets.unicorn.linux.inodes import MemFile, MemSpecial
+from kpsdk.targets.unicorn.linux.memory import MAP_ANONYMOUS, MAP_SHARED, PAGE, page_up
+
+#: mmap's sharing type bits (MAP_SHARED, MAP_PRIVATE, MAP_SHARED_VALIDATE), PROT_WRITE
+MAP_TYPE, PROT_WRITE = 0x0F, 2
 
 
 class MemoryCalls(ProcessCore):
@@ -26,12 +31,27 @@ class MemoryCalls(ProcessCore):
 
     def _mmap(self, addr: int, length: int, prot: int, flags: int, fd: int, offset: int) -> int:
         f = None if flags & MAP_ANONYMOUS else self.fds.get(self.sint(fd))
-        if f is not None and f.kind != "host":
-            raise _GuestErrno(errno.ENODEV)
+        if f is not None and f.kind == "dev" and isinstance(f.node, MemSpecial) and f.node.device == "zero":
+            f, flags = None, flags | MAP_ANONYMOUS  # /dev/zero: zeroed memory, as Linux's shmem_zero_setup
+        if f is not None and f.kind not in ("host", "mem"):
+            raise _GuestErrno(errno.EACCES if f.kind == "path" else errno.ENODEV)
         if offset % PAGE:
             raise _GuestErrno(errno.EINVAL)
+        if f is not None:
+            if not f.readable:
+                raise _GuestErrno(errno.EACCES)
+            if flags & MAP_TYPE == MAP_SHARED and prot & PROT_WRITE:
+                if not f.writable:
+                    raise _GuestErrno(errno.EACCES)
+                raise _GuestErrno(errno.ENODEV)  # a shared writable mapping would write the file back: not emulated
         at = self.mem.mmap(addr, length, prot, flags)
         if f is not None:
+            if f.kind == "mem" and isinstance(f.node, MemFile):
+                node = f.node
+                data = bytes(node.data[offset:offset + page_up(length)])  # a copy: MAP_PRIVATE's
+                self.write(at, data)
+                self.mem.name(at, at + page_up(length), f.path, offset, _reader(node))
+                return at
             try:  # the file's bytes up to the end of the last page, as Linux maps them
                 data = os.pread(f.fd, page_up(length), offset)
             except OSError as e:
@@ -93,3 +113,10 @@ class MemoryCalls(ProcessCore):
             raise _GuestErrno(errno.ENOMEM)
         self.write(vec, b"\1" * ((end - addr) // PAGE))
         return 0
+
+
+def _reader(node: MemFile) -> Callable[[int, int], bytes]:
+    """What ``mremap`` reads when it grows a mapping of an overlay file: its bytes now."""
+    def read(offset: int, size: int) -> bytes:
+        return bytes(node.data[offset:offset + size])
+    return read
