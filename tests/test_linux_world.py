@@ -143,3 +143,22 @@ def test_find_exec(tmp_path: Path) -> None:
                                                     ";"])
     assert sorted(emulated.split(b".txt")) == sorted(native.split(b".txt"))
     assert status == native_status == 0
+
+
+def test_sort_in_parallel_with_a_small_buffer_spills_to_temporary_files() -> None:
+    """sort --parallel=2 -S 1M on 3 MB: two threads, temporary files in /tmp (the session's overlay)."""
+    rng = __import__("random").Random(3)
+    data = "".join(f"{rng.randrange(10**12):012d} {i}\n" for i in range(160_000)).encode()
+    assert len(data) > 3_000_000
+    assert_same([program("sort", "coreutils"), "--parallel=2", "-S", "1M"], stdin=data)
+
+
+def test_tar_czf_then_tzf_through_gzip(tmp_path: Path) -> None:
+    """tar runs gzip as a child through a pipe, writes the archive in the overlay, then lists it."""
+    for name in ("a.txt", "b.txt"):
+        (tmp_path / name).write_text(name * 100)
+    tar = program("tar", "tar")
+    script = f"cd {tmp_path} && tar czf out.tgz a.txt b.txt && tar tzvf out.tgz | awk '{{print $3, $6}}'"
+    emulated, status, native, native_status = both([program("bash", "bash"), "-c", script])
+    assert emulated == native and status == native_status == 0
+    assert b"a.txt" in emulated and b"b.txt" in emulated
