@@ -43,6 +43,9 @@ class Region:
     shared: bool = False
     #: the buffer exported to ctypes (kept: its address is what Unicorn holds)
     view: ctypes.Array[ctypes.c_char] | None = field(default=None, repr=False)
+    #: a private mapping another process may share since a fork (it is read-only in both):
+    #: made writable, it gets its own copy first
+    cow: bool = False
 
     @property
     def size(self) -> int:
@@ -169,12 +172,26 @@ class Space:
         i = bisect.bisect_left(self._starts, start)
         while i < len(self._regions) and self._regions[i].start < end:
             region = self._regions[i]
+            if region.cow and prot & unicorn.UC_PROT_WRITE:
+                region = self._own_copy(i)
             if region.prot != prot:
                 if self.active:
                     self.uc.mem_protect(region.start, region.size, prot)
                 region.prot = prot
             i += 1
         self.generation += 1
+
+    def _own_copy(self, i: int) -> Region:
+        """Give region ``i`` (shared since a fork) a buffer of its own, with its bytes."""
+        old = self._regions[i]
+        buf = mmap.mmap(-1, old.size)
+        buf[:] = memoryview(old.buf)[old.offset:old.offset + old.size]
+        region = Region(old.start, old.end, old.prot, buf, 0, False, _view(buf))
+        self._regions[i] = region
+        if self.active:
+            self.uc.mem_unmap(region.start, region.size)
+            self.uc.mem_map_ptr(region.start, region.size, region.prot, region.host_address())
+        return region
 
     # -- bytes -------------------------------------------------------------------------------
 
@@ -217,15 +234,19 @@ class Space:
     # -- processes ----------------------------------------------------------------------------
 
     def fork(self) -> Space:
-        """A copy for a new process: private mappings copied, shared ones shared."""
+        """A copy for a new process: shared mappings shared; private ones the process cannot write
+        (code, read-only data) shared too until one side makes them writable (:meth:`protect`
+        copies first: a copy on protect, where Linux copies on write); the rest copied."""
         child = Space(self.uc)
         for region in self._regions:
-            if region.shared:
-                child._insert(Region(region.start, region.end, region.prot, region.buf, region.offset, True,
-                                     region.view))
+            if region.shared or not region.prot & unicorn.UC_PROT_WRITE:
+                if not region.shared:
+                    region.cow = True
+                child._insert(Region(region.start, region.end, region.prot, region.buf, region.offset, region.shared,
+                                     region.view, cow=not region.shared))
             else:
                 buf = mmap.mmap(-1, region.size)
-                buf[:] = region.buf[region.offset:region.offset + region.size]
+                buf[:] = memoryview(region.buf)[region.offset:region.offset + region.size]  # one copy, no bytes
                 child._insert(Region(region.start, region.end, region.prot, buf, 0, False, _view(buf)))
         return child
 
