@@ -33,7 +33,8 @@ SOURCE = Path(__file__).parent / "programs" / "tasks.c"
 LINUX_ARCHS = tuple(a.name for a in REGISTERED_ARCHS
                     if a.syscalls is not None and a.syscalls.linux is not None and a.toolchain is not None
                     and not a.unicorn_unsupported)
-MODES = ("threads", "futex", "robust", "fork", "forkthread", "pipe64k", "sigpipe", "signals", "ucontext", "exec")
+MODES = ("threads", "futex", "robust", "fork", "forkthread", "pipe64k", "sigpipe", "signals", "ucontext", "exec",
+         "retfork")
 
 pytestmark = pytest.mark.skipif(platform.machine() != "x86_64", reason="the native ground truth is an x86_64 run")
 
@@ -92,6 +93,39 @@ def test_a_shell_from_popen_and_system(build: Callable[[str], Path],
                                        native: Callable[[str], tuple[str, int]]) -> None:
     """popen() and system() run the host's /bin/sh (dash, dynamically linked) in a child."""
     assert emulated(build("x86_64"), ["shell"]) == native("shell")
+
+
+@pytest.mark.parametrize("optimize", [True, False], ids=["detours", "breakpoints"])
+@pytest.mark.parametrize("arch", LINUX_ARCHS)
+def test_return_probes_follow_a_fork(build: Callable[[str], Path], native: Callable[[str], tuple[str, int]],
+                                     arch: str, optimize: bool) -> None:
+    """A kretprobe on a function that forks sees it return twice, in the child with the child's
+    task (the parent's hooked call is the child's too, as uprobes copy it), and a function
+    both processes call after the fork returns in each with that process's values: the
+    return addresses and values kpsdk reports are those the native run prints."""
+    returns: list[tuple[str, int, int]] = []
+    with kpsdk.open(f"elf:{build(arch)}", args=["retfork"]) as s:
+        s.kprobes_optimization = optimize
+
+        @s.kretprobe("spawn")
+        def on_spawn(ri: kpsdk.KretprobeInstance, regs: kpsdk.PtRegs) -> int:
+            returns.append(("spawn", ri.task, regs.return_value))
+            return 0
+
+        @s.kretprobe("leaf")
+        def on_leaf(ri: kpsdk.KretprobeInstance, regs: kpsdk.PtRegs) -> int:
+            returns.append(("leaf", ri.task, regs.return_value))
+            return 0
+
+        assert s.run(timeout=300) == 0
+        console = s.console
+    assert console == native("retfork")[0]
+    # an int comes back in the low 32 bits of the return register
+    signed = sorted((name, task, (value & 0xFFFFFFFF) - ((value & 0x80000000) << 1)) for name, task, value in returns)
+    parent, child = 1000, 1001
+    assert signed == sorted([("leaf", parent, 3), ("spawn", parent, -5), ("spawn", child, 5)]
+                            + [("leaf", child, 2 * (100 + i) + 1) for i in range(3)]
+                            + [("leaf", parent, 2 * (200 + i) + 1) for i in range(3)])
 
 
 def racy(exe: Path, seed: int | None) -> tuple[str, str]:

@@ -137,7 +137,8 @@ class LinuxHost(UnicornHost, Protocol):
     def pending_libraries(self) -> list[MappedFile]:
         """Libraries ld.so is mapping, announced at its first system call past their mappings."""
 
-    def map(self, addr: int, size: int, perms: str = "rwx", shared: bool = False) -> mmap.mmap:
+    def map(self, addr: int, size: int, perms: str = "rwx", shared: bool = False,
+            buf: mmap.mmap | None = None) -> mmap.mmap:
         """Map ``[addr, addr + size)`` with ``perms``."""
 
     def mapped_files(self) -> list[MappedFile]: ...

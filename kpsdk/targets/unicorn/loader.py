@@ -22,6 +22,7 @@ from kpsdk.errors import ArgumentError, ImageFormatError, TargetError
 from kpsdk.target import MappedFile, TargetKind
 from kpsdk.targets.unicorn.layout import AREA_SIZE, PAGE, STACK_SIZE, STACK_TOP, align_up
 from kpsdk.targets.unicorn.linux import check_options, start_process
+from kpsdk.targets.unicorn.linux.images import PageCache, map_image
 from kpsdk.targets.unicorn.target import UnicornTarget
 
 if TYPE_CHECKING:
@@ -78,10 +79,11 @@ def open_elf(rest: str, registry: Registry, abi: str = "user", args: Sequence[st
     mappings = load_mappings(image, arch)
     target = UnicornTarget(arch, abi_kind=abi)
     target._files = (MappedFile.of(linked, bias),)
-    for start, size, perms in mappings:
-        target.map(start, size, perms)
-    for seg in image.segments:
-        target.uc.mem_write(seg.vaddr, seg.data)
+    linux = arch.syscalls is not None and arch.syscalls.linux is not None
+    # a Linux program's read-only pages join its kernel's page cache: the processes that exec
+    # it again share them (and the code Unicorn translated from them)
+    pages = PageCache() if linux else None
+    map_image(target, pages, image, linked.identity, mappings)
     top = max(start + size for start, size, _ in mappings)
     try:
         target.setup_area(align_up(top, 0x10000) + 0x10000)  # near the code: riscv jal reaches +-1 MiB
@@ -96,11 +98,12 @@ def open_elf(rest: str, registry: Registry, abi: str = "user", args: Sequence[st
             target.fast.write(arch.register(name), value)
     if arch.entry_address_register is not None:
         target.fast.write(arch.register(arch.entry_address_register), image.entry)
-    if arch.syscalls is not None and arch.syscalls.linux is not None:
+    if linux:
         area = target.sentinel
         reserved = [(area, area + AREA_SIZE), (STACK_TOP - STACK_SIZE, STACK_TOP)]
         target.linux = start_process(target, image, rest, process, STACK_TOP - 0x10, reserved)
-        assert target.kernel is not None
+        assert target.kernel is not None and pages is not None
+        target.kernel.pages = pages
         target.kernel.sched.reseed(schedule_seed)
         target.call_sp = min(target.call_sp, target.fast.read(arch.register(arch.sp)) - 0x100)
     return target

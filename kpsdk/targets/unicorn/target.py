@@ -66,7 +66,7 @@ from kpsdk.targets.unicorn.memory import GuestMemory
 from kpsdk.targets.unicorn.processes import TaskSupport
 from kpsdk.targets.unicorn.returns import ReturnProbes
 from kpsdk.targets.unicorn.running import Runner
-from kpsdk.targets.unicorn.space import Space
+from kpsdk.targets.unicorn.space import Space, keep_blocks_apart
 from kpsdk.targets.unicorn.step import SoftStep
 from kpsdk.targets.unicorn.syscalls import SyscallGlue
 from kpsdk.targets.unicorn.tlb import TlbFill, watch_mappings
@@ -100,6 +100,7 @@ class UnicornTarget(GuestMemory, ReturnProbes, TaskSupport):
         self.arch = arch
         self.abi_kind = abi_kind
         self.uc = unicorn.Uc(*arch.unicorn)
+        keep_blocks_apart(self.uc)
         #: guest stores at full speed on memory that is not executable (kpsdk.targets.unicorn.tlb), where
         #: the arch allows it (not ARM: ``Arch.unicorn_tlb_fill``)
         self.tlb = TlbFill(self.uc, fail=self.fail) if arch.unicorn_tlb_fill else None
@@ -180,7 +181,7 @@ class UnicornTarget(GuestMemory, ReturnProbes, TaskSupport):
         if point.internal:  # kpsdk's own point: its own code hook, outside the OPT_LIMIT budget
             return ("hook", False)
         if self.detours is not None and self.manager.optimization and len(point.active) == 1 \
-                and point.active[0].entry_rethook is not None:
+                and point.active[0].entry_rethook is not None and not self.many_tasks():
             length = self.detours.plan(point)
             if length is not None:  # 0: the entry cannot hold the jump, the detour's return code serves
                 return ("detour" if length else "hooked-entry", True)

@@ -226,8 +226,8 @@ def load_interpreter(target: LinuxHost, image: ElfImage, root: Sysroot, space: A
     load_elf_binary does: at a free base (an ET_DYN), its segments' bytes copied in.
     Returns its base (AT_BASE) and entry point, where the process starts; the loader then
     maps the libraries itself (openat, mmap)."""
-    from kpsdk.binfmt.elfimage import load_elf
     from kpsdk.target import MappedFile
+    from kpsdk.targets.unicorn.linux.images import images, map_image
     from kpsdk.targets.unicorn.loader import load_mappings
 
     assert image.interp is not None
@@ -239,17 +239,16 @@ def load_interpreter(target: LinuxHost, image: ElfImage, root: Sysroot, space: A
         host = root.resolve(image.interp, "/")
     except _GuestErrno as e:
         raise TargetError(f"{where} is not in the sysroot {root.root} ({os.strerror(e.errno)})") from None
-    interp = load_elf(host)
+    interp = images.load(host)
     if (interp.machine, interp.elf_class, interp.endian) != (image.machine, image.elf_class, image.endian) \
             or interp.kind != "ET_DYN" or interp.interp is not None:
         raise TargetError(f"{where} ({host}) is not a loader for this program")
     span = page_up(max(seg.vaddr + seg.memsz for seg in interp.segments)) - (interp.segments[0].vaddr & ~(PAGE - 1))
     base = space.find(span)
     placed = interp.relocated(base)
-    for start, size, perms in load_mappings(placed, target.arch):
-        target.map(start, size, perms)
-    for seg in placed.segments:
-        target.uc.mem_write(seg.vaddr, seg.data)
+    kernel = target.kernel
+    map_image(target, kernel.pages if kernel is not None else None, placed, interp.identity,
+              load_mappings(placed, target.arch))
     arch = target.arch
     if arch.entry_registers is not None and interp.entry != interp.raw_entry:
         # ELFv1: the loader's e_entry is a function descriptor, as the file has it (ld.so
@@ -271,9 +270,9 @@ def library_mapped(target: LinuxHost, host: Path, at: int, offset: int, program:
     same library at another bias in another process (an exec'd program needs others before
     it) is announced again, at its bias; at a bias already announced it is not.  ``program``:
     an exec'd program's image (announced, its symbols not joined to the session's table)."""
-    from kpsdk.binfmt.elfimage import load_elf
     from kpsdk.errors import KpsdkError
     from kpsdk.target import MappedFile
+    from kpsdk.targets.unicorn.linux.images import images
 
     if offset:
         return
@@ -289,7 +288,7 @@ def library_mapped(target: LinuxHost, host: Path, at: int, offset: int, program:
         with open(host, "rb") as f:
             if f.read(4) != b"\x7fELF":
                 return
-        image = load_elf(host)
+        image = images.load(host)
     except (OSError, KpsdkError):
         return  # not an object ld.so could load either: it reports that itself
     mapped = MappedFile.of(image, at - (image.segments[0].vaddr & ~(PAGE - 1)))

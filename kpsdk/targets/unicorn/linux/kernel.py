@@ -35,6 +35,7 @@ import unicorn
 from kpsdk.errors import TargetError
 from kpsdk.targets.unicorn.linux.files import _GuestErrno
 from kpsdk.targets.unicorn.linux.futex import FutexTable, exit_robust_list
+from kpsdk.targets.unicorn.linux.images import PageCache
 from kpsdk.targets.unicorn.linux.sched import BLOCK_NS, SYSCALL_NS, Clock, Scheduler
 from kpsdk.targets.unicorn.linux.tasks import BLOCKED, DEAD, RUNNABLE, STOPPED, PendingCall, Task
 from kpsdk.targets.unicorn.linux.waits import WaitQueue, _Block
@@ -75,6 +76,10 @@ class KernelHost(Protocol):
 
     def task_ended(self, tid: int) -> None:
         """Task ``tid`` ended: its return probes in flight will never return."""
+
+    def task_cloned(self, parent: int, child: int, copies_stack: bool) -> None:
+        """Task ``child`` was made by ``parent``; ``copies_stack``: it runs on a copy of the
+        parent's stack (its return probes in flight return there too)."""
 
     def quantum_counter(self) -> QuantumCounter:
         """The engine's block counter, installed at the first call."""
@@ -120,6 +125,8 @@ class LinuxKernel:
         self.any_exit = WaitQueue("a task ended")
         #: whether the program ever had more than one task (the trace prefix then names each)
         self.many = False
+        #: read-only file pages the session's processes share where they map them at one address
+        self.pages = PageCache()
 
     # -- ids ---------------------------------------------------------------------------------
 
@@ -184,7 +191,10 @@ class LinuxKernel:
         if code in (unicorn.UC_ERR_READ_UNMAPPED, unicorn.UC_ERR_WRITE_UNMAPPED, unicorn.UC_ERR_FETCH_UNMAPPED):
             signaling.fault(self, task, "SIGSEGV", SEGV_MAPERR, addr if addr is not None else pc)
         elif code in (unicorn.UC_ERR_READ_PROT, unicorn.UC_ERR_WRITE_PROT, unicorn.UC_ERR_FETCH_PROT):
-            signaling.fault(self, task, "SIGSEGV", SEGV_ACCERR, addr if addr is not None else pc)
+            where = addr if addr is not None else pc
+            # no mapping of the process there: another's parked code (space.Parking)
+            mapped = task.process.mem.table.region_at(where) is not None
+            signaling.fault(self, task, "SIGSEGV", SEGV_ACCERR if mapped else SEGV_MAPERR, where)
         elif code in (unicorn.UC_ERR_READ_UNALIGNED, unicorn.UC_ERR_WRITE_UNALIGNED, unicorn.UC_ERR_FETCH_UNALIGNED):
             signaling.fault(self, task, "SIGBUS", BUS_ADRALN, addr if addr is not None else pc)
         elif code == unicorn.UC_ERR_INSN_INVALID:
@@ -214,7 +224,7 @@ class LinuxKernel:
         process = task.process
         if self.abi.legacy_call is not None:
             self._refuse_legacy()
-        name, handler = process.handlers.get(nr, (event.name, None))
+        name, handler = process.handlers.lookup(nr, event.name)
         if handler is None:
             process.unimplemented[name] += 1
             return -38  # ENOSYS

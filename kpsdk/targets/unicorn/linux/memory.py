@@ -13,6 +13,7 @@ as for an address Linux does not give user space).
 from __future__ import annotations
 
 import errno
+import mmap
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -153,8 +154,9 @@ class AddressSpace:
         self.brk_end = want
         return want
 
-    def mmap(self, addr: int, length: int, prot: int, flags: int) -> int:
-        """Map ``length`` bytes (zeroed; the caller copies a file's bytes in); the address."""
+    def mmap(self, addr: int, length: int, prot: int, flags: int, buf: mmap.mmap | None = None) -> int:
+        """Map ``length`` bytes (zeroed; the caller copies a file's bytes in), or ``buf`` (the
+        bytes a session's processes share, copy-on-protect: :mod:`.images`); the address."""
         if not length or length > self.limit or addr % PAGE:
             raise _GuestErrno(errno.EINVAL)
         size = page_up(length)
@@ -169,7 +171,8 @@ class AddressSpace:
         else:
             addr = self.find(size, addr)
         try:  # MAP_SHARED memory stays shared with the children a fork makes
-            self.table.map(addr, addr + size, prot & 7, shared=bool(flags & MAP_SHARED))
+            region = self.table.map(addr, addr + size, prot & 7, buf=buf, shared=bool(flags & MAP_SHARED))
+            region.cow = buf is not None
         except (unicorn.UcError, OSError):  # the engine or the host cannot give that much memory
             raise _GuestErrno(errno.ENOMEM) from None
         self._forget(addr, addr + size)

@@ -26,9 +26,10 @@ from kpsdk.targets.unicorn.linux.waits import WaitQueue
 if TYPE_CHECKING:
     from kpsdk.arch import Arch, LinuxAbi
     from kpsdk.target import MappedFile
-    from kpsdk.targets.unicorn.linux.tree import FdTarget
     from kpsdk.targets.unicorn.linux.kernel import LinuxKernel
+    from kpsdk.targets.unicorn.linux.syscalls import Handlers
     from kpsdk.targets.unicorn.linux.tasks import Task
+    from kpsdk.targets.unicorn.linux.tree import FdTarget
 
 #: the first process's id (what the program kpsdk.open starts is told), and its parent's (none
 #: kpsdk shows); the processes it makes get the ids after it
@@ -109,7 +110,7 @@ class ProcessCore:
         self.on_unmap: Callable[[int, int], None] | None = None
 
     #: by call number: the call's name and its handler (None: not emulated), built by LinuxProcess
-    handlers: dict[int, tuple[str, Callable[..., int | None] | None]]
+    handlers: Handlers
 
     def fork(self, pid: int, flags: int) -> ProcessCore:
         """The process ``clone`` makes (``LinuxProcess.fork``, :mod:`kpsdk.targets.unicorn.linux.syscalls`)."""

@@ -9,14 +9,15 @@ when a library's span is mapped or about to go (``on_file_map``, ``on_unmap``).
 from __future__ import annotations
 
 import errno
+import mmap
 import os
 from collections.abc import Callable
 
 from kpsdk.targets.unicorn.linux.calls.core import ProcessCore
 from kpsdk.targets.unicorn.linux.calls.declare import syscall
-from kpsdk.targets.unicorn.linux.files import _GuestErrno
+from kpsdk.targets.unicorn.linux.files import OpenFile, _GuestErrno
 from kpsdk.targets.unicorn.linux.inodes import MemFile, MemSpecial
-from kpsdk.targets.unicorn.linux.memory import MAP_ANONYMOUS, MAP_SHARED, PAGE, page_up
+from kpsdk.targets.unicorn.linux.memory import MAP_ANONYMOUS, MAP_FIXED, MAP_PRIVATE, MAP_SHARED, PAGE, page_up
 
 #: mmap's sharing type bits (MAP_SHARED, MAP_PRIVATE, MAP_SHARED_VALIDATE), PROT_WRITE
 MAP_TYPE, PROT_WRITE = 0x0F, 2
@@ -44,7 +45,15 @@ class MemoryCalls(ProcessCore):
                 if not f.writable:
                     raise _GuestErrno(errno.EACCES)
                 raise _GuestErrno(errno.ENODEV)  # a shared writable mapping would write the file back: not emulated
-        at = self.mem.mmap(addr, length, prot, flags)
+        shared = self._shared_pages(f, addr, length, prot, flags, offset)
+        at = self.mem.mmap(addr, length, prot, flags, buf=shared)
+        if shared is not None and f is not None:
+            self.mem.name(at, at + page_up(length), f.path, offset, f.host)
+            if self.kernel is not None:
+                self.kernel.host.file_mapped(self.mem, at, at + page_up(length))
+            if self.on_file_map is not None and f.host is not None:
+                self.on_file_map(f.host, at, offset)
+            return at
         if f is not None:
             if f.kind == "mem" and isinstance(f.node, MemFile):
                 node = f.node
@@ -58,12 +67,40 @@ class MemoryCalls(ProcessCore):
                 self.mem.unmap(at, at + length)
                 raise _GuestErrno(e.errno or errno.EACCES) from None
             self.write(at, data)
+            self._keep_pages(f, at, length, prot, flags, offset)
             self.mem.name(at, at + page_up(length), f.path, offset, f.host)
             if self.kernel is not None:  # the probes of that file there (an exec'd process's libraries)
                 self.kernel.host.file_mapped(self.mem, at, at + page_up(length))
             if self.on_file_map is not None and f.host is not None:
                 self.on_file_map(f.host, at, offset)
         return at
+
+    def _page_key(self, f: OpenFile | None, addr: int, length: int, prot: int, flags: int,
+                  offset: int) -> tuple[tuple[int, int], int, int, int] | None:
+        """The page cache's key for a private read-only mapping of a sysroot file at a fixed
+        address (ld.so's segments), else None (anything another process could not share)."""
+        if f is None or f.kind != "host" or prot & PROT_WRITE or flags & MAP_TYPE != MAP_PRIVATE or \
+                not flags & MAP_FIXED or self.kernel is None:
+            return None
+        try:
+            st = os.fstat(f.fd)
+        except OSError:
+            return None
+        return (st.st_dev, st.st_ino), offset, page_up(length), addr
+
+    def _shared_pages(self, f: OpenFile | None, addr: int, length: int, prot: int, flags: int,
+                      offset: int) -> mmap.mmap | None:
+        key = self._page_key(f, addr, length, prot, flags, offset)
+        return None if key is None else self.kernel.pages.get(*key)
+
+    def _keep_pages(self, f: OpenFile, at: int, length: int, prot: int, flags: int, offset: int) -> None:
+        """A private read-only mapping just made: its buffer joins the page cache, and the mapping
+        becomes copy-on-protect (another process may share it from now on)."""
+        key = self._page_key(f, at, length, prot, flags, offset)
+        region = self.mem.table.region_at(at)
+        if key is not None and region is not None and region.start == at and region.size == key[2]:
+            region.cow = True
+            self.kernel.pages.put(*key, region.buf)
 
     @syscall("mmap", "p u prot mflags fd x")
     def sys_mmap(self, addr: int, length: int, prot: int, flags: int, fd: int, offset: int, *_: int) -> int:
