@@ -15,6 +15,7 @@ from __future__ import annotations
 import signal
 import threading
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
@@ -73,6 +74,19 @@ class TargetChoice:
     def open(self, noprobe: list[str]) -> Session:
         """The session on this target, with ``noprobe`` symbols refused (``--noprobe``)."""
         return kpsdk.open(self.spec, noprobe=noprobe, **self.options)
+
+    def input_files(self) -> list[tuple[str, Path]]:
+        """The files this target reads, each with what it is: the program (``elf:``,
+        ``qemu-user:``, ``native:``), ``--kernel``, ``--initrd``, ``--symbols``.  A command's
+        outputs may not be one of them (:func:`kpsdk.cli.parsing.refuse_inputs`)."""
+        scheme, _, rest = self.spec.partition(":")
+        files = [("the program", Path(rest))] if scheme in ("elf", *PROGRAM_KINDS) and rest else []
+        for keyword, what in (("kernel", "the kernel (--kernel)"), ("initrd", "the initramfs (--initrd)"),
+                              ("symbols", "the symbol file (--symbols)")):
+            value = self.options.get(keyword)
+            if isinstance(value, (str, Path)) and str(value):
+                files.append((what, Path(value)))
+        return files
 
 
 def live_kind(spec: str | None) -> str | None:

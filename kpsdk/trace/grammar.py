@@ -950,6 +950,12 @@ def _looks_like_uprobe(where: str) -> bool:
     return ("/" in file or "." in file) and not file.startswith(("@", "%", "$", "+", "-"))
 
 
+def uprobe_file(where: str) -> str | None:
+    """The file a probe point names (``PATH:OFFSET``, ``FILE:SYMBOL``), as the parser reads it;
+    None for a kprobe's point.  What ``kpsdk trace`` will read, so no output overwrites it."""
+    return where[:where.rfind(":")] if _looks_like_uprobe(where) else None
+
+
 def _symbol_offset(text: str, column: int, path: str, where: str, sessions: Sequence[Session] = (),
                    ifunc_later: bool = False) -> int:
     """A uprobe's ``SYMBOL[+OFF]`` as a file offset (kpsdk's extension of uprobe_events lines)."""
