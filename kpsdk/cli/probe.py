@@ -24,7 +24,7 @@ from kpsdk.cli.options import TARGET_PANEL, NoprobeOpt, PidOpt, TargetArg, Targe
 from kpsdk.cli.parsing import check_seconds, file_location, parse_where, split_commas
 from kpsdk.cli.probe_run import ProbeRun, probe_class
 from kpsdk.cli.strace import StracePrinter
-from kpsdk.cli.target_choice import LIVE_TIMEOUT, UNICORN_TIMEOUT, close_session
+from kpsdk.cli.target_choice import LIVE_TIMEOUT, UNICORN_TIMEOUT, close_session, refuse_names_without_symbols
 from kpsdk.session import RESTYPES
 
 if TYPE_CHECKING:
@@ -148,6 +148,8 @@ def cmd_probe(
     strings = _string_args(string_arg, points)
     _check_returns(points, failed, restype)
     choice = where.with_pid(pid).choose(ctx.args)
+    wheres = [*points.kprobes, *(k for _, k in points.kretprobes)]
+    refuse_names_without_symbols(choice, [w["symbol_name"] for w in wheres if w.get("symbol_name") is not None])
     _check_strace(choice, strace)
     reg = kpsdk.get_registry()
     _check_probe_types(reg, points)

@@ -132,6 +132,19 @@ def choose_target(elf: str | None, target: str | None, given: dict[str, Any]) ->
     return TargetChoice(spec, _launcher_options(scheme, given), kind)
 
 
+def refuse_names_without_symbols(choice: TargetChoice, names: list[str]) -> None:
+    """Probes by name (``names``) on ``qemu-system:ARCH`` with neither ``--kernel`` nor
+    ``--symbols``: a usage error saying so, before QEMU starts.  Without a kernel QEMU runs
+    the board's firmware, whose code can be probed by address only: there are no symbols
+    (the error was ENOENT for the first name, start_kernel say, as if the kernel lacked it)."""
+    if choice.kind != "qemu-system" or not names or choice.options.get("kernel") or choice.options.get("symbols"):
+        return
+    raise typer.BadParameter(f"{choice.spec} has no symbols to find {names[0]!r} in: give the kernel to boot, "
+                             "--kernel VMLINUZ (its symbols come from its own kallsyms table), or --symbols FILE "
+                             "(without a kernel, QEMU runs the board's firmware: probe it by address)",
+                             param_hint="--kernel")
+
+
 def _program_spec(program: str | None) -> str:
     """No spec: the program runs in Unicorn (a file, or a bundled fixture's name)."""
     if program is None:
