@@ -101,3 +101,4 @@ def test_trace_line_on_an_ifunc(tmp_path: Path) -> None:
     words = iter(seen)
     passed = [" ".join(rest[1:]) for rest in report(result.stderr, "strlen")]
     assert len(passed) == 3 and all(any(w == word for w in words) for word in passed), (passed, seen)
+

@@ -77,9 +77,10 @@ def precheck(choice: TargetChoice, definitions: list[str], hist_fields: list[str
         return
     from kpsdk.trace.grammar import Parser
 
-    # an IFUNC is resolved once the session runs
+    # an IFUNC is resolved once the session runs; a symbol a file lacks is reported by the session,
+    # with the libraries of the program that have it
     kernel = _kernel_version(choice)
-    parser = Parser(arch, kernel=kernel, ifunc_later=True, btf=_kernel_btf(choice, arch, kernel))
+    parser = Parser(arch, kernel=kernel, ifunc_later=True, btf=_kernel_btf(choice, arch, kernel), unknown_later=True)
     templates = {i for i, line in enumerate(definitions) if functions is not None and is_template(line)}
     lines = placeholder_definitions(definitions) if functions is not None else definitions
     parsed = [parser.parse(line) for line in lines]
