@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from kpsdk.session import Session
 
 #: a probe's errors that the program's libraries may answer once they are loaded
-LIBRARY_ERRNOS = frozenset({errno.ENOENT})
+LIBRARY_ERRNOS = frozenset({errno.ENOENT, errno.EOPNOTSUPP})
 #: the trace grammar's codes for the same (an unknown symbol, a uprobe offset it could not find)
 LIBRARY_TRACE_CODES = frozenset({"BAD_PROBE_ADDR", "BAD_UPROBE_OFFS"})
 #: the least time left for the command's run once the program ran to its entry (Session.run wants a positive one)
