@@ -65,8 +65,9 @@ def cmd_probe(
              f"kretprobe's function entry (at most {STRINGS_MAX} there). Repeatable.")] = None,
     failed: Annotated[bool, typer.Option(
         "--failed", rich_help_panel=OUTPUT_PANEL,
-        help="Print only the returns whose value is negative (errno style), with the errno name: "
-             "ret=-2 (ENOENT).")] = False,
+        help="Print only the returns whose value is negative: a kernel's with the errno name, ret=-2 (ENOENT); a "
+             "C library function's with the thread's errno after the call where kpsdk can read it (Unicorn, "
+             "glibc), ret=-1 errno=ENOENT.")] = False,
     maxactive: Annotated[int, typer.Option(
         "--maxactive", metavar="N", min=0, rich_help_panel=PROBES_PANEL,
         help="Kretprobe instances, i.e. calls followed at once (more are missed); 0: the kernel's "
@@ -129,8 +130,8 @@ def cmd_probe(
     the entry and keeps it in ri.data until the return.  ret is the return
     register as a signed word (--restype long; give --restype int for a function
     returning int on a 64-bit target); --failed keeps only negative values:
-    ret=-2 (ENOENT).  With --post, a post_handler prints the ip after the
-    instruction ran.
+    ret=-2 (ENOENT) on a kernel, ret=-1 errno=ENOENT for a C library function.
+    With --post, a post_handler prints the ip after the instruction ran.
 
     [bold]At the end[/bold]: the program's output (Unicorn; --console for live
     targets), its exit status, the kprobes/list and kprobe_profile views

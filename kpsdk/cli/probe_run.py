@@ -20,7 +20,7 @@ from kpsdk.cli.consoles import console, heading
 from kpsdk.cli.hitregs import check_reg_names, default_regs, show_reg
 from kpsdk.cli.hitstrings import STRING_SLOT, fetch_string, load_strings, show_string, store_strings
 from kpsdk.cli.libraries import MIN_TIMEOUT, run_to_entry, wants_libraries
-from kpsdk.cli.returns import errno_name, signed_return
+from kpsdk.cli.returns import ThreadErrno, failure_text, signed_return
 from kpsdk.errors import KprobeError, KpsdkError
 from kpsdk.scope import making_for
 
@@ -169,6 +169,8 @@ class ProbeRun:
         """entry_handler (fetches the string arguments into ri.data) and handler (prints the return)."""
         strings, con, hit = self.strings, self.con, self.hit
         word_bits = 8 * s.arch.word_size
+        kernel = getattr(s.target, "abi_kind", "user") == "kernel"  # the kernel's -errno convention
+        thread_errno = ThreadErrno(s) if self.failed and not kernel else None
 
         def entry(ri: Any, regs: PtRegs) -> int:
             store_strings(ri.data, [fetch_string(s, regs, n) for n in strings])
@@ -184,8 +186,9 @@ class ProbeRun:
             hit[0] += 1
             text = Text(f"[{hit[0]}] ", style="bold").append(f"r {line.name}", style="magenta")
             text.append(f" ret={ret}")
-            if self.failed and errno_name(ret):
-                text.append(f" ({errno_name(ret)})", style="red")
+            if self.failed:
+                failure = failure_text(ret, kernel, thread_errno.read() if thread_errno is not None else None)
+                text.append(failure, style="red")
             for n, (raw, status) in zip(strings, load_strings(ri.data, len(strings)), strict=True):
                 text.append(" " + show_string(n, raw, status))
             con.print(text, soft_wrap=True)
