@@ -24,7 +24,7 @@ from tests.test_libraries import COMPILERS
 SOURCE = Path(__file__).parent / "libprogs" / "fails.c"
 #: the Unicorn target's dynamically linked arches, and the sysroot of each (Debian's cross libc)
 SYSROOTS = {"x86_64": "/", "i386": "/usr/i686-linux-gnu", "arm": "/usr/arm-linux-gnueabihf",
-            "riscv64": "/usr/riscv64-linux-gnu"}
+            "riscv64": "/usr/riscv64-linux-gnu", "aarch64": "/usr/aarch64-linux-gnu"}
 
 
 def lines(out: str, start: str) -> list[str]:
