@@ -527,6 +527,7 @@ AARCH64 = Arch(
     cross_libc_package="libc6-arm64-cross",
     plt=AARCH64_PLT,
     irelative=(1032,),  # R_AARCH64_IRELATIVE (ELF for the Arm 64-bit Architecture)
+    tls_tpoff=(1030,),  # R_AARCH64_TLS_TPREL64
     qemu_system=QemuMachine("qemu-system-aarch64", "qemu-system-arm", machine="virt", cpu="cortex-a57",
                             console="ttyAMA0"),
     debian=DebianPort("arm64", "bookworm", "linux-image-arm64"),

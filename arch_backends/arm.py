@@ -460,6 +460,7 @@ ARM = Arch(
     cross_libc_package="libc6-armhf-cross",
     plt=ARM_PLT,
     irelative=(160,),  # R_ARM_IRELATIVE (ARM ELF ABI)
+    tls_tpoff=(19,),  # R_ARM_TLS_TPOFF32
     qemu_system=QemuMachine("qemu-system-arm", "qemu-system-arm", machine="virt", console="ttyAMA0"),
     debian=DebianPort("armhf", "bookworm", "linux-image-armmp"),
     kernel_stack_size=8192,

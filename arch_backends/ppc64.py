@@ -342,6 +342,7 @@ PPC64 = Arch(
     plt=PPC64_PLT,
     # R_PPC64_JMP_IREL (.plt: the slot gets the chosen code), R_PPC64_IRELATIVE (glibc elf/elf.h)
     irelative=(247, 248),
+    tls_tpoff=(73,),  # R_PPC64_TPREL64 (relative to r13, 0x7000 past the thread control block)
     qemu_system=QemuMachine("qemu-system-ppc64", "qemu-system-ppc", machine="pseries", console="hvc0",
                             memory="1G"),
     # one DAWR (POWER10 adds a second; Linux counts 1 before it): up to 512 bytes at any address,

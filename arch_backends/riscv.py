@@ -343,6 +343,7 @@ RISCV64 = Arch(
     # binutils bfd/elfnn-riscv.c: PLT_HEADER_SIZE (32), PLT_ENTRY_SIZE (16)
     plt=(PltTable(".plt", 32, 16, source="binutils bfd/elfnn-riscv.c PLT_HEADER_SIZE, PLT_ENTRY_SIZE"),),
     irelative=(58,),  # R_RISCV_IRELATIVE (RISC-V ELF psABI)
+    tls_tpoff=(11,),  # R_RISCV_TLS_TPREL64
     qemu_system=QemuMachine("qemu-system-riscv64", "qemu-system-misc", machine="virt", clock=VIRT_MTIME),
     # Debian 12 has no riscv64 kernel; 13 (trixie) has, as an uncompressed Image named vmlinux-*
     debian=DebianPort("riscv64", "trixie", "linux-image-riscv64", "vmlinux-*"),

@@ -65,6 +65,9 @@ class LinuxAbi:
     :param tls_segment: the Unicorn register of the segment that ``set_thread_area``'s entry is
         loaded into (i386's gs): ``clone(CLONE_SETTLS)`` reloads it in the new thread, whose
         cached base is then its own while the descriptor table is shared.
+    :param thread_pointer: ``(uc) -> address or None``: the running thread's pointer where it
+        is in neither ``tls_register`` nor ``tls_gpr`` (i386: the base of the descriptor gs
+        selects); None: read from those.
     :param sigaction: the fields of the kernel's ``struct sigaction`` (rt_sigaction's), in
         order: ``restorer`` only where the arch has SA_RESTORER (not riscv; MIPS puts its 32-bit
         ``flags`` first and has none).
@@ -105,6 +108,7 @@ class LinuxAbi:
     clone_backwards: bool = False
     tls_gpr: str | None = None
     tls_segment: int | None = None
+    thread_pointer: Callable[[Any], int | None] | None = None
     sigaction: tuple[str, ...] = ("handler", "flags", "restorer", "mask")
     stack_t: tuple[str, ...] = ("sp", "flags", "size")
     cpu_exceptions: tuple[tuple[int, str, int], ...] = ()

@@ -553,6 +553,22 @@ class UnicornTarget(GuestMemory, ReturnProbes, TaskSupport):
         """The Linux layer's pid (1000) for the program it runs; None for a bare session."""
         return PID if self.linux is not None else None
 
+    def thread_pointer(self) -> int | None:
+        """The running task's thread pointer, where the arch's Linux ABI says it is kept: the
+        register ``arch_prctl``/``set_tls`` writes, the general register the program sets
+        itself, or (i386) the base of the segment ``set_thread_area`` loads."""
+        syscalls = self.arch.syscalls
+        abi = syscalls.linux if syscalls is not None else None
+        if abi is None or self.linux is None:
+            return None
+        if abi.tls_register is not None:
+            return int(self.uc.reg_read(abi.tls_register))
+        if abi.tls_gpr is not None:
+            return int(self.fast.read(self.arch.register(abi.tls_gpr)))
+        if abi.thread_pointer is not None:
+            return abi.thread_pointer(self.uc)
+        return None
+
     @property
     def linux(self) -> LinuxProcess | None:
         """The Linux process (elf: targets): every system call but exit goes to it; None:

@@ -96,39 +96,39 @@ class StatCalls(PathCalls):
         self.write(buf, structs.pack_stat(layout, values, self.order))
         return 0
 
-    @syscall("fstat", "fd p")
+    @syscall("fstat", "fd stat")
     def sys_fstat(self, fd: int, buf: int, *_: int) -> int:
         return self._put_stat(buf, self.fstat_values(self.sint(fd)), False)
 
-    @syscall("fstat64", "fd p")
+    @syscall("fstat64", "fd stat64")
     def sys_fstat64(self, fd: int, buf: int, *_: int) -> int:
         return self._put_stat(buf, self.fstat_values(self.sint(fd)), True)
 
-    @syscall("newfstatat", "dirfd path p x")
+    @syscall("newfstatat", "dirfd path stat atflags")
     def sys_newfstatat(self, dirfd: int, path: int, buf: int, flags: int, *_: int) -> int:
         return self._put_stat(buf, self.stat_of(dirfd, path, flags), False)
 
-    @syscall("fstatat64", "dirfd path p x")
+    @syscall("fstatat64", "dirfd path stat64 atflags")
     def sys_fstatat64(self, dirfd: int, path: int, buf: int, flags: int, *_: int) -> int:
         return self._put_stat(buf, self.stat_of(dirfd, path, flags), True)
 
-    @syscall("stat", "path p")
+    @syscall("stat", "path stat")
     def sys_stat(self, path: int, buf: int, *_: int) -> int:
         return self._put_stat(buf, self.stat_of(AT_FDCWD, path, 0), False)
 
-    @syscall("lstat", "path p")
+    @syscall("lstat", "path stat")
     def sys_lstat(self, path: int, buf: int, *_: int) -> int:
         return self._put_stat(buf, self.stat_of(AT_FDCWD, path, AT_SYMLINK_NOFOLLOW), False)
 
-    @syscall("stat64", "path p")
+    @syscall("stat64", "path stat64")
     def sys_stat64(self, path: int, buf: int, *_: int) -> int:
         return self._put_stat(buf, self.stat_of(AT_FDCWD, path, 0), True)
 
-    @syscall("lstat64", "path p")
+    @syscall("lstat64", "path stat64")
     def sys_lstat64(self, path: int, buf: int, *_: int) -> int:
         return self._put_stat(buf, self.stat_of(AT_FDCWD, path, AT_SYMLINK_NOFOLLOW), True)
 
-    @syscall("statx", "dirfd path x x p")
+    @syscall("statx", "dirfd path statxflags statxmask statx")
     def sys_statx(self, dirfd: int, path: int, flags: int, mask: int, buf: int, *_: int) -> int:
         self.write(buf, structs.pack_statx(self.stat_of(dirfd, path, flags), self.order))
         return 0
@@ -183,19 +183,19 @@ class StatCalls(PathCalls):
         self.write(buf, data)
         return 0
 
-    @syscall("statfs")
+    @syscall("statfs", "path p")
     def sys_statfs(self, path: int, buf: int, *_: int) -> int:
         return self._put_statfs(buf, self._statfs_of(self.string(path)))
 
-    @syscall("fstatfs")
+    @syscall("fstatfs", "fd p")
     def sys_fstatfs(self, fd: int, buf: int, *_: int) -> int:
         return self._put_statfs(buf, self._statfs_of(fd))
 
-    @syscall("statfs64")
+    @syscall("statfs64", "path u p")
     def sys_statfs64(self, path: int, size: int, buf: int, *_: int) -> int:
         return self._put_statfs(buf, self._statfs_of(self.string(path)), size)
 
-    @syscall("fstatfs64")
+    @syscall("fstatfs64", "fd u p")
     def sys_fstatfs64(self, fd: int, size: int, buf: int, *_: int) -> int:
         return self._put_statfs(buf, self._statfs_of(fd), size)
 
@@ -220,14 +220,14 @@ class StatCalls(PathCalls):
             raise _GuestErrno(errno.EACCES)
         return 0
 
-    @syscall("access", "path mode")
+    @syscall("access", "path amode")
     def sys_access(self, path: int, mode: int, *_: int) -> int:
         return self._access(AT_FDCWD, path, mode)
 
-    @syscall("faccessat", "dirfd path mode")
+    @syscall("faccessat", "dirfd path amode")
     def sys_faccessat(self, dirfd: int, path: int, mode: int, *_: int) -> int:
         return self._access(dirfd, path, mode)
 
-    @syscall("faccessat2", "dirfd path mode x")
+    @syscall("faccessat2", "dirfd path amode faflags")
     def sys_faccessat2(self, dirfd: int, path: int, mode: int, flags: int, *_: int) -> int:
         return self._access(dirfd, path, mode, flags)

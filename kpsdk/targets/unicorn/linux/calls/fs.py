@@ -222,14 +222,14 @@ class FsCalls(PathCalls):
             return self.sint(new)
         return self.fds.install(f, self.sint(new))
 
-    @syscall("dup3", "fd fd x")
+    @syscall("dup3", "fd fd oflagsonly")
     def sys_dup3(self, old: int, new: int, flags: int, *_: int) -> int:
         if self.sint(old) == self.sint(new) or flags & ~self.o_cloexec:
             raise _GuestErrno(errno.EINVAL)
         return self.fds.install(self.fds.get(self.sint(old)), self.sint(new), cloexec=bool(flags & self.o_cloexec))
 
-    @syscall("fcntl", "fd d x")
-    @syscall("fcntl64", "fd d x")
+    @syscall("fcntl", "fd fcntlcmd fcntlarg")
+    @syscall("fcntl64", "fd fcntlcmd fcntlarg")
     def sys_fcntl(self, fd: int, cmd: int, arg: int, *_: int) -> int:
         fd = self.sint(fd)
         f = self.fds.get(fd)
@@ -296,22 +296,22 @@ class FsCalls(PathCalls):
             raise
         return 0
 
-    @syscall("pipe", "p")
+    @syscall("pipe", "fdpair")
     def sys_pipe(self, fds: int, *_: int) -> int:
         return self._pipe(fds)
 
-    @syscall("pipe2", "p x")
+    @syscall("pipe2", "fdpair oflagsonly")
     def sys_pipe2(self, fds: int, flags: int, *_: int) -> int:
         return self._pipe(fds, flags)
 
-    @syscall("ioctl", "fd x p")
+    @syscall("ioctl", "fd ioreq ioarg")
     def sys_ioctl(self, fd: int, request: int, *_: int) -> int:
         self.fds.get(self.sint(fd))
         raise _GuestErrno(errno.ENOTTY)  # no descriptor is a terminal (TCGETS, TIOCGWINSZ...); no FICLONE
 
-    @syscall("fadvise64")
-    @syscall("fadvise64_64")
-    @syscall("arm_fadvise64_64")
+    @syscall("fadvise64", "fd off64 off64 fadvice")
+    @syscall("fadvise64_64", "fd off64 off64 fadvice")
+    @syscall("arm_fadvise64_64", "fd fadvice off64 off64")
     def sys_fadvise64(self, fd: int, *_: int) -> int:
         """Advice about a file's future reads: taken, nothing to do (``ESPIPE`` on a pipe, as Linux)."""
         f = self.fds.get(self.sint(fd))
@@ -349,7 +349,7 @@ class FsCalls(PathCalls):
         self.write(dirp, bytes(out))
         return len(out)
 
-    @syscall("getdents64", "fd p u")
+    @syscall("getdents64", "fd dirents u")
     def sys_getdents64(self, fd: int, dirp: int, count: int, *_: int) -> int:
         return self._dirents(fd, dirp, count, structs.pack_dirent64)
 
@@ -411,7 +411,7 @@ class FsCalls(PathCalls):
 
     # -- the working directory --------------------------------------------------------------------
 
-    @syscall("getcwd", "p u")
+    @syscall("getcwd", "opath u")
     def sys_getcwd(self, buf: int, size: int, *_: int) -> int:
         data = os.fsencode(self.cwd) + b"\0"
         if len(data) > size:
@@ -435,7 +435,7 @@ class FsCalls(PathCalls):
         self.cwd = ref.path  # where the walk ended (links followed), as getcwd says
         return 0
 
-    @syscall("fchdir")
+    @syscall("fchdir", "fd")
     def sys_fchdir(self, fd: int, *_: int) -> int:
         """The working directory becomes the directory open on ``fd`` (find goes back to where
         it started this way)."""

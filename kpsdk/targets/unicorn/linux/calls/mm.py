@@ -106,7 +106,7 @@ class MemoryCalls(ProcessCore):
     def sys_mmap(self, addr: int, length: int, prot: int, flags: int, fd: int, offset: int, *_: int) -> int:
         return self._mmap(addr, length, prot, flags, fd, offset)
 
-    @syscall("mmap2", "p u prot mflags fd x")
+    @syscall("mmap2", "p u prot mflags fd pgoff")
     def sys_mmap2(self, addr: int, length: int, prot: int, flags: int, fd: int, pgoff: int, *_: int) -> int:
         return self._mmap(addr, length, prot, flags, fd, pgoff * PAGE)  # mmap2's offset is in 4096-byte units
 
@@ -130,16 +130,16 @@ class MemoryCalls(ProcessCore):
     def sys_madvise(self, *_: int) -> int:
         return 0
 
-    @syscall("mlock")
-    @syscall("munlock")
-    @syscall("mlockall")
-    @syscall("munlockall")
+    @syscall("mlock", "p u")
+    @syscall("munlock", "p u")
+    @syscall("mlockall", "mclflags")
+    @syscall("munlockall", "")
     def sys_mlock(self, *_: int) -> int:
         """Locking pages in memory: every page of the emulated process is in kpsdk's memory
         already, and none is ever swapped (gpg locks its secrets)."""
         return 0
 
-    @syscall("mincore")
+    @syscall("mincore", "p u p")
     def sys_mincore(self, addr: int, length: int, vec: int, *_: int) -> int:
         """Every page of the range is resident (one byte per page, 1); ``ENOMEM`` where one is
         not mapped, as Linux.  GNU grep's stack-overflow guard asks, walking down its stack."""

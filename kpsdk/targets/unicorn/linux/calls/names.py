@@ -43,7 +43,7 @@ class NameCalls(PathCalls):
         self.root.unlink(self.lookup(AT_FDCWD, self.string(path), follow=False))
         return 0
 
-    @syscall("unlinkat", "dirfd path x")
+    @syscall("unlinkat", "dirfd path atflags")
     def sys_unlinkat(self, dirfd: int, path: int, flags: int, *_: int) -> int:
         if flags & ~AT_REMOVEDIR:
             raise _GuestErrno(errno.EINVAL)

@@ -161,7 +161,7 @@ class ReadWriteCalls(ProcessCore):
         self.write(buf, data)
         return len(data)
 
-    @syscall("pread64", "fd rbuf u d")
+    @syscall("pread64", "fd rbuf u off64")
     def sys_pread64(self, fd: int, buf: int, count: int, *rest: int) -> int:
         f = self.fds.get(self.sint(fd))
         offset = self.pair((fd, buf, count, *rest), 3)
@@ -169,7 +169,7 @@ class ReadWriteCalls(ProcessCore):
         self.write(buf, data)
         return len(data)
 
-    @syscall("pwrite64", "fd wbuf u d")
+    @syscall("pwrite64", "fd wbuf u off64")
     def sys_pwrite64(self, fd: int, buf: int, count: int, *rest: int) -> int:
         f = self.fds.get(self.sint(fd))
         offset = self.sint(self.pair((fd, buf, count, *rest), 3), 64)
@@ -254,7 +254,7 @@ class ReadWriteCalls(ProcessCore):
             self._seek(src, done - len(data), SEEK_CUR)  # what was read and not written is read again
         return done
 
-    @syscall("readv")
+    @syscall("readv", "fd p u")
     def sys_readv(self, fd: int, iov: int, n: int, *_: int) -> int:
         f = self.fds.get(self.sint(fd))
         total = 0
@@ -271,7 +271,7 @@ class ReadWriteCalls(ProcessCore):
         f = self.fds.get(self.sint(fd))
         return self.write_to(f, self.user_data(buf, count))
 
-    @syscall("writev")
+    @syscall("writev", "fd p u")
     def sys_writev(self, fd: int, iov: int, n: int, *_: int) -> int:
         f = self.fds.get(self.sint(fd))
         data = b"".join(self.user_data(base, size) for base, size in self.iovecs(iov, n) if size)
@@ -337,11 +337,11 @@ class ReadWriteCalls(ProcessCore):
         f.pos = base + offset
         return f.pos
 
-    @syscall("lseek", "fd d whence")
+    @syscall("lseek", "fd ld whence")
     def sys_lseek(self, fd: int, offset: int, whence: int, *_: int) -> int:
         return self._seek(self.fds.get(self.sint(fd)), self.sint(offset, self.bits), whence)
 
-    @syscall("_llseek")
+    @syscall("_llseek", "fd llseekoff loffout whence")
     def sys_llseek(self, fd: int, hi: int, lo: int, result: int, whence: int, *_: int) -> int:
         offset = self.sint((hi << 32) | lo, 64)
         pos = self._seek(self.fds.get(self.sint(fd)), offset, whence)

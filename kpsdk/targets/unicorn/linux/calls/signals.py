@@ -45,7 +45,7 @@ class SignalCalls(ProcessCore):
 
     # -- actions ------------------------------------------------------------------------------
 
-    @syscall("rt_sigaction", "d p p u")
+    @syscall("rt_sigaction", "signo sigaction osigaction u")
     def sys_rt_sigaction(self, sig: int, act: int, oact: int, size: int, *_: int) -> int:
         nums = signaling.numbers(self.kernel)
         sig = self.sint(sig)
@@ -90,7 +90,7 @@ class SignalCalls(ProcessCore):
 
     # -- masks --------------------------------------------------------------------------------
 
-    @syscall("rt_sigprocmask", "d p p u")
+    @syscall("rt_sigprocmask", "sighow sigset osigset u")
     def sys_rt_sigprocmask(self, how: int, new: int, old: int, size: int, *_: int) -> int:
         if size != self._sigset_size:
             raise _GuestErrno(errno.EINVAL)
@@ -110,7 +110,7 @@ class SignalCalls(ProcessCore):
             task.sigmask &= ~signaling.unblockable(self.kernel)
         return 0
 
-    @syscall("rt_sigpending", "p u")
+    @syscall("rt_sigpending", "osigset u")
     def sys_rt_sigpending(self, out: int, size: int, *_: int) -> int:
         if size > self._sigset_size:
             raise _GuestErrno(errno.EINVAL)
@@ -170,7 +170,7 @@ class SignalCalls(ProcessCore):
             raise _GuestErrno(errno.EINVAL)
         return sig
 
-    @syscall("kill", "d d")
+    @syscall("kill", "d signo")
     def sys_kill(self, pid: int, sig: int, *_: int) -> int:
         sig = self._check_sig(sig)
         pid = self.sint(pid)
@@ -191,11 +191,11 @@ class SignalCalls(ProcessCore):
                 signaling.send_to_process(kernel, process, sig, info)
         return 0
 
-    @syscall("tgkill", "d d d")
+    @syscall("tgkill", "d d signo")
     def sys_tgkill(self, tgid: int, tid: int, sig: int, *_: int) -> int:
         return self._tkill(self.sint(tid), sig, self.sint(tgid))
 
-    @syscall("tkill", "d d")
+    @syscall("tkill", "d signo")
     def sys_tkill(self, tid: int, sig: int, *_: int) -> int:
         return self._tkill(self.sint(tid), sig, None)
 
@@ -216,7 +216,7 @@ class SignalCalls(ProcessCore):
     def sys_pause(self, *_: int) -> int:
         raise _Block((), restart="eintr")  # only a signal ends it: its handler runs, then EINTR
 
-    @syscall("rt_sigsuspend", "p u")
+    @syscall("rt_sigsuspend", "sigset u")
     def sys_rt_sigsuspend(self, mask: int, size: int, *_: int) -> int:
         task = self.task
         if task.call is None:

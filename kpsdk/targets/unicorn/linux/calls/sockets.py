@@ -22,9 +22,9 @@ SOCKETCALLS = {1: "socket", 2: "bind", 3: "connect", 4: "listen", 5: "accept", 6
 class SocketCalls(ProcessCore):
     """The socket calls asked of descriptors that are not sockets."""
 
-    @syscall("getsockname")
-    @syscall("getpeername")
-    @syscall("getsockopt")
+    @syscall("getsockname", "fd p inoutint")
+    @syscall("getpeername", "fd p inoutint")
+    @syscall("getsockopt", "fd socklevel sockopt p inoutint")
     def sys_not_a_socket(self, fd: int, *_: int) -> int:
         """``getsockname``, ``getpeername``, ``getsockopt`` of a descriptor: ``ENOTSOCK`` (``EBADF``
         when it is not open), as Linux answers for a file or a pipe.  Bash asks
@@ -33,7 +33,7 @@ class SocketCalls(ProcessCore):
         self.fds.get(self.sint(fd))
         raise _GuestErrno(errno.ENOTSOCK)
 
-    @syscall("socketcall")
+    @syscall("socketcall", "d p")
     def sys_socketcall(self, call: int, args: int, *_: int) -> int:
         """i386's and ppc64's one entry for the socket calls (glibc built for kernels before 4.3
         uses it): ``call`` is the call's number (include/uapi/linux/net.h), ``args`` its arguments."""

@@ -123,50 +123,50 @@ class XattrCalls(PathCalls):
         self.root.touch(mem, data=False)
         return 0
 
-    @syscall("getxattr")
+    @syscall("getxattr", "path path p u")
     def sys_getxattr(self, path: int, name: int, value: int, size: int, *_: int) -> int:
         return self._getxattr(self._xattr_ref(path, True), name, value, size)
 
-    @syscall("lgetxattr")
+    @syscall("lgetxattr", "path path p u")
     def sys_lgetxattr(self, path: int, name: int, value: int, size: int, *_: int) -> int:
         return self._getxattr(self._xattr_ref(path, False), name, value, size, follow=False)
 
-    @syscall("fgetxattr")
+    @syscall("fgetxattr", "fd path p u")
     def sys_fgetxattr(self, fd: int, name: int, value: int, size: int, *_: int) -> int:
         return self._getxattr(self._xattr_fd(fd), name, value, size)
 
-    @syscall("listxattr")
+    @syscall("listxattr", "path p u")
     def sys_listxattr(self, path: int, out: int, size: int, *_: int) -> int:
         return self._listxattr(self._xattr_ref(path, True), out, size)
 
-    @syscall("llistxattr")
+    @syscall("llistxattr", "path p u")
     def sys_llistxattr(self, path: int, out: int, size: int, *_: int) -> int:
         return self._listxattr(self._xattr_ref(path, False), out, size, follow=False)
 
-    @syscall("flistxattr")
+    @syscall("flistxattr", "fd p u")
     def sys_flistxattr(self, fd: int, out: int, size: int, *_: int) -> int:
         return self._listxattr(self._xattr_fd(fd), out, size)
 
-    @syscall("setxattr")
+    @syscall("setxattr", "path path wbuf u x")
     def sys_setxattr(self, path: int, name: int, value: int, size: int, flags: int, *_: int) -> int:
         return self._setxattr(self._xattr_ref(path, True), name, value, size, flags)
 
-    @syscall("lsetxattr")
+    @syscall("lsetxattr", "path path wbuf u x")
     def sys_lsetxattr(self, path: int, name: int, value: int, size: int, flags: int, *_: int) -> int:
         return self._setxattr(self._xattr_ref(path, False), name, value, size, flags)
 
-    @syscall("fsetxattr")
+    @syscall("fsetxattr", "fd path wbuf u x")
     def sys_fsetxattr(self, fd: int, name: int, value: int, size: int, flags: int, *_: int) -> int:
         return self._setxattr(self._xattr_fd(fd), name, value, size, flags)
 
-    @syscall("removexattr")
+    @syscall("removexattr", "path path")
     def sys_removexattr(self, path: int, name: int, *_: int) -> int:
         return self._setxattr(self._xattr_ref(path, True), name, 0, 0, 0, remove=True)
 
-    @syscall("lremovexattr")
+    @syscall("lremovexattr", "path path")
     def sys_lremovexattr(self, path: int, name: int, *_: int) -> int:
         return self._setxattr(self._xattr_ref(path, False), name, 0, 0, 0, remove=True)
 
-    @syscall("fremovexattr")
+    @syscall("fremovexattr", "fd path")
     def sys_fremovexattr(self, fd: int, name: int, *_: int) -> int:
         return self._setxattr(self._xattr_fd(fd), name, 0, 0, 0, remove=True)
