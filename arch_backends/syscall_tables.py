@@ -44,12 +44,15 @@ TASKS = _names("""
     getgroups32 setgroups32 rt_sigqueueinfo rt_tgsigqueueinfo
 """)
 
-#: epoll and the event descriptors (each arch has its own subset: epoll_wait and eventfd only
-#: where the table keeps them, the *64 timerfd calls on 32-bit arches)
+#: epoll, the event descriptors and sockets (each arch has its own subset: epoll_wait and
+#: eventfd only where the table keeps them, the *64 timerfd calls on 32-bit arches, i386's and
+#: ppc64's socket calls beside socketcall)
 NET = _names("""
     epoll_create epoll_create1 epoll_ctl epoll_wait epoll_pwait epoll_pwait2
     eventfd eventfd2 timerfd_create timerfd_settime timerfd_gettime timerfd_settime64 timerfd_gettime64
     signalfd signalfd4
+    socket socketpair bind listen accept accept4 connect shutdown setsockopt
+    send recv sendto recvfrom sendmsg recvmsg sendmmsg recvmmsg recvmmsg_time64
 """)
 
 
