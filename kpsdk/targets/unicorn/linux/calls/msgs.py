@@ -26,8 +26,9 @@ from kpsdk.targets.unicorn.linux.files import OpenFile, _GuestErrno
 from kpsdk.targets.unicorn.linux.inodes import MAY_W
 from kpsdk.targets.unicorn.linux.net import consts as c
 from kpsdk.targets.unicorn.linux.net.addrs import parse_inet, unix_name, unix_path
-from kpsdk.targets.unicorn.linux.net.inet import InetSocket, TcpSocket
+from kpsdk.targets.unicorn.linux.net.inet import InetSocket
 from kpsdk.targets.unicorn.linux.net.sock import Received, Socket, drop
+from kpsdk.targets.unicorn.linux.net.tcp import TcpSocket
 from kpsdk.targets.unicorn.linux.net.unix import UnixSocket
 from kpsdk.targets.unicorn.linux.waits import _Block
 

@@ -27,8 +27,10 @@ from kpsdk.targets.unicorn.linux.files import _GuestErrno
 from kpsdk.targets.unicorn.linux.net import consts as c
 from kpsdk.targets.unicorn.linux.net import network
 from kpsdk.targets.unicorn.linux.net.addrs import ANY4, InetAddr, family_of, parse_inet, unix_name, unix_path
-from kpsdk.targets.unicorn.linux.net.inet import InetSocket, TcpSocket, UdpSocket
+from kpsdk.targets.unicorn.linux.net.inet import InetSocket
 from kpsdk.targets.unicorn.linux.net.sock import DGRAM, SEQPACKET, STREAM, Socket
+from kpsdk.targets.unicorn.linux.net.tcp import TcpSocket
+from kpsdk.targets.unicorn.linux.net.udp import UdpSocket
 from kpsdk.targets.unicorn.linux.net.unix import SOMAXCONN, UnixSocket
 
 #: socketcall(2)'s call numbers (include/uapi/linux/net.h) and how many arguments each takes

@@ -11,7 +11,8 @@ leaves kpsdk (:mod:`.addrs`).
 * :mod:`.addrs`: socket addresses in and out;
 * :mod:`.sock`: what every socket has (options, the receive queue, waiting);
 * :mod:`.unix`: AF_UNIX stream, datagram and seqpacket sockets (net/unix/af_unix.c);
-* :mod:`.inet`: TCP and UDP over loopback (net/ipv4/tcp*.c, udp.c, af_inet.c).
+* :mod:`.inet`: what TCP and UDP share (addresses, ports, IP options: af_inet.c);
+* :mod:`.tcp`: TCP over loopback (tcp.c, tcp_input.c); :mod:`.udp`: UDP (udp.c).
 """
 
 from __future__ import annotations
