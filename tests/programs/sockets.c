@@ -526,6 +526,8 @@ static int mode_signalfd(void)
 static int mode_inet(void);
 static int mode_udp(void);
 static int mode_offline(const char *host_socket);
+static int mode_fuzz(void);
+static uint64_t seed;
 
 /* -- AF_UNIX ---------------------------------------------------------------------------------- */
 
@@ -910,6 +912,10 @@ int main(int argc, char **argv)
         return mode_udp();
     if (!strcmp(mode, "offline") && argc > 2)
         return mode_offline(argv[2]);
+    if (!strcmp(mode, "fuzz")) {
+        seed = argc > 2 ? strtoull(argv[2], NULL, 0) : 42;
+        return mode_fuzz();
+    }
     fprintf(stderr, "usage: sockets epoll|eventfd|timerfd|signalfd|unix|tcp|udp|offline PATH\n");
     return 2;
 }
@@ -1273,3 +1279,71 @@ static int mode_offline(const char *host_socket)
     say("a host's listening socket file: %s\n", R(connect(c, (struct sockaddr *)&host, len)));
     return 0;
 }
+
+/* -- random arguments (run under kpsdk only): every call ends with a result or an errno -------- */
+
+static uint64_t rnd(void)
+{
+    seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+    return seed >> 17;
+}
+static long pick(const long *from, int n)
+{
+    return from[rnd() % n];
+}
+
+static int mode_fuzz(void)
+{
+    static unsigned char area[8192];
+    static const int calls[] = {SYS_socket, SYS_socketpair, SYS_bind, SYS_connect, SYS_listen, SYS_accept4,
+                                SYS_sendto, SYS_recvfrom, SYS_sendmsg, SYS_recvmsg, SYS_shutdown, SYS_setsockopt,
+                                SYS_getsockopt, SYS_getsockname, SYS_getpeername, SYS_epoll_create1, SYS_epoll_ctl,
+                                SYS_epoll_pwait, SYS_eventfd2, SYS_timerfd_create, SYS_timerfd_settime,
+                                SYS_timerfd_gettime, SYS_signalfd4, SYS_read, SYS_write, SYS_ioctl, SYS_fcntl,
+                                SYS_sendmmsg, SYS_recvmmsg, SYS_close, SYS_dup};
+    const long small[] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 10, 16, 17, 28, 41, 110, 128, -1, 0x7fffffff, 0x80000000L,
+                          -100, 0x800, 0x80000, 0x4000, 0x40, 0x1000000};
+    for (int i = 0; i < 3000; i++) {
+        for (unsigned j = 0; j < sizeof area; j++)
+            area[j] = rnd() % 7 ? (unsigned char)rnd() : 0;
+        if (rnd() % 2) { /* now and then a plausible sockaddr or msghdr at the start */
+            ((unsigned short *)area)[0] = (unsigned short)pick((const long[]){1, 2, 10, 0, 16}, 5);
+        }
+        long args[6];
+        for (int k = 0; k < 6; k++) {
+            switch (rnd() % 5) {
+            case 0: args[k] = pick(small, sizeof small / sizeof small[0]); break;
+            case 1: args[k] = (long)(area + rnd() % 4096); break;
+            case 2: args[k] = 0; break;
+            case 3: args[k] = 3 + rnd() % 40; break; /* a descriptor, maybe open */
+            default: args[k] = (long)(uintptr_t)0xdead0000UL; break;
+            }
+        }
+        int nr = calls[rnd() % (sizeof calls / sizeof calls[0])];
+        /* nothing may wait: non-blocking sockets and descriptors, MSG_DONTWAIT, no timeout */
+        if (nr == SYS_socket || nr == SYS_socketpair || nr == SYS_accept4 || nr == SYS_eventfd2 ||
+            nr == SYS_timerfd_create || nr == SYS_signalfd4 || nr == SYS_epoll_create1)
+            args[nr == SYS_accept4 || nr == SYS_signalfd4 ? 3 : 1] |= SOCK_NONBLOCK;
+        if (nr == SYS_sendto || nr == SYS_recvfrom)
+            args[3] |= MSG_DONTWAIT;
+        if (nr == SYS_sendmsg || nr == SYS_recvmsg)
+            args[2] |= MSG_DONTWAIT;
+        if (nr == SYS_sendmmsg || nr == SYS_recvmmsg)
+            args[3] |= MSG_DONTWAIT, args[4] = 0;
+        if (nr == SYS_epoll_pwait)
+            args[3] = 0, args[4] = 0;
+        if (nr == SYS_read || nr == SYS_write || nr == SYS_connect || nr == SYS_ioctl || nr == SYS_fcntl) {
+            if (args[0] < 3)
+                continue; /* the console and stdin: not what is tested */
+            fcntl((int)args[0], F_SETFL, O_NONBLOCK);
+        }
+        if (nr == SYS_close && args[0] < 3)
+            continue;
+        if (nr == SYS_fcntl && args[1] != F_GETFL && args[1] != F_SETFL)
+            args[1] = F_GETFL;
+        syscall(nr, args[0], args[1], args[2], args[3], args[4], args[5]);
+    }
+    say("fuzzed\n");
+    return 0;
+}
+

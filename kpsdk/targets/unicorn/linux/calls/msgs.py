@@ -24,6 +24,7 @@ from kpsdk.targets.unicorn.linux.calls.declare import syscall
 from kpsdk.targets.unicorn.linux.calls.paths import PathCalls
 from kpsdk.targets.unicorn.linux.files import OpenFile, _GuestErrno
 from kpsdk.targets.unicorn.linux.inodes import MAY_W
+from kpsdk.targets.unicorn.linux.memory import PAGE
 from kpsdk.targets.unicorn.linux.net import consts as c
 from kpsdk.targets.unicorn.linux.net.addrs import parse_inet, unix_name, unix_path
 from kpsdk.targets.unicorn.linux.net.inet import InetSocket
@@ -34,6 +35,9 @@ from kpsdk.targets.unicorn.linux.waits import _Block
 
 #: the most iovecs a message takes (UIO_MAXIOV), and messages one sendmmsg/recvmmsg takes
 UIO_MAXIOV = 1024
+#: the most one send moves (INT_MAX, as __sys_sendto cuts it), and the largest control buffer
+#: (net.core.optmem_max: ENOBUFS beyond)
+MAX_SEND, OPTMEM_MAX = 0x7FFFFFFF, 131072
 
 
 class MsgCalls(PathCalls):
@@ -103,6 +107,16 @@ class MsgCalls(PathCalls):
 
     # -- messages ---------------------------------------------------------------------------------
 
+    def _user_bytes(self, addr: int, count: int) -> bytes:
+        """What a send passes: ``count`` bytes (at most INT_MAX), read page by page; EFAULT at
+        the first page not mapped."""
+        out = bytearray()
+        count = min(count, MAX_SEND)
+        while len(out) < count:
+            at = addr + len(out)
+            out += self.read(at, min(count - len(out), PAGE - at % PAGE))
+        return bytes(out)
+
     def _msghdr(self, addr: int) -> tuple[int, int, int, int, int, int, int]:
         """``struct msghdr``: name, namelen, iov, iovlen, control, controllen, flags."""
         w = self.word.size
@@ -123,7 +137,7 @@ class MsgCalls(PathCalls):
         """The descriptions an SCM_RIGHTS control message passes (EINVAL for a malformed one,
         EBADF for a closed descriptor); SCM_CREDENTIALS checked (EPERM for another's)."""
         fds: list[OpenFile] = []
-        if length > 0x7FFFFFFF:
+        if length > OPTMEM_MAX:
             raise _GuestErrno(errno.ENOBUFS)
         w = self.word.size
         head = w + 8
@@ -164,7 +178,7 @@ class MsgCalls(PathCalls):
 
     @syscall("sendto", "fd wbuf u x p d")
     def sys_sendto(self, fd: int, buf: int, length: int, flags: int, addr: int, alen: int, *_: int) -> int:
-        data = self.read(buf, length) if length else b""
+        data = self._user_bytes(buf, length)
         raw = self.sockaddr_in(addr, alen) if addr else b""
         return self._send(fd, data, raw, [], flags & 0xFFFFFFFF)
 
@@ -174,7 +188,7 @@ class MsgCalls(PathCalls):
 
     def _sendmsg(self, fd: int, msg: int, flags: int) -> int:
         name, namelen, iov, iovlen, control, controllen, _ = self._msghdr(msg)
-        data = b"".join(self.read(base, size) for base, size in self._vectors(iov, iovlen) if size)
+        data = b"".join(self._user_bytes(base, size) for base, size in self._vectors(iov, iovlen) if size)
         raw = self.sockaddr_in(name, namelen) if name else b""
         sock = self.socket_of(fd)[1]
         fds = self._rights(sock, control, controllen) if controllen else []
