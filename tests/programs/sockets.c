@@ -34,6 +34,7 @@
 #include <sys/time.h>
 #include <sys/timerfd.h>
 #include <sys/types.h>
+#include <sys/uio.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -890,6 +891,56 @@ static int mode_unix(void)
     sendto(d, "anon", 4, 0, (struct sockaddr *)&ab, ablen);
     recvfrom(d1, buf, sizeof buf, 0, (struct sockaddr *)&from, &flen);
     say("from an unbound one: len %d\n", (int)flen);
+
+    /* credentials: SO_PEERCRED, SCM_CREDENTIALS with SO_PASSCRED */
+    socketpair(AF_UNIX, SOCK_STREAM, 0, sv);
+    struct ucred uc;
+    len = sizeof uc;
+    getsockopt(sv[0], SOL_SOCKET, SO_PEERCRED, &uc, &len);
+    say("SO_PEERCRED: len %d pid-is-mine %d uid %d\n", (int)len, uc.pid == getpid(), uc.uid == getuid());
+    setint(sv[1], SOL_SOCKET, SO_PASSCRED, 1);
+    pid = fork();
+    if (!pid) {
+        write(sv[0], "c", 1);
+        _exit(0);
+    }
+    reap(pid);
+    char byte;
+    struct iovec one = {&byte, 1};
+    union { char b[CMSG_SPACE(sizeof(struct ucred))]; struct cmsghdr align; } cu;
+    struct msghdr cm = {.msg_iov = &one, .msg_iovlen = 1, .msg_control = cu.b, .msg_controllen = sizeof cu.b};
+    n = recvmsg(sv[1], &cm, 0);
+    struct cmsghdr *ch = CMSG_FIRSTHDR(&cm);
+    struct ucred sent;
+    memcpy(&sent, CMSG_DATA(ch), sizeof sent);
+    say("SCM_CREDENTIALS: %ld, level %d type %d, pid-is-child %d uid %d\n", n, ch->cmsg_level == SOL_SOCKET,
+        ch->cmsg_type == SCM_CREDENTIALS, sent.pid == pid, sent.uid == getuid());
+
+    /* readv takes what a read would, across the vectors; SHUT_RD stops the peer's writes */
+    write(sv[0], "abcdefgh", 8);
+    char x1[3] = {0}, x2[16] = {0};
+    struct iovec two_v[2] = {{x1, 2}, {x2, 10}};
+    n = readv(sv[1], two_v, 2);
+    say("readv %ld '%s' '%s'; ", n, x1, x2);
+    shutdown(sv[1], SHUT_RD);
+    a = R(write(sv[0], "x", 1));
+    say("after the peer's SHUT_RD: write %s, the reader reads %s\n", a, R(read(sv[1], buf, sizeof buf)));
+    close(sv[0]);
+    close(sv[1]);
+
+    /* accept4's flags */
+    snprintf(abstract, sizeof abstract, "@kpsdk-a-%d", (int)getpid());
+    abstract[0] = 0;
+    ab = un_addr(abstract, &ablen);
+    l = socket(AF_UNIX, SOCK_STREAM, 0);
+    bind(l, (struct sockaddr *)&ab, ablen);
+    listen(l, 1);
+    c = socket(AF_UNIX, SOCK_STREAM, 0);
+    connect(c, (struct sockaddr *)&ab, ablen);
+    a = R(accept4(l, NULL, NULL, 0x1234));
+    s = accept4(l, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    say("accept4 bad flags %s; O_NONBLOCK %d FD_CLOEXEC %d\n", a, !!(fcntl(s, F_GETFL) & O_NONBLOCK),
+        fcntl(s, F_GETFD) & FD_CLOEXEC);
     return 0;
 }
 
@@ -1254,6 +1305,48 @@ static int mode_udp(void)
     memset(buf, 0, 16);
     n = recvfrom(v6, buf, sizeof buf, 0, (struct sockaddr *)&from, &len);
     say("v6: %ld '%s' from %s len %d\n", n, buf, host_of(&from), (int)len);
+
+    /* MSG_PEEK, sendmmsg and recvmmsg, epoll_pwait2 */
+    sendto(v6b, "peeked", 6, 0, (struct sockaddr *)&lo6, sizeof lo6);
+    memset(buf, 0, 16);
+    a = R(recv(v6, buf, 4, MSG_PEEK));
+    say("peek %s '%s'; ", a, buf);
+    memset(buf, 0, 16);
+    a = R(recv(v6, buf, sizeof buf, 0));
+    say("then %s '%s'\n", a, buf);
+    struct mmsghdr mm[3];
+    struct iovec iv[3];
+    char bufs[3][16];
+    const char *texts[] = {"first", "second", "third"};
+    memset(mm, 0, sizeof mm);
+    for (int i = 0; i < 3; i++) {
+        iv[i].iov_base = (void *)texts[i];
+        iv[i].iov_len = strlen(texts[i]);
+        mm[i].msg_hdr.msg_iov = &iv[i];
+        mm[i].msg_hdr.msg_iovlen = 1;
+        mm[i].msg_hdr.msg_name = &lo6;
+        mm[i].msg_hdr.msg_namelen = sizeof lo6;
+    }
+    a = R(sendmmsg(v6b, mm, 3, 0));
+    say("sendmmsg %s lens %u %u %u; ", a, mm[0].msg_len, mm[1].msg_len, mm[2].msg_len);
+    memset(mm, 0, sizeof mm);
+    memset(bufs, 0, sizeof bufs);
+    for (int i = 0; i < 3; i++) {
+        iv[i].iov_base = bufs[i];
+        iv[i].iov_len = sizeof bufs[i];
+        mm[i].msg_hdr.msg_iov = &iv[i];
+        mm[i].msg_hdr.msg_iovlen = 1;
+    }
+    a = R(recvmmsg(v6, mm, 3, MSG_DONTWAIT, NULL));
+    say("recvmmsg %s: %s %s %s\n", a, bufs[0], bufs[1], bufs[2]);
+    int ep = epoll_create1(0);
+    struct epoll_event ev = {.events = EPOLLIN, .data.u64 = 6}, got;
+    epoll_ctl(ep, EPOLL_CTL_ADD, v6, &ev);
+    struct timespec ten = {0, 10000000};
+    a = R(syscall(SYS_epoll_pwait2, ep, &got, 1, &ten, NULL, 8));
+    sendto(v6b, "x", 1, 0, (struct sockaddr *)&lo6, sizeof lo6);
+    b = R(syscall(SYS_epoll_pwait2, ep, &got, 1, &ten, NULL, 8));
+    say("epoll_pwait2: idle %s, then %s\n", a, b);
     return 0;
 }
 
