@@ -289,7 +289,25 @@ static int mode_epoll(void)
     raise(SIGUSR1);
     caught = 0;
     a = R(epoll_pwait(ep, evs, 4, -1, &empty));
-    say("epoll_pwait letting a pending SIGUSR1 in: %s, caught %s\n", a, sig(caught));
+    say("epoll_pwait letting a pending SIGUSR1 in: %s, caught %s; ", a, sig(caught));
+    int idle[2];
+    pipe(idle);
+    raise(SIGUSR1);
+    caught = 0;
+    struct pollfd none = {idle[0], POLLIN, 0};
+    a = R(ppoll(&none, 1, NULL, &empty));
+    say("ppoll: %s, caught %s; ", a, sig(caught));
+    raise(SIGUSR1);
+    caught = 0;
+    fd_set rd;
+    FD_ZERO(&rd);
+    FD_SET(idle[0], &rd);
+    a = R(pselect(idle[0] + 1, &rd, NULL, NULL, NULL, &empty));
+    say("pselect: %s, caught %s; ", a, sig(caught));
+    raise(SIGUSR1);
+    caught = 0;
+    a = R(sigsuspend(&empty));
+    say("sigsuspend: %s, caught %s\n", a, sig(caught));
     sigprocmask(SIG_UNBLOCK, &block, NULL);
 
     /* shared across fork: the child adds a pipe, the parent sees it; a child's write wakes the parent */

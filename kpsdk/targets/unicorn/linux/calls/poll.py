@@ -109,6 +109,14 @@ class PollCalls(ProcessCore):
                 self.write(fds + 8 * i + 6, struct.pack(self.order + "h", revents - 0x10000 if revents & 0x8000
                                                         else revents))
             return self._returns(count)
+        return self._wait(queues, deadline)
+
+    def _wait(self, queues: list[WaitQueue], deadline: int | None) -> int:
+        """Nothing ready: wait, unless a signal may be taken now (one ppoll's mask lets in while
+        it was pending): then EINTR at once, its handler run with the mask swapped, as Linux's
+        wait checks signal_pending before it sleeps."""
+        if self.task.deliverable():
+            return -errno.EINTR
         raise _Block(queues, deadline, restart="eintr")
 
     @syscall("poll", "p u d")
@@ -159,7 +167,7 @@ class PollCalls(ProcessCore):
                 if addr:
                     self.write(addr, value.to_bytes(size, self.arch.endian))
             return self._returns(count)
-        raise _Block(queues, deadline, restart="eintr")
+        return self._wait(queues, deadline)
 
     @syscall("select", "d p p p p")
     @syscall("_newselect", "d p p p p")
@@ -229,9 +237,7 @@ class PollCalls(ProcessCore):
         task = self.task
         if deadline is not None and (task.timed_out or deadline <= self.kernel.clock.elapsed):
             return self._returns(0)
-        if task.deliverable():  # a signal came (or ppoll's mask let one through): ep_poll's EINTR
-            return -errno.EINTR
-        raise _Block([ep.wait], deadline, restart="eintr")
+        return self._wait([ep.wait], deadline)
 
     def _ms_deadline(self, timeout: int) -> int | None:
         ms = self.sint(timeout)

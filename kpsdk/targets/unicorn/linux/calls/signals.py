@@ -266,6 +266,8 @@ class SignalCalls(ProcessCore):
                 raise _GuestErrno(errno.EINVAL)
             task.saved_mask = task.sigmask
             task.sigmask = self._read_set(mask) & ~signaling.unblockable(self.kernel)
+        if task.deliverable():  # the new mask lets a pending signal in: its handler runs now, then EINTR
+            return -errno.EINTR
         raise _Block((), restart="eintr")
 
     # -- returning from a handler ----------------------------------------------------------------
