@@ -41,7 +41,18 @@ TASKS = _names("""
     get_robust_list alarm pause sigreturn waitpid poll ppoll select _newselect pselect6
     setuid setgid setreuid setregid setresuid setresgid getresuid getresgid setfsuid setfsgid getgroups setgroups
     setuid32 setgid32 setreuid32 setregid32 setresuid32 setresgid32 getresuid32 getresgid32 setfsuid32 setfsgid32
-    getgroups32 setgroups32
+    getgroups32 setgroups32 rt_sigqueueinfo rt_tgsigqueueinfo
+""")
+
+#: epoll, the event descriptors and sockets (each arch has its own subset: epoll_wait and
+#: eventfd only where the table keeps them, the *64 timerfd calls on 32-bit arches, i386's and
+#: ppc64's socket calls beside socketcall)
+NET = _names("""
+    epoll_create epoll_create1 epoll_ctl epoll_wait epoll_pwait epoll_pwait2
+    eventfd eventfd2 timerfd_create timerfd_settime timerfd_gettime timerfd_settime64 timerfd_gettime64
+    signalfd signalfd4
+    socket socketpair bind listen accept accept4 connect shutdown setsockopt
+    send recv sendto recvfrom sendmsg recvmsg sendmmsg recvmmsg recvmmsg_time64
 """)
 
 
@@ -66,28 +77,28 @@ CLASSIC = FILES_CLASSIC | _names("open access stat lstat readlink mkdir unlink r
 #: x86_64
 X86_64 = EVERY | CLASSIC | _names("utime") | _names("""
     newfstatat statfs fstatfs mmap sendfile fadvise64 getrlimit arch_prctl set_thread_area time
-""") | _present(TASKS, _numbers.X86_64)
+""") | _present(TASKS | NET, _numbers.X86_64)
 #: i386: 64-bit offsets and sizes through the *64 calls, 32-bit ids through the *32 ones
 I386 = EVERY | CLASSIC | FILES_32 | _names("utime") | _names("""
     _llseek fcntl64 mmap mmap2 stat64 lstat64 fstat64 fstatat64 statfs64 fstatfs64 sendfile64 fadvise64 fadvise64_64
     getuid32 geteuid32 getgid32 getegid32 getrlimit ugetrlimit arch_prctl set_thread_area time
     clock_gettime64 clock_nanosleep_time64 socketcall
-""") | _present(TASKS, _numbers.I386)
+""") | _present(TASKS | NET, _numbers.I386)
 #: arm EABI: as i386, with its own fadvise and the ARM private calls
 ARM = EVERY | CLASSIC | FILES_32 | _names("""
     _llseek fcntl64 mmap2 stat64 lstat64 fstat64 fstatat64 statfs64 fstatfs64 sendfile64 arm_fadvise64_64
     getuid32 geteuid32 getgid32 getegid32 ugetrlimit clock_gettime64 clock_nanosleep_time64 set_tls cacheflush
-""") | _present(TASKS, _numbers.ARM)
+""") | _present(TASKS | NET, _numbers.ARM)
 #: riscv64: the generic table's names
 RISCV64 = EVERY | _names("newfstatat statfs fstatfs mmap sendfile fadvise64 getrlimit riscv_hwprobe") | \
-    _present(TASKS, _numbers.RISCV64)
+    _present(TASKS | NET, _numbers.RISCV64)
 #: aarch64: the generic table's names, and the renameat arm64 keeps (__ARCH_WANT_RENAMEAT)
 AARCH64 = EVERY | _names("newfstatat statfs fstatfs mmap sendfile fadvise64 getrlimit renameat") | \
-    _present(TASKS, _numbers.AARCH64)
+    _present(TASKS | NET, _numbers.AARCH64)
 #: ppc64 and ppc64le
 PPC64 = EVERY | CLASSIC | _names("utime") | _names("""
     newfstatat statfs64 fstatfs64 mmap _llseek sendfile fadvise64 getrlimit ugetrlimit time socketcall
-""") | _present(TASKS, _numbers.PPC64)
+""") | _present(TASKS | NET, _numbers.PPC64)
 
 
 # -- struct stat as each kernel fills it (asm/stat.h of each architecture) --------------------------

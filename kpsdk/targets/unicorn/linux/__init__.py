@@ -1,5 +1,5 @@
 """A Linux user-mode layer for the Unicorn target: real programs run, with their processes,
-threads, signals and pipes.
+threads, signals, pipes and sockets.
 
 The parts, one job each:
 
@@ -11,6 +11,10 @@ The parts, one job each:
 * :mod:`.signaling`: sending, delivering and returning from signals, on each arch's frame
   (:mod:`.sigframes`);
 * :mod:`.pipes`: pipes with Linux's capacity and blocking;
+* :mod:`.fileobj`: descriptors that are kernel objects, and what every descriptor is ready
+  for; :mod:`.epoll`: epoll instances; :mod:`.eventfds`: eventfd, timerfd, signalfd;
+  :mod:`.net`: AF_UNIX sockets and TCP/UDP on a loopback between the session's processes
+  (never the host's network);
 * :mod:`.stack`: the initial stack (argc, argv, envp, the auxiliary vector);
 * :mod:`.memory`: a process's address space (``brk``, ``mmap`` and friends) on its
   :class:`~kpsdk.targets.unicorn.space.Space`;

@@ -22,6 +22,7 @@ from kpsdk.targets.unicorn.linux.overlay import Sysroot
 from kpsdk.targets.unicorn.linux.tree import MAX_SYMLINKS, PATH_MAX
 
 if TYPE_CHECKING:
+    from kpsdk.targets.unicorn.linux.fileobj import FileObject
     from kpsdk.targets.unicorn.linux.pipes import Pipe
 
 __all__ = ["MAX_SYMLINKS", "PATH_MAX", "FdTable", "OpenFile", "Sysroot", "_GuestErrno", "release"]
@@ -42,7 +43,9 @@ class OpenFile:
     named pipe: ``fifo``, read and/or written as ``flags`` say), ``path`` (``O_PATH``: a place,
     no bytes), ``stdin`` (the bytes given as ``stdin=``), ``console`` (output to the session's
     console), ``pipe_r``/``pipe_w`` (an end of a :class:`~.pipes.Pipe`), ``procfile`` (a file of the
-    process's own /proc: ``data``).
+    process's own /proc: ``data``); ``socket``, ``epoll``, ``eventfd``, ``timerfd``, ``signalfd``:
+    a kernel object, ``obj`` (:mod:`~kpsdk.targets.unicorn.linux.fileobj`), which reads, writes,
+    polls and closes it.
     """
 
     kind: str
@@ -64,6 +67,8 @@ class OpenFile:
     #: a ``fifo``'s pipe, and which of its ends this description holds
     fifo: Pipe | None = None
     ends: tuple[bool, bool] = field(default=(False, False))
+    #: the kernel object a socket, epoll, eventfd, timerfd or signalfd description is
+    obj: FileObject | None = None
 
     @property
     def readable(self) -> bool:
@@ -157,6 +162,8 @@ def release(f: OpenFile) -> None:
     if f.kind == "host" and f.fd >= 0:
         os.close(f.fd)
         f.fd = -1
+    elif f.obj is not None:
+        f.obj.release()
     elif f.pipe is not None:
         f.pipe.close_end(f.kind == "pipe_w")
     elif f.kind == "fifo" and f.fifo is not None:

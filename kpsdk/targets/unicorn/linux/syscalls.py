@@ -23,6 +23,7 @@ from kpsdk.targets.unicorn.linux.calls.attrs import AttrCalls
 from kpsdk.targets.unicorn.linux.calls.clocks import ClockCalls
 from kpsdk.targets.unicorn.linux.calls.core import PID, PPID, ProcessCore
 from kpsdk.targets.unicorn.linux.calls.declare import collect
+from kpsdk.targets.unicorn.linux.calls.eventfd import EventCalls
 from kpsdk.targets.unicorn.linux.calls.filestat import StatCalls
 from kpsdk.targets.unicorn.linux.calls.fs import FsCalls
 from kpsdk.targets.unicorn.linux.calls.ids import IdCalls
@@ -47,7 +48,7 @@ __all__ = ["PID", "PPID", "SIGNATURES", "LinuxProcess", "signature"]
 
 
 class LinuxProcess(FsCalls, NameCalls, AttrCalls, ReadWriteCalls, StatCalls, XattrCalls, MemoryCalls, ThreadCalls,
-                   ProcessCalls, IdCalls, SignalCalls, PollCalls, ClockCalls, SocketCalls, SysinfoCalls):
+                   ProcessCalls, IdCalls, SignalCalls, PollCalls, EventCalls, ClockCalls, SocketCalls, SysinfoCalls):
     """One single-threaded Linux process's kernel side, over a Unicorn engine."""
 
     def __init__(self, arch: Arch, uc: unicorn.Uc, console: bytearray, space: AddressSpace, sysroot: Sysroot,

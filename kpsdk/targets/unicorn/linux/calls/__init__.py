@@ -20,9 +20,12 @@ module                calls
 :mod:`.signals`       rt_sigaction, rt_sigprocmask, sigaltstack, kill, tgkill, tkill,
                       rt_sigpending, rt_sigsuspend, pause, rt_sigreturn/sigreturn,
                       alarm, setitimer/getitimer
-:mod:`.poll`          poll, ppoll, select, pselect6
+:mod:`.poll`          poll, ppoll, select, pselect6, epoll_create/ctl/wait/pwait/pwait2
+:mod:`.eventfd`       eventfd, timerfd_create/settime/gettime, signalfd
 :mod:`.clocks`        clock_gettime, gettimeofday, time, the sleeps
-:mod:`.sockets`       getsockname/getpeername/getsockopt (``ENOTSOCK``), socketcall
+:mod:`.sockets`       socket, socketpair, bind, listen, accept, connect, shutdown,
+                      get/setsockopt, getsockname/getpeername, socketcall
+:mod:`.msgs`          send/recv, sendto/recvfrom, sendmsg/recvmsg, sendmmsg/recvmmsg
 :mod:`.sysinfo`       uname, sysinfo, rlimits, getrandom, sched_getaffinity
 ====================  =====================================================================
 

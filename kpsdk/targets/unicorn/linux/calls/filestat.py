@@ -87,6 +87,8 @@ class StatCalls(PathCalls):
             return self.root.stat(f.node)
         if f.kind == "procfile":
             return PROCFILE_STAT
+        if f.obj is not None:  # a socket (S_IFSOCK), an anonymous inode (eventfd, epoll...)
+            return f.obj.stat()
         return structs.stat_values(None)
 
     def _put_stat(self, buf: int, values: dict[str, int], wide: bool) -> int:

@@ -305,8 +305,10 @@ class FsCalls(PathCalls):
         return self._pipe(fds, flags)
 
     @syscall("ioctl", "fd ioreq ioarg")
-    def sys_ioctl(self, fd: int, request: int, *_: int) -> int:
-        self.fds.get(self.sint(fd))
+    def sys_ioctl(self, fd: int, request: int, arg: int, *_: int) -> int:
+        f = self.fds.get(self.sint(fd))
+        if f.obj is not None:  # a socket's FIONBIO, FIONREAD, SIOCOUTQ...
+            return f.obj.ioctl(self, f, request & 0xFFFFFFFF, arg)
         raise _GuestErrno(errno.ENOTTY)  # no descriptor is a terminal (TCGETS, TIOCGWINSZ...); no FICLONE
 
     @syscall("fadvise64", "fd off64 off64 fadvice")

@@ -16,7 +16,7 @@ import struct
 
 from kpsdk.targets.unicorn.linux import lifecycle
 from kpsdk.targets.unicorn.linux.calls.core import PPID, ProcessCore
-from kpsdk.targets.unicorn.linux.calls.declare import Declared, signature_only, syscall
+from kpsdk.targets.unicorn.linux.calls.declare import Declared, syscall
 from kpsdk.targets.unicorn.linux.files import _GuestErrno
 from kpsdk.targets.unicorn.linux.waits import _Block
 
@@ -26,12 +26,10 @@ P_ALL, P_PID, P_PGID = 0, 1, 2
 #: waitid's CLD_* codes (si_code of SIGCHLD)
 CLD_EXITED, CLD_KILLED, CLD_DUMPED, CLD_STOPPED, CLD_CONTINUED = 1, 2, 3, 5, 6
 
-#: the calls whose only declaration is their strace signature: calls the layer does not emulate
-#: (they answer ENOSYS) that strace decodes and programs make (a socket's family and type)
-STRACE_ONLY: tuple[Declared, ...] = (
-    signature_only("socket", "sockfamily socktype sockproto"),
-    signature_only("socketpair", "sockfamily socktype sockproto p"),
-)
+#: the calls whose only declaration is their strace signature (``declare.signature_only``):
+#: calls the layer does not emulate (they answer ENOSYS) that strace decodes and programs make;
+#: none at present (the sockets' are emulated now)
+STRACE_ONLY: tuple[Declared, ...] = ()
 
 
 class ProcessCalls(ProcessCore):

@@ -21,6 +21,7 @@ from kpsdk.targets.unicorn.linux.files import O_APPEND, OpenFile, _GuestErrno
 from kpsdk.targets.unicorn.linux.inodes import MemFile, MemSpecial
 from kpsdk.targets.unicorn.linux.memory import PAGE
 from kpsdk.targets.unicorn.linux.pipes import _BrokenPipe
+from kpsdk.targets.unicorn.linux.waits import _Block
 
 #: the most one read or write moves at once (Linux's MAX_RW_COUNT)
 MAX_RW_COUNT = 0x7FFFF000
@@ -39,6 +40,10 @@ class ReadWriteCalls(ProcessCore):
         """Up to ``count`` bytes of ``f`` (at ``offset``, or at its position, which moves)."""
         count = min(count, MAX_RW_COUNT)
         kind = f.kind
+        if f.obj is not None:  # a socket, eventfd, timerfd, signalfd, epoll: its own read (may wait)
+            if offset is not None:
+                raise _GuestErrno(errno.ESPIPE)
+            return f.obj.read(self, f, count)
         if kind in FILES and not f.readable:
             raise _GuestErrno(errno.EBADF)
         if kind == "host":
@@ -83,6 +88,10 @@ class ReadWriteCalls(ProcessCore):
     def write_to(self, f: OpenFile, data: bytes, offset: int | None = None) -> int:
         """Write ``data`` to ``f`` (at ``offset``, or at its position, which moves); how many bytes went."""
         kind = f.kind
+        if f.obj is not None:  # a socket, eventfd...: its own write (may wait)
+            if offset is not None:
+                raise _GuestErrno(errno.ESPIPE)
+            return f.obj.write(self, f, data)
         if kind in FILES and not f.writable:
             raise _GuestErrno(errno.EBADF)
         if kind == "mem":
@@ -257,8 +266,16 @@ class ReadWriteCalls(ProcessCore):
     @syscall("readv", "fd p u")
     def sys_readv(self, fd: int, iov: int, n: int, *_: int) -> int:
         f = self.fds.get(self.sint(fd))
+        vectors = self.iovecs(iov, n)
+        if f.obj is not None:  # one read for them all: a datagram is one message, and a wait re-runs it whole
+            data = self.read_from(f, sum(size for _, size in vectors))
+            at = 0
+            for base, size in vectors:
+                self.write(base, data[at:at + size])
+                at += size
+            return len(data)
         total = 0
-        for base, size in self.iovecs(iov, n):
+        for base, size in vectors:
             data = self.read_from(f, size)
             self.write(base, data)
             total += len(data)
@@ -292,10 +309,18 @@ class ReadWriteCalls(ProcessCore):
             if offset < 0:
                 raise _GuestErrno(errno.EINVAL)
             data = self.read_from(src, count, offset)
-            self.write(offset_ptr, struct.pack(fmt, offset + len(data)))
-        else:
-            data = self.read_from(src, count)
-        return self.write_to(out, data)
+            done = self.write_to(out, data) if data else 0  # may wait (a full socket or pipe): nothing moved yet
+            self.write(offset_ptr, struct.pack(fmt, offset + done))
+            return done
+        data = self.read_from(src, count)
+        try:
+            done = self.write_to(out, data) if data else 0
+        except (_Block, _GuestErrno):
+            self._seek(src, -len(data), SEEK_CUR)  # the call runs again (or fails): its input is unread
+            raise
+        if done < len(data):  # a short write (a non-blocking socket): what did not go is read again next time
+            self._seek(src, done - len(data), SEEK_CUR)
+        return done
 
     @syscall("sendfile", "fd fd p u")
     def sys_sendfile(self, out_fd: int, in_fd: int, offset: int, count: int, *_: int) -> int:
