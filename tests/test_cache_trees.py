@@ -11,14 +11,16 @@ from __future__ import annotations
 
 import gzip
 import os
+import shutil
 import stat
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from kpsdk.cache import private_dir
 from kpsdk.cachetree import checked_tree, record_tree
-from kpsdk.debian import PrivateApt, file_sha256
+from kpsdk.debian import Package, PrivateApt, file_sha256
 from kpsdk.errors import TargetError
 from kpsdk.fixtures import kernel
 from kpsdk.targets.live import qemu10
@@ -153,6 +155,44 @@ def test_a_planted_kernel_is_not_booted(cache: Path, tmp_path: Path, monkeypatch
     image.write_bytes(b"swapped kernel")
     with pytest.raises(TargetError, match="offline"):
         kernel.fetch_arch_kernel("arm")
+
+
+def test_a_kernel_downloaded_into_an_empty_cache_is_unpacked_and_recorded(
+        cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first fetch of a kernel: the package's ``boot/`` unpacked, recorded, and returned
+    (a check that asked for the record before it was written refused every fresh download)."""
+    tree = tmp_path / "deb"
+    (tree / "boot").mkdir(parents=True)
+    (tree / "boot" / "vmlinuz-6.1.0-50-armmp").write_bytes(b"kernel image bytes")
+    (tree / "lib" / "modules").mkdir(parents=True)
+    (tree / "lib" / "modules" / "m.ko").write_bytes(b"module")
+    (tree / "DEBIAN").mkdir()
+    (tree / "DEBIAN" / "control").write_text(
+        "Package: linux-image-6.1.0-50-armmp\nVersion: 6.1.176-1\nArchitecture: armhf\n"
+        "Maintainer: t <t@example.org>\nDescription: test\n")
+    deb = tmp_path / "k.deb"
+    subprocess.run(["dpkg-deb", "--root-owner-group", "-b", str(tree), str(deb)], check=True, capture_output=True)
+    meta = Package("linux-image-armmp", "6.1.176-1", "pool/m.deb", "0" * 64,
+                   "linux-image-6.1.0-50-armmp (= 6.1.176-1)")
+    image_pkg = Package("linux-image-6.1.0-50-armmp", "6.1.176-1", "pool/k.deb", file_sha256(deb), "kmod")
+
+    def show(self: PrivateApt, name: str) -> Package:
+        if name == "linux-image-armmp":
+            return meta
+        if name == image_pkg.name:
+            return image_pkg
+        raise TargetError(f"{name}: not in this test's index")
+
+    def download(self: PrivateApt, pkg: Package, directory: Path) -> Path:
+        assert pkg == image_pkg
+        return Path(shutil.copy(deb, directory / "linux-image-6.1.0-50-armmp_6.1.176-1_armhf.deb"))
+
+    monkeypatch.setattr(PrivateApt, "show", show)
+    monkeypatch.setattr(PrivateApt, "download", download)
+    got = kernel.fetch_arch_kernel("arm")
+    assert got.name == "vmlinuz-6.1.0-50-armmp" and got.read_bytes() == b"kernel image bytes"
+    assert not (got.parent.parent / "lib").exists()  # only boot/ is unpacked
+    assert kernel.fetch_arch_kernel("arm") == got  # and the second call finds it recorded
 
 
 def test_an_amd64_kernel_in_the_cache_is_returned_only_as_recorded(tmp_path: Path,

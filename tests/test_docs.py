@@ -52,6 +52,7 @@ import io
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import tokenize
@@ -63,6 +64,7 @@ from typing import Any
 import pytest
 
 from kpsdk.cache import cache_root
+from kpsdk.cachetree import checked_tree, record_tree
 from tests.conftest import require_tool
 
 REPO = Path(__file__).resolve().parents[1]
@@ -389,6 +391,35 @@ class PageRun:
         self.namespace.clear()
 
 
+def _share_kernels(shared: Path, cache: Path) -> None:
+    """The kernels already in kpsdk's cache, linked (or copied) into the pages' ``cache`` and
+    recorded there: kpsdk boots a kernel only from a tree its own cache recorded (a symbolic
+    link to another cache is refused), and a page should not download one again."""
+    trees = [(tree, checked_tree(tree)) for tree in sorted(shared.glob("*")) if tree.is_dir()]
+    kept = os.environ.get("KPSDK_CACHE")
+    os.environ["KPSDK_CACHE"] = str(cache)
+    try:
+        for tree, record in trees:
+            if record is None:  # not as kpsdk recorded it: the page fetches its own
+                continue
+            copy = cache / "kernel" / tree.name
+            copy.parent.mkdir(mode=0o700, exist_ok=True)
+            shutil.copytree(tree, copy, copy_function=_link_or_copy)
+            record_tree(copy, record.origin, record.meta)
+    finally:
+        if kept is None:
+            del os.environ["KPSDK_CACHE"]
+        else:
+            os.environ["KPSDK_CACHE"] = kept
+
+
+def _link_or_copy(src: str, dst: str) -> None:
+    try:
+        os.link(src, dst)
+    except OSError:  # another file system
+        shutil.copy2(src, dst)
+
+
 @pytest.fixture(scope="module")
 def pages(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, PageRun]]:
     runs: dict[str, PageRun] = {}
@@ -398,10 +429,8 @@ def pages(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, PageRu
     # workload may differ) cannot change a guest between a page's two commands.  Only Debian's
     # kernel is shared: the kernel tests' fixture downloads it once into kpsdk's cache.
     cache = root / "cache"
-    cache.mkdir()
-    shared_kernels = cache_root() / "kernel"
-    shared_kernels.mkdir(parents=True, exist_ok=True)
-    (cache / "kernel").symlink_to(shared_kernels)
+    cache.mkdir(mode=0o700)
+    _share_kernels(cache_root() / "kernel", cache)
     python = shlex.quote(sys.executable)   # wrappers, not links: a link to a venv's python leaves the venv
     wrappers = {"python": f'exec {python} "$@"', "python3": f'exec {python} "$@"',
                 "kpsdk": f'exec {python} -m kpsdk "$@"'}

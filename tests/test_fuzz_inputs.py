@@ -34,6 +34,7 @@ from typer.testing import CliRunner
 
 import kpsdk
 from kpsdk import fixtures
+from kpsdk.binfmt.symbols import shown_name
 from kpsdk.cli import app
 from kpsdk.probe import location_fields
 from kpsdk.trace.filter import Filter, FilterError, parse_filter
@@ -840,7 +841,7 @@ def test_a_fixed_comm_and_pid_are_taken_or_refused(comm: str, pid: Any) -> None:
     if good_comm and good_pid:
         assert result.exit_code == 0, result.output
         line = result.stdout.splitlines()[-1]
-        assert line.startswith(f"{comm:>16}-{number:<7} [000] ....."), line
+        assert line.startswith(f"{shown_name(comm):>16}-{number:<7} [000] ....."), line  # escaped as names are
     else:
         assert result.exit_code == 2, result.output
 

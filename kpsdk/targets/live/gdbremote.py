@@ -59,10 +59,10 @@ def open_gdb(rest: str, registry: Registry, arch: str | None = None, symbols: st
     if abi is not None and abi not in ABIS:
         raise TargetError(f"gdb: abi={abi!r} is not one of {', '.join(ABIS)} (or None: asked of the stub)")
     remote = parse_remote(rest)
-    refuse_unheard(remote)
     root = _directory(sysroot, "sysroot") if sysroot is not None else None
     table, image = load_symbols(symbols) if symbols else (SymbolTable(), None)
     _need("gdb-multiarch", "gdb-multiarch")
+    refuse_unheard(remote)  # after what the user's files say: those errors do not depend on a stub
     the_arch: Arch | Any
     if arch is not None:
         the_arch = registry.arch(arch)
