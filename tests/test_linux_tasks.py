@@ -4,8 +4,9 @@ tests/programs/tasks.c exercises one thing per mode (threads with a mutex and TL
 contention and timed waits, robust mutexes, fork and wait, fork from a thread, a pipe writer
 blocked at 64 KiB, SIGPIPE, signal handlers, masks, SIGSEGV escaped by siglongjmp, alarm and
 setitimer, SIGCHLD, default actions, a handler changing the saved pc through the ucontext,
-execve of itself) and prints only what Linux decides, by signal name: the same text on every
-arch.  The ground truth is the x86_64 build run natively on this machine (qemu-user is no
+execve of itself, a function that forks returning in both processes, the stack grown towards
+Linux's 8 MiB limit and past it) and prints only what Linux decides, by signal name: the same
+text on every arch.  The ground truth is the x86_64 build run natively on this machine (qemu-user is no
 oracle here: it hangs on robust mutexes of foreign arches and cannot exec a foreign binary);
 every arch's build under kpsdk must print it byte for byte and exit the same way.
 
@@ -34,7 +35,7 @@ LINUX_ARCHS = tuple(a.name for a in REGISTERED_ARCHS
                     if a.syscalls is not None and a.syscalls.linux is not None and a.toolchain is not None
                     and not a.unicorn_unsupported)
 MODES = ("threads", "futex", "robust", "fork", "forkthread", "pipe64k", "sigpipe", "signals", "ucontext", "exec",
-         "retfork")
+         "retfork", "stack")
 
 pytestmark = pytest.mark.skipif(platform.machine() != "x86_64", reason="the native ground truth is an x86_64 run")
 

@@ -266,6 +266,55 @@ static int mode_retfork(void)
     return 0;
 }
 
+/* the stack grows as far as Linux's 8 MiB limit lets it, in a handler, in a forked child; past the
+ * limit a SIGSEGV, caught on the alternate stack (stack) */
+static sigjmp_buf overflow_env;
+
+__attribute__((noinline)) static long descend(long n)
+{
+    volatile char frame[4000];
+    frame[0] = (char)n;
+    frame[sizeof frame - 1] = (char)n;
+    return n ? descend(n - 1) + frame[0] - frame[sizeof frame - 1] + 1 : 0;
+}
+
+static void big_frame_handler(int s)
+{
+    volatile char frame[100000];
+    frame[0] = 1;
+    frame[sizeof frame - 1] = 2;
+    say("handler with a 100 KB frame: %s, %d\n", sig(s), frame[0] + frame[sizeof frame - 1]);
+}
+
+static void on_overflow(int s)
+{
+    siglongjmp(overflow_env, s);
+}
+
+static int mode_stack(void)
+{
+    say("6 MB of frames: %ld\n", descend(1500));
+    signal(SIGUSR1, big_frame_handler);
+    raise(SIGUSR1);
+    pid_t child = fork();
+    if (child == 0) {
+        say("child's 2 MB of frames: %ld\n", descend(500));
+        _exit(0);
+    }
+    int status;
+    waitpid(child, &status, 0);
+    static char alt[64 * 1024];
+    stack_t ss = {.ss_sp = alt, .ss_size = sizeof alt};
+    sigaltstack(&ss, NULL);
+    struct sigaction sa = {.sa_handler = on_overflow, .sa_flags = SA_ONSTACK};
+    sigaction(SIGSEGV, &sa, NULL);
+    int got = sigsetjmp(overflow_env, 1);
+    if (got == 0)
+        say("never: %ld\n", descend(4000)); /* 16 MB: past the limit */
+    say("past the limit: %s on the alternate stack\n", sig(got));
+    return 0;
+}
+
 /* a writer blocks when the pipe holds 64 KiB, until the reader drains it */
 static int mode_pipe64k(void)
 {
@@ -598,6 +647,8 @@ int main(int argc, char **argv)
         return mode_racy();
     if (!strcmp(mode, "retfork"))
         return mode_retfork();
-    say("usage: tasks threads|futex|robust|fork|forkthread|pipe64k|sigpipe|signals|ucontext|exec|shell|racy|retfork\n");
+    if (!strcmp(mode, "stack"))
+        return mode_stack();
+    say("usage: tasks threads|futex|robust|fork|forkthread|pipe64k|sigpipe|signals|ucontext|exec|shell|racy|retfork|stack\n");
     return 2;
 }

@@ -585,7 +585,8 @@ class DetourEngine:
                     return
                 fetch_sp()
                 sp = sp_buf.value
-                off = sp - stack_lo
+                # the window is the stack of the process it was taken in (exec gives another)
+                off = sp - stack_lo if t._stack_mem is stack_mem else -1
                 slot = -1  # [sp]'s index in stack_words
                 if link is not None:
                     fetch_link()

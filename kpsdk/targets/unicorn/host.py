@@ -82,6 +82,9 @@ class UnicornHost(Protocol):
     def stack_window(self) -> tuple[mmap.mmap | bytearray, int, int, struct.Struct]:
         """The stack as host memory: buffer, lowest address, last word offset (-1: none), word Struct."""
 
+    #: the current process's stack window buffer (a hook that kept a window checks it is still this)
+    _stack_mem: mmap.mmap | None
+
     def hook_point(self, addr: int) -> ProbePoint | None: ...
 
     def slot_point(self, addr: int) -> ProbePoint | None: ...

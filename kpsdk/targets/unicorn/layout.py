@@ -13,7 +13,13 @@ AREA_SIZE = 0x200000  # kpsdk's own area: sentinel + out-of-line slots, then DAT
 SLOT_SIZE = 32
 SLOT_BASE = 0x100  # offset of the first slot in kpsdk's area (the sentinel is at 0)
 STACK_TOP = 0x7FFF0000
-STACK_SIZE = 0x100000
+#: the stack's room: a Linux program's grows down into it on demand, up to Linux's default
+#: RLIMIT_STACK (8 MiB); a blank CPU or a bare ELF gets BARE_STACK of it mapped at once
+STACK_SIZE = 0x800000
+BARE_STACK = 0x100000
+#: a Linux program's stack as it starts (Linux's ``stack_expand`` in setup_arg_pages), below what
+#: its arguments take; the rest of STACK_SIZE is mapped as the program reaches it
+STACK_INITIAL = 0x20000
 
 
 def align_up(x: int, a: int = PAGE) -> int:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from kpsdk import hookimpl
 from kpsdk.errors import ArgumentError, ImageFormatError, TargetError
 from kpsdk.target import MappedFile, TargetKind
-from kpsdk.targets.unicorn.layout import AREA_SIZE, PAGE, STACK_SIZE, STACK_TOP, align_up
+from kpsdk.targets.unicorn.layout import AREA_SIZE, BARE_STACK, PAGE, STACK_INITIAL, STACK_SIZE, STACK_TOP, align_up
 from kpsdk.targets.unicorn.linux import check_options, start_process
 from kpsdk.targets.unicorn.linux.images import PageCache, map_image
 from kpsdk.targets.unicorn.target import UnicornTarget
@@ -87,7 +87,7 @@ def open_elf(rest: str, registry: Registry, abi: str = "user", args: Sequence[st
     top = max(start + size for start, size, _ in mappings)
     try:
         target.setup_area(align_up(top, 0x10000) + 0x10000)  # near the code: riscv jal reaches +-1 MiB
-        target.setup_stack()
+        target.setup_stack(STACK_INITIAL if linux else BARE_STACK)  # a Linux program's grows on demand
     except TargetError as e:
         raise ImageFormatError(image.path, f"its segments leave no room for kpsdk's area and stack: {e}") from e
     target.symbols = image.symbols

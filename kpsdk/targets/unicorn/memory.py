@@ -31,7 +31,7 @@ from kpsdk.errors import KprobeError, TargetError
 from kpsdk.target import Target
 from kpsdk.targets.unicorn.detour import DATA_SIZE
 from kpsdk.targets.unicorn.fast import cache_remover, cstring_reader, memory_reader, memory_writer
-from kpsdk.targets.unicorn.layout import AREA_SIZE, PAGE, SLOT_BASE, STACK_SIZE, STACK_TOP, align_up
+from kpsdk.targets.unicorn.layout import AREA_SIZE, BARE_STACK, PAGE, SLOT_BASE, STACK_SIZE, STACK_TOP, align_up
 from kpsdk.targets.unicorn.space import Space
 
 if TYPE_CHECKING:
@@ -92,6 +92,8 @@ class GuestMemory(Target):
         self._next_slot = 0
         self._area_mem: mmap.mmap | None = None
         self._stack_mem: mmap.mmap | None = None
+        #: the lowest address of ``_stack_mem`` (the stack's top mapping)
+        self._stack_lo = STACK_TOP
         word = "<" if arch.endian == "little" else ">"
         self._word = struct.Struct(word + ("Q" if arch.word_size == 8 else "I"))
 
@@ -198,8 +200,12 @@ class GuestMemory(Target):
         self._next_slot = base + SLOT_BASE
         return data, mem
 
-    def setup_stack(self) -> int:
-        self._stack_mem = self.map(STACK_TOP - STACK_SIZE, STACK_SIZE, "rw")
+    def setup_stack(self, size: int = BARE_STACK) -> int:
+        """Map the top ``size`` bytes of the stack (all of it, unless the Linux layer grows the
+        rest on demand) and point sp into it."""
+        size = min(STACK_SIZE, align_up(size))
+        self._stack_mem = self.map(STACK_TOP - size, size, "rw")
+        self._stack_lo = STACK_TOP - size
         sp = STACK_TOP - 0x1000
         self.uc.mem_write(sp, bytes(8 * self.arch.word_size))  # argc=0, argv=NULL, envp=NULL, AT_NULL
         self.fast.write(self._sp, sp)
@@ -240,17 +246,19 @@ class GuestMemory(Target):
         """The stack as host memory, for hooks that read and write return addresses
         without a call per word (:meth:`read_word` and :meth:`hijack_word` inlined):
         its buffer, its lowest address, the highest offset a word fits at (-1 while
-        there is no stack, with an empty buffer) and the word's ``Struct``.  The stack is mapped once, at
-        ``open``, and never unmapped (the Linux layer refuses to)."""
+        there is no stack, with an empty buffer) and the word's ``Struct``.  The stack is mapped at
+        ``open`` and never unmapped (the Linux layer refuses to); the window is its top mapping
+        (a Linux program's stack grows below it in mappings of their own, read the slow way), and
+        it is the current process's: a hook that keeps it checks ``_stack_mem`` is still it."""
         mem = self._stack_mem
         if mem is None:
-            return bytearray(), STACK_TOP - STACK_SIZE, -1, self._word
-        return mem, STACK_TOP - STACK_SIZE, STACK_SIZE - self._word.size, self._word
+            return bytearray(), STACK_TOP, -1, self._word
+        return mem, self._stack_lo, STACK_TOP - self._stack_lo - self._word.size, self._word
 
     def hijack_word(self, addr: int, value: int) -> None:
         """Overwrite the return address at ``addr`` (the stack, in host memory, on the hot path)."""
-        off = addr - STACK_TOP + STACK_SIZE
-        if 0 <= off <= STACK_SIZE - self._word.size and self._stack_mem is not None:
+        off = addr - self._stack_lo
+        if 0 <= off <= STACK_TOP - self._stack_lo - self._word.size and self._stack_mem is not None:
             self._word.pack_into(self._stack_mem, off, value)
         elif not self.words.write(addr, value):
             raise self.memory_fault("cannot write the return address", addr)
@@ -283,8 +291,8 @@ class GuestMemory(Target):
         return super().read_cstring(addr, max)
 
     def read_word(self, addr: int) -> int:
-        off = addr - STACK_TOP + STACK_SIZE
-        if 0 <= off <= STACK_SIZE - self._word.size and self._stack_mem is not None:  # the hot case: [sp]
+        off = addr - self._stack_lo
+        if 0 <= off <= STACK_TOP - self._stack_lo - self._word.size and self._stack_mem is not None:  # [sp]
             return int(self._word.unpack_from(self._stack_mem, off)[0])
         if self._bp_lo - 4 < addr < self._bp_hi + 4:
             return super().read_word(addr)

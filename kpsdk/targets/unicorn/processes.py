@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from kpsdk.kernel.tasks import TaskInfo
 from kpsdk.target import Target
-from kpsdk.targets.unicorn.layout import STACK_SIZE, STACK_TOP
+from kpsdk.targets.unicorn.layout import STACK_TOP
 from kpsdk.targets.unicorn.quantum import QuantumCounter
 from kpsdk.targets.unicorn.space import Space, switch
 from kpsdk.targets.unicorn.tlb import flush_tlb
@@ -51,6 +51,7 @@ class TaskSupport(Target):
     runner: Runner
     syscall_glue: SyscallGlue | None
     _stack_mem: mmap.mmap | None
+    _stack_lo: int
     _bp_points: dict[int, ProbePoint]
     _hook_points: dict[int, ProbePoint]
     detours: DetourEngine | None
@@ -96,8 +97,9 @@ class TaskSupport(Target):
         switch(self.uc, self.space, space)
         self.space = space
         region = space.region_at(STACK_TOP - 1)
-        self._stack_mem = region.buf if region is not None and region.offset == 0 and \
-            region.start == STACK_TOP - STACK_SIZE else None
+        whole = region is not None and region.offset == 0 and region.end == STACK_TOP
+        self._stack_mem = region.buf if region is not None and whole else None
+        self._stack_lo = region.start if region is not None and whole else STACK_TOP
         self._forget_memory()
         flush_tlb(self.uc)
 

@@ -173,6 +173,8 @@ class Runner:
             if error is None:
                 return
             resume = host.watch.resume_after_fault() if host.watch is not None else None  # a watched access
+            if resume is None and host.kernel is not None and host.kernel.expand_stack(error):
+                resume = host.begin_at(host.fast.read(self._pc))  # the access again, the stack grown under it
             if resume is None:
                 resume = self._instruction_fault(error)
             if resume is None and host.kernel is not None and self.depth == 0 and host.kernel.fault(error):

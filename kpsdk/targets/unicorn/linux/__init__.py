@@ -49,7 +49,7 @@ from kpsdk.errors import ArgumentError, TargetError, UnsupportedTargetError
 from kpsdk.targets.unicorn.linux.files import PATH_MAX, Sysroot, _GuestErrno
 from kpsdk.targets.unicorn.linux.kernel import LinuxKernel
 from kpsdk.targets.unicorn.linux.memory import PAGE, AddressSpace, page_up
-from kpsdk.targets.unicorn.linux.stack import ARG_MAX, ProcessImage, build_stack
+from kpsdk.targets.unicorn.linux.stack import ARG_MAX, ProcessImage, build_stack, stack_bytes
 from kpsdk.targets.unicorn.linux.syscalls import PID, LinuxProcess
 from kpsdk.targets.unicorn.linux.tasks import Task
 
@@ -205,12 +205,17 @@ def start_process(target: LinuxHost, image: ElfImage, program: str, options: Pro
                         entry=image.raw_entry + image.bias,
                         base=interp_base, uid=os.getuid(), gid=os.getgid(), platform=linux.platform, hwcap=linux.hwcap,
                         hwcap2=linux.hwcap2)
+    space.stack = next((lo, hi) for lo, hi in reserved if lo <= stack_top < hi)
+    top_mapping = target.space.region_at(stack_top)
+    assert top_mapping is not None, "the loader maps the stack's top first"
+    space.stack_low = top_mapping.start
+    space.grow_stack(stack_top - stack_bytes(argv, envp, argv[0], arch.word_size))  # room for the strings
     sp, auxv = build_stack(target.uc.mem_write, stack_top, word, argv, envp, argv[0], info, os.urandom(16))
     target.fast.write(target.arch.register(arch.sp), sp)
     # what its own /proc/self shows (kpsdk.targets.unicorn.linux.procfs)
     process.argv, process.envp = argv, envp
     process.auxv = b"".join(word.pack(w) for w in auxv)
-    process.stack = next((lo, hi) for lo, hi in reserved if lo <= stack_top < hi)
+    process.stack = space.stack
     process.mapped = list(target._files)
     kernel = LinuxKernel(target)  # type: ignore[arg-type]  # the target is the kernel's host too
     kernel.first_id(PID)

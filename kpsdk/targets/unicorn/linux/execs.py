@@ -29,7 +29,7 @@ from kpsdk.targets.unicorn.linux.calls.core import AT_FDCWD
 from kpsdk.targets.unicorn.linux.files import PATH_MAX, _GuestErrno
 from kpsdk.targets.unicorn.linux.images import map_image
 from kpsdk.targets.unicorn.linux.memory import PAGE, AddressSpace, page_up
-from kpsdk.targets.unicorn.linux.stack import ARG_MAX, ProcessImage, build_stack
+from kpsdk.targets.unicorn.linux.stack import ARG_MAX, ProcessImage, build_stack, stack_bytes
 
 if TYPE_CHECKING:
     from kpsdk.binfmt.elfimage import ElfImage
@@ -139,7 +139,7 @@ def execve(process: ProcessCore, path_addr: int, argv_addr: int, envp_addr: int)
 def finish_exec(kernel: LinuxKernel, task: Task) -> None:
     """The second half, between two runs of the engine, ``task`` the current task."""
     from kpsdk.target import MappedFile
-    from kpsdk.targets.unicorn.layout import AREA_SIZE, STACK_SIZE, STACK_TOP
+    from kpsdk.targets.unicorn.layout import AREA_SIZE, STACK_INITIAL, STACK_SIZE, STACK_TOP
     from kpsdk.targets.unicorn.linux import library_mapped, load_interpreter
     from kpsdk.targets.unicorn.loader import load_mappings, pie_base
     from kpsdk.targets.unicorn.space import Space
@@ -173,7 +173,7 @@ def finish_exec(kernel: LinuxKernel, task: Task) -> None:
         mappings = load_mappings(placed, arch)
         top = max(start + size for start, size, _ in mappings)
     map_image(target, kernel.pages, placed, plan.image.identity, mappings)
-    target.setup_stack()  # type: ignore[attr-defined]
+    target.setup_stack(STACK_INITIAL)  # type: ignore[attr-defined]
     reserved = old.reserved
     limit = 1 << (8 * arch.word_size) if arch.word_size == 4 else 1 << 47
     # the heap after the program, or after kpsdk's area when that sits right above the program
@@ -208,6 +208,8 @@ def finish_exec(kernel: LinuxKernel, task: Task) -> None:
     info = ProcessImage(phdr=placed.phdr[0], phent=placed.phdr[1], phnum=placed.phdr[2],
                         entry=placed.raw_entry + bias, base=interp_base, uid=os.getuid(), gid=os.getgid(),
                         platform=linux.platform, hwcap=linux.hwcap, hwcap2=linux.hwcap2)
+    mem.stack, mem.stack_low = (STACK_TOP - STACK_SIZE, STACK_TOP), STACK_TOP - STACK_INITIAL
+    mem.grow_stack(STACK_TOP - 0x10 - stack_bytes(plan.argv, plan.envp, os.fsencode(plan.filename), arch.word_size))
     sp, auxv = build_stack(kernel.uc.mem_write, STACK_TOP - 0x10, word, plan.argv, plan.envp,
                            os.fsencode(plan.filename), info, os.urandom(16))
     fast.write(arch.register(arch.sp), sp)

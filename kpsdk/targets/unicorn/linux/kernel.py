@@ -175,6 +175,21 @@ class LinuxKernel:
 
     _fault_addr: int | None = None
 
+    def expand_stack(self, error: unicorn.UcError) -> bool:
+        """The current task's access faulted below its stack's mapped part, in the stack's
+        room: the stack grew there (True: run the instruction again), as Linux's page fault
+        handler grows it before any signal (:meth:`AddressSpace.grow_stack
+        <kpsdk.targets.unicorn.linux.memory.AddressSpace.grow_stack>`)."""
+        task = self.current
+        addr = self._fault_addr
+        if task is None or addr is None or error.errno not in (unicorn.UC_ERR_READ_UNMAPPED,
+                                                                unicorn.UC_ERR_WRITE_UNMAPPED):
+            return False
+        if not task.process.mem.grow_stack(addr):
+            return False
+        self._fault_addr = None
+        return True
+
     def fault(self, error: unicorn.UcError) -> bool:
         """The current task's instruction faulted (``error``, not a probe's or a watchpoint's):
         the signal Linux sends for it is queued (True), or None fits (False: the run ends

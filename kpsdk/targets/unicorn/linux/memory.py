@@ -43,6 +43,9 @@ def page_up(x: int) -> int:
     return (x + PAGE - 1) & ~(PAGE - 1)
 
 
+#: how much a stack grows at a time: a program that descends page by page faults once a chunk
+STACK_CHUNK = 0x10000
+
 class AddressSpace:
     """The program's mappings in ``table``, with ``reserved`` ranges it may not touch."""
 
@@ -62,11 +65,16 @@ class AddressSpace:
         #: the processes using it (a CLONE_VM clone shares it: vfork, posix_spawn); the last
         #: one's end or execve releases it
         self.users = 1
+        #: the stack's room ``(floor, top)`` and its lowest mapped address (:meth:`grow_stack`);
+        #: None: no stack that grows (a process not started by the loader)
+        self.stack: tuple[int, int] | None = None
+        self.stack_low = 0
 
     def fork(self) -> AddressSpace:
         """A copy for a new process (``fork``): private memory copied, shared memory shared."""
         child = AddressSpace(self.table.fork(), self.limit, self.brk_base, list(self.reserved), self.on_unmap)
         child.brk_end = self.brk_end
+        child.stack, child.stack_low = self.stack, self.stack_low
         child.names = dict(self.names)
         child.sources = dict(self.sources)
         return child
@@ -76,6 +84,23 @@ class AddressSpace:
         self.users -= 1
         if self.users <= 0:
             self.table.release()
+
+    def grow_stack(self, addr: int) -> bool:
+        """Map the stack down to ``addr`` (its 64 KiB chunk) when ``addr`` lies in the stack's
+        room below what is mapped, as Linux grows a ``VM_GROWSDOWN`` area at a fault or a
+        kernel access there (``expand_stack``); True when it grew.  A process starts with
+        :data:`STACK_INITIAL <kpsdk.targets.unicorn.layout.STACK_INITIAL>` mapped: a fork copies,
+        and a process switch unmaps and maps, only what the program has reached."""
+        if self.stack is None or not self.stack[0] <= addr < self.stack_low:
+            return False
+        low = max(self.stack[0], addr & ~(STACK_CHUNK - 1))
+        try:
+            self.table.map(low, self.stack_low, unicorn.UC_PROT_READ | unicorn.UC_PROT_WRITE)
+        except (unicorn.UcError, OSError):
+            return False
+        self._forget(low, self.stack_low)
+        self.stack_low = low
+        return True
 
     def name(self, start: int, end: int, path: str, offset: int, source: Path | Reader | None = None) -> None:
         """``[start, end)`` shows ``path`` from file offset ``offset`` in ``/proc/self/maps``;

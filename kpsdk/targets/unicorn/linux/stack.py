@@ -22,12 +22,21 @@ from dataclasses import dataclass
 AT_NULL, AT_PHDR, AT_PHENT, AT_PHNUM, AT_PAGESZ, AT_BASE, AT_FLAGS, AT_ENTRY = 0, 3, 4, 5, 6, 7, 8, 9
 AT_UID, AT_EUID, AT_GID, AT_EGID, AT_PLATFORM, AT_HWCAP, AT_CLKTCK = 11, 12, 13, 14, 15, 16, 17
 AT_SECURE, AT_RANDOM, AT_HWCAP2, AT_EXECFN = 23, 25, 26, 31
-#: the most bytes of argument and environment strings (Linux allows a quarter of the stack
-#: limit; kpsdk's stack is smaller than the default 8 MiB, so a quarter of it)
-ARG_MAX = 256 * 1024
+#: the most bytes of argument and environment strings: Linux allows a quarter of the stack
+#: limit, and kpsdk's stack room is Linux's default 8 MiB
+ARG_MAX = 2 * 1024 * 1024
 #: sysconf(_SC_CLK_TCK) as every Linux architecture reports it (USER_HZ)
 CLK_TCK = 100
 PAGE = 0x1000
+
+
+def stack_bytes(argv: list[bytes], envp: list[bytes], execfn: bytes, word_size: int) -> int:
+    """At most how many bytes :func:`build_stack` writes for these strings (the stack must be
+    mapped that far before it runs): the strings, the pointers, the auxiliary vector, the
+    random bytes and platform string, and alignment."""
+    strings = sum(len(s) + 1 for s in (*argv, *envp)) + len(execfn) + 1 + 16 + 64
+    words = len(argv) + len(envp) + 3 + 2 * 32  # argc, the two NULLs, auxv pairs (fewer than 32)
+    return strings + words * word_size + 64
 
 
 @dataclass(frozen=True)

@@ -167,12 +167,17 @@ class ProcessCore:
         try:
             return bytes(self.uc.mem_read(addr, size))
         except unicorn.UcError:
+            if size and self.mem.grow_stack(addr):  # the kernel's own access grows the stack too
+                return self.read(addr, size)
             raise _GuestErrno(errno.EFAULT) from None
 
     def write(self, addr: int, data: bytes) -> None:
         try:
             self.uc.mem_write(addr, data)
         except unicorn.UcError:
+            if data and self.mem.grow_stack(addr):  # a signal frame below the stack's mapped part
+                self.write(addr, data)
+                return
             raise _GuestErrno(errno.EFAULT) from None
 
     def read_word(self, addr: int) -> int:
