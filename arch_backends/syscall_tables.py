@@ -55,7 +55,15 @@ RISCV64 = EVERY | _names("newfstatat statfs fstatfs mmap sendfile fadvise64 getr
 PPC64 = EVERY | CLASSIC | _names("""
     newfstatat statfs64 fstatfs64 mmap _llseek sendfile fadvise64 getrlimit ugetrlimit time socketcall
 """)
-
+#: MIPS o32 (mips, mipsel): the 32-bit calls as arm's, its own ``set_thread_area`` (the TLS pointer
+#: itself: arch/mips/kernel/syscall.c) and ``cacheflush``; no vfork (clone only)
+MIPS_O32 = EVERY | (CLASSIC - {"vfork"}) | _names("""
+    _llseek fcntl64 mmap mmap2 stat64 lstat64 fstat64 fstatat64 statfs64 fstatfs64 sendfile64 fadvise64
+    getrlimit clock_gettime64 clock_nanosleep_time64 set_thread_area cacheflush time socketcall
+""")
+#: MIPS n64 (mips64el)
+MIPS_N64 = EVERY | (CLASSIC - {"vfork"}) | _names(
+    "newfstatat statfs fstatfs mmap sendfile fadvise64 getrlimit set_thread_area cacheflush")
 
 # -- struct stat as each kernel fills it (asm/stat.h of each architecture) --------------------------
 

@@ -257,7 +257,11 @@ def check_rules(rules: WatchRules | None, arch: str, wp: Watchpoint, addr: int, 
     if rules.aligned and addr % length:
         raise KprobeError(errno.EINVAL, f"{addr:#x} is not aligned to the watched length {length} ({arch} "
                           "debug registers watch naturally aligned ranges)")
-    if rules.window and addr // rules.window != (addr + length - 1) // rules.window:
+    if rules.masked and rules.window and length > rules.window:
+        if addr % length:
+            raise KprobeError(errno.EINVAL, f"{addr:#x} is not aligned to the watched length {length} ({arch} "
+                              f"watches more than {rules.window} bytes as a masked, naturally aligned range)")
+    elif rules.window and addr // rules.window != (addr + length - 1) // rules.window:
         raise KprobeError(errno.EINVAL, f"{addr:#x}+{length} crosses a {rules.window}-byte boundary, which {arch}'s "
                           "debug hardware cannot watch")
 

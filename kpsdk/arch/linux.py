@@ -53,6 +53,17 @@ class LinuxAbi:
     :param error_flag: how a failed call says so: None, a negative result
         (``-errno``); else ``(register, bit)``: the bit is set and the result is
         the positive errno (ppc64's CR0.SO).
+    :param error_register: a register of its own that says it (Unicorn's id): 1 after a
+        failed call, whose result is then the positive errno, 0 after one that succeeded
+        (MIPS's ``$a3``: arch/mips/kernel/scall32-o32.S, scall64-n64.S); None: not so.
+    :param errnos: the arch's errno numbers where they differ from the generic ones the
+        layer uses (Python's ``errno``, the host's), as ``(generic, the arch's)`` pairs
+        (arch/mips/include/uapi/asm/errno.h).  Empty: the generic numbers.
+    :param mmap_flags: ``mmap(2)`` flag bits that differ from asm-generic's, as
+        ``(the arch's bit, the generic bit)``: the layer reads the generic meaning
+        (MIPS's ``MAP_ANONYMOUS`` is 0x800, asm-generic's 0x20).
+    :param open_flags: likewise for ``open(2)``'s flags the layer acts on (``O_CREAT``,
+        ``O_TRUNC``, ``O_APPEND``; MIPS's are 0x100, 0x200, 0x8).
     :param big_endian: the byte order of the guest's words.
     :param open_flag_bits: the ``open(2)`` flags whose bits differ from asm-generic's
         (arch/*/include/uapi/asm/fcntl.h: ``O_DIRECTORY``, ``O_NOFOLLOW``, ``O_DIRECT``,
@@ -74,8 +85,25 @@ class LinuxAbi:
     set_thread_area: Callable[[Any, int, int, int, bool], int] | None = None
     pair_aligned: bool = False
     error_flag: tuple[int, int] | None = None
+    error_register: int | None = None
+    errnos: tuple[tuple[int, int], ...] = ()
+    mmap_flags: tuple[tuple[int, int], ...] = ()
+    open_flags: tuple[tuple[int, int], ...] = ()
     open_flag_bits: tuple[tuple[str, int], ...] = ()
     calls: frozenset[str] = frozenset()
+
+    def generic_flags(self, flags: int, table: tuple[tuple[int, int], ...]) -> int:
+        """``flags`` with each of the arch's bits in ``table`` (:attr:`mmap_flags`,
+        :attr:`open_flags`) moved to the generic bit of the same meaning."""
+        if not table:
+            return flags
+        out = flags
+        for mine, _generic in table:
+            out &= ~mine
+        for mine, generic in table:
+            if flags & mine:
+                out |= generic
+        return out
 
 
 @dataclass(frozen=True)
@@ -94,6 +122,9 @@ class Syscalls:
         :attr:`LinuxAbi.calls`.
     :param unicorn_insn: Unicorn's instruction id to hook (``UC_HOOK_INSN``) where
         the trap is an instruction rather than an interrupt (x86_64's ``syscall``).
+    :param stack_args: arguments after ``args`` that the kernel reads from the user stack,
+        at ``sp + stack_args_offset`` (MIPS o32: the 5th to 8th, from ``sp + 16``:
+        arch/mips/kernel/scall32-o32.S loads them for every call).
     :param linux: the process ABI the Linux layer needs (auxv, TLS, structs);
         None: only the freestanding calls (write, exit) are emulated.
     """
@@ -105,3 +136,5 @@ class Syscalls:
     calls: dict[str, int]
     unicorn_insn: int | None = None
     linux: LinuxAbi | None = None
+    stack_args: int = 0
+    stack_args_offset: int = 0

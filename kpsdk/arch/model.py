@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from kpsdk.arch.capabilities import (
     Conditions,
+    DelaySlots,
     DetourCode,
     FrameRecord,
     InsnRules,
@@ -106,8 +107,10 @@ class InstructionSet:
     :param max_call: the longest call instruction, in bytes: a stack scan looks
         this far back from a candidate return address for the call before it.
     :param is_call: whether an instruction is a call where capstone does not put it
-        in ``CS_GRP_CALL`` (PowerPC's branches with the LK bit: ``bl``, ``bctrl``);
-        None: capstone's group decides.
+        in ``CS_GRP_CALL`` (PowerPC's branches with the LK bit: ``bl``, ``bctrl``; MIPS's
+        ``jal``, ``jalr``, ``bal``); None: capstone's group decides.
+    :param delay_slot: bytes between the end of a call and the address it returns to: the
+        branch delay slot (MIPS: 4, the return address is the call's address + 8).
     """
 
     name: str
@@ -123,6 +126,7 @@ class InstructionSet:
     frame_record: FrameRecord | None = None
     max_call: int = 4
     is_call: CallRule | None = None
+    delay_slot: int = 0
 
 
 @dataclass(frozen=True)
@@ -179,6 +183,11 @@ class Arch:
     ``kernel_log2_overflow`` a hist ``.log2`` key where the kernel's ``1UL << bits`` overflows
                           (0, negative values): 32-bit arm's is ``ilog2(0)``, 2**64 - 1, as its
                           kernel prints it; None: the exponent (x86_64's 64)
+    ``delay_slots``       branch delay slots (MIPS): probes refused in them, watched accesses in
+                          them followed through their branch, Unicorn's state settled
+    ``unicorn_cpu``       the CPU model Unicorn emulates (``ctl_set_cpu_model``) where its default
+                          is not the one Linux programs of the arch need (MIPS64: R4000 lacks
+                          ``rdhwr``)
     ====================  ================================================================
     """
 
@@ -233,6 +242,10 @@ class Arch:
     detours: DetourCode | None = None
     mode_bit: ModeBit | None = None
     unicorn_setup: Callable[[Any], None] | None = None
+    #: Unicorn's CPU model (``UC_CPU_*``), set before the engine starts; None: Unicorn's default
+    unicorn_cpu: int | None = None
+    #: branch delay slots (MIPS), see :class:`~kpsdk.arch.DelaySlots`
+    delay_slots: DelaySlots | None = None
     #: whether kpsdk fills Unicorn's virtual TLB on this arch (kpsdk.targets.unicorn.tlb: guest stores
     #: on the fast path); where not, Unicorn's CPU fills its TLB itself, every store on the slow path
     unicorn_tlb_fill: bool = True

@@ -215,9 +215,12 @@ class Runner:
             stack_args = [a & mask for a in args[len(abi.args):]]
             for reg, value in zip(abi.args, args, strict=False):
                 fast.write(arch.register(reg), value & mask)
-            sp -= len(stack_args) * word
+            # where the callee finds its first stack argument: o32's home area for a0-a3 (16
+            # bytes), ppc64's parameter save area; x86 pushes its return address below instead
+            home = abi.stack_args_offset if arch.link is not None else 0
+            sp -= len(stack_args) * word + home
             sp &= ~(arch.stack_alignment - 1)
-            blob = b"".join(struct.pack(fmt, a) for a in stack_args)
+            blob = bytes(home) + b"".join(struct.pack(fmt, a) for a in stack_args)
             if arch.link is None:  # x86: the return address is pushed
                 sp -= word
                 blob = struct.pack(fmt, sentinel) + blob

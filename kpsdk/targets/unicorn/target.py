@@ -98,9 +98,12 @@ class UnicornTarget(GuestMemory, ReturnProbes):
         self.arch = arch
         self.abi_kind = abi_kind
         self.uc = unicorn.Uc(*arch.unicorn)
+        if arch.unicorn_cpu is not None:  # before anything starts the engine (MIPS64: a Release 2 CPU)
+            self.uc.ctl_set_cpu_model(arch.unicorn_cpu)
         #: guest stores at full speed on memory that is not executable (kpsdk.targets.unicorn.tlb), where
         #: the arch allows it (not ARM: ``Arch.unicorn_tlb_fill``)
-        self.tlb = TlbFill(self.uc, fail=self.fail) if arch.unicorn_tlb_fill else None
+        settle = arch.delay_slots.unicorn_settle if arch.delay_slots is not None else None
+        self.tlb = TlbFill(self.uc, fail=self.fail, settle=settle) if arch.unicorn_tlb_fill else None
         watch_mappings(self.uc, self.tlb)
         if arch.unicorn_setup is not None:  # CPU state Unicorn leaves off that programs expect (ARM's VFP)
             arch.unicorn_setup(self.uc)
