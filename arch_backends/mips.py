@@ -287,10 +287,55 @@ def _order(iset: InstructionSet) -> str:
 ST_FR, ST_KX, ST_SX, ST_UX = 1 << 26, 1 << 7, 1 << 6, 1 << 5
 
 
+#: where an n64 PIE is loaded: Linux's ELF_ET_DYN_BASE for a task with MIPS64's 40-bit user space
+#: (TASK_SIZE64 / 3 * 2, arch/mips/include/asm/elf.h, page-aligned): the x86_64 base kpsdk uses
+#: elsewhere is beyond the 5KEf's 42 segment bits
+PIE_BASE_N64 = 0xAAAAAAA000
+#: the parts of xuseg (2 GiB up) an n64 process uses on Unicorn, each 512 MiB (one TLB entry of
+#: two 256 MiB pages): above the 32-bit space up to 6 GiB (non-PIE programs load at 0x120000000)
+#: and 1 GiB at PIE_BASE_N64
+XUSEG_REGIONS = (*range(0x80000000, 0x180000000, 0x20000000), 0xAAA0000000, 0xAAC0000000)
+#: PageMask of 256 MiB pages (MIPS64 PRA); EntryLo: cacheable, dirty, valid, global (no ASID)
+PAGEMASK_256M, ENTRYLO_DVG = 0x1FFFE000, 2 << 3 | 7
+_TLB_STUB: list[bytes] = []
+
+
+def _tlb_stub() -> bytes:
+    """The code that writes the wired TLB entries of :data:`XUSEG_REGIONS` (each to
+    physical page 0: see :func:`unicorn_setup_n64`), assembled once."""
+    if not _TLB_STUB:
+        lines = [".set noreorder"]
+        for i, va in enumerate(XUSEG_REGIONS):
+            lines += [f"li $8, {i}", "mtc0 $8, $0", f"dli $9, {va:#x}", "dmtc0 $9, $10", f"li $10, {ENTRYLO_DVG}",
+                      "dmtc0 $10, $2", "dmtc0 $10, $3", f"li $11, {PAGEMASK_256M:#x}", "mtc0 $11, $5", "tlbwi", "nop"]
+        lines += [f"li $8, {len(XUSEG_REGIONS)}", "mtc0 $8, $6", "nop"]  # Wired: never replaced
+        ks = keystone.Ks(keystone.KS_ARCH_MIPS, keystone.KS_MODE_MIPS64 | keystone.KS_MODE_LITTLE_ENDIAN)
+        _TLB_STUB.append(bytes(ks.asm("\n".join(lines), STUB_AT)[0]))
+    return _TLB_STUB[0]
+
+
+STUB_AT = 0x1000
+
+
 def unicorn_setup_n64(uc: unicorn.Uc) -> None:
-    """An n64 process's CPU: 64-bit FPU registers (Status.FR: Linux's FR=1 for n64) and
-    64-bit addressing (UX, SX, KX), without which the program at 0x120000000 is out of reach."""
+    """An n64 process's CPU: 64-bit FPU registers (Status.FR: Linux's FR=1 for n64), 64-bit
+    addressing (UX, SX, KX), without which the program at 0x120000000 is out of reach, and the
+    TLB entries ``ll`` needs above 2 GiB.
+
+    kpsdk's virtual TLB (kpsdk.targets.unicorn.tlb) serves every load, store and fetch, but
+    QEMU's ``ll`` also translates its address for CP0's LLAddr through the CPU's own MMU
+    (``cpu_mips_translate_address``), which in xuseg is the TLB: without an entry, glibc's
+    first atomic on its own data is a TLB refill exception (measured: tcache_init).  LLAddr is
+    only informational (``sc`` compares the virtual address), so the entries map every page
+    to physical page 0; the code writing them runs once, from a page mapped for it."""
     uc.reg_write(um.UC_MIPS_REG_CP0_STATUS, uc.reg_read(um.UC_MIPS_REG_CP0_STATUS) | ST_FR | ST_KX | ST_SX | ST_UX)
+    code = _tlb_stub()
+    uc.mem_map(STUB_AT, 0x1000)
+    try:
+        uc.mem_write(STUB_AT, code)
+        uc.emu_start(STUB_AT, STUB_AT + len(code))
+    finally:
+        uc.mem_unmap(STUB_AT, 0x1000)
 
 
 #: QEMU's MIPS_HFLAG_BMASK (target/mips/cpu.h): the kind of branch whose delay slot runs;
@@ -479,6 +524,14 @@ STAT_N64 = (104, (("st_dev", 0, "I"), ("st_ino", 16, "Q"), ("st_mode", 24, "I"),
                   ("st_mtime_nsec", 76, "I"), ("st_ctime", 80, "I"), ("st_ctime_nsec", 84, "I"),
                   ("st_blksize", 88, "I"), ("st_blocks", 96, "Q")))
 
+#: arch/mips/include/uapi/asm/statfs.h: f_frsize third, f_bavail after f_ffree (the offsets printed by
+#: a program built with each cross compiler): o32's struct statfs64 (glibc's statfs calls statfs64),
+#: n64's struct statfs
+_STATFS_ORDER = ("f_type", "f_bsize", "f_frsize", "f_blocks", "f_bfree", "f_files", "f_ffree", "f_bavail",
+                 "f_fsid0", "f_fsid1", "f_namelen", "f_flags")
+STATFS64_O32 = ("3I4x5Q2i2I24x", _STATFS_ORDER)
+STATFS_N64 = ("8q2i2q40x", _STATFS_ORDER)
+
 #: The watch registers (MIPS32/MIPS64 PRA: WatchLo's doubleword address and I/R/W bits, WatchHi's
 #: mask of address bits 11-3 widening it to an aligned power of two up to 4 KiB).  QEMU's CPUs have
 #: 8 pairs (target/mips/cpu.c, mips_cpu_reset: WatchHi.M chains 0-6); Linux lets user space use 4
@@ -525,7 +578,7 @@ N64_ABI = Abi(tuple(f"a{i}" for i in range(8)), stack_args_offset=0)
 
 def _o32_linux(machine: str, sysroot: str) -> LinuxAbi:
     return LinuxAbi(None, 0, machine=machine, sysroot=sysroot, stat=StatLayout(*STAT_O32),
-                    stat64=StatLayout(*STAT64_O32), tls_register=um.UC_MIPS_REG_CP0_USERLOCAL,
+                    stat64=StatLayout(*STAT64_O32), statfs=STATFS64_O32, tls_register=um.UC_MIPS_REG_CP0_USERLOCAL,
                     pair_aligned=True, error_register=um.UC_MIPS_REG_A3, errnos=ERRNOS, mmap_flags=MMAP_FLAGS,
                     open_flags=OPEN_FLAGS, open_flag_bits=OPEN_FLAG_BITS, calls=tables.MIPS_O32)
 
@@ -564,6 +617,8 @@ MIPS = Arch(
     unicorn_cpu=um.UC_CPU_MIPS32_24KF,
     delay_slots=_delay_slots(">", unicorn.UC_MODE_MIPS32 | unicorn.UC_MODE_BIG_ENDIAN, um.UC_CPU_MIPS32_24KF),
     gdb_arch="mips",
+    odd_code=("MIPS16e or microMIPS code (the ISA bit is set) cannot be probed: kpsdk decodes MIPS32 and MIPS64 "
+              "instructions only"),
     elf_machine="EM_MIPS",
     elf_class=32,
     syscalls=_o32_syscalls(_o32_linux("mips", "/usr/mips-linux-gnu")),
@@ -621,6 +676,7 @@ MIPS64EL = replace(
        "unicorn": (unicorn.UC_ARCH_MIPS, unicorn.UC_MODE_MIPS64 | unicorn.UC_MODE_LITTLE_ENDIAN),
        "unicorn_cpu": um.UC_CPU_MIPS64_5KEF,
        "unicorn_setup": unicorn_setup_n64,
+       "pie_base": PIE_BASE_N64,
        "delay_slots": _delay_slots("<", unicorn.UC_MODE_MIPS64 | unicorn.UC_MODE_LITTLE_ENDIAN,
                                    um.UC_CPU_MIPS64_5KEF),
        "gdb_arch": "mips:isa64r2",
@@ -628,7 +684,7 @@ MIPS64EL = replace(
        # n64: the number in v0, a0-a5, the result in v0, a3 the error flag (scall64-n64.S)
        "syscalls": Syscalls("v0", tuple(f"a{i}" for i in range(6)), "v0", SYSCALL_INTNO, numbers.MIPS_N64,
                             linux=LinuxAbi(None, 0, machine="mips64", sysroot="/usr/mips64el-linux-gnuabi64",
-                                           stat=StatLayout(*STAT_N64), tls_register=um.UC_MIPS_REG_CP0_USERLOCAL,
+                                           stat=StatLayout(*STAT_N64), statfs=STATFS_N64, tls_register=um.UC_MIPS_REG_CP0_USERLOCAL,
                                            error_register=um.UC_MIPS_REG_A3, errnos=ERRNOS,
                                            mmap_flags=MMAP_FLAGS, open_flags=OPEN_FLAGS,
                                            open_flag_bits=OPEN_FLAG_BITS, calls=tables.MIPS_N64)),

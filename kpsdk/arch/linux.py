@@ -42,6 +42,10 @@ class LinuxAbi:
         program of a foreign architecture; None: none by default.
     :param stat: ``struct stat`` of ``fstat``/``newfstatat``/``stat``.
     :param stat64: ``struct stat64`` of ``fstat64``/``fstatat64`` (32-bit arches).
+    :param statfs: the arch's own ``struct statfs`` (``struct statfs64`` where its glibc calls
+        ``statfs64``) as ``(struct codes, field names in order)``, the names those of
+        ``kpsdk.targets.unicorn.linux.structs.STATFS_FIELDS``; None: asm-generic's (MIPS puts
+        ``f_frsize`` third and ``f_bavail`` after ``f_ffree``: arch/mips/include/uapi/asm/statfs.h).
     :param tls_register: the Unicorn register ``arch_prctl(ARCH_SET_FS)`` or ARM's
         ``set_tls`` writes (x86_64 fs base, ARM TPIDRURO); None where the program
         sets its thread pointer itself (riscv tp, ppc64 r13).
@@ -81,6 +85,7 @@ class LinuxAbi:
     sysroot: str | None = None
     stat: StatLayout | None = None
     stat64: StatLayout | None = None
+    statfs: tuple[str, tuple[str, ...]] | None = None
     tls_register: int | None = None
     set_thread_area: Callable[[Any, int, int, int, bool], int] | None = None
     pair_aligned: bool = False

@@ -244,8 +244,15 @@ class Arch:
     unicorn_setup: Callable[[Any], None] | None = None
     #: Unicorn's CPU model (``UC_CPU_*``), set before the engine starts; None: Unicorn's default
     unicorn_cpu: int | None = None
+    #: where an ``elf:`` target loads a position-independent executable; None: the base x86_64 or
+    #: i386 Linux gives one with randomization off (kpsdk.targets.unicorn.loader.pie_base)
+    pie_base: int | None = None
     #: branch delay slots (MIPS), see :class:`~kpsdk.arch.DelaySlots`
     delay_slots: DelaySlots | None = None
+    #: what code at an odd address is where no instruction set of the arch selects it by bit 0
+    #: (MIPS: MIPS16e or microMIPS, which the ELF marks with that ISA bit and kpsdk does not
+    #: decode): a probe there is refused with this reason; None: odd addresses are decoded
+    odd_code: str | None = None
     #: whether kpsdk fills Unicorn's virtual TLB on this arch (kpsdk.targets.unicorn.tlb: guest stores
     #: on the fast path); where not, Unicorn's CPU fills its TLB itself, every store on the slow path
     unicorn_tlb_fill: bool = True

@@ -60,7 +60,7 @@ def open_elf(rest: str, registry: Registry, abi: str = "user", args: Sequence[st
     process = check_options(args, env, stdin, sysroot, cwd)
     linked = load_elf(Path(rest))
     arch = registry.archs.by_elf(linked.machine, linked.elf_class, linked.endian)
-    bias = pie_base(linked.elf_class) if linked.kind == "ET_DYN" else 0
+    bias = (arch.pie_base or pie_base(linked.elf_class)) if linked.kind == "ET_DYN" else 0
     image = linked.relocated(bias)  # a PIE at a Linux-like base, its symbols with it
     mappings = load_mappings(image, arch)
     target = UnicornTarget(arch, abi_kind=abi)

@@ -9,6 +9,7 @@ data, packed by :mod:`kpsdk.targets.unicorn.linux.structs`); what has no host fi
 from __future__ import annotations
 
 import errno
+import struct
 import os
 import stat as statmod
 
@@ -155,7 +156,9 @@ class StatCalls(ProcSelf):
     def _put_statfs(self, buf: int, values: dict[str, int], size: int | None = None) -> int:
         """Write ``struct statfs`` (64-bit arches) or ``struct statfs64`` of ``size`` bytes
         (32-bit arches, ppc64: the size the program passes, which the kernel checks)."""
-        data = structs.pack_statfs(values, self.arch.word_size, self.order)
+        own = self.abi.statfs  # an arch's own layout (MIPS)
+        data = structs.pack_statfs(values, self.arch.word_size, self.order) if own is None else \
+            struct.pack(self.order + own[0], *(values.get(name, 0) for name in own[1]))
         if size is not None and size != len(data) and not (self.arch.name == "arm" and size == 88):
             raise _GuestErrno(errno.EINVAL)  # ARM's kernel takes EABI glibc's 88 for its packed 84
         self.write(buf, data)

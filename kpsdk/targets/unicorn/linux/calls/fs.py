@@ -28,6 +28,7 @@ class FsCalls(ProcSelf):
     # -- opening and closing ------------------------------------------------------------------
 
     def _open(self, dirfd: int, path_addr: int, flags: int) -> int:
+        flags = self.abi.generic_flags(flags, self.abi.open_flags)  # MIPS's O_CREAT...: the generic bits
         path = self.string(path_addr)
         if path == "/dev/null":
             f = OpenFile("null", path=path)
