@@ -635,10 +635,9 @@ MIPS = Arch(
     kernel_tasks=KERNEL_TASKS,
     watch=WATCH,
     out_of_line=OutOfLine(jump_back, return_jump),
-    # the toolchain's defaults (MIPS32 Release 2, FPXX); no static PIE: a MIPS PIE's GOT holds
-    # link-time addresses the loader adds its bias to (DT_MIPS_LOCAL_GOTNO), with no relocation
-    # a freestanding program could apply as the other arches' do without a loader
-    toolchain=Toolchain((FixtureVariant("mips", _ENTRY, pie=False, demo=6),), libc_dev="libc6-dev-mips-cross"),
+    # the toolchain's defaults (MIPS32 Release 2, FPXX); the static PIE relocates its own GOT in
+    # _start (a MIPS GOT has no relocation records: sys.h)
+    toolchain=Toolchain((FixtureVariant("mips", _ENTRY, demo=6),), libc_dev="libc6-dev-mips-cross"),
 )
 
 MIPSEL = replace(
@@ -658,7 +657,7 @@ MIPSEL = replace(
        "cross_gcc_package": "gcc-mipsel-linux-gnu",
        "qemu_system": MALTA_32,
        "debian": DebianPort("mipsel", "bookworm", "linux-image-4kc-malta", "vmlinux-*"),
-       "toolchain": Toolchain((FixtureVariant("mipsel", _ENTRY, pie=False, demo=7),), libc_dev="libc6-dev-mipsel-cross"),
+       "toolchain": Toolchain((FixtureVariant("mipsel", _ENTRY, demo=7),), libc_dev="libc6-dev-mipsel-cross"),
        })
 
 MIPS64EL = replace(
@@ -696,7 +695,7 @@ MIPS64EL = replace(
        "qemu_system": MALTA_64,
        "debian": DebianPort("mips64el", "bookworm", "linux-image-5kc-malta", "vmlinux-*"),
        "kernel_stack_size": 16384,
-       "toolchain": Toolchain((FixtureVariant("mips64el", _ENTRY, pie=False, demo=8),), libc_dev="libc6-dev-mips64el-cross"),
+       "toolchain": Toolchain((FixtureVariant("mips64el", _ENTRY, demo=8),), libc_dev="libc6-dev-mips64el-cross"),
        })
 
 

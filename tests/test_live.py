@@ -23,7 +23,16 @@ import pytest
 
 import kpsdk
 from kpsdk import fixtures
-from tests.conftest import LIVE_ARCHS, QEMU, instructions, local_entry_offset, probe_addr, require_tool
+from tests.conftest import (
+    LIVE_ARCHS,
+    QEMU,
+    fall_through,
+    instructions,
+    local_entry_offset,
+    probe_addr,
+    require_tool,
+    return_instruction,
+)
 
 
 def open_live(arch: str, **options: object) -> kpsdk.Session:
@@ -47,7 +56,7 @@ def qemu_truth(arch: str) -> dict[str, int]:
 
 
 def last_insn(s: kpsdk.Session, name: str) -> int:
-    return probe_addr(s, instructions(s, name)[-1].address)
+    return probe_addr(s, return_instruction(s, name).address)
 
 
 def children_of_this_process() -> set[int]:

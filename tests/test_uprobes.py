@@ -89,7 +89,9 @@ def expected_bias(path: Path) -> int:
         elf = ELFFile(f)
         if elf["e_type"] != "ET_DYN":
             return 0
-        return PIE_BASE_64 if elf.elfclass == 64 else PIE_BASE_32
+        arch = kpsdk.get_registry().archs.by_elf(elf["e_machine"], elf.elfclass,
+                                                 "little" if elf.little_endian else "big")
+        return arch.pie_base or (PIE_BASE_64 if elf.elfclass == 64 else PIE_BASE_32)  # MIPS64's is Linux's
 
 
 def open_elf(path: Path) -> kpsdk.Session:
