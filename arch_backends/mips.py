@@ -97,7 +97,8 @@ N64_NAMES = (*O32_NAMES[:8], "a4", "a5", "a6", "a7", "t0", "t1", "t2", "t3", *O3
 def _registers(names: tuple[str, ...], size: int) -> tuple[Register, ...]:
     """$0-$31 by their ABI names, with ``rN`` (the kernel's names in probe events:
     regoffset_table in arch/mips/kernel/ptrace.c) and s8's ``fp`` as aliases; pc, hi, lo,
-    the coprocessor-0 registers a trace may read, and the FPU registers Unicorn names."""
+    Status (the irqs-off bit of a trace line; Unicorn has no Cause or BadVAddr, so neither is
+    here), and the FPU registers Unicorn names."""
     gprs = tuple(Register(n, size, getattr(um, f"UC_MIPS_REG_{i}"), n, (f"r{i}", "fp") if n == "s8" else (f"r{i}",))
                  for i, n in enumerate(names))
     return (
@@ -106,8 +107,6 @@ def _registers(names: tuple[str, ...], size: int) -> tuple[Register, ...]:
         Register("hi", size, um.UC_MIPS_REG_HI, "hi"),
         Register("lo", size, um.UC_MIPS_REG_LO, "lo"),
         Register("sr", size, um.UC_MIPS_REG_CP0_STATUS, "sr", ("status", "cp0_status")),
-        Register("cause", size, None, "cause", ("cp0_cause",)),
-        Register("badvaddr", size, None, "bad", ("cp0_badvaddr",)),
         *(Register(f"f{i}", 8, getattr(um, f"UC_MIPS_REG_F{i}"), f"f{i}") for i in range(32)),
         Register("fcsr", 4, um.UC_MIPS_REG_FCSR, "fsr", ("fcr31",)),
         Register("fir", 4, um.UC_MIPS_REG_FIR, "fir", ("fcr0",)),
@@ -232,6 +231,30 @@ def _successors(names: tuple[str, ...]) -> Callable[[capstone.CsInsn, ReadReg, R
         return {pc + 4}
 
     return successors
+
+
+def _prologue(endian: str) -> Callable[[bytes, int], tuple[int, int | None]]:
+    def prologue(code: bytes, start: int) -> tuple[int, int | None]:
+        """The frame the code from a function's start up to the pc has set up: what MIPS's own
+        unwinder reads (``get_frame_info``, arch/mips/kernel/process.c: the stack-pointer move
+        ``addiu``/``daddiu sp, sp, -N`` and the return-address save ``sw``/``sd ra, off(sp)``);
+        an ``addiu sp, sp, +N`` after them pops the frame (the epilogue: ra is back in its
+        register).  gcc's MIPS frame pointer is the stack pointer after the move, so its frames
+        link nothing a frame-pointer walk could follow."""
+        size, saved = 0, None
+        for i in range(0, len(code) - 3, 4):
+            w = int.from_bytes(code[i:i + 4], endian)
+            op, rs, rt = w >> 26, (w >> 21) & 31, (w >> 16) & 31
+            imm = sign_extend(w & 0xFFFF, 16)
+            if op in (0x09, 0x19) and rs == 29 and rt == 29:  # addiu / daddiu sp, sp, imm
+                size -= imm
+                if size <= 0:
+                    size, saved = 0, None
+            elif op in (0x2B, 0x3F) and rs == 29 and rt == 31 and saved is None:  # sw / sd ra, off(sp)
+                saved = imm
+        return size, saved
+
+    return prologue
 
 
 # -- out of line ----------------------------------------------------------------------------
@@ -554,10 +577,11 @@ def _iset(name: str, mode: int, ks_mode: int, order: str) -> InstructionSet:
         min_insn=4,
         length_rule=lambda code: 4,
         # no frame record: gcc's MIPS frame pointer is the sp after the prologue's allocation, the
-        # saved ra at a different offset in every function, so backtraces scan the stack
+        # saved ra at a different offset in every function; backtraces read each prologue
         frame_record=None,
         is_call=is_call,
         delay_slot=4,
+        prologue=_prologue("big" if order == ">" else "little"),
     )
 
 

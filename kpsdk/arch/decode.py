@@ -40,10 +40,12 @@ def decode_at(target: CodeView, addr: int, start: int, iset: InstructionSet,
     refuses what comes before it: an instruction in a branch delay slot (MIPS,
     :class:`~kpsdk.arch.DelaySlots`: the instruction before is read from the target, and
     none is there at the start of a mapping, as the kernel's ``copy_from_kernel_nofault``
-    finds none), and refused at an odd address where that is code of an instruction set
-    kpsdk does not decode (:attr:`Arch.odd_code <kpsdk.arch.Arch.odd_code>`: MIPS16e, microMIPS)."""
+    finds none), and refused in a function at an odd address, where that is code of an
+    instruction set kpsdk does not decode (:attr:`Arch.odd_code <kpsdk.arch.Arch.odd_code>`:
+    MIPS16e, microMIPS, whose symbols have the ISA bit); an odd address in a function at an even
+    one is inside an instruction (None, EILSEQ)."""
     arch = target.arch
-    if addr & 1 and arch.odd_code is not None and not iset.thumb_bit:
+    if addr & 1 and start & 1 and arch.odd_code is not None and not iset.thumb_bit:  # an odd function
         return Decoded(addr, 0, "", "", b"", False, f"{addr:#x}: {arch.odd_code}")
     insn = _decode_at(target, addr, start, iset, end)
     slots = arch.delay_slots

@@ -111,6 +111,12 @@ class InstructionSet:
         ``jal``, ``jalr``, ``bal``); None: capstone's group decides.
     :param delay_slot: bytes between the end of a call and the address it returns to: the
         branch delay slot (MIPS: 4, the return address is the call's address + 8).
+    :param prologue: ``(code, start) -> (frame size, offset of the saved return address from
+        the stack pointer, or None while it is in the link register)``: a function's frame as
+        its prologue sets it up, read from ``code`` (its instructions from ``start`` up to the
+        pc).  Where it is given, backtraces walk frames that way (MIPS: how its kernel unwinds,
+        ``get_frame_info`` in arch/mips/kernel/process.c) instead of a frame-pointer chain or
+        a stack scan.
     """
 
     name: str
@@ -127,6 +133,7 @@ class InstructionSet:
     max_call: int = 4
     is_call: CallRule | None = None
     delay_slot: int = 0
+    prologue: Callable[[bytes, int], tuple[int, int | None]] | None = None
 
 
 @dataclass(frozen=True)
