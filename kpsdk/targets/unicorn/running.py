@@ -153,7 +153,10 @@ class Runner:
                     host.watch.clear()
                 raise pending
             if error is None:
-                return
+                if host.watch is None or not host.watch.take_restart():
+                    return
+                begin = host.begin_at(host.fast.read(self._pc))  # the watchpoints asked for a fresh run
+                continue
             resume = host.watch.resume_after_fault() if host.watch is not None else None  # a watched access
             if resume is None:
                 resume = self._instruction_fault(error)

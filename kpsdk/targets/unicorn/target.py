@@ -187,6 +187,8 @@ class UnicornTarget(GuestMemory, ReturnProbes):
             return ("hook", False)
         if self.manager.optimization and (point.optimized or self._n_optimized < OPT_LIMIT):
             return ("hook", True)
+        if self.breakpoints_paused:  # a data watchpoint needs the memory hooks' pc (kpsdk.targets.unicorn.watch)
+            return ("hook", False)
         slot = self._peek_slot()
         code = self._slot_code(point, slot)
         if code is None:
@@ -566,6 +568,9 @@ class UnicornTarget(GuestMemory, ReturnProbes):
     # -- watchpoints (kpsdk.targets.unicorn.watch) ------------------------------------------------
 
     watch: UcWatch | None = None
+    #: no probe takes the breakpoint path while this is set (a data watchpoint is armed): see
+    #: :meth:`UcWatch.arm <kpsdk.targets.unicorn.watch.UcWatch.arm>`
+    breakpoints_paused = False
 
     def watch_engine(self) -> UcWatch:
         if self.watch is None:
