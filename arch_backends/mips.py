@@ -66,6 +66,8 @@ from kpsdk.arch import (
     Breakpoint,
     DebianPort,
     DelaySlots,
+    DetourCode,
+    EntryDetour,
     FieldUse,
     InsnRules,
     InstructionSet,
@@ -74,6 +76,7 @@ from kpsdk.arch import (
     OutOfLine,
     QemuMachine,
     Register,
+    ReturnDetour,
     StatLayout,
     Syscalls,
     TaskCode,
@@ -301,6 +304,192 @@ def return_jump(at: int, iset: InstructionSet, sp_word: int) -> tuple[bytes, int
 
 def _order(iset: InstructionSet) -> str:
     return ">" if iset.capstone[1] & capstone.CS_MODE_BIG_ENDIAN else "<"
+
+
+# -- detours: a kretprobe's entry and return in guest code (kpsdk.targets.unicorn.detour) ---------
+
+AT, T9, K0, K1, SP, RA = 1, 25, 26, 27, 29, 31
+
+
+def _r(rs: int, rt: int, rd: int, sa: int, fn: int) -> int:
+    return rs << 21 | rt << 16 | rd << 11 | sa << 6 | fn
+
+
+def _i(op: int, rs: int, rt: int, imm: int) -> int:
+    return op << 26 | rs << 21 | rt << 16 | (imm & 0xFFFF)
+
+
+class _Code:
+    """Guest code for one instruction set, word by word, with branches to labels and loads of
+    literals placed after the code (reached from ``ra``, which ``bal`` pointed at ``base``)."""
+
+    def __init__(self, iset: InstructionSet) -> None:
+        self.wide = bool(iset.capstone[1] & capstone.CS_MODE_MIPS64)
+        self.word = 8 if self.wide else 4
+        self.order = _order(iset)
+        #: kpsdk writes its data words in the host's byte order: a big-endian guest swaps them
+        self.swap = self.order == ">"
+        self.words: list[int | tuple[str, int, int, str]] = []
+        self.labels: dict[str, int] = {}
+
+    def emit(self, *words: int) -> None:
+        self.words += words
+
+    def label(self, name: str) -> None:
+        self.labels[name] = 4 * len(self.words)
+
+    def load(self, rt: int, base: int, off: int) -> None:
+        self.emit(_i(0x37 if self.wide else 0x23, base, rt, off))
+
+    def store(self, rt: int, base: int, off: int) -> None:
+        self.emit(_i(0x3F if self.wide else 0x2B, base, rt, off))
+
+    def addiu(self, rt: int, rs: int, imm: int) -> None:
+        self.emit(_i(0x19 if self.wide else 0x09, rs, rt, imm))
+
+    def addu(self, rd: int, rs: int, rt: int) -> None:
+        self.emit(_r(rs, rt, rd, 0, 0x2D if self.wide else 0x21))
+
+    def move(self, rd: int, rs: int) -> None:
+        self.emit(_r(rs, 0, rd, 0, 0x25))  # or rd, rs, zero
+
+    def scale(self, rd: int) -> None:
+        """rd *= the size of a record (two words)."""
+        self.emit(_r(0, rd, rd, 4, 0x38) if self.wide else _r(0, rd, rd, 3, 0x00))  # dsll 4 / sll 3
+
+    def swap_word(self, rd: int) -> None:
+        """A big-endian 32-bit guest reads and writes kpsdk's (little-endian) data words
+        byte-swapped: ``wsbh rd, rd; rotr rd, rd, 16`` (MIPS32 Release 2)."""
+        if self.swap:
+            self.emit(31 << 26 | rd << 16 | rd << 11 | 2 << 6 | 0x20, _r(1, rd, rd, 16, 0x02))
+
+    def branch(self, op: int, rs: int, rt: int, label: str) -> None:
+        self.words.append(("b", op, rs << 5 | rt, label))
+        self.emit(0)  # its delay slot
+
+    def jump(self, target: int, at: int) -> None:
+        code = _jump(at + 4 * len(self.words), target, self.order)
+        assert code is not None, "a detour's jumps stay inside kpsdk's area"
+        self.emit(*struct.unpack(self.order + "2I", code))
+
+    def assemble(self, at: int, literals: list[int], lit_base: int) -> tuple[bytes, int]:
+        """The code, then the literals word-aligned after it; and where they start (their
+        offsets from ``lit_base`` were given to the loads as ``("lit", i)`` placeholders)."""
+        n = 4 * len(self.words)
+        lit = n + (-(at + n) % self.word)
+        out = []
+        for k, w in enumerate(self.words):
+            if isinstance(w, tuple):
+                kind, op, regs, name = w
+                if kind == "b":
+                    off = (self.labels[name] - 4 * (k + 1)) // 4
+                    w = _i(op, regs >> 5, regs & 31, off)
+                else:  # a literal load: regs is (rt << 5 | base), op the literal's index
+                    w = _i(0x37 if self.wide else 0x23, regs & 31, regs >> 5, lit + self.word * op - lit_base)
+            out.append(w)
+        fmt = "Q" if self.wide else "I"
+        return (struct.pack(f"{self.order}{len(out)}I", *out) + bytes(lit - n)
+                + struct.pack(f"{self.order}{len(literals)}{fmt}", *literals)), lit
+
+    def literal(self, rt: int, index: int) -> None:
+        """rt = literal ``index`` (through ra, the base ``bal`` gave)."""
+        self.words.append(("l", index, rt << 5 | RA, ""))
+
+
+def entry_detour(at: int, iset: InstructionSet, d: EntryDetour) -> tuple[bytes, int]:
+    """The return probes' fast entry (:class:`~kpsdk.arch.EntryDetour`), hand-encoded (no
+    keystone in the hot setup).  It clobbers at, k0 and k1 only (at is the assembler's and free
+    at a call, k0 and k1 the kernel's: nothing in a user program holds a value in them, and
+    nothing interrupts kpsdk's code on Unicorn); ra is kept in k1 while ``bal`` gives the code
+    its own address, from which it reads its literals (gate, avail, records, tramp)."""
+    c = _Code(iset)
+    c.move(K1, RA)
+    c.emit(_BAL_NEXT, 0)  # ra = at + 12
+    c.literal(K0, 0)
+    c.load(K0, K0, 0)  # the gate (0 or not: no byte order to mind)
+    c.branch(5, K0, 0, "slow")  # bnez
+    c.literal(K0, 1)
+    c.load(AT, K0, 0)  # the count
+    c.swap_word(AT)
+    c.branch(4, AT, 0, "slow")  # beqz
+    c.addiu(AT, AT, -1)
+    c.swap_word(AT)
+    c.store(AT, K0, 0)
+    c.swap_word(AT)
+    c.literal(K0, 2)
+    c.scale(AT)
+    c.addu(K0, K0, AT)  # record n
+    c.swap_word(K1)
+    c.store(K1, K0, 0)  # the return address
+    c.swap_word(K1)
+    c.move(AT, SP)
+    c.swap_word(AT)
+    c.store(AT, K0, c.word)  # the entry sp
+    c.literal(RA, 3)  # the return code
+    c.jump(d.resume, at)
+    c.label("slow")
+    c.move(RA, K1)
+    hook = 4 * len(c.words)
+    c.jump(d.resume, at)
+    code, _lit = c.assemble(at, [d.gate, d.avail, d.records, d.tramp], 12)
+    return code, hook
+
+
+def return_detour(at: int, iset: InstructionSet, r: ReturnDetour) -> tuple[bytes, int, int]:
+    """The return half (:class:`~kpsdk.arch.ReturnDetour`): at, k0, k1 and t9 are free after a
+    return (v0 and v1 hold the value); ``bal`` gives the code its address (ra is dead)."""
+    c = _Code(iset)
+    c.emit(_BAL_NEXT, 0)  # ra = at + 8
+    c.literal(K0, 0)  # avail
+    c.load(K1, K0, 0)
+    c.swap_word(K1)
+    c.load(AT, K0, c.word)
+    c.swap_word(AT)
+    c.emit(_r(K1, AT, T9, 0, 0x2B))  # sltu t9, k1, at
+    c.branch(4, T9, 0, "general")  # beqz
+    c.literal(T9, 1)  # records
+    c.scale(K1)
+    c.addu(T9, T9, K1)
+    c.load(K1, T9, c.word)
+    c.swap_word(K1)
+    if r.ret_sp:
+        c.addiu(K1, K1, r.ret_sp)
+    c.branch(5, K1, SP, "general")  # bne
+    short = 4 * len(c.words)
+    c.load(T9, T9, 0)
+    c.swap_word(T9)
+    c.emit(_JR_T9, 0)
+    c.label("general")
+    general = 4 * len(c.words)
+    c.load(T9, K0, 2 * c.word)
+    c.swap_word(T9)
+    c.emit(_JR_T9, 0)
+    code, _lit = c.assemble(at, [r.avail, r.records], 8)
+    return code, short, general
+
+
+def near_jump(at: int, target: int, iset: InstructionSet) -> bytes | None:
+    """``j target; nop`` over a function's first two instructions (the jump needs its delay
+    slot: the second instruction must not run before the detour), within 256 MiB."""
+    return _jump(at, target, _order(iset))
+
+
+_STORES = frozenset({"sb", "sh", "sw", "sd", "swl", "swr", "sdl", "sdr", "sc", "scd", "swc1", "sdc1", "swxc1",
+                     "sdxc1"})
+
+
+def regs_access(insn: capstone.CsInsn) -> tuple[set[str], set[str]]:
+    """The registers ``insn`` reads and writes, from its operands (capstone 5 has no MIPS
+    ``regs_access``): stores and branches only read (the linking ones write ra), the rest
+    write their first register operand and read the others."""
+    names = [insn.reg_name(op.reg) for op in insn.operands if op.type == capstone.CS_OP_REG]
+    names += [insn.reg_name(op.mem.base) for op in insn.operands if op.type == capstone.CS_OP_MEM]
+    w = _word(insn)
+    if insn.mnemonic in _STORES or has_delay_slot(w):
+        return set(names), {"ra"} if _links(w) else set()
+    if not names:
+        return set(), set()
+    return set(names[1:]), {names[0]}
 
 
 # -- Unicorn ---------------------------------------------------------------------------------
@@ -659,6 +848,8 @@ MIPS = Arch(
     kernel_tasks=KERNEL_TASKS,
     watch=WATCH,
     out_of_line=OutOfLine(jump_back, return_jump),
+    detours=DetourCode(near_jump, entry_detour, return_detour, scratch=("at", "k0", "k1"), regs_access=regs_access,
+                       data_endian="little"),
     # the toolchain's defaults (MIPS32 Release 2, FPXX); the static PIE relocates its own GOT in
     # _start (a MIPS GOT has no relocation records: sys.h)
     toolchain=Toolchain((FixtureVariant("mips", _ENTRY, demo=6),), libc_dev="libc6-dev-mips-cross"),
