@@ -36,19 +36,15 @@ from kpsdk.errors import (
 )
 from kpsdk.plugins import uprobes as uprobes_plugin
 from kpsdk.targets.live.qemu import choose_sysroot
-from tests.conftest import LIVE_ARCHS, QEMU, fuzz_examples, require_tool
+from tests.conftest import FIXTURES, LIVE_ARCHS, QEMU, fuzz_examples, require_tool
 
 HERE = Path(__file__).parent / "libprogs"
-#: per arch: the compiler, its Debian package and the flags that pick the instruction set
-COMPILERS = {
-    "x86_64": ("gcc", "gcc", ()),
-    "i386": ("i686-linux-gnu-gcc", "gcc-i686-linux-gnu", ()),
-    "arm": ("arm-linux-gnueabihf-gcc", "gcc-arm-linux-gnueabihf", ("-marm",)),
-    "thumb": ("arm-linux-gnueabihf-gcc", "gcc-arm-linux-gnueabihf", ("-mthumb",)),
-    "riscv64": ("riscv64-linux-gnu-gcc", "gcc-riscv64-linux-gnu", ()),
-    "ppc64": ("powerpc64-linux-gnu-gcc", "gcc-powerpc64-linux-gnu", ()),
-    "ppc64le": ("powerpc64le-linux-gnu-gcc", "gcc-powerpc64le-linux-gnu", ()),
-}
+#: the flags that pick an instruction set where a compiler has two (arm's Thumb)
+ISET_FLAGS = {"arm": ("-marm",), "thumb": ("-mthumb",)}
+#: per fixture (the registry's): the compiler (the host's own gcc where it builds the arch), its
+#: Debian package and the flags that pick the instruction set
+COMPILERS = {f.name: ("gcc" if f.on_native_host else f.compilers[0], "gcc" if f.on_native_host else f.package,
+                      ISET_FLAGS.get(f.iset.name, ())) for f in FIXTURES}
 LIBC = "libc.so.6"
 
 
