@@ -871,7 +871,7 @@ MIPSEL = replace(
        "cross_libc_package": "libc6-mipsel-cross",
        "cross_gcc_package": "gcc-mipsel-linux-gnu",
        "qemu_system": MALTA_32,
-       "debian": DebianPort("mipsel", "bookworm", "linux-image-4kc-malta", "vmlinux-*"),
+       "debian": DebianPort("mipsel", "bookworm", "linux-image-4kc-malta"),
        "toolchain": Toolchain((FixtureVariant("mipsel", _ENTRY, demo=7),), libc_dev="libc6-dev-mipsel-cross"),
        })
 
@@ -908,7 +908,7 @@ MIPS64EL = replace(
        "cross_libc_package": "libc6-mips64el-cross",
        "cross_gcc_package": "gcc-mips64el-linux-gnuabi64",
        "qemu_system": MALTA_64,
-       "debian": DebianPort("mips64el", "bookworm", "linux-image-5kc-malta", "vmlinux-*"),
+       "debian": DebianPort("mips64el", "bookworm", "linux-image-5kc-malta"),
        "kernel_stack_size": 16384,
        "toolchain": Toolchain((FixtureVariant("mips64el", _ENTRY, demo=8),), libc_dev="libc6-dev-mips64el-cross"),
        })
