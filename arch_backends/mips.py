@@ -894,6 +894,7 @@ MIPS64EL = replace(
        "delay_slots": _delay_slots("<", unicorn.UC_MODE_MIPS64 | unicorn.UC_MODE_LITTLE_ENDIAN,
                                    um.UC_CPU_MIPS64_5KEF),
        "gdb_arch": "mips:isa64r2",
+       "gdb_settings": ("mips abi n64",),
        "elf_class": 64,
        # n64: the number in v0, a0-a5, the result in v0, a3 the error flag (scall64-n64.S)
        "syscalls": Syscalls("v0", tuple(f"a{i}" for i in range(6)), "v0", SYSCALL_INTNO, numbers.MIPS_N64,

@@ -223,6 +223,10 @@ class Arch:
     qemu_system: QemuMachine | None = None
     #: Debian's kernel and busybox for it (None: Debian builds none)
     debian: DebianPort | None = None
+    #: gdb settings the arch needs before gdb attaches, each ``NAME VALUE`` as ``set`` takes it
+    #: (MIPS64: ``mips abi n64``: without a file gdb's MIPS ABI is o32, whose 32-bit addresses
+    #: never match a 64-bit kernel's, so no breakpoint there is ever hit)
+    gdb_settings: tuple[str, ...] = ()
     #: gdb's ``decr_pc_after_break`` is non-zero (x86: the pc is past the int3):
     #: after a software-breakpoint stop gdb moves the pc back one byte whenever
     #: another software breakpoint sits there.  QEMU reports the exact pc, so
