@@ -52,7 +52,8 @@ import struct
 import weakref
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
+from pathlib import Path
+from typing import Any, Literal
 
 import capstone
 import keystone
@@ -141,7 +142,7 @@ BRK_KPROBE_BP = 515
 
 def _word(insn: capstone.CsInsn) -> int:
     """The instruction's 32 bits, in the byte order its code is in."""
-    order = "big" if insn._cs.mode & capstone.CS_MODE_BIG_ENDIAN else "little"
+    order: Literal["big", "little"] = "big" if insn._cs.mode & capstone.CS_MODE_BIG_ENDIAN else "little"
     return int.from_bytes(bytes(insn.bytes[:4]), order)
 
 
@@ -203,7 +204,9 @@ def classify(insn: capstone.CsInsn) -> tuple[bool, str | None]:
 
 def refuses_after(previous: bytes, order: str) -> str | None:
     """Why a probe is refused on the instruction after ``previous`` (the kernel's words), or None."""
-    if len(previous) < 4 or not kernel_has_delay_slot(int.from_bytes(previous[:4], "big" if order == ">" else "little")):
+    if len(previous) < 4:
+        return None
+    if not kernel_has_delay_slot(int.from_bytes(previous[:4], "big" if order == ">" else "little")):
         return None
     return "Kprobes for branch delayslot are not supported (arch/mips/kernel/kprobes.c)"
 
@@ -236,7 +239,7 @@ def _successors(names: tuple[str, ...]) -> Callable[[capstone.CsInsn, ReadReg, R
     return successors
 
 
-def _prologue(endian: str) -> Callable[[bytes, int], tuple[int, int | None]]:
+def _prologue(endian: Literal["big", "little"]) -> Callable[[bytes, int], tuple[int, int | None]]:
     def prologue(code: bytes, start: int) -> tuple[int, int | None]:
         """The frame the code from a function's start up to the pc has set up: what MIPS's own
         unwinder reads (``get_frame_info``, arch/mips/kernel/process.c: the stack-pointer move
@@ -499,6 +502,62 @@ def regs_access(insn: capstone.CsInsn) -> tuple[set[str], set[str]]:
 ST_FR, ST_KX, ST_SX, ST_UX = 1 << 26, 1 << 7, 1 << 6, 1 << 5
 
 
+#: MIPS_ABI_FP_* (``.MIPS.abiflags``' fp_abi) -> the FPU modes code of that ABI runs in:
+#: (single, soft, fr1, frdefault, fre), arch/mips/kernel/elf.c's ``fpu_reqs``; a file without
+#: abiflags: anything but FR=1 (``none_req``)
+FPU_REQS = {0: (True, True, True, True, True), 1: (False, False, False, True, True),
+            2: (True, False, False, False, False), 3: (False, True, False, False, False),
+            4: (False, False, False, False, False), 5: (False, False, True, True, True),
+            6: (False, False, True, False, False), 7: (False, False, True, False, True)}
+NONE_REQ = (True, True, False, True, True)
+PT_MIPS_ABIFLAGS = 0x70000003
+
+
+def fp_abi(path: Path) -> int | None:
+    """The ``fp_abi`` of an ELF's ``.MIPS.abiflags`` (its PT_MIPS_ABIFLAGS segment), None
+    without one (arch/mips/kernel/elf.c, ``arch_elf_pt_proc``)."""
+    with open(path, "rb") as f:
+        head = f.read(64)
+        wide, order = head[4] == 2, "<" if head[5] == 1 else ">"
+        phoff, phentsize, phnum = (struct.unpack_from(order + "Q", head, 32)[0], *struct.unpack_from(
+            order + "HH", head, 54)) if wide else (struct.unpack_from(order + "I", head, 28)[0],
+                                                   *struct.unpack_from(order + "HH", head, 42))
+        f.seek(phoff)
+        table = f.read(phentsize * phnum)
+        for i in range(phnum):
+            ph = table[i * phentsize:(i + 1) * phentsize]
+            if struct.unpack_from(order + "I", ph)[0] != PT_MIPS_ABIFLAGS:
+                continue
+            offset = struct.unpack_from(order + ("Q" if wide else "I"), ph, 8 if wide else 4)[0]
+            f.seek(offset + 7)  # version (2), isa_level, isa_rev, gpr_size, cpr1_size, cpr2_size, fp_abi
+            return f.read(1)[0]
+    return None
+
+
+def o32_fr1(abis: tuple[int | None, ...], f64_r2: bool = True) -> bool:
+    """Whether Linux runs an o32 program in FR=1 (``arch_check_elf``, with Debian's
+    CONFIG_MIPS_O32_FP64_SUPPORT=y; ``f64_r2``: the CPU's FPU is 64-bit (FIR.F64) and it is
+    MIPS32r2 or later, as the 24Kf here): the program's and interpreter's requirements joined;
+    FPXX code runs in the mode the hardware prefers, FR=1 on such a CPU; FP64 code needs FR=1;
+    FP32 (``-mfp32``) code and files without abiflags FR=0, the default.  ``abis``: the
+    executable's fp_abi and its interpreter's (if it has one), None for a file without abiflags."""
+    reqs = [NONE_REQ if a is None else FPU_REQS.get(a, FPU_REQS[4]) for a in abis]
+    single, _soft, fr1, frdefault, fre = (all(r[i] for r in reqs) for i in range(5))
+    if fre and not frdefault and not fr1:
+        return True  # FRE, the hybrid mode: FR=1 with odd singles emulated (not a mode this CPU has)
+    if (fr1 and frdefault) or (single and not frdefault):
+        return f64_r2
+    return fr1
+
+
+def exec_state_o32(uc: unicorn.Uc, executable: Path, interpreter: Path | None) -> None:
+    """The FPU mode Linux gives an o32 program at exec (:func:`o32_fr1`): Status.FR.  Debian's
+    o32 code is FPXX (``-mfpxx``): FR=1 on the 24Kf, as on QEMU's."""
+    fr1 = o32_fr1((fp_abi(executable),) + ((fp_abi(interpreter),) if interpreter is not None else ()))
+    status = uc.reg_read(um.UC_MIPS_REG_CP0_STATUS)
+    uc.reg_write(um.UC_MIPS_REG_CP0_STATUS, status | ST_FR if fr1 else status & ~ST_FR)
+
+
 #: where an n64 PIE is loaded: Linux's ELF_ET_DYN_BASE for a task with MIPS64's 40-bit user space
 #: (TASK_SIZE64 / 3 * 2, arch/mips/include/asm/elf.h, page-aligned): the x86_64 base kpsdk uses
 #: elsewhere is beyond the 5KEf's 42 segment bits
@@ -635,7 +694,7 @@ def _settler(mode: int, cpu: int | None, order: str) -> Callable[[unicorn.Uc], N
 
 
 def _delay_slots(order: str, mode: int, cpu: int | None) -> DelaySlots:
-    endian = "big" if order == ">" else "little"
+    endian: Literal["big", "little"] = "big" if order == ">" else "little"
     return DelaySlots(lambda prev: refuses_after(prev, order),
                       lambda raw: len(raw) >= 4 and has_delay_slot(int.from_bytes(raw[:4], endian)),
                       unicorn_settle=_settler(mode, cpu, order))
@@ -793,7 +852,8 @@ def _o32_linux(machine: str, sysroot: str) -> LinuxAbi:
     return LinuxAbi(None, 0, machine=machine, sysroot=sysroot, stat=StatLayout(*STAT_O32),
                     stat64=StatLayout(*STAT64_O32), statfs=STATFS64_O32, tls_register=um.UC_MIPS_REG_CP0_USERLOCAL,
                     pair_aligned=True, error_register=um.UC_MIPS_REG_A3, errnos=ERRNOS, mmap_flags=MMAP_FLAGS,
-                    open_flags=OPEN_FLAGS, open_flag_bits=OPEN_FLAG_BITS, calls=tables.MIPS_O32)
+                    open_flags=OPEN_FLAGS, open_flag_bits=OPEN_FLAG_BITS, calls=tables.MIPS_O32,
+                    exec_state=exec_state_o32)
 
 
 def _o32_syscalls(linux: LinuxAbi) -> Syscalls:
@@ -857,62 +917,58 @@ MIPS = Arch(
 
 MIPSEL = replace(
     MIPS,
-    **{
-       "name": "mipsel",
-       "aliases": ("mips32el", "mipsle"),
-       "endian": "little",
-       "isets": (MIPSEL_ISET,),
-       "unicorn": (unicorn.UC_ARCH_MIPS, unicorn.UC_MODE_MIPS32 | unicorn.UC_MODE_LITTLE_ENDIAN),
-       "delay_slots": _delay_slots("<", unicorn.UC_MODE_MIPS32 | unicorn.UC_MODE_LITTLE_ENDIAN,
-                                   um.UC_CPU_MIPS32_24KF),
-       "syscalls": _o32_syscalls(_o32_linux("mips", "/usr/mipsel-linux-gnu")),
-       "qemu_user": "qemu-mipsel",
-       "multiarch": "mipsel-linux-gnu",
-       "cross_libc_package": "libc6-mipsel-cross",
-       "cross_gcc_package": "gcc-mipsel-linux-gnu",
-       "qemu_system": MALTA_32,
-       "debian": DebianPort("mipsel", "bookworm", "linux-image-4kc-malta"),
-       "toolchain": Toolchain((FixtureVariant("mipsel", _ENTRY, demo=7),), libc_dev="libc6-dev-mipsel-cross"),
-       })
+    name="mipsel",
+    aliases=("mips32el", "mipsle"),
+    endian="little",
+    isets=(MIPSEL_ISET,),
+    unicorn=(unicorn.UC_ARCH_MIPS, unicorn.UC_MODE_MIPS32 | unicorn.UC_MODE_LITTLE_ENDIAN),
+    delay_slots=_delay_slots("<", unicorn.UC_MODE_MIPS32 | unicorn.UC_MODE_LITTLE_ENDIAN, um.UC_CPU_MIPS32_24KF),
+    syscalls=_o32_syscalls(_o32_linux("mips", "/usr/mipsel-linux-gnu")),
+    qemu_user="qemu-mipsel",
+    multiarch="mipsel-linux-gnu",
+    cross_libc_package="libc6-mipsel-cross",
+    cross_gcc_package="gcc-mipsel-linux-gnu",
+    qemu_system=MALTA_32,
+    debian=DebianPort("mipsel", "bookworm", "linux-image-4kc-malta"),
+    toolchain=Toolchain((FixtureVariant("mipsel", _ENTRY, demo=7),), libc_dev="libc6-dev-mipsel-cross"),
+)
 
 MIPS64EL = replace(
     MIPS,
-    **{
-       "name": "mips64el",
-       "aliases": ("mips64", "mips64le"),
-       "bits": 64,
-       "endian": "little",
-       "registers": _registers(N64_NAMES, 8),
-       "kernel_abi": N64_ABI,
-       "user_abi": N64_ABI,
-       "isets": (MIPS64EL_ISET,),
-       "insn": InsnRules(classify, _successors(N64_NAMES)),
-       "unicorn": (unicorn.UC_ARCH_MIPS, unicorn.UC_MODE_MIPS64 | unicorn.UC_MODE_LITTLE_ENDIAN),
-       "unicorn_cpu": um.UC_CPU_MIPS64_5KEF,
-       "unicorn_setup": unicorn_setup_n64,
-       "pie_base": PIE_BASE_N64,
-       "delay_slots": _delay_slots("<", unicorn.UC_MODE_MIPS64 | unicorn.UC_MODE_LITTLE_ENDIAN,
-                                   um.UC_CPU_MIPS64_5KEF),
-       "gdb_arch": "mips:isa64r2",
-       "gdb_settings": ("mips abi n64",),
-       "elf_class": 64,
-       # n64: the number in v0, a0-a5, the result in v0, a3 the error flag (scall64-n64.S)
-       "syscalls": Syscalls("v0", tuple(f"a{i}" for i in range(6)), "v0", SYSCALL_INTNO, numbers.MIPS_N64,
-                            linux=LinuxAbi(None, 0, machine="mips64", sysroot="/usr/mips64el-linux-gnuabi64",
-                                           stat=StatLayout(*STAT_N64), statfs=STATFS_N64, tls_register=um.UC_MIPS_REG_CP0_USERLOCAL,
-                                           error_register=um.UC_MIPS_REG_A3, errnos=ERRNOS,
-                                           mmap_flags=MMAP_FLAGS, open_flags=OPEN_FLAGS,
-                                           open_flag_bits=OPEN_FLAG_BITS, calls=tables.MIPS_N64)),
-       "stack_alignment": 16,
-       "qemu_user": "qemu-mips64el",
-       "multiarch": "mips64el-linux-gnuabi64",
-       "cross_libc_package": "libc6-mips64el-cross",
-       "cross_gcc_package": "gcc-mips64el-linux-gnuabi64",
-       "qemu_system": MALTA_64,
-       "debian": DebianPort("mips64el", "bookworm", "linux-image-5kc-malta"),
-       "kernel_stack_size": 16384,
-       "toolchain": Toolchain((FixtureVariant("mips64el", _ENTRY, demo=8),), libc_dev="libc6-dev-mips64el-cross"),
-       })
+    name="mips64el",
+    aliases=("mips64", "mips64le"),
+    bits=64,
+    endian="little",
+    registers=_registers(N64_NAMES, 8),
+    kernel_abi=N64_ABI,
+    user_abi=N64_ABI,
+    isets=(MIPS64EL_ISET,),
+    insn=InsnRules(classify, _successors(N64_NAMES)),
+    unicorn=(unicorn.UC_ARCH_MIPS, unicorn.UC_MODE_MIPS64 | unicorn.UC_MODE_LITTLE_ENDIAN),
+    unicorn_cpu=um.UC_CPU_MIPS64_5KEF,
+    unicorn_setup=unicorn_setup_n64,
+    pie_base=PIE_BASE_N64,
+    delay_slots=_delay_slots("<", unicorn.UC_MODE_MIPS64 | unicorn.UC_MODE_LITTLE_ENDIAN, um.UC_CPU_MIPS64_5KEF),
+    gdb_arch="mips:isa64r2",
+    gdb_settings=("mips abi n64",),
+    elf_class=64,
+    # n64: the number in v0, a0-a5, the result in v0, a3 the error flag (scall64-n64.S)
+    syscalls=Syscalls("v0", tuple(f"a{i}" for i in range(6)), "v0", SYSCALL_INTNO, numbers.MIPS_N64,
+                      linux=LinuxAbi(None, 0, machine="mips64", sysroot="/usr/mips64el-linux-gnuabi64",
+                                     stat=StatLayout(*STAT_N64), statfs=STATFS_N64,
+                                     tls_register=um.UC_MIPS_REG_CP0_USERLOCAL, error_register=um.UC_MIPS_REG_A3,
+                                     errnos=ERRNOS, mmap_flags=MMAP_FLAGS, open_flags=OPEN_FLAGS,
+                                     open_flag_bits=OPEN_FLAG_BITS, calls=tables.MIPS_N64)),
+    stack_alignment=16,
+    qemu_user="qemu-mips64el",
+    multiarch="mips64el-linux-gnuabi64",
+    cross_libc_package="libc6-mips64el-cross",
+    cross_gcc_package="gcc-mips64el-linux-gnuabi64",
+    qemu_system=MALTA_64,
+    debian=DebianPort("mips64el", "bookworm", "linux-image-5kc-malta"),
+    kernel_stack_size=16384,
+    toolchain=Toolchain((FixtureVariant("mips64el", _ENTRY, demo=8),), libc_dev="libc6-dev-mips64el-cross"),
+)
 
 
 @hookimpl

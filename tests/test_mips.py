@@ -161,7 +161,8 @@ def test_o32_system_calls_take_stack_arguments_and_set_a3() -> None:
     with kpsdk.open("unicorn:mipsel") as s:
         s.target.map(0x400000, 0x1000, "rwx")
         code = struct.pack("<20I",
-                           0x27BDFFE0, 0x2402FFFF, 0xAFA20010, 0x24020007, 0xAFA20014,  # sp -= 32; [sp+16] = -1; [sp+20] = 7
+                           # sp -= 32; [sp+16] = -1; [sp+20] = 7
+                           0x27BDFFE0, 0x2402FFFF, 0xAFA20010, 0x24020007, 0xAFA20014,
                            0x00002025, 0x24051000, 0x24060003, 0x24070802,  # a0-a3: 0, 0x1000, 3, 0x802
                            0x24021072, 0x0000000C,  # mmap2: 4210
                            0x00408025, 0x00E08825,  # s0 = v0, s1 = a3
@@ -184,3 +185,58 @@ def test_o32_system_calls_take_stack_arguments_and_set_a3() -> None:
         (name, args, result, v0, a3), write = calls
         assert name == "mmap2" and args[4:6] == (0xFFFFFFFF, 7) and result == -38 and (v0, a3) == (89, 1)
         assert write[0] == "write" and write[2:] == (4, 4, 0)
+
+
+@pytest.mark.parametrize(("abis", "fr1"), [
+    ((5,), True),           # FPXX (Debian's o32): the mode the hardware prefers, FR=1 on a 64-bit FPU
+    ((5, 5), True),         # FPXX program, FPXX ld.so
+    ((1,), False),          # FP32 (-mfp32): FR=0
+    ((5, 1), False),        # an FP32 interpreter keeps an FPXX program in FR=0
+    ((6,), True), ((7, 5), True),  # FP64, FP64A
+    ((None,), False),       # no .MIPS.abiflags: anything but FR=1
+    ((3,), False),          # soft float: the default
+])
+def test_o32_fpu_mode_is_the_kernels(abis: tuple[int | None, ...], fr1: bool) -> None:
+    """arch/mips/kernel/elf.c's arch_check_elf with CONFIG_MIPS_O32_FP64_SUPPORT (Debian's
+    malta kernels have it): the executable's and interpreter's FP ABIs joined."""
+    assert mips.o32_fr1(abis) is fr1
+    assert mips.o32_fr1(abis, f64_r2=False) is (fr1 and abis[0] in (6, 7))
+
+
+#: a program that shows its FPU mode by what it does: in FR=0 the odd register f1 is the high half
+#: of the double in f0, in FR=1 a register of its own; and what Linux says (PR_GET_FP_MODE)
+FP_MODE_PROGRAM = r"""
+#include <stdio.h>
+#include <sys/prctl.h>
+int main(void)
+{
+    unsigned long long d;
+    __asm__ volatile(".set push\n.set oddspreg\n mtc1 $0, $f0\n mtc1 $0, $f1\n li $8, 0x1234\n mtc1 $8, $f1\n"
+                     " sdc1 $f0, %0\n.set pop\n" : "=m"(d) : : "$8", "$f0", "$f1");
+    printf("fr %d\n", (int)(d >> 32) != 0x1234);
+    printf("prctl %d\n", prctl(PR_GET_FP_MODE));
+    return 0;
+}
+"""
+
+
+@pytest.mark.parametrize(("flags", "fr1"), [((), True), (("-mfp32",), False)])
+def test_linux_layer_starts_o32_in_the_kernels_fpu_mode(flags: tuple[str, ...], fr1: bool, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """An FPXX program (gcc's default for Debian's mipsel) starts in FR=1, as Linux and qemu-mipsel
+    start it (PR_GET_FP_MODE 1), one built -mfp32 in FR=0: the program's own use of f0/f1 shows
+    the same mode under kpsdk as under qemu-user (kpsdk's prctl has no PR_GET_FP_MODE)."""
+    cc = shutil.which("mipsel-linux-gnu-gcc")
+    if cc is None:
+        pytest.skip("mipsel-linux-gnu-gcc not found: install the Debian package gcc-mipsel-linux-gnu")
+    src = tmp_path / "fp.c"
+    src.write_text(FP_MODE_PROGRAM)
+    exe = tmp_path / "fp"
+    subprocess.run([cc, "-static", "-O1", *flags, "-o", str(exe), str(src)], check=True, timeout=120)
+    qemu = shutil.which("qemu-mipsel")
+    if qemu is not None:
+        out = subprocess.run([qemu, str(exe)], capture_output=True, text=True, timeout=60).stdout
+        assert out == f"fr {int(fr1)}\nprctl {int(fr1)}\n"
+    with kpsdk.open(f"elf:{exe}") as s:
+        assert bool(s.target.uc.reg_read(um.UC_MIPS_REG_CP0_STATUS) & mips.ST_FR) is fr1
+        assert s.run(timeout=20) == 0
+        assert s.console.startswith(f"fr {int(fr1)}\n")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 
@@ -72,6 +73,10 @@ class LinuxAbi:
     :param open_flag_bits: the ``open(2)`` flags whose bits differ from asm-generic's
         (arch/*/include/uapi/asm/fcntl.h: ``O_DIRECTORY``, ``O_NOFOLLOW``, ``O_DIRECT``,
         ``O_LARGEFILE`` on arm and powerpc), by name: what ``--strace`` prints.
+    :param exec_state: CPU state the kernel derives at ``execve`` from the executable and
+        its interpreter (their paths; None: static): ``(uc, executable, interpreter)``.  MIPS
+        o32's FPU mode (Status.FR) from each ELF's ``.MIPS.abiflags`` (arch/mips/kernel/elf.c).
+        None: nothing beyond the ABI's fixed start state.
     :param calls: the calls the layer answers on this arch, by the arch's names for them
         (:mod:`kpsdk.arch_backends.syscall_tables`; each has a handler, found by that name):
         any other number is ``-ENOSYS``, recorded under its name.  ``exit`` and
@@ -96,6 +101,7 @@ class LinuxAbi:
     open_flags: tuple[tuple[int, int], ...] = ()
     open_flag_bits: tuple[tuple[str, int], ...] = ()
     calls: frozenset[str] = frozenset()
+    exec_state: Callable[[Any, Path, Path | None], None] | None = None
 
     def generic_flags(self, flags: int, table: tuple[tuple[int, int], ...]) -> int:
         """``flags`` with each of the arch's bits in ``table`` (:attr:`mmap_flags`,
