@@ -21,12 +21,16 @@ from kpsdk import fixtures
 from tests.conftest import REGISTERED_ARCHS
 from tests.test_libraries import built, report  # noqa: F401 - the module fixture that builds calls.c
 
+
 #: the libc each arch's program maps: the host's own for x86_64 (sysroot "/"), else Debian's
 #: cross sysroot (the Unicorn target's default sysroot for another architecture), for every arch
 #: with a Linux layer and a fixture (the registry's, not named here)
-LIBC = {a.name: ("/", f"/lib/{a.multiarch}/libc.so.6") if a.syscalls.linux.sysroot is None  # type: ignore[union-attr]
-        else (a.syscalls.linux.sysroot, f"{a.syscalls.linux.sysroot}/lib/libc.so.6")  # type: ignore[union-attr]
-        for a in REGISTERED_ARCHS if a.toolchain is not None and a.syscalls is not None and a.syscalls.linux is not None}
+def _libc(root: str | None, multiarch: str) -> tuple[str, str]:
+    return ("/", f"/lib/{multiarch}/libc.so.6") if root is None else (root, f"{root}/lib/libc.so.6")
+
+
+LIBC = {a.name: _libc(a.syscalls.linux.sysroot, a.multiarch) for a in REGISTERED_ARCHS
+        if a.toolchain is not None and a.syscalls is not None and a.syscalls.linux is not None}
 
 
 @pytest.mark.parametrize("arch", sorted(LIBC))
@@ -88,7 +92,8 @@ def sysroot_holding(arch: str, lib: Path, tmp: Path) -> tuple[Path, Path]:
     for pattern in ("ld-*.so*", "ld64.so*", "ld.so*", "libc.so.6", "libdl.so.2"):  # ppc64's and MIPS's loaders
         for f in (Path(root) / "lib").glob(pattern):
             shutil.copy(f, copy / "lib" / f.name)
-    if (Path(root) / "lib64").is_dir():  # ppc64's PT_INTERP is /lib64/ld64.so.1 (a link into lib/), n64's /lib64/ld.so.1
+    # ppc64's PT_INTERP is /lib64/ld64.so.1 (a link into lib/), n64's /lib64/ld.so.1
+    if (Path(root) / "lib64").is_dir():
         shutil.copytree(Path(root) / "lib64", copy / "lib64", symlinks=True)
     shutil.copy(lib, copy / lib.name)
     return copy, copy / lib.name

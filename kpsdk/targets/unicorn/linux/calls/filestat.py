@@ -9,9 +9,9 @@ data, packed by :mod:`kpsdk.targets.unicorn.linux.structs`); what has no host fi
 from __future__ import annotations
 
 import errno
-import struct
 import os
 import stat as statmod
+import struct
 
 from kpsdk.targets.unicorn.linux import structs
 from kpsdk.targets.unicorn.linux.calls.core import AT_EMPTY_PATH, AT_FDCWD, AT_SYMLINK_NOFOLLOW
