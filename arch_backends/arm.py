@@ -9,6 +9,7 @@ The kernel writes UDF encodings (0xe7f001f8, Thumb 0xde18/0xf7f0a018); Unicorn
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 
 import capstone
 import keystone
@@ -24,6 +25,7 @@ from kpsdk.arch import (
     Conditions,
     DebianPort,
     DetourCode,
+    DwarfRegisters,
     EntryDetour,
     FieldUse,
     FrameRecord,
@@ -148,6 +150,43 @@ def unicorn_setup(uc: unicorn.Uc) -> None:
     d8-d15 around ``__builtin_setjmp``) is an invalid instruction."""
     uc.reg_write(ua.UC_ARM_REG_C1_C0_2, uc.reg_read(ua.UC_ARM_REG_C1_C0_2) | (0xF << 20))  # cp10, cp11: full access
     uc.reg_write(ua.UC_ARM_REG_FPEXC, 0x40000000)  # FPEXC.EN
+
+
+#: where Linux maps ARM's vector page with the kuser helpers (arch/arm/kernel/entry-armv.S)
+KUSER_PAGE = 0xFFFF0000
+
+
+def kuser_helpers() -> bytes:
+    """The kuser helpers page as a uniprocessor kernel fills it (Documentation/arch/arm/
+    kernel_user_helpers.rst): ``__kuser_cmpxchg64`` at 0xffff0f60, ``__kuser_memory_barrier`` at
+    0xffff0fa0, ``__kuser_cmpxchg`` at 0xffff0fc0, ``__kuser_get_tls`` at 0xffff0fe0 and
+    ``__kuser_helper_version`` (5) at 0xffff0ffc.  Each helper runs as one translated block,
+    so kpsdk's scheduler (which switches tasks only between blocks) keeps it atomic."""
+    page = bytearray(0x1000)
+    helpers = {
+        # push {r4-r7}; ldrd r4, r5, [r0]; ldrd r6, r7, [r2]; eors r3, r6, r4; eorseq r3, r7, r5;
+        # ldrdeq r6, r7, [r1]; strdeq r6, r7, [r2]; rsbs r0, r3, #0; pop {r4-r7}; bx lr
+        0xF60: (0xE92D00F0, 0xE1C040D0, 0xE1C260D0, 0xE0363004, 0x00373005, 0x01C160D0, 0x01C260F0,
+                0xE2730000, 0xE8BD00F0, 0xE12FFF1E),
+        0xFA0: (0xF57FF05B, 0xE12FFF1E),  # dmb ish; bx lr
+        # ldr r3, [r2]; subs r3, r3, r0; streq r1, [r2]; rsbs r0, r3, #0; bx lr
+        0xFC0: (0xE5923000, 0xE0533000, 0x05821000, 0xE2730000, 0xE12FFF1E),
+        0xFE0: (0xEE1D0F70, 0xE12FFF1E),  # mrc p15, 0, r0, c13, c0, 3 (TPIDRURO); bx lr
+    }
+    for at, words in helpers.items():
+        struct.pack_into(f"<{len(words)}I", page, at, *words)
+    struct.pack_into("<I", page, 0xFFC, 5)
+    return bytes(page)
+
+
+def oabi_call(read: Callable[[int, int], bytes], pc: int, thumb: bool) -> int | None:
+    """An OABI system call's number (``swi 0x900000 + N``, the instruction before ``pc``), or
+    None for an EABI ``svc 0`` (or any call from Thumb code, which has no OABI)."""
+    if thumb:
+        return None
+    word = struct.unpack("<I", read(pc - 4, 4))[0]
+    imm = word & 0xFFFFFF
+    return imm - 0x900000 if imm >= 0x900000 else None
 
 
 def jump_back(at: int, target: int, iset: InstructionSet) -> bytes:
@@ -382,6 +421,12 @@ KERNEL_TASKS = KernelTasks(
 )
 
 
+#: DWARF register numbers, "DWARF for the Arm Architecture" (AAELF32 DWARF, table 1): r0-r15
+#: (13 sp, 14 lr: the return address column, 15 pc), 256-287 the VFP's d0-d31
+DWARF_ARM = DwarfRegisters({**{i: f"r{i}" for i in range(13)}, 13: "sp", 14: "lr", 15: "pc",
+                            **{256 + i: f"d{i}" for i in range(32)}})
+
+
 ARM = Arch(
     name="arm",
     aliases=("arm32", "armhf", "thumb"),
@@ -406,7 +451,9 @@ ARM = Arch(
     syscalls=Syscalls("r7", ("r0", "r1", "r2", "r3", "r4", "r5"), "r0", 2, numbers.ARM,
                       linux=LinuxAbi("v7l", HWCAP, machine="armv7l", sysroot="/usr/arm-linux-gnueabihf",
                                      stat64=StatLayout(*tables.STAT64_ARM), tls_register=ua.UC_ARM_REG_C13_C0_3,
-                                     pair_aligned=True, open_flag_bits=OPEN_FLAG_BITS, calls=tables.ARM)),
+                                     pair_aligned=True, open_flag_bits=OPEN_FLAG_BITS, calls=tables.ARM,
+                                     clone_backwards=True, vector_page=(KUSER_PAGE, kuser_helpers()),
+                                     legacy_call=oabi_call)),
     stack_alignment=8,
     qemu_user="qemu-arm",
     multiarch="arm-linux-gnueabihf",
@@ -443,6 +490,7 @@ ARM = Arch(
     toolchain=Toolchain((FixtureVariant("arm", ("-marm", "-march=armv7-a+fp"), demo=2),
                          FixtureVariant("thumb", ("-mthumb", "-march=armv7-a+fp"), iset="thumb", demo=3)),
                         libc_dev="libc6-dev-armhf-cross"),
+    dwarf=DWARF_ARM,
 )
 
 

@@ -767,15 +767,13 @@ ERRNOS: tuple[tuple[int, int], ...] = (
 #: MAP_LOCKED, MAP_POPULATE, MAP_NONBLOCK, MAP_STACK, MAP_HUGETLB
 MMAP_FLAGS = ((0x0400, 0x4000), (0x0800, 0x20), (0x1000, 0x0100), (0x2000, 0x0800), (0x4000, 0x1000),
               (0x8000, 0x2000), (0x10000, 0x8000), (0x20000, 0x10000), (0x40000, 0x20000), (0x80000, 0x40000))
-#: arch/mips/include/uapi/asm/fcntl.h: O_APPEND, O_CREAT, O_TRUNC, O_EXCL, O_NOCTTY, O_NONBLOCK
-#: (MIPS, asm-generic), the flags the layer acts on or refuses
-OPEN_FLAGS = ((0x0008, 0o2000), (0x0100, 0o100), (0x0200, 0o1000), (0x0400, 0o200), (0x0800, 0o400),
-              (0x0080, 0o4000))
-#: the open(2) flags whose bits are MIPS's own, by name: what --strace prints
-OPEN_FLAG_BITS = (("O_APPEND", 0x8), ("O_DSYNC", 0x10), ("O_NONBLOCK", 0x80), ("O_CREAT", 0x100),
-                  ("O_TRUNC", 0x200), ("O_EXCL", 0x400), ("O_NOCTTY", 0x800), ("FASYNC", 0x1000),
-                  ("O_LARGEFILE", 0x2000), ("O_SYNC", 0x4010), ("O_DIRECT", 0x8000), ("O_DIRECTORY", 0x10000),
-                  ("O_NOFOLLOW", 0x20000), ("O_PATH", 0x200000), ("O_TMPFILE", 0x410000))
+#: arch/mips/include/uapi/asm/fcntl.h: every open(2) flag whose bit is MIPS's own, as (MIPS,
+#: asm-generic): O_APPEND, O_DSYNC, O_NONBLOCK, O_CREAT, O_EXCL, O_NOCTTY, FASYNC, O_LARGEFILE,
+#: __O_SYNC, O_DIRECT (O_TRUNC, O_DIRECTORY, O_NOFOLLOW, O_CLOEXEC, O_PATH and __O_TMPFILE have the
+#: generic bits).  The layer works in the generic bits (LinuxAbi.open_flags), so open_flag_bits
+#: stays empty for MIPS; strace names them after the same translation.
+OPEN_FLAGS = ((0x0008, 0o2000), (0x0010, 0o10000), (0x0080, 0o4000), (0x0100, 0o100), (0x0400, 0o200),
+              (0x0800, 0o400), (0x1000, 0o20000), (0x2000, 0o100000), (0x4000, 0o4000000), (0x8000, 0o40000))
 
 #: arch/mips/include/uapi/asm/stat.h: o32's struct stat and stat64, n64's struct stat (their
 #: offsets printed by a program built with each cross compiler)
@@ -808,8 +806,7 @@ STATFS_N64 = ("8q2i2q40x", _STATFS_ORDER)
 #: 8 pairs (target/mips/cpu.c, mips_cpu_reset: WatchHi.M chains 0-6); Linux lets user space use 4
 #: (NUM_WATCH_REGS, arch/mips/include/asm/processor.h; arch/mips/kernel/watch.c counts them)
 WATCH = WatchRules(slots=4, types=frozenset({"x", "w", "r", "rw"}),
-                   lengths=(1, 2, 3, 4, 5, 6, 7, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096), aligned=False,
-                   window=8, masked=True, exec_lengths=(4,),
+                   lengths=(1, 2, 3, 4, 5, 6, 7, 8), aligned=False, window=8, masked=(16, 4096), exec_lengths=(4,),
                    source="MIPS32/64 PRA WatchLo/WatchHi; QEMU target/mips/cpu.c; Linux arch/mips/kernel/watch.c")
 
 
@@ -848,11 +845,24 @@ O32_ABI = Abi(("a0", "a1", "a2", "a3"), stack_args_offset=16)  # o32: a 16-byte 
 N64_ABI = Abi(tuple(f"a{i}" for i in range(8)), stack_args_offset=0)
 
 
+#: QEMU's MIPS exceptions that Linux turns into a program's signal (target/mips/cpu.h's EXCP_*;
+#: arch/mips/kernel/traps.c): a reserved instruction (do_ri: SIGILL, ILL_ILLOPC), an integer
+#: overflow of add/sub (do_ov: SIGFPE, FPE_INTOVF), a ``break`` (do_bp: SIGTRAP from force_sig,
+#: SI_KERNEL).  A ``teq``'s code (gcc's divide-by-zero check, 7: SIGFPE) is not seen: the trap
+#: arrives as one number
+MIPS_EXCEPTIONS = ((20, "SIGILL", 1), (21, "SIGFPE", 2), (18, "SIGTRAP", 0x80))
+#: the kernel's ``struct sigaction`` (its 32-bit flags first, no restorer) and ``stack_t``
+#: (arch/mips/include/uapi/asm/signal.h)
+MIPS_SIGACTION = ("flags", "handler", "mask")
+MIPS_STACK_T = ("sp", "size", "flags")
+
+
 def _o32_linux(machine: str, sysroot: str) -> LinuxAbi:
     return LinuxAbi(None, 0, machine=machine, sysroot=sysroot, stat=StatLayout(*STAT_O32),
                     stat64=StatLayout(*STAT64_O32), statfs=STATFS64_O32, tls_register=um.UC_MIPS_REG_CP0_USERLOCAL,
                     pair_aligned=True, error_register=um.UC_MIPS_REG_A3, errnos=ERRNOS, mmap_flags=MMAP_FLAGS,
-                    open_flags=OPEN_FLAGS, open_flag_bits=OPEN_FLAG_BITS, calls=tables.MIPS_O32,
+                    open_flags=OPEN_FLAGS, calls=tables.MIPS_O32, clone_backwards=True, sigaction=MIPS_SIGACTION,
+                    stack_t=MIPS_STACK_T, cpu_exceptions=MIPS_EXCEPTIONS,
                     exec_state=exec_state_o32)
 
 
@@ -912,7 +922,7 @@ MIPS = Arch(
                        data_endian="little"),
     # the toolchain's defaults (MIPS32 Release 2, FPXX); the static PIE relocates its own GOT in
     # _start (a MIPS GOT has no relocation records: sys.h)
-    toolchain=Toolchain((FixtureVariant("mips", _ENTRY, demo=6),), libc_dev="libc6-dev-mips-cross"),
+    toolchain=Toolchain((FixtureVariant("mips", _ENTRY, demo=7),), libc_dev="libc6-dev-mips-cross"),
 )
 
 MIPSEL = replace(
@@ -930,7 +940,7 @@ MIPSEL = replace(
     cross_gcc_package="gcc-mipsel-linux-gnu",
     qemu_system=MALTA_32,
     debian=DebianPort("mipsel", "bookworm", "linux-image-4kc-malta"),
-    toolchain=Toolchain((FixtureVariant("mipsel", _ENTRY, demo=7),), libc_dev="libc6-dev-mipsel-cross"),
+    toolchain=Toolchain((FixtureVariant("mipsel", _ENTRY, demo=8),), libc_dev="libc6-dev-mipsel-cross"),
 )
 
 MIPS64EL = replace(
@@ -958,7 +968,8 @@ MIPS64EL = replace(
                                      stat=StatLayout(*STAT_N64), statfs=STATFS_N64,
                                      tls_register=um.UC_MIPS_REG_CP0_USERLOCAL, error_register=um.UC_MIPS_REG_A3,
                                      errnos=ERRNOS, mmap_flags=MMAP_FLAGS, open_flags=OPEN_FLAGS,
-                                     open_flag_bits=OPEN_FLAG_BITS, calls=tables.MIPS_N64)),
+                                     calls=tables.MIPS_N64, clone_backwards=True, sigaction=MIPS_SIGACTION,
+                                     stack_t=MIPS_STACK_T, cpu_exceptions=MIPS_EXCEPTIONS)),
     stack_alignment=16,
     qemu_user="qemu-mips64el",
     multiarch="mips64el-linux-gnuabi64",
@@ -967,7 +978,7 @@ MIPS64EL = replace(
     qemu_system=MALTA_64,
     debian=DebianPort("mips64el", "bookworm", "linux-image-5kc-malta"),
     kernel_stack_size=16384,
-    toolchain=Toolchain((FixtureVariant("mips64el", _ENTRY, demo=8),), libc_dev="libc6-dev-mips64el-cross"),
+    toolchain=Toolchain((FixtureVariant("mips64el", _ENTRY, demo=9),), libc_dev="libc6-dev-mips64el-cross"),
 )
 
 

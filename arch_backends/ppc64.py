@@ -30,6 +30,7 @@ from kpsdk.arch import (
     Breakpoint,
     DebianPort,
     DetourCode,
+    DwarfRegisters,
     FieldUse,
     FrameRecord,
     InsnRules,
@@ -297,6 +298,14 @@ KERNEL_TASKS = KernelTasks(
 )
 
 
+#: DWARF register numbers, 64-bit ELF ABI (ELFv1 and ELFv2: "DWARF Register Number Mapping"):
+#: r0-r31, CR 64, XER 101, LR 108, CTR 109 in .debug_info and .debug_frame; GCC's .eh_frame
+#: keeps its older numbers for LR (65: the return address column there), CTR (66) and XER (76)
+DWARF_PPC64 = DwarfRegisters({**{i: f"r{i}" for i in range(32)}, **{32 + i: f"f{i}" for i in range(32)},
+                              64: "cr", 101: "xer", 108: "lr", 109: "ctr"},
+                             eh_frame={65: "lr", 66: "ctr", 76: "xer"})
+
+
 PPC64 = Arch(
     name="ppc64",
     aliases=("powerpc64", "ppc64be"),
@@ -323,7 +332,8 @@ PPC64 = Arch(
     syscalls=Syscalls("r0", tuple(f"r{i}" for i in range(3, 9)), "r3", 8, numbers.PPC64,
                       linux=LinuxAbi("ppc970", HWCAP, machine="ppc64", sysroot="/usr/powerpc64-linux-gnu",
                                      stat=StatLayout(*tables.STAT_X86_64), error_flag=(up.UC_PPC_REG_CR, CR0_SO),
-                                     open_flag_bits=OPEN_FLAG_BITS, calls=tables.PPC64)),
+                                     open_flag_bits=OPEN_FLAG_BITS, calls=tables.PPC64,
+                                     clone_backwards=True, tls_gpr="r13")),
     stack_alignment=16,
     qemu_user="qemu-ppc64",
     function_descriptors=".opd",
@@ -349,6 +359,7 @@ PPC64 = Arch(
     # big-endian, default ELFv1 ABI; no traceback tables after blr so st_size covers instructions only
     toolchain=Toolchain((FixtureVariant("ppc64", ("-mtraceback=no",), demo=5),), libc_dev="libc6-dev-ppc64-cross",
                         elf_flags=(3, 1, "ELFv1")),
+    dwarf=DWARF_PPC64,
 )
 
 TRAP_LE = struct.pack("<I", 0x7FE00008)
@@ -389,7 +400,8 @@ PPC64LE = replace(
     syscalls=Syscalls("r0", tuple(f"r{i}" for i in range(3, 9)), "r3", 8, numbers.PPC64LE,
                       linux=LinuxAbi("power8", HWCAP_LE, HWCAP2_LE, machine="ppc64le",
                                      sysroot="/usr/powerpc64le-linux-gnu", stat=StatLayout(*tables.STAT_X86_64),
-                                     error_flag=(up.UC_PPC_REG_CR, CR0_SO), calls=tables.PPC64)),
+                                     error_flag=(up.UC_PPC_REG_CR, CR0_SO), open_flag_bits=OPEN_FLAG_BITS,
+                                     calls=tables.PPC64, clone_backwards=True, tls_gpr="r13")),
     multiarch="powerpc64le-linux-gnu",
     cross_libc_package="libc6-ppc64el-cross",
     qemu_user="qemu-ppc64le",

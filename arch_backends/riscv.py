@@ -23,6 +23,7 @@ from kpsdk.arch import (
     Breakpoint,
     DebianPort,
     DetourCode,
+    DwarfRegisters,
     EntryDetour,
     FrameRecord,
     InsnRules,
@@ -292,6 +293,14 @@ KERNEL_TASKS = KernelTasks(
 VIRT_MTIME = KernelClock(0x200BFF8, 8, "riscv_sched_clock", "QEMU's virt board: ACLINT mtime at 0x200bff8")
 
 
+#: the floating-point registers f0-f31 by their ABI names (gdb's)
+_FP_NAMES = (*(f"ft{i}" for i in range(8)), "fs0", "fs1", *(f"fa{i}" for i in range(8)),
+             *(f"fs{i}" for i in range(2, 12)), *(f"ft{i}" for i in range(8, 12)))
+#: DWARF register numbers, RISC-V ELF psABI ("DWARF Register Numbers"): 0-31 are x0-x31 (the
+#: return address column is 1, ra), 32-63 f0-f31; the pc has no number
+DWARF_RISCV = DwarfRegisters({**dict(enumerate(_ABI_NAMES)), **{32 + i: n for i, n in enumerate(_FP_NAMES)}})
+
+
 RISCV64 = Arch(
     name="riscv64",
     aliases=("riscv", "rv64"),
@@ -325,7 +334,8 @@ RISCV64 = Arch(
                       # (arch/riscv/kernel/cpufeature.c); no ELF_PLATFORM on riscv
                       linux=LinuxAbi(None, sum(1 << (ord(c) - ord("a")) for c in "imafdc"),
                                      machine="riscv64", sysroot="/usr/riscv64-linux-gnu",
-                                     stat=StatLayout(*tables.STAT_GENERIC64), calls=tables.RISCV64)),
+                                     stat=StatLayout(*tables.STAT_GENERIC64), calls=tables.RISCV64,
+                                     tls_gpr="tp", sigaction=("handler", "flags", "mask"), clone_backwards=True)),
     stack_alignment=16,
     qemu_user="qemu-riscv64",
     multiarch="riscv64-linux-gnu",
@@ -348,6 +358,7 @@ RISCV64 = Arch(
     toolchain=Toolchain((FixtureVariant("riscv64", ("-march=rv64gc", "-mabi=lp64d", "-msmall-data-limit=0"),
                                         demo=4),),
                         libc_dev="libc6-dev-riscv64-cross"),
+    dwarf=DWARF_RISCV,
 )
 
 

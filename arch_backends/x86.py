@@ -23,6 +23,7 @@ from kpsdk.arch import (
     Breakpoint,
     DebianPort,
     DetourCode,
+    DwarfRegisters,
     EntryDetour,
     FieldUse,
     FrameRecord,
@@ -373,6 +374,21 @@ GDT_ENTRY_STACK = 2
 GDT_ENTRIES = 32
 
 
+def unicorn_setup(uc: unicorn.Uc) -> None:
+    """The FPU state a Linux process starts with (fpstate_init: ``fninit``'s control word
+    0x37f: all exceptions masked, 64-bit precision, round to nearest; MXCSR_DEFAULT 0x1f80):
+    Unicorn 2.1.4 starts both at 0, so x87 arithmetic after the first control-word save and
+    restore ran at 24-bit precision (Debian's sqlite3 printed 999*0.5 as 499.499988555908)."""
+    uc.reg_write(ux.UC_X86_REG_FPCW, 0x37F)
+    uc.reg_write(ux.UC_X86_REG_MXCSR, 0x1F80)
+
+
+#: the exceptions Linux's x86 traps.c turns into signals (vector, signal, si_code): #DE divide
+#: error (SIGFPE, FPE_INTDIV), #UD invalid opcode (SIGILL, ILL_ILLOPN), #GP (SIGSEGV, SI_KERNEL),
+#: int3 that is not kpsdk's (SIGTRAP, SI_KERNEL)
+X86_EXCEPTIONS = ((0, "SIGFPE", 1), (6, "SIGILL", 2), (13, "SIGSEGV", 0x80), (3, "SIGTRAP", 0x80))
+
+
 def set_thread_area(uc: unicorn.Uc, gdt: int, base: int, limit: int, pages: bool) -> int:
     """i386's ``set_thread_area``: a 32-bit data descriptor (present, DPL 3, read/write)
     for ``base``/``limit`` at GDT_ENTRY_TLS_MIN of the table at ``gdt`` (one page the
@@ -435,6 +451,21 @@ def kernel_entry_skip(code: bytes) -> int:
     return 4 if code[:4] in KERNEL_ENDBR else 0
 
 
+#: DWARF register numbers, System V x86-64 psABI (figure 3.36); 16 is the return address
+#: column, the caller's rip
+DWARF_X86_64 = DwarfRegisters(
+    {0: "rax", 1: "rdx", 2: "rcx", 3: "rbx", 4: "rsi", 5: "rdi", 6: "rbp", 7: "rsp",
+     **{i: f"r{i}" for i in range(8, 16)}, 16: "rip", **{17 + i: f"xmm{i}" for i in range(16)}, 49: "eflags",
+     50: "es", 51: "cs", 52: "ss", 53: "ds", 54: "fs", 55: "gs"},
+    return_address="rip")
+#: DWARF register numbers, i386 psABI (table 2.14); 8 is the return address column, the eip
+DWARF_I386 = DwarfRegisters(
+    {0: "eax", 1: "ecx", 2: "edx", 3: "ebx", 4: "esp", 5: "ebp", 6: "esi", 7: "edi", 8: "eip", 9: "eflags",
+     **{21 + i: f"xmm{i}" for i in range(8)},
+     40: "es", 41: "cs", 42: "ss", 43: "ds", 44: "fs", 45: "gs"},
+    return_address="eip")
+
+
 X86_64 = Arch(
     name="x86_64",
     aliases=("amd64", "x86-64"),
@@ -454,6 +485,7 @@ X86_64 = Arch(
     isets=(_iset("x86_64", capstone.CS_MODE_64, keystone.KS_MODE_64, _frame_record("rbp", "rsp", 8)),),
     insn=INSN_RULES,
     unicorn=(unicorn.UC_ARCH_X86, unicorn.UC_MODE_64),
+    unicorn_setup=unicorn_setup,
     unicorn_unsupported=None,
     gdb_arch="i386:x86-64",
     elf_machine="EM_X86_64",
@@ -461,7 +493,8 @@ X86_64 = Arch(
     syscalls=Syscalls("rax", ("rdi", "rsi", "rdx", "r10", "r8", "r9"), "rax", None, numbers.X86_64,
                       unicorn_insn=ux.UC_X86_INS_SYSCALL,
                       linux=LinuxAbi("x86_64", 0, machine="x86_64", stat=StatLayout(*tables.STAT_X86_64),
-                                     tls_register=ux.UC_X86_REG_FS_BASE, calls=tables.X86_64)),
+                                     tls_register=ux.UC_X86_REG_FS_BASE, calls=tables.X86_64,
+                                     syscall_insn_size=2, cpu_exceptions=X86_EXCEPTIONS)),
     stack_alignment=16,
     qemu_user="qemu-x86_64",
     multiarch="x86_64-linux-gnu",
@@ -481,6 +514,7 @@ X86_64 = Arch(
     # no CET notes or endbr64: the fixture's code is what its source says
     toolchain=Toolchain((FixtureVariant("x86_64", ("-fcf-protection=none",), demo=0),),
                         libc_dev="libc6-dev-amd64-cross", native_machine="x86_64"),
+    dwarf=DWARF_X86_64,
 )
 
 I386 = Arch(
@@ -501,6 +535,7 @@ I386 = Arch(
     isets=(_iset("i386", capstone.CS_MODE_32, keystone.KS_MODE_32, _frame_record("ebp", "esp", 4)),),
     insn=INSN_RULES,
     unicorn=(unicorn.UC_ARCH_X86, unicorn.UC_MODE_32),
+    unicorn_setup=unicorn_setup,
     unicorn_unsupported=None,
     gdb_arch="i386",
     elf_machine="EM_386",
@@ -508,7 +543,8 @@ I386 = Arch(
     syscalls=Syscalls("eax", ("ebx", "ecx", "edx", "esi", "edi", "ebp"), "eax", 0x80, numbers.I386,
                       linux=LinuxAbi("i686", 0, machine="i686", sysroot="/usr/i686-linux-gnu",
                                      stat64=StatLayout(*tables.STAT64_I386), set_thread_area=set_thread_area,
-                                     calls=tables.I386)),
+                                     calls=tables.I386, syscall_insn_size=2, clone_backwards=True,
+                                     tls_segment=ux.UC_X86_REG_GS, cpu_exceptions=X86_EXCEPTIONS)),
     stack_alignment=16,
     qemu_user="qemu-i386",
     multiarch="i686-linux-gnu",
@@ -526,6 +562,7 @@ I386 = Arch(
     out_of_line=OutOfLine(jump_back_32, return_jump_32),
     detours=DetourCode(near_jump, entry_detour, return_detour, scratch=(), flags="eflags"),
     toolchain=Toolchain((FixtureVariant("i386", ("-fcf-protection=none",), demo=1),), libc_dev="libc6-dev-i386-cross"),
+    dwarf=DWARF_I386,
 )
 
 

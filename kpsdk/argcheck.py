@@ -13,6 +13,7 @@ kpsdk but its errors, and the ELF and symbol readers below the core use it.
 
 from __future__ import annotations
 
+import re
 from typing import TypeGuard
 
 from kpsdk.errors import ArgumentError, shown
@@ -23,9 +24,17 @@ def is_int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+#: what ``int(text, 0)`` takes, spelled in ASCII digits, without ``_`` separators or blanks
+_NUMBER = re.compile(r"[+-]?(?:0[xX][0-9a-fA-F]+|0[oO][0-7]+|0[bB][01]+|0+|[1-9][0-9]*)\Z")
+
+
 def parse_number(text: str) -> int | None:
     """``int(text, 0)`` (decimal, ``0x``, ``0o``, ``0b``, a sign), or None when it is not one;
-    a decimal too long for Python to convert (over 4300 digits) is None too."""
+    a decimal too long for Python to convert (over 4300 digits) is None too.  ASCII digits
+    only: ``int()`` also takes other scripts' digits (``int("٣") == 3``), ``_`` separators and
+    blanks around the number, which no number a user writes for kpsdk holds."""
+    if not _NUMBER.match(text):
+        return None
     try:
         return int(text, 0)
     except ValueError:

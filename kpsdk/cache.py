@@ -43,25 +43,73 @@ def _owned_by_me(st: os.stat_result, kind: Callable[[int], bool]) -> bool:
     return kind(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
 
 
+def _unsafe_ancestor(path: Path) -> str | None:
+    """Why a directory above ``path`` lets someone else swap ``path`` (None when none does).
+
+    A directory that another user can write can have its entries renamed: whoever can write
+    ``~/.cache`` can move kpsdk's checked cache directory aside and put their own in its place
+    between the check and the use.  So every directory above, as written and as resolved, must
+    belong to this user or to root and be writable by no one else, unless it is sticky (``/tmp``:
+    there only an entry's owner may rename it), as OpenSSH's ``StrictModes`` checks a path.
+    """
+    seen: set[str] = set()
+    for start in (path.parent, Path(os.path.realpath(path.parent))):
+        for parent in (start, *start.parents):
+            key = str(parent)
+            if key in seen:
+                continue
+            seen.add(key)
+            try:
+                st = os.stat(parent)
+            except OSError as e:
+                return f"{parent}: {e.strerror}"
+            if st.st_uid not in (0, os.getuid()):
+                return f"{parent} belongs to another user (uid {st.st_uid})"
+            if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not st.st_mode & stat.S_ISVTX:
+                return f"{parent} is group/world-writable without the sticky bit"
+    return None
+
+
+def unsafe_reason(path: Path) -> str | None:
+    """Why ``path`` is no directory kpsdk may keep code in, or None when it is one: a real
+    directory (not a symbolic link) of this user's that no one else can write, under
+    directories no one else can rename it in (:func:`_unsafe_ancestor`)."""
+    try:
+        st = os.lstat(path)
+    except OSError as e:
+        return e.strerror or str(e)
+    if not _owned_by_me(st, stat.S_ISDIR):
+        return ("not a directory of this user's that only they can write "
+                "(a symbolic link, someone else's, or group/world-writable)")
+    return _unsafe_ancestor(path)
+
+
+def private_path(path: Path, warn: bool = True) -> Path | None:
+    """``path``, created with mode 0700, when it is safe (:func:`unsafe_reason`); else ``None``
+    (and a warning unless ``warn`` is False)."""
+    try:
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except OSError as e:
+        if warn:
+            warnings.warn(f"kpsdk: not caching in {path}: {e.strerror}", stacklevel=3)
+        return None
+    why = unsafe_reason(path)
+    if why is not None:
+        if warn:
+            warnings.warn(f"kpsdk: not caching in {path}: {why}", stacklevel=3)
+        return None
+    return path
+
+
 def private_dir(name: str) -> Path | None:
     """``<cache_root()>/<name>``, created with mode 0700; ``None`` (and a warning) when unsafe.
 
     Safe is a real directory (not a symbolic link), owned by this user and writable by no one
-    else: then no one else can put files in it or swap the ones kpsdk wrote.  Callers go
-    without their cache when it is not.
+    else, under directories that only this user or root can change (:func:`unsafe_reason`):
+    then no one else can put files in it, swap the ones kpsdk wrote, or swap the directory
+    itself.  Callers go without their cache when it is not.
     """
-    path = cache_root() / name
-    try:
-        path.mkdir(mode=0o700, parents=True, exist_ok=True)
-        st = os.lstat(path)
-    except OSError as e:
-        warnings.warn(f"kpsdk: not caching in {path}: {e.strerror}", stacklevel=3)
-        return None
-    if not _owned_by_me(st, stat.S_ISDIR):
-        warnings.warn(f"kpsdk: not caching in {path}: not a directory of this user's that only they can write "
-                      "(a symbolic link, someone else's, or group/world-writable)", stacklevel=3)
-        return None
-    return path
+    return private_path(cache_root() / name)
 
 
 def read_private(directory: Path, name: str, limit: int) -> bytes | None:
@@ -96,3 +144,32 @@ def write_private(directory: Path, name: str, data: bytes) -> None:
     except OSError:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
+
+
+class PrivateStore:
+    """Files by key in the private directory ``<cache_root()>/<name>``, under the rules above:
+    an index store for the DWARF reader (``kpsdk.binfmt.dwarf.IndexStore``: ``load``/``save``).
+
+    A key is a file name (a build ID and a suffix); one with a path separator or a leading dot
+    is refused (None, nothing saved), so no key names a file outside the directory.  Whatever
+    ``load`` returns the caller checks, as :func:`read_private` says.
+    """
+
+    #: the most one entry may hold (an index of a kernel's DWARF is tens of megabytes)
+    LIMIT = 1 << 30
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    @staticmethod
+    def _safe(key: str) -> bool:
+        return bool(key) and "/" not in key and "\0" not in key and not key.startswith(".")
+
+    def load(self, key: str) -> bytes | None:
+        directory = private_dir(self.name) if self._safe(key) else None
+        return read_private(directory, key, self.LIMIT) if directory is not None else None
+
+    def save(self, key: str, data: bytes) -> None:
+        directory = private_dir(self.name) if self._safe(key) else None
+        if directory is not None:
+            write_private(directory, key, data)

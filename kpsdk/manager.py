@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from kpsdk.arch.insn import Decoded
-from kpsdk.binfmt.symbols import decode_span
+from kpsdk.binfmt.symbols import decode_span, shown_name
 from kpsdk.errors import KprobeError, ProbeHandlerError, SymbolError, TargetFault
 from kpsdk.probe import TRAP_HANDLER_EXCEPTION, Probe, check_address_range, fault_claimed, handler_arg
 
@@ -180,7 +180,7 @@ class ProbeManager:
         if target.is_reserved(addr) and not internal:
             raise KprobeError(errno.EINVAL, f"{addr:#x} is in kpsdk's own area (blacklisted)")
         if sym is not None and sym.name in self.blacklist and not internal:
-            raise KprobeError(errno.EINVAL, f"{sym.name} is on the no-probe blacklist")
+            raise KprobeError(errno.EINVAL, f"{shown_name(sym.name)} is on the no-probe blacklist")
         start, end = decode_span(sym, addr)
         insn = target.decode_at(addr, start, iset, end)
         if insn is None:

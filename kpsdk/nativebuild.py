@@ -13,8 +13,13 @@ only when it can be trusted:
   not have written the record: only this user can write there).
 
 Anything else (a planted, swapped or loosened file) is built again, never loaded.  Where the
-cache directory cannot be used, the object is built in a private temporary directory that
-is removed when the interpreter exits.
+cache directory cannot be used, the object is built in one private temporary directory per
+process and name, removed when the interpreter exits.
+
+The name of a build is the SHA256 of the source's bytes and the flags, each length-prefixed
+(two different sources and flag lists never share a name), and gcc compiles a private copy of
+exactly the bytes that were hashed: a source changed while it builds cannot be cached under
+the old source's name.
 """
 
 from __future__ import annotations
@@ -70,7 +75,7 @@ def build_shared_object(name: str, source: Path, what: str, flags: Sequence[str]
     :class:`~kpsdk.errors.TargetError` when it does not compile.
     """
     code = source.read_bytes()
-    key = hashlib.sha256(code + "\0".join(flags).encode()).hexdigest()[:16]
+    key = _build_key(code, flags)
     stem = f"{source.stem}-{key}"
     cache = private_dir(name)
     directory = cache if cache is not None else _scratch(name)
@@ -82,18 +87,29 @@ def build_shared_object(name: str, source: Path, what: str, flags: Sequence[str]
     gcc = shutil.which("gcc")
     if gcc is None:
         raise ToolMissingError(f"gcc (to build {what})", "gcc")
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{stem}-", suffix=".so")
-    os.close(fd)
+    work = Path(tempfile.mkdtemp(dir=directory, prefix=f".{stem}-"))
     try:
-        proc = subprocess.run([gcc, "-O2", "-shared", "-fPIC", "-fvisibility=hidden", "-Wall", *flags, "-o", tmp,
-                               str(source)], capture_output=True, text=True, timeout=120, check=False)
+        copy, tmp = work / source.name, work / f"{stem}.so"
+        copy.write_bytes(code)  # what was hashed is what is built
+        proc = subprocess.run([gcc, "-O2", "-shared", "-fPIC", "-fvisibility=hidden", "-Wall", *flags,
+                               "-I", str(source.parent), "-o", str(tmp), str(copy)],
+                              capture_output=True, text=True, timeout=120, check=False)
         if proc.returncode != 0:
-            raise TargetError(f"gcc could not build {what} {source}: {proc.stderr.strip()[-2000:]}")
+            errors = proc.stderr.strip().replace(str(copy), str(source))
+            raise TargetError(f"gcc could not build {what} {source}: {errors[-2000:]}")
         os.chmod(tmp, 0o700)
-        digest = hashlib.sha256(Path(tmp).read_bytes()).hexdigest()
+        digest = hashlib.sha256(tmp.read_bytes()).hexdigest()
         os.replace(tmp, out)
     finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        shutil.rmtree(work, ignore_errors=True)
     write_private(directory, record, digest.encode("ascii"))
     return out
+
+
+def _build_key(code: bytes, flags: Sequence[str]) -> str:
+    """The build's name: the SHA256 of the source and each flag, every part length-prefixed."""
+    h = hashlib.sha256()
+    for part in (code, *(flag.encode("utf-8", "surrogateescape") for flag in flags)):
+        h.update(len(part).to_bytes(8, "little"))
+        h.update(part)
+    return h.hexdigest()[:16]

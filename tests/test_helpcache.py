@@ -187,6 +187,29 @@ def test_the_environment_is_part_of_the_key(record_dir: Path, monkeypatch: pytes
     assert helpcache.lookup(["-h"]) is None
 
 
+def test_the_record_holds_no_environment_value(record_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The environment is part of the key, but the record keeps only a digest of it: no
+    variable's value (a token, a password) is written to disk, and a record an earlier
+    version wrote with the environment in it is rewritten without it."""
+    secret = "hunter2-" + os.urandom(8).hex()
+    record_dir.mkdir(parents=True, mode=0o700)
+    (record_dir / helpcache.NAME).write_text(json.dumps({"format": 1, "pages": [
+        {"key": [1, ["--help"], [["OLD_TOKEN", secret + "-old"]]], "files": [], "dirs": [], "out": "old\n"}]}))
+    (record_dir / helpcache.NAME).chmod(0o600)
+    monkeypatch.setenv("API_TOKEN", secret)
+    monkeypatch.setenv("COLUMNS", "77")
+    _record("page\n")
+    data = (record_dir / helpcache.NAME).read_text()
+    assert secret not in data and "API_TOKEN" not in data and "hunter2" not in data
+    assert '"77"' not in data and "COLUMNS" not in data
+    kept = {*sys.path, sys.executable}  # what the record holds as it is, whatever the environment says
+    for value in {v for k, v in os.environ.items() if len(v) >= 12 and k not in ("PWD", "OLDPWD", "_")} - kept:
+        assert json.dumps(value) not in data, value  # no value of the environment, quoted as JSON would
+    assert helpcache.lookup(["--help"]) == "page\n"
+    monkeypatch.setenv("API_TOKEN", secret + "x")  # still part of the key
+    assert helpcache.lookup(["--help"]) is None
+
+
 def test_nothing_kept_from_a_failed_or_noisy_page(record_dir: Path) -> None:
     _record("usage error\n", code=2)
     _record("page\n", err="a warning\n")

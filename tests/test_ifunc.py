@@ -29,7 +29,7 @@ def build(arch: str, tmp_path: Path) -> Path:
     return prog
 
 
-@pytest.mark.parametrize("arch", ["x86_64", "ppc64"])
+@pytest.mark.parametrize("arch", ["x86_64", "ppc64", "aarch64"])
 def test_strlen_is_the_implementation_the_loader_chose(arch: str, tmp_path: Path) -> None:
     prog = build(arch, tmp_path)
     s = open_user(prog, arch)

@@ -29,10 +29,12 @@ from pathlib import Path
 
 import pytest
 
-from kpsdk import fixtures, kallsyms_cache
+from kpsdk import fixtures
 from kpsdk.cache import cache_root
+from kpsdk.cachetree import record_tree
 from kpsdk.errors import ImageFormatError, SymbolError, TargetError
 from kpsdk.fixtures import kernel
+from kpsdk.kernel import kallsyms_cache
 from kpsdk.kernel.kallsyms import (
     KallsymsEntry,
     compression_of,
@@ -304,6 +306,24 @@ def test_decode_32bit_without_percpu() -> None:
     assert [(e.address, e.type, e.name) for e in entries] == syms
 
 
+def test_decode_an_arm64_image_whose_base_is_a_relocation() -> None:
+    """An arm64 ``Image`` is linked with ``--no-apply-dynamic-relocs``: kallsyms_relative_base is 0 in
+    the file, and the kernel's own ``.rela.dyn`` (kept in the Image) holds its value as the addend
+    of an ``R_AARCH64_RELATIVE`` at ``_text + offset``.  A decoy at another 2 MiB multiple, one of
+    few relocations there, is not taken."""
+    text, base = 0xFFFF800008000000, 0xFFFF800008001000  # _stext: 0x10000 on in a real Image
+    syms = [s for s in synthetic_symbols(base) if s[1] != "A"]
+    blob = bytearray(encode_kallsyms(syms, "6.2", base=base, absolute_percpu=False))
+    pos = bytes(blob).index(struct.pack("<Q", base))
+    blob[pos:pos + 8] = bytes(8)
+    _align(blob, 8)
+    relas = [(text + 8 * i, 1027, text + 0x40 * i) for i in range(1, 200)]  # the kernel's other words
+    relas += [(text + 0x200000 + pos, 1027, text + 0x200000 + 0x100), (text + pos, 1027, base)]
+    blob += b"".join(struct.pack("<QQQ", *r) for r in relas)
+    entries = decode_kallsyms(bytes(blob), "synthetic arm64 Image")
+    assert [(e.address, e.type, e.name) for e in entries] == syms
+
+
 def test_decode_failures_name_the_table() -> None:
     syms = synthetic_symbols()
     with pytest.raises(SymbolError, match="no kallsyms token table"):
@@ -531,6 +551,7 @@ def test_readme_kernel_stays_one_file(tmp_path: Path, monkeypatch: pytest.Monkey
     monkeypatch.setenv("HOME", str(tmp_path))
     package = "linux-image-6.1.0-test-amd64"
     image = synthetic_vmlinuz(tmp_path / f".cache/kpsdk/kernel/{package}/boot/vmlinuz-6.1.0-test")
+    record_tree(image.parent.parent, {package: "1 sha256:" + "0" * 64})  # as kpsdk unpacked it
     for _ in range(2):
         load_kernel_symbols(image)
     assert glob.glob(str(image.parent / "vmlinuz-*")) == [str(image)]
@@ -608,9 +629,11 @@ def test_fetch_kernel_errors_name_the_tool(tmp_path: Path, monkeypatch: pytest.M
 
 
 def test_fetch_kernel_falls_back_to_the_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KPSDK_CACHE", str(tmp_path / ".kpsdk"))
     cached = tmp_path / "linux-image-old-amd64-unsigned_1.0" / "boot" / "vmlinuz-old"
     cached.parent.mkdir(parents=True)
     cached.write_bytes(b"old kernel")
+    record_tree(cached.parent.parent, {"linux-image-old-amd64-unsigned": "1.0 sha256:" + "0" * 64})
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     assert kernel.fetch_kernel(tmp_path) == cached  # apt is not there: use what the cache has
     with pytest.warns(UserWarning, match="using the cached"):

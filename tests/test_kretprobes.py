@@ -63,7 +63,7 @@ def test_data_return_values_and_return_addresses(session: kpsdk.Session) -> None
         return 0
 
     def ret(ri: Ri, regs: PtRegs) -> None:
-        assert ri.rp is rp and ri.task == 0 and regs.ip == ri.ret_addr
+        assert ri.rp is rp and ri.task == s.target.current_task() == 1000 and regs.ip == ri.ret_addr
         seen.append((int.from_bytes(ri.data[:8], "little"), regs.signed(s.arch.return_value),
                      s.symbols.format(ri.ret_addr & ~1).partition("+")[0], ri.ret_addr))
 

@@ -21,7 +21,7 @@ module may import its own layer and the layers below it, never one above:
    each a peer of the others: none imports another (they meet through the core's interfaces);
 8. **top**: ``kpsdk.cli``, ``kpsdk.demo``, ``kpsdk.fixtures``, ``kpsdk.__main__`` and the
    ``kpsdk trace`` command, which still lives beside the trace package (``kpsdk.trace.run``,
-   ``kpsdk.trace.command``, ``kpsdk.trace.precheck``).
+   its run ``kpsdk.trace.runner``, ``kpsdk.trace.command``, ``kpsdk.trace.precheck``).
 
 No runtime module imports ``kpsdk.fixtures`` (the test programs and their builders): only the
 top's ``kpsdk.demo`` and ``kpsdk.cli`` (which takes a bundled fixture's name for an ELF,
@@ -52,7 +52,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("api", ()),
     ("extensions", ("kpsdk.plugins", "kpsdk.arch_backends", "kpsdk.targets", "kpsdk.trace")),
     ("top", ("kpsdk.cli", "kpsdk.demo", "kpsdk.fixtures", "kpsdk.__main__",
-             "kpsdk.trace.run", "kpsdk.trace.command", "kpsdk.trace.precheck")),
+             "kpsdk.trace.run", "kpsdk.trace.runner", "kpsdk.trace.command", "kpsdk.trace.precheck")),
 )
 RANK = {name: i for i, (name, _) in enumerate(LAYERS)}
 

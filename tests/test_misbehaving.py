@@ -187,6 +187,7 @@ SYSCALL_STUBS = {
     "riscv64": "13000000 73000000 67800000",
     "ppc64": "60000000 44000002 4e800020",
     "ppc64le": "00000060 02000044 2000804e",  # the same three instructions, little-endian
+    "aarch64": "1f2003d5 010000d4 c0035fd6",  # nop; svc #0; ret
     "mips": "00000000 0000000c 03e00008 00000000",  # nop; syscall; jr ra; nop (its delay slot)
     "mipsel": "00000000 0c000000 0800e003 00000000",
     "mips64el": "00000000 0c000000 0800e003 00000000",

@@ -95,7 +95,7 @@ def test_the_walk_reaches_the_own_proc_however_it_is_named(tmp_path: Path) -> No
         parts = root.walk(path, cwd)
         assert root.own(parts) == entry, (path, parts)
         with pytest.raises(_GuestErrno) as info:
-            root.host(parts)  # never a host file
+            root.resolve(path, cwd)  # never a host file
         assert info.value.errno == errno.ENOENT
     assert root.own(root.walk("/proc/thread-self/task/1000/environ", "/")) == "environ"
     for path in ("/proc/1/maps", "/proc/cpuinfo", "/procx/self/maps"):
@@ -146,8 +146,11 @@ def test_file_names_follow_munmap_map_fixed_and_mremap() -> None:
     import unicorn
 
     from kpsdk.targets.unicorn.linux.memory import MAP_ANONYMOUS, MAP_FIXED, MAP_PRIVATE, MREMAP_MAYMOVE, AddressSpace
+    from kpsdk.targets.unicorn.space import Space
 
-    space = AddressSpace(unicorn.Uc(unicorn.UC_ARCH_X86, unicorn.UC_MODE_64), 1 << 47, 0x10000000, [])
+    table = Space(unicorn.Uc(unicorn.UC_ARCH_X86, unicorn.UC_MODE_64))
+    table.active = True
+    space = AddressSpace(table, 1 << 47, 0x10000000, [])
     lib = "/usr/lib/x.so"
     a = space.mmap(0, 4 * PAGE, 5, MAP_PRIVATE)
     space.name(a, a + 4 * PAGE, lib, 0)
@@ -159,6 +162,6 @@ def test_file_names_follow_munmap_map_fixed_and_mremap() -> None:
     new = space.remap(a + 2 * PAGE, PAGE, 2 * PAGE, MREMAP_MAYMOVE)  # the anonymous page is in the way
     assert new not in (a, a + 2 * PAGE)
     assert space.names == {(a, a + PAGE): (lib, 0), (new, new + PAGE): (lib, 2 * PAGE)}
-    text = maps([(lo, hi + 1, p) for lo, hi, p in space.uc.mem_regions()], space.names, 8).decode()
+    text = maps(table.regions(), space.names, 8).decode()
     named = [line for line in text.splitlines() if line.endswith(lib)]
     assert [line.split()[2] for line in named] == ["00000000", "00002000"]  # each at its file offset

@@ -38,8 +38,9 @@ KNOWN: dict[str, dict[str, int]] = {
 #: the arches with a Linux layer (the registry's), and the generated table and emulated set of each
 LINUX_ARCHS = {"x86_64": ("X86_64", emulated.X86_64), "i386": ("I386", emulated.I386), "arm": ("ARM", emulated.ARM),
                "riscv64": ("RISCV64", emulated.RISCV64), "ppc64": ("PPC64", emulated.PPC64),
-               "ppc64le": ("PPC64LE", emulated.PPC64), "mips": ("MIPS_O32", emulated.MIPS_O32),
-               "mipsel": ("MIPS_O32", emulated.MIPS_O32), "mips64el": ("MIPS_N64", emulated.MIPS_N64)}
+               "ppc64le": ("PPC64LE", emulated.PPC64), "aarch64": ("AARCH64", emulated.AARCH64),
+               "mips": ("MIPS_O32", emulated.MIPS_O32), "mipsel": ("MIPS_O32", emulated.MIPS_O32),
+               "mips64el": ("MIPS_N64", emulated.MIPS_N64)}
 
 
 def test_every_arch_with_a_linux_layer_is_checked() -> None:

@@ -7,7 +7,6 @@ The probes themselves are tested on Debian's kernels (tests/test_kernel_plugin_a
 
 from __future__ import annotations
 
-import json
 import subprocess
 import time
 from pathlib import Path
@@ -79,35 +78,38 @@ def test_an_arch_without_plugin_registers_is_refused() -> None:
 
 
 def _fake_tree(root: Path, binary: str, firmware: list[str] | None) -> Path:
+    """A QEMU tree as kpsdk records it when it unpacks one (:mod:`kpsdk.cachetree`)."""
+    from kpsdk.cachetree import record_tree
+
     exe = root / "usr" / "bin" / binary
     exe.parent.mkdir(parents=True)
     exe.write_text("#!/bin/sh\necho 'QEMU emulator version 10.0.2'\n")
     exe.chmod(0o755)
-    record: dict[str, object] = {"package": "p", "version": "1", "binary": binary,
-                                 "sha256": {binary: qemu10.file_sha256(exe)}}
+    meta: dict[str, object] = {"binaries": [binary], "version": [10, 0]}
     if firmware is not None:
-        record["firmware"] = firmware
-    manifest = root / "manifest.json"
-    manifest.write_text(json.dumps(record))
-    return manifest
+        meta["firmware"] = firmware
+    record_tree(root, {"p": "1 sha256:" + "0" * 64}, meta)
+    return root
 
 
 @pytest.mark.parametrize(("firmware", "usable"), [(None, False), ([], False), (["opensbi 1.5.1-1~bpo12+2"], True)])
-def test_a_riscv64_tree_without_opensbi_is_unpacked_again(tmp_path: Path, firmware: list[str] | None,
-                                                          usable: bool) -> None:
+def test_a_riscv64_tree_without_opensbi_is_unpacked_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                          firmware: list[str] | None, usable: bool) -> None:
     """A tree unpacked before kpsdk fetched riscv64's OpenSBI is not used (fetched again)."""
-    manifest = _fake_tree(tmp_path, "qemu-system-riscv64", firmware)
-    found = qemu10._checked(manifest, "qemu-system-riscv64")
+    monkeypatch.setenv("KPSDK_CACHE", str(tmp_path / "cache"))
+    tree = _fake_tree(tmp_path / "tree", "qemu-system-riscv64", firmware)
+    found = qemu10._checked(tree, "qemu-system-riscv64")
     assert (found is not None) == usable
     if found is not None:
-        assert found.version == (10, 0) and found.datadir == tmp_path / "usr" / "share" / "qemu"
+        assert found.version == (10, 0) and found.datadir == tree / "usr" / "share" / "qemu"
 
 
-def test_a_tree_serves_only_the_binaries_its_manifest_records(tmp_path: Path) -> None:
-    """qemu-system-x86 holds x86_64's and i386's binaries: a manifest recording one does not
+def test_a_tree_serves_only_the_binaries_its_manifest_records(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """qemu-system-x86 holds x86_64's and i386's binaries: a record naming one does not
     vouch for the other (the unpacking records every binary kpsdk knows in the package)."""
-    manifest = _fake_tree(tmp_path, "qemu-system-i386", None)
-    assert qemu10._checked(manifest, "qemu-system-i386") is not None
-    assert qemu10._checked(manifest, "qemu-system-x86_64") is None
-    (tmp_path / "usr" / "bin" / "qemu-system-i386").write_text("#!/bin/sh\necho changed\n")
-    assert qemu10._checked(manifest, "qemu-system-i386") is None  # its SHA256 no longer matches
+    monkeypatch.setenv("KPSDK_CACHE", str(tmp_path / "cache"))
+    tree = _fake_tree(tmp_path / "tree", "qemu-system-i386", None)
+    assert qemu10._checked(tree, "qemu-system-i386") is not None
+    assert qemu10._checked(tree, "qemu-system-x86_64") is None
+    (tree / "usr" / "bin" / "qemu-system-i386").write_text("#!/bin/sh\necho changed\n")
+    assert qemu10._checked(tree, "qemu-system-i386") is None  # its SHA256 no longer matches

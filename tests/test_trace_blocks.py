@@ -15,7 +15,7 @@ import kpsdk
 from kpsdk import fixtures
 from kpsdk.cli import app
 from kpsdk.errors import TargetError
-from kpsdk.trace import run as trace_run
+from kpsdk.trace import runner as trace_run
 from kpsdk.trace.output import WriterContext, make_writer
 
 runner = CliRunner()

@@ -67,12 +67,39 @@ class LinuxAbi:
     :param mmap_flags: ``mmap(2)`` flag bits that differ from asm-generic's, as
         ``(the arch's bit, the generic bit)``: the layer reads the generic meaning
         (MIPS's ``MAP_ANONYMOUS`` is 0x800, asm-generic's 0x20).
-    :param open_flags: likewise for ``open(2)``'s flags the layer acts on (``O_CREAT``,
-        ``O_TRUNC``, ``O_APPEND``; MIPS's are 0x100, 0x200, 0x8).
+    :param open_flags: likewise for ``open(2)``'s flags, every bit that differs (MIPS's
+        ``O_CREAT`` is 0x100, ``O_APPEND`` 0x8, ``O_NONBLOCK`` 0x80...): the layer translates
+        them where they come in (open, fcntl's F_SETFL, pipe2) and out (F_GETFL) and works in
+        the generic bits, so an arch with this table leaves :attr:`open_flag_bits` empty.
     :param big_endian: the byte order of the guest's words.
     :param open_flag_bits: the ``open(2)`` flags whose bits differ from asm-generic's
         (arch/*/include/uapi/asm/fcntl.h: ``O_DIRECTORY``, ``O_NOFOLLOW``, ``O_DIRECT``,
         ``O_LARGEFILE`` on arm and powerpc), by name: what ``--strace`` prints.
+    :param syscall_insn_size: bytes of the system-call instruction (``syscall``/``int 0x80``:
+        2; ARM's ``svc``: 4, 2 in Thumb state, which the layer asks the CPU): a call restarted
+        after a signal handler (``SA_RESTART``) runs it again from there, as Linux does.
+    :param tls_gpr: the general register that is the thread pointer where there is no
+        ``tls_register`` (riscv ``tp``, ppc64 ``r13``): what ``clone(CLONE_SETTLS)`` sets.
+    :param tls_segment: the Unicorn register of the segment that ``set_thread_area``'s entry is
+        loaded into (i386's gs): ``clone(CLONE_SETTLS)`` reloads it in the new thread, whose
+        cached base is then its own while the descriptor table is shared.
+    :param sigaction: the fields of the kernel's ``struct sigaction`` (rt_sigaction's), in
+        order: ``restorer`` only where the arch has SA_RESTORER (not riscv; MIPS puts its 32-bit
+        ``flags`` first and has none).
+    :param stack_t: the fields of ``stack_t`` in order (MIPS: sp, size, flags).
+    :param cpu_exceptions: CPU exceptions Unicorn reports as interrupts that Linux turns into
+        signals: ``(interrupt number, signal name, si_code)`` (x86's divide error: SIGFPE,
+        FPE_INTDIV; a ``ud2``: SIGILL).
+    :param vector_page: a page the kernel maps into every process at a fixed address, and its
+        bytes (ARM's kuser helpers at 0xffff0000: ``__kuser_get_tls``, ``__kuser_cmpxchg``...,
+        which older armhf C libraries call).
+    :param legacy_call: ``(read, pc, thumb) -> number or None``: the number of a system call made
+        the arch's old way (ARM's OABI ``swi 0x9000NN``), which the layer refuses by name
+        instead of taking it for an EABI call.
+    :param clone_backwards: ``clone``'s arguments are ``(flags, stack, parent_tid, tls,
+        child_tid)`` (i386, arm, powerpc, mips: the kernel's CONFIG_CLONE_BACKWARDS; riscv64 and
+        aarch64 too, as their glibc's clone.S passes them) instead of x86_64's ``(flags, stack,
+        parent_tid, child_tid, tls)``.
     :param exec_state: CPU state the kernel derives at ``execve`` from the executable and
         its interpreter (their paths; None: static): ``(uc, executable, interpreter)``.  MIPS
         o32's FPU mode (Status.FR) from each ELF's ``.MIPS.abiflags`` (arch/mips/kernel/elf.c).
@@ -101,6 +128,15 @@ class LinuxAbi:
     open_flags: tuple[tuple[int, int], ...] = ()
     open_flag_bits: tuple[tuple[str, int], ...] = ()
     calls: frozenset[str] = frozenset()
+    syscall_insn_size: int = 4
+    clone_backwards: bool = False
+    tls_gpr: str | None = None
+    tls_segment: int | None = None
+    sigaction: tuple[str, ...] = ("handler", "flags", "restorer", "mask")
+    stack_t: tuple[str, ...] = ("sp", "flags", "size")
+    cpu_exceptions: tuple[tuple[int, str, int], ...] = ()
+    vector_page: tuple[int, bytes] | None = None
+    legacy_call: Callable[[Callable[[int, int], bytes], int, bool], int | None] | None = None
     exec_state: Callable[[Any, Path, Path | None], None] | None = None
 
     def generic_flags(self, flags: int, table: tuple[tuple[int, int], ...]) -> int:
@@ -115,6 +151,11 @@ class LinuxAbi:
             if flags & mine:
                 out |= generic
         return out
+
+    def arch_flags(self, flags: int, table: tuple[tuple[int, int], ...]) -> int:
+        """The inverse of :meth:`generic_flags`: the generic bits back in the arch's places
+        (what ``fcntl(F_GETFL)`` shows a MIPS program)."""
+        return self.generic_flags(flags, tuple((generic, mine) for mine, generic in table))
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ from kpsdk.arch.capabilities import (
     PltTable,
     WatchRules,
 )
+from kpsdk.arch.dwarfregs import DwarfRegisters
 from kpsdk.arch.fixture import Toolchain
 from kpsdk.arch.kernel import AccessGate, KernelTasks, PageWalk
 from kpsdk.arch.linux import Syscalls
@@ -308,6 +309,8 @@ class Arch:
     irelative: tuple[int, ...] = ()
     #: how kpsdk's test programs are built for the arch (:mod:`kpsdk.arch.fixture`); None: it has none
     toolchain: Toolchain | None = None
+    #: DWARF register numbers -> register names (:mod:`kpsdk.arch.dwarfregs`); None: no DWARF reading
+    dwarf: DwarfRegisters | None = None
 
     def require(self, capability: str, feature: str) -> Any:
         """The capability named ``capability`` (an attribute of this class, or of its

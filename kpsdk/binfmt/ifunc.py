@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from kpsdk.binfmt.relocs import dynamic_relocation_sections, read_relocations
+from kpsdk.binfmt.symbols import shown_name
 from kpsdk.errors import KprobeError, TargetError, shown
 
 if TYPE_CHECKING:
@@ -67,8 +68,8 @@ def resolve(image: ElfImage, path: str, sym: Symbol, sessions: Iterable[OpenSess
     """The address (as linked) of the implementation the loader chose for the IFUNC ``sym`` of
     ``image``, read in the first open session that maps the file; ``EOPNOTSUPP`` otherwise."""
     slots = image.ifunc_slots.get(sym.address, ())
-    where = f"{shown(path)}:{sym.name} is an IFUNC symbol (its address is the resolver the loader runs once to " \
-            "choose an implementation)"
+    where = f"{shown(path)}:{shown_name(sym.name)} is an IFUNC symbol (its address is the resolver the loader " \
+            "runs once to choose an implementation)"
     if not slots:
         raise KprobeError(errno.EOPNOTSUPP, f"{where}, and the file has no IRELATIVE GOT slot for it (it never "
                           "calls it itself), so what the loader chose cannot be read; probe the implementation "

@@ -24,7 +24,7 @@ imports another:
 - :mod:`~kpsdk.cli.plugin_args`: ``-p NAME`` / ``-p no:NAME``;
 - :mod:`~kpsdk.cli.command`: how a command joins the app (its examples);
 - :mod:`~kpsdk.cli.options`, :mod:`~kpsdk.cli.parsing`: option types and values;
-- :mod:`~kpsdk.cli.target_choice`: ELF or ``--target SPEC`` -> ``kpsdk.open``, run time limits;
+- :mod:`~kpsdk.cli.target_choice`: TARGET or ``--target SPEC`` -> ``kpsdk.open``, run time limits;
 - the commands: :mod:`~kpsdk.cli.archs`, :mod:`~kpsdk.cli.plugins`, :mod:`~kpsdk.cli.list`,
   :mod:`~kpsdk.cli.disasm`, :mod:`~kpsdk.cli.demo`, :mod:`~kpsdk.cli.probe` (with
   :mod:`~kpsdk.cli.probe_run` and what a hit prints: :mod:`~kpsdk.cli.hitregs`,

@@ -22,6 +22,11 @@ What the page depends on, and so what a record is checked against:
   ``*.egg-info``) and their ``entry_points.txt`` mtimes: where a new plugin's
   entry point would come from.
 
+The record keeps the key only as a digest (BLAKE2b, 256 bits, of its JSON): the
+environment holds secrets (tokens, passwords) that a help page has no business
+writing to disk, and a digest tells a different environment from the same one
+without holding it.  The module paths, sizes and mtimes are kept as they are.
+
 Any difference is a miss: the page is made again and recorded.  Nothing is
 recorded when the page wrote to stderr or did not exit with status 0.  The
 record lives in ``<cache>/cli/help.json`` (:mod:`kpsdk.cache`'s rules: a private
@@ -29,7 +34,8 @@ directory, a regular file of this user's, written through a temporary file),
 at most :data:`ENTRIES` pages; ``KPSDK_HELP_CACHE=0`` turns it off.  A record
 that is not what this module writes is a miss, never an error.
 
-The replay imports only :mod:`os`, :mod:`sys` and :mod:`json` (the
+The replay imports only :mod:`os`, :mod:`sys`, :mod:`json` and BLAKE2's C module
+(``_blake2``, 0.3 ms; :mod:`hashlib` would load OpenSSL's, ~5 ms) (the
 directory is found as :func:`kpsdk.cache.cache_root` finds it, without
 :mod:`pathlib`).
 """
@@ -51,8 +57,8 @@ DIRECTORY, NAME = "cli", "help.json"
 LIMIT = 4 << 20
 #: pages kept (different terminals, widths, environments)
 ENTRIES = 8
-#: the record's format (a new format is a miss)
-FORMAT = 1
+#: the record's format (a new format is a miss; 1 kept the key, environment included, in clear)
+FORMAT = 2
 #: ``KPSDK_HELP_CACHE=0``: neither replay nor record
 SWITCH = "KPSDK_HELP_CACHE"
 #: environment variables a shell changes between commands that the page does not read
@@ -64,8 +70,9 @@ def wanted(argv: list[str]) -> bool:
     return argv in HELP_ARGS and os.environ.get(SWITCH, "1") != "0"
 
 
-def key(argv: list[str]) -> list[Any]:
-    """What the page is made of, besides files (JSON values, compared as they are)."""
+def key(argv: list[str]) -> str:
+    """What the page is made of, besides files, as the digest the record keeps: the BLAKE2b
+    (256 bits) of these values' JSON, so that no environment variable's value is written."""
     ttys: list[Any] = []
     for fd in (0, 1, 2):
         try:
@@ -76,8 +83,19 @@ def key(argv: list[str]) -> list[Any]:
         ttys.append([tty, size])
     out = sys.stdout
     env = sorted([k, v] for k, v in os.environ.items() if k not in _VOLATILE_ENV)
-    return [FORMAT, list(argv), sys.executable, sys.version, list(sys.path), env, ttys,
-            getattr(out, "encoding", None), getattr(out, "errors", None)]
+    values = [FORMAT, list(argv), sys.executable, sys.version, list(sys.path), env, ttys,
+              getattr(out, "encoding", None), getattr(out, "errors", None)]
+    text = json.dumps(values, ensure_ascii=True).encode("ascii")
+    return _blake2b(text, digest_size=32).hexdigest()
+
+
+def _blake2b(data: bytes, digest_size: int) -> Any:
+    """BLAKE2b from CPython's C module (0.3 ms to import), else :mod:`hashlib`'s."""
+    try:
+        from _blake2 import blake2b
+    except ImportError:  # another Python: hashlib has it always
+        from hashlib import blake2b
+    return blake2b(data, digest_size=digest_size)
 
 
 def directory() -> str:
@@ -125,7 +143,7 @@ def _read_record() -> list[dict[str, Any]]:
 
 def _well_formed(page: Any) -> bool:
     """A page as :func:`record` writes it."""
-    if not isinstance(page, dict) or not isinstance(page.get("out"), str):
+    if not isinstance(page, dict) or not isinstance(page.get("out"), str) or not isinstance(page.get("key"), str):
         return False
     files, dirs = page.get("files"), page.get("dirs")
     return (isinstance(files, list) and isinstance(dirs, list)
@@ -221,7 +239,7 @@ def record(argv: list[str], render: Callable[[], None]) -> None:
             _store(k, "".join(out.parts))
 
 
-def _store(k: list[Any], out: str) -> None:
+def _store(k: str, out: str) -> None:
     """Add the page to the record (newest first, one page per key, at most ENTRIES)."""
     import warnings
 

@@ -19,6 +19,7 @@ from rich.markup import escape
 from rich.text import Text
 
 import kpsdk
+from kpsdk.binfmt.symbols import shown_name
 from kpsdk.cli.command import Command
 from kpsdk.cli.consoles import console
 from kpsdk.cli.options import ElfArg, NoprobeOpt
@@ -97,7 +98,7 @@ def cmd_list(
             probe = "[red]no (--noprobe)[/]"
         else:
             probe = "[green]yes[/]"
-        row = [escape(sym.name), f"{sym.address:#0{width + 2}x}", str(sym.size)]
+        row = [escape(shown_name(sym.name)), f"{sym.address:#0{width + 2}x}", str(sym.size)]
         if all_:
             row.append(sym.kind)
         row += [sym.iset, sym.source, probe]
@@ -139,7 +140,7 @@ def _list_kernel(path: Path, all_: bool, pattern: re.Pattern[str] | None) -> Non
         if (sym.kind != "func" and not all_) or (pattern is not None and not pattern.match(sym.name)):
             continue
         count += 1
-        row = [escape(sym.name), f"{sym.address:#018x}", str(sym.size)]
+        row = [escape(shown_name(sym.name)), f"{sym.address:#018x}", str(sym.size)]
         table.add_row(*(row + [sym.kind] if all_ else row))
     con.print(Text.assemble((path.name, "bold"), f": a kernel's symbols, {len(table_syms)} in all "
                             "(sizes: to the next symbol, as kallsyms has none)"), soft_wrap=True)

@@ -51,6 +51,14 @@ def parse_call(text: str) -> tuple[str, list[int]]:
     return fn, args
 
 
+def refuse_unknown_options(words: list[str]) -> None:
+    """A command that takes ``--call FN ARGS`` as words lets click pass the words it does not know
+    (``-5`` is an argument); one that looks like an option is a mistyped or unknown option."""
+    for word in words:
+        if word.startswith("-") and len(word) > 1 and parse_number(word) is None:
+            raise typer.BadParameter("no such option (-h lists them)", param_hint=shown(word))
+
+
 def parse_where(spec: str, option: str = "--kprobe") -> dict[str, Any]:
     """``SYM``, ``SYM+OFF`` or ``0xADDR`` -> Kprobe keyword arguments (a usage error if malformed)."""
     try:

@@ -9,7 +9,8 @@ exits :data:`kpsdk.cli.exits.INTERRUPTED`.
 from __future__ import annotations
 
 import sys
-from typing import Annotated
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -19,42 +20,28 @@ from kpsdk.cli.consoles import console
 from kpsdk.cli.exits import INTERRUPTED
 from kpsdk.cli.hitregs import ARG_LIMIT
 from kpsdk.cli.hitstrings import STRING_SLOT, STRINGS_MAX
-from kpsdk.cli.options import (
-    TARGET_PANEL,
-    AbiOpt,
-    AppendOpt,
-    ArchOpt,
-    InitrdOpt,
-    KernelOpt,
-    MechanismOpt,
-    PidOpt,
-    ProgArgOpt,
-    QemuArgOpt,
-    StdinOpt,
-    SymbolsOpt,
-    SysrootOpt,
-    TargetOpt,
-    given_target_options,
-)
-from kpsdk.cli.parsing import check_seconds, file_location, parse_call, parse_where, split_commas
+from kpsdk.cli.options import TARGET_PANEL, NoprobeOpt, PidOpt, TargetArg, TargetOptions, takes_target_options
+from kpsdk.cli.parsing import check_seconds, file_location, parse_where, split_commas
 from kpsdk.cli.probe_run import ProbeRun, probe_class
 from kpsdk.cli.strace import StracePrinter
-from kpsdk.cli.target_choice import LIVE_KINDS, LIVE_TIMEOUT, UNICORN_TIMEOUT, choose_target, close_session
-from kpsdk.fixtures import ARCHS
+from kpsdk.cli.target_choice import LIVE_TIMEOUT, UNICORN_TIMEOUT, close_session
 from kpsdk.session import RESTYPES
+
+if TYPE_CHECKING:
+    from kpsdk.cli.target_choice import TargetChoice
+    from kpsdk.registry import Registry
 
 PROBES_PANEL = "Probes"
 OUTPUT_PANEL = "What to print"
 
-ProbeElfArg = Annotated[str | None, typer.Argument(
-    metavar="ELF", show_default=False,
-    help="The program to run in Unicorn: an ELF executable or a bundled fixture's name ("
-         + ", ".join(ARCHS) + "). Omit it with --target (or give it to --target qemu-user).")]
+#: the former name of TARGET's declaration (kpsdk.cli.options.TargetArg, shared with kpsdk trace)
+ProbeElfArg = TargetArg
 
 
+@takes_target_options
 def cmd_probe(
     ctx: typer.Context,
-    elf: ProbeElfArg = None,
+    where: TargetOptions,
     kprobe: Annotated[list[str] | None, typer.Option(
         "--kprobe", "-k", metavar="SYM[+OFF]", rich_help_panel=PROBES_PANEL,
         help="Put a kprobe here (SYM, SYM+0xOFF or 0xADDR; SYM may be a shell glob, 'vfs_*': one kprobe on each "
@@ -91,10 +78,6 @@ def cmd_probe(
         "--regs", metavar="R1,R2", rich_help_panel=OUTPUT_PANEL,
         help="Registers a kprobe hit prints (names, aliases, ip, sp, return_value, argN). "
         "Default: the first 4 argument registers, sp and the return value register.")] = None,
-    call: Annotated[str | None, typer.Option(
-        "--call", metavar="FN ARGS...", rich_help_panel=TARGET_PANEL,
-        help="Unicorn only: call FN with integer arguments instead of running the program: --call add 2 3 "
-             "(after the ELF argument), or one quoted string 'add 2 3' / 'add(2, -3)'; 0x.. ok.")] = None,
     restype: Annotated[str, typer.Option(
         "--restype", rich_help_panel=OUTPUT_PANEL,
         help="How a return value is read (--call, --kretprobe): long (signed word), ulong, int or uint "
@@ -106,22 +89,8 @@ def cmd_probe(
         "--timeout", metavar="S", show_default=False, rich_help_panel=TARGET_PANEL, callback=check_seconds,
         help=f"Stop the target after S seconds, a positive number; inf: no limit (default: {UNICORN_TIMEOUT:g} "
              f"in Unicorn, {LIVE_TIMEOUT:g} on a live target).")] = None,
-    noprobe: Annotated[list[str] | None, typer.Option(
-        "--noprobe", metavar="NAME[,NAME]", rich_help_panel=PROBES_PANEL,
-        help="Symbols that may not be probed (the kernel's NOKPROBE_SYMBOL).")] = None,
-    target: TargetOpt = None,
-    prog_arg: ProgArgOpt = None,
-    sysroot: SysrootOpt = None,
-    stdin: StdinOpt = None,
-    kernel: KernelOpt = None,
-    initrd: InitrdOpt = None,
-    append: AppendOpt = None,
-    symbols: SymbolsOpt = None,
-    arch: ArchOpt = None,
-    abi: AbiOpt = None,
+    noprobe: NoprobeOpt = None,
     pid: PidOpt = None,
-    qemu_arg: QemuArgOpt = None,
-    mechanism: MechanismOpt = None,
     strace: Annotated[bool, typer.Option(
         "--strace", rich_help_panel=OUTPUT_PANEL,
         help="Unicorn Linux programs: print each system call to stderr as strace(1) does, "
@@ -133,12 +102,15 @@ def cmd_probe(
 ) -> None:
     """Put kprobes and kretprobes on a program or a kernel and print each hit as it happens.
 
-    [bold]Where the code runs[/bold] (--target; live targets need QEMU and gdb-multiarch):
+    [bold]Where the code runs[/bold] (TARGET, or --target SPEC; live targets need gdb-multiarch and
+    QEMU, or gdbserver for native: and pid:):
 
-      (no --target)      ELF, run in Unicorn from its entry point, or --call FN ARGS
+      ELF                an ELF or a bundled fixture, run in Unicorn from its entry point, or --call FN ARGS
       qemu-user:PROG     PROG under qemu-user, --arg ARG for its arguments
       qemu-system:ARCH   a kernel booted in QEMU: --kernel, --initrd, --append, --symbols
-      gdb://HOST:PORT    a gdbstub already running (attached, never killed): --arch, --symbols
+      gdb://HOST:PORT    a gdbstub already running (attached, never killed): --arch, --symbols, --abi
+      native:PROG        PROG run natively under gdbserver, --arg ARG for its arguments
+      pid:PID            a running process (also --pid PID), detached and left running at the end
 
     All probes are registered at once or none (an error rolls the others back,
     K8); then the target runs until it ends (the program exits, the guest powers
@@ -172,51 +144,94 @@ def cmd_probe(
     program (Unicorn, qemu-user) did not exit within --timeout (a kernel still
     running then is just stopped: 0); 2 on a usage error; 130 on Ctrl-C.
     """
-    if ctx.args and call is None:
-        raise typer.BadParameter(f"unexpected arguments {' '.join(ctx.args)!r}", param_hint="ELF")
-    if ctx.args:
-        call = " ".join([call or "", *ctx.args])
-    fn_args = parse_call(call) if call is not None else None
-    kprobes = [parse_where(k) for k in kprobe or []]
-    kretprobes = [(k.strip(), parse_where(k, "--kretprobe")) for k in kretprobe or []]
-    uprobes = [file_location(u, "--uprobe") for u in uprobe or []]
-    uretprobes = [file_location(u, "--uretprobe") for u in uretprobe or []]
-    if not kprobes and not kretprobes and not uprobes and not uretprobes and not strace:
+    points = _probe_points(kprobe, kretprobe, uprobe, uretprobe, strace)
+    strings = _string_args(string_arg, points)
+    _check_returns(points, failed, restype)
+    choice = where.with_pid(pid).choose(ctx.args)
+    _check_strace(choice, strace)
+    reg = kpsdk.get_registry()
+    _check_probe_types(reg, points)
+    run = ProbeRun(choice, points.kprobes, points.kretprobes, strings, failed, maxactive, post,
+                   regs_opt, choice.call, restype, no_optimize,
+                   choice.run_timeout(timeout),
+                   split_commas(noprobe), show_console, console(), uprobes=points.uprobes,
+                   uretprobes=points.uretprobes)
+    if _run(run, reg, strace):
+        raise typer.Exit(INTERRUPTED)
+
+
+@dataclass(frozen=True)
+class ProbePoints:
+    """Where the probes go, each option's values parsed (the symbols are looked up when the probe is
+    made)."""
+
+    #: ``--kprobe``: Kprobe keyword arguments (symbol/offset or addr)
+    kprobes: list[dict[str, Any]] = field(default_factory=list)
+    #: ``--kretprobe``: (the text, as the summary names it; Kretprobe keyword arguments)
+    kretprobes: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    #: ``--uprobe`` / ``--uretprobe``: PATH:SYM or PATH:0xOFF texts
+    uprobes: list[str] = field(default_factory=list)
+    uretprobes: list[str] = field(default_factory=list)
+
+    @property
+    def returns(self) -> bool:
+        """Some probe reports returns (a kretprobe or a uretprobe)."""
+        return bool(self.kretprobes or self.uretprobes)
+
+
+def _probe_points(kprobe: list[str] | None, kretprobe: list[str] | None, uprobe: list[str] | None,
+                  uretprobe: list[str] | None, strace: bool) -> ProbePoints:
+    """The probes asked for, each well formed; at least one, unless --strace is what to print."""
+    points = ProbePoints([parse_where(k) for k in kprobe or []],
+                         [(k.strip(), parse_where(k, "--kretprobe")) for k in kretprobe or []],
+                         [file_location(u, "--uprobe") for u in uprobe or []],
+                         [file_location(u, "--uretprobe") for u in uretprobe or []])
+    if not (points.kprobes or points.uprobes or points.returns or strace):
         raise typer.BadParameter("give at least one --kprobe SYM, --kretprobe SYM or --uprobe PATH:SYM "
                                  "(or --strace)", param_hint="--kprobe")
-    if len(set(string_arg or [])) > STRINGS_MAX and (kretprobes or uretprobes):
+    return points
+
+
+def _string_args(string_arg: list[int] | None, points: ProbePoints) -> list[int]:
+    """--string-arg's argument numbers, each once in the order given; a return probe keeps only
+    STRINGS_MAX of them from the entry to the return (in ri.data)."""
+    numbers = list(dict.fromkeys(string_arg or []))
+    if len(numbers) > STRINGS_MAX and points.returns:
         raise typer.BadParameter(f"a kretprobe keeps at most {STRINGS_MAX} strings from the entry to the return "
                                  f"({STRING_SLOT} bytes each in ri.data, at most {STRINGS_MAX * STRING_SLOT})",
                                  param_hint="--string-arg")
-    if failed and not kretprobes and not uretprobes:
+    return numbers
+
+
+def _check_returns(points: ProbePoints, failed: bool, restype: str) -> None:
+    """--failed filters returns, so it wants a return probe; --restype is a type a return is read as."""
+    if failed and not points.returns:
         raise typer.BadParameter("--failed filters the returns of --kretprobe probes: add one",
                                  param_hint="--failed")
     if restype not in RESTYPES:
         raise typer.BadParameter(", ".join(RESTYPES), param_hint="--restype")
-    if pid is not None:
-        if target is not None or elf is not None:
-            raise typer.BadParameter("--pid names the target: drop --target and ELF", param_hint="--pid")
-        target = f"pid:{pid}"
-    live_kind = (target or "").partition(":")[0]
-    if live_kind in LIVE_KINDS and strace:
-        raise typer.BadParameter(f"a {live_kind} target's system calls are run by QEMU or the guest kernel, "
-                                 "unseen by kpsdk: --strace needs a program run in Unicorn (drop --target)",
-                                 param_hint="--strace")
-    if live_kind in LIVE_KINDS and fn_args is not None:
-        raise typer.BadParameter(f"--call calls one function in Unicorn; a {live_kind} target runs its own "
-                                 "code: drop --call (or --target)", param_hint="--call")
-    choice = choose_target(elf, target, given_target_options(prog_arg, kernel, initrd, append, symbols, arch,
-                                                                qemu_arg, sysroot=sysroot, stdin=stdin,
-                                                                mechanism=mechanism, abi=abi))
-    reg = kpsdk.get_registry()
-    if kprobes:
+
+
+def _check_strace(choice: TargetChoice, strace: bool) -> None:
+    """--strace prints the system calls kpsdk's Linux layer runs: a live target's are not kpsdk's."""
+    if choice.live and strace:
+        raise typer.BadParameter(f"a {choice.kind} target's system calls are run by QEMU or a real kernel, "
+                                 "unseen by kpsdk: --strace needs a program run in Unicorn (TARGET a program, "
+                                 "no --target or --pid)", param_hint="--strace")
+
+
+def _check_probe_types(reg: Registry, points: ProbePoints) -> None:
+    """The probe types asked for are loaded (a plugin may be blocked: -p no:kretprobes)."""
+    if points.kprobes:
         probe_class(reg, "kprobe")
-    if kretprobes:
+    if points.kretprobes:
         probe_class(reg, "kretprobe")
-    run = ProbeRun(choice, kprobes, kretprobes, list(dict.fromkeys(string_arg or [])), failed, maxactive, post,
-                   regs_opt, fn_args, restype, no_optimize,
-                   choice.run_timeout(timeout),
-                   split_commas(noprobe), show_console, console(), uprobes=uprobes, uretprobes=uretprobes)
+
+
+def _run(run: ProbeRun, reg: Registry, strace: bool) -> bool:
+    """Open the target, register, run and report, with --strace's printer in place; True when Ctrl-C
+    stopped it.  Then the report so far is printed (a second Ctrl-C skips it), and the session is
+    closed whatever happened (QEMU and gdb reaped)."""
     printer = StracePrinter(sys.stderr) if strace else None
     if printer is not None:
         reg.pm.register(printer)
@@ -237,8 +252,7 @@ def cmd_probe(
         close_session(run.session)
         if printer is not None:
             reg.pm.unregister(printer)
-    if interrupted:
-        raise typer.Exit(INTERRUPTED)
+    return interrupted
 
 
 COMMAND = Command(
@@ -251,10 +265,11 @@ COMMAND = Command(
     "kpsdk probe x86_64 --kretprobe sub --restype int --call sub 3 5     # r sub ret=-2\n"
     "kpsdk probe --target qemu-user:arm --kretprobe add --kprobe fact --console\n"
     "kpsdk probe ./prog --uprobe ./prog:add --uretprobe ./prog:0x1f9     # by file and offset\n"
-    "kpsdk probe --target qemu-user:./myprog --arg=-v --arg in.txt --kretprobe parse --string-arg 1\n"
+    "kpsdk probe qemu-user:./myprog --arg=-v --arg in.txt --kretprobe parse --string-arg 1\n"
     "kpsdk probe --target qemu-system:x86_64 --kernel vmlinuz --initrd initrd.img \\\n"
     "    --kretprobe do_sys_openat2 --string-arg 2 --failed       # failed opens, with file names\n"
     "kpsdk probe --target gdb://localhost:1234 --symbols vmlinux --kprobe do_sys_openat2 --string-arg 2\n"
+    "kpsdk probe --pid 4242 --uprobe libc.so.6:clock_nanosleep --timeout 1   # a running process, left running\n"
     "kpsdk probe /bin/busybox --arg ls --arg /etc --sysroot / --strace      # each system call, as strace",
     # the arguments after --call FN are extra arguments (negative numbers included)
     extra_args=True,

@@ -174,6 +174,8 @@ class StracePrinter:
         out: list[str | None] = []
         for i, kind in enumerate(kinds):
             value = call.args[i] if i < len(call.args) else 0
+            if kind == "oflags" and abi is not None:  # MIPS's own bits named by their generic ones
+                value = abi.generic_flags(value, abi.open_flags)
             if kind == "rbuf":
                 out.append(None)
                 continue

@@ -1,7 +1,9 @@
-"""Which target a command opens: ELF or ``--target SPEC`` plus the launcher options.
+"""Which target a command opens: TARGET or ``--target SPEC`` plus the launcher options.
 
 ``kpsdk probe`` and ``kpsdk trace`` take the same target options
-(:mod:`kpsdk.cli.options`); this module turns their values into one
+(:mod:`kpsdk.cli.options`) and read their TARGET argument by one rule
+(:func:`is_target_spec`: a target spec such as ``qemu-user:PROG``, else a
+program run in Unicorn); this module turns their values into one
 ``kpsdk.open(spec, **options)`` call (:class:`TargetChoice`), refusing an
 option meant for another kind of target as a usage error, and closes the
 session again (:func:`close_session`).  The run time limits are here too,
@@ -39,7 +41,11 @@ TARGET_OPTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
     "--qemu-arg": ("qemu_args", ("qemu-system",)),
     "--mechanism": ("mechanism", ("qemu-system",)),
 }
-TARGET_SPECS = "qemu-user:PROG, qemu-system:ARCH, gdb://HOST:PORT, native:PROG, pid:PID (or elf:PATH, the default)"
+#: the target kinds kpsdk brings (plugins may add more); TARGET is a spec when it begins with one
+BUILTIN_KINDS = ("elf", "unicorn", *LIVE_KINDS)
+#: the live kinds that run a program kpsdk starts: ``--target KIND`` alone takes it from TARGET
+PROGRAM_KINDS = ("qemu-user", "native")
+TARGET_SPECS = "qemu-user:PROG, qemu-system:ARCH, gdb://HOST:PORT, native:PROG, pid:PID, elf:PATH, unicorn:ARCH"
 #: default --timeout: a program in Unicorn, a live target
 UNICORN_TIMEOUT = 5.0
 LIVE_TIMEOUT = 120.0
@@ -53,6 +59,8 @@ class TargetChoice:
     options: dict[str, Any]
     #: one of LIVE_KINDS, or None for Unicorn (elf:, unicorn: and other plugins' kinds)
     kind: str | None
+    #: ``--call FN ARGS``: the one function to call instead of running the program (Unicorn only)
+    call: tuple[str, list[int]] | None = None
 
     @property
     def live(self) -> bool:
@@ -67,35 +75,81 @@ class TargetChoice:
         return kpsdk.open(self.spec, noprobe=noprobe, **self.options)
 
 
+def live_kind(spec: str | None) -> str | None:
+    """The live kind a target spec names (one of LIVE_KINDS: ``qemu-user``, ``native``, ``pid``...), else None."""
+    scheme = (spec or "").partition(":")[0]
+    return scheme if scheme in LIVE_KINDS else None
+
+
+def is_target_spec(text: str) -> bool:
+    """Whether a command's TARGET is a target spec, ``KIND:REST`` where KIND is a target kind
+    (kpsdk's own, or one a plugin adds), rather than a program: the one rule of both commands.
+    A program whose name begins so is still reached as ``./NAME`` or ``elf:NAME``."""
+    kind, sep, _ = text.partition(":")
+    if not sep or not kind:
+        return False
+    return kind in BUILTIN_KINDS or kind in kpsdk.get_registry().targets
+
+
+def target_words(positional: str | None, target: str | None) -> tuple[str | None, str | None]:
+    """TARGET and ``--target`` as (program, spec): TARGET is the spec when it is one
+    (:func:`is_target_spec`), else the program; a spec given in both places is a usage error."""
+    if positional is None or not is_target_spec(positional):
+        return positional, target
+    if target is not None:
+        raise typer.BadParameter(f"both TARGET ({positional}) and --target ({target}) name the target: give one",
+                                 param_hint="TARGET")
+    return None, positional
+
+
 def choose_target(elf: str | None, target: str | None, given: dict[str, Any]) -> TargetChoice:
-    """The target spec and launcher options from ELF, --target and the options in ``given``.
+    """The target spec and launcher options from TARGET (``elf``: a program or a spec), ``--target``
+    and the options in ``given``.
 
     ``given`` maps CLI option names (``--kernel``...) to their values (None: not
     given).  An option for another kind of target is a usage error.
     """
-    if target is None:
-        if elf is None:
-            raise typer.BadParameter("give the program (kpsdk probe ELF ...) or a live target (--target SPEC: "
-                                     f"{TARGET_SPECS})", param_hint="ELF")
-        spec, kind = f"elf:{elf_path(elf)}", None
+    program, spec = target_words(elf, target)
+    if spec is None:
+        spec, kind = _program_spec(program), None
     else:
-        scheme, sep, rest = target.partition(":")
-        if not sep:
-            if scheme != "qemu-user":
-                raise typer.BadParameter(f"{target!r} is not a target spec; want {TARGET_SPECS}",
-                                         param_hint="--target")
-            if elf is None:
-                raise typer.BadParameter("name the program: --target qemu-user:PROG (or kpsdk probe PROG "
-                                         "--target qemu-user)", param_hint="--target")
-            rest, elf = elf, None
-        if elf is not None:
-            raise typer.BadParameter(f"both ELF ({elf}) and --target ({target}) name the target: give one "
-                                     "(gdb:// takes its symbols from --symbols)", param_hint="ELF")
-        if scheme in ("qemu-user", "elf", "native"):
-            rest = str(elf_path(rest))
-        spec, kind = f"{scheme}:{rest}", (scheme if scheme in LIVE_KINDS else None)
-    options: dict[str, Any] = {}
+        spec, kind = _spec_with_program(spec, program)
     scheme = kind if kind is not None else spec.partition(":")[0]  # "elf" for the ELF in Unicorn
+    return TargetChoice(spec, _launcher_options(scheme, given), kind)
+
+
+def _program_spec(program: str | None) -> str:
+    """No spec: the program runs in Unicorn (a file, or a bundled fixture's name)."""
+    if program is None:
+        raise typer.BadParameter(f"give TARGET: a program to run in Unicorn, or a target spec ({TARGET_SPECS})",
+                                 param_hint="TARGET")
+    return f"elf:{elf_path(program)}"
+
+
+def _spec_with_program(spec: str, program: str | None) -> tuple[str, str | None]:
+    """A spec, and its kind when live: ``--target qemu-user`` (or ``native``) takes its program from
+    TARGET; a spec naming its target whole takes no program besides.  A program's path is resolved
+    as TARGET's is (a bundled fixture's name works)."""
+    scheme, sep, rest = spec.partition(":")
+    if not sep:
+        if scheme not in PROGRAM_KINDS:
+            raise typer.BadParameter(f"{spec!r} is not a target spec; want {TARGET_SPECS}", param_hint="--target")
+        if program is None:
+            raise typer.BadParameter(f"name the program: --target {scheme}:PROG (or kpsdk COMMAND PROG "
+                                     f"--target {scheme})", param_hint="--target")
+        rest, program = program, None
+    if program is not None:
+        raise typer.BadParameter(f"both TARGET ({program}) and --target ({spec}) name the target: give one "
+                                 "(gdb:// takes its symbols from --symbols)", param_hint="TARGET")
+    if scheme in (*PROGRAM_KINDS, "elf"):
+        rest = str(elf_path(rest))
+    return f"{scheme}:{rest}", (scheme if scheme in LIVE_KINDS else None)
+
+
+def _launcher_options(scheme: str, given: dict[str, Any]) -> dict[str, Any]:
+    """``kpsdk.open``'s keywords from the options given; one meant for another kind of target than
+    ``scheme`` is a usage error naming the kinds that take it."""
+    options: dict[str, Any] = {}
     for opt, value in given.items():
         if value is None or value == []:
             continue
@@ -105,7 +159,7 @@ def choose_target(elf: str | None, target: str | None, given: dict[str, Any]) ->
                                  f"--target {k}{'://HOST:PORT' if k == 'gdb' else ':...'}" for k in kinds)
             raise typer.BadParameter(f"{opt} goes with {wanted}", param_hint=opt)
         options[keyword] = value
-    return TargetChoice(spec, options, kind)
+    return options
 
 
 def close_session(s: Session | None) -> None:

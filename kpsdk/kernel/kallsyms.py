@@ -42,6 +42,7 @@ from kpsdk.kernel.kallsyms_text import (
     FUNC_TYPES,
     OBJECT_TYPES,
     KallsymsEntry,
+    load_kallsyms_bytes,
     load_kallsyms_text,
     parse_kallsyms_text,
     symbol_table,
@@ -178,7 +179,7 @@ def load_kernel_symbols(path: str | os.PathLike[str]) -> SymbolTable:
 def kernel_symbols_of(data: bytes, source: str | os.PathLike[str]) -> SymbolTable:
     """:func:`load_kernel_symbols` of a file already read (``source`` names it in errors)."""
     if _is_text_symbols(data[:4096]):
-        return load_kallsyms_text(data.decode(errors="replace"), str(source))
+        return load_kallsyms_bytes(data, str(source))
     return symbol_table(_image_entries(data, source, cache=True))
 
 

@@ -8,7 +8,8 @@ One module per job:
 - :mod:`~kpsdk.trace.filter`: ``--filter`` expressions;
 - :mod:`~kpsdk.trace.output`: text, jsonl and Perfetto writers;
 - :mod:`~kpsdk.trace.hist`: log2 histograms, latency, ``--plot``;
-- :mod:`~kpsdk.trace.command` and :mod:`~kpsdk.trace.run`: the CLI command.
+- :mod:`~kpsdk.trace.command` and :mod:`~kpsdk.trace.run`: the CLI command, its options and checks;
+  :mod:`~kpsdk.trace.runner`: one run of it (target, events, records, reports).
 
 Nothing is imported here: the CLI loads this package as a plugin at every start.
 """

@@ -26,6 +26,7 @@ import os
 from typing import TYPE_CHECKING
 
 from kpsdk.trace.btfargs import BtfArgs, _BtfArgError
+from kpsdk.trace.numbers import is_ascii_digit
 
 if TYPE_CHECKING:
     from kpsdk.arch import Arch
@@ -76,7 +77,7 @@ def expand_meta_args(ctx: ParseContext, text: str, words: list[Word]) -> list[tu
         if not (ctx.at_entry or ctx.is_return):
             raise ctx.error("NOFENTRY_ARGS", word.start)
         last = i
-        if word.text[4:5].isdigit():
+        if is_ascii_digit(word.text[4:5]):
             found = True
             continue
         if word.text[4:5] != "*":

@@ -19,4 +19,6 @@ def kpsdk_cli(app: typer.Typer) -> None:
     from kpsdk.trace.run import EXAMPLES, HELP, cmd_trace
 
     Command("trace", cmd_trace, EXAMPLES, help=HELP,
-            short_help="ftrace probe definitions: text, jsonl, perfetto, histograms").add_to(app)
+            short_help="ftrace probe definitions: text, jsonl, perfetto, histograms",
+            # the arguments after --call FN are extra arguments (negative numbers included), as in kpsdk probe
+            extra_args=True).add_to(app)

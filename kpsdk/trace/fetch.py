@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from kpsdk.binfmt.symbols import shown_name
 from kpsdk.errors import SymbolError, TargetFault
 from kpsdk.target import Target
 from kpsdk.trace.compile import compile_arg
@@ -251,6 +252,7 @@ def format_symbol(session: Session, addr: int, with_offset: bool = True) -> str:
     if found is None:
         return f"{addr:#x}"
     name, off, size = found
+    name = shown_name(name)  # one line, whatever the symbol table holds
     return f"{name}+{off:#x}/{size:#x}" if with_offset else name
 
 

@@ -30,7 +30,7 @@ MAX_FUNCTIONS = 1000
 #: the placeholder: the probe point word of a template
 PLACEHOLDER = "$func"
 #: a template: ``p|r[MAXACTIVE][:[GRP/]]`` then ``$func`` (with an optional +offs or %return), then the rest
-_TEMPLATE = re.compile(r"^(?P<head>[pr]\d*(?::\S*)?)\s+\$func(?P<tail>(?:\+\S*|%return)?)(?P<rest>(?:\s.*)?)$")
+_TEMPLATE = re.compile(r"^(?P<head>[pr][0-9]*(?::\S*)?)\s+\$func(?P<tail>(?:\+\S*|%return)?)(?P<rest>(?:\s.*)?)$")
 
 
 def is_template(definition: str) -> bool:

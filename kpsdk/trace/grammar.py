@@ -373,7 +373,7 @@ class Parser:
                  sessions: Sequence[Session] = (), kernel: tuple[int, int] | None = None,
                  ifunc_later: bool = False, btf: BtfArgs | None = None) -> None:
         self.arch = arch
-        #: the target kernel's BTF (:func:`kpsdk.trace.btfargs.kernel_btf_args`): on a kernel since 6.5,
+        #: the target kernel's BTF (:func:`kpsdk.trace.btfsyntax.kernel_btf_args`): on a kernel since 6.5,
         #: arguments may name the function's parameters and their members
         self.btf = btf
         #: the target kernel's version (:func:`kpsdk.kernel.version.kernel_version`): definitions are
@@ -597,101 +597,135 @@ class Parser:
         return FetchArg(name=name, fetch=fetch, type=argtype, text=body, column=col)
 
     def _parse_fetch(self, ctx: ParseContext, cur: _Cursor, depth: int) -> Fetch:
-        """FETCHARG, recursively: ``%REG @ADDR @SYM[+-off] @+FOFFS $var +|-[u]OFFS(FETCHARG) \\IMM``."""
-        col = cur.column
+        """FETCHARG, recursively: ``%REG @ADDR @SYM[+-off] @+FOFFS $var +|-[u]OFFS(FETCHARG) \\IMM``.
+
+        The first character decides which form this is, as in the kernel's
+        ``parse_probe_arg``; each form is read by its own step below.
+        """
         c = cur.peek()
         if c == "%":
-            cur.pos += 1
-            name = cur.take(_is_ident_char)
-            if not name or (ctx.arch is not None and not ctx.arch.has_register(name)):
-                raise ctx.error("BAD_REG_NAME", col, _register_hint(ctx.arch, name))
-            return Fetch("reg", name=name, column=col)
+            return self._parse_reg(ctx, cur)
         if c == "@":
-            cur.pos += 1
-            if cur.peek().isdigit():
-                raw = cur.take(_number_char)
-                value = parse_uint(raw)
-                if value is None:
-                    raise ctx.error("BAD_MEM_ADDR", col, raw)
-                return Fetch("mem", value=value, column=col)
-            if cur.peek() == "+":
-                if not ctx.is_uprobe:
-                    raise ctx.error("FILE_ON_KPROBE", col)
-                cur.pos += 1
-                raw = cur.take(_number_char)
-                value = parse_uint(raw)
-                if value is None:
-                    raise ctx.error("BAD_FILE_OFFS", col, raw)
-                return Fetch("foffs", value=value, column=col)
-            if ctx.is_uprobe:
-                raise ctx.error("SYM_ON_UPROBE", col)
-            sym = cur.take(_symbol_char)
-            if not sym or not (_is_ident_start(sym[0]) or sym[0] == "."):
-                raise ctx.error("BAD_MEM_ADDR", col, "want @ADDR or @SYM[+|-offs]")
-            offset = 0
-            if cur.peek() in ("+", "-"):
-                sign = cur.peek()
-                cur.pos += 1
-                raw = cur.take(_number_char)
-                value = parse_uint(raw)
-                if value is None:
-                    raise ctx.error("BAD_MEM_ADDR", col, f"bad offset {sign}{raw!r}")
-                offset = -value if sign == "-" else value
-            return Fetch("sym", name=sym, value=offset, column=col)
+            return self._parse_at(ctx, cur)
         if c == "$":
             return self._parse_var(ctx, cur)
         if c in ("+", "-"):
-            sign = c
-            cur.pos += 1
-            user = cur.accept("u")
-            raw = cur.take(_number_char)
-            if cur.peek() != "(":
-                if "(" not in cur.text[cur.pos:]:
-                    raise ctx.error("DEREF_NEED_BRACE", col)
-                raise ctx.error("BAD_DEREF_OFFS", col, f"{sign}{'u' if user else ''}{raw}")
-            value = parse_uint(raw)
-            if value is None:
-                raise ctx.error("BAD_DEREF_OFFS", col, f"{sign}{'u' if user else ''}{raw}")
-            cur.pos += 1
-            inner_col = cur.column
-            if cur.at_end() or cur.peek() == ")":
-                raise ctx.error("BAD_FETCH_ARG", inner_col, "nothing to dereference")
-            inner = self._parse_fetch(ctx, cur, depth + 1)
-            if not cur.accept(")"):
-                if cur.at_end() or cur.peek() == ":":
-                    # the kernel matches each "(" with the *last* ")" (strrchr), outermost first, so
-                    # the dereference left without one is the innermost: its text ends one column
-                    # before each ")" the ones around it took
-                    closed = sum(1 for n in inner.walk() if n.kind == "deref")
-                    raise ctx.error("DEREF_OPEN_BRACE", cur.column - closed)
-                raise ctx.error("BAD_FETCH_ARG", cur.column, f"unexpected {cur.peek()!r}")
-            if inner.kind in ("comm", "immstr"):
-                raise ctx.error("COMM_CANT_DEREF", inner_col)
-            return Fetch("deref", value=-value if sign == "-" else value, inner=inner, user=user, column=col)
+            return self._parse_deref(ctx, cur, depth)
         if c == "\\":
-            cur.pos += 1
-            if cur.peek() == '"':
-                end = cur.text.find('"', cur.pos + 1)
-                if end < 0:
-                    raise ctx.error("IMMSTR_NO_CLOSE", cur.base + len(cur.text))
-                literal = cur.text[cur.pos + 1:end]
-                cur.pos = end + 1
-                return Fetch("immstr", text=literal, column=col)
-            raw_start = cur.pos
-            if cur.peek() in ("+", "-"):
-                cur.pos += 1
-            cur.take(_number_char)
-            raw = cur.text[raw_start:cur.pos]
-            value = parse_int(raw) if raw[:1] in ("+", "-") or raw[:1].isdigit() else None
-            if value is None:
-                raise ctx.error("BAD_IMM", col + 1, raw)
-            return Fetch("imm", value=value & ((1 << self.word_bits) - 1), column=col)
+            return self._parse_imm(ctx, cur)
         if ctx.btf_args and _is_ident_start(c):
             from kpsdk.trace.btfsyntax import parse_btf_variable
 
             return parse_btf_variable(ctx, cur)
-        raise ctx.error("BAD_FETCH_ARG", col, f"want %REG, @ADDR, @SYM, $VAR, +|-OFFS(...) or \\IMM, not {c!r}"
-                        if c else "empty")
+        raise ctx.error("BAD_FETCH_ARG", cur.column, f"want %REG, @ADDR, @SYM, $VAR, +|-OFFS(...) or \\IMM, "
+                        f"not {c!r}" if c else "empty")
+
+    def _parse_reg(self, ctx: ParseContext, cur: _Cursor) -> Fetch:
+        """``%REG``: a register the target architecture has (any name, when the arch is not known yet)."""
+        col = cur.column
+        cur.pos += 1
+        name = cur.take(_is_ident_char)
+        if not name or (ctx.arch is not None and not ctx.arch.has_register(name)):
+            raise ctx.error("BAD_REG_NAME", col, _register_hint(ctx.arch, name))
+        return Fetch("reg", name=name, column=col)
+
+    def _parse_at(self, ctx: ParseContext, cur: _Cursor) -> Fetch:
+        """``@ADDR``, ``@+FOFFS`` (a file offset: uprobes only) or ``@SYM[+|-offs]`` (kprobes only):
+        the character after ``@`` decides which."""
+        col = cur.column
+        cur.pos += 1
+        if cur.peek().isdigit():
+            raw = cur.take(_number_char)
+            value = parse_uint(raw)
+            if value is None:
+                raise ctx.error("BAD_MEM_ADDR", col, raw)
+            return Fetch("mem", value=value, column=col)
+        if cur.peek() == "+":
+            if not ctx.is_uprobe:
+                raise ctx.error("FILE_ON_KPROBE", col)
+            cur.pos += 1
+            raw = cur.take(_number_char)
+            value = parse_uint(raw)
+            if value is None:
+                raise ctx.error("BAD_FILE_OFFS", col, raw)
+            return Fetch("foffs", value=value, column=col)
+        if ctx.is_uprobe:
+            raise ctx.error("SYM_ON_UPROBE", col)
+        return self._parse_symbol_ref(ctx, cur, col)
+
+    def _parse_symbol_ref(self, ctx: ParseContext, cur: _Cursor, col: int) -> Fetch:
+        """``SYM[+|-offs]`` after ``@``: the symbol's address plus a signed offset, loaded at the hit."""
+        sym = cur.take(_symbol_char)
+        if not sym or not (_is_ident_start(sym[0]) or sym[0] == "."):
+            raise ctx.error("BAD_MEM_ADDR", col, "want @ADDR or @SYM[+|-offs]")
+        offset = 0
+        if cur.peek() in ("+", "-"):
+            sign = cur.peek()
+            cur.pos += 1
+            raw = cur.take(_number_char)
+            value = parse_uint(raw)
+            if value is None:
+                raise ctx.error("BAD_MEM_ADDR", col, f"bad offset {sign}{raw!r}")
+            offset = -value if sign == "-" else value
+        return Fetch("sym", name=sym, value=offset, column=col)
+
+    def _parse_deref(self, ctx: ParseContext, cur: _Cursor, depth: int) -> Fetch:
+        """``+|-[u]OFFS(FETCHARG)``: the word at the inner argument's value plus OFFS (``u``: from
+        user memory); the inner argument is any FETCHARG but ``$comm`` and ``\\"..."``."""
+        col = cur.column
+        sign = cur.peek()
+        cur.pos += 1
+        user = cur.accept("u")
+        raw = cur.take(_number_char)
+        if cur.peek() != "(":
+            if "(" not in cur.text[cur.pos:]:
+                raise ctx.error("DEREF_NEED_BRACE", col)
+            raise ctx.error("BAD_DEREF_OFFS", col, f"{sign}{'u' if user else ''}{raw}")
+        value = parse_uint(raw)
+        if value is None:
+            raise ctx.error("BAD_DEREF_OFFS", col, f"{sign}{'u' if user else ''}{raw}")
+        cur.pos += 1
+        inner_col = cur.column
+        if cur.at_end() or cur.peek() == ")":
+            raise ctx.error("BAD_FETCH_ARG", inner_col, "nothing to dereference")
+        inner = self._parse_fetch(ctx, cur, depth + 1)
+        if not cur.accept(")"):
+            raise self._unclosed_deref(ctx, cur, inner)
+        if inner.kind in ("comm", "immstr"):
+            raise ctx.error("COMM_CANT_DEREF", inner_col)
+        return Fetch("deref", value=-value if sign == "-" else value, inner=inner, user=user, column=col)
+
+    @staticmethod
+    def _unclosed_deref(ctx: ParseContext, cur: _Cursor, inner: Fetch) -> TraceDefinitionError:
+        """The error for a dereference whose ``)`` is missing, at the column the kernel names."""
+        if cur.at_end() or cur.peek() == ":":
+            # the kernel matches each "(" with the *last* ")" (strrchr), outermost first, so
+            # the dereference left without one is the innermost: its text ends one column
+            # before each ")" the ones around it took
+            closed = sum(1 for n in inner.walk() if n.kind == "deref")
+            return ctx.error("DEREF_OPEN_BRACE", cur.column - closed)
+        return ctx.error("BAD_FETCH_ARG", cur.column, f"unexpected {cur.peek()!r}")
+
+    def _parse_imm(self, ctx: ParseContext, cur: _Cursor) -> Fetch:
+        """``\\IMM`` (an integer, kept to the word size) or ``\\"TEXT"`` (an immediate string)."""
+        col = cur.column
+        cur.pos += 1
+        if cur.peek() == '"':
+            end = cur.text.find('"', cur.pos + 1)
+            if end < 0:
+                raise ctx.error("IMMSTR_NO_CLOSE", cur.base + len(cur.text))
+            literal = cur.text[cur.pos + 1:end]
+            cur.pos = end + 1
+            return Fetch("immstr", text=literal, column=col)
+        raw_start = cur.pos
+        if cur.peek() in ("+", "-"):
+            cur.pos += 1
+        cur.take(_number_char)
+        raw = cur.text[raw_start:cur.pos]
+        value = parse_int(raw) if raw[:1] in ("+", "-") or raw[:1].isdigit() else None
+        if value is None:
+            raise ctx.error("BAD_IMM", col + 1, raw)
+        return Fetch("imm", value=value & ((1 << self.word_bits) - 1), column=col)
 
     def _parse_var(self, ctx: ParseContext, cur: _Cursor) -> Fetch:
         col = cur.column

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from kpsdk.errors import KpsdkError
+from kpsdk.trace.numbers import parse_ascii_int
 
 if TYPE_CHECKING:
     from kpsdk.trace.events import TraceRecord
@@ -77,15 +78,23 @@ class Histogram:
         return "\n".join(lines) + "\n"
 
 
-def field_histograms(records: Iterable[TraceRecord], field_name: str) -> list[Histogram]:
+def _add_field(hists: dict[str, Histogram], record: TraceRecord, field_name: str) -> None:
+    value = record.fields.get(field_name)
+    for v in value if isinstance(value, list) else [value]:
+        if isinstance(v, int) and not isinstance(v, bool):
+            hist = hists.get(record.event)
+            if hist is None:
+                hist = hists[record.event] = Histogram(f"@{field_name}[{record.event}]")
+            hist.add(v)
+
+
+def field_histograms(records: Iterable[TraceRecord] | HistogramSet, field_name: str) -> list[Histogram]:
     """``--hist FIELD``: one histogram per event that has the field (integer values only)."""
+    if isinstance(records, HistogramSet):
+        return records.field(field_name)
     hists: dict[str, Histogram] = {}
     for record in records:
-        value = record.fields.get(field_name)
-        values = value if isinstance(value, list) else [value]
-        for v in values:
-            if isinstance(v, int) and not isinstance(v, bool):
-                hists.setdefault(record.event, Histogram(f"@{field_name}[{record.event}]")).add(v)
+        _add_field(hists, record, field_name)
     return list(hists.values())
 
 
@@ -128,10 +137,10 @@ def parse_lhist(spec: str) -> tuple[str, int, int, int]:
     parts = [p.strip() for p in spec.split(",")]
     if len(parts) != 4 or not parts[0]:
         raise KpsdkError(f"--lhist {spec!r}: want FIELD,MIN,MAX,STEP (as bpftrace's lhist(v, 0, 100, 10))")
-    try:
-        low, high, step = (int(p, 0) for p in parts[1:])
-    except ValueError:
-        raise KpsdkError(f"--lhist {spec!r}: MIN, MAX and STEP are integers") from None
+    numbers = [parse_ascii_int(p) for p in parts[1:]]
+    if None in numbers:  # ASCII digits only: int() would take other scripts' digits too
+        raise KpsdkError(f"--lhist {spec!r}: MIN, MAX and STEP are integers")
+    low, high, step = (n for n in numbers if n is not None)
     if step <= 0 or low >= high:
         raise KpsdkError(f"--lhist {spec!r}: want MIN < MAX and STEP > 0")
     if (high - low) // step > 10_000:
@@ -139,27 +148,77 @@ def parse_lhist(spec: str) -> tuple[str, int, int, int]:
     return parts[0], low, high, step
 
 
-def linear_histograms(records: Iterable[TraceRecord], field_name: str, low: int, high: int,
+def _add_linear(hists: dict[str, Histogram], record: TraceRecord, field_name: str, low: int, high: int,
+                step: int) -> None:
+    value = record.fields.get(field_name)
+    for v in value if isinstance(value, list) else [value]:
+        if isinstance(v, int) and not isinstance(v, bool):
+            hist = hists.get(record.event)
+            if hist is None:
+                hist = hists[record.event] = LinearHistogram(f"@{field_name}[{record.event}]", low=low, high=high,
+                                                             step=step)
+            hist.add(v)
+
+
+def linear_histograms(records: Iterable[TraceRecord] | HistogramSet, field_name: str, low: int, high: int,
                       step: int) -> list[Histogram]:
     """``--lhist FIELD,MIN,MAX,STEP``: one linear histogram per event that has the field."""
+    if isinstance(records, HistogramSet):
+        return records.linear(field_name, low, high, step)
     hists: dict[str, Histogram] = {}
     for record in records:
-        value = record.fields.get(field_name)
-        for v in value if isinstance(value, list) else [value]:
-            if isinstance(v, int) and not isinstance(v, bool):
-                hists.setdefault(record.event, LinearHistogram(f"@{field_name}[{record.event}]", low=low,
-                                                               high=high, step=step)).add(v)
+        _add_linear(hists, record, field_name, low, high, step)
     return list(hists.values())
 
 
-def latency_histograms(records: Iterable[TraceRecord]) -> list[Histogram]:
+def _add_latency(hists: dict[str, Histogram], record: TraceRecord) -> None:
+    if record.kind == "r" and record.duration is not None:
+        key = f"{record.event}" if record.func is None else f"{record.func}"
+        hist = hists.get(key)
+        if hist is None:
+            hist = hists[key] = Histogram(f"@latency_us[{key}]")
+        hist.add(int(record.duration * 1e6))
+
+
+def latency_histograms(records: Iterable[TraceRecord] | HistogramSet) -> list[Histogram]:
     """``--latency``: per return event, entry-to-return time in microseconds."""
+    if isinstance(records, HistogramSet):
+        return records.latency()
     hists: dict[str, Histogram] = {}
     for record in records:
-        if record.kind == "r" and record.duration is not None:
-            key = f"{record.event}" if record.func is None else f"{record.func}"
-            hists.setdefault(key, Histogram(f"@latency_us[{key}]")).add(int(record.duration * 1e6))
+        _add_latency(hists, record)
     return list(hists.values())
+
+
+class HistogramSet:
+    """The histograms ``kpsdk trace`` prints at the end (``--hist``, ``--lhist``, ``--latency``),
+    filled as the records come: :meth:`append` counts a record into their buckets and keeps
+    nothing else, so memory is the buckets' however long the trace (it kept every record before:
+    168 MB at 200,000).  It stands where the run kept a list of records (``append``), and the
+    functions above take it in place of the records."""
+
+    def __init__(self, fields: Iterable[str] = (), latency: bool = False,
+                 linear: Iterable[tuple[str, int, int, int]] = ()) -> None:
+        self._fields: dict[str, dict[str, Histogram]] = {name: {} for name in fields}
+        self._latency: dict[str, Histogram] | None = {} if latency else None
+        self._linear: dict[tuple[str, int, int, int], dict[str, Histogram]] = {spec: {} for spec in linear}
+
+    def append(self, record: TraceRecord) -> None:
+        for name, hists in self._fields.items():
+            _add_field(hists, record, name)
+        for (name, low, high, step), hists in self._linear.items():
+            _add_linear(hists, record, name, low, high, step)
+        if self._latency is not None:
+            _add_latency(self._latency, record)
+
+    def field(self, name: str) -> list[Histogram]:
+        return list(self._fields.get(name, {}).values())
+
+    def linear(self, name: str, low: int, high: int, step: int) -> list[Histogram]:
+        return list(self._linear.get((name, low, high, step), {}).values())
+
+    def latency(self) -> list[Histogram]:
+        return list((self._latency or {}).values())
 
 
 #: what ``--plot FILE`` writes, by the file's suffix (formats matplotlib's Agg backend writes itself)

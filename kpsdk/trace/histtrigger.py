@@ -4,7 +4,7 @@
 event's records in a table keyed on one to three fields, summing hitcount and up to
 two value fields, and prints it as the event's ``hist`` file does.  What is parsed,
 refused and printed follows ``kernel/trace/trace_events_hist.c``, so that the output
-can be compared with the kernel's own for the same trigger (tests/test_hist_kernel.py):
+can be compared with the kernel's own for the same trigger (tests/test_trace_triggers_kernel.py):
 
 - the attributes ``keys=`` (``key=``), ``vals=`` (``val=``, ``values=``), ``sort=``,
   ``size=``, ``name=``, and the flags ``pause``, ``cont``, ``clear``;
@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING
 
 from kpsdk.errors import TriggerError
 from kpsdk.trace.common import COMMON_FIELDS, common_values, flag_bits
+from kpsdk.trace.grammar import parse_uint
 
 if TYPE_CHECKING:
     from kpsdk.trace.events import TraceRecord
@@ -295,11 +296,11 @@ def parse_hist(param: str, fields: dict[str, EventField], location: str = "hist"
 
 
 def _map_bits(text: str, command: str, location: str) -> int:
-    try:
-        size = int(text, 0)
-    except ValueError:
-        raise TriggerError("EINVAL", command, command.find(text), f"size={text}: not a number", location) from None
-    if size < 0 or size > U64:
+    """``size=N`` as ``kstrtoul(str, 0, &size)`` reads it: ASCII digits, ``0x`` hex, ``0`` octal."""
+    size = parse_uint(text)
+    if size is None:
+        raise TriggerError("EINVAL", command, command.find(text), f"size={text}: not a number", location)
+    if size > U64:
         raise TriggerError("EINVAL", command, command.find(text), f"size={text}: out of range", location)
     bits = log2_key(size)
     if not MAP_BITS_MIN <= bits <= MAP_BITS_MAX:
@@ -325,10 +326,8 @@ def _field(text: str, fields: dict[str, EventField], command: str, location: str
         elif modifier.startswith("bucket"):
             rest = modifier[6:]
             rest = rest[1:] if rest.startswith("s") else rest
-            try:
-                buckets = int(rest[1:], 0) if rest.startswith("=") else 0
-            except ValueError:
-                buckets = 0
+            # kstrtoul(modifier, 0, &buckets): ASCII digits only
+            buckets = (parse_uint(rest[1:]) or 0) if rest.startswith("=") else 0
             if buckets <= 0 or buckets > U64:
                 raise _err("BAD_FIELD_MODIFIER", command, modifier, location=location)
             mod = "buckets"

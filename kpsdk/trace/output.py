@@ -22,12 +22,14 @@ come from :mod:`kpsdk.trace.formats` the same way, so ``--output NAME`` and
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from operator import itemgetter
 from typing import IO, TYPE_CHECKING, Any
 
+from kpsdk.binfmt.symbols import shown_name
 from kpsdk.errors import UnknownNameError
 
 # declared in the core beside the hook that returns them (kpsdk/outputformat.py); read here too
@@ -118,7 +120,7 @@ def format_prefix(record: TraceRecord) -> str:
     """
     usecs = max(0, round(record.time * 1_000_000))
     secs, usec = divmod(usecs, 1_000_000)
-    return f"{record.comm:>16}-{record.pid:<7} [{record.cpu:03d}] {record.flags} {secs:5d}.{usec:06d}: "
+    return f"{shown_name(record.comm):>16}-{record.pid:<7} [{record.cpu:03d}] {record.flags} {secs:5d}.{usec:06d}: "
 
 
 #: the column legend of the kernel's ``trace`` file (print_func_help_header_irq in kernel/trace/trace.c)
@@ -231,7 +233,8 @@ class TextWriter(Writer):
         if task is None:
             if len(self._tasks) >= TASK_PREFIXES:
                 self._tasks.clear()
-            task = self._tasks[key] = f"{record.comm:>16}-{record.pid:<7} [{record.cpu:03d}] {record.flags} "
+            task = self._tasks[key] = \
+                f"{shown_name(record.comm):>16}-{record.pid:<7} [{record.cpu:03d}] {record.flags} "
         usecs = max(0, round(record.time * 1_000_000))
         return f"{task}{usecs // 1_000_000:5d}.{usecs % 1_000_000:06d}: "
 
@@ -272,7 +275,8 @@ class TextWriter(Writer):
                     if task_part is None:
                         if len(tasks) >= TASK_PREFIXES:
                             tasks.clear()
-                        task_part = tasks[key] = f"{task.comm:>16}-{task.pid:<7} [{task.cpu:03d}] {task.flags} "
+                        task_part = tasks[key] = \
+                            f"{shown_name(task.comm):>16}-{task.pid:<7} [{task.cpu:03d}] {task.flags} "
                     last[0], last[1] = task, task_part
                 usecs = round(now * 1_000_000)
                 if usecs < 0:
@@ -480,37 +484,55 @@ class JsonlWriter(Writer):
 
 
 class PerfettoWriter(Writer):
-    """Collects records, then writes one Trace Event Format JSON object."""
+    """One Trace Event Format JSON object, streamed: its ``traceEvents`` array is written event by
+    event as records come (:class:`_PerfettoEvents` says which and when), the rest of the object
+    at :meth:`close`.  Memory stays flat however long the trace: a few thousand events wait to be
+    written in time order, and the ``p`` entries of calls that have not returned yet."""
 
     needs_entry_sp = True
 
     def __init__(self, stream: IO[str], process_name: str = "kpsdk trace") -> None:
         self.stream = stream
         self.process_name = process_name
-        #: records, and the per-event path's hits as tuples (made records at :meth:`close`)
-        self.records: list[Any] = []
+        self._started = False
+        self._events = _PerfettoEvents(process_name, self._put, as_text=True)
+
+    def _put(self, event: Any) -> None:
+        if self._started:
+            self.stream.write(", " + event)
+        else:
+            self.stream.write('{"traceEvents": [' + event)
+            self._started = True
 
     def write(self, record: TraceRecord) -> None:
-        self.records.append(record)
+        self._events.add(record)
 
     def event_writer(self, shape: EventShape) -> EventWrite | None:
-        """A hit kept as a tuple of what its record would hold (its fields' values in order);
-        :meth:`close` makes the records, when the slices can be paired."""
+        """A hit as a tuple of what its record would hold (its fields' values in order): an
+        instant event is written from it without a record; a slice's end makes its record."""
         if type(self).write is not PerfettoWriter.write:
             return None
         fetches = tuple(fetch for _, fetch in shape.fetches)
-        append = self.records.append
+        add = self._events.add
 
         def emit(now: float, ip: int, where: str, hit: HitContext, task: TaskInfo, task_id: int,
                  entry_sp: int | None, caller: int | None, func: str | None, entry_time: float | None) -> None:
-            append((shape, now, ip, where, [fetch(hit) for fetch in fetches], task, task_id, entry_sp, caller,
-                    func, entry_time))
+            add((shape, now, ip, where, [fetch(hit) for fetch in fetches], task, task_id, entry_sp, caller,
+                 func, entry_time))
 
         return emit
 
+    def flush(self) -> None:
+        """The events written so far reach the file (an unfinished JSON object: the run failed)."""
+        self.stream.flush()
+
     def close(self) -> None:
+        self._events.finish()
+        if not self._started:
+            self.stream.write('{"traceEvents": [')
         # json.dump would encode in pure Python, piece by piece (~3x the C encoder's time per record)
-        self.stream.write(_perfetto_text(self.records, self.process_name) + "\n")
+        rest = _ENCODE(_perfetto_document([], self._events.records, self._events.frames))
+        self.stream.write("]" + rest[len('{"traceEvents": []'):] + "\n")
         self.stream.flush()
 
 
@@ -579,15 +601,16 @@ def _with_stack(event: dict[str, Any], record: TraceRecord, frames: StackFrames,
     args[STACK_ARG] = list(record.stack)
 
 
-def perfetto_trace(records: list[TraceRecord], process_name: str = "kpsdk trace") -> dict[str, Any]:
-    """The Trace Event Format object (``{"traceEvents": [...]}``) for these records; with a
-    ``stackFrames`` table when records have stacks (``--stack``, a ``stacktrace`` trigger)."""
-    from kpsdk.trace.events import TraceRecord
-
-    # a writer's per-event hits (tuples) as records: every event a dict
-    made = [_record_of(TraceRecord, *r) if type(r) is tuple else r for r in records]
-    meta, body, frames = _perfetto_events(made, process_name)
-    return _perfetto_document(meta + [event for _, event in body], len(records), frames)
+def perfetto_trace(records: Iterable[Any], process_name: str = "kpsdk trace") -> dict[str, Any]:
+    """The Trace Event Format object (``{"traceEvents": [...]}``) for these records (or a
+    :class:`PerfettoWriter`'s per-event hits), as the writer writes it; with a ``stackFrames``
+    table when records have stacks (``--stack``, a ``stacktrace`` trigger)."""
+    events: list[Any] = []
+    maker = _PerfettoEvents(process_name, events.append, as_text=False)
+    for record in records:
+        maker.add(record)
+    maker.finish()
+    return _perfetto_document(events, maker.records, maker.frames)
 
 
 def _perfetto_document(events: list[Any], records: int, frames: StackFrames) -> dict[str, Any]:
@@ -598,120 +621,196 @@ def _perfetto_document(events: list[Any], records: int, frames: StackFrames) -> 
     return trace
 
 
-def _perfetto_text(records: list[Any], process_name: str) -> str:
-    """``_ENCODE(perfetto_trace(...))`` of records and of the per-event path's hits, the same
-    bytes; an instant event made from a hit's tuple is written as text directly (a dict and
-    its encoding per event were most of a perfetto event's cost)."""
-    meta, body, frames = _perfetto_events(records, process_name)
-    events = ", ".join([*map(_ENCODE, meta), *(event if type(event) is str else _ENCODE(event) for _, event in body)])
-    rest = _ENCODE(_perfetto_document([], len(records), frames))  # '{"traceEvents": [], ...}'
-    empty = '{"traceEvents": []'
-    return '{"traceEvents": [' + events + "]" + rest[len(empty):]
-
-
 _FAULT_JSON = _encode_string(FAULT)
-#: an event whose instants are made as dicts (see _perfetto_events)
+#: an event whose instants are made as dicts (see _PerfettoEvents._instant_of_entry)
 _AS_DICT: tuple[str, tuple[str, ...]] = ("", ())
+#: events held back to be written in time order: a slice is complete only when its function
+#: returns, after the events inside it, and is written at its entry's time.  Within this many
+#: events the array is in time order (as before it was streamed); a slice longer than that is
+#: written later than events after its start, which the format allows ("The events do not have
+#: to be in timestamp-sorted order") and ui.perfetto.dev and chrome://tracing sort
+REORDER_WINDOW = 4096
+#: entries of one function's calls open at once on one task (recursion) kept for their returns;
+#: an older one is written as an instant (its slice then has no entry fields)
+MAX_OPEN_CALLS = 4096
+#: the per-where text of instant events kept (as TASK_PREFIXES)
+_WHERES = 4096
 
 
-def _perfetto_events(records: list[Any], process_name: str) \
-        -> tuple[list[dict[str, Any]], list[tuple[float, dict[str, Any] | str]], StackFrames]:
-    """:func:`perfetto_trace`'s events of records and of the per-event path's hits (tuples,
-    :meth:`PerfettoWriter.event_writer`): the metadata events, then each event with its time
-    (in time order) and the stack frames they name.  A hit that is an instant event is its
-    JSON text, written here; one a slice may pair (a ``p`` hit where a return was
-    recorded, a return) becomes its record first."""
-    from kpsdk.trace.events import TraceRecord
+class _PerfettoEvents:
+    """The Trace Event Format's events of records and of per-event hits (tuples,
+    :meth:`PerfettoWriter.event_writer`), made as they come and given to ``emit`` (dicts, or
+    their JSON text with ``as_text``): the process and thread names first, then each event in
+    time order within :data:`REORDER_WINDOW`.
 
-    pid = 1
-    frames = StackFrames()
-    meta: list[dict[str, Any]] = [
-        {"ph": "M", "pid": pid, "tid": 0, "name": "process_name", "args": {"name": process_name}},
-    ]
-    tasks = sorted({r[6] if type(r) is tuple else r.task for r in records})
-    for task in tasks:
-        meta.append({"ph": "M", "pid": pid, "tid": task, "name": "thread_name", "args": {"name": f"task {task}"}})
-    # p records at a function's entry, waiting for that call's return: (task, ip) -> stack
-    open_entries: dict[tuple[int, int], list[TraceRecord]] = {}
-    returns_for = {r[2] if type(r) is tuple else r.ip for r in records
-                   if (r[0].kind if type(r) is tuple else r.kind) == "r"}
-    # an instant event's text, made from a hit's tuple as _ENCODE writes _instant's dict: per event its
-    # head and labels (by id: the shape lives in the hits), per where its args' start
-    heads: dict[int, tuple[str, tuple[str, ...]]] = {}
-    wheres: dict[str, str] = {}
-    body: list[tuple[float, dict[str, Any] | str]] = []
-    paired: set[int] = set()
-    for record in records:
-        if type(record) is tuple:
-            shape = record[0]
-            if shape.kind == "p" and record[2] not in returns_for:  # an instant event, no stack: its text
-                made = heads.get(id(shape))
-                if made is None:
-                    made = heads[id(shape)] = (
-                        '{"ph": "i", "s": "t", "name": ' + _encode_string(shape.event) + ', "cat": '
-                        + _encode_string(shape.group) + f', "pid": {pid!r}, "tid": ',
-                        tuple(", " + _encode_string(name) + ": " for name, _ in shape.fetches)) \
-                        if all(name != "where" for name, _ in shape.fetches) else _AS_DICT
-                if made is _AS_DICT:  # a field named where: in the dict it takes the where key's place
-                    event = _instant(_record_of(TraceRecord, *record), pid, frames)
-                    body.append((event["ts"], event))
-                    continue
-                head, labels = made
-                place = wheres.get(record[3])
-                if place is None:
-                    place = wheres[record[3]] = ', "args": {"where": ' + _encode_string(record[3])
-                ts = _us_text(record[1])
-                text = [head, int.__repr__(record[6]), ', "ts": ', ts, place]
-                for label, value in zip(labels, record[4], strict=True):
-                    text.append(label)
-                    text.append(_FAULT_JSON if value is None else _encode_value(value))
-                text.append("}}")
-                body.append((float(ts), "".join(text)))
-                continue
-            record = _record_of(TraceRecord, *record)
-        if record.kind == "p" and record.ip in returns_for:
-            open_entries.setdefault((record.task, record.ip), []).append(record)
-            continue
-        if record.kind == "r" and record.entry_time is not None:
-            args: dict[str, Any] = {"return": {"event": record.event, "caller": record.where.split(" <- ")[0],
-                                               **_json_args(record.fields)}}
-            entry = _entry_of(record, open_entries.get((record.task, record.ip), []))
-            slice_event = {"ph": "X", "name": record.func or record.event, "cat": record.group, "pid": pid,
-                           "tid": record.task, "ts": _us(record.entry_time),
-                           "dur": _us(record.time - record.entry_time), "args": args}
-            if entry is not None:
-                paired.add(id(entry))
-                args["entry"] = {"event": entry.event, **_json_args(entry.fields)}
-                if entry.stack is not None:  # the stack at the entry: the slice's start
-                    node = frames.node(entry.stack)
-                    if node is not None:
-                        slice_event["sf"] = node
-                    args["entry"][STACK_ARG] = list(entry.stack)
-            _with_stack(slice_event, record, frames, "esf")
-            body.append((slice_event["ts"], slice_event))
-            continue
-        event = _instant(record, pid, frames)
-        body.append((event["ts"], event))
-    for stack in open_entries.values():
-        for entry in stack:
-            if id(entry) not in paired:
-                event = _instant(entry, pid, frames)
-                body.append((event["ts"], event))
-    body.sort(key=itemgetter(0))
-    return meta, body, frames
+    A return with its entry time is a slice from entry to return; a ``p`` hit on the same
+    function at that call is its entry (its fields in the slice's args), found by the stack
+    pointer at the function's entry: the newest open entry of that task at that address with
+    the return's entry ``sp``; entries above it (deeper calls whose return was never seen,
+    ``longjmp``) are dropped.  A ``p`` hit waits for its return while its call may be open:
+    until a hit at the same address and task comes at the same or a shallower stack pointer
+    (the call is over: stacks grow down), or :meth:`finish`; then it is an instant event.
+    """
+
+    def __init__(self, process_name: str, emit: Callable[[Any], None], as_text: bool,
+                 window: int = REORDER_WINDOW) -> None:
+        from kpsdk.trace.events import TraceRecord  # (the events module imports this one)
+
+        self._make = TraceRecord
+        self.pid = 1
+        self.frames = StackFrames()
+        self.records = 0
+        self._emit, self._as_text, self._window = emit, as_text, window
+        self._process_name: str | None = process_name
+        self._tasks: set[int] = set()
+        self._unnamed: set[int] = set()  # tasks seen whose thread_name is not written yet
+        self._open: dict[tuple[int, int], list[Any]] = {}  # (task, ip) -> entries, oldest first
+        self._heap: list[tuple[float, int, Any]] = []
+        self._seq = itertools.count()
+        # an instant event's text, made from a hit's tuple as _ENCODE writes _instant's dict: per event its
+        # head and labels (by id: the shape lives in the hits), per where its args' start
+        self._heads: dict[int, tuple[Any, tuple[str, tuple[str, ...]]]] = {}
+        self._wheres: dict[str, str] = {}
+
+    def add(self, record: Any) -> None:
+        """One record, or one per-event hit (a tuple)."""
+        self.records += 1
+        hit = type(record) is tuple
+        task = record[6] if hit else record.task
+        if task not in self._tasks:
+            self._tasks.add(task)
+            self._unnamed.add(task)
+        if (record[0].kind if hit else record.kind) == "p":
+            self._entry(record, hit, task)
+            return
+        made: TraceRecord = _record_of(self._make, *record) if hit else record
+        if made.entry_time is not None:
+            self._slice(made)
+        else:
+            self._push(_instant(made, self.pid, self.frames))
+
+    def finish(self) -> None:
+        """Every entry still open is an instant event; every event held is given out."""
+        for stack in self._open.values():
+            for entry in stack:
+                self._push(self._instant_of_entry(entry))
+        self._open.clear()
+        self._names()
+        while self._heap:
+            self._emit(heapq.heappop(self._heap)[2])
+
+    def _entry(self, record: Any, hit: bool, task: int) -> None:
+        key = (task, record[2] if hit else record.ip)
+        sp = record[7] if hit else record.entry_sp
+        stack = self._open.get(key)
+        if stack is None:
+            stack = self._open[key] = []
+        if sp is not None:  # a call at this stack position or above it: the ones at it or deeper are over
+            done = []
+            while stack and (top := _entry_sp(stack[-1])) is not None and top <= sp:
+                done.append(stack.pop())
+            for entry in reversed(done):
+                self._push(self._instant_of_entry(entry))
+        stack.append(record)
+        if len(stack) > MAX_OPEN_CALLS:
+            self._push(self._instant_of_entry(stack.pop(0)))
+
+    def _slice(self, record: TraceRecord) -> None:
+        key = (record.task, record.ip)
+        stack = self._open.get(key)
+        entry = _entry_of(record, stack) if stack else None
+        if stack is not None and not stack:
+            del self._open[key]
+        entry_time = record.entry_time or 0.0
+        args: dict[str, Any] = {"return": {"event": record.event, "caller": record.where.split(" <- ")[0],
+                                           **_json_args(record.fields)}}
+        slice_event = {"ph": "X", "name": record.func or record.event, "cat": record.group, "pid": self.pid,
+                       "tid": record.task, "ts": _us(entry_time), "dur": _us(record.time - entry_time),
+                       "args": args}
+        if entry is not None:
+            args["entry"] = {"event": entry.event, **_json_args(entry.fields)}
+            if entry.stack is not None:  # the stack at the entry: the slice's start
+                node = self.frames.node(entry.stack)
+                if node is not None:
+                    slice_event["sf"] = node
+                args["entry"][STACK_ARG] = list(entry.stack)
+        _with_stack(slice_event, record, self.frames, "esf")
+        self._push(slice_event)
+
+    def _instant_of_entry(self, entry: Any) -> Any:
+        """A ``p`` record or hit that no return paired: an instant event (a hit's, as its time and
+        text, written without a dict: a dict and its encoding per event were most of its cost)."""
+        if type(entry) is not tuple:
+            return _instant(entry, self.pid, self.frames)
+        if not self._as_text:
+            return _instant(_record_of(self._make, *entry), self.pid, self.frames)
+        shape = entry[0]
+        known = self._heads.get(id(shape))
+        if known is None or known[0] is not shape:
+            made = (
+                '{"ph": "i", "s": "t", "name": ' + _encode_string(shape.event) + ', "cat": '
+                + _encode_string(shape.group) + f', "pid": {self.pid!r}, "tid": ',
+                tuple(", " + _encode_string(name) + ": " for name, _ in shape.fetches)) \
+                if all(name != "where" for name, _ in shape.fetches) else _AS_DICT
+            known = self._heads[id(shape)] = (shape, made)
+        made = known[1]
+        if made is _AS_DICT:  # a field named where: in the dict it takes the where key's place
+            return _instant(_record_of(self._make, *entry), self.pid, self.frames)
+        head, labels = made
+        place = self._wheres.get(entry[3])
+        if place is None:
+            if len(self._wheres) >= _WHERES:
+                self._wheres.clear()
+            place = self._wheres[entry[3]] = ', "args": {"where": ' + _encode_string(entry[3])
+        ts = _us_text(entry[1])
+        text = [head, int.__repr__(entry[6]), ', "ts": ', ts, place]
+        for label, value in zip(labels, entry[4], strict=True):
+            text.append(label)
+            text.append(_FAULT_JSON if value is None else _encode_value(value))
+        text.append("}}")
+        return (float(ts), "".join(text))
+
+    def _push(self, event: Any) -> None:
+        """Hold an event (a dict, or a hit's ``(ts, text)``); give out the oldest beyond the window."""
+        if type(event) is tuple:
+            ts, item = event
+        else:
+            ts, item = event["ts"], _ENCODE(event) if self._as_text else event
+        heapq.heappush(self._heap, (ts, next(self._seq), item))
+        if len(self._heap) > self._window:
+            self._names()
+            self._emit(heapq.heappop(self._heap)[2])
+
+    def _names(self) -> None:
+        """The process's name, then each task's thread name, before the first event that names it."""
+        meta: list[dict[str, Any]] = []
+        if self._process_name is not None:
+            meta.append({"ph": "M", "pid": self.pid, "tid": 0, "name": "process_name",
+                         "args": {"name": self._process_name}})
+            self._process_name = None
+        for task in sorted(self._unnamed):
+            meta.append({"ph": "M", "pid": self.pid, "tid": task, "name": "thread_name",
+                         "args": {"name": f"task {task}"}})
+        self._unnamed.clear()
+        for event in meta:
+            self._emit(_ENCODE(event) if self._as_text else event)
 
 
-def _entry_of(ret: TraceRecord, stack: list[TraceRecord]) -> TraceRecord | None:
+def _entry_sp(entry: Any) -> int | None:
+    return entry[7] if type(entry) is tuple else entry.entry_sp  # type: ignore[no-any-return]
+
+
+def _entry_of(ret: TraceRecord, stack: list[Any]) -> TraceRecord | None:
     """The ``p`` record of the call ``ret`` returns from, taken off ``stack`` (the entries
-    at that function, oldest first) with the entries above it: deeper calls whose
-    return was never seen (``longjmp``).  The call is the newest entry at its entry
+    at that function, oldest first: records or per-event hits) with the entries above it: deeper
+    calls whose return was never seen (``longjmp``).  The call is the newest entry at its entry
     stack pointer; the handlers of one hit run in whatever order the probes were
     registered (K5), so times alone cannot tell it from a deeper one."""
     for i in range(len(stack) - 1, -1, -1):
-        if stack[i].entry_sp == ret.entry_sp:
+        if _entry_sp(stack[i]) == ret.entry_sp:
             entry = stack[i]
             del stack[i:]
-            return entry
+            return _record_of(type(ret), *entry) if type(entry) is tuple else entry  # type: ignore[no-any-return]
     return None
 
 

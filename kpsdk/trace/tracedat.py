@@ -21,12 +21,18 @@ the ``sym+off/size`` text, not the address).
 
 from __future__ import annotations
 
-import itertools
+import io
+import os
+import re
+import shutil
+import stat
 import struct
+import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Literal
 
+from kpsdk.binfmt.symbols import shown_name
 from kpsdk.kernel.tasks import UNKNOWN_COMM
 from kpsdk.trace.common import FIRST_EVENT_ID, flag_bits
 from kpsdk.trace.output import Writer, format_value
@@ -233,27 +239,60 @@ def _entry(endian: str, delta: int, data: bytes) -> bytes:
     return out + _header(endian, 0, delta) + struct.pack(endian + "I", len(padded) + 4) + padded
 
 
+class _CpuPages:
+    """One CPU's ring buffer pages, made as records come: the page being filled in memory, the
+    full ones written out to ``spool`` (a temporary file) as they fill, so that a trace of any
+    length holds one page per CPU in memory (issue 36, item 8)."""
+
+    def __init__(self, endian: str, long_size: int, spool_dir: str | None) -> None:
+        self.endian, self.long_size, self.spool_dir = endian, long_size, spool_dir
+        self.room = PAGE_SIZE - (8 + long_size)
+        self.page = bytearray()
+        self.stamp = self.last = 0
+        self.spool: IO[bytes] | None = None
+        self.size = 0  # bytes of full pages in the spool
+
+    def add(self, when: int, data: bytes) -> None:
+        when = max(when, self.last)  # a CPU's entries never go back in time
+        entry = _entry(self.endian, when - self.last, data)
+        if self.page and len(self.page) + len(entry) > self.room:
+            self._flush()
+        if not self.page:
+            self.stamp = self.last = when
+            entry = _entry(self.endian, 0, data)
+        self.page += entry
+        self.last = when
+
+    def _flush(self) -> None:
+        if self.spool is None:
+            self.spool = tempfile.TemporaryFile(dir=self.spool_dir, prefix="kpsdk-tracedat-")  # noqa: SIM115
+        self.spool.write(_page(self.endian, self.long_size, self.stamp, self.page))
+        self.size += PAGE_SIZE
+        self.page = bytearray()
+
+    def finish(self) -> int:
+        """The last page written out; the size of all."""
+        if self.page:
+            self._flush()
+        return self.size
+
+    def copy_to(self, out: IO[bytes]) -> None:
+        if self.spool is not None:
+            self.spool.seek(0)
+            shutil.copyfileobj(self.spool, out, 1 << 20)
+            self.spool.close()
+            self.spool = None
+
+
 def cpu_pages(endian: str, long_size: int, times: list[int], datas: list[bytes]) -> bytes:
     """One CPU's ring buffer pages for these records (time in ns, data), oldest first."""
-    head = 8 + long_size
-    room = PAGE_SIZE - head
-    pages: list[bytes] = []
-    page = bytearray()
-    stamp = last = 0
+    pages = _CpuPages(endian, long_size, None)
     for when, data in zip(times, datas, strict=True):
-        when = max(when, last)  # a CPU's entries never go back in time
-        entry = _entry(endian, when - last, data)
-        if page and len(page) + len(entry) > room:
-            pages.append(_page(endian, long_size, stamp, page))
-            page = bytearray()
-        if not page:
-            stamp = last = when
-            entry = _entry(endian, 0, data)
-        page += entry
-        last = when
-    if page:
-        pages.append(_page(endian, long_size, stamp, page))
-    return b"".join(pages)
+        pages.add(when, data)
+    pages.finish()
+    out = io.BytesIO()
+    pages.copy_to(out)
+    return out.getvalue()
 
 
 def _page(endian: str, long_size: int, stamp: int, data: bytes | bytearray) -> bytes:
@@ -262,104 +301,178 @@ def _page(endian: str, long_size: int, stamp: int, data: bytes | bytearray) -> b
     return body + b"\0" * (PAGE_SIZE - len(body))
 
 
+def _function_of(r: TraceRecord) -> tuple[int, str] | None:
+    """The start and name of the function a record names (``sym+0xoff/0xsize``, a return's
+    ``func``), as a ``/proc/kallsyms`` line may hold it: one word, no blank or control character
+    (a name that has one is shown escaped, :func:`~kpsdk.binfmt.symbols.shown_name`)."""
+    if r.kind == "r" and r.func:
+        name, offset = r.func, "0x0"
+    else:
+        name, plus, rest = r.where.rpartition("+")  # the last +: a name may hold one
+        if not plus:
+            return None
+        offset = rest.split("/")[0]
+    try:
+        start = r.ip - int(offset, 16) if offset.startswith("0x") and offset.isascii() else -1
+    except ValueError:
+        return None
+    if start < 0 or not name or name.startswith("0x"):
+        return None
+    return start, shown_name(name, blanks=True) if _NOT_A_WORD.search(name) else name
+
+
+#: what cannot be in a kallsyms line's name: the blanks that separate its fields, and anything
+#: :func:`~kpsdk.binfmt.symbols.shown_name` escapes but the backslash of a name it escaped before
+_NOT_A_WORD = re.compile(r"[^\x21-\x7e]")
+
+
 def _kallsyms(records: Iterable[TraceRecord]) -> str:
     """``/proc/kallsyms`` lines for the functions the records name, so that trace-cmd can
     tell the addresses' names (``--symbols``-style lookups in KernelShark)."""
     seen: dict[int, str] = {}
     for r in records:
-        name = r.func if r.kind == "r" and r.func else r.where.split("+")[0]
-        offset = r.where.split("+")[1].split("/")[0] if r.kind == "p" and "+" in r.where else "0x0"
-        try:
-            start = r.ip - int(offset, 16)
-        except ValueError:
-            continue
-        if name and not name.startswith("0x"):
-            seen.setdefault(start, name)
+        found = _function_of(r)
+        if found is not None:
+            seen.setdefault(*found)
+    return _kallsyms_text(seen)
+
+
+def _kallsyms_text(seen: dict[int, str]) -> str:
     return "".join(f"{addr:016x} T {name}\n" for addr, name in sorted(seen.items()))
 
 
-def tracedat(records: list[TraceRecord], long_size: int = 8,
+def _cmdline(pid: int, comm: str) -> str:
+    """A ``saved_cmdlines`` line: the comm on one line (a guest may name a task with a newline)."""
+    return f"{pid} {shown_name(comm) if _NOT_A_WORD.search(comm.replace(' ', '')) else comm}\n"
+
+
+def tracedat(records: Iterable[TraceRecord], long_size: int = 8,
              byteorder: Literal["little", "big"] = "little") -> bytes:
-    """The whole ``trace.dat`` for these records."""
-    endian = "<" if byteorder == "little" else ">"
-    formats: dict[int, EventFormat] = {}
-    by_name: dict[tuple[str, str], EventFormat] = {}
-    # each event's id (common_type) as its trace numbered it; records made without one (or with
-    # one another event has) get the next id no record carries
-    taken = {r.event_id for r in records if r.event_id}
-    free = (i for i in itertools.count(FIRST_EVENT_ID) if i not in taken)
-    used: set[int] = set()
-    for r in records:
-        d = r.definition
-        if d is None or (d.group, d.event) in by_name:
-            continue
-        event_id = r.event_id if r.event_id and r.event_id not in used else next(free)
-        used.add(event_id)
-        fmt = EventFormat(d, event_id, long_size)
-        by_name[(d.group, d.event)] = fmt
-        formats[fmt.id] = fmt
-    out = bytearray(MAGIC + VERSION + bytes([0 if byteorder == "little" else 1, long_size]))
-    out += struct.pack(endian + "I", PAGE_SIZE)
-    for name, text in (("header_page", header_page(long_size)), ("header_event", HEADER_EVENT)):
-        data = text.encode()
-        out += name.encode() + b"\0" + struct.pack(endian + "Q", len(data)) + data
-    out += struct.pack(endian + "I", 0)  # no ftrace (function tracer) formats
-    systems: dict[str, list[EventFormat]] = {}
-    for fmt in by_name.values():
-        systems.setdefault(fmt.definition.group, []).append(fmt)
-    out += struct.pack(endian + "I", len(systems))
-    for system, fmts in systems.items():
-        out += system.encode() + b"\0" + struct.pack(endian + "I", len(fmts))
-        for fmt in fmts:
-            data = fmt.format_text().encode()
-            out += struct.pack(endian + "Q", len(data)) + data
-    for blob in (_kallsyms(records).encode(), b""):  # kallsyms, printk formats
-        out += struct.pack(endian + "I", len(blob)) + blob
-    cmdlines: dict[int, str] = {}
-    for r in records:
-        if r.comm != UNKNOWN_COMM:
-            cmdlines[r.pid] = r.comm
-    blob = "".join(f"{pid} {comm}\n" for pid, comm in sorted(cmdlines.items())).encode()
-    out += struct.pack(endian + "Q", len(blob)) + blob
-    ncpus = max((r.cpu for r in records), default=0) + 1
-    # an entry's data, with its header, length word and a time extend before it, fits in a page
-    limit = PAGE_SIZE - (8 + long_size) - 16
-    out += struct.pack(endian + "I", ncpus)
-    out += b"flyrecord\0"
-    cpus: list[bytes] = []
-    for cpu in range(ncpus):
-        mine = [r for r in records if r.cpu == cpu and r.definition is not None]
-        times = [max(0, round(r.time * 1e9)) for r in mine]
-        packed = [by_name[(r.definition.group, r.definition.event)].pack(r, endian, limit)  # type: ignore[union-attr]
-                  for r in mine]
-        kept = [(t, d) for t, d in zip(times, packed, strict=True) if d is not None]
-        cpus.append(cpu_pages(endian, long_size, [t for t, _ in kept], [d for _, d in kept]))
-    table_at = len(out)
-    start = table_at + 16 * ncpus
-    start += -start % PAGE_SIZE
-    where = start
-    for data in cpus:
-        out += struct.pack(endian + "QQ", where, len(data))
-        where += len(data)
-    out += b"\0" * (start - len(out))
-    for data in cpus:
-        out += data
-    return bytes(out)
+    """The whole ``trace.dat`` for these records (what :class:`TraceDatWriter` writes)."""
+    out = io.BytesIO()
+    writer = TraceDatWriter(out, long_size, byteorder)
+    for record in records:
+        writer.write(record)
+    writer.close()
+    return out.getvalue()
 
 
 class TraceDatWriter(Writer):
-    """Collects the records, writes the ``trace.dat`` at :meth:`close` (the header holds
-    what only the whole trace knows: the events, tasks and CPUs)."""
+    """trace-cmd's ``trace.dat``, streamed: each record is packed into its CPU's ring-buffer
+    page when it comes, and a full page goes to a temporary file (in the output's directory
+    when the output is a file, else ``$TMPDIR``; unnamed, nothing is left behind).  What the
+    header needs of the whole trace (the events' formats, the functions named, the pid to comm
+    table, the number of CPUs) is kept as it grows, one entry per event, function, task and
+    CPU, never per record; :meth:`close` writes the header and copies the pages after it.
+    Memory stays flat however long the trace (``tests/test_trace_memory.py``)."""
 
     def __init__(self, stream: IO[bytes], long_size: int = 8, byteorder: Literal["little", "big"] = "little") -> None:
         self.stream = stream
         self.long_size = long_size
         self.byteorder = byteorder
-        self.records: list[TraceRecord] = []
+        self._endian = "<" if byteorder == "little" else ">"
+        # an entry's data, with its header, length word and a time extend before it, fits in a page
+        self._limit = PAGE_SIZE - (8 + long_size) - 16
+        self._formats: dict[tuple[str, str], EventFormat] = {}
+        self._used: set[int] = set()
+        self._next_id = FIRST_EVENT_ID
+        self._functions: dict[int, str] = {}
+        self._places: set[tuple[str, int, str | None]] = set()
+        self._cmdlines: dict[int, str] = {}
+        self._cpus: dict[int, _CpuPages] = {}
+        self._ncpus = 0
+        self._spool_dir = _spool_dir(stream)
+
+    def _format_of(self, d: ProbeDef, event_id: int) -> EventFormat:
+        """The event's format, made at its first record: its id as its trace numbered it, unless
+        an event before it took that id (or it has none): then the next id no event has."""
+        fmt = self._formats.get((d.group, d.event))
+        if fmt is None:
+            if not event_id or event_id in self._used:
+                while self._next_id in self._used:
+                    self._next_id += 1
+                event_id = self._next_id
+            self._used.add(event_id)
+            fmt = self._formats[(d.group, d.event)] = EventFormat(d, event_id, self.long_size)
+        return fmt
 
     def write(self, record: TraceRecord) -> None:
-        self.records.append(record)
+        self._ncpus = max(self._ncpus, record.cpu + 1)
+        if record.comm != UNKNOWN_COMM:
+            self._cmdlines[record.pid] = record.comm
+        place = (record.where, record.ip, record.func if record.kind == "r" else None)
+        if place not in self._places:  # the function a place names, worked out once per place
+            if len(self._places) >= _PLACES:
+                self._places.clear()
+            self._places.add(place)
+            found = _function_of(record)
+            if found is not None:
+                self._functions.setdefault(*found)
+        d = record.definition
+        if d is None:
+            return
+        data = self._format_of(d, record.event_id).pack(record, self._endian, self._limit)
+        if data is None:
+            return
+        pages = self._cpus.get(record.cpu)
+        if pages is None:
+            pages = self._cpus[record.cpu] = _CpuPages(self._endian, self.long_size, self._spool_dir)
+        pages.add(max(0, round(record.time * 1e9)), data)
+
+    def flush(self) -> None:
+        """Nothing reaches the file before :meth:`close` (its header comes first)."""
 
     def close(self) -> None:
-        self.stream.write(tracedat(self.records, self.long_size, self.byteorder))
+        endian = self._endian
+        out = bytearray(MAGIC + VERSION + bytes([0 if self.byteorder == "little" else 1, self.long_size]))
+        out += struct.pack(endian + "I", PAGE_SIZE)
+        for name, text in (("header_page", header_page(self.long_size)), ("header_event", HEADER_EVENT)):
+            data = text.encode()
+            out += name.encode() + b"\0" + struct.pack(endian + "Q", len(data)) + data
+        out += struct.pack(endian + "I", 0)  # no ftrace (function tracer) formats
+        systems: dict[str, list[EventFormat]] = {}
+        for fmt in self._formats.values():
+            systems.setdefault(fmt.definition.group, []).append(fmt)
+        out += struct.pack(endian + "I", len(systems))
+        for system, fmts in systems.items():
+            out += system.encode() + b"\0" + struct.pack(endian + "I", len(fmts))
+            for fmt in fmts:
+                data = fmt.format_text().encode()
+                out += struct.pack(endian + "Q", len(data)) + data
+        for blob in (_kallsyms_text(self._functions).encode(), b""):  # kallsyms, printk formats
+            out += struct.pack(endian + "I", len(blob)) + blob
+        blob = "".join(_cmdline(pid, comm) for pid, comm in sorted(self._cmdlines.items())).encode()
+        out += struct.pack(endian + "Q", len(blob)) + blob
+        ncpus = max(self._ncpus, 1)
+        out += struct.pack(endian + "I", ncpus)
+        out += b"flyrecord\0"
+        sizes = [self._cpus[cpu].finish() if cpu in self._cpus else 0 for cpu in range(ncpus)]
+        start = len(out) + 16 * ncpus
+        start += -start % PAGE_SIZE
+        where = start
+        for size in sizes:
+            out += struct.pack(endian + "QQ", where, size)
+            where += size
+        out += b"\0" * (start - len(out))
+        self.stream.write(bytes(out))
+        for cpu in range(ncpus):
+            if cpu in self._cpus:
+                self._cpus[cpu].copy_to(self.stream)
+        self._cpus.clear()
         self.stream.flush()
+
+
+#: the places (where, ip, func) whose function is known, kept at once (as the text writer's prefixes)
+_PLACES = 4096
+
+
+def _spool_dir(stream: IO[bytes]) -> str | None:
+    """Where full pages wait for :meth:`TraceDatWriter.close`: beside the output file (its disk,
+    not a memory-backed ``/tmp``), else ``$TMPDIR`` (a pipe, a terminal, an in-memory stream)."""
+    name = getattr(stream, "name", None)
+    try:
+        if isinstance(name, str) and stat.S_ISREG(os.fstat(stream.fileno()).st_mode):
+            return os.path.dirname(os.path.abspath(name))
+    except (OSError, ValueError, io.UnsupportedOperation):
+        return None
+    return None

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 from kpsdk.errors import TriggerError
 from kpsdk.trace.filter import Filter, parse_filter
+from kpsdk.trace.grammar import parse_uint
 from kpsdk.trace.histtrigger import HistTrigger, event_fields, filter_values, parse_hist, split_filter
 
 if TYPE_CHECKING:
@@ -109,15 +110,16 @@ def parse_trigger(command: str, definition: ProbeDef, word: int,
 
 
 def _stacktrace(command: str) -> StackTrigger:
-    """``stacktrace[:N] [if FILTER]`` (``event_trigger_parse``: N is a decimal count)."""
+    """``stacktrace[:N] [if FILTER]`` (``event_trigger_parse_num``: N as ``kstrtoul(number, 0)`` reads
+    it, ASCII digits only: decimal, ``0x`` hex, ``0`` octal)."""
     trigger, filter_text = split_filter(command) if " if" in command or "\tif" in command else (command.strip(), None)
     _, sep, count_text = trigger.partition(":")
     count: int | None = None
     if sep:
-        if not count_text.isdigit():
+        count = parse_uint(count_text)
+        if count is None:
             raise TriggerError("EINVAL", command, command.find(count_text) if count_text else len(trigger),
                                f"stacktrace:{count_text}: the count is a number", "trigger")
-        count = int(count_text)
     elif trigger.strip() != "stacktrace":
         raise TriggerError("EINVAL", command, len("stacktrace"), "stacktrace[:N] [if FILTER]", "trigger")
     return StackTrigger(command, count, parse_filter(filter_text) if filter_text else None)

@@ -7,9 +7,12 @@ Debian 12's libraries.  So: the host's ``qemu-system-ARCH`` when it is 10.0 or n
 backports' ``qemu-system-<pkg>`` and ``qemu-system-data`` packages, fetched with kpsdk's private
 apt configuration (:class:`kpsdk.debian.PrivateApt`: the machine's apt sources and
 state are never touched; apt checks the suite's signed index and each ``.deb``'s SHA256) and
-unpacked with ``dpkg-deb -x`` into kpsdk's cache, never installed.  The unpacked binary's
-SHA256 is recorded at unpacking and checked at every use, so a changed or truncated file in the
-cache is unpacked again instead of run.
+unpacked with ``dpkg-deb -x`` into kpsdk's private cache directory ``qemu/``, never installed.
+The unpacked tree is recorded (every file's SHA256, the packages and the SHA256 Debian's index
+gave for each ``.deb``) in kpsdk's private ``records`` directory, not in the tree, and checked
+before every use without running anything (:mod:`kpsdk.cachetree`): a tree in a directory
+someone else can change, or with a changed, added or truncated file, is unpacked again instead
+of run.  QEMU's version is the package's, recorded with the tree.
 
 The backports binary needs the shared libraries Debian 12's own package of it pulls in;
 when one is missing, the error names it (from ``ldd``) and the package to install.
@@ -17,7 +20,6 @@ when one is missing, the error names it (from ``ldd``) and the package to instal
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -27,8 +29,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from kpsdk.cache import cache_root
-from kpsdk.debian import file_sha256
+from kpsdk.cache import private_dir, private_path
+from kpsdk.cachetree import checked_file, checked_tree, record_tree
 from kpsdk.errors import TargetError, ToolMissingError
 
 #: the suite holding QEMU 10 for Debian 12, and the oldest QEMU whose plugin API serves kpsdk
@@ -37,7 +39,7 @@ MIN_VERSION = (10, 0)
 #: Debian's package holding each qemu-system binary kpsdk's plugin path can use
 PACKAGES = {"qemu-system-x86_64": "qemu-system-x86", "qemu-system-i386": "qemu-system-x86",
             "qemu-system-arm": "qemu-system-arm", "qemu-system-riscv64": "qemu-system-riscv",
-            "qemu-system-ppc64": "qemu-system-ppc"}
+            "qemu-system-ppc64": "qemu-system-ppc", "qemu-system-aarch64": "qemu-system-arm"}
 #: Debian 12's own package of a binary, where its name differs from QEMU 10's (trixie split
 #: riscv out of qemu-system-misc): the package whose install brings the libraries it needs
 BOOKWORM_PACKAGES = {"qemu-system-riscv": "qemu-system-misc"}
@@ -46,7 +48,9 @@ BOOKWORM_PACKAGES = {"qemu-system-riscv": "qemu-system-misc"}
 #: (riscv64's ``virt`` boots OpenSBI's ``fw_dynamic.bin``, from the ``opensbi`` package)
 FIRMWARE = {"qemu-system-riscv64": ("opensbi",)}
 
-_VERSION = re.compile(rb"QEMU emulator version (\d+)\.(\d+)")
+_VERSION = re.compile(rb"QEMU emulator version ([0-9]+)\.([0-9]+)")
+#: a Debian version of QEMU (``1:10.0.2+ds-2+deb13u1~bpo12+1``): the epoch, then major.minor
+_PACKAGE_VERSION = re.compile(r"(?:[0-9]+:)?([0-9]+)\.([0-9]+)")
 
 
 @dataclass(frozen=True)
@@ -83,15 +87,26 @@ def find_qemu(binary: str, *, log: Callable[[str], None] = lambda _msg: None) ->
 
 
 
+def _package_version(version: str) -> tuple[int, int] | None:
+    """QEMU's major and minor from its Debian package version, None when it does not say."""
+    m = _PACKAGE_VERSION.match(version)
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
 def fetch_backports(binary: str, package: str, *, log: Callable[[str], None] = lambda _msg: None,
                     cache: Path | None = None) -> Qemu:
-    """``binary`` from Debian 12's backports QEMU, unpacked once into kpsdk's cache and checked."""
+    """``binary`` from Debian 12's backports QEMU, unpacked once into kpsdk's cache and checked
+    (:mod:`kpsdk.cachetree`) before it is returned, every time."""
     from kpsdk.arch import DebianPort
     from kpsdk.debian import PrivateApt
 
-    base = cache if cache is not None else cache_root() / "qemu"
-    for manifest in sorted(base.glob(f"{package}_*/manifest.json")):
-        found = _checked(manifest, binary)
+    base = private_path(cache) if cache is not None else private_dir("qemu")
+    if base is None:
+        where = cache if cache is not None else "kpsdk's cache directory qemu/"
+        raise TargetError(f"{where} is not a directory only this user can change: kpsdk will not keep QEMU "
+                          "there (set KPSDK_CACHE to a directory of yours)")
+    for root in sorted(p for p in base.glob(f"{package}_*") if p.is_dir() and not p.is_symlink()):
+        found = _checked(root, binary)
         if found is not None:
             return found
     if shutil.which("dpkg-deb") is None:
@@ -99,8 +114,11 @@ def fetch_backports(binary: str, package: str, *, log: Callable[[str], None] = l
     apt = PrivateApt(DebianPort("amd64", BACKPORTS_SUITE, package), log=log)
     main, data = apt.show(package), apt.show("qemu-system-data")
     firmware = [apt.show(name) for name in FIRMWARE.get(binary, ())]
+    version = _package_version(main.version)
+    if version is None or version < MIN_VERSION:
+        raise TargetError(f"{main.name} {main.version} in Debian {BACKPORTS_SUITE} is older than QEMU "
+                          f"{MIN_VERSION[0]}.{MIN_VERSION[1]}")
     root = base / f"{package}_{main.version.replace(':', '_')}"
-    base.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=base, prefix=".unpack-") as tmp:
         work = Path(tmp)
         for pkg in (main, data, *firmware):
@@ -113,39 +131,42 @@ def fetch_backports(binary: str, package: str, *, log: Callable[[str], None] = l
         exe = work / "root" / "usr" / "bin" / binary
         if not exe.is_file():
             raise TargetError(f"{main.name} {main.version} has no usr/bin/{binary}")
+        # the package just unpacked from a .deb of the SHA256 Debian's index gives, in kpsdk's private
+        # directory: run once, to name the libraries this host lacks
         _check_runs(exe, main.version, package)
-        # every binary kpsdk knows in the package: one unpacked tree serves them all (x86's two)
-        exes = {name: work / "root" / "usr" / "bin" / name for name, pkg in PACKAGES.items() if pkg == package}
-        record = {"package": main.name, "version": main.version, "binary": binary,
-                  "firmware": [f"{pkg.name} {pkg.version}" for pkg in firmware],
-                  "sha256": {name: file_sha256(path) for name, path in exes.items() if path.is_file()}}
-        (work / "root" / "manifest.json").write_text(json.dumps(record))
         if root.exists():
             shutil.rmtree(root)
         os.replace(work / "root", root)
-    found = _checked(root / "manifest.json", binary)
+    # every binary kpsdk knows in the package: one unpacked tree serves them all (x86's two)
+    binaries = sorted(name for name, pkg in PACKAGES.items() if pkg == package and (root / "usr/bin" / name).is_file())
+    origin = {pkg.name: f"{pkg.version} sha256:{pkg.sha256}" for pkg in (main, data, *firmware)}
+    record_tree(root, origin, {"binaries": binaries, "version": list(version),
+                               "firmware": [f"{pkg.name} {pkg.version}" for pkg in firmware]})
+    found = _checked(root, binary)
     if found is None:
         raise TargetError(f"the QEMU unpacked into {root} does not match what was recorded")
     return found
 
 
-def _checked(manifest: Path, binary: str) -> Qemu | None:
-    """The unpacked QEMU a manifest describes, if its binary still has the recorded SHA256."""
+def _checked(root: Path, binary: str) -> Qemu | None:
+    """The unpacked QEMU at ``root`` if its tree is as recorded (:func:`kpsdk.cachetree.checked_tree`)
+    and the record vouches for ``binary``; nothing is run to tell."""
+    record = checked_tree(root)
+    if record is None:
+        return None
+    meta = record.meta
     try:
-        info = json.loads(manifest.read_text())
-        want = info["sha256"][binary]
-        firmware = {str(f).split()[0] for f in info.get("firmware", [])}
-    except (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError):
+        binaries = {str(b) for b in meta["binaries"]}
+        firmware = {str(f).split()[0] for f in meta.get("firmware", [])}
+        major, minor = (int(v) for v in meta["version"])
+    except (KeyError, TypeError, ValueError, IndexError):
         return None
-    if not firmware.issuperset(FIRMWARE.get(binary, ())):
+    if binary not in binaries or not firmware.issuperset(FIRMWARE.get(binary, ())):
         return None  # unpacked before kpsdk knew the board's firmware: unpack again
-    exe = manifest.parent / "usr" / "bin" / binary
-    if not exe.is_file() or file_sha256(exe) != want:
+    exe = checked_file(record, root, f"usr/bin/{binary}")
+    if exe is None or (major, minor) < MIN_VERSION:
         return None
-    version = version_of(exe)
-    if version is None or version < MIN_VERSION:
-        return None
-    return Qemu(exe, manifest.parent / "usr" / "share" / "qemu", version)
+    return Qemu(exe, root / "usr" / "share" / "qemu", (major, minor))
 
 
 def _check_runs(exe: Path, version: str, package: str) -> None:

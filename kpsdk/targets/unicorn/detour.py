@@ -133,6 +133,9 @@ class Detour:
     #: and the resume hook where an entry handler runs after the guest entry code)
     hook_addr: int = 0
     hooks: tuple[int, ...] = ()
+    #: the jump written over the entry (empty for a hooked entry): what another process that
+    #: maps the function's file gets too (:mod:`kpsdk.targets.unicorn.processes`)
+    jump: bytes = b""
     #: armed (False once disarmed: its blocks wait for the calls in flight)
     live: bool = True
     #: the slow path ran and its jump to the displaced instructions comes next: the
@@ -368,7 +371,8 @@ class DetourEngine:
         jump = code_of.near_jump(entry, block, iset)
         assert jump is not None, "plan() checked that the jump reaches the block"
         self.lo, self.hi = min(self.lo, entry), max(self.hi, entry + length)
-        t.uc.mem_write(entry, jump)
+        det.jump = jump
+        t.patch(point, entry, jump)  # every process that maps the function's file gets the jump
         t.uc.ctl_remove_cache(entry, entry + length)
 
     def _mirror_for(self, at: int) -> Callable[[Rethook], None]:
@@ -389,7 +393,7 @@ class DetourEngine:
         det.live = False
         t = self.target
         if det.original:
-            t.uc.mem_write(point.addr, det.original)
+            t.patch(point, point.addr, det.original)
             t.uc.ctl_remove_cache(point.addr, point.addr + len(det.original))
         for handle in det.hooks:
             t.hooks.delete(handle)

@@ -30,6 +30,9 @@ if TYPE_CHECKING:
     from kpsdk.rethook import ShadowStacks
     from kpsdk.target import MappedFile
     from kpsdk.targets.unicorn.fast import FastHooks, FastRegs
+    from kpsdk.targets.unicorn.libraries import Libraries
+    from kpsdk.targets.unicorn.linux.kernel import LinuxKernel
+    from kpsdk.targets.unicorn.space import Space
     from kpsdk.targets.unicorn.step import SoftStep
 
 #: a ctypes code-hook callback: ``(handle, address, size, user)``
@@ -107,6 +110,9 @@ class UnicornHost(Protocol):
 
     def trampoline_probe(self, entry: int) -> Probe: ...
 
+    def patch(self, point: ProbePoint, addr: int, data: bytes) -> None:
+        """Write probe bytes at ``addr`` in every process where ``point`` applies."""
+
     def on_detour_slow(self, handle: int, addr: int, size: int, user: int) -> None:
         """The code hook of a detour's slow path (a normal hit of the entry's probe)."""
 
@@ -117,6 +123,12 @@ class LinuxHost(UnicornHost, Protocol):
 
     #: where the run starts (the program's entry, or its PT_INTERP loader's)
     entry: int | None
+    #: the current process's mappings (:mod:`kpsdk.targets.unicorn.space`)
+    space: Space
+    #: the Linux layer's kernel, set by start_process
+    kernel: LinuxKernel | None
+    #: the library announcements (kpsdk.targets.unicorn.libraries)
+    libraries: Libraries
     #: the directory the program sees as ``/`` (kpsdk.binfmt.filelocation looks names up there)
     sysroot: Path | None
     #: what the program writes to its standard output and error
@@ -127,7 +139,7 @@ class LinuxHost(UnicornHost, Protocol):
     def pending_libraries(self) -> list[MappedFile]:
         """Libraries ld.so is mapping, announced at its first system call past their mappings."""
 
-    def map(self, addr: int, size: int, perms: str = "rwx", host: bool | None = None) -> mmap.mmap | None:
+    def map(self, addr: int, size: int, perms: str = "rwx", shared: bool = False) -> mmap.mmap:
         """Map ``[addr, addr + size)`` with ``perms``."""
 
     def mapped_files(self) -> list[MappedFile]: ...

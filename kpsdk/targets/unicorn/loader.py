@@ -12,12 +12,13 @@ kpsdk's area and the stack go around it, and handing the result to the Linux lay
 from __future__ import annotations
 
 import os
+import platform
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kpsdk import hookimpl
-from kpsdk.errors import ImageFormatError, TargetError
+from kpsdk.errors import ArgumentError, ImageFormatError, TargetError
 from kpsdk.target import MappedFile, TargetKind
 from kpsdk.targets.unicorn.layout import AREA_SIZE, PAGE, STACK_SIZE, STACK_TOP, align_up
 from kpsdk.targets.unicorn.linux import check_options, start_process
@@ -48,18 +49,30 @@ def pie_base(elf_class: int) -> int:
 def open_elf(rest: str, registry: Registry, abi: str = "user", args: Sequence[str] | None = None,
              env: Mapping[str, str] | None = None, stdin: bytes | None = None,
              sysroot: str | os.PathLike[str] | None = None, cwd: str | None = None,
-             **options: Any) -> UnicornTarget:
+             bind: Sequence[tuple[str | os.PathLike[str], str, str]] | None = None,
+             schedule_seed: int | None = None, **options: Any) -> UnicornTarget:
     """``elf:PATH``: load an executable's PT_LOAD segments into Unicorn, as the Linux process
     ``execve(PATH, [PATH, *args], env)`` starts (:mod:`kpsdk.targets.unicorn.linux`): ``stdin`` its
-    standard input, ``sysroot`` the directory it sees as ``/`` (read-only), ``cwd`` its
-    working directory in there."""
+    standard input, ``sysroot`` the directory it sees as ``/`` (read-only, under the session's
+    in-memory overlay), ``cwd`` its working directory in there, ``bind`` host directories
+    mapped into its tree."""
     from kpsdk.binfmt.elfimage import load_elf  # pyelftools loads when first used (start-up time)
 
     if options:
-        raise TargetError(f"elf: unknown options {', '.join(options)} (known: abi, args, env, stdin, sysroot, cwd)")
-    process = check_options(args, env, stdin, sysroot, cwd)
+        raise TargetError(f"elf: unknown options {', '.join(options)} (known: abi, args, env, stdin, sysroot, cwd, "
+                          "bind, schedule_seed)")
+    if schedule_seed is not None and (not isinstance(schedule_seed, int) or isinstance(schedule_seed, bool)):
+        raise ArgumentError(f"elf: schedule_seed must be an int or None, not {type(schedule_seed).__name__}")
+    check_options(args, env, stdin, sysroot, cwd, bind)  # bad options first, before the file is read
     linked = load_elf(Path(rest))
     arch = registry.archs.by_elf(linked.machine, linked.elf_class, linked.endian)
+    if sysroot is None and runs_natively(arch):
+        # a program of the host's own arch runs in the caller's world: the host's files (read
+        # only, the writes in the session's overlay), the caller's environment and directory
+        sysroot = "/"
+        env = dict(os.environ) if env is None else env
+        cwd = os.getcwd() if cwd is None else cwd
+    process = check_options(args, env, stdin, sysroot, cwd, bind)
     bias = (arch.pie_base or pie_base(linked.elf_class)) if linked.kind == "ET_DYN" else 0
     image = linked.relocated(bias)  # a PIE at a Linux-like base, its symbols with it
     mappings = load_mappings(image, arch)
@@ -87,8 +100,16 @@ def open_elf(rest: str, registry: Registry, abi: str = "user", args: Sequence[st
         area = target.sentinel
         reserved = [(area, area + AREA_SIZE), (STACK_TOP - STACK_SIZE, STACK_TOP)]
         target.linux = start_process(target, image, rest, process, STACK_TOP - 0x10, reserved)
+        assert target.kernel is not None
+        target.kernel.sched.reseed(schedule_seed)
         target.call_sp = min(target.call_sp, target.fast.read(arch.register(arch.sp)) - 0x100)
     return target
+
+
+def runs_natively(arch: Arch) -> bool:
+    """Whether ``arch``'s programs are the host's own (its Linux ``uname -m`` is this machine's)."""
+    linux = arch.syscalls.linux if arch.syscalls is not None else None
+    return linux is not None and linux.machine == platform.machine()
 
 
 def load_mappings(image: ElfImage, arch: Arch) -> list[tuple[int, int, str]]:

@@ -20,7 +20,6 @@ are plain ``struct`` accesses, not ``uc_mem_read``/``uc_mem_write`` calls (~1.5 
 from __future__ import annotations
 
 import bisect
-import ctypes
 import errno
 import mmap
 import struct
@@ -33,6 +32,7 @@ from kpsdk.target import Target
 from kpsdk.targets.unicorn.detour import DATA_SIZE
 from kpsdk.targets.unicorn.fast import cache_remover, cstring_reader, memory_reader, memory_writer
 from kpsdk.targets.unicorn.layout import AREA_SIZE, PAGE, SLOT_BASE, STACK_SIZE, STACK_TOP, align_up
+from kpsdk.targets.unicorn.space import Space
 
 if TYPE_CHECKING:
     from kpsdk.arch import Register
@@ -69,15 +69,16 @@ class GuestMemory(Target):
         self._mem_write = memory_writer(uc)  # a trap over a probed instruction, and back
         self._mem_read = memory_reader(uc)  # every read through kpsdk (decoding at registration)
         self._cstring = cstring_reader(uc)  # strings a trace fetches at every hit
-        #: ``uc.mem_regions()`` as last read: dropped by :meth:`map` and by every run (a
-        #: program may map or protect memory), re-read on a miss (see :meth:`_region`)
-        self._regions: list[tuple[int, int, int]] | None = None
+        #: the current process's mappings, every one host memory (:mod:`.space`): what is mapped
+        #: where is read from this table, never from ``uc_mem_regions``
+        self.space = Space(uc)
+        self.space.active = True
+        #: pages where a trap written into the space's buffer was read back through Unicorn
+        #: since the last run or map (:meth:`_write_trap`)
+        self._host_checked: set[int] = set()
         #: translations to drop before the next run: ``(begin, end)`` ranges that registration
         #: changed outside a run, dropped once, merged, as the run starts (:meth:`_drop_translations`)
         self._stale: list[tuple[int, int]] = []
-        #: pages of host-backed code where a trap written by memmove was read back through
-        #: Unicorn since the last run or map (:meth:`_write_trap`); emptied with ``_regions``
-        self._host_checked: set[int] = set()
         #: moves on at every change to memory made through kpsdk and at every run (see
         #: :attr:`code_generation`)
         self._generation = 0
@@ -89,10 +90,6 @@ class GuestMemory(Target):
         self._bp_lo, self._bp_hi = 1 << 64, -1
         self._area = 0
         self._next_slot = 0
-        #: host buffers behind kpsdk's area and the stack (``map(host=True)``), and their ctypes views
-        self._host_views: list[ctypes.Array[ctypes.c_char]] = []
-        #: executable mappings backed by a host buffer: ``(start, end, buffer)``, sorted by start
-        self._host_code: list[tuple[int, int, mmap.mmap]] = []
         self._area_mem: mmap.mmap | None = None
         self._stack_mem: mmap.mmap | None = None
         word = "<" if arch.endian == "little" else ">"
@@ -100,43 +97,32 @@ class GuestMemory(Target):
 
     # -- mappings --------------------------------------------------------------------------
 
-    def map(self, addr: int, size: int, perms: str = "rwx", host: bool | None = None) -> mmap.mmap | None:
-        """Map memory (page-aligned outward).
+    def map(self, addr: int, size: int, perms: str = "rwx", shared: bool = False) -> mmap.mmap:
+        """Map memory (page-aligned outward) in the current process's space and return the host
+        buffer behind it.
 
-        ``host``: back it with a buffer of ours (``mem_map_ptr``) and return that
-        buffer, for memory kpsdk itself reads and writes on hot paths.  The
-        buffer lives as long as the target (Unicorn never frees it).  By default
-        executable memory is host-backed: registering a breakpoint-path kprobe
-        writes a trap there, a memmove instead of ``uc_mem_write`` (which makes
-        Unicorn 2.1.4 lift the protection and rebuild its view of memory,
-        ~15 us; see :meth:`_write_trap`).
+        Every mapping is host memory (``mem_map_ptr``, :mod:`.space`): a process's memory can
+        leave the engine when another process runs, registering a breakpoint-path kprobe
+        writes its trap with a memmove instead of ``uc_mem_write`` (which makes Unicorn 2.1.4
+        lift the protection and rebuild its view of memory, ~15 us), and the words a return
+        probe reads at every hit are plain ``struct`` accesses.  ``shared``: forks share it
+        (kpsdk's own area) instead of copying it.
         """
         start, end = addr & ~(PAGE - 1), align_up(addr + size)
         prot = 0
         for c in perms:
             prot |= _PERMS[c]
-        if host is None:
-            host = "x" in perms
-        buf = mmap.mmap(-1, end - start) if host else None
         self._forget_memory()
         try:
-            if buf is None:
-                self.uc.mem_map(start, end - start, prot)
-            else:
-                view = (ctypes.c_char * (end - start)).from_buffer(buf)
-                self.uc.mem_map_ptr(start, end - start, prot, ctypes.addressof(view))
-                self._host_views.append(view)
+            region = self.space.map(start, end, prot, shared=shared)
         except unicorn.UcError as e:
             raise TargetError(f"cannot map {start:#x}-{end:#x}: {e}") from e
-        if buf is not None and prot & unicorn.UC_PROT_EXEC:
-            bisect.insort(self._host_code, (start, end, buf), key=lambda r: r[0])
-        return buf
+        return region.buf
 
     def _forget_memory(self) -> None:
         """What kpsdk knows of the memory map and the code may be wrong from now on:
         kpsdk maps memory, or a run starts (the program may map, unmap, protect or
         change its code)."""
-        self._regions = None
         self._host_checked.clear()
         self._generation += 1
 
@@ -151,27 +137,22 @@ class GuestMemory(Target):
         return None if self.runner.depth else self._generation
 
     def _write_trap(self, addr: int, data: bytes) -> None:
-        """Write a trap over a probed instruction, or its bytes back (the caller drops
-        the translations).  In host-backed code a memmove, checked by reading it back
-        through Unicorn: a program that unmapped the memory and mapped other memory
-        there no longer uses the buffer, and then ``uc_mem_write`` does it.  Outside a
-        run the check is made once per page (until the next run or map: only a run
+        """Write a trap over a probed instruction, or its bytes back (the caller drops the
+        translations): a memmove into the host buffer the space's table names there (every
+        mapping is host memory, and the Linux layer maps through the same table), checked by
+        reading it back through Unicorn: memory unmapped and mapped again behind kpsdk's back
+        (``target.uc.mem_map``) no longer uses the buffer, and then ``uc_mem_write`` does it.
+        Outside a run the check is made once per page (until the next run or map: only a run
         can remap the program's memory)."""
-        code = self._host_code
-        i = bisect.bisect_right(code, addr, key=lambda r: r[0]) - 1
-        if i >= 0:
-            start, end, buf = code[i]
-            if addr + len(data) <= end:
-                buf[addr - start:addr - start + len(data)] = data
-                checked = self._host_checked
-                page = addr & ~(PAGE - 1)
-                if page in checked and (addr + len(data) - 1) & ~(PAGE - 1) in checked and not self.runner.depth:
-                    return
-                if self._mem_read(addr, len(data)) == data:
-                    if not self.runner.depth:
-                        checked.add(page)
-                        checked.add((addr + len(data) - 1) & ~(PAGE - 1))
-                    return
+        if self.space.write(addr, data):
+            checked = self._host_checked
+            first, last = addr & ~(PAGE - 1), (addr + len(data) - 1) & ~(PAGE - 1)
+            if first in checked and last in checked and not self.runner.depth:
+                return
+            if self._mem_read(addr, len(data)) == data:
+                if not self.runner.depth:
+                    checked.update((first, last))
+                return
         self._mem_write(addr, data)
 
     def _drop_translations(self, begin: int, end: int) -> None:
@@ -206,17 +187,15 @@ class GuestMemory(Target):
         """Map kpsdk's own area (blacklisted) at ``base``: a sentinel return address, then slots
         and code, then the data part; returns the data part's address and buffer (the detours')."""
         self._area = base
-        self._area_mem = self.map(base, AREA_SIZE - DATA_SIZE, "rx", host=True)
-        assert self._area_mem is not None
+        self._area_mem = self.map(base, AREA_SIZE - DATA_SIZE, "rx", shared=True)
         self._area_words = memoryview(self._area_mem).cast("Q" if self.arch.word_size == 8 else "I")
         data = base + AREA_SIZE - DATA_SIZE
-        mem = self.map(data, DATA_SIZE, "rw", host=True)
-        assert mem is not None
+        mem = self.map(data, DATA_SIZE, "rw", shared=True)
         self._next_slot = base + SLOT_BASE
         return data, mem
 
     def setup_stack(self) -> int:
-        self._stack_mem = self.map(STACK_TOP - STACK_SIZE, STACK_SIZE, "rw", host=True)
+        self._stack_mem = self.map(STACK_TOP - STACK_SIZE, STACK_SIZE, "rw")
         sp = STACK_TOP - 0x1000
         self.uc.mem_write(sp, bytes(8 * self.arch.word_size))  # argc=0, argv=NULL, envp=NULL, AT_NULL
         self.fast.write(self._sp, sp)
@@ -325,21 +304,9 @@ class GuestMemory(Target):
         self._generation += 1
 
     def _region(self, addr: int) -> tuple[int, int, int] | None:
-        """The mapped region holding ``addr``, from the cached region list (registering
-        10,000 probes walked ``mem_regions()`` 20,000 times); re-read once on a miss
-        or a region without exec, so memory mapped behind kpsdk's back is seen."""
-        for fresh in (False, True):
-            if fresh or self._regions is None:
-                self._regions = list(self.uc.mem_regions())
-                fresh = True
-            for start, end, perms in self._regions:
-                if start <= addr <= end:
-                    if perms & unicorn.UC_PROT_EXEC or fresh:
-                        return start, end, perms
-                    break
-            if fresh:
-                return None
-        return None
+        """The mapped region holding ``addr``: ``(start, last byte, perms)``, as Unicorn names them."""
+        region = self.space.region_at(addr)
+        return None if region is None else (region.start, region.end - 1, region.prot)
 
     def is_mapped(self, addr: int) -> bool:
         return self._region(addr) is not None

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from kpsdk.rethook import ShadowStacks
     from kpsdk.targets.unicorn.detour import DetourEngine
     from kpsdk.targets.unicorn.fast import FastRegs
+    from kpsdk.targets.unicorn.linux.kernel import LinuxKernel
     from kpsdk.targets.unicorn.step import SoftStep
     from kpsdk.targets.unicorn.watch import UcWatch
 
@@ -59,6 +60,8 @@ class RunHost(Protocol):
     entry: int | None
     #: where call() builds its frame when no run is under way
     call_sp: int
+    #: the Linux layer's kernel (None: no Linux program: the run is one emulation)
+    kernel: LinuxKernel | None
 
     @property
     def sentinel(self) -> int:
@@ -66,6 +69,9 @@ class RunHost(Protocol):
 
     @property
     def exit_status(self) -> int | None: ...
+
+    def program_exited(self, status: int) -> None:
+        """The program ended with ``status``: kept for run() (and the run stops)."""
 
     def before_run(self) -> None:
         """What kpsdk knows of memory and code may change from now on; stale translations go."""
@@ -103,19 +109,31 @@ class Runner:
         self._started = False
 
     def run(self, timeout: float | None = None) -> int | None:
-        """Run the program from its entry point, or on from where it stopped."""
+        """Run the program from its entry point, or on from where it stopped.  A Linux program's
+        tasks are run by its kernel (:meth:`LinuxKernel.run
+        <kpsdk.targets.unicorn.linux.kernel.LinuxKernel.run>`), slice by slice."""
         host = self.host
         if host.exit_status is not None:
             return host.exit_status
         if not self._started:
             if host.entry is None:
                 raise TargetError("nothing to run: this target has no entry point (use call() or load an ELF)")
-            start = host.entry
+            host.begin_at(host.entry)
             self._started = True
-        else:
-            start = host.fast.read(self._pc)
-        self._emu(host.begin_at(start), host.sentinel, timeout)
+        kernel = host.kernel
+        if kernel is not None:
+            if kernel.run(timeout):
+                status = kernel.init_status or 0
+                host.program_exited(status >> 8 & 0xFF if not status & 0x7F else 128 + (status & 0x7F))
+            return host.exit_status
+        self._emu(host.begin_at(host.fast.read(self._pc)), host.sentinel, timeout)
         return host.exit_status
+
+    def run_slice(self, timeout: float | None) -> None:
+        """Run the CPU from its pc until a hook or the kernel stops it (one turn of the kernel's
+        loop; a fault the kernel turns into a signal ends the slice)."""
+        host = self.host
+        self._emu(host.begin_at(host.fast.read(self._pc)), host.sentinel, timeout)
 
     def _emu(self, begin: int, until: int, timeout: float | None) -> None:
         host = self.host
@@ -160,6 +178,8 @@ class Runner:
             resume = host.watch.resume_after_fault() if host.watch is not None else None  # a watched access
             if resume is None:
                 resume = self._instruction_fault(error)
+            if resume is None and host.kernel is not None and self.depth == 0 and host.kernel.fault(error):
+                return  # a signal for the task that faulted: its kernel delivers it between slices
             if resume is None:
                 pc = host.fast.read(self._pc)
                 raise TargetFault(f"{error}", pc, host.symbols.format(pc)) from error

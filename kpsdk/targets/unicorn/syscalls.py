@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from kpsdk.targets.unicorn.fast import FastRegs
     from kpsdk.targets.unicorn.libraries import Libraries
     from kpsdk.targets.unicorn.linux import LinuxProcess
+    from kpsdk.targets.unicorn.linux.kernel import LinuxKernel
 
 #: the system calls ld.so maps one library's segments with: a library is complete at the first other call
 MAPPING_CALLS = frozenset({"mmap", "mmap2", "mprotect", "munmap"})
@@ -80,6 +81,8 @@ class SyscallGlue:
         self._exited = host.program_exited
         #: the Linux process (elf: targets): every call but exit goes to it; None: write and exit only
         self.linux: LinuxProcess | None = None
+        #: the Linux layer's kernel (elf: targets): it runs every call for the current task
+        self.kernel: LinuxKernel | None = None
         if table.unicorn_insn is not None:  # x86_64's syscall instruction
             self.uc.hook_add(  # type: ignore[call-arg]  # mypy sees the py2 binding's signature
                 unicorn.UC_HOOK_INSN, self.on_syscall_insn, aux1=table.unicorn_insn
@@ -105,8 +108,18 @@ class SyscallGlue:
         if self._pending_libraries and call.name not in MAPPING_CALLS:
             self._announce_libraries()
         self._emit("syscall_entry", call=call)
+        kernel = self.kernel
+        if kernel is not None:  # a Linux program: its kernel runs the call for the current task
+            answer = kernel.syscall(nr, call)
+            if answer is not None:
+                self.complete(call, answer)
+                kernel.after_syscall()
+            return
+        result: int | None
         if self.linux is not None and nr not in (calls["exit"], calls["exit_group"]):
             result = self.linux.syscall(nr, call.args)
+            if result is None:
+                return
         elif nr == calls["write"]:
             fd, buf, count = call.args[:3]
             if fd not in (1, 2):
@@ -122,6 +135,11 @@ class SyscallGlue:
             return
         else:
             result = -errno.ENOSYS
+        self.complete(call, result)
+
+    def complete(self, call: SyscallEvent, result: int) -> None:
+        """The call returns ``result`` to the program (the CPU's registers are the caller's):
+        written as the ABI returns it, and plugins hear ``kpsdk_syscall_exit``."""
         self._set_result(result)
         call.result = result
         self._emit("syscall_exit", call=call)

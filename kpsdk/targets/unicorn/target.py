@@ -63,8 +63,10 @@ from kpsdk.targets.unicorn.layout import PAGE, SLOT_BASE, SLOT_SIZE, STACK_TOP
 from kpsdk.targets.unicorn.libraries import Libraries
 from kpsdk.targets.unicorn.linux.syscalls import PID
 from kpsdk.targets.unicorn.memory import GuestMemory
+from kpsdk.targets.unicorn.processes import TaskSupport
 from kpsdk.targets.unicorn.returns import ReturnProbes
 from kpsdk.targets.unicorn.running import Runner
+from kpsdk.targets.unicorn.space import Space
 from kpsdk.targets.unicorn.step import SoftStep
 from kpsdk.targets.unicorn.syscalls import SyscallGlue
 from kpsdk.targets.unicorn.tlb import TlbFill, watch_mappings
@@ -85,7 +87,7 @@ OPT_LIMIT = 32
 PROMOTE_EVERY = 256
 
 
-class UnicornTarget(GuestMemory, ReturnProbes):
+class UnicornTarget(GuestMemory, ReturnProbes, TaskSupport):
     """One Unicorn CPU with its memory, symbols and probe points."""
 
     #: the interrupt hook's way to :meth:`SyscallGlue.syscall <kpsdk.targets.unicorn.syscalls.SyscallGlue.syscall>`
@@ -107,6 +109,8 @@ class UnicornTarget(GuestMemory, ReturnProbes):
         watch_mappings(self.uc, self.tlb)
         if arch.unicorn_setup is not None:  # CPU state Unicorn leaves off that programs expect (ARM's VFP)
             arch.unicorn_setup(self.uc)
+        #: the CPU as a new process starts it (execve resets the registers to this)
+        self.fresh_context = self.uc.context_save()
         self.fast = FastRegs(self.uc)
         self.words = FastWords(self.uc, arch.word_size, arch.endian)
         self.hooks = FastHooks(self.uc)
@@ -217,7 +221,11 @@ class UnicornTarget(GuestMemory, ReturnProbes):
 
     def _arm(self, point: ProbePoint, mechanism: str, optimized: bool) -> None:
         addr, size = point.addr, point.insn.size
+        if self.kernel is not None:
+            self._file_key(point)  # the file it belongs to, read in the process arming it (processes.py)
         if mechanism == "hook":
+            if self.kernel is not None:
+                self.quiet_elsewhere(point)
             callback = self._internal_hooks.get(addr) or self._hook_callback(point)
             point.state["hook"] = self.hooks.code(callback, addr, addr)
             self._hook_points[addr] = point
@@ -241,7 +249,7 @@ class UnicornTarget(GuestMemory, ReturnProbes):
             # the pc written on every hit: the slot, with the Thumb bit where it runs Thumb code
             resume = slot | (1 if point.iset.thumb_bit else 0)
             point.state.update(slot=slot, bp_len=len(bp), resume=resume)
-            self._write_trap(addr, bp)
+            self.patch(point, addr, bp)
             self._bp_points[addr] = point
             self._bp_hidden[addr] = point.insn.raw[:len(bp)]
             bisect.insort(self._bp_sorted, addr)
@@ -275,7 +283,7 @@ class UnicornTarget(GuestMemory, ReturnProbes):
                 self._n_optimized -= 1
         elif point.mechanism == "breakpoint":
             bp_len = int(point.state.pop("bp_len"))  # type: ignore[call-overload]
-            self._write_trap(addr, point.insn.raw[:bp_len])
+            self.patch(point, addr, point.insn.raw[:bp_len])
             slot = int(point.state.pop("slot"))  # type: ignore[call-overload]
             point.state.pop("resume", None)
             self._slot_points.pop(slot, None)
@@ -358,6 +366,12 @@ class UnicornTarget(GuestMemory, ReturnProbes):
             if self._sys is not None and intno == self._sys.intno:
                 self._syscall()
                 return
+            kernel = self.kernel
+            if kernel is not None and self._sys is not None and self._sys.linux is not None:
+                for number, name, code in self._sys.linux.cpu_exceptions:
+                    if number == intno:  # a fault of the program's own: a signal (a divide error's SIGFPE)
+                        kernel.cpu_exception(name, code)
+                        return
             pc = self.fast.read(self._pc)
             self.fail(TargetFault(f"unhandled CPU exception (interrupt {intno})", pc, self.symbols.format(pc)))
         except BaseException as exc:  # noqa: BLE001 - stored and re-raised by run()/call()
@@ -378,9 +392,15 @@ class UnicornTarget(GuestMemory, ReturnProbes):
         state = point.state
         hit = regs._hit
         at = point.addr
+        #: the address spaces this point keeps quiet in (an exec'd process with other code there:
+        #: :mod:`.processes`); empty for a program that never exec'd
+        excluded: set[Space] = state.setdefault("excluded", set())  # type: ignore[assignment]
+        target = self
 
         def on_hit(handle: int, addr: int, size: int, user: int) -> None:
             try:
+                if excluded and target.space in excluded:
+                    return
                 if point.resuming:
                     point.resuming = False
                     return
@@ -513,8 +533,10 @@ class UnicornTarget(GuestMemory, ReturnProbes):
     # -- the program (system calls, libraries) -----------------------------------------------
 
     def close(self) -> None:
-        """Close the host files the program opened."""
-        if self.linux is not None:
+        """Close the host files the program's processes opened."""
+        if self.kernel is not None:
+            self.kernel.close()
+        elif self.linux is not None:
             self.linux.close()
 
     def ifunc_args(self) -> tuple[int, ...]:
@@ -525,14 +547,14 @@ class UnicornTarget(GuestMemory, ReturnProbes):
         return (linux.hwcap, linux.hwcap2)
 
     @property
-    def syscalls_unimplemented(self) -> dict[str, int]:
+    def syscalls_unimplemented(self) -> dict[str, int]:  # every process of the program shares one record
         """System calls the program made that the Linux layer does not emulate (each got
         ``-ENOSYS``), and files of its own ``/proc/self`` it does not make (``ENOENT``), with
         how often: empty when everything it asked for was there."""
         return dict(self.linux.unimplemented) if self.linux is not None else {}
 
     def program_pid(self) -> int | None:
-        """The Linux layer's pid (1000) for a program it runs; None for a bare session."""
+        """The Linux layer's pid (1000) for the program it runs; None for a bare session."""
         return PID if self.linux is not None else None
 
     @property

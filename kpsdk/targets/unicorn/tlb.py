@@ -30,7 +30,7 @@ docs/performance.md, "Guest stores").
 
 The fill is a Python callback, ~1.9 us where the CPU's own fill costs ~0.1 us:
 a program that touches more pages than the TLB's 256 entries, in an order
-without locality, pays that on each miss (docs/api.md's limitations).
+without locality, pays that on each miss (docs/api/linux.md's limitations).
 
 Not on ARM (``Arch.unicorn_tlb_fill``): Unicorn 2.1.4's virtual mode restores the CPU
 state of the accessing instruction at every fill (``cpu_restore_state`` in

@@ -13,25 +13,23 @@ streams, appends a record to the ring; :meth:`ProbeTable.records` takes the reco
 so far.  A full ring drops a record and counts it (``dropped``), as the kernel's nmissed.
 
 The plugin is compiled at first use with the system's ``gcc`` into kpsdk's cache, named by
-the SHA256 of its source, so a changed source is built again and a built one is reused.
+the SHA256 of its source, so a changed source is built again and a built one is reused, once
+checked: :func:`kpsdk.nativebuild.build_shared_object` loads only an object of this user's that
+no one else can write, in a private directory, with the SHA256 recorded when it was built.
 """
 
 from __future__ import annotations
 
 import functools
-import hashlib
 import mmap
 import os
-import shutil
 import struct
-import subprocess
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from kpsdk.cache import private_dir
-from kpsdk.errors import TargetError, ToolMissingError
+from kpsdk.errors import TargetError
+from kpsdk.nativebuild import build_shared_object
 
 SOURCE = Path(__file__).with_name("kpsdk_tcg.c")
 MAGIC = 0x3154504B  # "KPT1"
@@ -58,30 +56,10 @@ RING_SIZE = 1 << 24
 
 
 def build_plugin(source: Path = SOURCE) -> Path:
-    """The plugin's shared object, compiled once per source into kpsdk's cache."""
-    code = source.read_bytes()
-    digest = hashlib.sha256(code).hexdigest()[:16]
-    cache = private_dir("tcgplugin")
-    if cache is None:
-        cache = Path(tempfile.mkdtemp(prefix="kpsdk-tcg-"))
-    out = cache / f"kpsdk_tcg-{digest}.so"
-    if out.is_file() and not out.is_symlink():
-        return out
-    gcc = shutil.which("gcc")
-    if gcc is None:
-        raise ToolMissingError("gcc (to build kpsdk's QEMU plugin)", "gcc")
-    fd, tmp = tempfile.mkstemp(dir=cache, prefix=".kpsdk_tcg-", suffix=".so")
-    os.close(fd)
-    try:
-        proc = subprocess.run([gcc, "-O2", "-shared", "-fPIC", "-fvisibility=hidden", "-Wall", "-o", tmp,
-                               str(source)], capture_output=True, text=True, timeout=120, check=False)
-        if proc.returncode != 0:
-            raise TargetError(f"gcc could not build kpsdk's QEMU plugin {source}: {proc.stderr.strip()[-2000:]}")
-        os.replace(tmp, out)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return out
+    """The plugin's shared object, compiled once per source into kpsdk's cache and checked
+    before it is returned (:func:`kpsdk.nativebuild.build_shared_object`); where the cache
+    cannot be used safely, built in one private temporary directory per process."""
+    return build_shared_object("tcgplugin", source, "kpsdk's QEMU plugin")
 
 
 @dataclass(frozen=True)

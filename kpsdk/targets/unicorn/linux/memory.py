@@ -1,7 +1,8 @@
 """A Linux process's address space on Unicorn: ``brk``, ``mmap``, ``munmap``, ``mprotect``, ``mremap``.
 
-Unicorn maps whole pages and splits or merges its regions itself; this module
-decides *where*: the heap (``brk``) starts a page above kpsdk's own area (which
+The mappings themselves are a :class:`~kpsdk.targets.unicorn.space.Space`'s (host memory
+that can leave the engine when another process runs; its table, not ``uc_mem_regions``, says
+what is mapped where); this module decides *where*: the heap (``brk``) starts a page above kpsdk's own area (which
 sits right after the program, where Linux would start the heap: Linux moves
 the heap by a random offset anyway, so programs never count on it), and
 ``mmap`` picks the lowest free range from :data:`MMAP_BASE` up.  kpsdk's
@@ -19,6 +20,7 @@ from pathlib import Path
 import unicorn
 
 from kpsdk.targets.unicorn.linux.files import _GuestErrno
+from kpsdk.targets.unicorn.space import Space
 
 PAGE = 0x1000
 #: where anonymous and file mappings go, lowest first (below the stack on 32-bit arches)
@@ -32,34 +34,64 @@ MREMAP_MAYMOVE, MREMAP_FIXED = 1, 2
 HEAP_LIMIT = 1 << 30
 
 
+#: the bytes of a file mapped from the overlay: ``(offset, size) -> bytes``
+Reader = Callable[[int, int], bytes]
+
+
 def page_up(x: int) -> int:
     return (x + PAGE - 1) & ~(PAGE - 1)
 
 
 class AddressSpace:
-    """The program's mappings on top of ``uc``, with ``reserved`` ranges it may not touch."""
+    """The program's mappings in ``table``, with ``reserved`` ranges it may not touch."""
 
-    def __init__(self, uc: unicorn.Uc, space: int, brk_base: int, reserved: list[tuple[int, int]],
+    def __init__(self, table: Space, limit: int, brk_base: int, reserved: list[tuple[int, int]],
                  on_unmap: Callable[[int, int], None] | None = None) -> None:
-        self.uc = uc
-        self.space = space  #: one past the highest address (2**32 or a 64-bit arch's user limit)
+        self.table = table
+        self.limit = limit  #: one past the highest address (2**32 or a 64-bit arch's user limit)
         self.brk_base = self.brk_end = brk_base
         self.reserved = reserved
         self.on_unmap = on_unmap
         #: what ``/proc/self/maps`` names each file mapping: by range, the file's path and the
         #: offset at the range's start (a range unmapped or mapped over is forgotten)
         self.names: dict[tuple[int, int], tuple[str, int]] = {}
-        #: the host file behind each path a mapping was made of (mmap's): what ``mremap`` reads
-        #: when it grows such a mapping
-        self.sources: dict[str, Path] = {}
+        #: where the bytes of each path a mapping was made of (mmap's) come from: what ``mremap``
+        #: reads when it grows such a mapping (a host file, or a reader of an overlay file's bytes)
+        self.sources: dict[str, Path | Reader] = {}
+        #: the processes using it (a CLONE_VM clone shares it: vfork, posix_spawn); the last
+        #: one's end or execve releases it
+        self.users = 1
 
-    def name(self, start: int, end: int, path: str, offset: int, source: Path | None = None) -> None:
+    def fork(self) -> AddressSpace:
+        """A copy for a new process (``fork``): private memory copied, shared memory shared."""
+        child = AddressSpace(self.table.fork(), self.limit, self.brk_base, list(self.reserved), self.on_unmap)
+        child.brk_end = self.brk_end
+        child.names = dict(self.names)
+        child.sources = dict(self.sources)
+        return child
+
+    def release(self) -> None:
+        """One process stops using it; the last one's going frees the memory."""
+        self.users -= 1
+        if self.users <= 0:
+            self.table.release()
+
+    def name(self, start: int, end: int, path: str, offset: int, source: Path | Reader | None = None) -> None:
         """``[start, end)`` shows ``path`` from file offset ``offset`` in ``/proc/self/maps``;
-        ``source``, the host file it was read from."""
+        ``source``, the host file it was read from, or ``(offset, size) -> bytes`` for a file
+        with no host side (the overlay's)."""
         self._forget(start, end)
         self.names[(start, end)] = (path, offset)
         if source is not None:
             self.sources[path] = source
+
+    def file_at(self, addr: int) -> tuple[str, int] | None:
+        """The file and file offset ``addr`` maps (None: anonymous memory): what a probe armed
+        there belongs to, in whichever process maps that file."""
+        for (lo, hi), (path, offset) in self.names.items():
+            if lo <= addr < hi:
+                return path, offset + (addr - lo)
+        return None
 
     def _named(self, start: int, end: int) -> list[tuple[tuple[int, int], tuple[str, int]]]:
         """The named parts of ``[start, end)``, cut to it, in address order."""
@@ -84,15 +116,10 @@ class AddressSpace:
 
     def regions(self, start: int, end: int) -> list[tuple[int, int, int]]:
         """The mapped parts of ``[start, end)``: ``(start, end, perms)``, in order."""
-        out = []
-        for lo, hi, perms in sorted(self.uc.mem_regions()):
-            lo, hi = max(lo, start), min(hi + 1, end)
-            if lo < hi:
-                out.append((lo, hi, perms))
-        return out
+        return self.table.regions(start, end)
 
     def free(self, start: int, end: int) -> bool:
-        return 0 < start < end <= self.space and not self.regions(start, end)
+        return 0 < start < end <= self.limit and self.table.free(start, end)
 
     def _check_reserved(self, start: int, end: int) -> None:
         if any(lo < end and start < hi for lo, hi in self.reserved):
@@ -102,14 +129,8 @@ class AddressSpace:
         """The lowest free ``size`` bytes from :data:`MMAP_BASE` (``hint`` first, when free)."""
         if hint and not hint % PAGE and self.free(hint, hint + size):
             return hint
-        at = MMAP_BASE
-        for lo, hi, _ in sorted(self.uc.mem_regions()):
-            if hi < at:
-                continue
-            if lo >= at + size:
-                break
-            at = page_up(hi + 1)
-        if at + size > self.space:
+        at = self.table.find_free(size, MMAP_BASE, self.limit)
+        if at is None:
             raise _GuestErrno(errno.ENOMEM)
         return at
 
@@ -124,7 +145,7 @@ class AddressSpace:
             if new > old:
                 if not self.free(old, new):
                     return self.brk_end
-                self.uc.mem_map(old, new - old, unicorn.UC_PROT_READ | unicorn.UC_PROT_WRITE)
+                self.table.map(old, new, unicorn.UC_PROT_READ | unicorn.UC_PROT_WRITE)
             elif new < old:
                 self.unmap(new, old)
         except (unicorn.UcError, _GuestErrno):
@@ -134,12 +155,12 @@ class AddressSpace:
 
     def mmap(self, addr: int, length: int, prot: int, flags: int) -> int:
         """Map ``length`` bytes (zeroed; the caller copies a file's bytes in); the address."""
-        if not length or length > self.space or addr % PAGE:
+        if not length or length > self.limit or addr % PAGE:
             raise _GuestErrno(errno.EINVAL)
         size = page_up(length)
         if flags & MAP_FIXED:
             self._check_reserved(addr, addr + size)
-            if addr + size > self.space:
+            if addr + size > self.limit:
                 raise _GuestErrno(errno.ENOMEM)
             self.unmap(addr, addr + size)
         elif flags & MAP_FIXED_NOREPLACE:
@@ -147,9 +168,9 @@ class AddressSpace:
                 raise _GuestErrno(errno.EEXIST)
         else:
             addr = self.find(size, addr)
-        try:
-            self.uc.mem_map(addr, size, prot & 7)
-        except unicorn.UcError:
+        try:  # MAP_SHARED memory stays shared with the children a fork makes
+            self.table.map(addr, addr + size, prot & 7, shared=bool(flags & MAP_SHARED))
+        except (unicorn.UcError, OSError):  # the engine or the host cannot give that much memory
             raise _GuestErrno(errno.ENOMEM) from None
         self._forget(addr, addr + size)
         return addr
@@ -160,10 +181,10 @@ class AddressSpace:
             raise _GuestErrno(errno.EINVAL)
         end = page_up(end)
         self._check_reserved(start, end)
-        for lo, hi, _ in self.regions(start, end):
-            self.uc.mem_unmap(lo, hi - lo)
-            if self.on_unmap is not None:
+        if self.on_unmap is not None:
+            for lo, hi, _ in self.regions(start, end):
                 self.on_unmap(lo, hi)
+        self.table.unmap(start, end)
         self._forget(start, end)
 
     def protect(self, start: int, length: int, prot: int) -> None:
@@ -175,8 +196,7 @@ class AddressSpace:
         parts = self.regions(start, end)
         if sum(hi - lo for lo, hi, _ in parts) != end - start:
             raise _GuestErrno(errno.ENOMEM)
-        for lo, hi, _ in parts:
-            self.uc.mem_protect(lo, hi - lo, prot & 7)
+        self.table.protect(start, end, prot & 7)
 
     def remap(self, old: int, old_size: int, new_size: int, flags: int) -> int:
         """``mremap`` without MREMAP_FIXED: shrink in place, grow in place when the pages
@@ -196,16 +216,18 @@ class AddressSpace:
             return old
         file_after = self._file_after(old + old_size)
         if self.free(old + old_size, old + new_size):
-            self.uc.mem_map(old + old_size, new_size - old_size, perms)
+            self.table.map(old + old_size, old + new_size, perms)
             self._forget(old + old_size, old + new_size)
             self._fill_from_file(old + old_size, old + new_size, file_after)
             return old
         if not flags & MREMAP_MAYMOVE:
             raise _GuestErrno(errno.ENOMEM)
         new = self.find(new_size)
-        self.uc.mem_map(new, new_size, perms)
+        self.table.map(new, new + new_size, perms)
         self._forget(new, new + new_size)
-        self.uc.mem_write(new, bytes(self.uc.mem_read(old, old_size)))
+        data = self.table.read(old, old_size)
+        assert data is not None  # every page of it is mapped: checked above
+        self.table.write(new, data)
         moved = self._named(old, old + old_size)
         self.unmap(old, old + old_size)
         for (lo, hi), (path, offset) in moved:  # its names go with it
@@ -232,6 +254,12 @@ class AddressSpace:
         source = self.sources.get(path)
         if source is None:
             return
+        if callable(source):
+            data = source(offset, end - start)
+            if data:
+                self.table.write(start, data)
+            self.name(start, end, path, offset)
+            return
         try:  # not through a link made since: the file the sysroot's walk found then
             fd = os.open(source, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
         except OSError:
@@ -243,5 +271,5 @@ class AddressSpace:
         finally:
             os.close(fd)
         if data:
-            self.uc.mem_write(start, data)
+            self.table.write(start, data)
         self.name(start, end, path, offset)

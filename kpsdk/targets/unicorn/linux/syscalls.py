@@ -13,19 +13,21 @@ need a second thread, a second process or a signal delivered raises
 from __future__ import annotations
 
 import errno
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import unicorn
 
 from kpsdk.targets.unicorn.linux.calls import process
+from kpsdk.targets.unicorn.linux.calls.attrs import AttrCalls
 from kpsdk.targets.unicorn.linux.calls.clocks import ClockCalls
-from kpsdk.targets.unicorn.linux.calls.core import PID, PPID
+from kpsdk.targets.unicorn.linux.calls.core import PID, PPID, ProcessCore
 from kpsdk.targets.unicorn.linux.calls.declare import collect
 from kpsdk.targets.unicorn.linux.calls.filestat import StatCalls
 from kpsdk.targets.unicorn.linux.calls.fs import FsCalls
 from kpsdk.targets.unicorn.linux.calls.ids import IdCalls
 from kpsdk.targets.unicorn.linux.calls.mm import MemoryCalls
+from kpsdk.targets.unicorn.linux.calls.names import NameCalls
+from kpsdk.targets.unicorn.linux.calls.poll import PollCalls
 from kpsdk.targets.unicorn.linux.calls.process import ProcessCalls
 from kpsdk.targets.unicorn.linux.calls.rw import ReadWriteCalls
 from kpsdk.targets.unicorn.linux.calls.signals import SignalCalls
@@ -35,6 +37,7 @@ from kpsdk.targets.unicorn.linux.calls.thread import ThreadCalls
 from kpsdk.targets.unicorn.linux.calls.xattr import XattrCalls
 from kpsdk.targets.unicorn.linux.files import Sysroot, _GuestErrno
 from kpsdk.targets.unicorn.linux.memory import AddressSpace
+from kpsdk.targets.unicorn.linux.waits import WaitQueue
 
 if TYPE_CHECKING:
     from kpsdk.arch import Arch
@@ -42,8 +45,8 @@ if TYPE_CHECKING:
 __all__ = ["PID", "PPID", "SIGNATURES", "LinuxProcess", "signature"]
 
 
-class LinuxProcess(FsCalls, ReadWriteCalls, StatCalls, XattrCalls, MemoryCalls, ThreadCalls, ProcessCalls, IdCalls,
-                   SignalCalls, ClockCalls, SocketCalls, SysinfoCalls):
+class LinuxProcess(FsCalls, NameCalls, AttrCalls, ReadWriteCalls, StatCalls, XattrCalls, MemoryCalls, ThreadCalls,
+                   ProcessCalls, IdCalls, SignalCalls, PollCalls, ClockCalls, SocketCalls, SysinfoCalls):
     """One single-threaded Linux process's kernel side, over a Unicorn engine."""
 
     def __init__(self, arch: Arch, uc: unicorn.Uc, console: bytearray, space: AddressSpace, sysroot: Sysroot,
@@ -55,12 +58,14 @@ class LinuxProcess(FsCalls, ReadWriteCalls, StatCalls, XattrCalls, MemoryCalls, 
         if missing:
             raise ValueError(f"{arch.name}'s Linux ABI lists calls no handler answers: {', '.join(missing)}")
         #: by number: the call's name and its handler (None: not emulated, -ENOSYS)
-        self.handlers: dict[int, tuple[str, Callable[..., int] | None]] = {
+        self.handlers = {
             nr: (name, getattr(self, HANDLERS[name]) if name in self.abi.calls else None)
             for name, nr in arch.syscalls.calls.items()}
 
-    def syscall(self, nr: int, args: tuple[int, ...]) -> int:
-        """Run call ``nr``; its result (``-errno`` on failure)."""
+    def syscall(self, nr: int, args: tuple[int, ...]) -> int | None:
+        """Run call ``nr``; its result (``-errno`` on failure; None: the kernel took the task
+        elsewhere).  The kernel (:mod:`.kernel`) runs calls itself; this serves callers
+        without one."""
         name, handler = self.handlers.get(nr, (f"syscall_{nr}", None))
         if handler is None:
             self.unimplemented[name] += 1
@@ -72,6 +77,44 @@ class LinuxProcess(FsCalls, ReadWriteCalls, StatCalls, XattrCalls, MemoryCalls, 
 
     def close(self) -> None:
         self.fds.close_all()
+        self.root.close()  # the binds' host directories
+
+    def fork(self, pid: int, flags: int) -> ProcessCore:
+        """The process a ``clone`` without CLONE_THREAD makes: the same program, its memory
+        copied or shared (``CLONE_VM``), its descriptors copied or shared (``CLONE_FILES``), its
+        signal actions copied or shared (``CLONE_SIGHAND``); a fresh pid and no children."""
+        from kpsdk.targets.unicorn.linux.lifecycle import CLONE_FILES, CLONE_SIGHAND, CLONE_VM
+
+        child = object.__new__(type(self))
+        child.__dict__.update(self.__dict__)
+        child.pid = pid
+        child.parent, child.children, child.threads = None, [], []
+        if flags & CLONE_VM:
+            self.mem.users += 1
+        else:
+            child.mem = self.mem.fork()
+        if flags & CLONE_FILES:
+            self.fds.users += 1
+        else:
+            child.fds = self.fds.fork()
+        child.sighand = self.sighand if flags & CLONE_SIGHAND else self.sighand.copy()
+        child.shared_pending, child.shared_rt = {}, []
+        child.mapped = list(self.mapped)
+        child.exit_status = child.exit_signal_status = None
+        child.child_wait = WaitQueue("a child changed state")
+        child.vfork_done = WaitQueue("vfork child done")
+        child.stop_report, child.continued = None, False
+        child.handlers = {nr: (name, None if handler is None else getattr(child, handler.__name__))
+                          for nr, (name, handler) in self.handlers.items()}
+        return child
+
+    def release(self) -> None:
+        """The process ended: its descriptors and memory go (unless a CLONE_FILES/CLONE_VM
+        clone still uses them)."""
+        self.fds.users -= 1
+        if self.fds.users <= 0:
+            self.fds.close_all()
+        self.mem.release()
 
 
 #: the method answering each call, by the call's name; each call's strace argument kinds

@@ -16,7 +16,7 @@ pipe write that filled the pipe half way) keeps it in :attr:`Task.progress
 This is Linux's own model turned inside out: where Linux sleeps in the middle of the call and
 restarts it after a signal handler by moving the program counter back over the ``syscall``
 instruction (``-ERESTARTSYS``), kpsdk keeps the call pending and, for a restart, moves the
-program counter back the same way (:meth:`.kernel.LinuxKernel.interrupt`).
+program counter back the same way (:func:`.signaling.interrupt`).
 """
 
 from __future__ import annotations

@@ -20,18 +20,26 @@ import unicorn
 
 from kpsdk.targets.unicorn.linux.files import FdTable, Sysroot, _GuestErrno
 from kpsdk.targets.unicorn.linux.memory import PAGE, AddressSpace
+from kpsdk.targets.unicorn.linux.tasks import SigHand
+from kpsdk.targets.unicorn.linux.waits import WaitQueue
 
 if TYPE_CHECKING:
     from kpsdk.arch import Arch, LinuxAbi
+    from kpsdk.target import MappedFile
+    from kpsdk.targets.unicorn.linux.tree import FdTarget
+    from kpsdk.targets.unicorn.linux.kernel import LinuxKernel
+    from kpsdk.targets.unicorn.linux.tasks import Task
 
-#: the process's ids (there is one process; it has no parent kpsdk shows)
+#: the first process's id (what the program kpsdk.open starts is told), and its parent's (none
+#: kpsdk shows); the processes it makes get the ids after it
 PID, PPID = 1000, 1
 AT_FDCWD = -100
 AT_SYMLINK_NOFOLLOW, AT_EMPTY_PATH = 0x100, 0x1000
 
 
 class ProcessCore:
-    """One single-threaded Linux process's kernel-side state, over a Unicorn engine."""
+    """One Linux process's kernel-side state (a thread group: what its tasks share), over the
+    Unicorn engine its kernel (:class:`~kpsdk.targets.unicorn.linux.kernel.LinuxKernel`) runs."""
 
     def __init__(self, arch: Arch, uc: unicorn.Uc, console: bytearray, space: AddressSpace, sysroot: Sysroot,
                  stdin: bytes, cwd: str, exe: str) -> None:
@@ -42,6 +50,10 @@ class ProcessCore:
         self.word = struct.Struct(self.order + ("Q" if arch.word_size == 8 else "I"))
         self.bits = 8 * arch.word_size
         self.fds = FdTable(stdin)
+        #: open(2)'s O_NONBLOCK and O_CLOEXEC on this arch (asm-generic's but where the arch says otherwise)
+        bits = dict(self.abi.open_flag_bits)
+        self.o_nonblock = bits.get("O_NONBLOCK", 0o4000)
+        self.o_cloexec = bits.get("O_CLOEXEC", 0o2000000)
         self.cwd = cwd
         self.exe = exe
         #: calls the layer does not emulate, by name, with how often the program made them; also the
@@ -53,9 +65,41 @@ class ProcessCore:
         self.envp: list[bytes] = []
         self.auxv = b""
         self.stack: tuple[int, int] | None = None
-        #: signal actions the program installed (handler word by signal): recorded, never delivered
-        self.sigactions: dict[int, bytes] = {}
-        self.clock_skew = 0.0  #: seconds nanosleep "slept" (the clocks move on, nothing waits)
+        #: the kernel running this process's tasks (set when it joins one)
+        self.kernel: LinuxKernel = None  # type: ignore[assignment]
+        #: its ids: the process (thread group), its group and session, its parent
+        self.pid = PID
+        self.pgid = PID
+        self.sid = PID
+        self.parent: ProcessCore | None = None
+        self.children: list[ProcessCore] = []
+        #: its tasks (threads), the first one first
+        self.threads: list[Task] = []
+        #: the name ``/proc/PID/comm`` and the trace prefix show (its program's, 15 bytes)
+        self.comm = PurePosixPath(exe).name[:15]
+        #: the signal actions (shared with CLONE_SIGHAND clones) and the signals sent to the
+        #: process as a whole (any of its tasks may take one)
+        self.sighand = SigHand()
+        self.shared_pending: dict[int, bytes] = {}
+        self.shared_rt: list[tuple[int, bytes]] = []
+        #: its wait status once its last task ended (a zombie until reaped); the status a fatal
+        #: signal or exit_group decided; the signal its parent hears at its end (SIGCHLD)
+        self.exit_status: int | None = None
+        self.exit_signal_status: int | None = None
+        self.exit_signal = 17
+        #: woken when a child changes state (wait4 sleeps here), and when a vfork child execs or ends
+        self.child_wait = WaitQueue("a child changed state")
+        self.vfork_done = WaitQueue("vfork child done")
+        #: a stop to report to wait4(WUNTRACED) (the signal), and a SIGCONT to report (WCONTINUED)
+        self.stop_report: int | None = None
+        self.continued = False
+        #: the ELF objects mapped in this process (its program, ld.so, its libraries): whether a
+        #: mapping is an object's first (:func:`kpsdk.targets.unicorn.linux.library_mapped`)
+        self.mapped: list[MappedFile] = []
+        #: the file-creation mask (umask: inherited across fork, kept across exec)
+        self.umask = 0o022
+        #: ITIMER_REAL (alarm, setitimer): its deadline on the kernel's clock and its interval (ns)
+        self.itimer: tuple[int, int] | None = None
         #: i386's GDT page for set_thread_area (0: not mapped yet)
         self.gdt = 0
         #: called as ``(host path, address, file offset)`` after a file is mapped (ld.so mapping a library)
@@ -63,6 +107,40 @@ class ProcessCore:
         #: called as ``(start, end)`` before ``munmap`` removes that range (ld.so unmapping a
         #: library at dlclose): while its pages are still there to take probes out of
         self.on_unmap: Callable[[int, int], None] | None = None
+
+    #: by call number: the call's name and its handler (None: not emulated), built by LinuxProcess
+    handlers: dict[int, tuple[str, Callable[..., int | None] | None]]
+
+    def fork(self, pid: int, flags: int) -> ProcessCore:
+        """The process ``clone`` makes (``LinuxProcess.fork``, :mod:`kpsdk.targets.unicorn.linux.syscalls`)."""
+        raise NotImplementedError
+
+    def release(self) -> None:
+        """The process ended: its descriptors and memory go."""
+        raise NotImplementedError
+
+    def fd_target(self, fd: int) -> FdTarget | None:
+        """Where ``/proc/self/fd/N`` leads in the file system (:mod:`.procself`)."""
+        raise NotImplementedError
+
+    def thread_area(self, desc: int) -> None:
+        """i386's set_thread_area of the ``struct user_desc`` at ``desc`` (:mod:`.thread`)."""
+        raise NotImplementedError
+
+    @property
+    def task(self) -> Task:
+        """The task making the call now (the kernel's current task, one of this process's)."""
+        task = self.kernel.current
+        assert task is not None
+        return task
+
+    def shared_pending_mask(self) -> int:
+        mask = 0
+        for sig in self.shared_pending:
+            mask |= 1 << (sig - 1)
+        for sig, _ in self.shared_rt:
+            mask |= 1 << (sig - 1)
+        return mask
 
     # -- arguments ------------------------------------------------------------------------------
 
@@ -120,6 +198,6 @@ class ProcessCore:
         if path.startswith("/") or dirfd == AT_FDCWD:
             return self.cwd
         f = self.fds.get(dirfd)
-        if f.kind != "host":
+        if f.kind not in ("dir", "path") or f.node is None or not f.node.mode & 0o040000:
             raise _GuestErrno(errno.ENOTDIR)
-        return str(PurePosixPath(self.cwd, f.path))
+        return self.root.path_of(f.node, f.path)

@@ -28,7 +28,7 @@ KINDS = frozenset({"d", "u", "x", "p", "fd", "dirfd", "path", "wbuf", "rbuf", "o
 #: where the marks are kept on a handler function
 MARKS = "__kpsdk_syscalls__"
 
-F = TypeVar("F", bound=Callable[..., int])
+F = TypeVar("F", bound=Callable[..., "int | None"])
 
 
 @dataclass(frozen=True)

@@ -10,11 +10,16 @@ from __future__ import annotations
 
 import errno
 import os
+from collections.abc import Callable
 
 from kpsdk.targets.unicorn.linux.calls.core import ProcessCore
 from kpsdk.targets.unicorn.linux.calls.declare import syscall
 from kpsdk.targets.unicorn.linux.files import _GuestErrno
-from kpsdk.targets.unicorn.linux.memory import MAP_ANONYMOUS, PAGE, page_up
+from kpsdk.targets.unicorn.linux.inodes import MemFile, MemSpecial
+from kpsdk.targets.unicorn.linux.memory import MAP_ANONYMOUS, MAP_SHARED, PAGE, page_up
+
+#: mmap's sharing type bits (MAP_SHARED, MAP_PRIVATE, MAP_SHARED_VALIDATE), PROT_WRITE
+MAP_TYPE, PROT_WRITE = 0x0F, 2
 
 
 class MemoryCalls(ProcessCore):
@@ -27,12 +32,27 @@ class MemoryCalls(ProcessCore):
     def _mmap(self, addr: int, length: int, prot: int, flags: int, fd: int, offset: int) -> int:
         flags = self.abi.generic_flags(flags, self.abi.mmap_flags)  # MIPS's MAP_ANONYMOUS...: the generic bits
         f = None if flags & MAP_ANONYMOUS else self.fds.get(self.sint(fd))
-        if f is not None and f.kind != "host":
-            raise _GuestErrno(errno.ENODEV)
+        if f is not None and f.kind == "dev" and isinstance(f.node, MemSpecial) and f.node.device == "zero":
+            f, flags = None, flags | MAP_ANONYMOUS  # /dev/zero: zeroed memory, as Linux's shmem_zero_setup
+        if f is not None and f.kind not in ("host", "mem"):
+            raise _GuestErrno(errno.EACCES if f.kind == "path" else errno.ENODEV)
         if offset % PAGE:
             raise _GuestErrno(errno.EINVAL)
+        if f is not None:
+            if not f.readable:
+                raise _GuestErrno(errno.EACCES)
+            if flags & MAP_TYPE == MAP_SHARED and prot & PROT_WRITE:
+                if not f.writable:
+                    raise _GuestErrno(errno.EACCES)
+                raise _GuestErrno(errno.ENODEV)  # a shared writable mapping would write the file back: not emulated
         at = self.mem.mmap(addr, length, prot, flags)
         if f is not None:
+            if f.kind == "mem" and isinstance(f.node, MemFile):
+                node = f.node
+                data = bytes(node.data[offset:offset + page_up(length)])  # a copy: MAP_PRIVATE's
+                self.write(at, data)
+                self.mem.name(at, at + page_up(length), f.path, offset, _reader(node))
+                return at
             try:  # the file's bytes up to the end of the last page, as Linux maps them
                 data = os.pread(f.fd, page_up(length), offset)
             except OSError as e:
@@ -40,6 +60,8 @@ class MemoryCalls(ProcessCore):
                 raise _GuestErrno(e.errno or errno.EACCES) from None
             self.write(at, data)
             self.mem.name(at, at + page_up(length), f.path, offset, f.host)
+            if self.kernel is not None:  # the probes of that file there (an exec'd process's libraries)
+                self.kernel.host.file_mapped(self.mem, at, at + page_up(length))
             if self.on_file_map is not None and f.host is not None:
                 self.on_file_map(f.host, at, offset)
         return at
@@ -88,7 +110,14 @@ class MemoryCalls(ProcessCore):
         if addr % PAGE:
             raise _GuestErrno(errno.EINVAL)
         end = page_up(addr + length)
-        if end > self.mem.space or sum(hi - lo for lo, hi, _ in self.mem.regions(addr, end)) != end - addr:
+        if end > self.mem.limit or sum(hi - lo for lo, hi, _ in self.mem.regions(addr, end)) != end - addr:
             raise _GuestErrno(errno.ENOMEM)
         self.write(vec, b"\1" * ((end - addr) // PAGE))
         return 0
+
+
+def _reader(node: MemFile) -> Callable[[int, int], bytes]:
+    """What ``mremap`` reads when it grows a mapping of an overlay file: its bytes now."""
+    def read(offset: int, size: int) -> bytes:
+        return bytes(node.data[offset:offset + size])
+    return read

@@ -10,7 +10,6 @@ from __future__ import annotations
 import errno
 import os
 import struct
-import time
 
 from kpsdk.targets.unicorn.linux import structs
 from kpsdk.targets.unicorn.linux.calls.core import ProcessCore
@@ -28,7 +27,7 @@ class SysinfoCalls(ProcessCore):
         """The machine's uptime, loads and memory (the host's: the program runs on it), one
         process (this one), no swap.  sort sizes its buffers from it; Python and bash ask too."""
         page = os.sysconf("SC_PAGE_SIZE")
-        uptime = int(time.clock_gettime(time.CLOCK_BOOTTIME) + self.clock_skew)
+        uptime = self.kernel.clock.now(False) // 1_000_000_000  # CLOCK_BOOTTIME, as the program reads it
         self.write(buf, structs.pack_sysinfo(self.arch.word_size, self.order, uptime, os.getloadavg(),
                                              os.sysconf("SC_PHYS_PAGES") * page, os.sysconf("SC_AVPHYS_PAGES") * page,
                                              1))

@@ -72,6 +72,7 @@ from kpsdk.targets.unicorn.linux.sigframes.siginfo import (
     siginfo_queue,
     siginfo_timer,
     signals,
+    sigprocmask_how,
 )
 from kpsdk.targets.unicorn.linux.sigframes.siginfo import layout as siginfo_layout
 
@@ -81,6 +82,7 @@ __all__ = [
     "SS_DISABLE", "SS_ONSTACK", "ARCHES", "AltStack", "FaultContext", "FrameCpu", "frame_layout",
     "is_rt", "pop_frame", "push_frame", "read_altstack", "sa_flags", "siginfo_chld", "siginfo_fault",
     "siginfo_kernel", "siginfo_kill", "siginfo_layout", "siginfo_poll", "siginfo_queue", "siginfo_timer", "signals",
+    "sigprocmask_how",
     "sigreturn_trampoline",
 ]
 

@@ -1,0 +1,172 @@
+"""Waiting for descriptors: poll, ppoll, select, pselect6 (fs/select.c).
+
+A descriptor is ready as Linux says: a file of the sysroot, the given stdin, the console and
+``/dev/null`` always; a pipe's read end when it holds bytes or has no writer left (POLLHUP),
+its write end when a write of PIPE_BUF bytes would not wait, or with no reader left
+(POLLERR).  A call that finds nothing ready waits on the queues of the pipes it watches,
+until one changes, its timeout passes on the kernel's clock, or a signal arrives (then EINTR,
+never restarted, as Linux's ``-ERESTARTNOHAND``).  ``ppoll`` and ``pselect6`` swap the signal
+mask for the wait, as ``sigsuspend`` does.
+"""
+
+from __future__ import annotations
+
+import errno
+import struct
+
+from kpsdk.targets.unicorn.linux import signaling
+from kpsdk.targets.unicorn.linux.calls.core import ProcessCore
+from kpsdk.targets.unicorn.linux.calls.declare import syscall
+from kpsdk.targets.unicorn.linux.files import OpenFile, _GuestErrno
+from kpsdk.targets.unicorn.linux.sched import NSEC
+from kpsdk.targets.unicorn.linux.waits import WaitQueue, _Block
+
+POLLIN, POLLPRI, POLLOUT, POLLERR, POLLHUP, POLLNVAL = 0x1, 0x2, 0x4, 0x8, 0x10, 0x20
+POLLRDNORM, POLLRDBAND, POLLWRNORM, POLLWRBAND = 0x40, 0x80, 0x100, 0x200
+_READ = POLLIN | POLLRDNORM | POLLRDBAND | POLLPRI
+_WRITE = POLLOUT | POLLWRNORM | POLLWRBAND
+#: the most descriptors one poll takes (RLIMIT_NOFILE), and the largest select set
+MAX_POLL = 1024
+
+
+def readiness(f: OpenFile) -> tuple[int, tuple[WaitQueue, ...]]:
+    """What ``f`` is ready for now (poll's revents, before masking with what was asked), and the
+    queues to wait on for a change."""
+    pipe = f.pipe
+    if pipe is None:
+        return POLLIN | POLLRDNORM | POLLOUT | POLLWRNORM, ()
+    if f.kind == "pipe_r":
+        ready = (POLLIN | POLLRDNORM if pipe.data else 0) | (POLLHUP if not pipe.writers else 0)
+        return ready, (pipe.readable,)
+    ready = (POLLOUT | POLLWRNORM if pipe.ready(True) and pipe.readers else 0) | (POLLERR if not pipe.readers else 0)
+    return ready, (pipe.writable,)
+
+
+class PollCalls(ProcessCore):
+    """poll and select, with and without a signal mask."""
+
+    def _timeout(self, addr: int, micro: bool) -> int | None:
+        """A relative timeout (struct timespec, or timeval when ``micro``) as a deadline on the
+        kernel's clock; None: wait for ever."""
+        if not addr:
+            return None
+        wide = self.bits == 64
+        sec, frac = struct.unpack(self.order + ("qq" if wide else "ii"), self.read(addr, 16 if wide else 8))
+        scale = 1000 if micro else 1
+        if sec < 0 or not 0 <= frac * scale < NSEC:
+            raise _GuestErrno(errno.EINVAL)
+        return self.kernel.clock.elapsed + sec * NSEC + frac * scale
+
+    def _swap_mask(self, sigmask: int, size: int) -> None:
+        """ppoll/pselect6's mask, for the wait (the old one back when the call returns)."""
+        task = self.task
+        if not sigmask or task.call is not None:
+            return
+        if size != signaling.numbers(self.kernel).nsig // 8:
+            raise _GuestErrno(errno.EINVAL)
+        task.saved_mask = task.sigmask
+        task.sigmask = int.from_bytes(self.read(sigmask, size), self.arch.endian) & ~signaling.unblockable(self.kernel)
+
+    def _returns(self, result: int) -> int:
+        """The call returns: a swapped mask goes back (unless a handler is to run first)."""
+        task = self.task
+        if task.saved_mask is not None and not task.deliverable():
+            task.sigmask, task.saved_mask = task.saved_mask, None
+        return result
+
+    # -- poll -------------------------------------------------------------------------------
+
+    def _poll(self, fds: int, nfds: int, deadline: int | None) -> int:
+        if nfds > MAX_POLL:
+            raise _GuestErrno(errno.EINVAL)
+        entries = [struct.unpack(self.order + "ihh", self.read(fds + 8 * i, 8)) for i in range(nfds)]
+        queues: list[WaitQueue] = []
+        count = 0
+        out = []
+        for fd, events, _ in entries:
+            revents = 0
+            if fd >= 0:
+                f = self.fds.fds.get(fd)
+                if f is None:
+                    revents = POLLNVAL
+                else:
+                    ready, wait_on = readiness(f)
+                    revents = ready & (events | POLLERR | POLLHUP)
+                    queues.extend(wait_on)
+            out.append(revents & 0xFFFF)
+            count += bool(revents)
+        task = self.task
+        if count or deadline is not None and (task.timed_out or deadline <= self.kernel.clock.elapsed):
+            for i, revents in enumerate(out):
+                self.write(fds + 8 * i + 6, struct.pack(self.order + "h", revents - 0x10000 if revents & 0x8000
+                                                        else revents))
+            return self._returns(count)
+        raise _Block(queues, deadline, restart="eintr")
+
+    @syscall("poll", "p u d")
+    def sys_poll(self, fds: int, nfds: int, timeout: int, *_: int) -> int:
+        ms = self.sint(timeout)
+        task = self.task
+        if task.call is None:
+            task.progress = None if ms < 0 else self.kernel.clock.elapsed + ms * 1_000_000
+        return self._poll(fds, nfds, task.progress)
+
+    @syscall("ppoll", "p u p p u")
+    def sys_ppoll(self, fds: int, nfds: int, tsp: int, sigmask: int, size: int, *_: int) -> int:
+        task = self.task
+        if task.call is None:
+            task.progress = self._timeout(tsp, False)
+            self._swap_mask(sigmask, size)
+        return self._poll(fds, nfds, task.progress)
+
+    # -- select -----------------------------------------------------------------------------
+
+    def _select(self, n: int, sets: tuple[int, int, int], deadline: int | None) -> int:
+        n = self.sint(n)
+        if not 0 <= n <= MAX_POLL:
+            raise _GuestErrno(errno.EINVAL)
+        size = (n + 8 * self.word.size - 1) // (8 * self.word.size) * self.word.size
+        wanted = [int.from_bytes(self.read(addr, size), self.arch.endian) if addr else 0 for addr in sets]
+        got = [0, 0, 0]
+        queues: list[WaitQueue] = []
+        for fd in range(n):
+            asked = [w >> fd & 1 for w in wanted]
+            if not any(asked):
+                continue
+            f = self.fds.fds.get(fd)
+            if f is None:
+                raise _GuestErrno(errno.EBADF)
+            ready, wait_on = readiness(f)
+            queues.extend(wait_on)
+            if asked[0] and ready & (_READ | POLLHUP | POLLERR):
+                got[0] |= 1 << fd
+            if asked[1] and ready & (_WRITE | POLLERR):
+                got[1] |= 1 << fd
+            if asked[2] and ready & POLLPRI:
+                got[2] |= 1 << fd
+        count = sum(bin(g).count("1") for g in got)
+        task = self.task
+        if count or deadline is not None and (task.timed_out or deadline <= self.kernel.clock.elapsed):
+            for addr, value in zip(sets, got, strict=True):
+                if addr:
+                    self.write(addr, value.to_bytes(size, self.arch.endian))
+            return self._returns(count)
+        raise _Block(queues, deadline, restart="eintr")
+
+    @syscall("select", "d p p p p")
+    @syscall("_newselect", "d p p p p")
+    def sys_select(self, n: int, rd: int, wr: int, ex: int, tv: int, *_: int) -> int:
+        task = self.task
+        if task.call is None:
+            task.progress = self._timeout(tv, True)
+        return self._select(n, (rd, wr, ex), task.progress)
+
+    @syscall("pselect6", "d p p p p p")
+    def sys_pselect6(self, n: int, rd: int, wr: int, ex: int, tsp: int, sig: int, *_: int) -> int:
+        task = self.task
+        if task.call is None:
+            task.progress = self._timeout(tsp, False)
+            if sig:
+                mask, size = self.read_word(sig), self.read_word(sig + self.word.size)
+                self._swap_mask(mask, size)
+        return self._select(n, (rd, wr, ex), task.progress)
