@@ -157,7 +157,7 @@ def test_tar_czf_then_tzf_through_gzip(tmp_path: Path) -> None:
     """tar runs gzip as a child through a pipe, writes the archive in the overlay, then lists it."""
     for name in ("a.txt", "b.txt"):
         (tmp_path / name).write_text(name * 100)
-    tar = program("tar", "tar")
+    program("tar", "tar")  # skips where the machine has no tar
     script = f"cd {tmp_path} && tar czf out.tgz a.txt b.txt && tar tzvf out.tgz | awk '{{print $3, $6}}'"
     emulated, status, native, native_status = both([program("bash", "bash"), "-c", script])
     assert emulated == native and status == native_status == 0

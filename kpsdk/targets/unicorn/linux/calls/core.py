@@ -26,9 +26,9 @@ from kpsdk.targets.unicorn.linux.waits import WaitQueue
 if TYPE_CHECKING:
     from kpsdk.arch import Arch, LinuxAbi
     from kpsdk.target import MappedFile
-    from kpsdk.targets.unicorn.linux.tree import FdTarget
     from kpsdk.targets.unicorn.linux.kernel import LinuxKernel
     from kpsdk.targets.unicorn.linux.tasks import Task
+    from kpsdk.targets.unicorn.linux.tree import FdTarget
 
 #: the first process's id (what the program kpsdk.open starts is told), and its parent's (none
 #: kpsdk shows); the processes it makes get the ids after it
