@@ -68,6 +68,7 @@ from kpsdk.arch import (
     DebianPort,
     DelaySlots,
     DetourCode,
+    DwarfRegisters,
     EntryDetour,
     FieldUse,
     InsnRules,
@@ -96,6 +97,13 @@ O32_NAMES = ("zero", "at", "v0", "v1", "a0", "a1", "a2", "a3", "t0", "t1", "t2",
              "s0", "s1", "s2", "s3", "s4", "s5", "s6", "s7", "t8", "t9", "k0", "k1", "gp", "sp", "s8", "ra")
 #: n64's: $8-$11 are argument registers a4-a7, $12-$15 the temporaries t0-t3 (the n32/n64 psABI)
 N64_NAMES = (*O32_NAMES[:8], "a4", "a5", "a6", "a7", "t0", "t1", "t2", "t3", *O32_NAMES[16:])
+
+
+def _dwarf(names: tuple[str, ...]) -> DwarfRegisters:
+    """The MIPS psABI's DWARF numbers, as gcc emits them (gcc/config/mips/mips.cc's
+    mips_dwarf_regno): $0-$31 are 0-31, $f0-$f31 32-63, hi 64 and lo 65; the return address
+    column is ra's, 31."""
+    return DwarfRegisters({**dict(enumerate(names)), **{32 + i: f"f{i}" for i in range(32)}, 64: "hi", 65: "lo"})
 
 
 def _registers(names: tuple[str, ...], size: int) -> tuple[Register, ...]:
@@ -916,6 +924,13 @@ MIPS = Arch(
     qemu_system=MALTA_32BE,
     kernel_stack_size=8192,
     kernel_tasks=KERNEL_TASKS,
+    dwarf=_dwarf(O32_NAMES),
+    # no TCG plugin registers: QEMU 10's MIPS CPUs describe no registers to plugins (they have no
+    # gdb XML, so qemu_plugin_get_registers lists none: measured on malta, 24Kf and 5KEc)
+    limits=(("tcg-plugin", "no: QEMU 10's MIPS CPUs give plugins no registers (no gdb XML); the gdb mechanism "
+             "serves"),
+            ("current", "yes: the kernel's code ($28's thread_info; Debian's malta kernels have no BTF)"),
+            ("kernel", "yes: bare metal under -M malta (Debian has no big-endian MIPS kernel)")),
     watch=WATCH,
     out_of_line=OutOfLine(jump_back, return_jump),
     detours=DetourCode(near_jump, entry_detour, return_detour, scratch=("at", "k0", "k1"), regs_access=regs_access,
@@ -940,6 +955,7 @@ MIPSEL = replace(
     cross_gcc_package="gcc-mipsel-linux-gnu",
     qemu_system=MALTA_32,
     debian=DebianPort("mipsel", "bookworm", "linux-image-4kc-malta"),
+    limits=tuple(lim for lim in MIPS.limits if lim[0] != "kernel"),
     toolchain=Toolchain((FixtureVariant("mipsel", _ENTRY, demo=8),), libc_dev="libc6-dev-mipsel-cross"),
 )
 
@@ -950,6 +966,7 @@ MIPS64EL = replace(
     bits=64,
     endian="little",
     registers=_registers(N64_NAMES, 8),
+    dwarf=_dwarf(N64_NAMES),
     kernel_abi=N64_ABI,
     user_abi=N64_ABI,
     isets=(MIPS64EL_ISET,),
@@ -977,6 +994,7 @@ MIPS64EL = replace(
     cross_gcc_package="gcc-mips64el-linux-gnuabi64",
     qemu_system=MALTA_64,
     debian=DebianPort("mips64el", "bookworm", "linux-image-5kc-malta"),
+    limits=tuple(lim for lim in MIPS.limits if lim[0] != "kernel"),
     kernel_stack_size=16384,
     toolchain=Toolchain((FixtureVariant("mips64el", _ENTRY, demo=9),), libc_dev="libc6-dev-mips64el-cross"),
 )

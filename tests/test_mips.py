@@ -240,3 +240,37 @@ def test_linux_layer_starts_o32_in_the_kernels_fpu_mode(flags: tuple[str, ...], 
         assert bool(s.target.uc.reg_read(um.UC_MIPS_REG_CP0_STATUS) & mips.ST_FR) is fr1
         assert s.run(timeout=20) == 0
         assert s.console.startswith(f"fr {int(fr1)}\n")
+
+
+@pytest.mark.parametrize("name", ["mips", "mipsel", "mips64el"])
+def test_kpsdk_archs_says_yes_or_why_for_every_feature(name: str) -> None:
+    """kpsdk archs' features table: each MIPS feature "yes", or a reason (no bare "no")."""
+    from kpsdk.cli.archs import features
+
+    have = features(kpsdk.get_registry().arch(name))
+    assert all(value.startswith("yes") or (value.startswith("no: ") and len(value) > 20) for value in have.values()), \
+        have
+    assert have["tcg-plugin"].startswith("no: QEMU 10's MIPS CPUs give plugins no registers")
+
+
+def test_unicorns_mips_translator_runs_out_of_temps_on_long_blocks(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Unicorn 2.1.4's MIPS translator allocates a TCG temp per instruction it never frees
+    (``dyn_is_slot = tcg_const_i32(0)`` in qemu/target/mips/translate.c's
+    mips_tr_translate_insn) and TCG_MAX_TEMPS is 512 on a 64-bit host, unchecked in a release
+    build: a block of ~400 straight-line instructions overflows the temps and the host process
+    dies in tcg_emit_op (~190 in the mix of Debian's md5sum).  Measured here in a child process;
+    when this fails, Unicorn has fixed it and the skips naming this test can go."""
+    script = tmp_path / "long_block.py"
+    script.write_text(
+        "import struct, unicorn as U\n"
+        "from unicorn import mips_const as m\n"
+        "uc = U.Uc(U.UC_ARCH_MIPS, U.UC_MODE_MIPS32 | U.UC_MODE_LITTLE_ENDIAN)\n"
+        "uc.ctl_set_cpu_model(m.UC_CPU_MIPS32_24KF)\n"
+        "code = struct.pack('<450I', *[0x00431021] * 450)\n"  # addu v0, v0, v1
+        "uc.mem_map(0x400000, 0x1000)\n"
+        "uc.mem_write(0x400000, code)\n"
+        "uc.emu_start(0x400000, 0x400000 + len(code))\n")
+    import sys
+
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, timeout=60, check=False)
+    assert done.returncode == -11, (done.returncode, done.stderr[-500:])

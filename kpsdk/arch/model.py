@@ -311,6 +311,10 @@ class Arch:
     toolchain: Toolchain | None = None
     #: DWARF register numbers -> register names (:mod:`kpsdk.arch.dwarfregs`); None: no DWARF reading
     dwarf: DwarfRegisters | None = None
+    #: why a feature kpsdk has elsewhere is missing or different here, as ``(feature, reason)``
+    #: (feature names: ``kpsdk archs``' :data:`kpsdk.cli.archs.FEATURES`): what ``kpsdk archs``
+    #: prints instead of a bare "no" (MIPS: QEMU gives its TCG plugin no registers)
+    limits: tuple[tuple[str, str], ...] = ()
 
     def require(self, capability: str, feature: str) -> Any:
         """The capability named ``capability`` (an attribute of this class, or of its
