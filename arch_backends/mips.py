@@ -908,6 +908,11 @@ MIPS = Arch(
     unicorn_cpu=um.UC_CPU_MIPS32_24KF,
     delay_slots=_delay_slots(">", unicorn.UC_MODE_MIPS32 | unicorn.UC_MODE_BIG_ENDIAN, um.UC_CPU_MIPS32_24KF),
     gdb_arch="mips",
+    # gdb's MIPS Linux ABI steps in software (mips_software_single_step: a breakpoint on the
+    # next instruction and a continue), so a kernel's pending timer interrupt ran inside the
+    # step of a kprobe and the probed instruction was hit again (measured: mips64el's jiffies
+    # watchpoint test); with no OS ABI gdb asks QEMU's stub, which steps with interrupts off
+    gdb_linux_steps_in_software=True,
     odd_code=("MIPS16e or microMIPS code (the ISA bit is set) cannot be probed: kpsdk decodes MIPS32 and MIPS64 "
               "instructions only"),
     elf_machine="EM_MIPS",
