@@ -185,8 +185,8 @@ class Arch:
                           trace prefix on a live kernel (else ``<...>-0``)
     ``entry_registers``   registers a process starts with beyond sp, from its entry's
                           function descriptor (ppc64 ELFv1: r2, the TOC)
-    ``kernel_arg_access`` the arch's kernel reads ``$argN`` in probe events (32-bit arm's has
-                          no HAVE_FUNCTION_ARG_ACCESS_API; Debian 12's ppc64el refuses it too:
+    ``kernel_arg_access`` the arch's kernel reads ``$argN`` in probe events (32-bit arm's and
+                          MIPS's have no HAVE_FUNCTION_ARG_ACCESS_API; Debian 12's ppc64el refuses it too:
                           "Invalid $-variable", asked of the guest in the tests)
     ``kernel_log2_overflow`` a hist ``.log2`` key where the kernel's ``1UL << bits`` overflows
                           (0, negative values): 32-bit arm's is ``ilog2(0)``, 2**64 - 1, as its
