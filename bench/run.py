@@ -766,6 +766,13 @@ class RawReturnHook:
             data[sp_at]  # the sp the trampoline stored
             area[word] = saved.pop()
 
+        if t.arch.endian != sys.byteorder:  # a big-endian guest (ppc64, mips): its byte order, as kpsdk writes it
+            mem, packer, offset = t._area_mem, t._word, word * t.arch.word_size
+
+            def back(handle: int, addr: int, size: int, user: int) -> None:  # noqa: F811
+                data[sp_at]
+                packer.pack_into(mem, offset, saved.pop())
+
         self.handles = [self.hooks.code(entry, self.func, self.func),
                         self.hooks.code(back, self.hook_at, self.hook_at)]
         t.uc.ctl_remove_cache(self.func, self.func + 4)
