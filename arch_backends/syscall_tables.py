@@ -99,6 +99,17 @@ AARCH64 = EVERY | _names("newfstatat statfs fstatfs mmap sendfile fadvise64 getr
 PPC64 = EVERY | CLASSIC | _names("utime") | _names("""
     newfstatat statfs64 fstatfs64 mmap _llseek sendfile fadvise64 getrlimit ugetrlimit time socketcall
 """) | _present(TASKS | NET, _numbers.PPC64)
+#: MIPS o32 (mips, mipsel): the 32-bit calls as arm's (MIPS's ids were always 32-bit: no *32
+#: calls), its own ``set_thread_area`` (the TLS pointer itself: arch/mips/kernel/syscall.c) and
+#: ``cacheflush``; no vfork (clone only)
+MIPS_O32 = EVERY | (CLASSIC - {"vfork"}) | _present(FILES_32 | _names("utime"), _numbers.MIPS_O32) | _names("""
+    _llseek fcntl64 mmap mmap2 stat64 lstat64 fstat64 fstatat64 statfs64 fstatfs64 sendfile64 fadvise64
+    getrlimit clock_gettime64 clock_nanosleep_time64 set_thread_area cacheflush time socketcall
+""") | _present(TASKS, _numbers.MIPS_O32)
+#: MIPS n64 (mips64el)
+MIPS_N64 = EVERY | (CLASSIC - {"vfork"}) | _present(_names("utime"), _numbers.MIPS_N64) | _names(
+    "newfstatat statfs fstatfs mmap sendfile fadvise64 getrlimit set_thread_area cacheflush") | \
+    _present(TASKS, _numbers.MIPS_N64)
 
 
 # -- struct stat as each kernel fills it (asm/stat.h of each architecture) --------------------------

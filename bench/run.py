@@ -600,11 +600,12 @@ def bench_hotpath(cfg: Config, raw: dict[str, Any]) -> dict[str, Any]:
 
 
 #: the fixtures whose kprobe-vs-bare-hook rows bench_arches races, one after the other
-FIXTURE_ARCHES = ("x86_64", "i386", "arm", "riscv64", "aarch64")
+FIXTURE_ARCHES = ("x86_64", "i386", "arm", "riscv64", "aarch64", "mips", "mipsel", "mips64el")
 #: bench_kretprobe's rows: (fixture, function, its caller, optimized)
 KRET_ROWS = (("x86_64", "inc", "loop", True), ("x86_64", "try_escape", "escapes", True),
              ("x86_64", "inc", "loop", False), ("i386", "inc", "loop", True), ("riscv64", "inc", "loop", True),
-             ("arm", "inc", "loop", True), ("aarch64", "inc", "loop", True))
+             ("arm", "inc", "loop", True), ("aarch64", "inc", "loop", True), ("mips", "inc", "loop", True),
+             ("mipsel", "inc", "loop", True), ("mips64el", "inc", "loop", True))
 
 
 def bench_arches(cfg: Config, raw: dict[str, Any]) -> dict[str, Any]:
@@ -764,6 +765,13 @@ class RawReturnHook:
         def back(handle: int, addr: int, size: int, user: int) -> None:
             data[sp_at]  # the sp the trampoline stored
             area[word] = saved.pop()
+
+        if t.arch.endian != sys.byteorder:  # a big-endian guest (ppc64, mips): its byte order, as kpsdk writes it
+            mem, packer, offset = t._area_mem, t._word, word * t.arch.word_size
+
+            def back(handle: int, addr: int, size: int, user: int) -> None:  # noqa: F811
+                data[sp_at]
+                packer.pack_into(mem, offset, saved.pop())
 
         self.handles = [self.hooks.code(entry, self.func, self.func),
                         self.hooks.code(back, self.hook_at, self.hook_at)]

@@ -131,8 +131,11 @@ class _Walker:
     def walk(self, limit: int) -> list[Frame]:
         pc = self.regs.ip
         frames = [self.frame(pc)]
-        record = self.iset(pc).frame_record
-        if record is not None and record.back_chain:
+        iset = self.iset(pc)
+        record = iset.frame_record
+        if iset.prologue is not None:
+            self.prologue_walk(iset.prologue, pc, frames, limit)
+        elif record is not None and record.back_chain:
             self.chain_walk(record, pc, frames, limit)
         elif record is not None:
             self.fp_walk(record, pc, frames, limit)
@@ -192,6 +195,37 @@ class _Walker:
                 return
             fp, ret = caller, self.word_at(caller + rec.saved_ret)
 
+    def prologue_walk(self, prologue: Callable[[bytes, int], tuple[int, int | None]], pc: int,
+                      frames: list[Frame], limit: int) -> None:
+        """Frames as each function's prologue set them up (:attr:`InstructionSet.prologue
+        <kpsdk.arch.InstructionSet.prologue>`): frame 0's return address is in the link
+        register until its prologue saves it; every caller's was saved (it made a call).  A
+        return address is looked up by the entry stack pointer of the frame that holds it,
+        the hooked call's ``frame``."""
+        sp = self.regs.sp
+        link = self.arch.link
+        assert link is not None, "a prologue walk goes with a link register"
+        first = True
+        while len(frames) < limit:
+            sym = self.target.symbols.containing(pc & self.strip)
+            if sym is None or sym.kind != "func":
+                return
+            try:
+                code = self.target.read_memory(sym.address, (pc & self.strip) - sym.address)
+            except Exception:  # noqa: BLE001 - unreadable code ends the walk
+                return
+            size, saved = prologue(code, sym.address)
+            if saved is None and not first:
+                return  # a caller without a saved return address: not a frame this walk knows
+            ret = self.reg(link) if saved is None else self.word_at(sp + saved)
+            if ret is None:
+                return
+            found = self.resolve(ret, sp + size)
+            if found is None:
+                return
+            frames.append(self.frame(*found))
+            sp, pc, first = sp + size, found[0], False
+
     def scan(self, pc: int, frames: list[Frame], limit: int) -> None:
         sp = self.regs.sp
         link = self.arch.link
@@ -247,9 +281,10 @@ def _frame_state(target: Target, pc: int, rec: FrameRecord) -> str:
 
 
 def _call_before(target: Target, iset: InstructionSet, addr: int, start: int) -> bool:
-    """Whether a call instruction ends exactly at ``addr`` (and starts at or after ``start``)."""
+    """Whether a call instruction ends exactly at ``addr`` (and starts at or after ``start``),
+    or a delay slot before it (MIPS: a call returns past the instruction after it)."""
     for size in range(iset.min_insn, iset.max_call + 1, iset.min_insn):
-        at = addr - size
+        at = addr - iset.delay_slot - size
         if at < start:
             break
         try:

@@ -37,6 +37,7 @@ BUILTIN_HOOKS: dict[str, tuple[str, ...]] = {
     "arch-riscv": ("kpsdk_archs",),
     "arch-ppc64": ("kpsdk_archs",),
     "arch-aarch64": ("kpsdk_archs",),
+    "arch-mips": ("kpsdk_archs",),
     "unicorn": ("kpsdk_targets",),
     "live": ("kpsdk_targets",),
 }

@@ -153,6 +153,32 @@ def instructions(s: kpsdk.Session, name: str) -> list[capstone.CsInsn]:
     return list(md.disasm(s.read_memory(sym.address, sym.size), sym.address))
 
 
+def probeable_instructions(s: kpsdk.Session, name: str) -> list[capstone.CsInsn]:
+    """The instructions of a function a probe may go on: all of them, but on MIPS not those
+    in a branch's delay slot (the kernel refuses them, kpsdk.arch.DelaySlots)."""
+    insns = instructions(s, name)
+    slots = s.arch.delay_slots
+    if slots is None:
+        return insns
+    return [i for k, i in enumerate(insns) if k == 0 or slots.refuses_after(bytes(insns[k - 1].bytes)) is None]
+
+
+def return_instruction(s: kpsdk.Session, name: str) -> capstone.CsInsn:
+    """The instruction a function returns with: its last, or where branches have delay slots
+    (MIPS) the one before, whose delay slot the last one is (the kernel refuses a probe there)."""
+    insns = instructions(s, name)
+    slots = s.arch.delay_slots
+    if slots is not None and len(insns) > 1 and slots.branch(bytes(insns[-2].bytes)):
+        return insns[-2]
+    return insns[-1]
+
+
+def fall_through(s: kpsdk.Session, insn: capstone.CsInsn) -> int:
+    """Where execution goes on after ``insn`` when it does not branch: past its delay slot on MIPS."""
+    slots = s.arch.delay_slots
+    return insn.address + insn.size + (slots.size if slots is not None and slots.branch(bytes(insn.bytes)) else 0)
+
+
 def local_entry_offset(path: os.PathLike[str] | str, name: str) -> int:
     """ELFv2's local entry offset of a function (ppc64le), from its symbol's st_other as
     pyelftools reads it (``PPC64_LOCAL_ENTRY_OFFSET``); 0 for every other ABI.  Calls from

@@ -63,6 +63,11 @@ TOOLCHAINS = {
                        "/usr/powerpc64-linux-gnu"),
     "ppc64le": Toolchain("ppc64le", "powerpc64le-linux-gnu-gcc", "gcc-powerpc64le-linux-gnu", (), "qemu-ppc64le",
                          "/usr/powerpc64le-linux-gnu"),
+    "mips": Toolchain("mips", "mips-linux-gnu-gcc", "gcc-mips-linux-gnu", (), "qemu-mips", "/usr/mips-linux-gnu"),
+    "mipsel": Toolchain("mipsel", "mipsel-linux-gnu-gcc", "gcc-mipsel-linux-gnu", (), "qemu-mipsel",
+                        "/usr/mipsel-linux-gnu"),
+    "mips64el": Toolchain("mips64el", "mips64el-linux-gnuabi64-gcc", "gcc-mips64el-linux-gnuabi64", (),
+                          "qemu-mips64el", "/usr/mips64el-linux-gnuabi64"),
 }
 
 #: the fixture's functions every oracle is asked about

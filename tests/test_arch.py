@@ -39,8 +39,9 @@ def test_lookup_is_exact_and_errors_list_valid_names() -> None:
     assert reg.arch("ppc64").register("gpr3").name == "r3"
     with pytest.raises(kpsdk.UnknownNameError, match="valid: .*a0"):
         reg.arch("riscv64").register("A0")
+    assert reg.arch("mips64el").register("r4").name == "a0" and reg.arch("mips").register("fp").name == "s8"
     with pytest.raises(kpsdk.UnknownNameError, match="valid: .*riscv64"):
-        reg.arch("mips")
+        reg.arch("sparc")
 
 
 @pytest.mark.parametrize("arch", FIXTURE_ARCHS)

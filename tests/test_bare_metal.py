@@ -1,6 +1,7 @@
 """The fixture program as a bare-metal payload under qemu-system (no Linux,
 :mod:`kpsdk.fixtures.bare`): riscv64 on QEMU's ``virt`` board, started in S-mode by its bundled
-OpenSBI, and big-endian ppc64 (ELFv1) on ``pseries``, entered in real mode by VOF.
+OpenSBI, big-endian ppc64 (ELFv1) on ``pseries``, entered in real mode by VOF, and big-endian
+MIPS (o32) on ``malta``, entered in kernel mode at its KSEG0 address.
 
 A quick qemu-system target on each (a second or so of guest time): kprobes by name, a
 kretprobe and a hardware write watchpoint on the program's own functions and ``counter``,

@@ -1,8 +1,8 @@
 """Debian's own dynamically linked programs, with Debian's own libc, on the embedded default.
 
-For each foreign architecture Debian builds for (armhf, i386 and ppc64el from Debian 12,
-riscv64 from Debian 13), a sysroot is made of Debian's packages, fetched through kpsdk's
-private apt configuration (:mod:`kpsdk.debian`) and unpacked, never installed:
+For each foreign architecture Debian builds for (armhf, i386, ppc64el, arm64, mipsel and
+mips64el from Debian 12, riscv64 from Debian 13), a sysroot is made of Debian's packages,
+fetched through kpsdk's private apt configuration (:mod:`kpsdk.debian`) and unpacked, never installed:
 ``libc6``, ``coreutils`` and the libraries coreutils links, gzip, bzip2, xz, perl, sed,
 grep and mawk.  Each program runs twice, in
 Unicorn under kpsdk (``elf:PROG`` with that sysroot) and under qemu-user (``-L SYSROOT``,
@@ -82,6 +82,12 @@ PROGRAMS = {
 #: calls a program makes that kpsdk answers ENOSYS (and records), after which it does what it does
 #: on a kernel without them: the same bytes as under qemu-user
 UNIMPLEMENTED_BUT_HANDLED = {"ls": {"socket"}, "xz": {"landlock_create_ruleset"}}
+#: (arch family, program) -> why it cannot run on Unicorn: MIPS's hash loops are straight-line
+#: runs of ~190 instructions, past what Unicorn 2.1.4's MIPS translator survives (a TCG temp
+#: leaked per instruction: test_mips.py's test_unicorns_mips_translator_runs_out_of_temps_on_long_blocks);
+#: the process would die, so they are not run (qemu-user runs them: kpsdk's qemu-user target)
+UNICORN_CANNOT = {("mips", "md5sum"): "Unicorn 2.1.4's MIPS translator dies on md5's unrolled rounds",
+                  ("mips", "sha512sum"): "Unicorn 2.1.4's MIPS translator dies on sha512's unrolled rounds"}
 
 
 def _finish(root: Path) -> None:
@@ -179,6 +185,9 @@ def userland() -> Callable[[str], Path]:
 @pytest.mark.parametrize("arch", PORTS)
 def test_debians_programs_of_each_arch_match_qemu_user(arch: str, program: str,
                                                       userland: Callable[[str], Path]) -> None:
+    why = UNICORN_CANNOT.get((arch[:4], program))
+    if why is not None:
+        pytest.skip(why)
     qemu = require_tool(PORTS[arch][2], "qemu-user")
     root = userland(arch)
     argv = PROGRAMS[program]

@@ -13,7 +13,7 @@ import pytest
 
 import kpsdk
 from kpsdk import fixtures
-from tests.conftest import FIXTURE_ARCHS, QEMU, UNICORN_ARCHS, require_tool
+from tests.conftest import FIXTURE_ARCHS, QEMU, UNICORN_ARCHS, require_tool, return_instruction
 
 
 def qemu_output(arch: str) -> str:
@@ -37,8 +37,7 @@ def test_probed_values_match_the_program_under_qemu(arch: str) -> None:
         s.register_kprobe(kpsdk.Kprobe(symbol_name="fact", pre_handler=lambda p, r: depth.append(r.arg(0))))
         for name in ("add", "sub", "sum7", "loop"):  # single-exit functions: the last instruction returns
             sym = s.symbols.get(name)
-            md = s.arch.disassembler(s.arch.iset_for_address(1 if sym.thumb else 0))
-            last = list(md.disasm(s.read_memory(sym.address, sym.size), sym.address))[-1]
+            last = return_instruction(s, name)  # on MIPS the one before, its delay slot being last
             s.register_kprobe(kpsdk.Kprobe(
                 addr=last.address | (1 if sym.thumb else 0),
                 pre_handler=lambda p, r, n=name: returns.setdefault(n, []).append(r.signed(s.arch.return_value)),

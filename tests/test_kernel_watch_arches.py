@@ -1,5 +1,5 @@
-"""Hardware watchpoints on Debian's i386, arm, riscv64 and arm64 kernels under qemu-system (TCG),
-on ``jiffies``, a global every timer tick writes, with each arch's own slot rules.
+"""Hardware watchpoints on Debian's i386, arm, riscv64, arm64, mipsel and mips64el kernels under
+qemu-system (TCG), on ``jiffies``, a global every timer tick writes, with each arch's own slot rules.
 
 i386's and armhf's kallsyms name no data (no CONFIG_KALLSYMS_ALL), so the address is
 taken from the code that reads it: ``get_jiffies_64`` (kernel/time/jiffies.c) returns
@@ -7,7 +7,9 @@ taken from the code that reads it: ``get_jiffies_64`` (kernel/time/jiffies.c) re
 script's ``jiffies = jiffies_64``) read under the ``jiffies_seq`` seqcount.  The data
 address it reads 64 bits from is jiffies_64 (:func:`u64_loaded`; the seqcount is a
 32-bit read).  riscv64's table names data (and its get_jiffies_64 is inline): there the
-name gives the address.  A wrong address could not pass: the values the guest prints
+name gives the address.  MIPS kernels name no data either: mipsel's get_jiffies_64 loads the
+two words of jiffies_64 through ``lui``-built addresses, and on mips64el (inline there) do_timer
+loads and stores the doubleword (:func:`mips_accessed`).  A wrong address could not pass: the values the guest prints
 must be values the watchpoint saw.
 
 Ground truth is what the guest prints: ``/proc/schedstat``'s ``timestamp`` line is
@@ -77,6 +79,30 @@ def u64_loaded(arch: str, code: bytes, address: int) -> set[int]:
     return pairs | {a for a in words if a + 4 in words}
 
 
+def mips_accessed(arch: str, code: bytes, address: int) -> set[int]:
+    """MIPS: the addresses a kernel function reads a 64-bit value from: a 32-bit kernel's two
+    ``lw`` at A and A + 4, a 64-bit one's ``ld`` and ``sd`` of the same doubleword (do_timer's
+    ``jiffies_64 += ticks``), each through a register a ``lui`` set (the kernel is linked in
+    KSEG0/CKSEG0, so ``lui`` + a 16-bit offset reach every symbol, sign-extended on MIPS64)."""
+    mode = capstone.CS_MODE_MIPS64 if arch == "mips64el" else capstone.CS_MODE_MIPS32
+    md = capstone.Cs(capstone.CS_ARCH_MIPS, mode | capstone.CS_MODE_LITTLE_ENDIAN)
+    md.detail = True
+    mask = (1 << (64 if arch == "mips64el" else 32)) - 1
+    high: dict[int, int] = {}
+    seen: dict[str, set[int]] = {"lw": set(), "ld": set(), "sd": set()}
+    for insn in md.disasm(code, address):
+        ops = insn.operands
+        if insn.mnemonic == "lui":
+            high[ops[0].reg] = (ops[1].imm << 16 ^ 0x80000000) - 0x80000000 & mask  # sign-extended
+        elif insn.mnemonic in seen and len(ops) == 2 and ops[1].type == capstone.mips.MIPS_OP_MEM:
+            mem = ops[1].mem
+            if mem.base in high:
+                seen[insn.mnemonic].add(high[mem.base] + mem.disp & mask)
+    if arch == "mips64el":
+        return seen["ld"] & seen["sd"]
+    return {a for a in seen["lw"] if a + 4 in seen["lw"]}
+
+
 def a64_updated(code: bytes, address: int) -> set[int]:
     """The doublewords an aarch64 function both loads and stores through an ``adrp`` base
     (``adrp xN, SYM; ldr xM, [xN, #:lo12:SYM]; ...; str xK, [xN, #:lo12:SYM]``): what
@@ -98,7 +124,7 @@ def a64_updated(code: bytes, address: int) -> set[int]:
     return loaded & stored
 
 
-@pytest.mark.parametrize("arch", ["i386", "arm", "riscv64", "aarch64"])
+@pytest.mark.parametrize("arch", ["i386", "arm", "riscv64", "aarch64", "mipsel", "mips64el"])
 def test_write_watchpoint_on_jiffies(arch: str, arch_kernel: Callable[[str], Path],
                                      arch_initramfs: Callable[..., Path]) -> None:
     require_tool("gdb-multiarch", "gdb-multiarch")
@@ -114,6 +140,11 @@ def test_write_watchpoint_on_jiffies(arch: str, arch_kernel: Callable[[str], Pat
             found = s.symbols.lookup(fn)
             assert found is not None
             (jiffies,) = a64_updated(s.read_memory(fn, found[2]), fn)
+        elif arch.startswith("mips"):  # no data names: the code's lui-built addresses
+            fn = s.symbols.resolve("do_timer" if arch == "mips64el" else "get_jiffies_64")
+            found = s.symbols.lookup(fn)
+            assert found is not None
+            (jiffies,) = mips_accessed(arch, s.read_memory(fn, found[2]), fn)
         else:
             fn = s.symbols.resolve("get_jiffies_64")
             found = s.symbols.lookup(fn)

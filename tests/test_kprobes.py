@@ -16,7 +16,7 @@ import pytest
 
 import kpsdk
 from kpsdk import fixtures
-from tests.conftest import instructions, local_entry_offset, probe_addr
+from tests.conftest import fall_through, instructions, local_entry_offset, probe_addr, return_instruction
 
 
 def test_program_runs_to_its_expected_output(session: kpsdk.Session) -> None:
@@ -28,7 +28,7 @@ def test_arguments_and_return_value_match_the_program(session: kpsdk.Session) ->
     entry, returns = [], []
     session.register_kprobe(kpsdk.Kprobe(symbol_name="add",
                                          pre_handler=lambda p, r: entry.append((r.arg(0), r.arg(1)))))
-    ret = instructions(session, "add")[-1]
+    ret = return_instruction(session, "add")
     session.register_kprobe(kpsdk.Kprobe(addr=probe_addr(session, ret.address),
                                          pre_handler=lambda p, r: returns.append(r.return_value)))
     assert session.run(timeout=10) == 0
@@ -58,7 +58,7 @@ def test_recursion_is_seen_at_every_depth(session: kpsdk.Session) -> None:
 
 
 def test_fault_injection_changes_the_program_output(session: kpsdk.Session) -> None:
-    ret = instructions(session, "add")[-1]
+    ret = return_instruction(session, "add")
 
     def inject(p: kpsdk.Probe, regs: kpsdk.regs.PtRegs) -> int:
         regs.return_value = 99
@@ -94,7 +94,7 @@ def test_k3_post_handler_runs_after_a_conditional_branch(session: kpsdk.Session)
                                          post_handler=lambda p, r, f: after.append(r.ip)))
     assert session.call("check", 5) == 0
     assert session.call("check", 50) == 1
-    fallthrough = branch.address + branch.size
+    fallthrough = fall_through(session, branch)
     assert len(after) == 2 and after[0] != after[1]
     assert fallthrough in after  # one call fell through, the other took the branch
 

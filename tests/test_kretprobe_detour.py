@@ -32,6 +32,9 @@ DETOURED = {
     "ppc64": ("add", "fact", "inc", "loop", "twice", "escape"),
     "ppc64le": ("add", "fact", "inc", "loop", "twice", "escape"),
     "aarch64": ("add", "fact", "inc", "loop", "twice", "escape"),
+    "mips": ("add", "sum7", "inc", "loop", "twice", "try_escape"),
+    "mipsel": ("add", "sum7", "inc", "loop", "twice", "try_escape"),
+    "mips64el": ("add", "fact", "inc", "loop", "twice", "try_escape"),
 }
 #: and some whose entry stays a code hook (the "hooked-entry" detour: the return
 #: still comes back through the detour's return code), with why
@@ -44,6 +47,9 @@ NOT_DETOURED = {
     "ppc64": ("try_escape",),  # ``mfcr r12`` (saving CR2-CR4) reads CR0 and the scratch r12 before writing it
     "ppc64le": ("try_escape",),  # the same
     "aarch64": ("bump",),  # ``adrp`` reads the pc: it cannot move out of line (the kernel simulates it)
+    "mips": ("fact", "escape"),  # o32's fact starts ``slti; bnez``; escape ends in ``jr t9`` (its longjmp)
+    "mipsel": ("fact", "escape"),  # the same
+    "mips64el": ("escape",),  # the same ``jr t9``
 }
 
 

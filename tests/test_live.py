@@ -23,7 +23,16 @@ import pytest
 
 import kpsdk
 from kpsdk import fixtures
-from tests.conftest import LIVE_ARCHS, QEMU, instructions, local_entry_offset, probe_addr, require_tool
+from tests.conftest import (
+    LIVE_ARCHS,
+    QEMU,
+    fall_through,
+    instructions,
+    local_entry_offset,
+    probe_addr,
+    require_tool,
+    return_instruction,
+)
 
 
 def open_live(arch: str, **options: object) -> kpsdk.Session:
@@ -47,7 +56,7 @@ def qemu_truth(arch: str) -> dict[str, int]:
 
 
 def last_insn(s: kpsdk.Session, name: str) -> int:
-    return probe_addr(s, instructions(s, name)[-1].address)
+    return probe_addr(s, return_instruction(s, name).address)
 
 
 def children_of_this_process() -> set[int]:
@@ -112,7 +121,7 @@ def test_k2_redirect_and_k3_post_handler(live: kpsdk.Session) -> None:
     assert s.console.splitlines()[1:] == fixtures.EXPECTED_OUTPUT.splitlines()[1:]
     assert posts == []  # K2: no single-step, no post_handler
     assert len(after) == 2 and after[0] != after[1]  # check(5) and check(50) went different ways
-    assert branch.address + branch.size in after
+    assert fall_through(s, branch) in after
 
 
 def test_fault_injection_and_aggregate_probes(live: kpsdk.Session) -> None:

@@ -188,6 +188,9 @@ SYSCALL_STUBS = {
     "ppc64": "60000000 44000002 4e800020",
     "ppc64le": "00000060 02000044 2000804e",  # the same three instructions, little-endian
     "aarch64": "1f2003d5 010000d4 c0035fd6",  # nop; svc #0; ret
+    "mips": "00000000 0000000c 03e00008 00000000",  # nop; syscall; jr ra; nop (its delay slot)
+    "mipsel": "00000000 0c000000 0800e003 00000000",
+    "mips64el": "00000000 0c000000 0800e003 00000000",
 }
 
 
@@ -215,8 +218,9 @@ def write_syscall(arch: str, buf: int | None, count: int) -> tuple[int, str]:
 
 def test_write_from_an_unmapped_buffer_is_efault(arch: str) -> None:
     linux = kpsdk.get_registry().arch(arch).syscalls.linux  # type: ignore[union-attr]
-    # ppc64 says a call failed with CR0.SO and the positive errno in r3 (its ELF ABI)
-    efault = errno.EFAULT if linux is not None and linux.error_flag is not None else -errno.EFAULT
+    # ppc64 says a call failed with CR0.SO and the positive errno in r3 (its ELF ABI), MIPS with a3 = 1
+    flagged = linux is not None and (linux.error_flag is not None or linux.error_register is not None)
+    efault = errno.EFAULT if flagged else -errno.EFAULT
     assert write_syscall(arch, 0x10, 4) == (efault, "")
 
 

@@ -37,6 +37,10 @@ def reference(s: kpsdk.Session, addr: int, start: int, iset: kpsdk.arch.Instruct
             arch = s.arch
             boostable, refused = arch.insn.classify(insn)
             cond = arch.conditions.of(insn) if arch.conditions is not None else None
+            slots = arch.delay_slots  # MIPS: refused in a delay slot, whatever the instruction
+            if slots is not None and refused is None:
+                after = slots.refuses_after(s.target.read_memory(addr - slots.size, slots.size))
+                boostable, refused = (boostable, None) if after is None else (False, after)
             return Decoded(insn.address, insn.size, insn.mnemonic, insn.op_str, bytes(insn.bytes),
                            boostable, refused, cond)
         if insn.address < addr < insn.address + insn.size:  # inside it (registration used to miss

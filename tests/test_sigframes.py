@@ -36,6 +36,7 @@ import kpsdk
 from kpsdk.targets.unicorn.linux import sigframes as sf
 from kpsdk.targets.unicorn.linux.sigframes import aarch64 as sf_a64
 from kpsdk.targets.unicorn.linux.sigframes import arm as sf_arm
+from kpsdk.targets.unicorn.linux.sigframes import mips as sf_mips
 from kpsdk.targets.unicorn.linux.sigframes import ppc64 as sf_ppc
 from kpsdk.targets.unicorn.linux.sigframes import riscv as sf_riscv
 from kpsdk.targets.unicorn.linux.sigframes import x86 as sf_x86
@@ -45,6 +46,25 @@ SOURCE = Path(__file__).parent / "programs" / "sigframe.c"
 PAINT = 0xA5  #: the program paints the stack below the interrupted sp with this
 SIGUSR1 = 10
 BLOCKED = (1 << 11) | (1 << 41)  #: SIGUSR2 and signal 42, blocked when the signal is sent
+
+
+def usr1(arch: str) -> int:
+    """SIGUSR1's number on ``arch`` (MIPS: 16)."""
+    return sf.signals(arch)["SIGUSR1"]
+
+
+def blocked(arch: str) -> int:
+    """The mask the program sets when it sends the signal: SIGUSR2 and signal 42."""
+    return 1 << sf.signals(arch)["SIGUSR2"] - 1 | 1 << 41
+
+
+def siginfo_flag(arch: str) -> int:
+    """SA_SIGINFO on ``arch`` (MIPS: 8)."""
+    return sf.sa_flags(arch)["SA_SIGINFO"]
+
+
+def has_siginfo(arch: str, case: Case) -> bool:
+    return bool(int(case.values["flags"], 16) & siginfo_flag(arch))
 
 
 @dataclass(frozen=True)
@@ -72,9 +92,13 @@ TARGETS = {
     "ppc64le": Target("ppc64le", "powerpc64le-linux-gnu-gcc", "gcc-powerpc64le-linux-gnu", "qemu-ppc64le"),
     "aarch64": Target("aarch64", "aarch64-linux-gnu-gcc", "gcc-aarch64-linux-gnu", "qemu-aarch64",
                       qemu_cpu="cortex-a57"),
+    "mips": Target("mips", "mips-linux-gnu-gcc", "gcc-mips-linux-gnu", "qemu-mips"),
+    "mipsel": Target("mipsel", "mipsel-linux-gnu-gcc", "gcc-mipsel-linux-gnu", "qemu-mipsel"),
+    "mips64el": Target("mips64el", "mips64el-linux-gnuabi64-gcc", "gcc-mips64el-linux-gnuabi64", "qemu-mips64el"),
 }
-ORDER = {"ppc64": ">"}
-WORD = {"i386": 4, "arm": 4}
+ORDER = {"ppc64": ">", "mips": ">"}
+WORD = {"i386": 4, "arm": 4, "mips": 4, "mipsel": 4}
+MIPS = ("mips", "mipsel", "mips64el")
 SP = {"x86_64": "rsp", "i386": "esp", "ppc64": "r1", "ppc64le": "r1"}
 PC = {"x86_64": "rip", "i386": "eip"}
 
@@ -221,8 +245,8 @@ def fp_regs(arch: str, image: bytes) -> dict[str, int]:
         out["fpsr"], out["fpcr"] = _unpack("<", "II", image, 512)
         return out
     out = {f"f{i}": v for i, v in enumerate(_unpack(order, "32Q", image))}
-    if arch == "riscv64":
-        out["fcsr"] = _unpack("<", "I", image, 256)[0]
+    if arch == "riscv64" or arch in MIPS:
+        out["fcsr"] = _unpack(order, "I", image, 256)[0]
     else:  # mffs: the FPSCR in the low word of the double
         out["fpscr"] = _unpack(order, "Q", image, 256)[0] & 0xFFFFFFFF
     return out
@@ -250,6 +274,8 @@ def ucontext_at(arch: str, kernel: str, rt: bool, reg: Callable[[str], int]) -> 
         return base + sf_x86.SC_32_OLD - lay["uc_mcontext"]
     if arch == "arm" and not rt:
         return base
+    if arch in MIPS and not sf.is_rt(arch, siginfo_flag(arch) if rt else 0):
+        return base + lay["frame.old_sc"] - lay["uc_mcontext"]
     return base if arch.startswith("ppc64") else base + lay["frame.uc"]
 
 
@@ -260,9 +286,9 @@ def entry_reader(case: Case) -> Callable[[str], int]:
 def saved_word(run: Run, case: Case, uc_offset: int) -> int:
     """A word of the kernel's frame, at ``uc_offset`` from its ucontext."""
     arch = run.arch
-    rt = bool(int(case.values["flags"], 16) & sf.SA_SIGINFO)
+    rt = has_siginfo(arch, case)
     uc = ucontext_at(arch, run.kernel, rt, entry_reader(case)) - case.int("frame_sp")
-    word = WORD.get(arch, 8)
+    word = 8 if arch in MIPS else WORD.get(arch, 8)  # MIPS saves o32's registers in 64-bit slots too
     return _unpack(ORDER.get(arch, "<"), "Q" if word == 8 else "I", case.bytes("frame"), uc + uc_offset)[0]
 
 
@@ -293,6 +319,13 @@ def delivery_state(run: Run, case: Case) -> dict[str, int]:
     elif arch == "riscv64":
         for name in ("gp", "tp"):  # not touched by the program: as the frame has them
             regs[name] = saved_word(run, case, lay[f"reg.{name}"])
+    elif arch in MIPS:
+        for name in ("zero", "at", "k0", "k1", "gp"):  # not touched by the program: as the frame has them
+            regs[name] = saved_word(run, case, lay[f"reg.{name}"])
+        # the FPU mode the program ran in (prctl(PR_GET_FP_MODE)): FR=1, the mode Linux gives FPXX
+        # code on a CPU with a 64-bit FPU (QEMU's 24Kf and 5KEc, and the 24Kf kpsdk's Linux layer uses)
+        assert run.head["fp_mode"] == "1"
+        regs["sr"] = sf_mips.ST_FR
     else:
         gp = lay["mc.gp_regs"]
         for i in (2, 13):
@@ -321,6 +354,8 @@ def push(run: Run, case: Case) -> FakeCpu:
         code = case.int("entry.x30")
     elif arch.startswith("ppc64"):
         code = case.int("entry.lr") - 4  # the handler's lr is after the trampoline's bctrl
+    elif arch in MIPS:  # ra: the vDSO's sigreturn, or rt_sigreturn 8 bytes after it
+        code = case.int("entry.ra") - (8 if sf.is_rt(arch, flags) else 0)
     if arch == "ppc64":
         cpu.write(handler, struct.pack(">QQ", *(int(w, 16) for w in case.values["handler_words"].split())))
         cpu.written.clear()
@@ -332,9 +367,9 @@ def push(run: Run, case: Case) -> FakeCpu:
         alt = sf.AltStack(alt_sp, alt_size, 0)
     elif list(run.cases).index(case.name) > list(run.cases).index("onstack"):
         alt = sf.AltStack(0, 0, sf.SS_DISABLE)
-    info = sf.siginfo_kill(arch, SIGUSR1, pid=case.int("pid"), uid=case.int("uid"), code=-6)
-    sf.push_frame(arch, cpu, sig=SIGUSR1, info=info, handler=handler, flags=flags, restorer=restorer,
-                  blocked=BLOCKED, altstack=alt, sigreturn_code_addr=code)
+    info = sf.siginfo_kill(arch, usr1(arch), pid=case.int("pid"), uid=case.int("uid"), code=-6)
+    sf.push_frame(arch, cpu, sig=usr1(arch), info=info, handler=handler, flags=flags, restorer=restorer,
+                  blocked=blocked(arch), altstack=alt, sigreturn_code_addr=code)
     if arch.startswith("ppc64"):  # run the trampoline's bctrl
         cpu.regs["lr"] = cpu.regs["pc"] + 4
         cpu.regs["pc"] = cpu.regs["ctr"]
@@ -377,6 +412,9 @@ def regions(arch: str, rt: bool) -> list[Region]:
         return [Region("frame", at_anchor, sf_riscv.RT_SIGFRAME_SIZE)]
     if arch == "aarch64":  # the frame, then the frame record
         return [Region("frame", at_anchor, sf_a64.RT_SIGFRAME_SIZE + sf_a64.FRAME_RECORD_SIZE)]
+    if arch in MIPS:
+        old = not sf.is_rt(arch, siginfo_flag(arch) if rt else 0)
+        return [Region("frame", at_anchor, lay["frame.old_size" if old else "frame.size"])]
     sc = sf_ppc.UC_MCONTEXT
     return [Region("frame", at_anchor, sf_ppc.PUC + 8,
                    (sf_ppc.PINFO, sf_ppc.PUC, sc + sf_ppc.SC_REGS, sc + sf_ppc.SC_V_REGS)),
@@ -392,7 +430,9 @@ ENTRY_POINTERS = {("x86_64", True): {"rsi", "rdx"}, ("x86_64", False): {"rsi", "
                   ("riscv64", True): {"a1", "a2"}, ("riscv64", False): {"a1", "a2"},
                   ("ppc64", True): {"r4", "r5", "r6"}, ("ppc64", False): {"r4", "r5", "r6"},
                   ("ppc64le", True): {"r4", "r5", "r6"}, ("ppc64le", False): {"r4", "r5", "r6"},
-                  ("aarch64", True): {"x1", "x2", "x29"}, ("aarch64", False): {"x29"}}
+                  ("aarch64", True): {"x1", "x2", "x29"}, ("aarch64", False): {"x29"},
+                  ("mips", True): {"a1", "a2"}, ("mips", False): {"a2"}, ("mipsel", True): {"a1", "a2"},
+                  ("mipsel", False): {"a2"}, ("mips64el", True): {"a1", "a2"}, ("mips64el", False): {"a1", "a2"}}
 
 
 #: entry values that show part of a register: (the register, the bits shown)
@@ -438,6 +478,40 @@ _PPC_ARGS = ("QEMU 7.2 puts the dummy caller frame 144 bytes below the frame (Li
              "addresses are 16 larger, and passes r4-r6 as for SA_SIGINFO in every case")
 _PPC_CTR = ("QEMU calls the handler directly with lr at its trampoline; Linux enters through the vDSO's "
             "bctrl, so ctr holds the handler's entry")
+
+_MIPS_DSP = ("QEMU writes the DSP ASE's accumulators and control word (0 here) on every CPU; Linux only with "
+             "cpu_has_dsp, which the 24Kf and 5KEc (QEMU's and kpsdk's CPUs) lack")
+
+
+def _mips_accepted(arch: str) -> tuple[Accepted, ...]:
+    """QEMU 7.2's MIPS frames against Linux's (arch/mips/kernel/signal.c), at this arch's offsets."""
+    lay = sf.frame_layout(arch)
+    n64 = arch == "mips64el"
+    uc, mc = lay["frame.uc"], lay["frame.uc"] + lay["uc_mcontext"]
+    info = lay["frame.info"]
+    rt_cases = ("rt", "onstack", "plain") if n64 else ("rt", "onstack")
+    out = [Accepted((arch,), "qemu", rt_cases, "frame",
+                    ((info + 12, info + 15), (info + 24, info + 127)) if n64 else ((info + 20, info + 127),),
+                    why=_TAIL),
+           Accepted((arch,), "qemu", ("rt",), "frame", ((uc + lay["uc.stack.flags"], uc + lay["uc.stack.flags"] + 3),),
+                    why=_SS)]
+    for cases, sc in ((rt_cases, mc), (() if n64 else ("plain",), lay["frame.old_sc"])):
+        if not cases:
+            continue
+        used, csr = sc + lay["reg.used_math"] - lay["uc_mcontext"], sc + lay["reg.fcsr"] - lay["uc_mcontext"]
+        hi = sc + lay["reg.hi"] - lay["uc_mcontext"]
+        # the DSP words: o32's dsp after used_math and hi1-lo3 after mdhi/mdlo; n64's hi1-3 after mdhi,
+        # lo1-3 after mdlo, dsp after used_math
+        dsp = ((hi + 8, hi + 31), (hi + 40, hi + 63), (used + 4, used + 7)) if n64 else \
+            ((used + 4, used + 7), (hi + 16, hi + 39))
+        out += [Accepted((arch,), "qemu", cases, "frame", ((used, used + 3),),
+                         why="QEMU writes USED_FP alone in sc_used_math; Linux adds USED_FR1 for a task in FR=1 "
+                             "(protected_save_fp_context)"),
+                Accepted((arch,), "qemu", cases, "frame", ((csr, csr + 3),),
+                         why="QEMU saves no sc_fpc_csr (and restores none); Linux saves the FCSR with the registers"),
+                Accepted((arch,), "qemu", cases, "frame", dsp, why=_MIPS_DSP)]
+    return tuple(out)
+
 
 ACCEPTED: tuple[Accepted, ...] = (
     # x86_64
@@ -512,6 +586,7 @@ ACCEPTED: tuple[Accepted, ...] = (
     Accepted(("ppc64", "ppc64le"), "qemu", ("plain",), "entry", registers=("r4", "r5", "r6"), why=_PPC_ARGS),
     Accepted(("ppc64", "ppc64le"), "qemu", (), "entry", registers=("ctr",), why=_PPC_CTR),
     Accepted(("ppc64", "ppc64le"), "qemu", (), "backchain", ((0, 7),), why=_PPC_ARGS),
+    *(a for arch in MIPS for a in _mips_accepted(arch)),
 )
 
 
@@ -529,7 +604,7 @@ def frame_diffs(run: Run, case: Case, cpu: FakeCpu) -> list[str]:
     arch = run.arch
     order: Literal["little", "big"] = "little" if ORDER.get(arch, "<") == "<" else "big"
     word = WORD.get(arch, 8)
-    rt = bool(int(case.values["flags"], 16) & sf.SA_SIGINFO)
+    rt = has_siginfo(arch, case)
     theirs_mem = case.bytes("frame")
     theirs_sp = case.int("frame_sp")
 
@@ -575,7 +650,7 @@ def register_diffs(run: Run, case: Case, cpu: FakeCpu) -> list[str]:
     """The handler-entry registers kpsdk set against the ones the program's entry saw
     (addresses in the frame as distances from the frame's anchor)."""
     arch = run.arch
-    rt = bool(int(case.values["flags"], 16) & sf.SA_SIGINFO)
+    rt = has_siginfo(arch, case)
     mine_anchor = anchor_of(arch, "linux", rt, cpu.reg)
     theirs_anchor = anchor_of(arch, run.kernel, rt, entry_reader(case))
     sp_name = SP.get(arch, "sp")
@@ -605,7 +680,8 @@ def register_diffs(run: Run, case: Case, cpu: FakeCpu) -> list[str]:
 CASES = {"x86_64": ("rt", "onstack", "plain"), "i386": ("rt", "onstack", "plain"),
          "arm": ("rt", "onstack", "plain", "thumb", "thumb_plain"), "riscv64": ("rt", "onstack", "plain"),
          "ppc64": ("rt", "onstack", "plain"), "ppc64le": ("rt", "onstack", "plain"),
-         "aarch64": ("rt", "onstack", "plain")}
+         "aarch64": ("rt", "onstack", "plain"), "mips": ("rt", "onstack", "plain"),
+         "mipsel": ("rt", "onstack", "plain"), "mips64el": ("rt", "onstack", "plain")}
 PARAMS = [pytest.param(a, k, c, id=f"{a}-{k}-{c}") for a in CASES for k in ("qemu", "native") for c in CASES[a]
           if k == "qemu" or a in ("x86_64", "i386")]
 
@@ -630,7 +706,7 @@ def test_return_restores_handler_changes(arch: str, kernel: str, case_name: str,
     flags = int(case.values["flags"], 16)
     rt = sf.is_rt(arch, flags)
     victim, _old, new = case.values["victim"].split()
-    change_victims(arch, cpu, bool(flags & sf.SA_SIGINFO), victim, int(new, 16))
+    change_victims(arch, cpu, bool(flags & siginfo_flag(arch)), victim, int(new, 16))
     # what the restorer or trampoline does before the call
     if arch == "x86_64":
         cpu.regs["rsp"] += 8
@@ -639,7 +715,7 @@ def test_return_restores_handler_changes(arch: str, kernel: str, case_name: str,
     elif arch.startswith("ppc64"):
         cpu.regs["r1"] += sf_ppc.SIGNAL_FRAMESIZE
     mask = sf.pop_frame(arch, cpu, rt)
-    assert mask == BLOCKED
+    assert mask == blocked(arch)
     want = {n: case.int(f"post.{n}") for n in reg_names(case)}
     want.update(fp_regs(arch, case.bytes("fp_post")))
     sp_name, pc_name = SP.get(arch, "sp"), PC.get(arch, "pc")
@@ -660,7 +736,8 @@ def test_return_restores_handler_changes(arch: str, kernel: str, case_name: str,
 
 def change_victims(arch: str, cpu: FakeCpu, siginfo: bool, victim: str, new: int) -> None:
     """The program's handler's change, made in kpsdk's frame: the saved ``victim`` register
-    becomes ``new`` and the low 32 bits of the saved d5/f5/xmm3 are inverted."""
+    becomes ``new`` and the low 32 bits of the saved d5/f5/xmm3 are inverted (MIPS: the first
+    four bytes of fpregs[4], a slot o32 saves too)."""
     lay = sf.frame_layout(arch)
     order = ORDER.get(arch, "<")
     word = WORD.get(arch, 8)
@@ -668,6 +745,9 @@ def change_victims(arch: str, cpu: FakeCpu, siginfo: bool, victim: str, new: int
     if arch.startswith("ppc64"):
         cpu.write(uc + lay["mc.gp_regs"] + 8 * int(victim[1:]), struct.pack(order + "Q", new))
         fp_at = uc + lay["mc.fp_regs"] + 5 * 8 + (4 if order == ">" else 0)
+    elif arch in MIPS:  # sc_regs are 64-bit on o32 too
+        cpu.write(uc + lay[f"reg.{victim}"], struct.pack(order + "Q", new))
+        fp_at = uc + lay["reg.f0"] + 4 * 8
     else:
         cpu.write(uc + lay[f"reg.{victim}"], struct.pack(order + ("Q" if word == 8 else "I"), new))
         if arch in ("x86_64", "i386"):
@@ -720,12 +800,11 @@ def test_siginfo_layout_matches_c_library(arch: str, workdir: Path) -> None:
     assert off["size.siginfo"] == len(kill) == 128
     sa = dict(re.findall(r"(SA_\w+) (0x[0-9a-f]+|\d+)", run.head["sa"]))
     assert {k: int(v, 0) for k, v in sa.items()} == {k: v for k, v in sf.sa_flags(arch).items() if k in sa}
-    assert run.head["sig"] == "SIGUSR1 10 SIGUSR2 12"
-    assert sf.signals(arch)["SIGUSR1"] == 10
+    assert run.head["sig"] == f"SIGUSR1 {usr1(arch)} SIGUSR2 {sf.signals(arch)['SIGUSR2']}"
 
 
 def test_mips_constants_differ() -> None:
-    """MIPS's numbers (for the frames to come): SIGUSR1 16, SIGCHLD 18, SA_SIGINFO 8, and
+    """MIPS's numbers: SIGUSR1 16, SIGCHLD 18, SA_SIGINFO 8, and
     si_code before si_errno."""
     assert sf.signals("mipsel")["SIGUSR1"] == 16 and sf.signals("mips")["SIGCHLD"] == 18
     assert sf.sa_flags("mips64el")["SA_SIGINFO"] == 8
@@ -959,13 +1038,20 @@ def test_trampolines_disassemble() -> None:
         code = sf.sigreturn_trampoline(arch)
         assert text((capstone.CS_ARCH_PPC, capstone.CS_MODE_64 | mode), code) == \
             ["bctrl", "addi r1, r1, 0x80", "li r0, 0xac", "sc"]
+    for arch, mode in (("mips", capstone.CS_MODE_BIG_ENDIAN), ("mipsel", capstone.CS_MODE_LITTLE_ENDIAN)):
+        assert text((capstone.CS_ARCH_MIPS, capstone.CS_MODE_MIPS32 | mode), sf.sigreturn_trampoline(arch)) == \
+            ["addiu $v0, $zero, 0x1017", "syscall", "addiu $v0, $zero, 0x1061", "syscall"]
+    n64 = sf.sigreturn_trampoline("mips64el")[8:]
+    assert text((capstone.CS_ARCH_MIPS, capstone.CS_MODE_MIPS64 | capstone.CS_MODE_LITTLE_ENDIAN), n64) == \
+        ["addiu $v0, $zero, 0x145b", "syscall"]
     assert sf.sigreturn_trampoline("x86_64") == b""
 
 
 def test_frame_kinds() -> None:
     """i386 and arm build the old frame without SA_SIGINFO; the others always an rt frame."""
     assert not sf.is_rt("i386", 0) and not sf.is_rt("arm", sf.SA_RESTORER) and sf.is_rt("arm", sf.SA_SIGINFO)
-    assert all(sf.is_rt(a, 0) for a in ("x86_64", "riscv64", "ppc64", "ppc64le", "aarch64"))
+    assert all(sf.is_rt(a, 0) for a in ("x86_64", "riscv64", "ppc64", "ppc64le", "aarch64", "mips64el"))
+    assert not sf.is_rt("mips", 0) and not sf.is_rt("mipsel", sf.SA_SIGINFO) and sf.is_rt("mipsel", 8)
     with pytest.raises(LookupError):
         sf.push_frame("sparc", _cpu("x86_64"), sig=1, info=bytes(128), handler=0, flags=0, restorer=0, blocked=0,
                       altstack=None, sigreturn_code_addr=0)
@@ -998,10 +1084,11 @@ def _unicorn(arch: str):  # type: ignore[no-untyped-def]
 #: pointer and SP_EL0 (a kernel's), which no frame holds (arch/arm64/kernel/signal.c), and its
 #: d0-d31, the low halves of the v0-v31 the round trip sets
 _SKIP = {"rsp", "esp", "sp", "r1", "rip", "eip", "pc", "cs", "ss", "ds", "es", "fs", "gs", "cpsr", "eflags", "fptag",
-         "msr", "zero", "fip", "fdp", "fop", "fpsw", "pstate", "tpidr_el0", "sp_el0", *(f"d{i}" for i in range(32))}
+         "msr", "zero", "fip", "fdp", "fop", "fpsw", "pstate", "tpidr_el0", "sp_el0", *(f"d{i}" for i in range(32)),
+         "sr", "fir"}
 
 
-@pytest.mark.parametrize("arch", ["x86_64", "i386", "arm", "riscv64", "aarch64"])
+@pytest.mark.parametrize("arch", ["x86_64", "i386", "arm", "riscv64", "aarch64", *MIPS])
 def test_unicorn_round_trip(arch: str) -> None:
     """Push and pop on Unicorn through :class:`UnicornFrameCpu`: the handler is called as
     Linux calls it, and the return gives back every register, the FP and vector state with
@@ -1048,7 +1135,7 @@ def test_unicorn_round_trip(arch: str) -> None:
     cpu.set_reg(sp_name, start_sp)
     cpu.set_reg(pc_name, start_pc)
     flags_before = cpu.reg("eflags") if arch in ("x86_64", "i386") else cpu.reg("cpsr") if arch == "arm" else 0
-    flags = sf.SA_SIGINFO | (sf.SA_RESTORER if arch in ("x86_64", "i386", "arm") else 0)
+    flags = siginfo_flag(arch) | (sf.SA_RESTORER if arch in ("x86_64", "i386", "arm") else 0)
     info = sf.siginfo_fault(arch, 11, code=1, addr=0xDEAD000)
     sf.push_frame(arch, cpu, sig=11, info=info, handler=0x401000, flags=flags, restorer=0x402000, blocked=BLOCKED,
                   altstack=None, sigreturn_code_addr=0x403000, fault=sf.FaultContext(14, 4, 0xDEAD000))
@@ -1069,6 +1156,9 @@ def test_unicorn_round_trip(arch: str) -> None:
         assert cpu.reg("x29") == sp + sf_a64.RT_SIGFRAME_SIZE and sp % 16 == 0
         record = uc.mem_read(sp + sf_a64.UC + sf_a64.UC_MCONTEXT + sf_a64.SC_RESERVED + sf_a64.FPSIMD_SIZE, 16)
         assert struct.unpack("<IIQ", record) == (sf_a64.ESR_MAGIC, 16, 4)  # the fault's ESR record
+    elif arch in MIPS:  # the handler's address in t9 too; ra at the vDSO's rt_sigreturn
+        assert (cpu.reg("a0"), cpu.reg("a1") - sp, cpu.reg("a2") - sp) == (11, sf_mips.INFO, sf_mips.UC)
+        assert (cpu.reg("ra"), cpu.reg("t9")) == (0x403008, 0x401000)
     else:
         assert (cpu.reg("a0"), cpu.reg("a1") - sp, cpu.reg("a2") - sp, cpu.reg("ra")) == (11, 0, 128, 0x403000)
     # the handler clobbers everything, then returns through the restorer or trampoline

@@ -38,7 +38,8 @@ runner = CliRunner()
 #: code shows (mov eax, "add"; mov edx, result; call put)
 PUT_ARGS = {"x86_64": ("%di", "%si"), "i386": ("%ax", "%dx"), "arm": ("%r0", "%r1"), "thumb": ("%r0", "%r1"),
             "riscv64": ("%a0", "%a1"), "ppc64": ("%r3", "%gpr4"), "ppc64le": ("%r3", "%gpr4"),
-            "aarch64": ("%x0", "%x1")}
+            "aarch64": ("%x0", "%x1"),
+            "mips": ("%r4", "%a1"), "mipsel": ("%a0", "%r5"), "mips64el": ("%r4", "%a1")}  # MIPS: either name
 
 
 @functools.cache

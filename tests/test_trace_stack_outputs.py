@@ -20,6 +20,7 @@ import jsonschema
 import pytest
 from typer.testing import CliRunner
 
+import kpsdk
 from kpsdk import fixtures
 from kpsdk.cli import app
 from kpsdk.trace.output import JSONL_SCHEMA, STACK_ARG
@@ -35,33 +36,40 @@ ARCHS = {
     "riscv64": ("riscv64-linux-gnu-objdump", "binutils-riscv64-linux-gnu", "%a0"),
     "ppc64": ("powerpc64-linux-gnu-objdump", "binutils-powerpc64-linux-gnu", "%r3"),
     "aarch64": ("aarch64-linux-gnu-objdump", "binutils-aarch64-linux-gnu", "%x0"),
+    "mips": ("mips-linux-gnu-objdump", "binutils-mips-linux-gnu", "%a0"),
+    "mipsel": ("mipsel-linux-gnu-objdump", "binutils-mipsel-linux-gnu", "%a0"),
+    "mips64el": ("mips64el-linux-gnuabi64-objdump", "binutils-mips64el-linux-gnuabi64", "%a0"),
 }
 #: ``0000000000401202 <fact>:`` (ppc64's ELFv1 code symbols are ``.fact``)
 LABEL = re.compile(r"^([0-9a-f]+) <\.?([\w.]+)>:$")
 #: an instruction line: ``  401220:\te8 dd ff ff ff \tcall   401202 <fact>``
 INSN = re.compile(r"^\s+([0-9a-f]+):\t")
-CALLS = ("call", "bl", "blx", "jal")
+CALLS = ("call", "bl", "blx", "jal", "bal")
 
 
-def return_sites(path: Path, objdump: str, callee: str) -> set[str]:
-    """``caller+0xoff`` of each instruction that follows a call of ``callee`` (its return address)."""
+def return_sites(path: Path, objdump: str, callee: str, delay: int = 0) -> set[str]:
+    """``caller+0xoff`` of each instruction that follows a call of ``callee`` (its return address:
+    on MIPS the one after the call's delay slot, ``delay`` instructions on)."""
     text = subprocess.run([objdump, "-d", str(path)], capture_output=True, text=True, check=True).stdout
     out: set[str] = set()
-    function, start, pending = "", 0, False
+    function, start, pending = "", 0, -1
     for line in text.splitlines():
         label = LABEL.match(line)
         if label:
-            function, start, pending = label[2], int(label[1], 16), False
+            function, start, pending = label[2], int(label[1], 16), -1
             continue
         insn = INSN.match(line)
         if not insn:
             continue
-        if pending:
+        if pending == 0:
             out.add(f"{function}+{int(insn[1], 16) - start:#x}")
-            pending = False
+        if pending >= 0:
+            pending -= 1
+            continue
         words = line.split("\t")
         mnemonic = words[2].split()[0] if len(words) > 2 and words[2].split() else ""
-        pending = mnemonic in CALLS and re.search(rf"<\.?{callee}>", line) is not None
+        if mnemonic in CALLS and re.search(rf"<\.?{callee}>", line) is not None:
+            pending = delay
     return out
 
 
@@ -96,7 +104,8 @@ def test_jsonl_and_perfetto_carry_the_stack_the_code_makes(arch: str, tmp_path: 
     objdump, package, arg = ARCHS[arch]
     require_tool(objdump, package)
     path = fixtures.path(arch)
-    sites = {callee: return_sites(path, objdump, callee) for callee in ("fact", "main")}
+    delay = 1 if kpsdk.get_registry().arch(arch).delay_slots is not None else 0
+    sites = {callee: return_sites(path, objdump, callee, delay) for callee in ("fact", "main")}
     assert sites["fact"] and sites["main"], sites
     definition = ["-e", f"p:f fact n={arg}:s32"]
 

@@ -45,6 +45,10 @@ PROGRAMS: dict[str, tuple[bytes, bytes, int, int]] = {
     # strb w2, [x0]; strb w2, [x1]; ret || mov w0, #1; ret (the immediate's low bits: byte 0's bits 5-7)
     "aarch64": (_words((0x39000002, 0x39000022, 0xD65F03C0), "little"), _words((0x52800020, 0xD65F03C0), "little"),
                 0, 0x40),
+    # sb a2, 0(a0); sb a2, 0(a1); jr ra; nop || jr ra; li v0, 1 (in the delay slot: the immediate's low byte)
+    **{arch: (_words((0xA0860000, 0xA0A60000, 0x03E00008, 0), endian), _words((0x03E00008, 0x24020001), endian),
+              7 if endian == "big" else 4, 2)
+       for arch, endian in (("mips", "big"), ("mipsel", "little"), ("mips64el", "little"))},
 }
 
 
@@ -102,6 +106,9 @@ LOADS: dict[str, tuple[bytes, int]] = {
     "riscv64": (_words((0x00054583, 0x00054503, 0x00008067), "little"), 4),  # lbu a1/a0, 0(a0); ret
     "ppc64": (_words((0x88830000, 0x88630000, 0x4E800020), "big"), 4),  # lbz r4/r3, 0(r3); blr
     "aarch64": (_words((0x39400001, 0x39400000, 0xD65F03C0), "little"), 4),  # ldrb w1/w0, [x0]; ret
+    # lbu v1, 0(a0); lbu v0, 0(a0); jr ra; nop
+    **{arch: (_words((0x90830000, 0x90820000, 0x03E00008, 0), endian), 4)
+       for arch, endian in (("mips", "big"), ("mipsel", "little"), ("mips64el", "little"))},
 }
 
 

@@ -18,19 +18,19 @@ import pytest
 
 import kpsdk
 from kpsdk import fixtures
+from tests.conftest import REGISTERED_ARCHS
 from tests.test_libraries import built, report  # noqa: F401 - the module fixture that builds calls.c
 
+
 #: the libc each arch's program maps: the host's own for x86_64 (sysroot "/"), else Debian's
-#: cross sysroot (the Unicorn target's default sysroot for another architecture)
-LIBC = {
-    "x86_64": ("/", "/lib/x86_64-linux-gnu/libc.so.6"),
-    "i386": ("/usr/i686-linux-gnu", "/usr/i686-linux-gnu/lib/libc.so.6"),
-    "arm": ("/usr/arm-linux-gnueabihf", "/usr/arm-linux-gnueabihf/lib/libc.so.6"),
-    "riscv64": ("/usr/riscv64-linux-gnu", "/usr/riscv64-linux-gnu/lib/libc.so.6"),
-    "ppc64": ("/usr/powerpc64-linux-gnu", "/usr/powerpc64-linux-gnu/lib/libc.so.6"),
-    "ppc64le": ("/usr/powerpc64le-linux-gnu", "/usr/powerpc64le-linux-gnu/lib/libc.so.6"),
-    "aarch64": ("/usr/aarch64-linux-gnu", "/usr/aarch64-linux-gnu/lib/libc.so.6"),
-}
+#: cross sysroot (the Unicorn target's default sysroot for another architecture), for every arch
+#: with a Linux layer and a fixture (the registry's, not named here)
+def _libc(root: str | None, multiarch: str) -> tuple[str, str]:
+    return ("/", f"/lib/{multiarch}/libc.so.6") if root is None else (root, f"{root}/lib/libc.so.6")
+
+
+LIBC = {a.name: _libc(a.syscalls.linux.sysroot, a.multiarch) for a in REGISTERED_ARCHS
+        if a.toolchain is not None and a.syscalls is not None and a.syscalls.linux is not None}
 
 
 @pytest.mark.parametrize("arch", sorted(LIBC))
@@ -89,10 +89,11 @@ def sysroot_holding(arch: str, lib: Path, tmp: Path) -> tuple[Path, Path]:
         return Path("/"), lib
     copy = tmp / "sysroot"
     (copy / "lib").mkdir(parents=True)
-    for pattern in ("ld-*.so*", "ld64.so*", "libc.so.6", "libdl.so.2"):  # ld64.so.1/.2: ppc64's loaders
+    for pattern in ("ld-*.so*", "ld64.so*", "ld.so*", "libc.so.6", "libdl.so.2"):  # ppc64's and MIPS's loaders
         for f in (Path(root) / "lib").glob(pattern):
             shutil.copy(f, copy / "lib" / f.name)
-    if (Path(root) / "lib64").is_dir():  # ppc64's PT_INTERP is /lib64/ld64.so.1 (a link into lib/)
+    # ppc64's PT_INTERP is /lib64/ld64.so.1 (a link into lib/), n64's /lib64/ld.so.1
+    if (Path(root) / "lib64").is_dir():
         shutil.copytree(Path(root) / "lib64", copy / "lib64", symlinks=True)
     shutil.copy(lib, copy / lib.name)
     return copy, copy / lib.name

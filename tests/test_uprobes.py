@@ -89,7 +89,9 @@ def expected_bias(path: Path) -> int:
         elf = ELFFile(f)
         if elf["e_type"] != "ET_DYN":
             return 0
-        return PIE_BASE_64 if elf.elfclass == 64 else PIE_BASE_32
+        arch = kpsdk.get_registry().archs.by_elf(elf["e_machine"], elf.elfclass,
+                                                 "little" if elf.little_endian else "big")
+        return arch.pie_base or (PIE_BASE_64 if elf.elfclass == 64 else PIE_BASE_32)  # MIPS64's is Linux's
 
 
 def open_elf(path: Path) -> kpsdk.Session:
@@ -444,7 +446,8 @@ def _boundary(path: Path, name: str, delta: int, mode: int = capstone.CS_MODE_64
     return any(i.address == off + delta for i in md.disasm(data[off:off + 32], off))
 
 
-@pytest.mark.parametrize(("arch", "delta"), [("arm", 2), ("thumb", 1), ("riscv64", 1), ("aarch64", 2)])
+@pytest.mark.parametrize(("arch", "delta"), [("arm", 2), ("thumb", 1), ("riscv64", 1), ("aarch64", 2), ("mips", 2),
+                                             ("mipsel", 1), ("mips64el", 2)])
 @pytest.mark.parametrize("pie", [False])
 def test_misaligned_offsets_are_einval(prog: Path, delta: int) -> None:
     """uprobe_register: an offset not aligned to the instruction size is EINVAL."""

@@ -156,13 +156,15 @@ def test_rules_of_each_arch_and_strict_false(elf: kpsdk.Session) -> None:
     else:
         assert [s.register_watchpoint(x(a)) for a in code[:rules.exec_slots]] == list(range(rules.exec_slots))
         assert err(addr=code[rules.exec_slots], type="x") == errno.ENOSPC
-    # strict=False: none of those rules, and none of the architecture's slots
+    # strict=False: none of those rules, and none of the architecture's slots (a length the hardware
+    # cannot watch: past the longest, or MIPS's 9, between its doubleword and its masked ranges)
+    unwatchable = next((n for n in range(5, 64) if n not in rules.lengths), longest + 5)
     loose = [kpsdk.Watchpoint(addr=base + 1, length=3, type="r", strict=False, handler=lambda *a: None),
-             kpsdk.Watchpoint(addr=base + 2, length=longest + 5, strict=False, handler=lambda *a: None)]
+             kpsdk.Watchpoint(addr=base + 2, length=unwatchable, strict=False, handler=lambda *a: None)]
     assert [s.register_watchpoint(wp) for wp in loose] == [rules.slots, rules.slots + 1]
 
 
-@pytest.mark.parametrize("name", ["x86_64", "i386", "arm", "riscv64", "ppc64", "aarch64"])
+@pytest.mark.parametrize("name", ["x86_64", "i386", "arm", "riscv64", "ppc64", "aarch64", "mips", "mips64el"])
 def test_rules_data_match_the_arch_facts(name: str) -> None:
     """The per-arch rules as declared (each backend's ``source``: the manual and the kernel's hw_breakpoint),
     checked without a target (ppc64 has none on Unicorn)."""
@@ -179,7 +181,8 @@ def test_rules_data_match_the_arch_facts(name: str) -> None:
         return True
 
     facts = {"x86_64": (4, "x w rw"), "i386": (4, "x w rw"), "arm": (4, "x w r rw"), "riscv64": (2, "x w r rw"),
-             "ppc64": (1, "w r rw"), "aarch64": (4, "x w r rw")}
+             "ppc64": (1, "w r rw"), "aarch64": (4, "x w r rw"), "mips": (4, "x w r rw"),
+             "mips64el": (4, "x w r rw")}
     assert (rules.slots, " ".join(t for t in ("x", "w", "r", "rw") if t in rules.types)) == facts[name]
     if name == "ppc64":
         assert ok("w", 0x1000 + 0x180, 0x80) and ok("rw", 0x1000, 512) and ok("r", 0x1001, 3)
@@ -191,6 +194,10 @@ def test_rules_data_match_the_arch_facts(name: str) -> None:
         assert ok("w", 0x1003, 5) and not ok("w", 0x1005, 4) and ok("rw", 0x1000, 0x1000)
         assert not ok("w", 0x1800, 0x1000) and ok("r", 0, 1 << 31) and not ok("r", 0, 1 << 32)
         assert ok("x", 0x1000, 4) and not ok("x", 0x1000, 8)
+    if name.startswith("mips"):  # WatchLo's doubleword, or WatchHi's mask of address bits 11-3
+        assert ok("w", 0x1003, 5) and ok("rw", 0x1000, 8) and not ok("w", 0x1006, 4)  # across a doubleword
+        assert ok("w", 0x1040, 64) and not ok("w", 0x1020, 64) and ok("r", 0x1000, 4096) and not ok("w", 0x1000, 24)
+        assert ok("x", 0x1004, 4) and not ok("x", 0x1004, 8)
     if name in ("x86_64", "i386"):
         assert ok("x", 0x1003, arch.word_size) and not ok("x", 0x1000, 1)  # Linux: exec length = sizeof(long)
         assert ok("w", 0x1008, 8) == (name == "x86_64")

@@ -29,6 +29,7 @@ from __future__ import annotations
 from kpsdk.arch.capabilities import (
     Classify,
     Conditions,
+    DelaySlots,
     DetourCode,
     EntryDetour,
     FrameRecord,
@@ -52,7 +53,7 @@ __all__ = [
     # model
     "Abi", "Arch", "ArchRegistry", "Breakpoint", "CallRule", "InstructionSet", "Register",
     # capabilities
-    "Classify", "Conditions", "DetourCode", "EntryDetour", "FrameRecord", "InsnRules", "Jump", "ModeBit",
+    "Classify", "Conditions", "DelaySlots", "DetourCode", "EntryDetour", "FrameRecord", "InsnRules", "Jump", "ModeBit",
     "OutOfLine", "PltGotTable", "PltTable", "ReturnDetour", "Successors", "WatchRules",
     # the Linux ABI
     "LinuxAbi", "StatLayout", "Syscalls",

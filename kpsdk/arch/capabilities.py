@@ -6,14 +6,15 @@ so by name (:meth:`Arch.require <kpsdk.arch.model.Arch.require>`).  Each is data
 functions a backend writes once for its instruction set: classifying and following
 instructions, running copies out of line, detours for return probes, conditional
 execution, the frame-pointer chain, debug-register rules and the linker's PLT layouts
-(which the ELF reader, :mod:`kpsdk.binfmt.pltstubs`, names stubs with).
+(which the ELF reader, :mod:`kpsdk.binfmt.pltstubs`, names stubs with), and branch delay
+slots (MIPS).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
     import capstone
@@ -52,6 +53,37 @@ class InsnRules:
     successors: Successors
     in_context: Callable[[bytes, int], str | None] | None = None
     context_bytes: int = 0
+
+
+@dataclass(frozen=True)
+class DelaySlots:
+    """Branches whose next instruction, the *delay slot*, runs before the branch goes (MIPS).
+
+    Three things follow, each the kernel's or the CPU's rule:
+
+    * the kernel refuses a probe on an instruction in a delay slot (``arch_prepare_kprobe``
+      reads the instruction before the probed one): :attr:`refuses_after`, checked where an
+      instruction is decoded for a probe (:func:`kpsdk.arch.decode.decode_at`);
+    * an instruction in a delay slot goes where its branch goes, and re-running it means
+      re-running its branch: :attr:`branch` says which instructions have one (the CPU's rule,
+      which may be narrower than the kernel's refusal: Linux's MIPS test counts every
+      coprocessor-1 instruction as a branch);
+    * Unicorn needs its CPU state settled after a hook inside a delay slot (:attr:`unicorn_settle`).
+
+    :param refuses_after: ``(bytes of the instruction before) -> why a probe after it is
+        refused, or None``.
+    :param branch: ``(an instruction's bytes) -> whether it has a delay slot``.
+    :param size: bytes of a delay slot.
+    :param unicorn_settle: ``(uc) -> None``: called after Unicorn ran a memory hook or filled
+        its TLB inside an instruction (either restores the CPU state of that instruction);
+        puts the engine back as it was when that instruction is in a delay slot.  None: the
+        engine needs nothing.
+    """
+
+    refuses_after: Callable[[bytes], str | None]
+    branch: Callable[[bytes], bool]
+    size: int = 4
+    unicorn_settle: Callable[[Any], None] | None = None
 
 
 @dataclass(frozen=True)
@@ -245,7 +277,8 @@ class WatchRules:
         registers); None when ``x`` shares ``slots`` (x86's DR0-DR3).
     :param masked: ``(smallest, largest)``: a data watchpoint may also be any power of two
         between these, naturally aligned, which ``lengths`` and ``window`` do not then
-        restrict (AArch64's MASK field: 8 bytes to 2 GiB); None: no such ranges.
+        restrict (AArch64's MASK field: 8 bytes to 2 GiB; MIPS's WatchHi mask: 16 bytes to 4 KiB);
+        None: no such ranges.
     :param source: where the numbers come from.
     """
 

@@ -36,6 +36,31 @@ MAX_LINEAR = 0x10000
 
 def decode_at(target: CodeView, addr: int, start: int, iset: InstructionSet,
               end: int | None = None) -> Decoded | None:
+    """The instruction at ``addr`` (:func:`_decode_at`), refused where the arch's kernel
+    refuses what comes before it: an instruction in a branch delay slot (MIPS,
+    :class:`~kpsdk.arch.DelaySlots`: the instruction before is read from the target, and
+    none is there at the start of a mapping, as the kernel's ``copy_from_kernel_nofault``
+    finds none), and refused in a function at an odd address, where that is code of an
+    instruction set kpsdk does not decode (:attr:`Arch.odd_code <kpsdk.arch.Arch.odd_code>`:
+    MIPS16e, microMIPS, whose symbols have the ISA bit); an odd address in a function at an even
+    one is inside an instruction (None, EILSEQ)."""
+    arch = target.arch
+    if addr & 1 and start & 1 and arch.odd_code is not None and not iset.thumb_bit:  # an odd function
+        return Decoded(addr, 0, "", "", b"", False, f"{addr:#x}: {arch.odd_code}")
+    insn = _decode_at(target, addr, start, iset, end)
+    slots = arch.delay_slots
+    if insn is None or slots is None or insn.refused is not None:
+        return insn
+    try:
+        before = target.read_memory(addr - slots.size, slots.size) if addr >= slots.size else b""
+    except TargetFault:
+        return insn
+    reason = slots.refuses_after(before)
+    return insn if reason is None else insn._replace(boostable=False, refused=reason)
+
+
+def _decode_at(target: CodeView, addr: int, start: int, iset: InstructionSet,
+               end: int | None = None) -> Decoded | None:
     """The instruction at ``addr``, decoding linearly from ``start``.
 
     Returns None when ``addr`` falls inside an instruction (EILSEQ).  Where
@@ -69,7 +94,7 @@ def decode_at(target: CodeView, addr: int, start: int, iset: InstructionSet,
                             addr - start + iset.min_insn)
         mark = marks.get(addr)
         if mark is None:  # the walk stopped before addr (data in the function): addr on its own
-            return decode_at(target, addr, addr, iset)
+            return _decode_at(target, addr, addr, iset)
         if not isinstance(mark, tuple):  # False: inside an instruction
             return None
         if not iset.thumb_bit:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 
@@ -42,6 +43,10 @@ class LinuxAbi:
         program of a foreign architecture; None: none by default.
     :param stat: ``struct stat`` of ``fstat``/``newfstatat``/``stat``.
     :param stat64: ``struct stat64`` of ``fstat64``/``fstatat64`` (32-bit arches).
+    :param statfs: the arch's own ``struct statfs`` (``struct statfs64`` where its glibc calls
+        ``statfs64``) as ``(struct codes, field names in order)``, the names those of
+        ``kpsdk.targets.unicorn.linux.structs.STATFS_FIELDS``; None: asm-generic's (MIPS puts
+        ``f_frsize`` third and ``f_bavail`` after ``f_ffree``: arch/mips/include/uapi/asm/statfs.h).
     :param tls_register: the Unicorn register ``arch_prctl(ARCH_SET_FS)`` or ARM's
         ``set_tls`` writes (x86_64 fs base, ARM TPIDRURO); None where the program
         sets its thread pointer itself (riscv tp, ppc64 r13).
@@ -53,6 +58,19 @@ class LinuxAbi:
     :param error_flag: how a failed call says so: None, a negative result
         (``-errno``); else ``(register, bit)``: the bit is set and the result is
         the positive errno (ppc64's CR0.SO).
+    :param error_register: a register of its own that says it (Unicorn's id): 1 after a
+        failed call, whose result is then the positive errno, 0 after one that succeeded
+        (MIPS's ``$a3``: arch/mips/kernel/scall32-o32.S, scall64-n64.S); None: not so.
+    :param errnos: the arch's errno numbers where they differ from the generic ones the
+        layer uses (Python's ``errno``, the host's), as ``(generic, the arch's)`` pairs
+        (arch/mips/include/uapi/asm/errno.h).  Empty: the generic numbers.
+    :param mmap_flags: ``mmap(2)`` flag bits that differ from asm-generic's, as
+        ``(the arch's bit, the generic bit)``: the layer reads the generic meaning
+        (MIPS's ``MAP_ANONYMOUS`` is 0x800, asm-generic's 0x20).
+    :param open_flags: likewise for ``open(2)``'s flags, every bit that differs (MIPS's
+        ``O_CREAT`` is 0x100, ``O_APPEND`` 0x8, ``O_NONBLOCK`` 0x80...): the layer translates
+        them where they come in (open, fcntl's F_SETFL, pipe2) and out (F_GETFL) and works in
+        the generic bits, so an arch with this table leaves :attr:`open_flag_bits` empty.
     :param big_endian: the byte order of the guest's words.
     :param open_flag_bits: the ``open(2)`` flags whose bits differ from asm-generic's
         (arch/*/include/uapi/asm/fcntl.h: ``O_DIRECTORY``, ``O_NOFOLLOW``, ``O_DIRECT``,
@@ -85,6 +103,10 @@ class LinuxAbi:
         child_tid)`` (i386, arm, powerpc, mips: the kernel's CONFIG_CLONE_BACKWARDS; riscv64 and
         aarch64 too, as their glibc's clone.S passes them) instead of x86_64's ``(flags, stack,
         parent_tid, child_tid, tls)``.
+    :param exec_state: CPU state the kernel derives at ``execve`` from the executable and
+        its interpreter (their paths; None: static): ``(uc, executable, interpreter)``.  MIPS
+        o32's FPU mode (Status.FR) from each ELF's ``.MIPS.abiflags`` (arch/mips/kernel/elf.c).
+        None: nothing beyond the ABI's fixed start state.
     :param calls: the calls the layer answers on this arch, by the arch's names for them
         (:mod:`kpsdk.arch_backends.syscall_tables`; each has a handler, found by that name):
         any other number is ``-ENOSYS``, recorded under its name.  ``exit`` and
@@ -98,10 +120,15 @@ class LinuxAbi:
     sysroot: str | None = None
     stat: StatLayout | None = None
     stat64: StatLayout | None = None
+    statfs: tuple[str, tuple[str, ...]] | None = None
     tls_register: int | None = None
     set_thread_area: Callable[[Any, int, int, int, bool], int] | None = None
     pair_aligned: bool = False
     error_flag: tuple[int, int] | None = None
+    error_register: int | None = None
+    errnos: tuple[tuple[int, int], ...] = ()
+    mmap_flags: tuple[tuple[int, int], ...] = ()
+    open_flags: tuple[tuple[int, int], ...] = ()
     open_flag_bits: tuple[tuple[str, int], ...] = ()
     calls: frozenset[str] = frozenset()
     syscall_insn_size: int = 4
@@ -114,6 +141,25 @@ class LinuxAbi:
     cpu_exceptions: tuple[tuple[int, str, int], ...] = ()
     vector_page: tuple[int, bytes] | None = None
     legacy_call: Callable[[Callable[[int, int], bytes], int, bool], int | None] | None = None
+    exec_state: Callable[[Any, Path, Path | None], None] | None = None
+
+    def generic_flags(self, flags: int, table: tuple[tuple[int, int], ...]) -> int:
+        """``flags`` with each of the arch's bits in ``table`` (:attr:`mmap_flags`,
+        :attr:`open_flags`) moved to the generic bit of the same meaning."""
+        if not table:
+            return flags
+        out = flags
+        for mine, _generic in table:
+            out &= ~mine
+        for mine, generic in table:
+            if flags & mine:
+                out |= generic
+        return out
+
+    def arch_flags(self, flags: int, table: tuple[tuple[int, int], ...]) -> int:
+        """The inverse of :meth:`generic_flags`: the generic bits back in the arch's places
+        (what ``fcntl(F_GETFL)`` shows a MIPS program)."""
+        return self.generic_flags(flags, tuple((generic, mine) for mine, generic in table))
 
 
 @dataclass(frozen=True)
@@ -132,6 +178,9 @@ class Syscalls:
         :attr:`LinuxAbi.calls`.
     :param unicorn_insn: Unicorn's instruction id to hook (``UC_HOOK_INSN``) where
         the trap is an instruction rather than an interrupt (x86_64's ``syscall``).
+    :param stack_args: arguments after ``args`` that the kernel reads from the user stack,
+        at ``sp + stack_args_offset`` (MIPS o32: the 5th to 8th, from ``sp + 16``:
+        arch/mips/kernel/scall32-o32.S loads them for every call).
     :param linux: the process ABI the Linux layer needs (auxv, TLS, structs);
         None: only the freestanding calls (write, exit) are emulated.
     """
@@ -143,3 +192,5 @@ class Syscalls:
     calls: dict[str, int]
     unicorn_insn: int | None = None
     linux: LinuxAbi | None = None
+    stack_args: int = 0
+    stack_args_offset: int = 0

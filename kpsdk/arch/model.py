@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from kpsdk.arch.capabilities import (
     Conditions,
+    DelaySlots,
     DetourCode,
     FrameRecord,
     InsnRules,
@@ -107,8 +108,16 @@ class InstructionSet:
     :param max_call: the longest call instruction, in bytes: a stack scan looks
         this far back from a candidate return address for the call before it.
     :param is_call: whether an instruction is a call where capstone does not put it
-        in ``CS_GRP_CALL`` (PowerPC's branches with the LK bit: ``bl``, ``bctrl``);
-        None: capstone's group decides.
+        in ``CS_GRP_CALL`` (PowerPC's branches with the LK bit: ``bl``, ``bctrl``; MIPS's
+        ``jal``, ``jalr``, ``bal``); None: capstone's group decides.
+    :param delay_slot: bytes between the end of a call and the address it returns to: the
+        branch delay slot (MIPS: 4, the return address is the call's address + 8).
+    :param prologue: ``(code, start) -> (frame size, offset of the saved return address from
+        the stack pointer, or None while it is in the link register)``: a function's frame as
+        its prologue sets it up, read from ``code`` (its instructions from ``start`` up to the
+        pc).  Where it is given, backtraces walk frames that way (MIPS: how its kernel unwinds,
+        ``get_frame_info`` in arch/mips/kernel/process.c) instead of a frame-pointer chain or
+        a stack scan.
     """
 
     name: str
@@ -124,6 +133,8 @@ class InstructionSet:
     frame_record: FrameRecord | None = None
     max_call: int = 4
     is_call: CallRule | None = None
+    delay_slot: int = 0
+    prologue: Callable[[bytes, int], tuple[int, int | None]] | None = None
 
 
 @dataclass(frozen=True)
@@ -174,12 +185,17 @@ class Arch:
                           trace prefix on a live kernel (else ``<...>-0``)
     ``entry_registers``   registers a process starts with beyond sp, from its entry's
                           function descriptor (ppc64 ELFv1: r2, the TOC)
-    ``kernel_arg_access`` the arch's kernel reads ``$argN`` in probe events (32-bit arm's has
-                          no HAVE_FUNCTION_ARG_ACCESS_API; Debian 12's ppc64el refuses it too:
+    ``kernel_arg_access`` the arch's kernel reads ``$argN`` in probe events (32-bit arm's and
+                          MIPS's have no HAVE_FUNCTION_ARG_ACCESS_API; Debian 12's ppc64el refuses it too:
                           "Invalid $-variable", asked of the guest in the tests)
     ``kernel_log2_overflow`` a hist ``.log2`` key where the kernel's ``1UL << bits`` overflows
                           (0, negative values): 32-bit arm's is ``ilog2(0)``, 2**64 - 1, as its
                           kernel prints it; None: the exponent (x86_64's 64)
+    ``delay_slots``       branch delay slots (MIPS): probes refused in them, watched accesses in
+                          them followed through their branch, Unicorn's state settled
+    ``unicorn_cpu``       the CPU model Unicorn emulates (``ctl_set_cpu_model``) where its default
+                          is not the one Linux programs of the arch need (MIPS64: R4000 lacks
+                          ``rdhwr``)
     ====================  ================================================================
     """
 
@@ -208,6 +224,10 @@ class Arch:
     qemu_system: QemuMachine | None = None
     #: Debian's kernel and busybox for it (None: Debian builds none)
     debian: DebianPort | None = None
+    #: gdb settings the arch needs before gdb attaches, each ``NAME VALUE`` as ``set`` takes it
+    #: (MIPS64: ``mips abi n64``: without a file gdb's MIPS ABI is o32, whose 32-bit addresses
+    #: never match a 64-bit kernel's, so no breakpoint there is ever hit)
+    gdb_settings: tuple[str, ...] = ()
     #: gdb's ``decr_pc_after_break`` is non-zero (x86: the pc is past the int3):
     #: after a software-breakpoint stop gdb moves the pc back one byte whenever
     #: another software breakpoint sits there.  QEMU reports the exact pc, so
@@ -234,6 +254,17 @@ class Arch:
     detours: DetourCode | None = None
     mode_bit: ModeBit | None = None
     unicorn_setup: Callable[[Any], None] | None = None
+    #: Unicorn's CPU model (``UC_CPU_*``), set before the engine starts; None: Unicorn's default
+    unicorn_cpu: int | None = None
+    #: where an ``elf:`` target loads a position-independent executable; None: the base x86_64 or
+    #: i386 Linux gives one with randomization off (kpsdk.targets.unicorn.loader.pie_base)
+    pie_base: int | None = None
+    #: branch delay slots (MIPS), see :class:`~kpsdk.arch.DelaySlots`
+    delay_slots: DelaySlots | None = None
+    #: what code at an odd address is where no instruction set of the arch selects it by bit 0
+    #: (MIPS: MIPS16e or microMIPS, which the ELF marks with that ISA bit and kpsdk does not
+    #: decode): a probe there is refused with this reason; None: odd addresses are decoded
+    odd_code: str | None = None
     #: whether kpsdk fills Unicorn's virtual TLB on this arch (kpsdk.targets.unicorn.tlb: guest stores
     #: on the fast path); where not, Unicorn's CPU fills its TLB itself, every store on the slow path
     unicorn_tlb_fill: bool = True
@@ -284,6 +315,10 @@ class Arch:
     toolchain: Toolchain | None = None
     #: DWARF register numbers -> register names (:mod:`kpsdk.arch.dwarfregs`); None: no DWARF reading
     dwarf: DwarfRegisters | None = None
+    #: why a feature kpsdk has elsewhere is missing or different here, as ``(feature, reason)``
+    #: (feature names: ``kpsdk archs``' :data:`kpsdk.cli.archs.FEATURES`): what ``kpsdk archs``
+    #: prints instead of a bare "no" (MIPS: QEMU gives its TCG plugin no registers)
+    limits: tuple[tuple[str, str], ...] = ()
 
     def require(self, capability: str, feature: str) -> Any:
         """The capability named ``capability`` (an attribute of this class, or of its

@@ -495,7 +495,8 @@ MAX_INTERP = 4096
 
 def _interp(elf: ElfFile) -> str | None:
     """The PT_INTERP path, checked as Linux does: inside the file, at most PATH_MAX bytes,
-    NUL-terminated (fs/binfmt_elf.c, load_elf_binary)."""
+    ending with a NUL, the path the string up to its first (fs/binfmt_elf.c, load_elf_binary:
+    MIPS's libc.so.6 pads its ``.interp`` with NULs to 16 bytes)."""
     for i, seg in enumerate(elf.program_headers):
         ph = seg.header
         if ph["p_type"] != "PT_INTERP":
@@ -506,9 +507,9 @@ def _interp(elf: ElfFile) -> str | None:
             raise elf.error(f"{what}: {size} bytes at {offset:#x} is not a path inside the file")
         with elf.pyelftools(what):
             raw = seg.data()
-        if raw[-1:] != b"\0" or b"\0" in raw[:-1]:
-            raise elf.error(f"{what}: the path is not one NUL-terminated string")
-        return raw[:-1].decode("utf-8", "surrogateescape")
+        if raw[-1:] != b"\0" or raw[:1] == b"\0":
+            raise elf.error(f"{what}: the path is not a NUL-terminated string")
+        return raw.split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
     return None
 
 

@@ -60,6 +60,45 @@ def _regs_cell(names: tuple[str, ...]) -> str:
     return "\n".join(" ".join(names[i:i + 4]) for i in range(0, len(names), 4))
 
 
+#: the features ``kpsdk archs`` reports per arch, by target: each "yes" (with a detail) or why not
+FEATURES = {
+    "Unicorn": ("kprobes", "boost", "detours", "watchpoints", "linux", "signals"),
+    "live": ("qemu-user", "kernel", "tcg-plugin", "current"),
+    "binaries": ("dwarf",),
+}
+
+
+def features(arch: Arch) -> dict[str, str]:
+    """Each feature of :data:`FEATURES` on ``arch``: "yes" (what it uses) from the backend's data,
+    else the backend's own reason (``Arch.limits``) or "no"."""
+    from kpsdk.targets.unicorn.linux.sigframes import ARCHES as FRAMES
+
+    unicorn = arch.unicorn is not None and not arch.unicorn_unsupported
+    linux = arch.syscalls.linux if arch.syscalls is not None else None
+    tasks = arch.kernel_tasks
+    found: dict[str, str | None] = {
+        "kprobes": "breakpoint and hook" if unicorn else None,
+        "boost": "out of line" if unicorn and arch.out_of_line is not None else None,
+        "detours": "entry and return code" if unicorn and arch.detours is not None else None,
+        "watchpoints": (f"{arch.watch.slots} slots" + (f" + {arch.watch.exec_slots} x" if arch.watch.exec_slots
+                                                       else "")) if arch.watch is not None else None,
+        "linux": "system calls" if unicorn and linux is not None else None,
+        "signals": "frames" if unicorn and linux is not None and arch.name in FRAMES else None,
+        "qemu-user": arch.qemu_user if arch.qemu_user else None,
+        "kernel": (f"Debian {arch.debian.kernel}" if arch.debian is not None else
+                   f"bare metal ({arch.qemu_system.machine or 'default board'})" if arch.qemu_system is not None
+                   else None),
+        "tcg-plugin": f"{len(arch.plugin_registers)} registers" if arch.plugin_registers and arch.qemu_system
+        else None,
+        "current": ("BTF" + (", or the kernel's code" if tasks.code is not None else "")) if tasks is not None
+        else None,
+        "dwarf": "registers" if arch.dwarf is not None else None,
+    }
+    limits = dict(arch.limits)
+    return {name: limits.get(name, f"yes: {value}" if value is not None else "no")
+            for group in FEATURES.values() for name in (group) for value in (found[name],)}
+
+
 def cmd_archs() -> None:
     """The architectures kpsdk knows, and how it probes each.
 
@@ -107,6 +146,16 @@ def cmd_archs() -> None:
     con.print(table)
     for note in notes:
         con.print(Text("unicorn_unsupported: ", style="yellow").append(note, style="dim"))
+    feats = Table(title="features (yes, or why not)", title_justify="left", show_lines=True)
+    feats.add_column("arch")
+    for group in FEATURES:
+        feats.add_column(group)
+    for arch in reg.archs:
+        have = features(arch)
+        cells = ["\n".join(f"{name}: {'[green]' if have[name].startswith('yes') else '[yellow]'}"
+                           f"{escape(have[name])}[/]" for name in group) for group in FEATURES.values()]
+        feats.add_row(f"[bold cyan]{arch.name}[/]", *cells)
+    con.print(feats)
 
 
 COMMAND = Command("archs", cmd_archs, "kpsdk archs")

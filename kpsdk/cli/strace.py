@@ -436,6 +436,11 @@ class CallText:
         own = dict(self.abi.open_flag_bits if self.abi is not None else ())
         return tuple((name, own.get(name, bits)) for name, bits in GENERIC_OPEN_FLAGS)
 
+    def generic_open_flags(self, value: int) -> int:
+        """``value`` with the arch's own open flag bits moved to the generic ones (MIPS's
+        ``LinuxAbi.open_flags``; other archs name their own bits through :meth:`open_flags`)."""
+        return self.abi.generic_flags(value, self.abi.open_flags) if self.abi is not None else value
+
     def signal_names(self) -> dict[int, str]:
         """Signal names by number, the arch's (strace's signalent: the first name of each number)."""
         from kpsdk.targets.unicorn.linux.sigframes.siginfo import signals
@@ -489,6 +494,7 @@ Entry = Callable[[CallText, int, int], "str | _Later | None"]
 
 
 def _open_flags(c: CallText, value: int) -> str:
+    value = c.generic_open_flags(value)
     return "|".join([ACCESS_MODES[value & 3], *flag_names(value & ~3 & 0xFFFFFFFF, c.open_flags())])
 
 
@@ -625,7 +631,7 @@ ENTRY: dict[str, Entry] = {
     "socklevel": lambda c, k, v: SOCKET_LEVELS.get(v, str(c.signed(v))),
     "sockopt": lambda c, k, v: (SOCKET_OPTIONS if c.value(k - 1) == 1 else {}).get(v, str(c.signed(v))),
     "clone": lambda c, k, v: LATER,
-    "oflagsonly": lambda c, k, v: flags_text(v & 0xFFFFFFFF, c.open_flags()),
+    "oflagsonly": lambda c, k, v: flags_text(c.generic_open_flags(v) & 0xFFFFFFFF, c.open_flags()),
     "archprctl": lambda c, k, v: ARCH_PRCTL.get(v, hexa(v)),
     "rlimit": lambda c, k, v: RLIMITS[v] if v < len(RLIMITS) else str(c.signed(v)),
     "grndflags": lambda c, k, v: flags_text(v, GRND_FLAGS),
@@ -869,7 +875,7 @@ class StracePrinter:
         out: list[Shown] = []
         for k, kind in enumerate(c.kinds):
             out.append((k, ENTRY[kind](c, k, c.value(k))))
-            if kind == "oflags" and c.value(k) & 0o20100100 and k + 1 < len(c.call.args):  # O_CREAT, O_TMPFILE
+            if kind == "oflags" and c.generic_open_flags(c.value(k)) & 0o20100100 and k + 1 < len(c.call.args):  # O_CREAT, O_TMPFILE
                 out.append((-1, octal(c.arg(c.slots[k] + 1) & 0o7777)))
         return out
 

@@ -112,7 +112,7 @@ def find_conditional_branch(s: Session, func: str) -> tuple[int, int, int, str]:
 
     Found the way kpsdk itself reasons about instructions: the backend's
     ``successors`` gives two places execution can go (the next instruction and
-    the branch target).
+    the branch target; on MIPS the next instruction is past the branch's delay slot).
     """
     sym = s.symbols.get(func)
     arch = s.arch
@@ -120,7 +120,7 @@ def find_conditional_branch(s: Session, func: str) -> tuple[int, int, int, str]:
     code = s.read_memory(sym.address, sym.size)
     for insn in arch.disassembler(iset).disasm(code, sym.address):
         succ = arch.insn.successors(insn, lambda name: 0, lambda a, n: bytes(n), arch.word_size)
-        nxt = insn.address + insn.size
+        nxt = insn.address + insn.size + iset.delay_slot
         others = {a & ~1 if iset.thumb_bit else a for a in succ or ()} - {nxt}
         if succ and len(succ) == 2 and len(others) == 1 and not arch.insn.classify(insn)[0]:
             return insn.address, nxt, others.pop(), f"{insn.mnemonic} {insn.op_str}".strip()

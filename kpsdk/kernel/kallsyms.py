@@ -204,4 +204,4 @@ def _entries_of(data: bytes, source: str | os.PathLike[str]) -> list[KallsymsEnt
         entries = _elf_symtab(vmlinux, source)
         if entries:
             return entries
-    return decode_kallsyms(vmlinux, str(source))
+    return decode_kallsyms(vmlinux, str(source), data if vmlinux is not data else b"")

@@ -81,17 +81,23 @@ def find_token_tables(data: bytes, endian: str = "<") -> list[_Layout]:
             pos = end + 1
         if not ok:
             continue
-        offsets, o = [], 0
-        for t in tokens:
-            offsets.append(o)
-            o += len(t) + 1
-        if o > 0xFFFF:
-            continue
-        for end_char in ("<", ">") if endian == "?" else (endian,):
-            want = struct.pack(f"{end_char}256H", *offsets)
-            idx = data.find(want, pos, pos + 16 + len(want))
-            if idx >= 0:
-                found.append(_Layout(start, idx, tokens, end_char, 8))
+        # the walk back cannot tell where token 0 starts when the table before it ends without
+        # a NUL (MIPS's 6.1 kernels: kallsyms_markers' last bytes run into it): token 0 is as
+        # long as the index after the table says, the last bytes of what the walk found
+        for length in range(len(tokens[0]), 0, -1):
+            first = tokens[0][-length:]
+            offsets, o = [], 0
+            for t in (first, *tokens[1:]):
+                offsets.append(o)
+                o += len(t) + 1
+            if o > 0xFFFF:
+                continue
+            hit = next(((idx, end_char) for end_char in (("<", ">") if endian == "?" else (endian,))
+                        if (idx := data.find(struct.pack(f"{end_char}256H", *offsets), pos, pos + 16 + 512)) >= 0),
+                       None)
+            if hit is not None:
+                found.append(_Layout(start + len(tokens[0]) - length, hit[0], [first, *tokens[1:]], hit[1], 8))
+                break
     return found
 
 
@@ -177,16 +183,21 @@ def _decode_names(
     return out, pos
 
 
-def decode_kallsyms(data: bytes, source: str = "<image>") -> list[KallsymsEntry]:
+def decode_kallsyms(data: bytes, source: str = "<image>", wrapper: bytes = b"") -> list[KallsymsEntry]:
     """The kallsyms table of a decompressed kernel, as ``/proc/kallsyms`` would list it (nokaslr).
+
+    ``wrapper``: the ELF file the kernel was unpacked from, where it was one (MIPS's
+    self-extracting ``vmlinuz``): its class and byte order are the kernel's, which a raw
+    kernel does not say (a 32-bit table read with 64-bit pointers can look sorted too).
 
     Raises :class:`~kpsdk.errors.ImageFormatError` (a :class:`SymbolError`) saying which
     table could not be found or failed its check.
     """
     endian, sizes = "?", [8, 4]
-    if is_elf(data) and len(data) > 5 and data[4] in (1, 2) and data[5] in (1, 2):  # else (arm64 Image) try all
-        endian = "<" if data[5] == 1 else ">"
-        sizes = [8] if data[4] == 2 else [4]
+    header = data if is_elf(data) else wrapper if is_elf(wrapper) else b""
+    if len(header) > 5 and header[4] in (1, 2) and header[5] in (1, 2):  # else (arm64 Image) try all
+        endian = "<" if header[5] == 1 else ">"
+        sizes = [8] if header[4] == 2 else [4]
     layouts = [
         _Layout(lay.token_table, lay.token_index, lay.tokens, lay.endian, size)
         for lay in find_token_tables(data, endian)

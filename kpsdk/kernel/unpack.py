@@ -206,11 +206,14 @@ def unpack_kernel(data: bytes, source: str | os.PathLike[str] = "<image>",
 
     A bzImage is read through its setup header (``payload_offset``/``payload_length``).  Any
     other file is searched for compressed streams, keeping the first that unpacks to an ELF
-    file or to what ``is_kernel`` accepts.
+    file or to what ``is_kernel`` accepts; so is an ELF file ``is_kernel`` refuses, which may be
+    a decompressor around the kernel (MIPS's ``vmlinuz``: a self-extracting ELF whose payload is
+    the raw kernel), and is the kernel itself when none is found in it.
     """
-    if is_elf(data) or raw_image(data):
+    elf = is_elf(data)
+    if (elf and is_kernel(data)) or raw_image(data):
         return data, "none"
-    payload = _bzimage_payload(data)
+    payload = None if elf else _bzimage_payload(data)
     if payload is not None:
         kind = compression_of(payload)
         if kind is None:
@@ -236,6 +239,8 @@ def unpack_kernel(data: bytes, source: str | os.PathLike[str] = "<image>",
             start = data.find(magic, start + 1)
             if len(tried) > 64:
                 break
+    if elf:  # an ELF file that holds no compressed kernel is the kernel (one without kallsyms)
+        return data, "none"
     raise ImageFormatError(
         source, "neither an ELF vmlinux nor a bzImage, and no compressed kernel was found in it"
         + (f" (tried {', '.join(tried[:8])})" if tried else "")

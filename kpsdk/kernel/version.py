@@ -22,7 +22,7 @@ from kpsdk.errors import KpsdkError
 
 #: the banner's start: ``Linux version MAJOR.MINOR`` (then the rest of ``uname -r``) and `` (``
 BANNER = re.compile(rb"Linux version (\d{1,3})\.(\d{1,3})[^\s\0]* \(")
-CACHE_DIR = "kversion"
+CACHE_DIR = "kversion2"  #: 2: answers for self-extracting ELF images are no longer "none"
 
 
 def banner_version(data: bytes) -> tuple[int, int] | None:
@@ -49,7 +49,7 @@ def kernel_version(image: str | os.PathLike[str]) -> tuple[int, int] | None:
         if m:
             return int(m[1]), int(m[2])
     version = banner_version(data)
-    if version is None and data[:4] != b"\x7fELF":
+    if version is None:  # compressed, or an ELF wrapped around it (MIPS's self-extracting vmlinuz)
         from kpsdk.kernel.kallsyms import unpack_kernel
 
         try:

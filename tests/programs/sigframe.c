@@ -604,6 +604,136 @@ static void print_layout(void)
         printf("off reg.x%d %#zx\n", i, offsetof(ucontext_t, uc_mcontext.regs) + 8 * (size_t)i);
 }
 
+#elif defined(__mips__)
+#include <sys/prctl.h>
+#if _MIPS_SIM == _ABIO32
+#define ARCH MIPS_ARCH_O32
+#ifdef __MIPSEB__
+#define MIPS_ARCH_O32 "mips"
+#else
+#define MIPS_ARCH_O32 "mipsel"
+#endif
+#define W "4"
+#define L_ "lw"
+#define S_ "sw"
+#define LA_ "la"
+#define ADDIU_ "addiu"
+/* Debian's o32 code is FPXX: Linux (and QEMU) run it in FR=1 on a CPU with a 64-bit FPU, where
+   the odd registers are 64-bit registers of their own (the program prints its mode: fp_mode) */
+#define FCALLEE(M) M(20, 96) M(21, 104) M(22, 112) M(23, 120) M(24, 128) M(25, 136) M(26, 144) M(27, 152) \
+    M(28, 160) M(29, 168) M(30, 176) M(31, 184)
+static const char *const reg_names[] = {"ra", "v0", "v1", "a0", "a1", "a2", "a3", "t0", "t1", "t2", "t3", "t4",
+                                        "t5", "t6", "t7", "s0", "s1", "s2", "s3", "s4", "s5", "s6", "s7", "t8",
+                                        "t9", "s8", "hi", "lo", 0};
+#else
+#define ARCH "mips64el"
+#define W "8"
+#define L_ "ld"
+#define S_ "sd"
+#define LA_ "dla"
+#define ADDIU_ "daddiu"
+#define FCALLEE(M) M(24, 96) M(25, 104) M(26, 112) M(27, 120) M(28, 128) M(29, 136) M(30, 144) M(31, 152)
+static const char *const reg_names[] = {"ra", "v0", "v1", "a0", "a1", "a2", "a3", "a4", "a5", "a6", "a7", "t0",
+                                        "t1", "t2", "t3", "s0", "s1", "s2", "s3", "s4", "s5", "s6", "s7", "t8",
+                                        "t9", "s8", "hi", "lo", 0};
+#endif
+#define FALL(M) M(0) M(1) M(2) M(3) M(4) M(5) M(6) M(7) M(8) M(9) M(10) M(11) M(12) M(13) M(14) M(15) \
+    M(16) M(17) M(18) M(19) M(20) M(21) M(22) M(23) M(24) M(25) M(26) M(27) M(28) M(29) M(30) M(31)
+#define FP_IMAGE 264
+enum { R_NR = 1, R_A0 = 3, R_A1 = 4, R_A2 = 5, R_VICTIM = 17 };
+static const char *const entry_names[] = {"sp", "a0", "a1", "a2", "ra", "t9", "fcsr", 0};
+#define FL(i) " ldc1 $f" #i ", " #i "*8($8)\n"
+#define FS(i) " sdc1 $f" #i ", " #i "*8($8)\n"
+/* slot i of pre_vals/post_vals holds reg_names[i]: $31 first, then $2-$25, $30 (hi, lo apart) */
+#define GALL(M) M(2, 1) M(3, 2) M(4, 3) M(5, 4) M(6, 5) M(7, 6) M(8, 7) M(9, 8) M(10, 9) M(11, 10) M(12, 11) \
+    M(13, 12) M(14, 13) M(15, 14) M(16, 15) M(17, 16) M(18, 17) M(19, 18) M(20, 19) M(21, 20) M(22, 21) \
+    M(23, 22) M(24, 23) M(25, 24) M(30, 25)
+#define GL(r, i) " " L_ " $" #r ", " #i "*" W "($31)\n"
+#define GS(r, i) " " S_ " $" #r ", " #i "*" W "($31)\n"
+#define SAVE(r, i) " " S_ " $" #r ", " #i "($29)\n"
+#define REST(r, i) " " L_ " $" #r ", " #i "($29)\n"
+#define CALLEE(M) M(31, 0) M(16, 8) M(17, 16) M(18, 24) M(19, 32) M(20, 40) M(21, 48) M(22, 56) M(23, 64) \
+    M(28, 72) M(30, 80)
+#define FSAVE(r, i) " sdc1 $f" #r ", " #i "($29)\n"
+#define FREST(r, i) " ldc1 $f" #r ", " #i "($29)\n"
+__asm__(
+    ".text\n.set push\n.set noat\n.set fp=64\n.set oddspreg\n.globl do_raise\n.type do_raise,@function\n.ent do_raise\n"
+    "do_raise:\n"
+    " " ADDIU_ " $29, $29, -208\n" CALLEE(SAVE) FCALLEE(FSAVE)
+    " .set at\n " LA_ " $8, fp_ctl_in\n .set noat\n lw $9, 0($8)\n ctc1 $9, $31\n"
+    " .set at\n " LA_ " $8, fp_in\n .set noat\n" FALL(FL)
+    " .set at\n " LA_ " $8, fp_pre\n .set noat\n" FALL(FS) " cfc1 $9, $31\n sw $9, 256($8)\n"
+    " .set at\n " LA_ " $8, pre_sp\n .set noat\n " S_ " $29, 0($8)\n"
+    " .set at\n " LA_ " $31, pre_vals\n .set noat\n"
+    " " L_ " $8, 26*" W "($31)\n mthi $8\n " L_ " $8, 27*" W "($31)\n mtlo $8\n"
+    GALL(GL) " " L_ " $31, 0($31)\n"
+    " syscall\n"
+    ".globl after_syscall\nafter_syscall:\n"
+    " " S_ " $31, -" W "($29)\n .set at\n " LA_ " $31, post_vals\n .set noat\n" GALL(GS)
+    " mfhi $8\n " S_ " $8, 26*" W "($31)\n mflo $8\n " S_ " $8, 27*" W "($31)\n"
+    " " L_ " $8, -" W "($29)\n " S_ " $8, 0($31)\n"
+    " .set at\n " LA_ " $8, fp_post\n .set noat\n" FALL(FS) " cfc1 $9, $31\n sw $9, 256($8)\n ctc1 $0, $31\n"
+    CALLEE(REST) FCALLEE(FREST)
+    " " ADDIU_ " $29, $29, 208\n jr $31\n"
+    ".end do_raise\n"
+    /* 8-byte aligned: run_case prints the handler's first two words (ppc64's descriptor) */
+    ".align 3\n.globl entry_stub\n.type entry_stub,@function\n.ent entry_stub\nentry_stub:\n"
+    " " S_ " $8, -" W "($29)\n .set at\n " LA_ " $8, entry_vals\n .set noat\n"
+    " " S_ " $29, 0($8)\n " S_ " $4, " W "($8)\n " S_ " $5, 2*" W "($8)\n " S_ " $6, 3*" W "($8)\n"
+    " " S_ " $31, 4*" W "($8)\n " S_ " $25, 5*" W "($8)\n cfc1 $9, $31\n " S_ " $9, 6*" W "($8)\n"
+    " .set at\n " LA_ " $25, c_handler\n .set noat\n jr $25\n"
+    ".end entry_stub\n.set pop\n");
+
+static void setup_fp(void)
+{
+    fp_ctl_in = 0x00000f83; /* FCSR: round toward -inf (RM 3), the V Z O U I enables on */
+}
+
+static void change_victims(siginfo_t *info, void *ucv, int rt)
+{
+    unsigned long long *regs, *fpr;
+    (void)info;
+#if _MIPS_SIM == _ABIO32
+    /* o32 without SA_SIGINFO: a2 is the old frame's sigcontext, else the ucontext */
+    regs = rt ? ((ucontext_t *)ucv)->uc_mcontext.gregs : ((struct sigcontext *)ucv)->sc_regs;
+    fpr = rt ? (unsigned long long *)&((ucontext_t *)ucv)->uc_mcontext.fpregs : ((struct sigcontext *)ucv)->sc_fpregs;
+#else
+    (void)rt;
+    regs = (unsigned long long *)((ucontext_t *)ucv)->uc_mcontext.gregs;
+    fpr = (unsigned long long *)&((ucontext_t *)ucv)->uc_mcontext.fpregs;
+#endif
+    victim_old = (word)regs[18]; /* s2 is $18 */
+    victim_new = victim_old ^ (word)0x5a5a5a5a5a5a5a5aULL;
+    regs[18] = victim_new;
+    memcpy(&fvictim_old, &fpr[4], 4); /* f4: an even register, saved on o32 too */
+    fvictim_new = fvictim_old ^ 0xffffffffUL;
+    memcpy(&fpr[4], &fvictim_new, 4);
+}
+
+static void print_layout(void)
+{
+    static const char *const x[] = {"zero", "at", "v0", "v1", "a0", "a1", "a2", "a3",
+#if _MIPS_SIM == _ABIO32
+                                    "t0", "t1", "t2", "t3", "t4", "t5", "t6", "t7",
+#else
+                                    "a4", "a5", "a6", "a7", "t0", "t1", "t2", "t3",
+#endif
+                                    "s0", "s1", "s2", "s3", "s4", "s5", "s6", "s7", "t8", "t9", "k0", "k1", "gp",
+                                    "sp", "s8", "ra"};
+#define UC(f) printf("off %s %#zx\n", #f, offsetof(ucontext_t, f))
+#define MC(name, f) printf("off %s %#zx\n", name, offsetof(ucontext_t, uc_mcontext.f))
+    printf("off uc.flags %#zx\n", offsetof(ucontext_t, UC_FLAGS));
+    UC(uc_link);
+    UC(uc_stack);
+    UC(uc_mcontext);
+    UC(uc_sigmask);
+    MC("reg.pc", pc); MC("reg.f0", fpregs); MC("reg.fcsr", fpc_csr); MC("reg.hi", mdhi); MC("reg.lo", mdlo);
+    MC("reg.used_math", used_math);
+    printf("fp_mode %d\n", prctl(PR_GET_FP_MODE)); /* PR_FP_MODE_FR: 1 */
+    for (int i = 0; i < 32; i++)
+        printf("off reg.%s %#zx\n", x[i], offsetof(ucontext_t, uc_mcontext.gregs) + 8 * (size_t)i);
+}
+
 #else
 #error "sigframe.c: no code for this architecture"
 #endif

@@ -514,7 +514,10 @@ static int mode_signals(void)
 #define FAULT_INSN "ld %0, 0(%0)"
 #elif defined(__mips__)
 #define PC(uc) ((uc)->uc_mcontext.pc)
-#define FAULT_INSN "lw %0, 0(%0)"
+/* an asm goto: gcc on MIPS keeps values in registers across the plain asm that the label's code
+   then uses as set after it (t9 = say's address), so a jump from the load to the label only
+   works where gcc knows the asm may go there */
+#define FAULT_GOTO "lw $2, 0(%0)"
 #endif
 
 static volatile uintptr_t fault_pc, resume_pc;
@@ -538,7 +541,11 @@ static int mode_ucontext(void)
     uintptr_t value = 8;
     /* the label after the faulting load: where the handler sends the program on */
     resume_pc = (uintptr_t)&&resumed;
+#ifdef FAULT_GOTO
+    __asm__ goto(FAULT_GOTO : : "r"(value) : "$2", "memory" : resumed);
+#else
     __asm__ volatile(FAULT_INSN : "+r"(value)::"memory");
+#endif
     say("not reached\n");
 resumed:
     say("the handler's pc change stuck: fault recorded %d\n", fault_pc != 0);

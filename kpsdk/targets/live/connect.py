@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 AGENT = Path(__file__).with_name("gdb_agent.py")
 #: what gdb may be given as an architecture, a register name, a remote
 _GDB_ARCH = re.compile(r"[\w:.+-]+")
+_GDB_SETTING = re.compile(r"[\w:.+-]+( [\w:.+-]+)+")
 _GDB_REGISTER = re.compile(r"\w+")
 _REMOTE = re.compile(r"[\w.:/+\[\]-]+")
 
@@ -36,6 +37,8 @@ def check_gdb_words(arch: Arch | None, remote: str) -> None:
     bad = [f"remote {remote!r}"] if not _REMOTE.fullmatch(remote) else []
     if arch is not None and not _GDB_ARCH.fullmatch(arch.gdb_arch):
         bad.append(f"gdb architecture {arch.gdb_arch!r}")
+    bad += [f"gdb setting {s!r}" for s in (arch.gdb_settings if arch is not None else ())
+            if not _GDB_SETTING.fullmatch(s)]
     bad += [f"register {r.gdb!r}" for r in (arch.registers if arch is not None else ())
             if not _GDB_REGISTER.fullmatch(r.gdb)]
     if bad:
@@ -67,6 +70,8 @@ def select_remote(mi: MiConnection, arch: Arch | None, abi_kind: str | None, ima
     """
     if arch is not None:
         mi.command(f"-gdb-set architecture {arch.gdb_arch}")
+        for setting in arch.gdb_settings:
+            mi.command(f"-gdb-set {setting}")
     # fail fast on a dead or mute stub: gdb's defaults retry for ~15 s, a refused connection
     # included (reported as "Connection timed out" once the time is up); with auto-retry off a
     # refusal is reported at once.  No probe connection is made first: qemu-user's stub and

@@ -88,7 +88,8 @@ def load_symbols(path: str | Path) -> tuple[SymbolTable, ElfImage | None]:
 
     An ELF (a program, or a vmlinux with its ``.symtab``) goes through
     :func:`~kpsdk.binfmt.elfimage.load_elf` (Thumb bits, ppc64 descriptors); anything
-    else is a kernel's ``System.map``, ``/proc/kallsyms`` dump or image, which
+    else (a kernel-space ELF without symbols too: MIPS's self-extracting ``vmlinuz``) is a
+    kernel's ``System.map``, ``/proc/kallsyms`` dump or image, which
     :func:`kpsdk.kernel.kallsyms.load_kernel_symbols` tells apart by content.
     """
     from kpsdk.binfmt.elfimage import parse_elf  # pyelftools loads when first used (start-up time)
@@ -99,7 +100,10 @@ def load_symbols(path: str | Path) -> tuple[SymbolTable, ElfImage | None]:
         raise SymbolError(f"cannot read symbols from {path}: {exc.strerror}") from exc
     if raw[:4] == b"\x7fELF":
         image = parse_elf(raw, Path(path), (st.st_dev, st.st_ino))
-        return image.symbols, image
+        if len(image.symbols) or image.kind != "ET_EXEC" or image.entry < 1 << (image.elf_class - 1):
+            return image.symbols, image
+        # a kernel-space ELF without symbols: a self-extracting kernel (MIPS's vmlinuz), whose
+        # kernel and kallsyms are inside it
     from kpsdk.kernel.kallsyms import kernel_symbols_of
 
     return kernel_symbols_of(raw, path), None

@@ -53,6 +53,8 @@ class UnicornHost(Protocol):
     hit_regs: PtRegs
     #: the post_handlers' pending step (a hooked instruction ends it before its own hit)
     stepper: SoftStep
+    #: no probe takes the breakpoint path while set (the watchpoints' engine sets it)
+    breakpoints_paused: bool
 
     @property
     def running(self) -> bool:

@@ -74,7 +74,7 @@ def open_elf(rest: str, registry: Registry, abi: str = "user", args: Sequence[st
         env = dict(os.environ) if env is None else env
         cwd = os.getcwd() if cwd is None else cwd
     process = check_options(args, env, stdin, sysroot, cwd, bind)
-    bias = pie_base(linked.elf_class) if linked.kind == "ET_DYN" else 0
+    bias = (arch.pie_base or pie_base(linked.elf_class)) if linked.kind == "ET_DYN" else 0
     image = linked.relocated(bias)  # a PIE at a Linux-like base, its symbols with it
     mappings = load_mappings(image, arch)
     target = UnicornTarget(arch, abi_kind=abi)

@@ -171,7 +171,10 @@ class Runner:
                     host.watch.clear()
                 raise pending
             if error is None:
-                return
+                if host.watch is None or not host.watch.take_restart():
+                    return
+                begin = host.begin_at(host.fast.read(self._pc))  # the watchpoints asked for a fresh run
+                continue
             resume = host.watch.resume_after_fault() if host.watch is not None else None  # a watched access
             if resume is None and host.kernel is not None and host.kernel.expand_stack(error):
                 resume = host.begin_at(host.fast.read(self._pc))  # the access again, the stack grown under it
@@ -237,9 +240,12 @@ class Runner:
             stack_args = [a & mask for a in args[len(abi.args):]]
             for reg, value in zip(abi.args, args, strict=False):
                 fast.write(arch.register(reg), value & mask)
-            sp -= len(stack_args) * word
+            # where the callee finds its first stack argument: o32's home area for a0-a3 (16
+            # bytes), ppc64's parameter save area; x86 pushes its return address below instead
+            home = abi.stack_args_offset if arch.link is not None else 0
+            sp -= len(stack_args) * word + home
             sp &= ~(arch.stack_alignment - 1)
-            blob = b"".join(struct.pack(fmt, a) for a in stack_args)
+            blob = bytes(home) + b"".join(struct.pack(fmt, a) for a in stack_args)
             if arch.link is None:  # x86: the return address is pushed
                 sp -= word
                 blob = struct.pack(fmt, sentinel) + blob

@@ -67,6 +67,11 @@ class SyscallGlue:
         self.uc, self.arch, self.fast = host.uc, host.arch, host.fast
         self._sys = table
         self._syscall_names = {nr: name for name, nr in table.calls.items()}
+        linux = table.linux
+        #: the arch's errno numbers by the generic ones (MIPS), and its error register (MIPS's a3)
+        self._errnos = dict(linux.errnos) if linux is not None else {}
+        self._error_register = linux.error_register if linux is not None else None
+        self._sp = host.arch.register(host.arch.sp)
         self._pc = host.arch.register(host.arch.pc)
         self._console = console
         self._pending_libraries = libraries.pending  # the same list: never rebound
@@ -96,8 +101,10 @@ class SyscallGlue:
         read = lambda name: self.fast.read(self.arch.register(name))  # noqa: E731
         nr = read(sys.number)
         calls = sys.calls
-        call = SyscallEvent(nr, self._syscall_names.get(nr, f"syscall_{nr}"), tuple(read(r) for r in sys.args),
-                            self.fast.read(self._pc))
+        args = tuple(read(r) for r in sys.args)
+        if sys.stack_args:  # o32's 5th to 8th arguments, from the caller's stack
+            args += self._stack_args(sys.stack_args, sys.stack_args_offset)
+        call = SyscallEvent(nr, self._syscall_names.get(nr, f"syscall_{nr}"), args, self.fast.read(self._pc))
         if self._pending_libraries and call.name not in MAPPING_CALLS:
             self._announce_libraries()
         self._emit("syscall_entry", call=call)
@@ -137,15 +144,31 @@ class SyscallGlue:
         call.result = result
         self._emit("syscall_exit", call=call)
 
+    def _stack_args(self, count: int, offset: int) -> tuple[int, ...]:
+        """``count`` words from the user stack at sp + ``offset``, as the kernel copies them
+        (0 where they are not mapped: the calls that take fewer never read them)."""
+        word = self.arch.word_size
+        try:
+            raw = bytes(self.uc.mem_read(self.fast.read(self._sp) + offset, count * word))
+        except unicorn.UcError:
+            return (0,) * count
+        return tuple(int.from_bytes(raw[i:i + word], self.arch.endian) for i in range(0, len(raw), word))
+
     def _set_result(self, result: int) -> None:
         """Return ``result`` to the program: in the result register, or as a positive errno
-        with the arch's error flag set (ppc64's CR0.SO) where the ABI says so."""
+        with the arch's error flag set (ppc64's CR0.SO) or its error register 1 (MIPS's a3, 0
+        after a success) where the ABI says so; an errno in the arch's own numbering (MIPS)."""
         sys = self._sys
+        failed = -4096 < result < 0
+        if failed and self._errnos:
+            result = -self._errnos.get(-result, -result)
+        if self._error_register is not None:
+            self.uc.reg_write(self._error_register, 1 if failed else 0)
+            result = -result if failed else result
         flag = sys.linux.error_flag if sys.linux is not None else None
         if flag is not None:
             reg, bit = flag
             value = self.uc.reg_read(reg)
-            failed = -4096 < result < 0
             self.uc.reg_write(reg, (value | bit) if failed else (value & ~bit))
             result = -result if failed else result
         self.fast.write(self.arch.register(sys.result), result & self.arch.word_mask)

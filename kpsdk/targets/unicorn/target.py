@@ -100,10 +100,13 @@ class UnicornTarget(GuestMemory, ReturnProbes, TaskSupport):
         self.arch = arch
         self.abi_kind = abi_kind
         self.uc = unicorn.Uc(*arch.unicorn)
+        if arch.unicorn_cpu is not None:  # before anything starts the engine (MIPS64: a Release 2 CPU)
+            self.uc.ctl_set_cpu_model(arch.unicorn_cpu)
         keep_blocks_apart(self.uc)
         #: guest stores at full speed on memory that is not executable (kpsdk.targets.unicorn.tlb), where
         #: the arch allows it (not ARM: ``Arch.unicorn_tlb_fill``)
-        self.tlb = TlbFill(self.uc, fail=self.fail) if arch.unicorn_tlb_fill else None
+        settle = arch.delay_slots.unicorn_settle if arch.delay_slots is not None else None
+        self.tlb = TlbFill(self.uc, fail=self.fail, settle=settle) if arch.unicorn_tlb_fill else None
         watch_mappings(self.uc, self.tlb)
         if arch.unicorn_setup is not None:  # CPU state Unicorn leaves off that programs expect (ARM's VFP)
             arch.unicorn_setup(self.uc)
@@ -189,6 +192,8 @@ class UnicornTarget(GuestMemory, ReturnProbes, TaskSupport):
             return ("hook", False)
         if self.manager.optimization and (point.optimized or self._n_optimized < OPT_LIMIT):
             return ("hook", True)
+        if self.breakpoints_paused:  # a data watchpoint needs the memory hooks' pc (kpsdk.targets.unicorn.watch)
+            return ("hook", False)
         slot = self._peek_slot()
         code = self._slot_code(point, slot)
         if code is None:
@@ -602,6 +607,9 @@ class UnicornTarget(GuestMemory, ReturnProbes, TaskSupport):
     # -- watchpoints (kpsdk.targets.unicorn.watch) ------------------------------------------------
 
     watch: UcWatch | None = None
+    #: no probe takes the breakpoint path while this is set (a data watchpoint is armed): see
+    #: :meth:`UcWatch.arm <kpsdk.targets.unicorn.watch.UcWatch.arm>`
+    breakpoints_paused = False
 
     def watch_engine(self) -> UcWatch:
         if self.watch is None:

@@ -107,9 +107,13 @@ class TlbFill:
     answers False and Unicorn stops; either way the exception goes to ``fail``,
     which stops the run and has it re-raised."""
 
-    def __init__(self, uc: unicorn.Uc, fail: Callable[[BaseException], None] | None = None) -> None:
+    def __init__(self, uc: unicorn.Uc, fail: Callable[[BaseException], None] | None = None,
+                 settle: Callable[[unicorn.Uc], None] | None = None) -> None:
         self._uc = uc
         self.fail = fail
+        #: called after each fill of a data access (MIPS: ``DelaySlots.unicorn_settle``, since every
+        #: fill restores the state of the accessing instruction, a delay slot's pending branch too)
+        self.settle = settle
         #: starts and ends (inclusive) of the executable mappings, sorted; None: to be re-read
         self._spans: tuple[list[int], list[int]] | None = None
         #: fills answered so far (docs/performance.md counts them per program)
@@ -140,6 +144,7 @@ class TlbFill:
     def _make_fill(self) -> Callable[[int, int, int, Any, int], bool]:
         """The fill, a closure: every attribute lookup saved is ~40 ns of each TLB miss."""
         tlb, fetch, bisect_right = self, unicorn.UC_MEM_FETCH, bisect.bisect_right
+        settle, uc = self.settle, self._uc
 
         def fill(uch: int, vaddr: int, kind: int, entry: Any, user: int) -> bool:
             entry[0] = vaddr
@@ -151,6 +156,8 @@ class TlbFill:
                     i = bisect_right(starts, vaddr) - 1
                     if i < 0 or vaddr > ends[i]:
                         entry[1] = _DATA
+                    if settle is not None:
+                        settle(uc)
             except BaseException as exc:  # noqa: BLE001 - handed to fail(), which stops the run
                 if tlb.fail is not None:
                     tlb.fail(exc)

@@ -71,6 +71,7 @@ from typing import TYPE_CHECKING, Any
 
 import unicorn
 
+from kpsdk.errors import TargetFault
 from kpsdk.targets.unicorn.fast import HOOK_CODE, memory_reader
 
 if TYPE_CHECKING:
@@ -132,6 +133,12 @@ class UcWatch:
         self._read = memory_reader(self.uc)
         self._endian = target.arch.endian
         self._pc_reg = target.arch.register(target.arch.pc)
+        self._restart = False
+        slots = target.arch.delay_slots
+        #: MIPS: the branch delay slots (an access in one is followed through its branch), and what
+        #: settles Unicorn after a memory hook ran inside one (:class:`kpsdk.arch.DelaySlots`)
+        self._slots = slots
+        self._settle = slots.unicorn_settle if slots is not None else None
 
     # -- the engine interface (kpsdk.target.Target.watch_engine) --------------------------
 
@@ -150,7 +157,39 @@ class UcWatch:
         kinds = (unicorn.UC_HOOK_MEM_WRITE if "w" in wp.type else 0) | (
             unicorn.UC_HOOK_MEM_READ if "r" in wp.type else 0)
         self._mem[wp] = self.uc.hook_add(kinds, self._on_mem, wp, addr, addr + length - 1)
+        if len(self._mem) == 1:
+            self._pause_breakpoints(True)
         self._drop_code()  # code translated before a read hook existed loads without calling it (measured)
+
+    def _pause_breakpoints(self, paused: bool) -> None:
+        """While a data watchpoint is armed, kprobes leave the breakpoint path for the hook path.
+
+        A breakpoint hit resumes by writing the pc from Unicorn's interrupt hook, and Unicorn
+        2.1.4 then stops telling memory hooks the accessing instruction's pc for the rest of the
+        run (``uc_reg_write`` sets ``skip_sync_pc_on_exit``, which only a translation block
+        leaving on request clears; measured on x86_64 and MIPS: the pc a memory hook reads is
+        the start of the block after the breakpoint).  The slow path below would then re-run
+        a block's instructions before the access (a stack pointer moved twice, measured on
+        mips64el).  A code hook's pc write leaves the block on request, so the hook path is safe."""
+        t = self.t
+        if t.breakpoints_paused == paused:
+            return
+        t.breakpoints_paused = paused
+        t.manager.resync_all()
+        if paused and t.running:
+            # armed by a handler inside a run, maybe after a breakpoint hit: only a new
+            # ``emu_start`` forgets the stale pc, so the run stops here and goes on where it stopped
+            self._restart = True
+            self.uc.emu_stop()
+            point = t.hook_point(t.read_pc())
+            if point is not None:  # a kprobe's handler on the hook path armed it: its hit is done
+                point.resuming = True
+
+    def take_restart(self) -> bool:
+        """Whether the run stopped only to start again (see :meth:`_pause_breakpoints`); asked by
+        the runner when ``emu_start`` returns without an error, and forgotten."""
+        restart, self._restart = self._restart, False
+        return restart
 
     def disarm(self, wp: Any) -> None:
         if wp.type == "x":
@@ -167,6 +206,7 @@ class UcWatch:
             self.uc.hook_del(handle)
             if not self._mem:
                 self._forget_sites()
+                self._pause_breakpoints(False)
             self._retranslate()
         if self._step is not None:
             self._step.accesses = [a for a in self._step.accesses if a[0] is not wp]
@@ -275,6 +315,9 @@ class UcWatch:
             self._abort = (pc, saved)
         except BaseException as exc:  # noqa: BLE001 - stored and re-raised by run()/call()
             self.t.fail(exc)
+        finally:
+            if self._settle is not None:  # MIPS: the hook restored a delay slot's pending branch
+                self._settle(uc)
 
     def _record(self, step: _Step, wp: Any, kind: str, addr: int, size: int, value: int) -> None:
         """Note one access: the old bytes are still in memory (the hook runs before a store)."""
@@ -318,7 +361,10 @@ class UcWatch:
             for h in self._step.hooks:
                 t.hooks.delete(h)
             self._step = None
-        succ, fixed = self._successors(insn)
+        # MIPS: an access in a branch's delay slot is re-run with its branch (the fault left the pc
+        # at the branch's target, the access undone), and goes where the branch goes
+        branch = self._branch_before(pc, iset)
+        succ, fixed = self._successors(insn if branch is None else branch)
         if succ is None:
             from kpsdk.errors import TargetError
 
@@ -338,10 +384,33 @@ class UcWatch:
             self.uc.ctl_remove_cache(a, a + 1)
         self.uc.ctl_remove_cache(pc, pc + insn.size)
         self._step = _Step(pc, succ, hooks, True, not plain)
-        point = t.hook_point(pc)
+        start = pc if branch is None else branch.address
+        if branch is not None:
+            self.uc.ctl_remove_cache(start, pc)
+            if self._settle is not None:
+                self._settle(self.uc)  # the fault restored the slot's pending branch: run it afresh
+        point = t.hook_point(start)
         if point is not None:  # its kprobe ran before the access: do not run it again
             point.resuming = True
-        return t.begin_at(pc | (1 if iset.thumb_bit else 0))
+        return t.begin_at(start | (1 if iset.thumb_bit else 0))
+
+    def _branch_before(self, pc: int, iset: Any) -> capstone.CsInsn | None:
+        """The branch whose delay slot ``pc`` is, decoded (None where the arch has no delay slots,
+        as everywhere but MIPS, or the instruction before is no branch)."""
+        slots = self._slots
+        if slots is None or pc < slots.size:
+            return None
+        at = pc - slots.size
+        try:
+            raw = self.t.read_memory(at, slots.size)  # the program's bytes, a breakpoint's hidden
+        except TargetFault:  # nothing readable before: no branch
+            return None
+        if not slots.branch(raw):
+            return None
+        found = self._insns.get((at, raw))
+        if found is None:
+            found = self._insns[(at, raw)] = next(self.t.arch.disassembler(iset).disasm(raw, at, 1))
+        return found
 
     def _successors(self, insn: capstone.CsInsn) -> tuple[frozenset[int] | None, bool]:
         """Where ``insn`` can go from the registers now (no Thumb bits), and whether that

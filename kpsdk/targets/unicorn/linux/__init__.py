@@ -192,6 +192,8 @@ def start_process(target: LinuxHost, image: ElfImage, program: str, options: Pro
     interp_base = 0
     if image.interp is not None:
         interp_base, target.entry = load_interpreter(target, image, root, space)
+    if linux.exec_state is not None:  # what the kernel sets from the ELFs (MIPS o32: the FPU mode)
+        linux.exec_state(target.uc, image.path, Path(root.resolve(image.interp, "/")) if image.interp else None)
     exe = os.path.abspath(program)
     process = LinuxProcess(arch, target.uc, target._console, space, root, options.stdin, options.cwd, exe)
     process.on_file_map = lambda host, at, offset: library_mapped(target, host, at, offset)

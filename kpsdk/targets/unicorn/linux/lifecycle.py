@@ -100,6 +100,8 @@ def _child_context(kernel: LinuxKernel, stack: int, settls: int, tls: int) -> ob
         if abi.error_flag is not None:  # the call succeeded in the child: the error bit clear
             reg, bit = abi.error_flag
             uc.reg_write(reg, uc.reg_read(reg) & ~bit)
+        if abi.error_register is not None:  # MIPS's a3: 0, success
+            uc.reg_write(abi.error_register, 0)
         fast.write(result, 0)
         if arch.syscalls.unicorn_insn is not None:
             # an instruction hook (x86_64's syscall) runs before Unicorn moves the pc past the

@@ -68,6 +68,8 @@ class Numbers:
         self.SIGCHLD, self.SIGCONT = by["SIGCHLD"], by["SIGCONT"]
         self.SIGPIPE, self.SIGSEGV, self.SIGALRM = by["SIGPIPE"], by["SIGSEGV"], by["SIGALRM"]
         self.stops = {self.by_name[n] for n in _STOP}
+        #: rt_sigprocmask's SIG_BLOCK, SIG_UNBLOCK, SIG_SETMASK (MIPS's are 1, 2, 3)
+        self.how = sigframes.sigprocmask_how(arch)
 
     def default(self, sig: int) -> str:
         """"terminate", "core", "ignore", "stop" or "continue"."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import os
 import stat as statmod
+import struct
 
 from kpsdk.targets.unicorn.linux import structs
 from kpsdk.targets.unicorn.linux.calls.core import AT_EMPTY_PATH, AT_FDCWD, AT_SYMLINK_NOFOLLOW
@@ -179,7 +180,9 @@ class StatCalls(PathCalls):
     def _put_statfs(self, buf: int, values: dict[str, int], size: int | None = None) -> int:
         """Write ``struct statfs`` (64-bit arches) or ``struct statfs64`` of ``size`` bytes
         (32-bit arches, ppc64: the size the program passes, which the kernel checks)."""
-        data = structs.pack_statfs(values, self.arch.word_size, self.order)
+        own = self.abi.statfs  # an arch's own layout (MIPS)
+        data = structs.pack_statfs(values, self.arch.word_size, self.order) if own is None else \
+            struct.pack(self.order + own[0], *(values.get(name, 0) for name in own[1]))
         if size is not None and size != len(data) and not (self.arch.name == "arm" and size == 88):
             raise _GuestErrno(errno.EINVAL)  # ARM's kernel takes EABI glibc's 88 for its packed 84
         self.write(buf, data)

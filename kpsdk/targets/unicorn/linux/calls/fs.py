@@ -56,6 +56,7 @@ class FsCalls(PathCalls):
     # -- opening and closing ------------------------------------------------------------------
 
     def _open(self, dirfd: int, path_addr: int, flags: int, mode: int = 0) -> int:
+        flags = self.abi.generic_flags(flags, self.abi.open_flags)  # MIPS's bits: the generic ones
         path = self.string(path_addr)
         bits = self.oflags
         if flags & O_TMPFILE_BIT:
@@ -246,8 +247,9 @@ class FsCalls(PathCalls):
                 self.fds.cloexec.discard(fd)
             return 0
         if cmd == F_GETFL:
-            return f.flags
+            return self.abi.arch_flags(f.flags, self.abi.open_flags)
         if cmd == F_SETFL:  # of what F_SETFL may change (fs/fcntl.c SETFL_MASK), what kpsdk's files use
+            arg = self.abi.generic_flags(arg, self.abi.open_flags)
             settable = O_APPEND | self.o_nonblock
             f.flags = (f.flags & ~settable) | (arg & settable)
             return 0
@@ -278,6 +280,7 @@ class FsCalls(PathCalls):
         return 0
 
     def _pipe(self, fds: int, flags: int = 0) -> int:
+        flags = self.abi.generic_flags(flags, self.abi.open_flags)
         if flags & ~(self.o_nonblock | self.o_cloexec | O_DIRECT_PIPE):
             raise _GuestErrno(errno.EINVAL)
         pipe = Pipe()

@@ -31,6 +31,7 @@ class MemoryCalls(ProcessCore):
         return self.mem.brk(addr)
 
     def _mmap(self, addr: int, length: int, prot: int, flags: int, fd: int, offset: int) -> int:
+        flags = self.abi.generic_flags(flags, self.abi.mmap_flags)  # MIPS's MAP_ANONYMOUS...: the generic bits
         f = None if flags & MAP_ANONYMOUS else self.fds.get(self.sint(fd))
         if f is not None and f.kind == "dev" and isinstance(f.node, MemSpecial) and f.node.device == "zero":
             f, flags = None, flags | MAP_ANONYMOUS  # /dev/zero: zeroed memory, as Linux's shmem_zero_setup

@@ -22,7 +22,6 @@ from kpsdk.targets.unicorn.linux.sigframes import SS_AUTODISARM, SS_DISABLE, SS_
 from kpsdk.targets.unicorn.linux.tasks import SigAction
 from kpsdk.targets.unicorn.linux.waits import _Block
 
-SIG_BLOCK, SIG_UNBLOCK, SIG_SETMASK = 0, 1, 2
 ITIMER_REAL, ITIMER_VIRTUAL, ITIMER_PROF = 0, 1, 2
 #: the smallest alternate stack Linux takes (MINSIGSTKSZ: 2 KiB; arm64 5 KiB)
 MINSIGSTKSZ = 2048
@@ -38,10 +37,15 @@ class SignalCalls(ProcessCore):
         return signaling.numbers(self.kernel).nsig // 8
 
     def _read_set(self, addr: int) -> int:
-        return int.from_bytes(self.read(addr, self._sigset_size), self.arch.endian)
+        """A ``sigset_t``: an array of words, signals 1-32 (1-64) in the first (big-endian MIPS's
+        128-bit set is four or two words, each in the guest's order)."""
+        data, w = self.read(addr, self._sigset_size), self.word.size
+        return sum(int.from_bytes(data[i:i + w], self.arch.endian) << 8 * i for i in range(0, len(data), w))
 
     def _write_set(self, addr: int, mask: int) -> None:
-        self.write(addr, mask.to_bytes(self._sigset_size, self.arch.endian))
+        w = self.word.size
+        self.write(addr, b"".join((mask >> 8 * i & (1 << 8 * w) - 1).to_bytes(w, self.arch.endian)
+                                  for i in range(0, self._sigset_size, w)))
 
     # -- actions ------------------------------------------------------------------------------
 
@@ -83,7 +87,9 @@ class SignalCalls(ProcessCore):
         out = b""
         for name in self.abi.sigaction:
             if name == "mask":
-                out += action.mask.to_bytes(self._sigset_size, self.arch.endian)
+                w = self.word.size
+                out += b"".join((action.mask >> 8 * i & (1 << 8 * w) - 1).to_bytes(w, self.arch.endian)
+                                for i in range(0, self._sigset_size, w))
             else:
                 out += self.word.pack(getattr(action, name) & self.arch.word_mask)
         self.write(addr, out)
@@ -99,11 +105,12 @@ class SignalCalls(ProcessCore):
         if old:
             self._write_set(old, task.sigmask)
         if value is not None:
-            if how == SIG_BLOCK:
+            block, unblock, setmask = signaling.numbers(self.kernel).how
+            if how == block:
                 task.sigmask |= value
-            elif how == SIG_UNBLOCK:
+            elif how == unblock:
                 task.sigmask &= ~value
-            elif how == SIG_SETMASK:
+            elif how == setmask:
                 task.sigmask = value
             else:
                 raise _GuestErrno(errno.EINVAL)

@@ -47,6 +47,10 @@ class ThreadCalls(ProcessCore):
 
     @syscall("set_thread_area", "p")
     def sys_set_thread_area(self, desc: int, *_: int) -> int:
+        if self.abi.set_thread_area is None and self.abi.tls_register is not None:
+            # MIPS: the thread pointer itself, into UserLocal for ``rdhwr $29`` (arch/mips/kernel/syscall.c)
+            self.uc.reg_write(self.abi.tls_register, desc)
+            return 0
         if self.abi.set_thread_area is None:
             raise _GuestErrno(errno.ENOSYS)
         self.thread_area(desc)

@@ -11,8 +11,8 @@ moment of delivery) uses two calls::
 
 ``cpu`` is a :class:`FrameCpu` (registers by name, guest memory);
 :class:`~.unicorn.UnicornFrameCpu` is one over a Unicorn engine.  Which frame a delivery
-gets is the kernel's choice: i386 and arm build the old ``sigframe`` for a handler
-without ``SA_SIGINFO`` (and return through ``sigreturn``), every other case is an
+gets is the kernel's choice: i386, arm and MIPS o32 build the old ``sigframe`` for a
+handler without ``SA_SIGINFO`` (and return through ``sigreturn``), every other case is an
 ``rt_sigframe`` (``rt_sigreturn``).  :func:`is_rt` says which, for the return.
 
 A handler returns through ``restorer`` when ``flags`` has ``SA_RESTORER`` (x86 and arm:
@@ -41,7 +41,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from kpsdk.errors import UnknownNameError
-from kpsdk.targets.unicorn.linux.sigframes import aarch64, arm, ppc64, riscv, x86
+from kpsdk.targets.unicorn.linux.sigframes import aarch64, arm, mips, ppc64, riscv, x86
 from kpsdk.targets.unicorn.linux.sigframes.base import (
     SA_EXPOSE_TAGBITS,
     SA_NOCLDSTOP,
@@ -72,6 +72,7 @@ from kpsdk.targets.unicorn.linux.sigframes.siginfo import (
     siginfo_queue,
     siginfo_timer,
     signals,
+    sigprocmask_how,
 )
 from kpsdk.targets.unicorn.linux.sigframes.siginfo import layout as siginfo_layout
 
@@ -81,6 +82,7 @@ __all__ = [
     "SS_DISABLE", "SS_ONSTACK", "ARCHES", "AltStack", "FaultContext", "FrameCpu", "frame_layout",
     "is_rt", "pop_frame", "push_frame", "read_altstack", "sa_flags", "siginfo_chld", "siginfo_fault",
     "siginfo_kernel", "siginfo_kill", "siginfo_layout", "siginfo_poll", "siginfo_queue", "siginfo_timer", "signals",
+    "sigprocmask_how",
     "sigreturn_trampoline",
 ]
 
@@ -93,6 +95,12 @@ class _Frames:
     trampoline: bytes
     layout: Callable[[], dict[str, int]]
     has_old_frame: bool  #: a non-SA_SIGINFO handler gets the old sigframe and uses sigreturn
+
+
+def _mips(arch: str) -> _Frames:
+    return _Frames(lambda cpu, d: mips.push(cpu, d, arch), lambda cpu, rt: mips.pop(cpu, arch, rt),
+                   lambda cpu, rt: mips.altstack(cpu, arch, rt), mips.trampoline(arch), lambda: mips.layout(arch),
+                   arch != "mips64el")
 
 
 def _ppc(arch: str) -> _Frames:
@@ -113,8 +121,11 @@ _FRAMES: dict[str, _Frames] = {
     "ppc64le": _ppc("ppc64le"),
     "aarch64": _Frames(aarch64.push_aarch64, aarch64.pop_aarch64, aarch64.altstack_aarch64,
                        aarch64.trampoline("aarch64"), aarch64.layout_aarch64, False),
+    "mips": _mips("mips"),
+    "mipsel": _mips("mipsel"),
+    "mips64el": _mips("mips64el"),
 }
-#: the architectures with frames (the MIPS ABIs are not done yet)
+#: the architectures with frames
 ARCHES = tuple(_FRAMES)
 
 
@@ -189,7 +200,7 @@ def read_altstack(arch: str, cpu: FrameCpu, rt: bool = True) -> AltStack:
 def is_rt(arch: str, flags: int) -> bool:
     """Whether a handler installed with ``flags`` gets an rt frame (and returns with
     ``rt_sigreturn``) on ``arch``."""
-    return not _frames(arch).has_old_frame or bool(flags & SA_SIGINFO)
+    return not _frames(arch).has_old_frame or bool(flags & sa_flags(arch)["SA_SIGINFO"])
 
 
 def sigreturn_trampoline(arch: str) -> bytes:

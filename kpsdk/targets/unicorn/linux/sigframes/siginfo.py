@@ -64,6 +64,12 @@ def signals(arch: str) -> dict[str, int]:
     return dict(MIPS_SIGNALS if arch in _MIPS else SIGNALS)
 
 
+def sigprocmask_how(arch: str) -> tuple[int, int, int]:
+    """``SIG_BLOCK``, ``SIG_UNBLOCK``, ``SIG_SETMASK`` on ``arch``: 0, 1, 2, but MIPS's 1, 2, 3
+    (arch/mips/include/uapi/asm/signal.h)."""
+    return (1, 2, 3) if arch in _MIPS else (0, 1, 2)
+
+
 @dataclass(frozen=True)
 class SiginfoLayout:
     """Where ``siginfo_t``'s fields are for one architecture."""

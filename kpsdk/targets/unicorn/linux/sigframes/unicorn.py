@@ -36,6 +36,8 @@ EXTRA_REGISTERS: dict[str, dict[str, int]] = {
     "ppc64": {"fpscr": up.UC_PPC_REG_FPSCR, **{f"f{i}": getattr(up, f"UC_PPC_REG_FPR{i}") for i in range(32)}},
 }
 EXTRA_REGISTERS["ppc64le"] = EXTRA_REGISTERS["ppc64"]
+#: MIPS's backends name the FP registers themselves (f0-f31, fcsr: arch_backends/mips.py)
+EXTRA_REGISTERS.update({"mips": {}, "mipsel": {}, "mips64el": {}})
 #: aarch64 has no arch backend yet: its general registers are listed here too
 EXTRA_REGISTERS["aarch64"] = {
     **{f"x{i}": getattr(u64, f"UC_ARM64_REG_X{i}") for i in range(31)}, "sp": u64.UC_ARM64_REG_SP,
