@@ -28,16 +28,25 @@ virtual mode gives each fill only the access's own permission, and a page both
 read and written changes owner at every access (~380 ns a loop turn,
 docs/performance.md, "Guest stores").
 
-The fill is a Python callback, ~1.9 us where the CPU's own fill costs ~0.1 us:
-a program that touches more pages than the TLB's 256 entries, in an order
-without locality, pays that on each miss (docs/api.md's limitations).
+The fill runs at every TLB miss: a program that touches more pages than the TLB's 256
+entries, in an order without locality (xz's 64 MB dictionary: 5.5 million misses for 1 MB),
+pays it on each.  So it is C (``tlbfill.c``, built with gcc at first use by
+:func:`kpsdk.nativebuild.build_shared_object`): ~0.1 us of its own where the Python fill,
+kept as the fallback without gcc and as the reference the tests compare against, costs
+~1.9 us.  Both answer the same, count their fills in :attr:`TlbFill.fills`, and let
+Ctrl-C end a run of misses (the C fill calls a Python callback every :data:`POLL_EVERY`
+fills, where the ``KeyboardInterrupt`` arrives).
 
-Not on ARM (``Arch.unicorn_tlb_fill``): Unicorn 2.1.4's virtual mode restores the CPU
-state of the accessing instruction at every fill (``cpu_restore_state`` in
-``unicorn_vtlb.c``), Thumb's IT state included, and a miss inside an IT block left that
-state behind for the next translated block, which then ran as if inside it.  There
-Unicorn's CPU fills its TLB, and :func:`watch_mappings` still empties it after every
-``mem_protect``.
+ARM: Unicorn 2.1.4's virtual mode restores the CPU state of the accessing instruction at
+every fill (``cpu_restore_state`` in ``unicorn_vtlb.c``), Thumb's IT state included, while
+the instruction's translated block goes on running.  QEMU's translator keeps the IT state
+in ``env`` zero for the whole of a block (zeroed at its start, written only when the block
+is left inside an IT block), so a miss inside an IT block of a block that ended after it
+left the state behind, and the next block ran as if inside it (Debian's armhf bzip2 wrote
+a corrupt stream).  Both fills put the invariant back on a data access (one made from
+inside a block, where the restore happened): IT bits found in CPSR there are cleared.  An
+instruction fetch's fill comes from the translator, between blocks, where the IT state
+is real, and is left alone (tests/test_uctlb.py).
 
 Which mappings are executable is read from ``uc_mem_regions`` at the first fill
 after the memory map may have changed; the fill is told so by
@@ -52,10 +61,15 @@ import ctypes
 import sys
 import weakref
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import unicorn
+import unicorn.arm_const
 from unicorn.unicorn_py3.unicorn import uc_hook_h, uclib
+
+from kpsdk.errors import TargetError, ToolMissingError
+from kpsdk.nativebuild import build_shared_object
 
 #: ``uc_cb_tlbevent_t``: ``bool (uc_engine *, uint64_t vaddr, uc_mem_type, uc_tlb_entry *, void *)``.
 #: The entry is seen as two native words: ``paddr``, then ``perms`` (an enum) and the struct's
@@ -71,7 +85,7 @@ _ALL = unicorn.UC_PROT_ALL << _PERMS_SHIFT
 
 #: each fill function's TlbFill, for :func:`_route_unraisable`; weak both ways, so that a
 #: session's engine goes when the session does
-_OWNERS: weakref.WeakKeyDictionary[Callable[..., bool], weakref.ref[TlbFill]] = weakref.WeakKeyDictionary()
+_OWNERS: weakref.WeakKeyDictionary[Callable[..., Any], weakref.ref[TlbFill]] = weakref.WeakKeyDictionary()
 
 
 def _route_unraisable(previous: Callable[[Any], Any]) -> Callable[[Any], Any]:
@@ -98,39 +112,128 @@ def _route_unraisable(previous: Callable[[Any], Any]) -> Callable[[Any], Any]:
     return hook
 
 
+class _Native(ctypes.Structure):
+    """``struct kpsdk_tlb`` (tlbfill.c): the C fill's state, owned by Python."""
+
+    _fields_ = [("fills", ctypes.c_uint64), ("stale", ctypes.c_uint64), ("clear_it", ctypes.c_uint64),
+                ("cpsr_reg", ctypes.c_int64), ("poll_every", ctypes.c_uint64), ("since_poll", ctypes.c_uint64),
+                ("errors", ctypes.c_uint64), ("mem_regions", ctypes.c_void_p), ("uc_free", ctypes.c_void_p),
+                ("reg_read", ctypes.c_void_p), ("reg_write", ctypes.c_void_p), ("poll", ctypes.c_void_p),
+                ("ctl", ctypes.c_void_p), ("flush_control", ctypes.c_int64), ("since_flush", ctypes.c_uint64),
+                ("grow_at", ctypes.c_uint64), ("grow_max", ctypes.c_uint64), ("grows", ctypes.c_uint64),
+                ("n", ctypes.c_uint64), ("cap", ctypes.c_uint64), ("starts", ctypes.c_void_p),
+                ("ends", ctypes.c_void_p)]
+
+
+SOURCE = Path(__file__).with_name("tlbfill.c")
+#: fills between two calls of the C fill into Python (where Ctrl-C's KeyboardInterrupt arrives):
+#: ~10 ms of misses, and a Python call per 64K fills costs nothing measurable
+POLL_EVERY = 1 << 16
+#: fills after which the C fill first flushes the TLB to make QEMU grow it (tlbfill.c; 4x its
+#: first 256 entries), and the most fills between two such flushes (the TLB then holds 64K
+#: pages, 256 MB: 2 MB of host memory for its table)
+GROW_AT, GROW_MAX = 1 << 10, 1 << 17
+_HOOK_POLL = ctypes.CFUNCTYPE(None)
+_native: tuple[ctypes.CDLL, int, Any] | None = None
+_native_tried = False
+
+
+def _native_fill() -> tuple[ctypes.CDLL, int, Any] | None:
+    """The C fill's library, its address and its release function; None where it cannot be
+    built (no gcc: the Python fill serves)."""
+    global _native, _native_tried
+    if not _native_tried:
+        _native_tried = True
+        try:
+            lib = ctypes.CDLL(str(build_shared_object("unicorn-native", SOURCE, "kpsdk's TLB fill")))
+        except (ToolMissingError, TargetError, OSError):
+            return None
+        release = lib.kpsdk_tlb_release
+        release.argtypes, release.restype = [ctypes.c_void_p], None
+        address = ctypes.cast(lib.kpsdk_tlb_fill, ctypes.c_void_p).value
+        assert address is not None
+        _native = (lib, address, release)
+    return _native
+
+
+def _address(function: Any) -> int:
+    address = ctypes.cast(function, ctypes.c_void_p).value
+    assert address is not None
+    return address
+
+
 class TlbFill:
     """The virtual TLB of one Unicorn engine and its fill hook (see the module docstring).
 
-    ``fail`` gets an exception raised inside the fill (a ``KeyboardInterrupt``
-    arriving there): the fill cannot raise into Unicorn, so it answers as the
-    CPU's own fill would, or (an exception raised before its first line) ctypes
-    answers False and Unicorn stops; either way the exception goes to ``fail``,
-    which stops the run and has it re-raised."""
+    ``clear_it``: the engine is 32-bit ARM, whose IT state a data fill puts back to zero.
+    ``prefer_native``: the C fill where it can be built (False: the Python fill, the
+    reference the tests compare against).
 
-    def __init__(self, uc: unicorn.Uc, fail: Callable[[BaseException], None] | None = None) -> None:
+    ``fail`` gets an exception raised inside the fill or its poll (a ``KeyboardInterrupt``
+    arriving there): neither can raise into Unicorn, so the fill answers as the CPU's own
+    fill would, or (an exception raised before its first line) ctypes answers False and
+    Unicorn stops; either way the exception goes to ``fail``, which stops the run and has
+    it re-raised."""
+
+    def __init__(self, uc: unicorn.Uc, fail: Callable[[BaseException], None] | None = None,
+                 clear_it: bool = False, prefer_native: bool = True) -> None:
         self._uc = uc
         self.fail = fail
+        self._clear_it = clear_it
         #: starts and ends (inclusive) of the executable mappings, sorted; None: to be re-read
         self._spans: tuple[list[int], list[int]] | None = None
-        #: fills answered so far (docs/performance.md counts them per program)
-        self.fills = 0
-        fill = self._make_fill()
-        _OWNERS[fill] = weakref.ref(self)
+        self._fills = 0
         if not getattr(sys.unraisablehook, "kpsdk_routes_fills", False):
             sys.unraisablehook = _route_unraisable(sys.unraisablehook)
-        self._callback = HOOK_TLB_FILL(fill)
+        native = _native_fill() if prefer_native else None
+        #: whether the C fill answers (else the Python one: ~1.9 us a miss)
+        self.native = native is not None
+        self._state: _Native | None = None
+        if native is not None:
+            _lib, address, self._release = native
+            state = self._state = _Native()
+            state.stale = 1
+            state.clear_it = int(clear_it)
+            state.cpsr_reg = unicorn.arm_const.UC_ARM_REG_CPSR
+            state.poll_every = POLL_EVERY
+            state.ctl = _address(uclib.uc_ctl)
+            state.flush_control = (unicorn.UC_CTL_IO_WRITE << 30) | unicorn.UC_CTL_TLB_FLUSH
+            state.grow_at, state.grow_max = GROW_AT, GROW_MAX
+            state.mem_regions = _address(uclib.uc_mem_regions)
+            state.uc_free = _address(uclib.uc_free)
+            state.reg_read = _address(uclib.uc_reg_read)
+            state.reg_write = _address(uclib.uc_reg_write)
+            poll = _poll()
+            _OWNERS[poll] = weakref.ref(self)
+            self._callback: Any = _HOOK_POLL(poll)  # kept: the C fill holds only its address
+            state.poll = _address(self._callback)
+            hook, user = ctypes.c_void_p(address), ctypes.byref(state)
+        else:
+            fill = self._make_fill()
+            _OWNERS[fill] = weakref.ref(self)
+            self._callback = HOOK_TLB_FILL(fill)
+            hook, user = ctypes.cast(self._callback, ctypes.c_void_p), None
         uc.ctl_set_tlb_mode(unicorn.UC_TLB_VIRTUAL)  # type: ignore[attr-defined]  # the stubs lack it
         handle = uc_hook_h()
-        status = uclib.uc_hook_add(uc._uch, ctypes.byref(handle), unicorn.UC_HOOK_TLB_FILL,
-                                   ctypes.cast(self._callback, ctypes.c_void_p), None,
+        status = uclib.uc_hook_add(uc._uch, ctypes.byref(handle), unicorn.UC_HOOK_TLB_FILL, hook, user,
                                    ctypes.c_uint64(1), ctypes.c_uint64(0))
         if status != unicorn.UC_ERR_OK:
             raise unicorn.UcError(status)
         self._handle = handle
+        if self._state is not None:  # the spans' memory goes with this object (and its engine)
+            weakref.finalize(self, self._release, ctypes.byref(self._state))
+
+    @property
+    def fills(self) -> int:
+        """Fills answered so far (docs/performance.md counts them per program)."""
+        return int(self._state.fills) if self._state is not None else self._fills
 
     def changed(self) -> None:
         """The memory map may have changed: the next fill re-reads the executable mappings."""
-        self._spans = None
+        if self._state is not None:
+            self._state.stale = 1
+        else:
+            self._spans = None
 
     def _read_spans(self) -> tuple[list[int], list[int]]:
         regions = sorted((s, e) for s, e, p in self._uc.mem_regions() if p & unicorn.UC_PROT_EXEC)
@@ -138,15 +241,20 @@ class TlbFill:
         return spans
 
     def _make_fill(self) -> Callable[[int, int, int, Any, int], bool]:
-        """The fill, a closure: every attribute lookup saved is ~40 ns of each TLB miss."""
+        """The Python fill, a closure: every attribute lookup saved is ~40 ns of each TLB miss."""
         tlb, fetch, bisect_right = self, unicorn.UC_MEM_FETCH, bisect.bisect_right
+        clear_it, uc, cpsr = self._clear_it, self._uc, unicorn.arm_const.UC_ARM_REG_CPSR
 
         def fill(uch: int, vaddr: int, kind: int, entry: Any, user: int) -> bool:
             entry[0] = vaddr
             entry[1] = _ALL  # the CPU's own answer, until the page is known not to be executable
             try:
-                tlb.fills += 1
+                tlb._fills += 1
                 if kind != fetch:
+                    if clear_it:  # the IT state Unicorn's restore wrote (the module docstring)
+                        value = uc.reg_read(cpsr)
+                        if value & _CPSR_IT:
+                            uc.reg_write(cpsr, value & ~_CPSR_IT)
                     starts, ends = tlb._spans or tlb._read_spans()
                     i = bisect_right(starts, vaddr) - 1
                     if i < 0 or vaddr > ends[i]:
@@ -157,6 +265,21 @@ class TlbFill:
             return True
 
         return fill
+
+
+#: CPSR's IT[1:0] (bits 26:25) and IT[7:2] (bits 15:10)
+_CPSR_IT = 0x0600FC00
+
+
+def _poll() -> Callable[[], None]:
+    """The C fill's call into Python every :data:`POLL_EVERY` fills: it does nothing, and a
+    pending ``KeyboardInterrupt`` is raised at its first instruction, which ctypes reports as
+    unraisable and :func:`_route_unraisable` hands to the fill's ``fail``."""
+
+    def poll() -> None:
+        return None
+
+    return poll
 
 
 def flush_tlb(uc: unicorn.Uc) -> None:
