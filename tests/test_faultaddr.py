@@ -12,7 +12,7 @@ import pytest
 import unicorn
 
 import kpsdk
-from kpsdk.targets.unicorn import faults
+from kpsdk.targets.unicorn import engine
 
 SOURCE = r"""
 #include <setjmp.h>
@@ -65,8 +65,8 @@ def program(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.mark.parametrize("search", ["engine field", "no field found"])
 def test_a_fault_names_its_address_and_kind(program: Path, search: str, monkeypatch: pytest.MonkeyPatch) -> None:
     if search == "no field found":  # another Unicorn: the signal names the pc, the run goes on as before
-        monkeypatch.setattr(faults, "_searched", True)
-        monkeypatch.setattr(faults, "_offset", None)
+        monkeypatch.setattr(engine, "_searched", True)
+        monkeypatch.setattr(engine, "_layout", None)
     added = []
     original = unicorn.Uc.hook_add
 
@@ -85,11 +85,12 @@ def test_a_fault_names_its_address_and_kind(program: Path, search: str, monkeypa
 
 def test_without_malloc_usable_size_the_hook_records_the_address(program: Path,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(faults, "_usable_size", lambda: None)
+    monkeypatch.setattr(engine, "usable_size", lambda: None)
     with kpsdk.open(f"elf:{program}") as s:
         assert s.run(timeout=120) == 0
         assert s.console == "0 at code 1\n1 at code 1\n2 at code 2\n"
 
 
-def test_the_engine_field_is_found_on_this_unicorn() -> None:
-    assert faults._find_offset() is not None
+def test_the_engine_fields_are_found_on_this_unicorn() -> None:
+    where = engine._search()
+    assert where is not None and where.no_exit_request is not None

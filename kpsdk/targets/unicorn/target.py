@@ -58,6 +58,7 @@ from kpsdk.errors import TargetFault, UnsupportedTargetError
 from kpsdk.manager import ProbeManager, ProbePoint
 from kpsdk.regs import PtRegs
 from kpsdk.targets.unicorn.detour import DetourEngine
+from kpsdk.targets.unicorn.engine import ExitChecks
 from kpsdk.targets.unicorn.fast import FastHooks, FastRegs, FastWords
 from kpsdk.targets.unicorn.layout import PAGE, SLOT_BASE, SLOT_SIZE, STACK_TOP
 from kpsdk.targets.unicorn.libraries import Libraries
@@ -110,7 +111,10 @@ class UnicornTarget(GuestMemory, ReturnProbes, TaskSupport):
         self.fresh_context = self.uc.context_save()
         self.fast = FastRegs(self.uc)
         self.words = FastWords(self.uc, arch.word_size, arch.endian)
-        self.hooks = FastHooks(self.uc)
+        #: Unicorn's exit checks after loads and stores, made only while a code or memory hook
+        #: exists (:mod:`.engine`; 32-bit ARM's translator keeps the field to itself)
+        self.exit_checks = ExitChecks(self.uc, enabled=not arch.has_thumb)
+        self.hooks = FastHooks(self.uc, self.exit_checks)
         self._init_memory()
         #: run(), call() and the emulation loop; ``runner.depth``: emu_start calls under way
         self.runner = Runner(self)

@@ -150,6 +150,7 @@ class UcWatch:
         kinds = (unicorn.UC_HOOK_MEM_WRITE if "w" in wp.type else 0) | (
             unicorn.UC_HOOK_MEM_READ if "r" in wp.type else 0)
         self._mem[wp] = self.uc.hook_add(kinds, self._on_mem, wp, addr, addr + length - 1)
+        self.t.hooks.mid_block_added()  # before the retranslation: its blocks check for a stop
         self._drop_code()  # code translated before a read hook existed loads without calling it (measured)
 
     def disarm(self, wp: Any) -> None:
@@ -165,6 +166,7 @@ class UcWatch:
         handle = self._mem.pop(wp, None)
         if handle is not None:
             self.uc.hook_del(handle)
+            self.t.hooks.mid_block_deleted()
             if not self._mem:
                 self._forget_sites()
             self._retranslate()
