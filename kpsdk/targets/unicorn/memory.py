@@ -90,6 +90,7 @@ class GuestMemory(Target):
         self._bp_lo, self._bp_hi = 1 << 64, -1
         self._area = 0
         self._next_slot = 0
+        self._code_end = 0
         self._area_mem: mmap.mmap | None = None
         self._stack_mem: mmap.mmap | None = None
         word = "<" if arch.endian == "little" else ">"
@@ -159,11 +160,19 @@ class GuestMemory(Target):
         """Make Unicorn translate ``[begin, end)`` again before it runs it.  Inside a run (a
         handler registering) at once; outside one, at the start of the next run, all the
         ranges merged (:meth:`_flush_stale`): dropping translations cost 22-35 us a call
-        whatever the span (docs/performance.md), twice per registered probe."""
+        whatever the span (docs/performance.md), twice per registered probe.  A range within
+        a page of one of the last two kept is merged into it at once: a batch of probes on
+        neighbouring code, each with its booster slot, kept ~130 bytes a probe otherwise."""
         if self.runner.depth:
             self._remove_cache(begin, end)
-        else:
-            self._stale.append((begin, end))
+            return
+        stale = self._stale
+        for i in range(len(stale) - 1, max(len(stale) - 3, -1), -1):  # a batch alternates code and slots
+            b, e = stale[i]
+            if begin <= e + PAGE and b <= end + PAGE:  # within a page of a recent range: one range
+                stale[i] = (min(b, begin), max(e, end))
+                return
+        stale.append((begin, end))
 
     def _flush_stale(self) -> None:
         """Drop the translations registration left stale since the last run: one call per
@@ -192,6 +201,8 @@ class GuestMemory(Target):
         data = base + AREA_SIZE - DATA_SIZE
         mem = self.map(data, DATA_SIZE, "rw", shared=True)
         self._next_slot = base + SLOT_BASE
+        #: where the slots and code end (the data part follows; tests lower it to fill the area)
+        self._code_end = base + AREA_SIZE - DATA_SIZE
         return data, mem
 
     def setup_stack(self) -> int:
@@ -208,13 +219,13 @@ class GuestMemory(Target):
 
     def peek_code(self, size: int) -> int | None:
         """Where the next :meth:`alloc_code` of ``size`` bytes starts, or None when it would not fit."""
-        return self._next_slot if self._next_slot + size <= self._area + AREA_SIZE - DATA_SIZE else None
+        return self._next_slot if self._next_slot + size <= self._code_end else None
 
     def alloc_code(self, size: int) -> int:
         """``size`` bytes of kpsdk's area for code (a multiple of SLOT_SIZE), never given back:
         their owner keeps its own free list (slots, detours)."""
         block = self._next_slot
-        if block + size > self._area + AREA_SIZE - DATA_SIZE:
+        if block + size > self._code_end:
             raise KprobeError(errno.ENOMEM, "kpsdk's out-of-line slot area is full")
         self._next_slot += size
         return block

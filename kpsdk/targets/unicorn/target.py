@@ -242,7 +242,7 @@ class UnicornTarget(GuestMemory, ReturnProbes, TaskSupport):
             self.write_code(slot, code)
             bp = point.iset.unicorn_breakpoint.for_length(size)
             # the pc written on every hit: the slot, with the Thumb bit where it runs Thumb code
-            resume = slot | (1 if point.iset.thumb_bit else 0)
+            resume = slot | 1 if point.iset.thumb_bit else slot  # the slot's own int where equal
             point.state.update(slot=slot, bp_len=len(bp), resume=resume)
             self.patch(point, addr, bp)
             self._bp_points[addr] = point
