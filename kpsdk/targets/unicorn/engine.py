@@ -135,6 +135,12 @@ class ExitChecks:
         self._set()
 
     @property
+    def available(self) -> bool:
+        """kpsdk may turn the checks off on this engine (the field was found, the arch leaves
+        it alone): the TLB fill must then refuse faulting accesses itself (tlbfill.c)."""
+        return self._field is not None
+
+    @property
     def skipped(self) -> bool:
         """Code translated now has no exit checks after its loads and stores."""
         return self._field is not None and bool(self._field.value)

@@ -26,6 +26,7 @@ from typing import Any
 import unicorn
 
 from kpsdk.targets.unicorn import engine
+from kpsdk.targets.unicorn.tlb import last_fault_address
 
 
 def fault_addresses(uc: unicorn.Uc, hook: Callable[..., Any]) -> Callable[[], int | None]:
@@ -35,9 +36,9 @@ def fault_addresses(uc: unicorn.Uc, hook: Callable[..., Any]) -> Callable[[], in
     a program that never faults does not pay; :mod:`.engine`).  ``hook``, the
     ``UC_HOOK_MEM_INVALID`` callback that records the address (answering False), is
     installed instead where the field cannot be read at all: no ``malloc_usable_size``."""
-    if engine.usable_size() is None:
+    if engine.usable_size() is None:  # the hook names what Unicorn refuses, the fill what it refused
         uc.hook_add(unicorn.UC_HOOK_MEM_INVALID, hook)
-        return lambda: None
+        return lambda: last_fault_address(uc)
     owner = uc  # the field lives as long as the engine
 
     def last() -> int | None:

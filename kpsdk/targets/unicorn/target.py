@@ -114,6 +114,8 @@ class UnicornTarget(GuestMemory, ReturnProbes, TaskSupport):
         #: Unicorn's exit checks after loads and stores, made only while a code or memory hook
         #: exists (:mod:`.engine`; 32-bit ARM's translator keeps the field to itself)
         self.exit_checks = ExitChecks(self.uc, enabled=not arch.has_thumb)
+        if self.tlb is not None:  # stores that fault stop precisely while the checks may be off
+            self.tlb.refuse(self.exit_checks.available)
         self.hooks = FastHooks(self.uc, self.exit_checks)
         self._init_memory()
         #: run(), call() and the emulation loop; ``runner.depth``: emu_start calls under way

@@ -79,7 +79,6 @@ HOOK_TLB_FILL = ctypes.CFUNCTYPE(ctypes.c_bool, ctypes.c_void_p, ctypes.c_uint64
 
 #: where ``perms`` sits in the second word: its low half on a little-endian host
 _PERMS_SHIFT = 0 if sys.byteorder == "little" else 32
-_DATA = (unicorn.UC_PROT_READ | unicorn.UC_PROT_WRITE) << _PERMS_SHIFT
 _ALL = unicorn.UC_PROT_ALL << _PERMS_SHIFT
 
 
@@ -112,6 +111,18 @@ def _route_unraisable(previous: Callable[[Any], Any]) -> Callable[[Any], Any]:
     return hook
 
 
+#: pages a write watchpoint may trap at once (tlbfill.c's MAX_TRAPS)
+MAX_TRAPS = 64
+#: a refused access, by (its kind, why: 1 nothing mapped, 2 the permissions): the error Unicorn
+#: would have named it with (tlbfill.c raises it as UC_ERR_EXCEPTION, precisely)
+_ERRORS = {(unicorn.UC_MEM_READ, 1): unicorn.UC_ERR_READ_UNMAPPED,
+           (unicorn.UC_MEM_READ, 2): unicorn.UC_ERR_READ_PROT,
+           (unicorn.UC_MEM_WRITE, 1): unicorn.UC_ERR_WRITE_UNMAPPED,
+           (unicorn.UC_MEM_WRITE, 2): unicorn.UC_ERR_WRITE_PROT}
+#: each engine's fill, by the engine's handle (:func:`run_error`)
+_BY_ENGINE: weakref.WeakValueDictionary[int, TlbFill] = weakref.WeakValueDictionary()
+
+
 class _Native(ctypes.Structure):
     """``struct kpsdk_tlb`` (tlbfill.c): the C fill's state, owned by Python."""
 
@@ -121,8 +132,10 @@ class _Native(ctypes.Structure):
                 ("reg_read", ctypes.c_void_p), ("reg_write", ctypes.c_void_p), ("poll", ctypes.c_void_p),
                 ("ctl", ctypes.c_void_p), ("flush_control", ctypes.c_int64), ("since_flush", ctypes.c_uint64),
                 ("grow_at", ctypes.c_uint64), ("grow_max", ctypes.c_uint64), ("grows", ctypes.c_uint64),
-                ("n", ctypes.c_uint64), ("cap", ctypes.c_uint64), ("starts", ctypes.c_void_p),
-                ("ends", ctypes.c_void_p)]
+                ("refuse", ctypes.c_uint64), ("fault_type", ctypes.c_int64), ("fault_addr", ctypes.c_uint64),
+                ("fault_why", ctypes.c_uint64), ("page_mask", ctypes.c_uint64), ("ntraps", ctypes.c_uint64),
+                ("traps", ctypes.c_uint64 * MAX_TRAPS), ("n", ctypes.c_uint64), ("cap", ctypes.c_uint64),
+                ("regions", ctypes.c_void_p)]
 
 
 SOURCE = Path(__file__).with_name("tlbfill.c")
@@ -180,9 +193,15 @@ class TlbFill:
         self._uc = uc
         self.fail = fail
         self._clear_it = clear_it
-        #: starts and ends (inclusive) of the executable mappings, sorted; None: to be re-read
-        self._spans: tuple[list[int], list[int]] | None = None
+        #: the Python fill's mappings: starts, ends (inclusive) and permissions, sorted; None: to be re-read
+        self._regions: tuple[list[int], list[int], list[int]] | None = None
         self._fills = 0
+        #: the Python fill's last refused access (kind, address, why), and its trapped pages
+        self._fault: tuple[int, int, int] | None = None
+        self._traps: frozenset[int] = frozenset()
+        self._refuse = False
+        #: the address of the refused access that ended the last run with an error (run_error)
+        self.last_address: int | None = None
         if not getattr(sys.unraisablehook, "kpsdk_routes_fills", False):
             sys.unraisablehook = _route_unraisable(sys.unraisablehook)
         native = _native_fill() if prefer_native else None
@@ -199,6 +218,7 @@ class TlbFill:
             state.ctl = _address(uclib.uc_ctl)
             state.flush_control = (unicorn.UC_CTL_IO_WRITE << 30) | unicorn.UC_CTL_TLB_FLUSH
             state.grow_at, state.grow_max = GROW_AT, GROW_MAX
+            state.refuse, state.fault_type, state.page_mask = 0, -1, ~0xFFF & (2**64 - 1)
             state.mem_regions = _address(uclib.uc_mem_regions)
             state.uc_free = _address(uclib.uc_free)
             state.reg_read = _address(uclib.uc_reg_read)
@@ -220,6 +240,8 @@ class TlbFill:
         if status != unicorn.UC_ERR_OK:
             raise unicorn.UcError(status)
         self._handle = handle
+        if uc._uch is not None and uc._uch.value:
+            _BY_ENGINE[uc._uch.value] = self
         if self._state is not None:  # the spans' memory goes with this object (and its engine)
             weakref.finalize(self, self._release, ctypes.byref(self._state))
 
@@ -229,42 +251,125 @@ class TlbFill:
         return int(self._state.fills) if self._state is not None else self._fills
 
     def changed(self) -> None:
-        """The memory map may have changed: the next fill re-reads the executable mappings."""
+        """The memory map may have changed: the next fill re-reads the mappings."""
         if self._state is not None:
             self._state.stale = 1
         else:
-            self._spans = None
+            self._regions = None
 
-    def _read_spans(self) -> tuple[list[int], list[int]]:
-        regions = sorted((s, e) for s, e, p in self._uc.mem_regions() if p & unicorn.UC_PROT_EXEC)
-        self._spans = spans = ([s for s, _ in regions], [e for _, e in regions])
-        return spans
+    def refuse(self, on: bool) -> None:
+        """Whether the fill refuses what a mapping refuses (a precise fault at the access: see
+        tlbfill.c), as it must while Unicorn's exit checks after stores are off (:mod:`.engine`);
+        else it answers read and write wherever, and Unicorn's own checks find the fault."""
+        self._refuse = on
+        if self._state is not None:
+            self._state.refuse = int(on)
+
+    def set_traps(self, pages: list[int]) -> None:
+        """The pages whose stores must reach Unicorn's write-protection hooks though their
+        mapping (in the engine) is not writable: a write watchpoint's (watchpoints.py)."""
+        if len(pages) > MAX_TRAPS:
+            raise ValueError(f"more than {MAX_TRAPS} trapped pages")
+        if self._state is not None:
+            self._state.ntraps = 0
+            for i, page in enumerate(pages):
+                self._state.traps[i] = page
+            self._state.ntraps = len(pages)
+        else:
+            self._traps = frozenset(pages)
+
+    def take_fault(self) -> tuple[int, int, int] | None:
+        """The access the fill last refused, ``(kind, address, why)``, and forget it."""
+        if self._state is not None:
+            state = self._state
+            if state.fault_type < 0:
+                return None
+            out = (int(state.fault_type), int(state.fault_addr), int(state.fault_why))
+            state.fault_type = -1
+            return out
+        fault, self._fault = self._fault, None
+        return fault
+
+    def _read_regions(self) -> tuple[list[int], list[int], list[int]]:
+        regions = sorted(self._uc.mem_regions())
+        self._regions = table = ([r[0] for r in regions], [r[1] for r in regions], [r[2] for r in regions])
+        return table
 
     def _make_fill(self) -> Callable[[int, int, int, Any, int], bool]:
-        """The Python fill, a closure: every attribute lookup saved is ~40 ns of each TLB miss."""
-        tlb, fetch, bisect_right = self, unicorn.UC_MEM_FETCH, bisect.bisect_right
+        """The Python fill, a closure (every attribute lookup saved is ~40 ns of each TLB miss):
+        tlbfill.c's answers, line for line."""
+        tlb, fetch, write, bisect_right = self, unicorn.UC_MEM_FETCH, unicorn.UC_MEM_WRITE, bisect.bisect_right
         clear_it, uc, cpsr = self._clear_it, self._uc, unicorn.arm_const.UC_ARM_REG_CPSR
+        read_write, shift = unicorn.UC_PROT_READ | unicorn.UC_PROT_WRITE, _PERMS_SHIFT
 
         def fill(uch: int, vaddr: int, kind: int, entry: Any, user: int) -> bool:
             entry[0] = vaddr
-            entry[1] = _ALL  # the CPU's own answer, until the page is known not to be executable
+            entry[1] = _ALL  # the CPU's own answer, for a fetch
             try:
                 tlb._fills += 1
-                if kind != fetch:
-                    if clear_it:  # the IT state Unicorn's restore wrote (the module docstring)
-                        value = uc.reg_read(cpsr)
-                        if value & _CPSR_IT:
-                            uc.reg_write(cpsr, value & ~_CPSR_IT)
-                    starts, ends = tlb._spans or tlb._read_spans()
-                    i = bisect_right(starts, vaddr) - 1
-                    if i < 0 or vaddr > ends[i]:
-                        entry[1] = _DATA
+                if kind == fetch:
+                    return True
+                starts, ends, perms = tlb._regions or tlb._read_regions()
+                i = bisect_right(starts, vaddr) - 1
+                refuse = tlb._refuse
+                if i < 0 or vaddr > ends[i]:
+                    if not refuse:
+                        entry[1] = read_write << shift
+                        return True
+                    tlb._fault = (kind, vaddr, 1)
+                    return False
+                have = perms[i] & 7
+                if not refuse:
+                    have |= read_write
+                elif not have & (unicorn.UC_PROT_WRITE if kind == write else unicorn.UC_PROT_READ):
+                    if kind == write and vaddr & ~0xFFF in tlb._traps:
+                        have |= read_write
+                    else:
+                        tlb._fault = (kind, vaddr, 2)
+                        return False
+                if clear_it:  # the IT state Unicorn's restore wrote (the module docstring)
+                    value = uc.reg_read(cpsr)
+                    if value & _CPSR_IT:
+                        uc.reg_write(cpsr, value & ~_CPSR_IT)
+                entry[1] = have << shift
             except BaseException as exc:  # noqa: BLE001 - handed to fail(), which stops the run
                 if tlb.fail is not None:
                     tlb.fail(exc)
             return True
 
         return fill
+
+
+def run_error(uc: unicorn.Uc, error: unicorn.UcError) -> unicorn.UcError:
+    """The error a run of ``uc`` ended with, as Unicorn's own checks would have named it: an
+    access the fill refused ends the run as ``UC_ERR_EXCEPTION`` (precisely, at the access),
+    and is a read or write to memory unmapped or protected (the fault's address is Unicorn's
+    ``invalid_addr``, :mod:`.faults`)."""
+    tlb = _BY_ENGINE.get(uc._uch.value) if uc._uch is not None and uc._uch.value else None
+    if tlb is None:
+        return error
+    fault = tlb.take_fault()
+    if error.errno != unicorn.UC_ERR_EXCEPTION or fault is None:
+        return error
+    code = _ERRORS.get((fault[0], fault[2]))
+    if code is None:
+        return error
+    tlb.last_address = fault[1]
+    return unicorn.UcError(code)
+
+
+def forget_fault(uc: unicorn.Uc) -> None:
+    """A run of ``uc`` starts: an access refused before it (a probing fill) names no error of it."""
+    tlb = _BY_ENGINE.get(uc._uch.value) if uc._uch is not None and uc._uch.value else None
+    if tlb is not None:
+        tlb.take_fault()
+
+
+def last_fault_address(uc: unicorn.Uc) -> int | None:
+    """The address of the access whose refusal ended ``uc``'s last run with an error, if the
+    fill refused it (:func:`run_error`)."""
+    tlb = _BY_ENGINE.get(uc._uch.value) if uc._uch is not None and uc._uch.value else None
+    return None if tlb is None else tlb.last_address
 
 
 #: CPSR's IT[1:0] (bits 26:25) and IT[7:2] (bits 15:10)

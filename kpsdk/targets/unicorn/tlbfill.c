@@ -6,12 +6,21 @@
  * reference the tests compare against):
  *
  *   - an instruction fetch: every permission;
- *   - a data access: read and write, plus execute when the page lies in an executable
- *     mapping (its stores must stay on Unicorn's slow path, which drops translated code).
+ *   - a data access: the mapping's read and write permissions, plus execute when it is
+ *     executable (its stores must stay on Unicorn's slow path, which drops translated code);
+ *   - a data access the mapping refuses (none there, or a load from an unreadable one, a store
+ *     to an unwritable one): no entry.  Unicorn then raises the fault at once and precisely
+ *     (raise_mmu_exception: cpu_loop_exit_restore), as UC_ERR_EXCEPTION; the fill records the
+ *     kind (`fault_type`, `fault_why`) and Python gives the run's error its real name
+ *     (tlb.py).  A refused store found later in Unicorn's store helper only asks the engine
+ *     to exit and lets the block run on, which was precise only through the exit check after
+ *     every store that kpsdk turns off where it can (engine.py).
+ *   - a store to a page a write watchpoint traps (`traps`, watchpoints.py): read and write,
+ *     so that the store reaches Unicorn's write-protection hooks on that page.
  *
- * The executable mappings are a sorted table of spans read from uc_mem_regions at the first
- * fill after Python said the memory map may have changed (the `stale` word, written by
- * Python at every mapping call: one store, no call).
+ * The mappings are a sorted table read from uc_mem_regions at the first fill after Python
+ * said the memory map may have changed (the `stale` word, written by Python at every mapping
+ * call: one store, no call).
  *
  * ARM (32-bit): Unicorn 2.1.4 calls cpu_restore_state before the hook at every fill, which
  * writes the accessing instruction's Thumb IT state into env->condexec_bits while its
@@ -42,12 +51,14 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#define UC_MEM_FETCH 18        /* uc_mem_type: UC_MEM_FETCH (unicorn.h) */
+#define UC_MEM_WRITE 17        /* uc_mem_type (unicorn.h) */
+#define UC_MEM_FETCH 18
 #define UC_PROT_READ 1
 #define UC_PROT_WRITE 2
 #define UC_PROT_EXEC 4
 #define UC_PROT_ALL 7
 #define CPSR_IT 0x0600fc00u    /* CPSR's IT[1:0] (bits 26:25) and IT[7:2] (bits 15:10) */
+#define MAX_TRAPS 64           /* pages trapped for write watchpoints (watchpoints.py's limit) */
 
 struct uc_tlb_entry {          /* uc_tlb_entry */
     uint64_t paddr;
@@ -62,7 +73,7 @@ struct uc_mem_region {         /* uc_mem_region */
 
 struct kpsdk_tlb {
     uint64_t fills;            /* fills answered */
-    uint64_t stale;            /* nonzero: re-read the executable spans at the next fill */
+    uint64_t stale;            /* nonzero: re-read the mappings at the next fill */
     uint64_t clear_it;         /* nonzero (ARM): clear the IT state a data fill finds */
     int64_t cpsr_reg;          /* UC_ARM_REG_CPSR */
     uint64_t poll_every;       /* fills between two calls of poll (0: never) */
@@ -79,15 +90,21 @@ struct kpsdk_tlb {
     uint64_t grow_at;          /* fills that make the next flush (0: never) */
     uint64_t grow_max;         /* the largest grow_at */
     uint64_t grows;            /* flushes made to grow the TLB */
-    uint64_t n;                /* spans in use */
-    uint64_t cap;              /* spans allocated */
-    uint64_t *starts;          /* the executable spans' first and last bytes, sorted */
-    uint64_t *ends;
+    uint64_t refuse;           /* nonzero: refuse what the mapping refuses (else answer as before) */
+    int64_t fault_type;        /* the access last refused (uc_mem_type; -1: none since Python reset it) */
+    uint64_t fault_addr;
+    uint64_t fault_why;        /* 1: nothing mapped there, 2: the mapping's permissions */
+    uint64_t page_mask;        /* ~(the target's page size - 1) */
+    uint64_t ntraps;
+    uint64_t traps[MAX_TRAPS]; /* pages whose stores must reach the write-protection hooks */
+    uint64_t n;                /* regions in use */
+    uint64_t cap;              /* regions allocated */
+    struct uc_mem_region *regions;  /* the mappings, sorted */
 };
 
-/* Re-read the executable mappings; false when they cannot be read (every page is then
- * answered executable, the CPU's own answer: slower stores, never a stale translation). */
-static bool read_spans(void *uc, struct kpsdk_tlb *t)
+/* Re-read the mappings; false when they cannot be read (every access is then answered as
+ * the CPU's own fill would: every permission, Unicorn's own checks and exit checks). */
+static bool read_regions(void *uc, struct kpsdk_tlb *t)
 {
     struct uc_mem_region *regions = NULL;
     uint32_t count = 0;
@@ -96,46 +113,51 @@ static bool read_spans(void *uc, struct kpsdk_tlb *t)
         return false;
     }
     if (count > t->cap) {
-        uint64_t cap = count * 2u;
-        uint64_t *starts = realloc(t->starts, cap * sizeof *starts);
-        if (starts != NULL)
-            t->starts = starts;
-        uint64_t *ends = starts == NULL ? NULL : realloc(t->ends, cap * sizeof *ends);
-        if (ends != NULL)
-            t->ends = ends;
-        if (starts == NULL || ends == NULL) {
+        struct uc_mem_region *grown = realloc(t->regions, count * 2u * sizeof *grown);
+        if (grown == NULL) {
             t->errors++;
             t->uc_free(regions);
             return false;
         }
-        t->cap = cap;
+        t->regions = grown;
+        t->cap = count * 2u;
     }
-    uint64_t n = 0;
-    for (uint32_t i = 0; i < count; i++) {  /* Unicorn keeps its regions sorted by address */
-        if (regions[i].perms & UC_PROT_EXEC) {
-            t->starts[n] = regions[i].begin;
-            t->ends[n] = regions[i].end;
-            n++;
-        }
-    }
+    for (uint32_t i = 0; i < count; i++)  /* Unicorn keeps its regions sorted by address */
+        t->regions[i] = regions[i];
     if (regions != NULL)
         t->uc_free(regions);
-    t->n = n;
+    t->n = count;
     t->stale = 0;
     return true;
 }
 
-static bool executable(const struct kpsdk_tlb *t, uint64_t vaddr)
+static const struct uc_mem_region *region_of(const struct kpsdk_tlb *t, uint64_t vaddr)
 {
-    uint64_t lo = 0, hi = t->n;  /* the last span starting at or below vaddr */
+    uint64_t lo = 0, hi = t->n;  /* the last region starting at or below vaddr */
     while (lo < hi) {
         uint64_t mid = lo + (hi - lo) / 2;
-        if (t->starts[mid] <= vaddr)
+        if (t->regions[mid].begin <= vaddr)
             lo = mid + 1;
         else
             hi = mid;
     }
-    return lo > 0 && vaddr <= t->ends[lo - 1];
+    return lo > 0 && vaddr <= t->regions[lo - 1].end ? &t->regions[lo - 1] : NULL;
+}
+
+static bool trapped(const struct kpsdk_tlb *t, uint64_t page)
+{
+    for (uint64_t i = 0; i < t->ntraps; i++)
+        if (t->traps[i] == page)
+            return true;
+    return false;
+}
+
+static bool refused(struct kpsdk_tlb *t, uint64_t vaddr, int type, uint64_t why)
+{
+    t->fault_type = type;
+    t->fault_addr = vaddr;
+    t->fault_why = why;
+    return false;
 }
 
 __attribute__((visibility("default")))
@@ -144,16 +166,9 @@ bool kpsdk_tlb_fill(void *uc, uint64_t vaddr, int type, struct uc_tlb_entry *ent
     t->fills++;
     entry->paddr = vaddr;
     entry->perms = UC_PROT_ALL;
-    if (type != UC_MEM_FETCH) {
-        if (t->clear_it) {
-            uint32_t cpsr = 0;
-            if (t->reg_read(uc, (int)t->cpsr_reg, &cpsr) == 0 && (cpsr & CPSR_IT)) {
-                cpsr &= ~CPSR_IT;
-                t->reg_write(uc, (int)t->cpsr_reg, &cpsr);
-            }
-        }
-        if ((!t->stale || read_spans(uc, t)) && !executable(t, vaddr))
-            entry->perms = UC_PROT_READ | UC_PROT_WRITE;
+    if (t->poll_every && ++t->since_poll >= t->poll_every && t->poll != NULL) {
+        t->since_poll = 0;
+        t->poll();
     }
     if (t->grow_at && ++t->since_flush >= t->grow_at) {
         t->since_flush = 0;
@@ -162,20 +177,64 @@ bool kpsdk_tlb_fill(void *uc, uint64_t vaddr, int type, struct uc_tlb_entry *ent
             t->grow_at *= 2;
         t->ctl(uc, (int)t->flush_control);
     }
-    if (t->poll_every && ++t->since_poll >= t->poll_every && t->poll != NULL) {
-        t->since_poll = 0;
-        t->poll();
+    if (type == UC_MEM_FETCH || (t->stale && !read_regions(uc, t)))
+        return true;
+    const struct uc_mem_region *r = region_of(t, vaddr);
+    if (r == NULL)
+        return t->refuse ? refused(t, vaddr, type, 1) : (entry->perms = UC_PROT_READ | UC_PROT_WRITE, true);
+    int perms = (int)r->perms & UC_PROT_ALL;
+    if (t->refuse) {
+        int need = type == UC_MEM_WRITE ? UC_PROT_WRITE : UC_PROT_READ;
+        if (!(perms & need)) {
+            if (type == UC_MEM_WRITE && t->ntraps && trapped(t, vaddr & t->page_mask))
+                perms |= UC_PROT_READ | UC_PROT_WRITE;  /* on to the write-protection hooks */
+            else
+                return refused(t, vaddr, type, 2);
+        }
+    } else {
+        perms |= UC_PROT_READ | UC_PROT_WRITE;
     }
+    if (t->clear_it) {  /* the access is made: its block runs on (see the top of this file) */
+        uint32_t cpsr = 0;
+        if (t->reg_read(uc, (int)t->cpsr_reg, &cpsr) == 0 && (cpsr & CPSR_IT)) {
+            cpsr &= ~CPSR_IT;
+            t->reg_write(uc, (int)t->cpsr_reg, &cpsr);
+        }
+    }
+    entry->perms = perms;
     return true;
 }
 
-/* The spans' memory, when the engine goes. */
+/* A write-protection hook bounded to a page a write watchpoint traps (watchpoints.py): the
+ * store goes on (true) unless the page is not the program's to write (`allowed` clear) or the
+ * store reaches a watched range of the page, which the watchpoint's own hook decides. */
+struct kpsdk_page_trap {
+    int64_t allowed;
+    uint64_t n;
+    uint64_t lo[16], hi[16];   /* watched ranges, first and last byte */
+};
+
+__attribute__((visibility("default")))
+bool kpsdk_page_allow(void *uc, int type, uint64_t addr, int size, int64_t value, struct kpsdk_page_trap *p)
+{
+    (void)uc;
+    (void)type;
+    (void)value;
+    if (!p->allowed)
+        return false;
+    uint64_t last = addr + (uint64_t)(size > 0 ? size - 1 : 0);
+    for (uint64_t i = 0; i < p->n; i++)
+        if (addr <= p->hi[i] && last >= p->lo[i])
+            return false;
+    return true;
+}
+
+/* The regions' memory, when the engine goes. */
 __attribute__((visibility("default")))
 void kpsdk_tlb_release(struct kpsdk_tlb *t)
 {
-    free(t->starts);
-    free(t->ends);
-    t->starts = t->ends = NULL;
+    free(t->regions);
+    t->regions = NULL;
     t->n = t->cap = 0;
     t->stale = 1;
 }
