@@ -126,6 +126,9 @@ class GuestMemory(Target):
         change its code)."""
         self._host_checked.clear()
         self._generation += 1
+        watch = getattr(self, "watch", None)
+        if watch is not None:  # a process's memory replaced another's: its trapped pages again
+            watch.reassert()
 
     @property
     def code_generation(self) -> int | None:

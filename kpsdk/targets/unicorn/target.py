@@ -608,6 +608,8 @@ class UnicornTarget(GuestMemory, ReturnProbes, TaskSupport):
         the translations registration left stale are dropped."""
         self._forget_memory()
         self._flush_stale()
+        if self.watch is not None:
+            self.watch.before_run()
 
     def regs(self) -> PtRegs:
         self.hit_regs._reset(self.fast.read(self._pc))

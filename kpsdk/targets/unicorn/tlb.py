@@ -200,6 +200,8 @@ class TlbFill:
         self._fault: tuple[int, int, int] | None = None
         self._traps: frozenset[int] = frozenset()
         self._refuse = False
+        #: called after every mapping call (:meth:`changed`)
+        self.listeners: list[Callable[[], None]] = []
         #: the address of the refused access that ended the last run with an error (run_error)
         self.last_address: int | None = None
         if not getattr(sys.unraisablehook, "kpsdk_routes_fills", False):
@@ -251,11 +253,14 @@ class TlbFill:
         return int(self._state.fills) if self._state is not None else self._fills
 
     def changed(self) -> None:
-        """The memory map may have changed: the next fill re-reads the mappings."""
+        """The memory map may have changed: the next fill re-reads the mappings, and the
+        listeners hear it (the write watchpoints' trapped pages: watchpages.py)."""
         if self._state is not None:
             self._state.stale = 1
         else:
             self._regions = None
+        for listener in self.listeners:
+            listener()
 
     def refuse(self, on: bool) -> None:
         """Whether the fill refuses what a mapping refuses (a precise fault at the access: see
@@ -356,6 +361,14 @@ def run_error(uc: unicorn.Uc, error: unicorn.UcError) -> unicorn.UcError:
         return error
     tlb.last_address = fault[1]
     return unicorn.UcError(code)
+
+
+def native_symbol(name: str) -> int | None:
+    """The address of ``name`` in the C fill's library (tlbfill.c), or None without it."""
+    native = _native_fill()
+    if native is None:
+        return None
+    return ctypes.cast(getattr(native[0], name), ctypes.c_void_p).value
 
 
 def forget_fault(uc: unicorn.Uc) -> None:

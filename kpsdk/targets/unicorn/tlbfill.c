@@ -205,27 +205,47 @@ bool kpsdk_tlb_fill(void *uc, uint64_t vaddr, int type, struct uc_tlb_entry *ent
     return true;
 }
 
-/* A write-protection hook bounded to a page a write watchpoint traps (watchpoints.py): the
- * store goes on (true) unless the page is not the program's to write (`allowed` clear) or the
- * store reaches a watched range of the page, which the watchpoint's own hook decides. */
+/* A write-protection hook bounded to a page a write watchpoint traps (watchpages.py).  A store
+ * that touches no watched range of the page, on a page that is the program's to write
+ * (`allowed`), is made here, into the page's host memory, and answered handled: Unicorn itself
+ * discards it (the engine sees the page read-only, TLB_DISCARD_WRITE).  A store that reaches a
+ * watched range is left to the watchpoint's own hook (false). */
 struct kpsdk_page_trap {
     int64_t allowed;
     uint64_t n;
     uint64_t lo[16], hi[16];   /* watched ranges, first and last byte */
+    uint64_t page;             /* the page's guest address */
+    uint64_t host;             /* and its host address */
+    int64_t big;               /* the guest is big-endian */
+    uint64_t outside;          /* stores made here (beside the watched ranges) */
 };
+
+__attribute__((visibility("default")))
+void kpsdk_page_store(struct kpsdk_page_trap *p, uint64_t addr, int size, int64_t value)
+{
+    uint64_t v = (uint64_t)value;
+    for (int i = 0; i < size; i++) {
+        uint64_t at = addr + (uint64_t)i;
+        if (at < p->page || at >= p->page + 0x1000)
+            continue;  /* the next page's bytes: Unicorn stores them byte by byte */
+        int shift = 8 * (p->big ? size - 1 - i : i);
+        ((unsigned char *)(uintptr_t)p->host)[at - p->page] = (unsigned char)(v >> shift);
+    }
+}
 
 __attribute__((visibility("default")))
 bool kpsdk_page_allow(void *uc, int type, uint64_t addr, int size, int64_t value, struct kpsdk_page_trap *p)
 {
     (void)uc;
     (void)type;
-    (void)value;
     if (!p->allowed)
         return false;
     uint64_t last = addr + (uint64_t)(size > 0 ? size - 1 : 0);
     for (uint64_t i = 0; i < p->n; i++)
         if (addr <= p->hi[i] && last >= p->lo[i])
             return false;
+    kpsdk_page_store(p, addr, size, value);
+    p->outside++;
     return true;
 }
 

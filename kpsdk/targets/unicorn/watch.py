@@ -66,12 +66,15 @@ and go with the last one.
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import unicorn
 
 from kpsdk.targets.unicorn.fast import HOOK_CODE, memory_reader
+from kpsdk.targets.unicorn.tlb import native_symbol
+from kpsdk.targets.unicorn.watchpages import PageTraps
 
 if TYPE_CHECKING:
     import capstone
@@ -132,6 +135,11 @@ class UcWatch:
         self._read = memory_reader(self.uc)
         self._endian = target.arch.endian
         self._pc_reg = target.arch.register(target.arch.pc)
+        #: write watchpoints moved off their trapped pages for good (a page written beside them)
+        self._untrapped: weakref.WeakSet[Any] = weakref.WeakSet()
+        #: write watchpoints served by write-protected pages instead of a memory hook (:mod:`.watchpages`)
+        self._traps = PageTraps(target, target.tlb, self._on_prot, native_symbol("kpsdk_page_allow")) \
+            if target.tlb is not None else None
 
     # -- the engine interface (kpsdk.target.Target.watch_engine) --------------------------
 
@@ -146,6 +154,12 @@ class UcWatch:
                 self._exec_hooks[addr] = self.t.hooks.code(self._on_exec, addr, addr)
                 self.uc.ctl_remove_cache(addr, addr + 1)
             at.append(wp)
+            return
+        if self._traps is not None and wp not in self._untrapped and self._traps.eligible(wp):
+            self._traps.arm(wp)
+            self._mem[wp] = 0  # no memory hook: the page's write-protection hooks (_on_prot)
+            self.t.hooks.mid_block_added()  # a refused store stops precisely only with the exit checks
+            self._drop_code()
             return
         kinds = (unicorn.UC_HOOK_MEM_WRITE if "w" in wp.type else 0) | (
             unicorn.UC_HOOK_MEM_READ if "r" in wp.type else 0)
@@ -165,7 +179,10 @@ class UcWatch:
             return
         handle = self._mem.pop(wp, None)
         if handle is not None:
-            self.uc.hook_del(handle)
+            if self._traps is not None and wp in self._traps:
+                self._traps.disarm(wp)
+            else:
+                self.uc.hook_del(handle)
             self.t.hooks.mid_block_deleted()
             if not self._mem:
                 self._forget_sites()
@@ -277,6 +294,55 @@ class UcWatch:
             self._abort = (pc, saved)
         except BaseException as exc:  # noqa: BLE001 - stored and re-raised by run()/call()
             self.t.fail(exc)
+
+    def _on_prot(self, uc: unicorn.Uc, access: int, addr: int, size: int, value: int, wp: Any) -> bool:
+        """A store into a trapped write watchpoint's range (:mod:`.watchpages`): recorded as
+        :meth:`_on_mem` records it and made (True), unless the process may not write there
+        (False: its fault); refused (False) at a site's first hit, which then stops precisely
+        at the store and takes the slow path (:meth:`resume_after_fault`), no region to restore."""
+        traps = self._traps
+        assert traps is not None
+        try:
+            step = self._step
+            if step is not None and step.recording:
+                self._record(step, wp, "w", addr, size, value)
+                return traps.store(addr, size, value)
+            if self._abort is not None:
+                return False  # another watchpoint refused this store: it stops here
+            if not wp.armed:
+                return traps.store(addr, size, value)
+            if self.t.manager.busy:
+                wp.nmissed += 1  # K6: a handler is running (one that calls target code)
+                return traps.store(addr, size, value)
+            pc = self.t.fast.read(self._pc_reg)
+            site = self._sites.get(pc)
+            if site is not None and (step is None or (step.pc == pc and not step.hooks)) \
+                    and self._read(pc, len(site.raw)) == site.raw:
+                if step is None:
+                    step = self._step = _Step(pc, site.succ, [], False, False)
+                self._record(step, wp, "w", addr, size, value)
+                return traps.store(addr, size, value)
+            self._abort = (pc, [])
+            return False
+        except BaseException as exc:  # noqa: BLE001 - stored and re-raised by run()/call()
+            self.t.fail(exc)
+            return False
+
+    def before_run(self) -> None:
+        """A run starts: write watchpoints whose trapped pages the last run kept writing beside
+        them move to the memory hook (:meth:`PageTraps.hot <.watchpages.PageTraps.hot>`)."""
+        if self._traps is None or self.t.running:
+            return
+        for wp in self._traps.hot():
+            self._untrapped.add(wp)
+            self.disarm(wp)
+            self.arm(wp)
+
+    def reassert(self) -> None:
+        """kpsdk's view of the memory may have changed (a run starts, a process's memory
+        replaced another's): the trapped pages are write-protected again in the engine."""
+        if self._traps is not None:
+            self._traps.reassert()
 
     def _record(self, step: _Step, wp: Any, kind: str, addr: int, size: int, value: int) -> None:
         """Note one access: the old bytes are still in memory (the hook runs before a store)."""
