@@ -306,16 +306,18 @@ class FastHooks:
     def code(self, callback: Callable[[int, int, int, int], None], begin: int, end: int) -> int:
         return self._add(unicorn.UC_HOOK_CODE, HOOK_CODE(callback), begin, end)
 
-    def code_shared(self, cfunc: Any, begin: int, end: int) -> int:
+    def code_shared(self, cfunc: Any, begin: int, end: int, mid_block: bool = True) -> int:
         """A code hook calling ``cfunc``, a ``HOOK_CODE`` the caller made once and keeps alive:
         for hooks deleted from inside their own callback (ctypes does not hold the callback
-        object while it runs, so :meth:`code`'s, freed by :meth:`delete`, could go under it)."""
-        return self._add(unicorn.UC_HOOK_CODE, cfunc, begin, end)
+        object while it runs, so :meth:`code`'s, freed by :meth:`delete`, could go under it).
+        ``mid_block=False``: the hook never stops the engine nor moves the pc (Unicorn's exit
+        checks can stay off for it: :mod:`.engine`)."""
+        return self._add(unicorn.UC_HOOK_CODE, cfunc, begin, end, mid_block)
 
     def intr(self, callback: Callable[[int, int, int], None]) -> int:
         return self._add(unicorn.UC_HOOK_INTR, HOOK_INTR(callback), 1, 0)
 
-    def _add(self, kind: int, cfunc: Any, begin: int, end: int) -> int:
+    def _add(self, kind: int, cfunc: Any, begin: int, end: int, mid_block: bool = True) -> int:
         handle = uc_hook_h()
         status = uclib.uc_hook_add(
             self._uch, ctypes.byref(handle), kind, ctypes.cast(cfunc, ctypes.c_void_p), None,
@@ -324,7 +326,7 @@ class FastHooks:
         if status != unicorn.UC_ERR_OK:
             raise unicorn.UcError(status)
         self._alive[handle.value] = cfunc
-        if kind == unicorn.UC_HOOK_CODE:
+        if kind == unicorn.UC_HOOK_CODE and mid_block:
             self._mid_block.add(int(handle.value))
             self.mid_block_added()
         return int(handle.value)

@@ -103,7 +103,8 @@ class UnicornTarget(GuestMemory, ReturnProbes, TaskSupport):
         self.uc = unicorn.Uc(*arch.unicorn)
         #: guest stores at full speed on memory that is not executable (kpsdk.targets.unicorn.tlb), where
         #: the arch allows it (``Arch.unicorn_tlb_fill``; ARM clears the IT state a fill restores)
-        self.tlb = TlbFill(self.uc, fail=self.fail, clear_it=arch.has_thumb) if arch.unicorn_tlb_fill else None
+        self.tlb = TlbFill(self.uc, fail=self.fail, clear_it=arch.has_thumb, pc_reg=arch.register(arch.pc).uc or 0) \
+            if arch.unicorn_tlb_fill else None
         watch_mappings(self.uc, self.tlb)
         if arch.unicorn_setup is not None:  # CPU state Unicorn leaves off that programs expect (ARM's VFP)
             arch.unicorn_setup(self.uc)

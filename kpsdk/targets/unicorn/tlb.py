@@ -111,8 +111,9 @@ def _route_unraisable(previous: Callable[[Any], Any]) -> Callable[[Any], Any]:
     return hook
 
 
-#: pages a write watchpoint may trap at once (tlbfill.c's MAX_TRAPS)
-MAX_TRAPS = 64
+#: pages a write watchpoint may trap at once, and instructions allowed to store into them
+#: (tlbfill.c's MAX_TRAPS, MAX_SITES)
+MAX_TRAPS, MAX_SITES = 64, 256
 #: a refused access, by (its kind, why: 1 nothing mapped, 2 the permissions): the error Unicorn
 #: would have named it with (tlbfill.c raises it as UC_ERR_EXCEPTION, precisely)
 _ERRORS = {(unicorn.UC_MEM_READ, 1): unicorn.UC_ERR_READ_UNMAPPED,
@@ -134,7 +135,9 @@ class _Native(ctypes.Structure):
                 ("grow_at", ctypes.c_uint64), ("grow_max", ctypes.c_uint64), ("grows", ctypes.c_uint64),
                 ("refuse", ctypes.c_uint64), ("fault_type", ctypes.c_int64), ("fault_addr", ctypes.c_uint64),
                 ("fault_why", ctypes.c_uint64), ("page_mask", ctypes.c_uint64), ("ntraps", ctypes.c_uint64),
-                ("traps", ctypes.c_uint64 * MAX_TRAPS), ("n", ctypes.c_uint64), ("cap", ctypes.c_uint64),
+                ("traps", ctypes.c_uint64 * MAX_TRAPS), ("pc_reg", ctypes.c_int64), ("nsites", ctypes.c_uint64),
+                ("sites", ctypes.c_uint64 * MAX_SITES), ("once", ctypes.c_uint64), ("n", ctypes.c_uint64),
+                ("cap", ctypes.c_uint64),
                 ("regions", ctypes.c_void_p)]
 
 
@@ -189,7 +192,7 @@ class TlbFill:
     it re-raised."""
 
     def __init__(self, uc: unicorn.Uc, fail: Callable[[BaseException], None] | None = None,
-                 clear_it: bool = False, prefer_native: bool = True) -> None:
+                 clear_it: bool = False, prefer_native: bool = True, pc_reg: int = 0) -> None:
         self._uc = uc
         self.fail = fail
         self._clear_it = clear_it
@@ -199,6 +202,12 @@ class TlbFill:
         #: the Python fill's last refused access (kind, address, why), and its trapped pages
         self._fault: tuple[int, int, int] | None = None
         self._traps: frozenset[int] = frozenset()
+        self._sites: frozenset[int] = frozenset()
+        self._once = 0
+        self._pc_reg = pc_reg
+        #: a store into a trapped page that the fill refused, by an instruction the watch engine
+        #: had not learned: its address (:func:`run_error`; the watch engine takes it)
+        self.trap_fault: int | None = None
         self._refuse = False
         #: called after every mapping call (:meth:`changed`)
         self.listeners: list[Callable[[], None]] = []
@@ -221,6 +230,7 @@ class TlbFill:
             state.flush_control = (unicorn.UC_CTL_IO_WRITE << 30) | unicorn.UC_CTL_TLB_FLUSH
             state.grow_at, state.grow_max = GROW_AT, GROW_MAX
             state.refuse, state.fault_type, state.page_mask = 0, -1, ~0xFFF & (2**64 - 1)
+            state.pc_reg = pc_reg
             state.mem_regions = _address(uclib.uc_mem_regions)
             state.uc_free = _address(uclib.uc_free)
             state.reg_read = _address(uclib.uc_reg_read)
@@ -270,6 +280,11 @@ class TlbFill:
         if self._state is not None:
             self._state.refuse = int(on)
 
+    @property
+    def refusing(self) -> bool:
+        """The fill refuses what a mapping refuses (:meth:`refuse`)."""
+        return self._refuse
+
     def set_traps(self, pages: list[int]) -> None:
         """The pages whose stores must reach Unicorn's write-protection hooks though their
         mapping (in the engine) is not writable: a write watchpoint's (watchpoints.py)."""
@@ -282,6 +297,26 @@ class TlbFill:
             self._state.ntraps = len(pages)
         else:
             self._traps = frozenset(pages)
+
+    def set_sites(self, pcs: list[int]) -> None:
+        """The instructions whose stores into a trapped page go on to its hooks (the watch
+        engine's learned sites); any other one is refused at the fill, precisely."""
+        pcs = pcs[:MAX_SITES]
+        if self._state is not None:
+            self._state.nsites = 0
+            for i, pc in enumerate(pcs):
+                self._state.sites[i] = pc
+            self._state.nsites = len(pcs)
+        else:
+            self._sites = frozenset(pcs)
+
+    def allow_once(self, pc: int) -> None:
+        """Let the instruction at ``pc`` store into a trapped page while it is re-run recording
+        (0: none; the watch engine clears it when the step ends)."""
+        if self._state is not None:
+            self._state.once = pc
+        else:
+            self._once = pc
 
     def take_fault(self) -> tuple[int, int, int] | None:
         """The access the fill last refused, ``(kind, address, why)``, and forget it."""
@@ -328,6 +363,10 @@ class TlbFill:
                     have |= read_write
                 elif not have & (unicorn.UC_PROT_WRITE if kind == write else unicorn.UC_PROT_READ):
                     if kind == write and vaddr & ~0xFFF in tlb._traps:
+                        pc = uc.reg_read(tlb._pc_reg)
+                        if not (tlb._once and tlb._once == pc) and pc not in tlb._sites:
+                            tlb._fault = (kind, vaddr, 3)
+                            return False
                         have |= read_write
                     else:
                         tlb._fault = (kind, vaddr, 2)
@@ -356,6 +395,9 @@ def run_error(uc: unicorn.Uc, error: unicorn.UcError) -> unicorn.UcError:
     fault = tlb.take_fault()
     if error.errno != unicorn.UC_ERR_EXCEPTION or fault is None:
         return error
+    if fault[2] == 3:  # a trapped page's store by an instruction the watch engine has not learned
+        tlb.trap_fault = fault[1]
+        return unicorn.UcError(unicorn.UC_ERR_WRITE_PROT)
     code = _ERRORS.get((fault[0], fault[2]))
     if code is None:
         return error

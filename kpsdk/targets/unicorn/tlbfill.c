@@ -15,8 +15,11 @@
  *     (tlb.py).  A refused store found later in Unicorn's store helper only asks the engine
  *     to exit and lets the block run on, which was precise only through the exit check after
  *     every store that kpsdk turns off where it can (engine.py).
- *   - a store to a page a write watchpoint traps (`traps`, watchpoints.py): read and write,
- *     so that the store reaches Unicorn's write-protection hooks on that page.
+ *   - a store to a page a write watchpoint traps (`traps`, watchpages.py), made by an
+ *     instruction the watch engine has learned (`sites`, or `once`): read and write, so that
+ *     the store reaches Unicorn's write-protection hooks on that page (which empty the TLB
+ *     after it, so that the next store is filled again); by any other instruction: refused,
+ *     precisely (`fault_why` 3), and the watch engine learns that instruction.
  *
  * The mappings are a sorted table read from uc_mem_regions at the first fill after Python
  * said the memory map may have changed (the `stale` word, written by Python at every mapping
@@ -58,7 +61,8 @@
 #define UC_PROT_EXEC 4
 #define UC_PROT_ALL 7
 #define CPSR_IT 0x0600fc00u    /* CPSR's IT[1:0] (bits 26:25) and IT[7:2] (bits 15:10) */
-#define MAX_TRAPS 64           /* pages trapped for write watchpoints (watchpoints.py's limit) */
+#define MAX_TRAPS 64           /* pages trapped for write watchpoints (watchpages.py's limit) */
+#define MAX_SITES 256          /* instructions allowed to store into trapped pages */
 
 struct uc_tlb_entry {          /* uc_tlb_entry */
     uint64_t paddr;
@@ -97,6 +101,10 @@ struct kpsdk_tlb {
     uint64_t page_mask;        /* ~(the target's page size - 1) */
     uint64_t ntraps;
     uint64_t traps[MAX_TRAPS]; /* pages whose stores must reach the write-protection hooks */
+    int64_t pc_reg;            /* the arch's pc, for uc_reg_read */
+    uint64_t nsites;
+    uint64_t sites[MAX_SITES]; /* the instructions whose stores into a trapped page go on to the hooks */
+    uint64_t once;             /* one more instruction allowed while it is re-run (0: none) */
     uint64_t n;                /* regions in use */
     uint64_t cap;              /* regions allocated */
     struct uc_mem_region *regions;  /* the mappings, sorted */
@@ -152,6 +160,21 @@ static bool trapped(const struct kpsdk_tlb *t, uint64_t page)
     return false;
 }
 
+/* The storing instruction (the CPU state was restored to it before the fill) is one whose
+ * stores into a trapped page the watch engine follows: learned, or let through once. */
+static bool site_allowed(void *uc, struct kpsdk_tlb *t)
+{
+    uint64_t pc = 0;
+    if (t->reg_read(uc, (int)t->pc_reg, &pc) != 0)
+        return false;
+    if (t->once && t->once == pc)  /* until the watch engine's step of it ends */
+        return true;
+    for (uint64_t i = 0; i < t->nsites; i++)
+        if (t->sites[i] == pc)
+            return true;
+    return false;
+}
+
 static bool refused(struct kpsdk_tlb *t, uint64_t vaddr, int type, uint64_t why)
 {
     t->fault_type = type;
@@ -186,10 +209,13 @@ bool kpsdk_tlb_fill(void *uc, uint64_t vaddr, int type, struct uc_tlb_entry *ent
     if (t->refuse) {
         int need = type == UC_MEM_WRITE ? UC_PROT_WRITE : UC_PROT_READ;
         if (!(perms & need)) {
-            if (type == UC_MEM_WRITE && t->ntraps && trapped(t, vaddr & t->page_mask))
+            if (type == UC_MEM_WRITE && t->ntraps && trapped(t, vaddr & t->page_mask)) {
+                if (!site_allowed(uc, t))
+                    return refused(t, vaddr, type, 3);  /* a store the watch engine has not seen */
                 perms |= UC_PROT_READ | UC_PROT_WRITE;  /* on to the write-protection hooks */
-            else
+            } else {
                 return refused(t, vaddr, type, 2);
+            }
         }
     } else {
         perms |= UC_PROT_READ | UC_PROT_WRITE;
@@ -218,6 +244,8 @@ struct kpsdk_page_trap {
     uint64_t host;             /* and its host address */
     int64_t big;               /* the guest is big-endian */
     uint64_t outside;          /* stores made here (beside the watched ranges) */
+    int (*ctl)(void *uc, int control, ...);
+    int64_t flush_control;     /* UC_CTL_WRITE(UC_CTL_TLB_FLUSH, 0); 0: no flush (the fill refuses nothing) */
 };
 
 __attribute__((visibility("default")))
@@ -236,7 +264,6 @@ void kpsdk_page_store(struct kpsdk_page_trap *p, uint64_t addr, int size, int64_
 __attribute__((visibility("default")))
 bool kpsdk_page_allow(void *uc, int type, uint64_t addr, int size, int64_t value, struct kpsdk_page_trap *p)
 {
-    (void)uc;
     (void)type;
     if (!p->allowed)
         return false;
@@ -246,6 +273,12 @@ bool kpsdk_page_allow(void *uc, int type, uint64_t addr, int size, int64_t value
             return false;
     kpsdk_page_store(p, addr, size, value);
     p->outside++;
+    /* The page's write entry goes with the TLB: the next store into it is filled again, and
+     * the fill sees which instruction makes it.  Safe here: Unicorn's store helper reads
+     * nothing of the entry after these hooks for a page it sees read-only (it returns at
+     * TLB_DISCARD_WRITE, from its own copy of the entry's flags). */
+    if (p->flush_control)
+        p->ctl(uc, (int)p->flush_control);
     return true;
 }
 

@@ -157,9 +157,7 @@ class UcWatch:
             return
         if self._traps is not None and wp not in self._untrapped and self._traps.eligible(wp):
             self._traps.arm(wp)
-            self._mem[wp] = 0  # no memory hook: the page's write-protection hooks (_on_prot)
-            self.t.hooks.mid_block_added()  # a refused store stops precisely only with the exit checks
-            self._drop_code()
+            self._mem[wp] = 0  # no memory hook: the page's write-protection hooks (_on_prot), checked at run time
             return
         kinds = (unicorn.UC_HOOK_MEM_WRITE if "w" in wp.type else 0) | (
             unicorn.UC_HOOK_MEM_READ if "r" in wp.type else 0)
@@ -183,7 +181,7 @@ class UcWatch:
                 self._traps.disarm(wp)
             else:
                 self.uc.hook_del(handle)
-            self.t.hooks.mid_block_deleted()
+                self.t.hooks.mid_block_deleted()
             if not self._mem:
                 self._forget_sites()
             self._retranslate()
@@ -196,6 +194,8 @@ class UcWatch:
             self.t.hooks.delete(handle)
         self._site_hooks.clear()
         self._sites.clear()
+        if self.t.tlb is not None:
+            self.t.tlb.set_sites([])
         step = self._step
         if step is not None and not step.recording and not step.hooks:
             self._step = None  # its successor's hook is gone
@@ -238,6 +238,8 @@ class UcWatch:
         if step is not None:
             for h in step.hooks:
                 self.t.hooks.delete(h)
+        if self.t.tlb is not None:
+            self.t.tlb.allow_once(0)
 
     @property
     def hooked(self) -> int:
@@ -368,6 +370,11 @@ class UcWatch:
         site when its successors are fixed) and return where to resume (the accessing
         instruction); None when the fault is not ours."""
         abort, self._abort = self._abort, None
+        tlb = self.t.tlb
+        if abort is None and tlb is not None and tlb.trap_fault is not None:
+            # the fill refused a trapped page's store by an instruction not learned yet (watchpages.py)
+            tlb.trap_fault = None
+            abort = (self.t.read_pc(), [])
         if abort is None:
             step = self._step
             if step is not None and not step.recording and not step.hooks:
@@ -395,13 +402,19 @@ class UcWatch:
         hooks: list[int] = []
         fresh = [a for a in succ if a not in self._site_hooks]
         plain = not any(t.is_reserved(a) for a in (pc, *succ))  # no booster slot (reused by other probes)
+        # the successors' hooks only report (a handler's error stops the run at the end of its
+        # block): they need no exit checks (engine.py), which would slow every load and store
         if fixed and plain and len(self._site_hooks) + len(fresh) <= MAX_SITE_HOOKS:
             for a in fresh:
-                self._site_hooks[a] = t.hooks.code_shared(self._after, a, a)
+                self._site_hooks[a] = t.hooks.code_shared(self._after, a, a, mid_block=False)
             self._sites[pc] = _Site(code[:insn.size], succ)
+            if tlb is not None:  # its stores into trapped pages go on to the hooks from now on
+                tlb.set_sites(list(self._sites))
         else:
             fresh = list(succ)
-            hooks = [t.hooks.code_shared(self._after, a, a) for a in fresh]
+            hooks = [t.hooks.code_shared(self._after, a, a, mid_block=False) for a in fresh]
+            if tlb is not None:
+                tlb.allow_once(pc)  # the re-run that records
         for a in fresh:
             self.uc.ctl_remove_cache(a, a + 1)
         self.uc.ctl_remove_cache(pc, pc + insn.size)
@@ -466,6 +479,8 @@ class UcWatch:
             self._step = None
             for h in step.hooks:
                 self.t.hooks.delete(h)
+            if step.hooks and self.t.tlb is not None:
+                self.t.tlb.allow_once(0)  # the re-run of an instruction not learned is over
             regs = self.t.hit_regs
             ip, pc = (self._unslot(addr), self._unslot(step.pc)) if step.unslot else (addr, step.pc)
             for wp, kind, a, size_, value, old in step.accesses:

@@ -67,7 +67,8 @@ class _PageTrap(ctypes.Structure):
 
     _fields_ = [("allowed", ctypes.c_int64), ("n", ctypes.c_uint64), ("lo", ctypes.c_uint64 * RANGES_PER_PAGE),
                 ("hi", ctypes.c_uint64 * RANGES_PER_PAGE), ("page", ctypes.c_uint64), ("host", ctypes.c_uint64),
-                ("big", ctypes.c_int64), ("outside", ctypes.c_uint64)]
+                ("big", ctypes.c_int64), ("outside", ctypes.c_uint64), ("ctl", ctypes.c_void_p),
+                ("flush_control", ctypes.c_int64)]
 
 
 #: ``uc_cb_eventmem_t``: ``bool (uc_engine *, uc_mem_type, uint64_t addr, int size, int64_t value, void *)``
@@ -92,7 +93,7 @@ def store(trap: _PageTrap, addr: int, size: int, value: int) -> None:
 
 
 def _allow_py(uc: int, kind: int, addr: int, size: int, value: int, user: int) -> bool:
-    """kpsdk_page_allow in Python (no gcc): the same answer, the same store."""
+    """kpsdk_page_allow in Python (no gcc): the same answer, the same store, the same flush."""
     trap = _PageTrap.from_address(user)
     if not trap.allowed:
         return False
@@ -101,10 +102,19 @@ def _allow_py(uc: int, kind: int, addr: int, size: int, value: int, user: int) -
         return False
     store(trap, addr, size, value)
     trap.outside += 1
+    if trap.flush_control:
+        _flush(uc)
     return True
 
 
+def _flush(uch: int) -> None:
+    """Empty the TLB of the engine ``uch`` (a handle, from inside a hook)."""
+    uclib.uc_ctl(ctypes.c_void_p(uch), ctypes.c_int((unicorn.UC_CTL_IO_WRITE << 30) | unicorn.UC_CTL_TLB_FLUSH))
+
+
 _ALLOW_PY = HOOK_EVENTMEM(_allow_py)
+#: ``UC_CTL_WRITE(UC_CTL_TLB_FLUSH, 0)``
+_FLUSH = (unicorn.UC_CTL_IO_WRITE << 30) | unicorn.UC_CTL_TLB_FLUSH
 
 
 class PageTraps:
@@ -156,7 +166,9 @@ class PageTraps:
             if known is None:
                 region = self.t.space.region_at(page)
                 assert region is not None  # eligible() checked it
-                known = self._pages[page] = _Page(_PageTrap(allowed=1, page=page, big=int(self._big)))
+                known = self._pages[page] = _Page(_PageTrap(allowed=1, page=page, big=int(self._big),
+                                                            ctl=ctypes.cast(uclib.uc_ctl, ctypes.c_void_p).value,
+                                                            flush_control=_FLUSH if self._tlb.refusing else 0))
                 known.trap.host = region.host_address() + page - region.start
                 handle = uc_hook_h()
                 status = uclib.uc_hook_add(self.uc._uch, ctypes.byref(handle), unicorn.UC_HOOK_MEM_WRITE_PROT,
@@ -209,6 +221,8 @@ class PageTraps:
             following = self._pages.get((addr + size - 1) & ~(PAGE - 1))
             if following is not None:
                 store(following.trap, addr, size, value)
+        if self._tlb.refusing and self.uc._uch is not None:  # the next store into the page is filled again
+            _flush(self.uc._uch.value or 0)
         return True
 
     def hot(self) -> list[Any]:
