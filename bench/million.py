@@ -80,9 +80,13 @@ def measure(count: int, reps: int) -> dict[str, Any]:
     assert measured.hits == HITS * reps, measured.hits
     out = {"probes": count, "register_us": reg_s / max(nops, 1) * 1e6, "rss_kb_per_probe": grew_kb / max(nops, 1),
            "per_hit_us": per_hit_us(min(probed), min(base), HITS), "mechanism": measured_mechanism(s, measured)}
-    # the breakpoint path only (kprobes_optimization off): the measured probe is found by the
-    # interrupt hook's dict lookup among all the others, as every one of them would be
-    s.kprobes_optimization = False
+    # the breakpoint path (the optimization knob off for the measured point only: turning it off
+    # re-arms every point): the measured probe is found by the interrupt hook's dict lookup among
+    # all the others, as every one of them would be
+    manager = s.target.manager  # type: ignore[attr-defined]
+    manager._optimization = False
+    point = manager.points[CODE + INC_OFF]
+    s.target.sync_point(point, force=True)  # type: ignore[attr-defined]
     probed, base = [], []
     for _ in range(reps):
         t = time.process_time()
@@ -93,6 +97,10 @@ def measure(count: int, reps: int) -> dict[str, Any]:
         base.append(time.process_time() - t)
     out["bp_per_hit_us"] = per_hit_us(min(probed), min(base), HITS)
     out["bp_mechanism"] = measured_mechanism(s, measured)
+    t0 = time.process_time()
+    if probes:
+        s.unregister_kprobes(probes)
+    out["unregister_us"] = (time.process_time() - t0) / max(nops, 1) * 1e6
     s.close()
     del s, probes
     gc.collect()
@@ -116,7 +124,8 @@ def main() -> int:
         results.append(r)
         print(f"{count:>9,} probes: register {r['register_us']:.1f} us/probe, RSS {r['rss_kb_per_probe']:.2f} "
               f"KB/probe, hit {r['per_hit_us']:.2f} us ({r['mechanism']}); optimization off: hit "
-              f"{r['bp_per_hit_us']:.2f} us ({r['bp_mechanism']})", file=sys.stderr, flush=True)
+              f"{r['bp_per_hit_us']:.2f} us ({r['bp_mechanism']}); unregister {r['unregister_us']:.1f} us/probe",
+              file=sys.stderr, flush=True)
     one, bp_one = results[0]["per_hit_us"], results[0]["bp_per_hit_us"]
     for r in results:
         r["hit_vs_one"] = r["per_hit_us"] / one if one > 0 else None

@@ -19,7 +19,6 @@ are plain ``struct`` accesses, not ``uc_mem_read``/``uc_mem_write`` calls (~1.5 
 
 from __future__ import annotations
 
-import bisect
 import errno
 import mmap
 import struct
@@ -29,6 +28,7 @@ import unicorn
 
 from kpsdk.errors import KprobeError, TargetError
 from kpsdk.target import Target
+from kpsdk.targets.unicorn.addrset import AddressSet
 from kpsdk.targets.unicorn.detour import DATA_SIZE
 from kpsdk.targets.unicorn.fast import cache_remover, cstring_reader, memory_reader, memory_writer
 from kpsdk.targets.unicorn.layout import AREA_SIZE, PAGE, SLOT_BASE, STACK_SIZE, STACK_TOP, align_up
@@ -84,7 +84,7 @@ class GuestMemory(Target):
         self._generation = 0
         #: the breakpoint-path points' addresses, sorted, and the bytes each one's trap hides:
         #: a read finds the traps inside it by bisection (K10); kept by the arming code
-        self._bp_sorted: list[int] = []
+        self._bp_sorted = AddressSet()
         self._bp_hidden: dict[int, bytes] = {}
         #: lowest and highest address kpsdk ever patched (reads outside skip the overlay)
         self._bp_lo, self._bp_hi = 1 << 64, -1
@@ -274,7 +274,7 @@ class GuestMemory(Target):
             raise self.memory_fault(f"cannot read {size} bytes: {e}", addr) from e
         if self._bp_points:
             hidden, at = self._bp_hidden, self._bp_sorted
-            for a in at[bisect.bisect_left(at, addr - MAX_TRAP + 1):bisect.bisect_left(at, addr + size)]:
+            for a in at.between(addr - MAX_TRAP + 1, addr + size):
                 if a + len(hidden[a]) > addr:  # a trap before addr reaching into the read
                     _put_back(data, addr, a, hidden[a])
         if self.detours is not None and self.detours.by_addr:

@@ -46,7 +46,6 @@ what a system call reads on its way is the glue's own (:mod:`.syscalls`).
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -250,7 +249,7 @@ class UnicornTarget(GuestMemory, ReturnProbes, TaskSupport):
             self.patch(point, addr, bp)
             self._bp_points[addr] = point
             self._bp_hidden[addr] = point.insn.raw[:len(bp)]
-            bisect.insort(self._bp_sorted, addr)
+            self._bp_sorted.add(addr)
             self._bp_lo, self._bp_hi = min(self._bp_lo, addr), max(self._bp_hi, addr)
             self._slot_points[slot] = point
         point.mechanism, point.optimized = mechanism, optimized
@@ -288,7 +287,7 @@ class UnicornTarget(GuestMemory, ReturnProbes, TaskSupport):
             self._free_slots.append(slot)
             self._bp_points.pop(addr, None)
             del self._bp_hidden[addr]
-            del self._bp_sorted[bisect.bisect_left(self._bp_sorted, addr)]
+            self._bp_sorted.remove(addr)
         elif point.mechanism in ("detour", "hooked-entry"):
             assert self.detours is not None
             self.detours.disarm(point)
