@@ -12,14 +12,24 @@ is marked dirty at its first store and later stores take the inline fast path.
 The fill here maps every page to itself, as the CPU's fill does on the
 targets kpsdk runs (no guest page tables), and gives:
 
-* a data access, read and write, plus execute when the page lies in an
-  executable mapping: such a page may hold translated code, so its stores stay
-  on the slow path that finds and drops that code;
-* an instruction fetch, every permission.
+* a data access, the mapping's read and write permissions, plus execute when it
+  is executable: such a page may hold translated code, so its stores stay on
+  the slow path that finds and drops that code;
+* an instruction fetch, every permission;
+* a data access the mapping refuses (none there, an unreadable or unwritable
+  one), while :meth:`TlbFill.refuse` is on: no entry, so that Unicorn raises
+  the fault at once and precisely, as ``UC_ERR_EXCEPTION``, which
+  :func:`run_error` names as Unicorn would have (a read or write, unmapped or
+  protected).  It is on while Unicorn's exit checks after loads and stores may
+  be off (:mod:`.engine`), because a store Unicorn refuses later in its store
+  helper only asks the engine to exit and lets the block run on;
+* a store into a page a write watchpoint traps (:mod:`.watchpages`): read and
+  write when the storing instruction is one the watch engine has learned
+  (:meth:`TlbFill.set_sites`), else refused, precisely, and learned.
 
-Permissions themselves are still Unicorn's to enforce: it checks the mapping's
-permissions on every slow-path access, which the first access to a page after a
-fill always is.  Unicorn empties the TLB when a mapping is made or removed, and
+Where the fill does not refuse, permissions are Unicorn's to enforce: it checks
+the mapping's permissions on every slow-path access, which the first access to a
+page after a fill always is.  Unicorn empties the TLB when a mapping is made or removed, and
 when a ``mem_protect`` changes the write permission, not when it changes only
 read or execute; so :func:`watch_mappings` empties it after every
 ``mem_protect``, and drops the translations of a range made executable (code
@@ -33,9 +43,10 @@ entries, in an order without locality (xz's 64 MB dictionary: 5.5 million misses
 pays it on each.  So it is C (``tlbfill.c``, built with gcc at first use by
 :func:`kpsdk.nativebuild.build_shared_object`): ~0.1 us of its own where the Python fill,
 kept as the fallback without gcc and as the reference the tests compare against, costs
-~1.9 us.  Both answer the same, count their fills in :attr:`TlbFill.fills`, and let
+~1.6-1.9 us.  Both answer the same, count their fills in :attr:`TlbFill.fills`, and let
 Ctrl-C end a run of misses (the C fill calls a Python callback every :data:`POLL_EVERY`
-fills, where the ``KeyboardInterrupt`` arrives).
+fills, where the ``KeyboardInterrupt`` arrives; any other run hears Ctrl-C through
+:mod:`.timer`).
 
 ARM: Unicorn 2.1.4's virtual mode restores the CPU state of the accessing instruction at
 every fill (``cpu_restore_state`` in ``unicorn_vtlb.c``), Thumb's IT state included, while
@@ -48,10 +59,13 @@ inside a block, where the restore happened): IT bits found in CPSR there are cle
 instruction fetch's fill comes from the translator, between blocks, where the IT state
 is real, and is left alone (tests/test_uctlb.py).
 
-Which mappings are executable is read from ``uc_mem_regions`` at the first fill
-after the memory map may have changed; the fill is told so by
-:meth:`TlbFill.changed`, which every mapping call made through the engine
-object reaches (:func:`watch_mappings`).
+The mappings are read from ``uc_mem_regions`` at the first fill after the memory
+map may have changed; the fill is told so by :meth:`TlbFill.changed`, which
+every mapping call made through the engine object reaches (:func:`watch_mappings`).
+
+A TLB that keeps missing is made to grow: QEMU sizes its TLB only at a flush, so the C
+fill flushes it after 1K, 2K, ... 128K fills (:data:`GROW_AT`): xz's 5.5 million misses
+became 0.2-0.6 million.
 """
 
 from __future__ import annotations

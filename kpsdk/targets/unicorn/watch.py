@@ -15,9 +15,15 @@ re-running the instruction would store twice.  So the memory hook only
 *records* the access, and the report comes from a code hook on the accessing
 instruction's successor, the next instruction boundary.
 
-The memory hook is bound to the watched range (no other access calls Python;
-every load and store still pays Unicorn's memory-hook check, bench row ``W``)
-and exists only while a data watchpoint is armed.  It knows the address, the
+A write watchpoint (``w``) has no memory hook: its page is write-protected in
+the engine and the page's write-protection hooks see its stores (:mod:`.watchpages`:
+every other page keeps Unicorn's fast path, bench row ``W``); :meth:`UcWatch._on_prot`
+is its memory hook's twin, and a site's first hit is refused by the TLB fill,
+precisely, instead of by the region protection below.  Read watchpoints (and a
+write watchpoint on a page the program keeps writing beside it) use a memory hook
+bound to the watched range (no other access calls Python; every load and store
+still pays Unicorn's memory-hook check, bench row ``W``), which exists only while
+such a watchpoint is armed.  It knows the address, the
 size and the value being stored, and reads the old bytes (still in memory: the
 hook runs before the store).  Where the report comes from depends on whether
 the accessing instruction (the *site*, by its pc) was seen before:
