@@ -25,6 +25,7 @@ from kpsdk.arch import (
     Conditions,
     DebianPort,
     DetourCode,
+    DwarfRegisters,
     EntryDetour,
     FieldUse,
     FrameRecord,
@@ -420,6 +421,12 @@ KERNEL_TASKS = KernelTasks(
 )
 
 
+#: DWARF register numbers, "DWARF for the Arm Architecture" (AAELF32 DWARF, table 1): r0-r15
+#: (13 sp, 14 lr: the return address column, 15 pc), 256-287 the VFP's d0-d31
+DWARF_ARM = DwarfRegisters({**{i: f"r{i}" for i in range(13)}, 13: "sp", 14: "lr", 15: "pc",
+                            **{256 + i: f"d{i}" for i in range(32)}})
+
+
 ARM = Arch(
     name="arm",
     aliases=("arm32", "armhf", "thumb"),
@@ -453,6 +460,7 @@ ARM = Arch(
     cross_libc_package="libc6-armhf-cross",
     plt=ARM_PLT,
     irelative=(160,),  # R_ARM_IRELATIVE (ARM ELF ABI)
+    tls_tpoff=(19,),  # R_ARM_TLS_TPOFF32
     qemu_system=QemuMachine("qemu-system-arm", "qemu-system-arm", machine="virt", console="ttyAMA0"),
     debian=DebianPort("armhf", "bookworm", "linux-image-armmp"),
     kernel_stack_size=8192,
@@ -478,6 +486,7 @@ ARM = Arch(
     toolchain=Toolchain((FixtureVariant("arm", ("-marm", "-march=armv7-a+fp"), demo=2),
                          FixtureVariant("thumb", ("-mthumb", "-march=armv7-a+fp"), iset="thumb", demo=3)),
                         libc_dev="libc6-dev-armhf-cross"),
+    dwarf=DWARF_ARM,
 )
 
 

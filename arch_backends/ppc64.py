@@ -30,6 +30,7 @@ from kpsdk.arch import (
     Breakpoint,
     DebianPort,
     DetourCode,
+    DwarfRegisters,
     FieldUse,
     FrameRecord,
     InsnRules,
@@ -297,6 +298,14 @@ KERNEL_TASKS = KernelTasks(
 )
 
 
+#: DWARF register numbers, 64-bit ELF ABI (ELFv1 and ELFv2: "DWARF Register Number Mapping"):
+#: r0-r31, CR 64, XER 101, LR 108, CTR 109 in .debug_info and .debug_frame; GCC's .eh_frame
+#: keeps its older numbers for LR (65: the return address column there), CTR (66) and XER (76)
+DWARF_PPC64 = DwarfRegisters({**{i: f"r{i}" for i in range(32)}, **{32 + i: f"f{i}" for i in range(32)},
+                              64: "cr", 101: "xer", 108: "lr", 109: "ctr"},
+                             eh_frame={65: "lr", 66: "ctr", 76: "xer"})
+
+
 PPC64 = Arch(
     name="ppc64",
     aliases=("powerpc64", "ppc64be"),
@@ -333,6 +342,7 @@ PPC64 = Arch(
     plt=PPC64_PLT,
     # R_PPC64_JMP_IREL (.plt: the slot gets the chosen code), R_PPC64_IRELATIVE (glibc elf/elf.h)
     irelative=(247, 248),
+    tls_tpoff=(73,),  # R_PPC64_TPREL64 (relative to r13, 0x7000 past the thread control block)
     qemu_system=QemuMachine("qemu-system-ppc64", "qemu-system-ppc", machine="pseries", console="hvc0",
                             memory="1G"),
     # one DAWR (POWER10 adds a second; Linux counts 1 before it): up to 512 bytes at any address,
@@ -350,6 +360,7 @@ PPC64 = Arch(
     # big-endian, default ELFv1 ABI; no traceback tables after blr so st_size covers instructions only
     toolchain=Toolchain((FixtureVariant("ppc64", ("-mtraceback=no",), demo=5),), libc_dev="libc6-dev-ppc64-cross",
                         elf_flags=(3, 1, "ELFv1")),
+    dwarf=DWARF_PPC64,
 )
 
 TRAP_LE = struct.pack("<I", 0x7FE00008)
@@ -390,8 +401,8 @@ PPC64LE = replace(
     syscalls=Syscalls("r0", tuple(f"r{i}" for i in range(3, 9)), "r3", 8, numbers.PPC64LE,
                       linux=LinuxAbi("power8", HWCAP_LE, HWCAP2_LE, machine="ppc64le",
                                      sysroot="/usr/powerpc64le-linux-gnu", stat=StatLayout(*tables.STAT_X86_64),
-                                     error_flag=(up.UC_PPC_REG_CR, CR0_SO), calls=tables.PPC64,
-                                     clone_backwards=True, tls_gpr="r13")),
+                                     error_flag=(up.UC_PPC_REG_CR, CR0_SO), open_flag_bits=OPEN_FLAG_BITS,
+                                     calls=tables.PPC64, clone_backwards=True, tls_gpr="r13")),
     multiarch="powerpc64le-linux-gnu",
     cross_libc_package="libc6-ppc64el-cross",
     qemu_user="qemu-ppc64le",

@@ -23,6 +23,7 @@ from kpsdk.arch import (
     Breakpoint,
     DebianPort,
     DetourCode,
+    DwarfRegisters,
     EntryDetour,
     FrameRecord,
     InsnRules,
@@ -292,6 +293,14 @@ KERNEL_TASKS = KernelTasks(
 VIRT_MTIME = KernelClock(0x200BFF8, 8, "riscv_sched_clock", "QEMU's virt board: ACLINT mtime at 0x200bff8")
 
 
+#: the floating-point registers f0-f31 by their ABI names (gdb's)
+_FP_NAMES = (*(f"ft{i}" for i in range(8)), "fs0", "fs1", *(f"fa{i}" for i in range(8)),
+             *(f"fs{i}" for i in range(2, 12)), *(f"ft{i}" for i in range(8, 12)))
+#: DWARF register numbers, RISC-V ELF psABI ("DWARF Register Numbers"): 0-31 are x0-x31 (the
+#: return address column is 1, ra), 32-63 f0-f31; the pc has no number
+DWARF_RISCV = DwarfRegisters({**dict(enumerate(_ABI_NAMES)), **{32 + i: n for i, n in enumerate(_FP_NAMES)}})
+
+
 RISCV64 = Arch(
     name="riscv64",
     aliases=("riscv", "rv64"),
@@ -334,6 +343,7 @@ RISCV64 = Arch(
     # binutils bfd/elfnn-riscv.c: PLT_HEADER_SIZE (32), PLT_ENTRY_SIZE (16)
     plt=(PltTable(".plt", 32, 16, source="binutils bfd/elfnn-riscv.c PLT_HEADER_SIZE, PLT_ENTRY_SIZE"),),
     irelative=(58,),  # R_RISCV_IRELATIVE (RISC-V ELF psABI)
+    tls_tpoff=(11,),  # R_RISCV_TLS_TPREL64
     qemu_system=QemuMachine("qemu-system-riscv64", "qemu-system-misc", machine="virt", clock=VIRT_MTIME),
     # Debian 12 has no riscv64 kernel; 13 (trixie) has, as an uncompressed Image named vmlinux-*
     debian=DebianPort("riscv64", "trixie", "linux-image-riscv64", "vmlinux-*"),
@@ -349,6 +359,7 @@ RISCV64 = Arch(
     toolchain=Toolchain((FixtureVariant("riscv64", ("-march=rv64gc", "-mabi=lp64d", "-msmall-data-limit=0"),
                                         demo=4),),
                         libc_dev="libc6-dev-riscv64-cross"),
+    dwarf=DWARF_RISCV,
 )
 
 

@@ -19,6 +19,17 @@ def _names(text: str) -> frozenset[str]:
     return frozenset(text.split())
 
 
+#: the file calls every arch has by the same name (the writable file system: calls/names.py, attrs.py, rw.py)
+FILES = _names("""
+    pwrite64 preadv pwritev preadv2 pwritev2 copy_file_range ftruncate truncate fallocate fsync fdatasync sync syncfs
+    flock renameat2 symlinkat linkat mknodat fchmod fchmodat fchown fchownat utimensat
+    setxattr lsetxattr fsetxattr removexattr lremovexattr fremovexattr
+""")
+#: and the older path calls of the arches that keep them (not riscv64's generic table)
+FILES_CLASSIC = _names("rmdir symlink link mknod chmod chown lchown creat getdents utimes futimesat")
+#: the 32-bit arches' 64-bit sizes and 32-bit ids, and their 64-bit times
+FILES_32 = _names("truncate64 ftruncate64 chown32 fchown32 lchown32 utimensat_time64")
+
 def _present(names: frozenset[str], table: dict[str, int]) -> frozenset[str]:
     """Those of ``names`` the arch's table has (old calls some arches never had: alarm, sigreturn)."""
     return frozenset(name for name in names if name in table)
@@ -28,11 +39,25 @@ def _present(names: frozenset[str], table: dict[str, int]) -> frozenset[str]:
 TASKS = _names("""
     exit exit_group waitid sched_yield rt_sigreturn rt_sigpending rt_sigsuspend getitimer setitimer setsid tkill
     get_robust_list alarm pause sigreturn waitpid poll ppoll select _newselect pselect6
+    setuid setgid setreuid setregid setresuid setresgid getresuid getresgid setfsuid setfsgid getgroups setgroups
+    setuid32 setgid32 setreuid32 setregid32 setresuid32 setresgid32 getresuid32 getresgid32 setfsuid32 setfsgid32
+    getgroups32 setgroups32 rt_sigqueueinfo rt_tgsigqueueinfo
+""")
+
+#: epoll, the event descriptors and sockets (each arch has its own subset: epoll_wait and
+#: eventfd only where the table keeps them, the *64 timerfd calls on 32-bit arches, i386's and
+#: ppc64's socket calls beside socketcall)
+NET = _names("""
+    epoll_create epoll_create1 epoll_ctl epoll_wait epoll_pwait epoll_pwait2
+    eventfd eventfd2 timerfd_create timerfd_settime timerfd_gettime timerfd_settime64 timerfd_gettime64
+    signalfd signalfd4
+    socket socketpair bind listen accept accept4 connect shutdown setsockopt
+    send recv sendto recvfrom sendmsg recvmsg sendmmsg recvmmsg recvmmsg_time64
 """)
 
 
 #: the calls every arch's layer answers, by the same name
-EVERY = _names("""
+EVERY = FILES | _names("""
     read write readv writev pread64 lseek openat close dup dup3 fcntl ioctl pipe2 getdents64 readlinkat getcwd
     chdir fchdir mkdirat unlinkat fstat faccessat faccessat2 statx
     getxattr lgetxattr fgetxattr listxattr llistxattr flistxattr
@@ -46,30 +71,34 @@ EVERY = _names("""
     uname sysinfo prlimit64 getrandom sched_getaffinity
 """)
 #: the older path calls x86_64, i386, arm and ppc64 keep (the generic table of riscv64 has only the *at ones)
-CLASSIC = _names("open access stat lstat readlink mkdir unlink rename renameat dup2 pipe getpgrp fork vfork")
+CLASSIC = FILES_CLASSIC | _names("open access stat lstat readlink mkdir unlink rename renameat dup2 pipe getpgrp fork "
+                                 "vfork")
 
 #: x86_64
-X86_64 = EVERY | CLASSIC | _names("""
+X86_64 = EVERY | CLASSIC | _names("utime") | _names("""
     newfstatat statfs fstatfs mmap sendfile fadvise64 getrlimit arch_prctl set_thread_area time
-""") | _present(TASKS, _numbers.X86_64)
+""") | _present(TASKS | NET, _numbers.X86_64)
 #: i386: 64-bit offsets and sizes through the *64 calls, 32-bit ids through the *32 ones
-I386 = EVERY | CLASSIC | _names("""
+I386 = EVERY | CLASSIC | FILES_32 | _names("utime") | _names("""
     _llseek fcntl64 mmap mmap2 stat64 lstat64 fstat64 fstatat64 statfs64 fstatfs64 sendfile64 fadvise64 fadvise64_64
     getuid32 geteuid32 getgid32 getegid32 getrlimit ugetrlimit arch_prctl set_thread_area time
     clock_gettime64 clock_nanosleep_time64 socketcall
-""") | _present(TASKS, _numbers.I386)
+""") | _present(TASKS | NET, _numbers.I386)
 #: arm EABI: as i386, with its own fadvise and the ARM private calls
-ARM = EVERY | CLASSIC | _names("""
+ARM = EVERY | CLASSIC | FILES_32 | _names("""
     _llseek fcntl64 mmap2 stat64 lstat64 fstat64 fstatat64 statfs64 fstatfs64 sendfile64 arm_fadvise64_64
     getuid32 geteuid32 getgid32 getegid32 ugetrlimit clock_gettime64 clock_nanosleep_time64 set_tls cacheflush
-""") | _present(TASKS, _numbers.ARM)
+""") | _present(TASKS | NET, _numbers.ARM)
 #: riscv64: the generic table's names
 RISCV64 = EVERY | _names("newfstatat statfs fstatfs mmap sendfile fadvise64 getrlimit riscv_hwprobe") | \
-    _present(TASKS, _numbers.RISCV64)
+    _present(TASKS | NET, _numbers.RISCV64)
+#: aarch64: the generic table's names, and the renameat arm64 keeps (__ARCH_WANT_RENAMEAT)
+AARCH64 = EVERY | _names("newfstatat statfs fstatfs mmap sendfile fadvise64 getrlimit renameat") | \
+    _present(TASKS | NET, _numbers.AARCH64)
 #: ppc64 and ppc64le
-PPC64 = EVERY | CLASSIC | _names("""
+PPC64 = EVERY | CLASSIC | _names("utime") | _names("""
     newfstatat statfs64 fstatfs64 mmap _llseek sendfile fadvise64 getrlimit ugetrlimit time socketcall
-""") | _present(TASKS, _numbers.PPC64)
+""") | _present(TASKS | NET, _numbers.PPC64)
 
 
 # -- struct stat as each kernel fills it (asm/stat.h of each architecture) --------------------------

@@ -23,6 +23,7 @@ from kpsdk.arch import (
     Breakpoint,
     DebianPort,
     DetourCode,
+    DwarfRegisters,
     EntryDetour,
     FieldUse,
     FrameRecord,
@@ -406,6 +407,18 @@ def set_thread_area(uc: unicorn.Uc, gdt: int, base: int, limit: int, pages: bool
     return GDT_ENTRY_TLS_MIN
 
 
+def gs_base(uc: unicorn.Uc) -> int | None:
+    """The base of the GDT descriptor i386's gs selects: glibc's thread pointer (its TCB),
+    which Unicorn's GS_BASE does not give in 32-bit mode; None when gs selects none."""
+    selector = uc.reg_read(ux.UC_X86_REG_GS)
+    _, table, limit, _ = uc.reg_read(ux.UC_X86_REG_GDTR)
+    index = selector >> 3
+    if not index or selector & 4 or 8 * index + 7 > limit:  # the null selector, an LDT one, past the table
+        return None
+    raw = bytes(uc.mem_read(table + 8 * index, 8))
+    return raw[2] | raw[3] << 8 | raw[4] << 16 | raw[7] << 24
+
+
 def _descriptor(base: int, limit: int, pages: bool, dpl: int) -> bytes:
     """A present, read/write, 32-bit data segment descriptor (Intel SDM vol. 3A, 3.4.5)."""
     return struct.pack("<HHBBBB", limit & 0xFFFF, base & 0xFFFF, (base >> 16) & 0xFF, 0x93 | (dpl << 5),
@@ -450,6 +463,21 @@ def kernel_entry_skip(code: bytes) -> int:
     return 4 if code[:4] in KERNEL_ENDBR else 0
 
 
+#: DWARF register numbers, System V x86-64 psABI (figure 3.36); 16 is the return address
+#: column, the caller's rip
+DWARF_X86_64 = DwarfRegisters(
+    {0: "rax", 1: "rdx", 2: "rcx", 3: "rbx", 4: "rsi", 5: "rdi", 6: "rbp", 7: "rsp",
+     **{i: f"r{i}" for i in range(8, 16)}, 16: "rip", **{17 + i: f"xmm{i}" for i in range(16)}, 49: "eflags",
+     50: "es", 51: "cs", 52: "ss", 53: "ds", 54: "fs", 55: "gs"},
+    return_address="rip")
+#: DWARF register numbers, i386 psABI (table 2.14); 8 is the return address column, the eip
+DWARF_I386 = DwarfRegisters(
+    {0: "eax", 1: "ecx", 2: "edx", 3: "ebx", 4: "esp", 5: "ebp", 6: "esi", 7: "edi", 8: "eip", 9: "eflags",
+     **{21 + i: f"xmm{i}" for i in range(8)},
+     40: "es", 41: "cs", 42: "ss", 43: "ds", 44: "fs", 45: "gs"},
+    return_address="eip")
+
+
 X86_64 = Arch(
     name="x86_64",
     aliases=("amd64", "x86-64"),
@@ -486,6 +514,7 @@ X86_64 = Arch(
     plt=X86_PLT,
     plt_got=X86_PLT_GOT,
     irelative=(37,),  # R_X86_64_IRELATIVE (x86-64 psABI)
+    tls_tpoff=(18,),  # R_X86_64_TPOFF64
     qemu_system=QemuMachine("qemu-system-x86_64", "qemu-system-x86"),
     debian=DebianPort("amd64", "bookworm", "linux-image-amd64"),
     gdb_break_adjusts_pc=True,
@@ -498,6 +527,7 @@ X86_64 = Arch(
     # no CET notes or endbr64: the fixture's code is what its source says
     toolchain=Toolchain((FixtureVariant("x86_64", ("-fcf-protection=none",), demo=0),),
                         libc_dev="libc6-dev-amd64-cross", native_machine="x86_64"),
+    dwarf=DWARF_X86_64,
 )
 
 I386 = Arch(
@@ -527,7 +557,8 @@ I386 = Arch(
                       linux=LinuxAbi("i686", 0, machine="i686", sysroot="/usr/i686-linux-gnu",
                                      stat64=StatLayout(*tables.STAT64_I386), set_thread_area=set_thread_area,
                                      calls=tables.I386, syscall_insn_size=2, clone_backwards=True,
-                                     tls_segment=ux.UC_X86_REG_GS, cpu_exceptions=X86_EXCEPTIONS)),
+                                     tls_segment=ux.UC_X86_REG_GS, thread_pointer=gs_base,
+                                     cpu_exceptions=X86_EXCEPTIONS)),
     stack_alignment=16,
     qemu_user="qemu-i386",
     multiarch="i686-linux-gnu",
@@ -535,6 +566,7 @@ I386 = Arch(
     plt=X86_PLT,
     plt_got=X86_PLT_GOT,
     irelative=(42,),  # R_386_IRELATIVE (i386 psABI)
+    tls_tpoff=(14,),  # R_386_TLS_TPOFF (not R_386_TLS_TPOFF32: its value is negated)
     qemu_system=QemuMachine("qemu-system-i386", "qemu-system-x86"),
     debian=DebianPort("i386", "bookworm", "linux-image-686"),
     kernel_stack_size=8192,
@@ -545,6 +577,7 @@ I386 = Arch(
     out_of_line=OutOfLine(jump_back_32, return_jump_32),
     detours=DetourCode(near_jump, entry_detour, return_detour, scratch=(), flags="eflags"),
     toolchain=Toolchain((FixtureVariant("i386", ("-fcf-protection=none",), demo=1),), libc_dev="libc6-dev-i386-cross"),
+    dwarf=DWARF_I386,
 )
 
 

@@ -32,7 +32,7 @@ from workload import per_hit_us, race  # noqa: E402
 import kpsdk  # noqa: E402
 from kpsdk.fixtures import path as fixture_path  # noqa: E402
 
-ARCHES = ("x86_64", "i386", "arm", "thumb", "riscv64", "ppc64")
+ARCHES = ("x86_64", "i386", "arm", "thumb", "riscv64", "ppc64", "aarch64")
 
 
 def handlers(s: Any) -> dict[str, Callable[[Any, Any], int]]:

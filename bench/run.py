@@ -601,9 +601,17 @@ def bench_hotpath(cfg: Config, raw: dict[str, Any]) -> dict[str, Any]:
 # -- per architecture (fixtures) ------------------------------------------------------------------
 
 
+#: the fixtures whose kprobe-vs-bare-hook rows bench_arches races, one after the other
+FIXTURE_ARCHES = ("x86_64", "i386", "arm", "riscv64", "aarch64")
+#: bench_kretprobe's rows: (fixture, function, its caller, optimized)
+KRET_ROWS = (("x86_64", "inc", "loop", True), ("x86_64", "try_escape", "escapes", True),
+             ("x86_64", "inc", "loop", False), ("i386", "inc", "loop", True), ("riscv64", "inc", "loop", True),
+             ("arm", "inc", "loop", True), ("aarch64", "inc", "loop", True))
+
+
 def bench_arches(cfg: Config, raw: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    for arch in ("x86_64", "i386", "arm", "riscv64"):
+    for arch in FIXTURE_ARCHES:
         n = cfg.n_fixture
         log(f"fixture {arch}: loop({n:,}) with a kprobe on inc; bare hook on the same Unicorn")
         s = kpsdk.open(f"elf:{fixture_path(arch)}")
@@ -781,9 +789,7 @@ def bench_kretprobe(cfg: Config, raw: dict[str, Any]) -> str | dict[str, Any]:
         raw["kretprobe"] = "n/a: no kretprobe probe type is registered in this kpsdk"
         return raw["kretprobe"]
     out: dict[str, Any] = {}
-    for arch, func, caller, optimize in (("x86_64", "inc", "loop", True), ("x86_64", "try_escape", "escapes", True),
-                                         ("x86_64", "inc", "loop", False), ("i386", "inc", "loop", True),
-                                         ("riscv64", "inc", "loop", True), ("arm", "inc", "loop", True)):
+    for arch, func, caller, optimize in KRET_ROWS:
         n = cfg.n_fixture if func == "inc" else cfg.n_fixture // 4
         label = f"{arch} {func}{'' if optimize else ' bp'}"
         log(f"kretprobe on the {arch} fixture's {func}, {caller}({n:,}), {'optimized' if optimize else 'breakpoint'}")

@@ -144,3 +144,32 @@ def write_private(directory: Path, name: str, data: bytes) -> None:
     except OSError:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
+
+
+class PrivateStore:
+    """Files by key in the private directory ``<cache_root()>/<name>``, under the rules above:
+    an index store for the DWARF reader (``kpsdk.binfmt.dwarf.IndexStore``: ``load``/``save``).
+
+    A key is a file name (a build ID and a suffix); one with a path separator or a leading dot
+    is refused (None, nothing saved), so no key names a file outside the directory.  Whatever
+    ``load`` returns the caller checks, as :func:`read_private` says.
+    """
+
+    #: the most one entry may hold (an index of a kernel's DWARF is tens of megabytes)
+    LIMIT = 1 << 30
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    @staticmethod
+    def _safe(key: str) -> bool:
+        return bool(key) and "/" not in key and "\0" not in key and not key.startswith(".")
+
+    def load(self, key: str) -> bytes | None:
+        directory = private_dir(self.name) if self._safe(key) else None
+        return read_private(directory, key, self.LIMIT) if directory is not None else None
+
+    def save(self, key: str, data: bytes) -> None:
+        directory = private_dir(self.name) if self._safe(key) else None
+        if directory is not None:
+            write_private(directory, key, data)

@@ -383,6 +383,106 @@ class FilterError(KpsdkError, ValueError):
         return caret_log(f"filter: error: {self.reason}", self.expr, self.column)
 
 
+# -- debug information (kpsdk.binfmt.dwarf) ------------------------------------------------------
+
+
+class DebugInfoError(KpsdkError):
+    """A question the DWARF reader (:mod:`kpsdk.binfmt.dwarf`) cannot answer: the base class of
+    the errors below, so one ``except`` catches them all."""
+
+
+class NoDebugInfoError(DebugInfoError, LookupError):
+    """A program has no DWARF, neither in itself nor in a separate debug file.
+
+    ``path`` is the program and ``looked`` every place searched, each with what was found
+    there (``/usr/lib/debug/.build-id/ab/cdef.debug: no such file``, a debuglink whose CRC
+    did not match...), so the user knows where to put the debug file or which ``debug_dir``
+    to pass.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], looked: list[str] | tuple[str, ...]) -> None:
+        self.path, self.looked = os.fspath(path), tuple(looked)
+        places = "; ".join(self.looked) if self.looked else "no .gnu_debuglink, no build-id"
+        super().__init__(f"{self.path}: no DWARF debug information (looked in: {places})")
+
+
+class DwarfFormatError(ImageFormatError, DebugInfoError):
+    """The DWARF of a file is malformed where kpsdk read it (a DIE, a location list, a line
+    program or a call frame entry): the message names the file, the section and the offset."""
+
+
+class SplitDwarfError(DebugInfoError):
+    """The file's compile units are split DWARF skeletons (``-gsplit-dwarf``): their DIEs are in
+    ``.dwo`` files, which kpsdk does not read."""
+
+
+class NotStaticError(DebugInfoError):
+    """A location asked for without a CPU (statically, for a probe definition) that only a CPU can
+    answer: arithmetic on two registers, a comparison, a read of a value narrower than a word
+    through a register-relative address.  The message says which."""
+
+
+class NoSuchFunctionError(DebugInfoError, LookupError):
+    """No function of that name in the debug information; ``similar`` lists names close to it."""
+
+    def __init__(self, name: str, similar: list[str] | tuple[str, ...] = (), problem: str = "") -> None:
+        self.name, self.similar = name, tuple(similar)
+        hint = f"; similar: {', '.join(self.similar)}" if self.similar else ""
+        super().__init__(problem or f"no function {name!r} in the debug information{hint}")
+
+
+class NoSuchLineError(DebugInfoError, LookupError):
+    """A source line no code comes from (``FILE:LINE``, ``FUNC:RELLINE``, a lazy pattern that
+    matches no probeable line); ``lines`` lists the probeable lines nearby, when known."""
+
+    def __init__(self, where: str, problem: str, lines: list[int] | tuple[int, ...] = ()) -> None:
+        self.where, self.problem, self.lines = where, problem, tuple(lines)
+        hint = f" (probeable lines: {', '.join(map(str, self.lines))})" if self.lines else ""
+        super().__init__(f"{where}: {problem}{hint}")
+
+
+class SourceNotFoundError(DebugInfoError, FileNotFoundError):
+    """A source file the question needs (a lazy ``FUNC;PATTERN`` reads it) is not where the
+    debug information says it was compiled; ``looked`` lists the paths tried."""
+
+    def __init__(self, name: str, looked: list[str] | tuple[str, ...]) -> None:
+        self.name, self.looked = name, tuple(looked)
+        FileNotFoundError.__init__(self, f"source file {name!r} not found (looked at: {', '.join(self.looked)}); "
+                                         "pass source_dir= where the sources are")
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class NotInScopeError(DebugInfoError, LookupError):
+    """A variable name that is not in scope at that pc; ``in_scope`` lists those that are."""
+
+    def __init__(self, name: str, where: str, in_scope: list[str] | tuple[str, ...]) -> None:
+        self.name, self.where, self.in_scope = name, where, tuple(in_scope)
+        names = ", ".join(self.in_scope) if self.in_scope else "none"
+        super().__init__(f"no variable {name!r} in scope at {where}; in scope: {names}")
+
+
+class OptimizedOutError(DebugInfoError):
+    """A variable in scope whose value the compiler did not keep at that pc (no location there,
+    or a ``DW_OP_entry_value`` of a register that has changed since the entry)."""
+
+    def __init__(self, name: str, where: str, why: str = "optimized out") -> None:
+        self.name, self.where, self.why = name, where, why
+        super().__init__(f"{name!r} at {where}: {why}")
+
+
+class MemberPathError(DebugInfoError, ValueError):
+    """A variable path (``buf->size``, ``argv[1]``, ``s.a.b``, ``*p``) that does not parse or does
+    not fit the variable's type: ``column`` (0-based) points at the problem, and for an unknown
+    member ``valid`` lists the members there are."""
+
+    def __init__(self, path: str, column: int, problem: str, valid: list[str] | tuple[str, ...] = ()) -> None:
+        self.path, self.column, self.problem, self.valid = path, column, problem, tuple(valid)
+        hint = f"; members: {', '.join(self.valid)}" if self.valid else ""
+        super().__init__(f"{shown(path)} at column {column + 1}: {problem}{hint}")
+
+
 # -- kpsdk's own test programs --------------------------------------------------------------
 
 

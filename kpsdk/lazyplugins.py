@@ -36,6 +36,7 @@ BUILTIN_HOOKS: dict[str, tuple[str, ...]] = {
     "arch-arm": ("kpsdk_archs",),
     "arch-riscv": ("kpsdk_archs",),
     "arch-ppc64": ("kpsdk_archs",),
+    "arch-aarch64": ("kpsdk_archs",),
     "unicorn": ("kpsdk_targets",),
     "live": ("kpsdk_targets",),
 }

@@ -127,8 +127,11 @@ class ProbeManager:
             except SymbolError:
                 from kpsdk.binfmt.symbols import did_you_mean
 
+                symbols = self.target.symbols
                 raise KprobeError(errno.ENOENT, f"no symbol {probe.symbol_name!r} in the target"
-                                  + did_you_mean(self.target.symbols.suggest(probe.symbol_name))) from None
+                                  + (did_you_mean(symbols.suggest(probe.symbol_name)) if len(symbols) else
+                                     " (it has no symbols at all: a kernel target opened without kernel= or "
+                                     "symbols=?)")) from None
             base = sym.address
             if probe.offset == 0 and sym.kind == "func":
                 base += self._local_entry(base) + self._kernel_entry_skip(base)

@@ -40,6 +40,13 @@ class OpenOptions(TypedDict, total=False):
     sysroot: str | os.PathLike[str]
     #: the program's working directory (elf: inside the sysroot, default ``/``) [elf, qemu-user]
     cwd: str | os.PathLike[str]
+    #: host directories mapped into the program's tree: ``[(HOST_DIR, GUEST_DIR, "ro"|"rw")]``; ``"rw"``
+    #: writes through to the host, the only way a program's files reach it [elf]
+    bind: Sequence[tuple[str | os.PathLike[str], str, str]]
+    #: the order the program's tasks run in: None (the default) runs them deterministically (the
+    #: same interleaving, output and probe hits every run); an int picks another order and other
+    #: quanta, reproducibly for the same int (a way to hunt races) [elf]
+    schedule_seed: int | None
     #: gdb hardware breakpoints for probes [qemu-user, qemu-system, gdb]
     hardware_breakpoints: bool
     #: seconds a stalled QEMU or gdb is waited for before the run fails [qemu-user, qemu-system, gdb]

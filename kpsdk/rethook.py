@@ -84,7 +84,7 @@ class RethookNode:
     trampoline, or ``ret_addr`` where the target breaks there instead).
     """
 
-    __slots__ = ("rethook", "ret_addr", "frame", "task", "slot", "chained", "data")
+    __slots__ = ("rethook", "ret_addr", "frame", "task", "slot", "chained", "data", "spare")
 
     def __init__(self, rethook: Rethook, data_size: int) -> None:
         self.rethook = rethook
@@ -96,6 +96,9 @@ class RethookNode:
         #: return probe on the function): no hijack of its own
         self.chained = False
         self.data = bytearray(data_size)
+        #: made outside the pool (a forked child's copy, :meth:`ShadowStacks.fork`): it goes
+        #: when given back instead of joining the pool
+        self.spare = False
 
     def __repr__(self) -> str:
         return (f"<{type(self).__name__} ret_addr={self.ret_addr:#x} frame={self.frame:#x} "
@@ -117,6 +120,7 @@ class Rethook:
         self.handler = handler
         self.count = count
         self.free_nodes: list[RethookNode] = [node_class(self, data_size) for _ in range(count)]
+        self._node_class, self._data_size = node_class, data_size
         self.freed = False
         #: told of every node given back, where the target keeps its own count of
         #: free nodes (entries hooked by guest code, :meth:`ShadowStacks.entered`)
@@ -133,9 +137,16 @@ class Rethook:
         """A free node, or None when all ``count`` are in flight."""
         return self.free_nodes.pop() if self.free_nodes else None
 
+    def spare(self) -> RethookNode:
+        """A node outside the pool, for a call that is already hooked (a forked child's copy
+        of its parent's): the pool's limit is on new entries, not on copies."""
+        node = self._node_class(self, self._data_size)
+        node.spare = True
+        return node
+
     def recycle(self, node: RethookNode) -> None:
         """Give a node back; the nodes of a freed rethook just go away."""
-        if not self.freed:
+        if not self.freed and not node.spare:
             self.free_nodes.append(node)
             if self.mirror is not None:
                 self.mirror(self)
@@ -292,6 +303,22 @@ class ShadowStacks:
         :meth:`prepare` and :meth:`push` would have done at the entry."""
         self._prepare(node, frame, ra)
         self.push(node, None, slot)
+
+    def fork(self, parent: int, child: int) -> None:
+        """Task ``child`` runs on a copy of task ``parent``'s stack (a fork): the hooked calls
+        the parent has in flight are the child's too, and each returns through its hook in
+        either, so the child gets a copy of each node (``data`` and all), as uprobes'
+        ``uprobe_copy_process`` copies the return instances."""
+        self.settle()
+        copies = []
+        for node in self.stacks.get(parent, ()):
+            twin = node.rethook.spare()
+            twin.ret_addr, twin.frame, twin.slot, twin.chained = node.ret_addr, node.frame, node.slot, node.chained
+            twin.task = child
+            twin.data[:] = node.data
+            copies.append(twin)
+        if copies:
+            self.stacks[child] = copies
 
     # -- return -------------------------------------------------------------------------
 

@@ -359,6 +359,12 @@ class Target(ABC):
         program's own output name the same process.  None: no program, or no pid told."""
         return None
 
+    def thread_pointer(self) -> int | None:
+        """The running thread's pointer as its C library uses it (x86_64's fs base, ARM's
+        TPIDRURO, riscv's tp): what a library's thread-local variable, glibc's ``errno``, is
+        found from (:mod:`kpsdk.binfmt.tls`); None where the target does not know it."""
+        return None
+
     def reads_comm(self) -> bool:
         """Whether :meth:`task_info` reads the running task's real ``comm`` at a hit (a
         kernel whose ``current`` kpsdk found): ``$comm`` then reads it too."""

@@ -19,7 +19,7 @@ docs/semantics.md): a probe is registered by (file, offset), not by address.
   manager (letter ``u`` in ``list()``, named ``path:0xOFFSET``); handlers get the
   user's object as ``p`` (uretprobes: ``ri.rp``), and ``up.hits``/``up.nmissed``
   add up every session's.
-* **Errors** (``KprobeError`` with the kernel's errno, see docs/api.md "Uprobes"):
+* **Errors** (``KprobeError`` with the kernel's errno, see docs/api/probes.md "Uprobes"):
   a missing file ``ENOENT``; the same (file, offset) registered twice in one scope
   ``EEXIST`` (trace_uprobe's "same probe"); the same object twice ``EINVAL``;
   unregistering one not registered in that scope ``ENOENT``; an offset outside every

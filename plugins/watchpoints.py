@@ -252,8 +252,16 @@ def check_rules(rules: WatchRules | None, arch: str, wp: Watchpoint, addr: int, 
             raise KprobeError(errno.EINVAL, f"an execute watchpoint on {arch} must have length "
                               f"{_lengths(rules.exec_lengths)}, not {length}")
         return
+    if rules.is_masked(length) and length not in rules.lengths:
+        if addr % length:  # a masked range (AArch64's MASK) is naturally aligned
+            raise KprobeError(errno.EINVAL, f"{addr:#x} is not aligned to the watched length {length} ({arch} "
+                              "watches ranges of a power of two on their own alignment)")
+        return
     if length not in rules.lengths:
-        raise KprobeError(errno.EINVAL, f"{arch} cannot watch {length} bytes: lengths {_lengths(rules.lengths)}")
+        ranges = "" if rules.masked is None else \
+            f", or a power of two from {rules.masked[0]} to {rules.masked[1]} bytes on its alignment"
+        raise KprobeError(errno.EINVAL, f"{arch} cannot watch {length} bytes: lengths {_lengths(rules.lengths)}"
+                          + ranges)
     if rules.aligned and addr % length:
         raise KprobeError(errno.EINVAL, f"{addr:#x} is not aligned to the watched length {length} ({arch} "
                           "debug registers watch naturally aligned ranges)")

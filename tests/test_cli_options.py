@@ -79,6 +79,8 @@ PROG = str(fixtures.path("x86_64"))
     (["x86_64", "--abi", "user"], "--abi"),                         # gdb://'s option
     (["gdb://localhost:1", "--abi", "both"], "not one of user, kernel"),
     (["--target", "native"], "name the program"),
+    (["qemu-system:x86_64"], "has no symbols to find 'add' in: give the kernel to boot, --kernel"),  # issue 36, 15
+    (["--target", "qemu-system:riscv64", "--append", "quiet"], "has no symbols to find 'add'"),
 ])
 def test_target_is_a_program_or_a_spec_the_same_way_in_both_commands(command: str, argv: list[str],
                                                                      refused: str) -> None:

@@ -59,7 +59,7 @@ PROGRAMS = {
     "od": ["/usr/bin/od", "-An", "-tx1", "work/in.txt"],
     "factor": ["/usr/bin/factor", "1234567", "600851475143", "18446744073709551557"],
     "seq": ["/usr/bin/seq", "1", "3", "20"],
-    "ls": ["/bin/ls", "-la", "--time-style=+%Y", "work"],
+    "ls": ["/bin/ls", "-l", "--time-style=+%Y", "work"],
     "printf": ["/usr/bin/printf", "%05d|%x|%s\\n", "42", "255", "hi"],
     "tac": ["/usr/bin/tac", "work/in.txt"],
     "stat": ["/usr/bin/stat", "-c", "%s %n", "work/in.txt"],

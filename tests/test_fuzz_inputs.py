@@ -698,8 +698,9 @@ def test_qemu_arg_option_reaches_qemu_args() -> None:
     given = given_target_options(None, "vmlinuz", None, None, None, None, ["-smp", "2"])
     choice = choose_target(None, "qemu-system:x86_64", given)
     assert choice.options["qemu_args"] == ["-smp", "2"]
+    # a probe by address: by name, qemu-system without --kernel is a usage error first (nothing to look it up in)
     result = runner.invoke(app, ["probe", "--target", "qemu-system:x86_64", "--qemu-arg=-gdb",
-                                 "--qemu-arg", "tcp::1", "--kprobe", "do_sys_openat2"])
+                                 "--qemu-arg", "tcp::1", "--kprobe", "0x100000"])
     assert result.exit_code == 1 and "qemu_args: '-gdb' would change what kpsdk sets itself" in result.stderr
 
 

@@ -8,6 +8,7 @@ loader resolve the IFUNC for the program) and the strings it passes to strlen; a
 from __future__ import annotations
 
 import errno
+import re
 import subprocess
 from pathlib import Path
 
@@ -29,7 +30,7 @@ def build(arch: str, tmp_path: Path) -> Path:
     return prog
 
 
-@pytest.mark.parametrize("arch", ["x86_64", "ppc64"])
+@pytest.mark.parametrize("arch", ["x86_64", "ppc64", "aarch64"])
 def test_strlen_is_the_implementation_the_loader_chose(arch: str, tmp_path: Path) -> None:
     prog = build(arch, tmp_path)
     s = open_user(prog, arch)
@@ -101,3 +102,24 @@ def test_trace_line_on_an_ifunc(tmp_path: Path) -> None:
     words = iter(seen)
     passed = [" ".join(rest[1:]) for rest in report(result.stderr, "strlen")]
     assert len(passed) == 3 and all(any(w == word for w in words) for word in passed), (passed, seen)
+
+
+def test_cli_traces_an_ifunc_on_unicorn_at_the_loaders_choice(tmp_path: Path) -> None:
+    """``p libc.so.6:strlen`` on Unicorn, the embedded default (issue 36, item 18: EOPNOTSUPP): the
+    run goes to the program's entry point, where the loader has filled libc's IRELATIVE slots,
+    and the probe is at what it chose: the address the program itself sees for strlen, with the
+    program's strings; ``kpsdk probe --uprobe`` likewise."""
+    from tests.test_cli_libraries import cli
+
+    prog = build("x86_64", tmp_path)
+    code, out, err = cli("trace", str(prog), "--no-prefix", "--console", "-e", f"p:s {LIBC}:strlen s=+0(%di):string")
+    assert code == 0, err
+    records = [line for line in out.splitlines() if line.startswith("s:")]
+    pointer = int(report(err, "strlen-at")[0][0], 16)
+    assert records and all(line.startswith(f"s: ({pointer:#x}) ") for line in records), (records[:3], pointer)
+    seen = iter(line.split(' s="', 1)[1][:-1] for line in records)
+    passed = [" ".join(rest[1:]) for rest in report(err, "strlen")]
+    assert len(passed) == 3 and all(any(w == word for w in seen) for word in passed)
+    code, out, err = cli("probe", str(prog), "--uprobe", f"{LIBC}:strlen")
+    assert code == 0, err
+    assert re.search(r"u libc\.so\.6:strlen: [1-9]\d* hits", out), out

@@ -306,6 +306,24 @@ def test_decode_32bit_without_percpu() -> None:
     assert [(e.address, e.type, e.name) for e in entries] == syms
 
 
+def test_decode_an_arm64_image_whose_base_is_a_relocation() -> None:
+    """An arm64 ``Image`` is linked with ``--no-apply-dynamic-relocs``: kallsyms_relative_base is 0 in
+    the file, and the kernel's own ``.rela.dyn`` (kept in the Image) holds its value as the addend
+    of an ``R_AARCH64_RELATIVE`` at ``_text + offset``.  A decoy at another 2 MiB multiple, one of
+    few relocations there, is not taken."""
+    text, base = 0xFFFF800008000000, 0xFFFF800008001000  # _stext: 0x10000 on in a real Image
+    syms = [s for s in synthetic_symbols(base) if s[1] != "A"]
+    blob = bytearray(encode_kallsyms(syms, "6.2", base=base, absolute_percpu=False))
+    pos = bytes(blob).index(struct.pack("<Q", base))
+    blob[pos:pos + 8] = bytes(8)
+    _align(blob, 8)
+    relas = [(text + 8 * i, 1027, text + 0x40 * i) for i in range(1, 200)]  # the kernel's other words
+    relas += [(text + 0x200000 + pos, 1027, text + 0x200000 + 0x100), (text + pos, 1027, base)]
+    blob += b"".join(struct.pack("<QQQ", *r) for r in relas)
+    entries = decode_kallsyms(bytes(blob), "synthetic arm64 Image")
+    assert [(e.address, e.type, e.name) for e in entries] == syms
+
+
 def test_decode_failures_name_the_table() -> None:
     syms = synthetic_symbols()
     with pytest.raises(SymbolError, match="no kallsyms token table"):

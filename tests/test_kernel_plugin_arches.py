@@ -1,4 +1,4 @@
-"""The TCG plugin mechanism (``mechanism="plugin"``) on Debian's i386, arm, riscv64 and ppc64le
+"""The TCG plugin mechanism (``mechanism="plugin"``) on Debian's i386, arm, riscv64, ppc64le and arm64
 kernels, checked against the guest's own kprobe events over the same window (one boot per arch).
 
 The guest defines kprobe events reading the first three arguments of ``do_sys_openat2`` by
@@ -43,11 +43,11 @@ pytestmark = pytest.mark.kernel
 
 #: each kernel's names (its regs_query_register_offset table) for the first three arguments
 GUEST_ARGS = {"i386": ("ax", "dx", "cx"), "arm": ("r0", "r1", "r2"), "riscv64": ("a0", "a1", "a2"),
-              "ppc64le": ("gpr3", "gpr4", "gpr5")}
+              "ppc64le": ("gpr3", "gpr4", "gpr5"), "aarch64": ("x0", "x1", "x2")}
 #: where kpsdk's plugin probes, past the function's start: riscv64's ftrace site (four c.nop),
 #: and where gdb's path reads the same arguments there (the next instruction: a 2-byte
 #: ``c.sdsp``; both functions' first is ``c.addi16sp``, a0-a2 untouched)
-OFFSET = {"i386": 0, "arm": 0, "riscv64": 8, "ppc64le": 0}
+OFFSET = {"i386": 0, "arm": 0, "riscv64": 8, "ppc64le": 0, "aarch64": 0}
 GDB_CHECK_OFFSET = {"riscv64": 10}
 FUNCTIONS = ("do_sys_openat2", "handle_mm_fault")
 
@@ -84,7 +84,7 @@ def _guest_events(console: str, mode: str) -> tuple[list[tuple[int, int, int]], 
     return opens, calls, faults
 
 
-@pytest.mark.parametrize("arch", ["i386", "arm", "riscv64", "ppc64le"])
+@pytest.mark.parametrize("arch", ["i386", "arm", "riscv64", "ppc64le", "aarch64"])
 def test_plugin_probes_match_the_guest(arch: str, arch_kernel: Callable[[str], Path],
                                        arch_initramfs: Callable[..., Path]) -> None:
     require_tool("gdb-multiarch", "gdb-multiarch")

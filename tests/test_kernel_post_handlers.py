@@ -32,18 +32,9 @@ WORKLOAD = "cat /proc/version > /dev/null\n"
 #: the hit whose pre_handler stops the run (the step then ends through MI)
 STOP_AT = 3
 
-_CAPSTONE = {
-    "x86_64": (capstone.CS_ARCH_X86, capstone.CS_MODE_64),
-    "i386": (capstone.CS_ARCH_X86, capstone.CS_MODE_32),
-    "arm": (capstone.CS_ARCH_ARM, capstone.CS_MODE_ARM),
-    "riscv64": (capstone.CS_ARCH_RISCV, capstone.CS_MODE_RISCV64 | capstone.CS_MODE_RISCVC),
-    "ppc64le": (capstone.CS_ARCH_PPC, capstone.CS_MODE_64 | capstone.CS_MODE_LITTLE_ENDIAN),
-}
-
-
 def length_at(arch: str, code: bytes, addr: int) -> int:
-    """The length of the instruction at the start of ``code``."""
-    insn = next(capstone.Cs(*_CAPSTONE[arch]).disasm(code, addr), None)
+    """The length of the instruction at the start of ``code`` (the arch's kernel instruction set)."""
+    insn = next(capstone.Cs(*kpsdk.get_registry().arch(arch).iset().capstone).disasm(code, addr), None)
     assert insn is not None, f"no instruction at {addr:#x}: {code.hex()}"
     return int(insn.size)
 

@@ -31,6 +31,7 @@ DETOURED = {
     "riscv64": ("add", "sum7", "inc", "loop", "twice"),
     "ppc64": ("add", "fact", "inc", "loop", "twice", "escape"),
     "ppc64le": ("add", "fact", "inc", "loop", "twice", "escape"),
+    "aarch64": ("add", "fact", "inc", "loop", "twice", "escape"),
 }
 #: and some whose entry stays a code hook (the "hooked-entry" detour: the return
 #: still comes back through the detour's return code), with why
@@ -42,6 +43,7 @@ NOT_DETOURED = {
     "riscv64": ("fact",),  # the same: ``li; bge``
     "ppc64": ("try_escape",),  # ``mfcr r12`` (saving CR2-CR4) reads CR0 and the scratch r12 before writing it
     "ppc64le": ("try_escape",),  # the same
+    "aarch64": ("bump",),  # ``adrp`` reads the pc: it cannot move out of line (the kernel simulates it)
 }
 
 

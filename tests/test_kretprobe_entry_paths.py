@@ -24,8 +24,9 @@ from kpsdk.probe import TRAP_HANDLER_EXCEPTION
 from tests.conftest import UNICORN_ARCHS
 
 #: functions of the fixture: recursive (fact), short (inc, add), a tail call into
-#: inc (twice), a longjmp out of escape into try_escape, stack arguments (sum7)
-FUNCS = ("add", "fact", "sum7", "inc", "loop", "check", "twice", "escape", "try_escape", "escapes")
+#: inc (twice), a longjmp out of escape into try_escape, stack arguments (sum7), a global's
+#: update (bump: aarch64's starts with the adrp of its address, a hooked entry there)
+FUNCS = ("add", "fact", "sum7", "inc", "loop", "check", "twice", "escape", "try_escape", "escapes", "bump")
 
 
 def run(arch: str, fast: bool, veto: bool = True, raising: bool = False) -> tuple[list[tuple[Any, ...]],

@@ -36,19 +36,13 @@ from kpsdk.errors import (
 )
 from kpsdk.plugins import uprobes as uprobes_plugin
 from kpsdk.targets.live.qemu import choose_sysroot
-from tests.conftest import LIVE_ARCHS, QEMU, fuzz_examples, require_tool
+from tests.conftest import FIXTURES, LIVE_ARCHS, QEMU, fuzz_examples, require_tool
 
 HERE = Path(__file__).parent / "libprogs"
-#: per arch: the compiler, its Debian package and the flags that pick the instruction set
-COMPILERS = {
-    "x86_64": ("gcc", "gcc", ()),
-    "i386": ("i686-linux-gnu-gcc", "gcc-i686-linux-gnu", ()),
-    "arm": ("arm-linux-gnueabihf-gcc", "gcc-arm-linux-gnueabihf", ("-marm",)),
-    "thumb": ("arm-linux-gnueabihf-gcc", "gcc-arm-linux-gnueabihf", ("-mthumb",)),
-    "riscv64": ("riscv64-linux-gnu-gcc", "gcc-riscv64-linux-gnu", ()),
-    "ppc64": ("powerpc64-linux-gnu-gcc", "gcc-powerpc64-linux-gnu", ()),
-    "ppc64le": ("powerpc64le-linux-gnu-gcc", "gcc-powerpc64le-linux-gnu", ()),
-}
+#: per fixture: the compiler (the host's own gcc where it builds the arch), its Debian packages
+#: and the flags that pick the instruction set (the fixture's own, where the arch has several)
+COMPILERS = {f.name: (f.compilers[-1] if f.on_native_host else f.compilers[0], f.libc_packages,
+                      f.cflags if len(f.arch.isets) > 1 else ()) for f in FIXTURES}
 LIBC = "libc.so.6"
 
 
@@ -99,7 +93,8 @@ def is_ifunc(path: Path, name: str) -> bool:
 
 
 #: relocation types whose slot gets an IFUNC resolver's choice (the psABIs; glibc elf/elf.h)
-IRELATIVE = {"EM_X86_64": {37}, "EM_386": {42}, "EM_PPC64": {247, 248}, "EM_ARM": {160}, "EM_RISCV": {58}}
+IRELATIVE = {"EM_X86_64": {37}, "EM_386": {42}, "EM_PPC64": {247, 248}, "EM_ARM": {160}, "EM_RISCV": {58},
+             "EM_AARCH64": {1032}}
 
 
 def has_irelative_slot(path: Path, name: str) -> bool:
@@ -357,7 +352,7 @@ def file_offset(path: Path, name: str) -> int:
 
 
 def test_fork_the_parent_is_probed_the_child_runs_without(tmp_path: Path) -> None:
-    """Documented (docs/api.md, "Fork and exec: not yet"): the session follows the process it
+    """Documented (docs/api/probes.md, "Fork and exec: not yet"): the session follows the process it
     started; a forked child runs unprobed and the run ends normally with the parent."""
     compiler = require_tool("gcc", "gcc")
     prog = tmp_path / "forks"
@@ -548,7 +543,7 @@ def test_one_stop_per_library_change(built: dict[str, tuple[Path, Path]], probe_
 
 
 def test_exec_is_not_followed_and_says_so(tmp_path: Path) -> None:
-    """Documented (docs/api.md, "Fork and exec"): at the C library's execve kpsdk warns that
+    """Documented (docs/api/probes.md, "Fork and exec"): at the C library's execve kpsdk warns that
     the new program (/bin/echo here, which prints its argument) runs unprobed; the run ends
     with its exit status, and the probes saw the first program's calls."""
     compiler = require_tool("gcc", "gcc")

@@ -260,13 +260,47 @@ def test_a_process_killed_mid_run_ends_with_a_clear_error(victim: str, message: 
 
 
 def test_nothing_listening_fails_clearly() -> None:
+    """A refused connection is said to be one, at once (issue 36, item 15: gdb retried for its
+    connect-timeout and said "Connection timed out"): on this host before gdb starts."""
     require_tool("gdb-multiarch", "gdb-multiarch")
     probe = socket.socket()
     probe.bind(("127.0.0.1", 0))
     port = probe.getsockname()[1]
     probe.close()  # a port nothing listens on
-    with pytest.raises(kpsdk.TargetError, match="cannot attach"):
-        kpsdk.open(f"gdb://127.0.0.1:{port}", arch="x86_64")
+    kpsdk.get_registry().targets  # noqa: B018 - the plugins loaded: what is timed below is the open alone
+    for host in ("127.0.0.1", "localhost", "[::1]"):
+        started = time.monotonic()
+        with pytest.raises(kpsdk.TargetError, match=f"gdbstub at {re.escape(host)}:{port}: the connection would be "
+                                                    "refused"):
+            kpsdk.open(f"gdb://{host}:{port}", arch="x86_64")
+        assert time.monotonic() - started < 0.5  # no gdb started (it alone takes longer)
+
+
+def test_a_refusal_gdb_meets_is_reported_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where kpsdk cannot tell beforehand (another host, no /proc/net), gdb reports the refusal
+    without retrying until its connect-timeout."""
+    require_tool("gdb-multiarch", "gdb-multiarch")
+    from kpsdk.targets.live import gdbremote
+
+    monkeypatch.setattr(gdbremote, "loopback_listeners", lambda: None)
+    with pytest.raises(kpsdk.TargetError, match="gdbstub at 127.0.0.1:1: the connection was refused"):
+        kpsdk.open("gdb://127.0.0.1:1", arch="x86_64")
+
+
+def test_a_listening_stub_is_not_taken_for_a_refusal() -> None:
+    """A port something listens on passes the check (no connection is made to ask)."""
+    from kpsdk.targets.live.gdbremote import loopback_listeners, refuse_unheard
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    try:
+        port = server.getsockname()[1]
+        assert port in (loopback_listeners() or {port})
+        refuse_unheard(f"127.0.0.1:{port}")
+        refuse_unheard(f"localhost:{port}")
+    finally:
+        server.close()
 
 
 def test_missing_tools_name_their_package(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -187,6 +187,7 @@ SYSCALL_STUBS = {
     "riscv64": "13000000 73000000 67800000",
     "ppc64": "60000000 44000002 4e800020",
     "ppc64le": "00000060 02000044 2000804e",  # the same three instructions, little-endian
+    "aarch64": "1f2003d5 010000d4 c0035fd6",  # nop; svc #0; ret
 }
 
 

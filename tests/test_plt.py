@@ -32,6 +32,7 @@ OBJDUMPS = {
     "thumb": ("arm-linux-gnueabihf-objdump", "binutils-arm-linux-gnueabihf"),
     "riscv64": ("riscv64-linux-gnu-objdump", "binutils-riscv64-linux-gnu"),
     "ppc64": ("powerpc64-linux-gnu-objdump", "binutils-powerpc64-linux-gnu"),
+    "aarch64": ("aarch64-linux-gnu-objdump", "binutils-aarch64-linux-gnu"),
 }
 #: objdump's label line of a stub: ``0000000000001040 <puts@plt>:``; ``*ABS*+0x9f550@plt`` (a
 #: library's IRELATIVE stubs, no symbol) is not matched
@@ -95,6 +96,7 @@ def test_stub_addresses_are_objdumps(arch: str, programs: dict[str, Path]) -> No
     ("arm", "/usr/arm-linux-gnueabihf/lib/libc.so.6"),  # Thumb-prefixed stubs
     ("riscv64", "/usr/riscv64-linux-gnu/lib/libc.so.6"),
     ("ppc64", "/usr/powerpc64-linux-gnu/lib/libc.so.6"),
+    ("aarch64", "/usr/aarch64-linux-gnu/lib/libc.so.6"),
 ])
 def test_debian_libraries_stubs_are_objdumps(arch: str, path: str) -> None:
     """Debian's own programs and C libraries: every stub objdump names, kpsdk names alike."""
@@ -155,9 +157,9 @@ def test_puts_plt_fires_once_per_call(arch: str, programs: dict[str, Path]) -> N
 
 
 def test_ppc64_glink_stub_fires_on_the_binding_call_only(programs: dict[str, Path]) -> None:
-    """ppc64 ELFv1 (docs/api.md): ``puts@plt`` is the glink stub, as gdb and objdump name it;
-    calls go through the caller's plt_call stub, and reach glink only while puts is unbound
-    (lazy binding: the first call)."""
+    """ppc64 ELFv1 (docs/api/probes.md, "Shared libraries (qemu-user)"): ``puts@plt`` is the glink
+    stub, as gdb and objdump name it; calls go through the caller's plt_call stub, and reach glink
+    only while puts is unbound (lazy binding: the first call)."""
     prog = programs["ppc64"]
     s = open_user(prog, "ppc64", args=["7"])
     try:

@@ -95,7 +95,7 @@ def test_the_walk_reaches_the_own_proc_however_it_is_named(tmp_path: Path) -> No
         parts = root.walk(path, cwd)
         assert root.own(parts) == entry, (path, parts)
         with pytest.raises(_GuestErrno) as info:
-            root.host(parts)  # never a host file
+            root.resolve(path, cwd)  # never a host file
         assert info.value.errno == errno.ENOENT
     assert root.own(root.walk("/proc/thread-self/task/1000/environ", "/")) == "environ"
     for path in ("/proc/1/maps", "/proc/cpuinfo", "/procx/self/maps"):

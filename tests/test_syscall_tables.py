@@ -16,7 +16,8 @@ import pytest
 import kpsdk
 from kpsdk.arch_backends import syscall_numbers as numbers
 from kpsdk.arch_backends import syscall_tables as emulated
-from kpsdk.cli.strace import _format
+from kpsdk.cli.strace import KINDS as PRINTED_KINDS
+from kpsdk.cli.strace import CallText, StracePrinter
 from kpsdk.events import SyscallEvent
 from kpsdk.targets.unicorn.linux.calls.declare import KINDS
 from kpsdk.targets.unicorn.linux.syscalls import HANDLERS, SIGNATURES
@@ -37,7 +38,7 @@ KNOWN: dict[str, dict[str, int]] = {
 }
 #: the arches with a Linux layer, and their emulated sets
 LINUX_ARCHS = {"x86_64": emulated.X86_64, "i386": emulated.I386, "arm": emulated.ARM, "riscv64": emulated.RISCV64,
-               "ppc64": emulated.PPC64, "ppc64le": emulated.PPC64}
+               "ppc64": emulated.PPC64, "ppc64le": emulated.PPC64, "aarch64": emulated.AARCH64}
 
 
 @pytest.mark.parametrize("table", KNOWN)
@@ -78,12 +79,20 @@ def test_every_handler_and_signature_names_a_real_call() -> None:
     assert all(set(kinds) <= KINDS for kinds in SIGNATURES.values())
 
 
-@pytest.mark.parametrize("kind", sorted(KINDS - {"rbuf"}))
-def test_the_strace_printer_formats_every_declared_kind(kind: str) -> None:
-    """rbuf is read at the call's exit, the others at its entry: none is unknown to the printer
+def test_the_declared_kinds_are_the_printers() -> None:
+    assert KINDS == PRINTED_KINDS
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+@pytest.mark.parametrize("result", [0, -2])
+def test_the_strace_printer_formats_every_declared_kind(kind: str, result: int) -> None:
+    """Each kind prints, at the call's entry and at its exit, after a success or a failure
     (a NULL pointer is never read: no target needed)."""
     call = SyscallEvent(0, "read", (0, 0, 0, 0, 0, 0), 0)
-    assert isinstance(_format(kind, 0, call, 0, None, lambda value, width=32: value, ()), str)
+    text = CallText(None, call, (kind,))
+    args = StracePrinter._arguments(text)
+    call.result = result
+    assert all(isinstance(arg, str) for arg in StracePrinter._finish(text, args))
 
 
 def test_the_committed_tables_are_what_the_headers_give() -> None:

@@ -47,6 +47,47 @@ def test_an_out_path_that_cannot_be_written_is_a_usage_error_before_the_run(tmp_
         assert "--out" in result.stderr
 
 
+def test_out_is_refused_when_it_is_an_input(tmp_path: Path) -> None:
+    """--out onto the program, a hard or symbolic link to it, a -f file, a file a definition
+    probes or a kernel is a usage error before anything is written (issue 36, item 3: --out prog
+    turned the program into 706 bytes of text); --plot onto --out's file likewise."""
+    from kpsdk.fixtures import path as fixture_path
+
+    prog = tmp_path / "prog"
+    prog.write_bytes(fixture_path("x86_64").read_bytes())
+    before = prog.read_bytes()
+    (tmp_path / "hard").hardlink_to(prog)
+    (tmp_path / "soft").symlink_to(prog)
+    defs = tmp_path / "defs.txt"
+    defs.write_text("p:add add a=%di:s32\n")
+    kernel = tmp_path / "vmlinuz"
+    kernel.write_bytes(b"not really a kernel")
+    cases = [
+        (["trace", str(prog), "-e", "p add", "--out", str(prog)], "the program"),
+        (["trace", str(prog), "-e", "p add", "--out", str(tmp_path / "hard")], "the program"),
+        (["trace", str(prog), "-e", "p add", "--out", str(tmp_path / "soft")], "the program"),
+        (["trace", str(prog), "-f", str(defs), "--out", str(defs)], "a definitions file"),
+        (["trace", str(prog), "-e", f"p {prog}:add", "--out", str(prog)], "the program"),
+        (["trace", "x86_64", "-e", f"p:u {tmp_path / 'hard'}:add", "--out", str(prog)], "a file the definitions probe"),
+        (["trace", "--target", "qemu-system:x86_64", "--kernel", str(kernel), "-e", "p do_sys_openat2",
+          "--out", str(kernel)], "the kernel"),
+        (["trace", str(prog), "-e", "p add", "--out", str(tmp_path / "new.png"), "--plot", str(tmp_path / "new.png"),
+          "--latency"], "the --out file"),
+    ]
+    for args, what in cases:
+        result = runner.invoke(app, args)
+        assert result.exit_code == 2, (args, result.output)
+        said = " ".join(result.stderr.replace("│", " ").split())  # the error's box unwrapped
+        assert f"is {what}" in said and ("--out" in said or "--plot" in said), said
+    assert prog.read_bytes() == before
+    assert defs.read_text() == "p:add add a=%di:s32\n"
+    assert kernel.read_bytes() == b"not really a kernel"
+    assert not (tmp_path / "new.png").exists()
+    ok = runner.invoke(app, ["trace", str(prog), "-e", "p add", "--call", "add 2 3", "--out", str(tmp_path / "t.txt")])
+    assert ok.exit_code == 0, ok.output
+    assert "add" in (tmp_path / "t.txt").read_text()
+
+
 def test_a_closed_pipe_ends_the_trace_quietly() -> None:
     """20000 lines (a probe in loop's body), far more than a pipe holds: the reader takes one line
     and goes away, and kpsdk stops with no error line and no traceback (exit 1, as click's EPIPE)."""

@@ -37,7 +37,8 @@ runner = CliRunner()
 #: is a static function, and gcc passes a local function's arguments in eax/edx (regparm), as main's
 #: code shows (mov eax, "add"; mov edx, result; call put)
 PUT_ARGS = {"x86_64": ("%di", "%si"), "i386": ("%ax", "%dx"), "arm": ("%r0", "%r1"), "thumb": ("%r0", "%r1"),
-            "riscv64": ("%a0", "%a1"), "ppc64": ("%r3", "%gpr4"), "ppc64le": ("%r3", "%gpr4")}
+            "riscv64": ("%a0", "%a1"), "ppc64": ("%r3", "%gpr4"), "ppc64le": ("%r3", "%gpr4"),
+            "aarch64": ("%x0", "%x1")}
 
 
 @functools.cache

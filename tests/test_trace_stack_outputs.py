@@ -34,6 +34,7 @@ ARCHS = {
     "thumb": ("arm-linux-gnueabihf-objdump", "binutils-arm-linux-gnueabihf", "%r0"),
     "riscv64": ("riscv64-linux-gnu-objdump", "binutils-riscv64-linux-gnu", "%a0"),
     "ppc64": ("powerpc64-linux-gnu-objdump", "binutils-powerpc64-linux-gnu", "%r3"),
+    "aarch64": ("aarch64-linux-gnu-objdump", "binutils-aarch64-linux-gnu", "%x0"),
 }
 #: ``0000000000401202 <fact>:`` (ppc64's ELFv1 code symbols are ``.fact``)
 LABEL = re.compile(r"^([0-9a-f]+) <\.?([\w.]+)>:$")

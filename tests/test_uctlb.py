@@ -64,6 +64,9 @@ PROGRAMS: dict[str, tuple[bytes, bytes, int, int]] = {
                 2, 0x20),
     # stb r5, 0(r3); stb r5, 0(r4); blr || li r3, 1; blr
     "ppc64": (_words((0x98A30000, 0x98A40000, 0x4E800020), "big"), _words((0x38600001, 0x4E800020), "big"), 3, 2),
+    # strb w2, [x0]; strb w2, [x1]; ret || mov w0, #1; ret (the immediate's low bits: byte 0's bits 5-7)
+    "aarch64": (_words((0x39000002, 0x39000022, 0xD65F03C0), "little"), _words((0x52800020, 0xD65F03C0), "little"),
+                0, 0x40),
 }
 
 
@@ -120,6 +123,7 @@ LOADS: dict[str, tuple[bytes, int]] = {
     "arm": (_words((0xE5D01000, 0xE5D00000, 0xE12FFF1E), "little"), 4),  # ldrb r1, [r0]; ldrb r0, [r0]; bx lr
     "riscv64": (_words((0x00054583, 0x00054503, 0x00008067), "little"), 4),  # lbu a1/a0, 0(a0); ret
     "ppc64": (_words((0x88830000, 0x88630000, 0x4E800020), "big"), 4),  # lbz r4/r3, 0(r3); blr
+    "aarch64": (_words((0x39400001, 0x39400000, 0xD65F03C0), "little"), 4),  # ldrb w1/w0, [x0]; ret
 }
 
 

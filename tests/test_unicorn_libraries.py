@@ -29,6 +29,7 @@ LIBC = {
     "riscv64": ("/usr/riscv64-linux-gnu", "/usr/riscv64-linux-gnu/lib/libc.so.6"),
     "ppc64": ("/usr/powerpc64-linux-gnu", "/usr/powerpc64-linux-gnu/lib/libc.so.6"),
     "ppc64le": ("/usr/powerpc64le-linux-gnu", "/usr/powerpc64le-linux-gnu/lib/libc.so.6"),
+    "aarch64": ("/usr/aarch64-linux-gnu", "/usr/aarch64-linux-gnu/lib/libc.so.6"),
 }
 
 

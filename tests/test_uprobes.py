@@ -444,7 +444,7 @@ def _boundary(path: Path, name: str, delta: int, mode: int = capstone.CS_MODE_64
     return any(i.address == off + delta for i in md.disasm(data[off:off + 32], off))
 
 
-@pytest.mark.parametrize(("arch", "delta"), [("arm", 2), ("thumb", 1), ("riscv64", 1)])
+@pytest.mark.parametrize(("arch", "delta"), [("arm", 2), ("thumb", 1), ("riscv64", 1), ("aarch64", 2)])
 @pytest.mark.parametrize("pie", [False])
 def test_misaligned_offsets_are_einval(prog: Path, delta: int) -> None:
     """uprobe_register: an offset not aligned to the instruction size is EINVAL."""
@@ -490,5 +490,5 @@ def test_cli_uprobe_and_uretprobe(prog: Path) -> None:
 
 
 def test_unicorn_archs_all_have_pie_fixtures() -> None:
-    # ppc64 too: its only relocations are its .opd descriptors', never called through (docs/api.md, Uprobes)
+    # ppc64 too: its only relocations are its .opd descriptors', never called through (docs/api/probes.md, Uprobes)
     assert set(UNICORN_ARCHS) <= set(fixtures.PIE_ARCHS)

@@ -162,7 +162,7 @@ def test_rules_of_each_arch_and_strict_false(elf: kpsdk.Session) -> None:
     assert [s.register_watchpoint(wp) for wp in loose] == [rules.slots, rules.slots + 1]
 
 
-@pytest.mark.parametrize("name", ["x86_64", "i386", "arm", "riscv64", "ppc64"])
+@pytest.mark.parametrize("name", ["x86_64", "i386", "arm", "riscv64", "ppc64", "aarch64"])
 def test_rules_data_match_the_arch_facts(name: str) -> None:
     """The per-arch rules as declared (each backend's ``source``: the manual and the kernel's hw_breakpoint),
     checked without a target (ppc64 has none on Unicorn)."""
@@ -179,7 +179,7 @@ def test_rules_data_match_the_arch_facts(name: str) -> None:
         return True
 
     facts = {"x86_64": (4, "x w rw"), "i386": (4, "x w rw"), "arm": (4, "x w r rw"), "riscv64": (2, "x w r rw"),
-             "ppc64": (1, "w r rw")}
+             "ppc64": (1, "w r rw"), "aarch64": (4, "x w r rw")}
     assert (rules.slots, " ".join(t for t in ("x", "w", "r", "rw") if t in rules.types)) == facts[name]
     if name == "ppc64":
         assert ok("w", 0x1000 + 0x180, 0x80) and ok("rw", 0x1000, 512) and ok("r", 0x1001, 3)
@@ -187,6 +187,10 @@ def test_rules_data_match_the_arch_facts(name: str) -> None:
         assert not ok("w", 0x1000, 513) and not ok("x", 0x1000, 4)
     if name == "arm":
         assert ok("w", 0x1003, 1) and ok("w", 0x1002, 2) and not ok("w", 0x1003, 2) and not ok("w", 0x1000, 8)
+    if name == "aarch64":  # byte select in a doubleword, or a MASK range (a power of two, aligned)
+        assert ok("w", 0x1003, 5) and not ok("w", 0x1005, 4) and ok("rw", 0x1000, 0x1000)
+        assert not ok("w", 0x1800, 0x1000) and ok("r", 0, 1 << 31) and not ok("r", 0, 1 << 32)
+        assert ok("x", 0x1000, 4) and not ok("x", 0x1000, 8)
     if name in ("x86_64", "i386"):
         assert ok("x", 0x1003, arch.word_size) and not ok("x", 0x1000, 1)  # Linux: exec length = sizeof(long)
         assert ok("w", 0x1008, 8) == (name == "x86_64")

@@ -42,6 +42,7 @@ from kpsdk.arch.capabilities import (
     Successors,
     WatchRules,
 )
+from kpsdk.arch.dwarfregs import DwarfRegisters
 from kpsdk.arch.kernel import AccessGate, FieldUse, KernelTasks, PageWalk, TaskCode
 from kpsdk.arch.linux import LinuxAbi, StatLayout, Syscalls
 from kpsdk.arch.machine import DebianPort, KernelClock, QemuMachine
@@ -57,6 +58,8 @@ __all__ = [
     "LinuxAbi", "StatLayout", "Syscalls",
     # machine and packages
     "DebianPort", "KernelClock", "QemuMachine",
+    # DWARF register numbers
+    "DwarfRegisters",
     # kernel data
     "AccessGate", "FieldUse", "KernelTasks", "PageWalk", "TaskCode",
 ]

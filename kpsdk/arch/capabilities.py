@@ -40,10 +40,18 @@ class InsnRules:
         given the registers now (branch targets, return addresses): kpsdk's
         software single-step for post_handlers and watchpoints; ``None`` where
         the backend cannot tell (a trap).
+    :param in_context: ``(code before, address) -> refused reason or None``: a rule the
+        kernel applies to an instruction by the ones before it in its function (``code
+        before`` ends at the instruction, and starts at the function's start or at most
+        :attr:`context_bytes` before it: arm64's "no probe inside an exclusive load/store
+        sequence"); None: none.
+    :param context_bytes: how far back ``in_context`` looks.
     """
 
     classify: Classify
     successors: Successors
+    in_context: Callable[[bytes, int], str | None] | None = None
+    context_bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -235,6 +243,9 @@ class WatchRules:
     :param exec_lengths: lengths an execute (``x``) watchpoint may have.
     :param exec_slots: a separate pool of slots for ``x`` (ARM's breakpoint
         registers); None when ``x`` shares ``slots`` (x86's DR0-DR3).
+    :param masked: ``(smallest, largest)``: a data watchpoint may also be any power of two
+        between these, naturally aligned, which ``lengths`` and ``window`` do not then
+        restrict (AArch64's MASK field: 8 bytes to 2 GiB); None: no such ranges.
     :param source: where the numbers come from.
     """
 
@@ -245,7 +256,13 @@ class WatchRules:
     window: int | None = None
     exec_lengths: tuple[int, ...] = ()
     exec_slots: int | None = None
+    masked: tuple[int, int] | None = None
     source: str = ""
+
+    def is_masked(self, length: int) -> bool:
+        """Whether ``length`` is one of the :attr:`masked` ranges' (a power of two in range)."""
+        return (self.masked is not None and self.masked[0] <= length <= self.masked[1]
+                and length & (length - 1) == 0)
 
 
 @dataclass(frozen=True)

@@ -74,7 +74,13 @@ def decode_at(target: CodeView, addr: int, start: int, iset: InstructionSet,
         if not isinstance(mark, tuple):  # False: inside an instruction
             return None
         if not iset.thumb_bit:
-            return _decoded(arch, md, iset, addr, code[addr - start:addr - start + mark[0]], mark)
+            decoded = _decoded(arch, md, iset, addr, code[addr - start:addr - start + mark[0]], mark)
+            rule = arch.insn.in_context
+            if rule is not None and decoded is not None and decoded.refused is None:
+                why = rule(code[max(0, addr - start - arch.insn.context_bytes):addr - start], addr)
+                if why is not None:
+                    decoded = decoded._replace(boostable=False, refused=why)
+            return decoded
     else:
         primed = _primed(target, addr, iset)
         if primed is not None:

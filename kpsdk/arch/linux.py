@@ -65,6 +65,9 @@ class LinuxAbi:
     :param tls_segment: the Unicorn register of the segment that ``set_thread_area``'s entry is
         loaded into (i386's gs): ``clone(CLONE_SETTLS)`` reloads it in the new thread, whose
         cached base is then its own while the descriptor table is shared.
+    :param thread_pointer: ``(uc) -> address or None``: the running thread's pointer where it
+        is in neither ``tls_register`` nor ``tls_gpr`` (i386: the base of the descriptor gs
+        selects); None: read from those.
     :param sigaction: the fields of the kernel's ``struct sigaction`` (rt_sigaction's), in
         order: ``restorer`` only where the arch has SA_RESTORER (not riscv; MIPS puts its 32-bit
         ``flags`` first and has none).
@@ -79,9 +82,9 @@ class LinuxAbi:
         the arch's old way (ARM's OABI ``swi 0x9000NN``), which the layer refuses by name
         instead of taking it for an EABI call.
     :param clone_backwards: ``clone``'s arguments are ``(flags, stack, parent_tid, tls,
-        child_tid)`` (the kernel's CONFIG_CLONE_BACKWARDS: i386, arm, powerpc, mips) instead of
-        ``(flags, stack, parent_tid, child_tid, tls)`` (x86_64; riscv64 passes tls before the child's tid too:
-        glibc's clone.S there hands the kernel a3 = tls, a4 = ctid).
+        child_tid)`` (i386, arm, powerpc, mips: the kernel's CONFIG_CLONE_BACKWARDS; riscv64 and
+        aarch64 too, as their glibc's clone.S passes them) instead of x86_64's ``(flags, stack,
+        parent_tid, child_tid, tls)``.
     :param calls: the calls the layer answers on this arch, by the arch's names for them
         (:mod:`kpsdk.arch_backends.syscall_tables`; each has a handler, found by that name):
         any other number is ``-ENOSYS``, recorded under its name.  ``exit`` and
@@ -105,6 +108,7 @@ class LinuxAbi:
     clone_backwards: bool = False
     tls_gpr: str | None = None
     tls_segment: int | None = None
+    thread_pointer: Callable[[Any], int | None] | None = None
     sigaction: tuple[str, ...] = ("handler", "flags", "restorer", "mask")
     stack_t: tuple[str, ...] = ("sp", "flags", "size")
     cpu_exceptions: tuple[tuple[int, str, int], ...] = ()

@@ -25,6 +25,7 @@ from kpsdk.arch.capabilities import (
     PltTable,
     WatchRules,
 )
+from kpsdk.arch.dwarfregs import DwarfRegisters
 from kpsdk.arch.fixture import Toolchain
 from kpsdk.arch.kernel import AccessGate, KernelTasks, PageWalk
 from kpsdk.arch.linux import Syscalls
@@ -275,8 +276,14 @@ class Arch:
     #: in a GOT slot (``R_X86_64_IRELATIVE``...): how a session learns what an IFUNC
     #: symbol resolved to (:mod:`kpsdk.binfmt.ifunc`); empty: IFUNC symbols are refused
     irelative: tuple[int, ...] = ()
+    #: the relocation types that make the loader store a TLS block's offset from the thread
+    #: pointer in a GOT slot (``R_X86_64_TPOFF64``...): how a session finds a library's
+    #: thread-local variable, glibc's ``errno`` (:mod:`kpsdk.binfmt.tls`); empty: not found
+    tls_tpoff: tuple[int, ...] = ()
     #: how kpsdk's test programs are built for the arch (:mod:`kpsdk.arch.fixture`); None: it has none
     toolchain: Toolchain | None = None
+    #: DWARF register numbers -> register names (:mod:`kpsdk.arch.dwarfregs`); None: no DWARF reading
+    dwarf: DwarfRegisters | None = None
 
     def require(self, capability: str, feature: str) -> Any:
         """The capability named ``capability`` (an attribute of this class, or of its

@@ -153,7 +153,7 @@ def symbol_offset(image: ElfImage, path: str, where: str, sessions: Iterable[Ope
         vaddr = image.symbols.resolve(where)
         sym = image.symbols.get(name) if name and not name.lower().startswith("0x") else None
     except SymbolError as e:
-        raise KprobeError(errno.ENOENT, f"{path}: {e}") from None
+        raise KprobeError(errno.ENOENT, f"{path}: {e}{_meant(image, path, name, sessions)}") from None
     if sym is not None and sym.kind == "ifunc":
         vaddr += resolve(image, path, sym, sessions) - sym.address
     offset = image.vaddr_to_offset(vaddr)
@@ -161,3 +161,27 @@ def symbol_offset(image: ElfImage, path: str, where: str, sessions: Iterable[Ope
         raise KprobeError(errno.EINVAL, f"{shown(path)}:{where} ({vaddr:#x}) is not in an executable segment "
                           "of the file")
     return offset
+
+
+def _meant(image: ElfImage, path: str, name: str, sessions: Iterable[OpenSession]) -> str:
+    """What a ``FILE:NAME`` the file lacks may have meant: the function of that name in a library
+    a session running the file has loaded (``libc.so.6:malloc``: a program only imports it), and
+    the file's own PLT stub that calls it (``PROG:malloc@plt``); "" when neither exists."""
+    if not name or name.lower().startswith("0x"):
+        return ""
+    found: list[str] = []
+    for session in sessions:
+        if session.closed:
+            continue
+        files = session.target.mapped_files()
+        if not any(image.identity is not None and mf.identity == image.identity for mf in files):
+            continue
+        for mf in files:
+            if mf.identity != image.identity and name in mf.image.symbols \
+                    and mf.image.symbols.get(name).kind in ("func", "ifunc"):
+                found.append(f"{shown(f'{Path(mf.name or mf.path).name}:{name}')} (a library the program loads)")
+    plt = f"{name}@plt"
+    if plt in image.symbols:
+        found.append(f"{shown(f'{path}:{plt}')} (the file's PLT stub that calls it)")
+    found = list(dict.fromkeys(found))
+    return "; it may be " + ", or ".join(found) if found else ""

@@ -37,7 +37,7 @@ def cmd_demo(
 ) -> None:
     """Show what kprobes can do, live, on the bundled programs: start here.
 
-    For each architecture (x86_64, i386, arm, thumb, riscv64, ppc64) a small C program from
+    For each architecture (x86_64, i386, arm, thumb, riscv64, ppc64, aarch64) a small C program from
     kpsdk.fixtures runs in Unicorn while real kprobes:
 
       1. read add's arguments and follow fact's recursion (5, 4, 3, 2, 1)

@@ -90,7 +90,7 @@ MechanismOpt = Annotated[str | None, typer.Option(
          "bookworm-backports when the host's QEMU is older) "
          "records kprobe hits without stopping, with the registers and the memory the definitions read "
          "at the hit (microseconds a hit); probes it cannot serve keep gdb's breakpoints. "
-         "docs/api.md, 'The TCG plugin mechanism'.")]
+         "docs/api/kernels.md, 'The TCG plugin mechanism'.")]
 AbiOpt = Annotated[str | None, typer.Option(
     "--abi", metavar="user|kernel", rich_help_panel=TARGET_PANEL, show_default=False,
     help="gdb://: what the stub runs, a Linux process (user) or a kernel or bare-metal program (kernel). "

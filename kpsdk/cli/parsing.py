@@ -111,3 +111,39 @@ def check_out_path(path: Path, option: str = "--out") -> Path:
     except (OSError, ValueError) as exc:  # a name the system refuses (too long, a NUL)
         raise typer.BadParameter(f"{str(path)!r}: {getattr(exc, 'strerror', None) or exc}", param_hint=option) from None
     return path
+
+
+def file_identity(path: Path) -> tuple[int, int] | None:
+    """``(st_dev, st_ino)`` of the file ``path`` names, links followed (None: no such file, or
+    unreadable): two names of one file (a hard link, a symbolic link, ``./x`` and ``x``) are
+    one identity."""
+    try:
+        st = path.stat()
+    except (OSError, ValueError):
+        return None
+    return st.st_dev, st.st_ino
+
+
+def _same_path(a: Path, b: Path) -> bool:
+    """Whether two names resolve to one place, for a file that does not exist yet (nothing
+    to stat): the links in their directories followed, as opening would follow them."""
+    try:
+        return os.path.realpath(a) == os.path.realpath(b)
+    except (OSError, ValueError):
+        return False
+
+
+def refuse_inputs(out: Path, option: str, inputs: list[tuple[str, Path]]) -> None:
+    """An output file (``--out``, ``--plot``) that is one of the command's inputs is a usage
+    error, before anything is opened: writing there would destroy the program being traced, a
+    library probed, the definitions or a kernel (gcc refuses ``-o`` onto an input the same way).
+    ``inputs`` are ``(what it is, its path)``; they are compared by device and inode (a hard or
+    symbolic link to an input is that input), and by resolved path where no file exists yet
+    (two outputs given one name)."""
+    mine = file_identity(out)
+    for what, path in inputs:
+        theirs = file_identity(path)
+        same = mine == theirs if mine is not None and theirs is not None else _same_path(out, path)
+        if same:
+            raise typer.BadParameter(f"{str(out)!r} is {what} ({str(path)!r}): writing there would overwrite it; "
+                                     "give another file", param_hint=option)

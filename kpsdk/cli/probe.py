@@ -24,7 +24,7 @@ from kpsdk.cli.options import TARGET_PANEL, NoprobeOpt, PidOpt, TargetArg, Targe
 from kpsdk.cli.parsing import check_seconds, file_location, parse_where, split_commas
 from kpsdk.cli.probe_run import ProbeRun, probe_class
 from kpsdk.cli.strace import StracePrinter
-from kpsdk.cli.target_choice import LIVE_TIMEOUT, UNICORN_TIMEOUT, close_session
+from kpsdk.cli.target_choice import LIVE_TIMEOUT, UNICORN_TIMEOUT, close_session, refuse_names_without_symbols
 from kpsdk.session import RESTYPES
 
 if TYPE_CHECKING:
@@ -65,8 +65,9 @@ def cmd_probe(
              f"kretprobe's function entry (at most {STRINGS_MAX} there). Repeatable.")] = None,
     failed: Annotated[bool, typer.Option(
         "--failed", rich_help_panel=OUTPUT_PANEL,
-        help="Print only the returns whose value is negative (errno style), with the errno name: "
-             "ret=-2 (ENOENT).")] = False,
+        help="Print only the returns whose value is negative: a kernel's with the errno name, ret=-2 (ENOENT); a "
+             "C library function's with the thread's errno after the call where kpsdk can read it (Unicorn, "
+             "glibc), ret=-1 errno=ENOENT.")] = False,
     maxactive: Annotated[int, typer.Option(
         "--maxactive", metavar="N", min=0, rich_help_panel=PROBES_PANEL,
         help="Kretprobe instances, i.e. calls followed at once (more are missed); 0: the kernel's "
@@ -129,8 +130,8 @@ def cmd_probe(
     the entry and keeps it in ri.data until the return.  ret is the return
     register as a signed word (--restype long; give --restype int for a function
     returning int on a 64-bit target); --failed keeps only negative values:
-    ret=-2 (ENOENT).  With --post, a post_handler prints the ip after the
-    instruction ran.
+    ret=-2 (ENOENT) on a kernel, ret=-1 errno=ENOENT for a C library function.
+    With --post, a post_handler prints the ip after the instruction ran.
 
     [bold]At the end[/bold]: the program's output (Unicorn; --console for live
     targets), its exit status, the kprobes/list and kprobe_profile views
@@ -148,6 +149,8 @@ def cmd_probe(
     strings = _string_args(string_arg, points)
     _check_returns(points, failed, restype)
     choice = where.with_pid(pid).choose(ctx.args)
+    wheres = [*points.kprobes, *(k for _, k in points.kretprobes)]
+    refuse_names_without_symbols(choice, [w["symbol_name"] for w in wheres if w.get("symbol_name") is not None])
     _check_strace(choice, strace)
     reg = kpsdk.get_registry()
     _check_probe_types(reg, points)

@@ -9,6 +9,7 @@ the end is what the Python API gives: the output, ``s.list()``,
 
 from __future__ import annotations
 
+import errno
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -18,7 +19,8 @@ from kpsdk.binfmt.symbols import did_you_mean, is_glob
 from kpsdk.cli.consoles import console, heading
 from kpsdk.cli.hitregs import check_reg_names, default_regs, show_reg
 from kpsdk.cli.hitstrings import STRING_SLOT, fetch_string, load_strings, show_string, store_strings
-from kpsdk.cli.returns import errno_name, signed_return
+from kpsdk.cli.libraries import MIN_TIMEOUT, run_to_entry, wants_libraries
+from kpsdk.cli.returns import ThreadErrno, failure_text, signed_return
 from kpsdk.errors import KprobeError, KpsdkError
 from kpsdk.scope import making_for
 
@@ -99,6 +101,39 @@ class ProbeRun:
             check_reg_names(s.arch, names)
         if self.no_optimize:
             s.kprobes_optimization = False
+        try:
+            probes = self._register(s, Kprobe, Kretprobe, names)
+        except KprobeError as exc:
+            # a name only the program's libraries have, or an IFUNC: at the program's entry
+            # point they are loaded, as on qemu-user (kpsdk.cli.libraries)
+            spent = run_to_entry(s, self.choice, self.timeout) if wants_libraries(exc) else None
+            if spent is None:
+                raise
+            self.timeout = max(self.timeout - spent, MIN_TIMEOUT)
+            probes = self._register(s, Kprobe, Kretprobe, names)
+        for line in self.lines:
+            if line.letter == "k":
+                line.name = s.symbols.format(_probe_addr(s, line.probe))
+        self.con.print(Text(f"{len(probes)} probe(s) on {s.arch.name}: "
+                            + ", ".join(f"{ln.letter} {ln.name}" for ln in self.lines), style="dim"),
+                       soft_wrap=True)
+        if self.fn_args is not None:
+            fn, args = self.fn_args
+            result = s.call(fn, *args, restype=self.restype)
+            self.con.print(Text(f"{fn}({', '.join(str(a) for a in args)}) = {result}", style="bold"),
+                           soft_wrap=True)
+        else:
+            if self.choice.live:
+                self.con.print(Text(f"running {self.choice.spec} until it ends (at most {self.timeout:g} s, "
+                                    "--timeout; Ctrl-C stops it)", style="dim"), soft_wrap=True)
+            self.status = s.run(timeout=self.timeout)
+            self.ran = True
+        self.report()
+
+    def _register(self, s: Session, Kprobe: Any, Kretprobe: Any, names: list[str]) -> list[Any]:  # noqa: N803
+        """Make the probes asked for (their summary lines anew) and register them, all or none."""
+        reg = s.registry
+        self.lines = []
         probes = []
         for where in expand_globs(s, self.kprobes, self.con):
             pre, post_h = _printers(s, self.con, names, self.hit, self.post, self.strings)
@@ -128,29 +163,14 @@ class ProbeRun:
                 line.probe = probes[-1]
                 self.lines.append(line)
         s.register_many(probes)
-        for line in self.lines:
-            if line.letter == "k":
-                line.name = s.symbols.format(_probe_addr(s, line.probe))
-        self.con.print(Text(f"{len(probes)} probe(s) on {s.arch.name}: "
-                            + ", ".join(f"{ln.letter} {ln.name}" for ln in self.lines), style="dim"),
-                       soft_wrap=True)
-        if self.fn_args is not None:
-            fn, args = self.fn_args
-            result = s.call(fn, *args, restype=self.restype)
-            self.con.print(Text(f"{fn}({', '.join(str(a) for a in args)}) = {result}", style="bold"),
-                           soft_wrap=True)
-        else:
-            if self.choice.live:
-                self.con.print(Text(f"running {self.choice.spec} until it ends (at most {self.timeout:g} s, "
-                                    "--timeout; Ctrl-C stops it)", style="dim"), soft_wrap=True)
-            self.status = s.run(timeout=self.timeout)
-            self.ran = True
-        self.report()
+        return probes
 
     def _kretprobe_handlers(self, s: Session, line: ProbeLine) -> tuple[Any, Any]:
         """entry_handler (fetches the string arguments into ri.data) and handler (prints the return)."""
         strings, con, hit = self.strings, self.con, self.hit
         word_bits = 8 * s.arch.word_size
+        kernel = getattr(s.target, "abi_kind", "user") == "kernel"  # the kernel's -errno convention
+        thread_errno = ThreadErrno(s) if self.failed and not kernel else None
 
         def entry(ri: Any, regs: PtRegs) -> int:
             store_strings(ri.data, [fetch_string(s, regs, n) for n in strings])
@@ -166,8 +186,9 @@ class ProbeRun:
             hit[0] += 1
             text = Text(f"[{hit[0]}] ", style="bold").append(f"r {line.name}", style="magenta")
             text.append(f" ret={ret}")
-            if self.failed and errno_name(ret):
-                text.append(f" ({errno_name(ret)})", style="red")
+            if self.failed:
+                failure = failure_text(ret, kernel, thread_errno.read() if thread_errno is not None else None)
+                text.append(failure, style="red")
             for n, (raw, status) in zip(strings, load_strings(ri.data, len(strings)), strict=True):
                 text.append(" " + show_string(n, raw, status))
             con.print(text, soft_wrap=True)
@@ -268,7 +289,8 @@ def expand_globs(s: Session, kprobes: list[dict[str, Any]], con: Console) -> lis
         matched = s.symbols.matching(pattern)
         if not matched:
             close = s.symbols.suggest(pattern.replace("*", "").replace("?", ""))
-            raise KpsdkError(f"--kprobe {pattern!r}: no function in the target matches{did_you_mean(close)}")
+            raise KprobeError(errno.ENOENT, f"--kprobe {pattern!r}: no function in the target matches"
+                              f"{did_you_mean(close)}")
         seen: set[int] = set()
         skipped = 0
         for sym in matched:

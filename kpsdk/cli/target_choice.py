@@ -15,6 +15,7 @@ from __future__ import annotations
 import signal
 import threading
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
@@ -74,6 +75,19 @@ class TargetChoice:
         """The session on this target, with ``noprobe`` symbols refused (``--noprobe``)."""
         return kpsdk.open(self.spec, noprobe=noprobe, **self.options)
 
+    def input_files(self) -> list[tuple[str, Path]]:
+        """The files this target reads, each with what it is: the program (``elf:``,
+        ``qemu-user:``, ``native:``), ``--kernel``, ``--initrd``, ``--symbols``.  A command's
+        outputs may not be one of them (:func:`kpsdk.cli.parsing.refuse_inputs`)."""
+        scheme, _, rest = self.spec.partition(":")
+        files = [("the program", Path(rest))] if scheme in ("elf", *PROGRAM_KINDS) and rest else []
+        for keyword, what in (("kernel", "the kernel (--kernel)"), ("initrd", "the initramfs (--initrd)"),
+                              ("symbols", "the symbol file (--symbols)")):
+            value = self.options.get(keyword)
+            if isinstance(value, (str, Path)) and str(value):
+                files.append((what, Path(value)))
+        return files
+
 
 def live_kind(spec: str | None) -> str | None:
     """The live kind a target spec names (one of LIVE_KINDS: ``qemu-user``, ``native``, ``pid``...), else None."""
@@ -116,6 +130,19 @@ def choose_target(elf: str | None, target: str | None, given: dict[str, Any]) ->
         spec, kind = _spec_with_program(spec, program)
     scheme = kind if kind is not None else spec.partition(":")[0]  # "elf" for the ELF in Unicorn
     return TargetChoice(spec, _launcher_options(scheme, given), kind)
+
+
+def refuse_names_without_symbols(choice: TargetChoice, names: list[str]) -> None:
+    """Probes by name (``names``) on ``qemu-system:ARCH`` with neither ``--kernel`` nor
+    ``--symbols``: a usage error saying so, before QEMU starts.  Without a kernel QEMU runs
+    the board's firmware, whose code can be probed by address only: there are no symbols
+    (the error was ENOENT for the first name, start_kernel say, as if the kernel lacked it)."""
+    if choice.kind != "qemu-system" or not names or choice.options.get("kernel") or choice.options.get("symbols"):
+        return
+    raise typer.BadParameter(f"{choice.spec} has no symbols to find {names[0]!r} in: give the kernel to boot, "
+                             "--kernel VMLINUZ (its symbols come from its own kallsyms table), or --symbols FILE "
+                             "(without a kernel, QEMU runs the board's firmware: probe it by address)",
+                             param_hint="--kernel")
 
 
 def _program_spec(program: str | None) -> str:

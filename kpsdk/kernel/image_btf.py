@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import struct
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -62,6 +63,10 @@ def image_btf(image: bytes, symbols: dict[str, int], path: Path) -> bytes:
     byte being ``_start`` (the image is its memory from there on)."""
     base = symbols.get("_start")
     start, stop = symbols.get("__start_BTF"), symbols.get("__stop_BTF")
+    if start is None or stop is None:
+        found = _scan_btf(image)  # kallsyms without data symbols (arm64's: no CONFIG_KALLSYMS_ALL)
+        if found is not None:
+            return found
     if base is None or start is None or stop is None:
         raise TargetError(f"{path}: the kernel is a raw image whose symbols lack _start, __start_BTF or __stop_BTF, "
                           "so kpsdk finds no BTF in it")
@@ -69,6 +74,28 @@ def image_btf(image: bytes, symbols: dict[str, int], path: Path) -> bytes:
     if not 0 <= lo < hi <= len(image) or image[lo:lo + 2] not in BTF_MAGICS:
         raise TargetError(f"{path}: no BTF at __start_BTF ({start:#x}) of the raw image")
     return image[lo:hi]
+
+
+#: a BTF header's first 8 bytes as a little-endian kernel writes them: magic 0xeb9f, version 1,
+#: flags 0, hdr_len 24 (include/uapi/linux/btf.h)
+_BTF_HEADER_LE = struct.pack("<HBBI", 0xEB9F, 1, 0, 24)
+
+
+def _scan_btf(image: bytes) -> bytes | None:
+    """The vmlinux BTF of a raw image found by its header, where no symbol places it: the one
+    blob whose header is a kernel's (types first, strings right after them, the string section
+    starting with the empty string) and that fits the image.  None: no such blob, or several."""
+    found: list[bytes] = []
+    at = image.find(_BTF_HEADER_LE)
+    while at >= 0 and len(found) < 2:
+        if at + 24 <= len(image):
+            type_off, type_len, str_off, str_len = struct.unpack_from("<IIII", image, at + 8)
+            end = at + 24 + str_off + str_len
+            if type_off == 0 and str_off == type_len and str_len and end <= len(image) \
+                    and image[at + 24 + str_off] == 0:
+                found.append(image[at:end])
+        at = image.find(_BTF_HEADER_LE, at + 1)
+    return found[0] if len(found) == 1 else None
 
 
 def kernel_btf(image: str | os.PathLike[str], arch: Arch) -> Btf | None:

@@ -13,6 +13,7 @@ worse than no table.
 
 from __future__ import annotations
 
+import bisect
 import re
 import struct
 from collections.abc import Iterator
@@ -292,14 +293,16 @@ def _find_addresses(data: bytes, lay: _Layout, num_pos: int, num: int, names: li
             continue
         offsets = struct.unpack_from(f"{e}{num}i", data, off_pos)
         (base,) = struct.unpack_from(f"{e}{ptr}", data, base_pos)
+        bases = [base] if base or ps != 8 or e != "<" else _self_relocated(data, base_pos)
         negative = sum(1 for o in offsets if o < 0)
-        if negative > num // 2:
-            # CONFIG_KALLSYMS_ABSOLUTE_PERCPU: >= 0 absolute (per-cpu), < 0 relative to base - 1.
-            addrs = [o if o >= 0 else base - 1 - o for o in offsets]
-        else:
-            addrs = [base + (o & 0xFFFFFFFF) for o in offsets]
-        if _plausible(addrs, text_idx, ps):
-            return addrs
+        for base in bases:
+            if negative > num // 2:
+                # CONFIG_KALLSYMS_ABSOLUTE_PERCPU: >= 0 absolute (per-cpu), < 0 relative to base - 1.
+                addrs = [o if o >= 0 else base - 1 - o for o in offsets]
+            else:
+                addrs = [base + (o & 0xFFFFFFFF) for o in offsets]
+            if _plausible(addrs, text_idx, ps):
+                return addrs
     # Absolute addresses: kallsyms_addresses, ALGN, num_syms.
     addr_pos = num_pos - ps * num
     if addr_pos >= 0:
@@ -307,6 +310,40 @@ def _find_addresses(data: bytes, lay: _Layout, num_pos: int, num: int, names: li
         if _plausible(addrs, text_idx, ps):
             return addrs
     return None
+
+
+#: ``r_info`` of an ``R_AARCH64_RELATIVE`` relocation (symbol 0, type 1027), little-endian
+_AARCH64_RELATIVE = struct.pack("<Q", 1027)
+
+
+def _self_relocated(data: bytes, pos: int) -> list[int]:
+    """What the pointer at file offset ``pos`` of an arm64 ``Image`` may hold once the kernel
+    has relocated itself: candidates, the likeliest first (the caller checks each).
+
+    An arm64 kernel is linked as a PIE with ``--no-apply-dynamic-relocs`` (arch/arm64/Makefile):
+    every pointer in the file is 0, and its value is the addend of the ``R_AARCH64_RELATIVE``
+    relocation the kernel applies to itself at boot (``__relocate_kernel``, head.S, from its
+    own ``.rela.dyn``, which the Image keeps; entries of 24 bytes, 8-aligned: ``r_offset,
+    r_info, r_addend``).  The Image's first byte is ``_text``, at a link address aligned to
+    2 MiB (KIMAGE_VADDR), so the word's relocation has ``r_offset == _text + pos``; of the
+    ``_text`` that makes so, the true one is the one whose image holds the most of the
+    relocations' targets (every one of them: they are the kernel's own words).
+    """
+    entries: list[tuple[int, int]] = []
+    at = data.find(_AARCH64_RELATIVE)
+    while at >= 8:
+        if at % 8 == 0 and at + 16 <= len(data):
+            offset, _, addend = struct.unpack_from("<QQQ", data, at - 8)
+            entries.append((offset, addend))
+        at = data.find(_AARCH64_RELATIVE, at + 1)
+    targets = sorted(offset for offset, _ in entries)
+    scored: list[tuple[int, int]] = []
+    for offset, addend in entries:
+        text = offset - pos
+        if text % 0x200000 == 0 and 0 <= addend - text < len(data):
+            inside = bisect.bisect_left(targets, text + len(data)) - bisect.bisect_left(targets, text)
+            scored.append((inside, addend))
+    return [addend for _, addend in sorted(scored, reverse=True)]
 
 
 def _plausible(addrs: list[int], text_idx: list[int], ptr_size: int) -> bool:

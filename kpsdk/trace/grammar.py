@@ -371,9 +371,9 @@ class Parser:
 
     def __init__(self, arch: Arch | None = None, word_bits: int | None = None,
                  sessions: Sequence[Session] = (), kernel: tuple[int, int] | None = None,
-                 ifunc_later: bool = False, btf: BtfArgs | None = None) -> None:
+                 ifunc_later: bool = False, btf: BtfArgs | None = None, unknown_later: bool = False) -> None:
         self.arch = arch
-        #: the target kernel's BTF (:func:`kpsdk.trace.btfargs.kernel_btf_args`): on a kernel since 6.5,
+        #: the target kernel's BTF (:func:`kpsdk.trace.btfsyntax.kernel_btf_args`): on a kernel since 6.5,
         #: arguments may name the function's parameters and their members
         self.btf = btf
         #: the target kernel's version (:func:`kpsdk.kernel.version.kernel_version`): definitions are
@@ -386,6 +386,9 @@ class Parser:
         #: a parse before any session (kpsdk trace's precheck): an IFUNC symbol no session can
         #: resolve yet is accepted with offset 0, to be resolved when the session parses the line
         self.ifunc_later = ifunc_later
+        #: likewise a symbol the file lacks: the session's parse says so, naming the libraries it
+        #: loaded that have it (``libc.so.6:malloc``), which no parse before the session can know
+        self.unknown_later = unknown_later
 
     def parse(self, definition: str) -> ProbeDef:
         text = definition.rstrip("\n")
@@ -545,7 +548,7 @@ class Parser:
             raise TraceDefinitionError("NO_REGULAR_FILE", text, word.start, path, "trace_uprobe")
         offset = parse_uint(body)
         if offset is None:
-            offset = _symbol_offset(text, spec_col, path, body, self.sessions, self.ifunc_later)
+            offset = _symbol_offset(text, spec_col, path, body, self.sessions, self.ifunc_later, self.unknown_later)
         return path, offset, ret
 
     # -- fetch arguments ----------------------------------------------------------------------------
@@ -950,15 +953,21 @@ def _looks_like_uprobe(where: str) -> bool:
     return ("/" in file or "." in file) and not file.startswith(("@", "%", "$", "+", "-"))
 
 
+def uprobe_file(where: str) -> str | None:
+    """The file a probe point names (``PATH:OFFSET``, ``FILE:SYMBOL``), as the parser reads it;
+    None for a kprobe's point.  What ``kpsdk trace`` will read, so no output overwrites it."""
+    return where[:where.rfind(":")] if _looks_like_uprobe(where) else None
+
+
 def _symbol_offset(text: str, column: int, path: str, where: str, sessions: Sequence[Session] = (),
-                   ifunc_later: bool = False) -> int:
+                   ifunc_later: bool = False, unknown_later: bool = False) -> int:
     """A uprobe's ``SYMBOL[+OFF]`` as a file offset (kpsdk's extension of uprobe_events lines)."""
     from kpsdk.binfmt.elfimage import load_elf
 
     try:
         return symbol_offset(load_elf(path), path, where, sessions)
     except KprobeError as e:
-        if ifunc_later and e.errno == errno.EOPNOTSUPP:
+        if (ifunc_later and e.errno == errno.EOPNOTSUPP) or (unknown_later and e.errno == errno.ENOENT):
             return 0
         raise TraceDefinitionError("BAD_UPROBE_OFFS", text, column, str(e), "trace_uprobe") from None
     except TargetError as e:

@@ -4,7 +4,7 @@
 event's records in a table keyed on one to three fields, summing hitcount and up to
 two value fields, and prints it as the event's ``hist`` file does.  What is parsed,
 refused and printed follows ``kernel/trace/trace_events_hist.c``, so that the output
-can be compared with the kernel's own for the same trigger (tests/test_hist_kernel.py):
+can be compared with the kernel's own for the same trigger (tests/test_trace_triggers_kernel.py):
 
 - the attributes ``keys=`` (``key=``), ``vals=`` (``val=``, ``values=``), ``sort=``,
   ``size=``, ``name=``, and the flags ``pause``, ``cont``, ``clear``;

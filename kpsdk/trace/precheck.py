@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from kpsdk.binfmt.symbols import did_you_mean
+from kpsdk.cli.target_choice import refuse_names_without_symbols
 from kpsdk.errors import KpsdkError, TraceDefinitionError, TriggerError
 from kpsdk.trace.histtrigger import HistTrigger, register
 from kpsdk.trace.triggers import matches, parse_trigger, split_trigger
@@ -76,12 +77,15 @@ def precheck(choice: TargetChoice, definitions: list[str], hist_fields: list[str
         return
     from kpsdk.trace.grammar import Parser
 
-    # an IFUNC is resolved once the session runs
+    # an IFUNC is resolved once the session runs; a symbol a file lacks is reported by the session,
+    # with the libraries of the program that have it
     kernel = _kernel_version(choice)
-    parser = Parser(arch, kernel=kernel, ifunc_later=True, btf=_kernel_btf(choice, arch, kernel))
+    parser = Parser(arch, kernel=kernel, ifunc_later=True, btf=_kernel_btf(choice, arch, kernel), unknown_later=True)
     templates = {i for i, line in enumerate(definitions) if functions is not None and is_template(line)}
     lines = placeholder_definitions(definitions) if functions is not None else definitions
     parsed = [parser.parse(line) for line in lines]
+    refuse_names_without_symbols(choice, [d.symbol for i, d in enumerate(parsed) if i not in templates
+                                          and d.op != "-" and d.symbol is not None and not d.is_uprobe])
     if choice.spec.startswith("qemu-system:"):
         _kernel_symbols(choice, [d for i, d in enumerate(parsed) if i not in templates], functions)
     _hist_fields(parsed, hist_fields)

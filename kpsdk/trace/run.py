@@ -24,7 +24,7 @@ import typer
 
 from kpsdk.cli.exits import INTERRUPTED
 from kpsdk.cli.options import NoprobeOpt, TargetOptions, takes_target_options
-from kpsdk.cli.parsing import check_out_path, check_seconds, split_commas
+from kpsdk.cli.parsing import check_out_path, check_seconds, refuse_inputs, split_commas
 from kpsdk.cli.target_choice import LIVE_KINDS, LIVE_TIMEOUT, UNICORN_TIMEOUT, TargetChoice
 from kpsdk.errors import KpsdkError, UnknownNameError
 from kpsdk.kernel.tasks import PID_MAX_LIMIT, check_comm
@@ -193,6 +193,7 @@ def cmd_trace(
     choice = where.choose(ctx.args)
     _check_prefix(choice, comm, pid)
     _check_output_file(fmt, out)
+    _check_outputs_are_not_inputs(choice, out, plot, file or [], definitions)
     reports = _reports(hist, latency, lhist, plot, profile, show_console)
     _check_functions(definitions, functions)
     # before a target starts: a mistake costs no boot
@@ -235,6 +236,35 @@ def _check_output_file(fmt: OutputFormat, out: Path | None) -> None:
     elif fmt.binary and sys.stdout.isatty():
         raise typer.BadParameter(f"{fmt.name} is a binary file: give --out FILE, or send stdout to a file or pipe",
                                  param_hint="--output")
+
+
+def _check_outputs_are_not_inputs(choice: TargetChoice, out: Path | None, plot: Path | None, files: list[Path],
+                                  definitions: list[str]) -> None:
+    """``--out`` and ``--plot`` are neither an input of the run (the program, a file a definition
+    probes, a ``-f`` file, a kernel or initramfs) nor each other: the run would write over it."""
+    inputs = [*choice.input_files(), *(("a definitions file (-f)", path) for path in files),
+              *_probed_files(definitions)]
+    for path, option in ((out, "--out"), (plot, "--plot")):
+        if path is not None:
+            refuse_inputs(path, option, inputs)
+    if out is not None and plot is not None:
+        refuse_inputs(plot, "--plot", [("the --out file", out)])
+
+
+def _probed_files(definitions: list[str]) -> list[tuple[str, Path]]:
+    """The files the definitions put uprobes in (``p PATH:OFFSET``, ``p libc.so.6:malloc``): the
+    name as given, and the file a bare library name finds (:func:`~kpsdk.binfmt.filelocation.find_file`)."""
+    from kpsdk.binfmt.filelocation import find_file
+    from kpsdk.trace.grammar import uprobe_file
+
+    found: list[tuple[str, Path]] = []
+    for line in definitions:
+        words = line.split()
+        name = uprobe_file(words[1]) if len(words) > 1 else None
+        if name:
+            for path in dict.fromkeys((name, find_file(name))):
+                found.append(("a file the definitions probe", Path(path)))
+    return found
 
 
 def _reports(hist: list[str] | None, latency: bool, lhist: list[str] | None, plot: Path | None, profile: bool,

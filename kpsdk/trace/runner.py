@@ -27,8 +27,9 @@ from typing import IO, TYPE_CHECKING, Any
 from rich.text import Text
 
 from kpsdk.cli.consoles import console
+from kpsdk.cli.libraries import MIN_TIMEOUT, run_to_entry, wants_libraries
 from kpsdk.cli.target_choice import TargetChoice, close_session
-from kpsdk.errors import KpsdkError, TargetError
+from kpsdk.errors import KprobeError, KpsdkError, TargetError, TraceDefinitionError
 from kpsdk.trace.hist import PLOT_FORMATS, HistogramSet
 from kpsdk.trace.output import EventShape, EventWrite, Writer, WriterContext
 
@@ -201,9 +202,19 @@ class TraceRun:
         events = self.events
         if events.functions is not None:
             definitions = _expand_functions(session, definitions, events.functions)
-        trace = self.trace = session.trace(definitions, sink=sink.write, filter=events.filter_expr,
-                                           comm=events.comm, pid=events.pid, triggers=events.triggers,
-                                           stack=events.stack)
+        try:
+            trace = session.trace(definitions, sink=sink.write, filter=events.filter_expr, comm=events.comm,
+                                  pid=events.pid, triggers=events.triggers, stack=events.stack)
+        except (KprobeError, TraceDefinitionError) as exc:
+            # a name only the program's libraries have, or an IFUNC: at the program's entry point
+            # they are loaded, as on qemu-user (kpsdk.cli.libraries)
+            spent = run_to_entry(session, self.choice, self.limit) if wants_libraries(exc) else None
+            if spent is None:
+                raise
+            self.limit = max(self.limit - spent, MIN_TIMEOUT)
+            trace = session.trace(definitions, sink=sink.write, filter=events.filter_expr, comm=events.comm,
+                                  pid=events.pid, triggers=events.triggers, stack=events.stack)
+        self.trace = trace
         # --out is opened (and truncated) only now: the definitions and the target were good
         stream: IO[Any] = _open_out(stack, self.out, self.fmt.binary)
         self.writer = sink.writer = self.fmt.open(stream, WriterContext(

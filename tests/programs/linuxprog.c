@@ -3,21 +3,27 @@
    a file read from the sysroot and a nonzero exit status.  argv[1]: the file to
    read (/data.txt); argv[2]: how many mallocs; argv[3]: "fork", "sockets" (the
    socket calls on its descriptors), "proc" (its own /proc/self), "statfs", "sysinfo", "pid" (getpid
-   and gettid), "mremap" (argv[1] mapped and grown: more than two pages, less than three), or a system call
+   and gettid), "mremap" (argv[1] mapped and grown: more than two pages, less than three), "calls" (the
+   calls whose arguments --strace decodes, for tests/test_strace.py), or a system call
    number to make with no arguments (its result and errno are printed).  Built static with
    each cross compiler; its output under qemu-user is the expected one. */
 #define _GNU_SOURCE /* mremap */
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <sys/syscall.h>
 #include <sys/sysinfo.h>
+#include <sys/wait.h>
+#include <termios.h>
 #include <unistd.h>
 
 char greeting[64] = "hello, world";
@@ -176,6 +182,80 @@ static void remap_file(const char *path) {
     close(fd);
 }
 
+static void on_usr1(int sig) { (void)sig; }
+
+/* The calls whose arguments and results --strace decodes as strace does (tests/test_strace.py runs
+   this natively under strace and compares): the stat family, access modes, open modes, mmap and
+   mprotect flags, fcntl commands, ioctl requests, signals and signal sets, clone's flags, a wait
+   status, socket families.  path: a readable regular file.  Prints the pids, which differ. */
+static void strace_calls(const char *path) {
+    struct stat st;
+    struct termios tio;
+    struct winsize ws;
+    int fd = open(path, O_RDONLY);
+    printf("pid %ld\n", (long)getpid());
+    fstat(fd, &st);
+    stat(path, &st);
+    stat("/", &st);
+    lstat("/no/such/file", &st);
+    fstatat(AT_FDCWD, path, &st, AT_SYMLINK_NOFOLLOW | AT_NO_AUTOMOUNT);
+    access(path, R_OK);
+    access("/no/such/file", F_OK);
+    faccessat(AT_FDCWD, path, R_OK, AT_EACCESS);
+    close(open(path, O_WRONLY | O_CREAT | O_EXCL, 0600));
+    close(open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, 04751));
+    umask(027);
+    umask(022);
+    char *p = mmap(0, 8192, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
+    mprotect(p, 4096, PROT_NONE);
+    mprotect(p, 4096, PROT_READ | PROT_EXEC);
+    munmap(p, 8192);
+    munmap(mmap(0, 4096, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0), 4096);
+    fcntl(fd, F_GETFD);
+    fcntl(fd, F_SETFD, FD_CLOEXEC);
+    fcntl(fd, F_GETFD);
+    fcntl(fd, F_SETFL, O_NONBLOCK);
+    fcntl(fd, F_GETFL);
+    close(fcntl(fd, F_DUPFD, 10));
+    close(fcntl(fd, F_DUPFD_CLOEXEC, 0));
+    ioctl(fd, TCGETS, &tio);
+    ioctl(fd, TIOCGWINSZ, &ws);
+    ioctl(fd, _IOC(_IOC_NONE, 0x56, 0x78, 0x1234), 0);
+    struct sigaction sa = {0}, old;
+    sa.sa_handler = on_usr1;
+    sigemptyset(&sa.sa_mask);
+    sigaddset(&sa.sa_mask, SIGTERM);
+    sigaddset(&sa.sa_mask, SIGRTMIN + 2);
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGUSR1, &sa, 0);
+    sigaction(SIGUSR1, 0, &old);
+    signal(SIGUSR2, SIG_IGN);
+    sigset_t set, was;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    sigprocmask(SIG_BLOCK, &set, 0);
+    sigprocmask(SIG_SETMASK, &set, &was);
+    sigfillset(&set);
+    sigprocmask(SIG_BLOCK, &set, &was);
+    sigemptyset(&set);
+    sigprocmask(SIG_SETMASK, &set, 0);
+    kill(0, 0);
+    kill(getpid(), SIGUSR2);
+    kill(-1234567, SIGTERM);
+    pid_t child = fork();
+    if (child == 0)
+        _exit(3);
+    int status;
+    waitpid(child, &status, 0);
+    printf("child %ld\n", (long)child);
+    waitpid(-1, &status, WNOHANG);
+    socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    socket(AF_UNIX, SOCK_DGRAM, 0);
+    socket(AF_INET6, SOCK_RAW, IPPROTO_RAW);
+    close(fd);
+}
+
 int main(int argc, char **argv) {
     printf("argc=%d\n", argc);
     for (int i = 0; i < argc; i++)
@@ -210,6 +290,8 @@ int main(int argc, char **argv) {
         } else if (strcmp(argv[3], "mremap") == 0) {
             remap_file(argv[1]);
             return 42; /* argv[1] is binary: not printed */
+        } else if (strcmp(argv[3], "calls") == 0) {
+            strace_calls(argv[1]);
         } else if (strcmp(argv[3], "pid") == 0) {
             printf("pid %ld tid %ld\n", (long)getpid(), (long)syscall(SYS_gettid));
         } else if (strcmp(argv[3], "sysinfo") == 0) {

@@ -235,6 +235,37 @@ static int mode_forkthread(void)
     return 0;
 }
 
+/* a probed function that forks returns twice, in the parent and in the child (retfork) */
+__attribute__((noinline)) int leaf(int x)
+{
+    __asm__ volatile("" ::: "memory");
+    return 2 * x + 1;
+}
+
+__attribute__((noinline)) int spawn(int k)
+{
+    pid_t child = fork();
+    __asm__ volatile("" ::: "memory");
+    return child == 0 ? k : -k;
+}
+
+static int mode_retfork(void)
+{
+    int before = leaf(1);
+    int k = spawn(5);
+    int s = 0;
+    for (int i = 0; i < 3; i++)
+        s += leaf(k > 0 ? 100 + i : 200 + i);
+    if (k > 0) {
+        say("child: spawn gave %d, leaves sum %d\n", k, s);
+        _exit(0);
+    }
+    int status;
+    wait(&status);
+    say("parent: spawn gave %d, leaves sum %d, before %d\n", k, s, before);
+    return 0;
+}
+
 /* a writer blocks when the pipe holds 64 KiB, until the reader drains it */
 static int mode_pipe64k(void)
 {
@@ -484,6 +515,12 @@ static int mode_exec(char **argv)
     char *none[] = {"/nonexistent", NULL};
     execv("/nonexistent", none);
     say("execv of a missing file: %s\n", strerror(errno));
+    return 0;
+}
+
+/* a shell of the system's: popen and system */
+static int mode_shell(void)
+{
     FILE *p = popen("echo from popen", "r");
     if (p) {
         char line[64] = {0};
@@ -555,8 +592,12 @@ int main(int argc, char **argv)
         return mode_ucontext();
     if (!strcmp(mode, "exec"))
         return mode_exec(argv);
+    if (!strcmp(mode, "shell"))
+        return mode_shell();
     if (!strcmp(mode, "racy"))
         return mode_racy();
-    say("usage: tasks threads|futex|robust|fork|forkthread|pipe64k|sigpipe|signals|ucontext|exec|racy\n");
+    if (!strcmp(mode, "retfork"))
+        return mode_retfork();
+    say("usage: tasks threads|futex|robust|fork|forkthread|pipe64k|sigpipe|signals|ucontext|exec|shell|racy|retfork\n");
     return 2;
 }

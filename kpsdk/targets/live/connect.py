@@ -67,7 +67,12 @@ def select_remote(mi: MiConnection, arch: Arch | None, abi_kind: str | None, ima
     """
     if arch is not None:
         mi.command(f"-gdb-set architecture {arch.gdb_arch}")
-    # fail fast on a dead or mute stub: gdb's defaults retry for ~15 s
+    # fail fast on a dead or mute stub: gdb's defaults retry for ~15 s, a refused connection
+    # included (reported as "Connection timed out" once the time is up); with auto-retry off a
+    # refusal is reported at once.  No probe connection is made first: qemu-user's stub and
+    # gdbserver --once take the first connection as the debugger's and go on without one when
+    # it closes
+    mi.command("-gdb-set tcp auto-retry off")
     mi.command("-gdb-set tcp connect-timeout 3")
     mi.command("-gdb-set remotetimeout 3")
     if not files:
@@ -86,6 +91,9 @@ def select_remote(mi: MiConnection, arch: Arch | None, abi_kind: str | None, ima
     try:
         mi.command(f"-target-select remote {remote}", timeout=ATTACH_TIMEOUT)
     except GdbError as exc:
+        if "Connection refused" in str(exc):
+            raise TargetError(f"cannot attach to the gdbstub at {remote}: the connection was refused (nothing "
+                              "listens there: is the stub running, on that host and port?)") from exc
         raise TargetError(f"cannot attach to the gdbstub at {remote}: {exc}") from exc
     except TargetError as exc:
         raise TargetError(f"cannot attach to the gdbstub at {remote}: it does not answer the gdb remote "

@@ -22,6 +22,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import re
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -58,6 +59,7 @@ def open_gdb(rest: str, registry: Registry, arch: str | None = None, symbols: st
     if abi is not None and abi not in ABIS:
         raise TargetError(f"gdb: abi={abi!r} is not one of {', '.join(ABIS)} (or None: asked of the stub)")
     remote = parse_remote(rest)
+    refuse_unheard(remote)
     root = _directory(sysroot, "sysroot") if sysroot is not None else None
     table, image = load_symbols(symbols) if symbols else (SymbolTable(), None)
     _need("gdb-multiarch", "gdb-multiarch")
@@ -165,3 +167,73 @@ def _plain_host(host: str) -> bool:
         return True
     labels = host.removesuffix(".").split(".")
     return len(host) <= 253 and all(_HOST_LABEL.fullmatch(label) for label in labels)
+
+
+#: how a loopback host may be written in gdb://HOST:PORT
+_LOOPBACK_NAMES = ("localhost", "localhost.", "ip6-localhost", "ip6-loopback")
+#: /proc/net/tcp's state of a listening socket (TCP_LISTEN)
+_TCP_LISTEN = "0A"
+
+
+def refuse_unheard(remote: str) -> None:
+    """A stub on this host that nothing listens for is refused at once, before gdb starts.
+
+    gdb would report the refusal only after starting (a second or two), so for a loopback
+    HOST the ports this host listens on are read from ``/proc/net/tcp`` and ``tcp6`` (the
+    network namespace kpsdk and gdb share).  No connection is made to ask: qemu-user's stub and
+    ``gdbserver --once`` take the first connection as the debugger's, and go on without one
+    (qemu-user runs the program to its end, gdbserver exits) when it closes.  Another host,
+    or a system without those files, is left to gdb, which reports a refusal at once too
+    (``tcp auto-retry off``, :func:`kpsdk.targets.live.connect.select_remote`).
+    """
+    host, _, port = remote.rpartition(":")
+    if not _is_loopback(host.strip("[]")):
+        return
+    ports = loopback_listeners()
+    if ports is not None and int(port) not in ports:
+        raise TargetError(f"cannot attach to the gdbstub at {remote}: the connection would be refused (nothing "
+                          f"listens on port {port} of this host: is the stub running, on that port?)")
+
+
+def _is_loopback(host: str) -> bool:
+    if host.lower() in _LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def loopback_listeners() -> set[int] | None:
+    """The TCP ports something listens on that a loopback connection reaches (bound to a
+    loopback address or to any address), IPv4 and IPv6; None when ``/proc/net`` cannot say."""
+    ports: set[int] = set()
+    read_any = False
+    for name, family in (("tcp", 4), ("tcp6", 6)):
+        try:
+            lines = Path("/proc/net", name).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        read_any = True
+        for line in lines:
+            fields = line.split()
+            if len(fields) < 4 or fields[3] != _TCP_LISTEN:
+                continue
+            address, _, port = fields[1].partition(":")
+            try:
+                ip = _proc_address(address, family)
+                number = int(port, 16)
+            except ValueError:
+                continue
+            if ip.is_loopback or ip.is_unspecified or (isinstance(ip, ipaddress.IPv6Address)
+                                                       and ip.ipv4_mapped is not None and ip.ipv4_mapped.is_loopback):
+                ports.add(number)
+    return ports if read_any else None
+
+
+def _proc_address(text: str, family: int) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+    """An address as ``/proc/net/tcp*`` writes it: 32-bit words in hex, each in the host's byte order."""
+    if len(text) != (8 if family == 4 else 32):
+        raise ValueError(text)
+    raw = b"".join(int(text[i:i + 8], 16).to_bytes(4, sys.byteorder) for i in range(0, len(text), 8))
+    return ipaddress.IPv4Address(raw) if family == 4 else ipaddress.IPv6Address(raw)

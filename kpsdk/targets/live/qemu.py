@@ -254,7 +254,7 @@ def _env_options(env: dict[str, str]) -> list[str]:
 #: virtual clock while stepping): a timer interrupt raised in the main loop during gdb's step over
 #: a breakpoint exits the step's translation block before it executes anything, QEMU still reports
 #: the step as done (``cpu_tb_exec``), and gdb evaluates the same breakpoint a second time, so one
-#: call was reported twice (docs/api.md, "One call, one report").  With ``-smp 1`` one thread is
+#: call was reported twice (docs/api/kernels.md, "Kernels on each architecture").  With ``-smp 1`` one thread is
 #: what MTTCG would run anyway.
 TCG_ACCEL = "tcg,thread=single"
 

@@ -39,7 +39,7 @@ MIN_VERSION = (10, 0)
 #: Debian's package holding each qemu-system binary kpsdk's plugin path can use
 PACKAGES = {"qemu-system-x86_64": "qemu-system-x86", "qemu-system-i386": "qemu-system-x86",
             "qemu-system-arm": "qemu-system-arm", "qemu-system-riscv64": "qemu-system-riscv",
-            "qemu-system-ppc64": "qemu-system-ppc"}
+            "qemu-system-ppc64": "qemu-system-ppc", "qemu-system-aarch64": "qemu-system-arm"}
 #: Debian 12's own package of a binary, where its name differs from QEMU 10's (trixie split
 #: riscv out of qemu-system-misc): the package whose install brings the libraries it needs
 BOOKWORM_PACKAGES = {"qemu-system-riscv": "qemu-system-misc"}

@@ -11,8 +11,8 @@ reports ``W ID THREAD KIND OLD NEW`` and is then served like a probe hit.
 * **qemu-user**: its gdbstub rejects Z2-Z4, so a data watchpoint is refused with
   ``EOPNOTSUPP`` unless the watchpoint asks for ``software=True``: gdb's software
   watchpoint, which single-steps the whole program and compares the bytes after
-  every instruction (``w`` only; see docs/api.md for what it costs).  ``x`` is a
-  hardware breakpoint there too (QEMU implements Z1 in user mode).
+  every instruction (``w`` only; see docs/api/probes.md, "How each target watches, and
+  what it costs").  ``x`` is a hardware breakpoint there too (QEMU implements Z1 in user mode).
 
 What gdb does not tell, kpsdk cannot report: the access's own address and size
 (``access.addr``/``size`` are the watched range), the accessing instruction

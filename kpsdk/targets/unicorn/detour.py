@@ -501,6 +501,7 @@ class DetourEngine:
                 node.ret_addr = hit[0] = ra
                 hit[2] = None
                 node.frame = words[r + 1]
+                node.task = task
                 busy, manager.busy = manager.busy, True
                 try:
                     if owner is not None:  # the plugin's return wrapper, inlined (K4)

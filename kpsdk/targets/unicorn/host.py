@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from kpsdk.rethook import ShadowStacks
     from kpsdk.target import MappedFile
     from kpsdk.targets.unicorn.fast import FastHooks, FastRegs
+    from kpsdk.targets.unicorn.libraries import Libraries
     from kpsdk.targets.unicorn.linux.kernel import LinuxKernel
     from kpsdk.targets.unicorn.space import Space
     from kpsdk.targets.unicorn.step import SoftStep
@@ -129,6 +130,8 @@ class LinuxHost(UnicornHost, Protocol):
     space: Space
     #: the Linux layer's kernel, set by start_process
     kernel: LinuxKernel | None
+    #: the library announcements (kpsdk.targets.unicorn.libraries)
+    libraries: Libraries
     #: the directory the program sees as ``/`` (kpsdk.binfmt.filelocation looks names up there)
     sysroot: Path | None
     #: what the program writes to its standard output and error
@@ -139,7 +142,8 @@ class LinuxHost(UnicornHost, Protocol):
     def pending_libraries(self) -> list[MappedFile]:
         """Libraries ld.so is mapping, announced at its first system call past their mappings."""
 
-    def map(self, addr: int, size: int, perms: str = "rwx", shared: bool = False) -> mmap.mmap:
+    def map(self, addr: int, size: int, perms: str = "rwx", shared: bool = False,
+            buf: mmap.mmap | None = None) -> mmap.mmap:
         """Map ``[addr, addr + size)`` with ``perms``."""
 
     def mapped_files(self) -> list[MappedFile]: ...

@@ -42,6 +42,9 @@ class Libraries:
         #: libraries ld.so is mapping, announced at its first system call past their mappings;
         #: changed in place, never rebound (the system-call glue holds the same list)
         self.pending: list[MappedFile] = []
+        #: the images execve loaded in other processes: in mapped_files() (uprobes on them arm),
+        #: their symbols not in the session's table (which names the program kpsdk.open ran)
+        self.programs: list[MappedFile] = []
 
     def announce(self) -> None:
         """The libraries ld.so finished mapping: they join mapped_files() (so uprobes
@@ -51,7 +54,8 @@ class Libraries:
         done = self.pending[:]
         self.pending.clear()
         host._files = (*host._files, *done)
-        host.symbols = loaded_symbols(host._files)  # the libraries' too: Thumb functions are decoded as such
+        # the libraries' too (Thumb functions are decoded as such), not other processes' programs
+        host.symbols = loaded_symbols(tuple(mf for mf in host._files if mf not in self.programs))
         for library in done:
             host.emit("library_loaded", library=library)
 
@@ -69,6 +73,6 @@ class Libraries:
         if not gone:
             return
         host._files = tuple(mf for mf in host._files if mf not in gone)
-        host.symbols = loaded_symbols(host._files)
+        host.symbols = loaded_symbols(tuple(mf for mf in host._files if mf not in self.programs))
         for library in gone:
             host.emit("library_unloaded", library=library)

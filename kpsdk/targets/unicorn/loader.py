@@ -18,10 +18,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kpsdk import hookimpl
-from kpsdk.errors import ImageFormatError, TargetError
+from kpsdk.errors import ArgumentError, ImageFormatError, TargetError
 from kpsdk.target import MappedFile, TargetKind
 from kpsdk.targets.unicorn.layout import AREA_SIZE, PAGE, STACK_SIZE, STACK_TOP, align_up
 from kpsdk.targets.unicorn.linux import check_options, start_process
+from kpsdk.targets.unicorn.linux.images import PageCache, map_image
 from kpsdk.targets.unicorn.target import UnicornTarget
 
 if TYPE_CHECKING:
@@ -49,16 +50,21 @@ def pie_base(elf_class: int) -> int:
 def open_elf(rest: str, registry: Registry, abi: str = "user", args: Sequence[str] | None = None,
              env: Mapping[str, str] | None = None, stdin: bytes | None = None,
              sysroot: str | os.PathLike[str] | None = None, cwd: str | None = None,
-             **options: Any) -> UnicornTarget:
+             bind: Sequence[tuple[str | os.PathLike[str], str, str]] | None = None,
+             schedule_seed: int | None = None, **options: Any) -> UnicornTarget:
     """``elf:PATH``: load an executable's PT_LOAD segments into Unicorn, as the Linux process
     ``execve(PATH, [PATH, *args], env)`` starts (:mod:`kpsdk.targets.unicorn.linux`): ``stdin`` its
-    standard input, ``sysroot`` the directory it sees as ``/`` (read-only), ``cwd`` its
-    working directory in there."""
+    standard input, ``sysroot`` the directory it sees as ``/`` (read-only, under the session's
+    in-memory overlay), ``cwd`` its working directory in there, ``bind`` host directories
+    mapped into its tree."""
     from kpsdk.binfmt.elfimage import load_elf  # pyelftools loads when first used (start-up time)
 
     if options:
-        raise TargetError(f"elf: unknown options {', '.join(options)} (known: abi, args, env, stdin, sysroot, cwd)")
-    check_options(args, env, stdin, sysroot, cwd)  # bad options first, before the file is read
+        raise TargetError(f"elf: unknown options {', '.join(options)} (known: abi, args, env, stdin, sysroot, cwd, "
+                          "bind, schedule_seed)")
+    if schedule_seed is not None and (not isinstance(schedule_seed, int) or isinstance(schedule_seed, bool)):
+        raise ArgumentError(f"elf: schedule_seed must be an int or None, not {type(schedule_seed).__name__}")
+    check_options(args, env, stdin, sysroot, cwd, bind)  # bad options first, before the file is read
     linked = load_elf(Path(rest))
     arch = registry.archs.by_elf(linked.machine, linked.elf_class, linked.endian)
     if sysroot is None and runs_natively(arch):
@@ -67,16 +73,17 @@ def open_elf(rest: str, registry: Registry, abi: str = "user", args: Sequence[st
         sysroot = "/"
         env = dict(os.environ) if env is None else env
         cwd = os.getcwd() if cwd is None else cwd
-    process = check_options(args, env, stdin, sysroot, cwd)
+    process = check_options(args, env, stdin, sysroot, cwd, bind)
     bias = pie_base(linked.elf_class) if linked.kind == "ET_DYN" else 0
     image = linked.relocated(bias)  # a PIE at a Linux-like base, its symbols with it
     mappings = load_mappings(image, arch)
     target = UnicornTarget(arch, abi_kind=abi)
     target._files = (MappedFile.of(linked, bias),)
-    for start, size, perms in mappings:
-        target.map(start, size, perms)
-    for seg in image.segments:
-        target.uc.mem_write(seg.vaddr, seg.data)
+    linux = arch.syscalls is not None and arch.syscalls.linux is not None
+    # a Linux program's read-only pages join its kernel's page cache: the processes that exec
+    # it again share them (and the code Unicorn translated from them)
+    pages = PageCache() if linux else None
+    map_image(target, pages, image, linked.identity, mappings)
     top = max(start + size for start, size, _ in mappings)
     try:
         target.setup_area(align_up(top, 0x10000) + 0x10000)  # near the code: riscv jal reaches +-1 MiB
@@ -91,10 +98,13 @@ def open_elf(rest: str, registry: Registry, abi: str = "user", args: Sequence[st
             target.fast.write(arch.register(name), value)
     if arch.entry_address_register is not None:
         target.fast.write(arch.register(arch.entry_address_register), image.entry)
-    if arch.syscalls is not None and arch.syscalls.linux is not None:
+    if linux:
         area = target.sentinel
         reserved = [(area, area + AREA_SIZE), (STACK_TOP - STACK_SIZE, STACK_TOP)]
         target.linux = start_process(target, image, rest, process, STACK_TOP - 0x10, reserved)
+        assert target.kernel is not None and pages is not None
+        target.kernel.pages = pages
+        target.kernel.sched.reseed(schedule_seed)
         target.call_sp = min(target.call_sp, target.fast.read(arch.register(arch.sp)) - 0x100)
     return target
 

@@ -98,7 +98,8 @@ class GuestMemory(Target):
 
     # -- mappings --------------------------------------------------------------------------
 
-    def map(self, addr: int, size: int, perms: str = "rwx", shared: bool = False) -> mmap.mmap:
+    def map(self, addr: int, size: int, perms: str = "rwx", shared: bool = False,
+            buf: mmap.mmap | None = None) -> mmap.mmap:
         """Map memory (page-aligned outward) in the current process's space and return the host
         buffer behind it.
 
@@ -107,7 +108,9 @@ class GuestMemory(Target):
         writes its trap with a memmove instead of ``uc_mem_write`` (which makes Unicorn 2.1.4
         lift the protection and rebuild its view of memory, ~15 us), and the words a return
         probe reads at every hit are plain ``struct`` accesses.  ``shared``: forks share it
-        (kpsdk's own area) instead of copying it.
+        (kpsdk's own area) instead of copying it.  ``buf``: these bytes, shared copy-on-protect
+        with the other processes mapping them (a read-only segment of the same file at the same
+        place: :mod:`kpsdk.targets.unicorn.linux.images`).
         """
         start, end = addr & ~(PAGE - 1), align_up(addr + size)
         prot = 0
@@ -115,9 +118,10 @@ class GuestMemory(Target):
             prot |= _PERMS[c]
         self._forget_memory()
         try:
-            region = self.space.map(start, end, prot, shared=shared)
+            region = self.space.map(start, end, prot, buf=buf, shared=shared)
         except unicorn.UcError as e:
             raise TargetError(f"cannot map {start:#x}-{end:#x}: {e}") from e
+        region.cow = buf is not None
         return region.buf
 
     def _forget_memory(self) -> None:
@@ -310,6 +314,7 @@ class GuestMemory(Target):
         if probed:
             where = self.symbols.format(probed[0])
             raise KprobeError(errno.EBUSY, f"{where} is probed; unregister before writing code there")
+        self.space.unshare(addr, addr + len(data))  # as ptrace's pokes: other processes keep their bytes
         try:
             self.uc.mem_write(addr, bytes(data))
         except unicorn.UcError as e:

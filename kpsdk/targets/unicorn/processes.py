@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 
     from kpsdk.events import SyscallEvent
     from kpsdk.manager import ProbePoint
+    from kpsdk.targets.unicorn.detour import DetourEngine
     from kpsdk.targets.unicorn.linux.kernel import LinuxKernel
     from kpsdk.targets.unicorn.linux.memory import AddressSpace
     from kpsdk.targets.unicorn.running import Runner
@@ -52,12 +53,15 @@ class TaskSupport(Target):
     _stack_mem: mmap.mmap | None
     _bp_points: dict[int, ProbePoint]
     _hook_points: dict[int, ProbePoint]
+    detours: DetourEngine | None
 
     def _forget_memory(self) -> None: ...
 
     def _write_trap(self, addr: int, data: bytes) -> None: ...
 
     def _drop_translations(self, begin: int, end: int) -> None: ...
+
+    def sync_point(self, point: ProbePoint, force: bool = False) -> None: ...
 
     @property
     def kernel(self) -> LinuxKernel | None:
@@ -111,6 +115,24 @@ class TaskSupport(Target):
         if self.rethook is not None:
             self.rethook.unwind(tid)
 
+    def task_cloned(self, parent: int, child: int, copies_stack: bool) -> None:
+        """Task ``child`` was made by ``parent`` (and adopted).  Return probes leave guest
+        code for the hook path from the second task on: a detour's records and its entry's
+        shortcuts are one task's (:mod:`.detour`); and a child running on a copy of the
+        parent's stack (``fork``, ``vfork``) returns through the parent's hooked calls in
+        flight too, each on a copy of its node, as uprobes' ``dup_utask`` copies them."""
+        if self.detours is not None and self.kernel is not None and self.kernel.many:
+            self.detours.settle()
+            for point in [p for p in self.manager.points.values() if p.mechanism in ("detour", "hooked-entry")]:
+                self.sync_point(point, force=True)
+        if copies_stack and self.rethook is not None:
+            self.rethook.fork(parent, child)
+
+    def many_tasks(self) -> bool:
+        """Whether the program ever had a second task (see :meth:`task_cloned`)."""
+        kernel = self.kernel
+        return kernel is not None and kernel.many
+
     def quantum_counter(self) -> QuantumCounter:
         """A block counter on the engine, for the scheduler's quanta (:mod:`.quantum`)."""
         return QuantumCounter(self.uc)
@@ -144,9 +166,25 @@ class TaskSupport(Target):
         key = self._file_key(point)
         if key is None:
             return
+        kernel = self.kernel
+        if kernel is not None:  # the cached pages no process maps keep the old bytes: drop them
+            kernel.pages.clear()
+        elsewhere = False
         for mem in self._spaces():
             if mem.table is not self.space and mem.file_at(addr) == key:
                 mem.table.write(addr, data)
+                elsewhere = True
+        if elsewhere:  # a parked copy of that code keeps its translations otherwise (space.Parking)
+            self._drop_translations(addr, addr + len(data))
+
+    def quiet_elsewhere(self, point: ProbePoint) -> None:
+        """A hooked point armed now: it keeps quiet in every other live space that does not map
+        its file there (a library at another bias in another process holds other code there)."""
+        key = self._file_key(point)
+        excluded: set[Space] = point.state.setdefault("excluded", set())  # type: ignore[assignment]
+        for mem in self._spaces():
+            if mem.table is not self.space and (key is None or mem.file_at(point.addr) != key):
+                excluded.add(mem.table)
 
     def file_mapped(self, mem: AddressSpace, start: int, end: int) -> None:
         """A file was mapped at ``[start, end)`` in ``mem`` (the current process's space: an

@@ -66,7 +66,7 @@ from kpsdk.targets.unicorn.memory import GuestMemory
 from kpsdk.targets.unicorn.processes import TaskSupport
 from kpsdk.targets.unicorn.returns import ReturnProbes
 from kpsdk.targets.unicorn.running import Runner
-from kpsdk.targets.unicorn.space import Space
+from kpsdk.targets.unicorn.space import Space, keep_blocks_apart
 from kpsdk.targets.unicorn.step import SoftStep
 from kpsdk.targets.unicorn.syscalls import SyscallGlue
 from kpsdk.targets.unicorn.tlb import TlbFill, watch_mappings
@@ -100,6 +100,7 @@ class UnicornTarget(GuestMemory, ReturnProbes, TaskSupport):
         self.arch = arch
         self.abi_kind = abi_kind
         self.uc = unicorn.Uc(*arch.unicorn)
+        keep_blocks_apart(self.uc)
         #: guest stores at full speed on memory that is not executable (kpsdk.targets.unicorn.tlb), where
         #: the arch allows it (``Arch.unicorn_tlb_fill``; ARM clears the IT state a fill restores)
         self.tlb = TlbFill(self.uc, fail=self.fail, clear_it=arch.has_thumb, pc_reg=arch.register(arch.pc).uc or 0) \
@@ -186,7 +187,7 @@ class UnicornTarget(GuestMemory, ReturnProbes, TaskSupport):
         if point.internal:  # kpsdk's own point: its own code hook, outside the OPT_LIMIT budget
             return ("hook", False)
         if self.detours is not None and self.manager.optimization and len(point.active) == 1 \
-                and point.active[0].entry_rethook is not None:
+                and point.active[0].entry_rethook is not None and not self.many_tasks():
             length = self.detours.plan(point)
             if length is not None:  # 0: the entry cannot hold the jump, the detour's return code serves
                 return ("detour" if length else "hooked-entry", True)
@@ -222,7 +223,11 @@ class UnicornTarget(GuestMemory, ReturnProbes, TaskSupport):
 
     def _arm(self, point: ProbePoint, mechanism: str, optimized: bool) -> None:
         addr, size = point.addr, point.insn.size
+        if self.kernel is not None:
+            self._file_key(point)  # the file it belongs to, read in the process arming it (processes.py)
         if mechanism == "hook":
+            if self.kernel is not None:
+                self.quiet_elsewhere(point)
             callback = self._internal_hooks.get(addr) or self._hook_callback(point)
             point.state["hook"] = self.hooks.code(callback, addr, addr)
             self._hook_points[addr] = point
@@ -553,6 +558,22 @@ class UnicornTarget(GuestMemory, ReturnProbes, TaskSupport):
     def program_pid(self) -> int | None:
         """The Linux layer's pid (1000) for the program it runs; None for a bare session."""
         return PID if self.linux is not None else None
+
+    def thread_pointer(self) -> int | None:
+        """The running task's thread pointer, where the arch's Linux ABI says it is kept: the
+        register ``arch_prctl``/``set_tls`` writes, the general register the program sets
+        itself, or (i386) the base of the segment ``set_thread_area`` loads."""
+        syscalls = self.arch.syscalls
+        abi = syscalls.linux if syscalls is not None else None
+        if abi is None or self.linux is None:
+            return None
+        if abi.tls_register is not None:
+            return int(self.uc.reg_read(abi.tls_register))
+        if abi.tls_gpr is not None:
+            return int(self.fast.read(self.arch.register(abi.tls_gpr)))
+        if abi.thread_pointer is not None:
+            return abi.thread_pointer(self.uc)
+        return None
 
     @property
     def linux(self) -> LinuxProcess | None:

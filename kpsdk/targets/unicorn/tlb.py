@@ -486,14 +486,16 @@ def watch_mappings(uc: unicorn.Uc, tlb: TlbFill | None) -> None:
             setattr(uc, name, changing(getattr(uc, name), tlb))
     protect = uc.mem_protect
 
-    def mem_protect(address: int, size: int, perms: int = unicorn.UC_PROT_ALL) -> None:
+    def mem_protect(address: int, size: int, perms: int = unicorn.UC_PROT_ALL, keep_code: bool = False) -> None:
+        """``keep_code``: the caller knows the bytes have not changed since they were last
+        executable there (a parked mapping given back: :class:`kpsdk.targets.unicorn.space.Parking`)."""
         try:
             protect(address, size, perms)
         finally:
             if tlb is not None:
                 tlb.changed()
             flush_tlb(uc)
-        if perms & unicorn.UC_PROT_EXEC and size > 0:
+        if perms & unicorn.UC_PROT_EXEC and size > 0 and not keep_code:
             uc.ctl_remove_cache(address, address + size)
 
     uc.mem_protect = mem_protect  # type: ignore[method-assign]

@@ -1,22 +1,39 @@
-"""A Linux user-mode layer for the Unicorn target: real programs (static glibc, busybox) run.
+"""A Linux user-mode layer for the Unicorn target: real programs run, with their processes,
+threads, signals, pipes and sockets.
 
 The parts, one job each:
 
+* :mod:`.kernel`: every task of the session, which runs next (:mod:`.sched`: deterministic,
+  quanta counted natively, the program's clock), blocking calls (:mod:`.waits`), futexes
+  (:mod:`.futex`), timers;
+* :mod:`.tasks`: a task (thread) and what a process's tasks share;
+* :mod:`.lifecycle`: clone, fork, a process's end, wait4; :mod:`.execs`: execve;
+* :mod:`.signaling`: sending, delivering and returning from signals, on each arch's frame
+  (:mod:`.sigframes`);
+* :mod:`.pipes`: pipes with Linux's capacity and blocking;
+* :mod:`.fileobj`: descriptors that are kernel objects, and what every descriptor is ready
+  for; :mod:`.epoll`: epoll instances; :mod:`.eventfds`: eventfd, timerfd, signalfd;
+  :mod:`.net`: AF_UNIX sockets and TCP/UDP on a loopback between the session's processes
+  (never the host's network);
 * :mod:`.stack`: the initial stack (argc, argv, envp, the auxiliary vector);
-* :mod:`.memory`: the address space (``brk``, ``mmap`` and friends);
-* :mod:`.files`: the read-only sysroot and the file descriptors;
+* :mod:`.memory`: a process's address space (``brk``, ``mmap`` and friends) on its
+  :class:`~kpsdk.targets.unicorn.space.Space`;
+* :mod:`.files`: the open files and descriptors; the session's file system is :mod:`.tree`
+  (the walk), :mod:`.overlay` (its changes), :mod:`.inodes` (what a name is) and
+  :mod:`.binds` (host directories mapped in);
 * :mod:`.structs`: the structures calls fill; :mod:`.procfs`: the files of its own /proc;
 * :mod:`.calls`: the calls, one module per subsystem, each handler marked with its call's
   name and strace signature;
 * :mod:`.syscalls`: :class:`LinuxProcess`, which combines them, and the dispatch by number.
 
 :func:`check_options` checks what the user passed (``args``, ``env``, ``stdin``,
-``sysroot``, ``cwd``) before anything is mapped; :func:`start_process` builds
-the process on a loaded Unicorn target (seen as :class:`~kpsdk.targets.unicorn.host.LinuxHost`).
-A dynamically linked program starts in its ``PT_INTERP`` loader, mapped from the
-sysroot (:func:`load_interpreter`); ld.so maps the libraries itself.  What is not
-emulated (yet): signal delivery, threads, ``fork``/``exec``, writes to files
-(``EROFS``); each is an error naming it, never a silent wrong answer.
+``sysroot``, ``cwd``, ``bind``) before anything is mapped; :func:`start_process` builds the
+first process on a loaded Unicorn target (seen as
+:class:`~kpsdk.targets.unicorn.host.LinuxHost`) and its kernel.  A dynamically linked program
+starts in its ``PT_INTERP`` loader, mapped from the sysroot (:func:`load_interpreter`);
+ld.so maps the libraries itself.  What is not emulated is an error naming it or ``ENOSYS``
+recorded by name, never a silent wrong answer.  Files the program writes live in the
+session's in-memory overlay, or on the host through a ``"rw"`` bind.
 """
 
 from __future__ import annotations
@@ -29,7 +46,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kpsdk.errors import ArgumentError, TargetError, UnsupportedTargetError
-from kpsdk.targets.unicorn.linux.files import PATH_MAX, Sysroot
+from kpsdk.targets.unicorn.linux.files import PATH_MAX, Sysroot, _GuestErrno
 from kpsdk.targets.unicorn.linux.kernel import LinuxKernel
 from kpsdk.targets.unicorn.linux.memory import PAGE, AddressSpace, page_up
 from kpsdk.targets.unicorn.linux.stack import ARG_MAX, ProcessImage, build_stack
@@ -52,6 +69,8 @@ class ProcessOptions:
     stdin: bytes = b""
     sysroot: Path | None = None
     cwd: str = "/"
+    #: host directories mapped into the guest's tree: (host directory, guest path, writable)
+    binds: tuple[tuple[Path, str, bool], ...] = ()
 
 
 def _text(value: object, what: str) -> str:
@@ -62,8 +81,39 @@ def _text(value: object, what: str) -> str:
     return value
 
 
+def check_binds(bind: object) -> tuple[tuple[Path, str, bool], ...]:
+    """``bind=[(HOST_DIR, GUEST_DIR, "ro"|"rw"), ...]`` as (host directory, guest path, writable),
+    or an :class:`~kpsdk.errors.ArgumentError` naming the first bad one."""
+    if bind is None:
+        return ()
+    if isinstance(bind, str | bytes) or not isinstance(bind, Sequence):
+        raise ArgumentError(f"elf: bind must be a list of (HOST_DIR, GUEST_DIR, \"ro\"|\"rw\") tuples, not "
+                            f"{type(bind).__name__}")
+    out: list[tuple[Path, str, bool]] = []
+    for item in bind:
+        if isinstance(item, str | bytes) or not isinstance(item, Sequence) or len(item) != 3:
+            raise ArgumentError(f"elf: a bind is (HOST_DIR, GUEST_DIR, \"ro\"|\"rw\"), not {item!r}")
+        host, guest, mode = item
+        if not isinstance(host, str | os.PathLike) or "\0" in str(host):
+            raise ArgumentError(f"elf: a bind's host directory must be a path, not {host!r}")
+        _text(guest, "bind's guest directory")
+        if mode not in ("ro", "rw"):
+            raise ArgumentError(f"elf: a bind's mode is \"ro\" or \"rw\", not {mode!r}")
+        if not os.path.isdir(host):
+            raise ArgumentError(f"elf: the bind's host directory {str(host)!r} is not a directory")
+        if not guest.startswith("/") or len(guest) >= PATH_MAX or ".." in guest.split("/"):
+            raise ArgumentError(f"elf: a bind's guest directory {guest!r} must be an absolute path without '..'")
+        where = os.path.normpath(guest)
+        for other in out:
+            if where == other[1] or where.startswith(other[1].rstrip("/") + "/") \
+                    or other[1].startswith(where.rstrip("/") + "/"):
+                raise ArgumentError(f"elf: the binds at {other[1]!r} and {where!r} overlap: one would hide the other")
+        out.append((Path(host), where, mode == "rw"))
+    return tuple(out)
+
+
 def check_options(args: Sequence[str] | None, env: Mapping[str, str] | None, stdin: bytes | None,
-                  sysroot: str | os.PathLike[str] | None, cwd: str | None) -> ProcessOptions:
+                  sysroot: str | os.PathLike[str] | None, cwd: str | None, bind: object = None) -> ProcessOptions:
     """The options as :class:`ProcessOptions`, or an :class:`~kpsdk.errors.ArgumentError` /
     :class:`~kpsdk.errors.TargetError` naming the first bad one."""
     if args is None:
@@ -104,7 +154,8 @@ def check_options(args: Sequence[str] | None, env: Mapping[str, str] | None, std
     _text(cwd, "cwd")
     if not cwd.startswith("/") or len(cwd) >= PATH_MAX:
         raise ArgumentError(f"elf: cwd {cwd!r} must be an absolute path inside the sysroot")
-    return ProcessOptions(checked_args, tuple(checked_env), bytes(stdin), root, os.path.normpath(cwd))
+    return ProcessOptions(checked_args, tuple(checked_env), bytes(stdin), root, os.path.normpath(cwd),
+                          check_binds(bind))
 
 
 def default_sysroot(target: LinuxHost) -> Path | None:
@@ -124,7 +175,11 @@ def start_process(target: LinuxHost, image: ElfImage, program: str, options: Pro
     if arch.syscalls is None or arch.syscalls.linux is None:
         raise UnsupportedTargetError(f"the Unicorn target has no Linux layer for {arch.name} yet")
     linux = arch.syscalls.linux
-    root = Sysroot(options.sysroot if options.sysroot is not None else default_sysroot(target), own_pid=PID)
+    try:
+        root = Sysroot(options.sysroot if options.sysroot is not None else default_sysroot(target), own_pid=PID,
+                       binds=options.binds)
+    except _GuestErrno as e:
+        raise TargetError(f"elf: a bind cannot be made in the guest's tree ({os.strerror(e.errno)})") from None
     target.sysroot = root.root
     brk_base = page_up(reserved[0][1]) + PAGE  # after kpsdk's area, which sits right after the program
     if linux.vector_page is not None:  # ARM's kuser helpers: in every process, never the program's to unmap
@@ -156,6 +211,7 @@ def start_process(target: LinuxHost, image: ElfImage, program: str, options: Pro
     process.argv, process.envp = argv, envp
     process.auxv = b"".join(word.pack(w) for w in auxv)
     process.stack = next((lo, hi) for lo, hi in reserved if lo <= stack_top < hi)
+    process.mapped = list(target._files)
     kernel = LinuxKernel(target)  # type: ignore[arg-type]  # the target is the kernel's host too
     kernel.first_id(PID)
     kernel.new_id()
@@ -174,9 +230,8 @@ def load_interpreter(target: LinuxHost, image: ElfImage, root: Sysroot, space: A
     load_elf_binary does: at a free base (an ET_DYN), its segments' bytes copied in.
     Returns its base (AT_BASE) and entry point, where the process starts; the loader then
     maps the libraries itself (openat, mmap)."""
-    from kpsdk.binfmt.elfimage import load_elf
     from kpsdk.target import MappedFile
-    from kpsdk.targets.unicorn.linux.files import _GuestErrno
+    from kpsdk.targets.unicorn.linux.images import images, map_image
     from kpsdk.targets.unicorn.loader import load_mappings
 
     assert image.interp is not None
@@ -188,17 +243,16 @@ def load_interpreter(target: LinuxHost, image: ElfImage, root: Sysroot, space: A
         host = root.resolve(image.interp, "/")
     except _GuestErrno as e:
         raise TargetError(f"{where} is not in the sysroot {root.root} ({os.strerror(e.errno)})") from None
-    interp = load_elf(host)
+    interp = images.load(host)
     if (interp.machine, interp.elf_class, interp.endian) != (image.machine, image.elf_class, image.endian) \
             or interp.kind != "ET_DYN" or interp.interp is not None:
         raise TargetError(f"{where} ({host}) is not a loader for this program")
     span = page_up(max(seg.vaddr + seg.memsz for seg in interp.segments)) - (interp.segments[0].vaddr & ~(PAGE - 1))
     base = space.find(span)
     placed = interp.relocated(base)
-    for start, size, perms in load_mappings(placed, target.arch):
-        target.map(start, size, perms)
-    for seg in placed.segments:
-        target.uc.mem_write(seg.vaddr, seg.data)
+    kernel = target.kernel
+    map_image(target, kernel.pages if kernel is not None else None, placed, interp.identity,
+              load_mappings(placed, target.arch))
     arch = target.arch
     if arch.entry_registers is not None and interp.entry != interp.raw_entry:
         # ELFv1: the loader's e_entry is a function descriptor, as the file has it (ld.so
@@ -212,27 +266,33 @@ def load_interpreter(target: LinuxHost, image: ElfImage, root: Sysroot, space: A
     return base, placed.entry
 
 
-def library_mapped(target: LinuxHost, host: Path, at: int, offset: int) -> None:
+def library_mapped(target: LinuxHost, host: Path, at: int, offset: int, program: bool = False) -> None:
     """A file's start was mapped at ``at`` (ld.so maps a library's first segment, file offset 0,
     where its whole span goes): when it is an ELF object, plugins hear ``kpsdk_library_loaded``
     with its host path and load bias (the address minus its first PT_LOAD's) once its
-    segments are mapped."""
-    from kpsdk.binfmt.elfimage import load_elf
+    segments are mapped.  Each process keeps its own list (:attr:`ProcessCore.mapped`): the
+    same library at another bias in another process (an exec'd program needs others before
+    it) is announced again, at its bias; at a bias already announced it is not.  ``program``:
+    an exec'd program's image (announced, its symbols not joined to the session's table)."""
     from kpsdk.errors import KpsdkError
     from kpsdk.target import MappedFile
+    from kpsdk.targets.unicorn.linux.images import images
 
     if offset:
         return
+    kernel = target.kernel
+    process = kernel.current.process if kernel is not None and kernel.current is not None else None
     try:
         st = os.stat(host)
-        for known in (*target.pending_libraries, *target.mapped_files()):
+        known_here = process.mapped if process is not None else [*target.pending_libraries, *target.mapped_files()]
+        for known in known_here:
             start, end = known.span(PAGE)
             if known.identity == (st.st_dev, st.st_ino) and start <= at < end:
                 return  # a later segment of an object already seen, whose file offset rounds down to 0
         with open(host, "rb") as f:
             if f.read(4) != b"\x7fELF":
                 return
-        image = load_elf(host)
+        image = images.load(host)
     except (OSError, KpsdkError):
         return  # not an object ld.so could load either: it reports that itself
     mapped = MappedFile.of(image, at - (image.segments[0].vaddr & ~(PAGE - 1)))
@@ -240,4 +300,11 @@ def library_mapped(target: LinuxHost, host: Path, at: int, offset: int) -> None:
     # read-only first and then each segment over it with its own protection, so a uprobe
     # armed at this point would find its code not yet executable (SyscallGlue.syscall
     # announces it at the first system call that is not one of that mapping's).
+    if process is not None:
+        process.mapped.append(mapped)
+    if any(mf.identity == mapped.identity and mf.bias == mapped.bias
+           for mf in (*target.pending_libraries, *target.mapped_files())):
+        return  # another process announced it at that bias already: its probes are there (processes.py)
+    if program:
+        target.libraries.programs.append(mapped)
     target.pending_libraries.append(mapped)

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 from kpsdk.errors import KpsdkError
 from kpsdk.targets.unicorn.linux.calls.core import AT_FDCWD
 from kpsdk.targets.unicorn.linux.files import PATH_MAX, _GuestErrno
+from kpsdk.targets.unicorn.linux.images import map_image
 from kpsdk.targets.unicorn.linux.memory import PAGE, AddressSpace, page_up
 from kpsdk.targets.unicorn.linux.stack import ARG_MAX, ProcessImage, build_stack
 
@@ -86,7 +87,7 @@ def _shebang(head: bytes) -> tuple[str, bytes | None] | None:
 def execve(process: ProcessCore, path_addr: int, argv_addr: int, envp_addr: int) -> int | None:
     """The first half (see the module's docstring): ``-errno`` when the call fails, else None,
     the engine stopped for :func:`finish_exec`."""
-    from kpsdk.binfmt.elfimage import load_elf
+    from kpsdk.targets.unicorn.linux.images import images
     from kpsdk.targets.unicorn.linux.kernel import EXEC
 
     filename = process.string(path_addr, PATH_MAX)
@@ -122,7 +123,7 @@ def execve(process: ProcessCore, path_addr: int, argv_addr: int, envp_addr: int)
     if not head.startswith(b"\x7fELF"):
         raise _GuestErrno(errno.ENOEXEC)
     try:
-        image = load_elf(host)
+        image = images.load(host)
     except (KpsdkError, OSError):
         raise _GuestErrno(errno.ENOEXEC) from None
     arch = process.arch
@@ -154,7 +155,7 @@ def finish_exec(kernel: LinuxKernel, task: Task) -> None:
             kernel.exit_task(other, 0)
     old = process.mem
     area = target.sentinel  # type: ignore[attr-defined]
-    table = Space(kernel.uc)
+    table = Space(kernel.uc, old.table.parking)
     for region in old.table:  # kpsdk's own area and the arch's vector page: in every process
         if region.shared and any(lo <= region.start < hi for lo, hi in old.reserved):
             table.map(region.start, region.end, region.prot, region.buf, region.offset, shared=True)
@@ -171,10 +172,7 @@ def finish_exec(kernel: LinuxKernel, task: Task) -> None:
         placed = plan.image.relocated(bias)
         mappings = load_mappings(placed, arch)
         top = max(start + size for start, size, _ in mappings)
-    for start, size, perms in mappings:
-        target.map(start, size, perms)  # type: ignore[attr-defined]
-    for seg in placed.segments:
-        kernel.uc.mem_write(seg.vaddr, seg.data)
+    map_image(target, kernel.pages, placed, plan.image.identity, mappings)
     target.setup_stack()  # type: ignore[attr-defined]
     reserved = old.reserved
     limit = 1 << (8 * arch.word_size) if arch.word_size == 4 else 1 << 47
@@ -238,5 +236,6 @@ def finish_exec(kernel: LinuxKernel, task: Task) -> None:
     task.robust_list = 0
     task.saved_mask = None
     process.vfork_done.wake()
-    for mf in files:  # plugins (uprobes) hear of the new image's objects; ld.so's libraries follow
-        library_mapped(target, mf.image.path, mf.span(PAGE)[0], 0)  # type: ignore[arg-type]
+    process.mapped = []
+    for i, mf in enumerate(files):  # plugins (uprobes) hear of the new image's objects; ld.so's libraries follow
+        library_mapped(target, mf.image.path, mf.span(PAGE)[0], 0, program=i == 0)  # type: ignore[arg-type]

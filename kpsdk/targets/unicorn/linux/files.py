@@ -1,54 +1,51 @@
-"""The files a program on the Unicorn target sees: a read-only sysroot, and its descriptors.
+"""The program's open files and descriptors; the file system they come from is :mod:`.tree`.
 
-A guest program must never escape: every path it names is resolved inside the
-sysroot as a ``chroot`` would (``..`` at the root stays at the root, symbolic
-links are followed by kpsdk itself, an absolute link target starts again at
-the sysroot: Linux's path walk, fs/namei.c, with the root pinned), and the file
-found is opened ``O_RDONLY | O_NOFOLLOW``, then checked to lie under the
-sysroot once more.  Nothing is ever written to the host: standard output and
-error go to the session's console; opening a file for writing is ``EROFS``.
-Without a sysroot the program sees an empty file system.
+The session's file system (:class:`Sysroot`: the read-only sysroot under an in-memory
+overlay, binds, kpsdk's ``/tmp``, ``/dev`` and ``/proc``; :mod:`.tree` walks it,
+:mod:`.overlay` changes it) is shared by every process of the session.  What a process holds
+is a :class:`FdTable`: its descriptors, each pointing at an :class:`OpenFile`, the open file
+description that ``dup`` and ``fork`` share (its position, its flags).  Nothing the program
+does reaches the host but through a ``"rw"`` bind: standard output and error go to the
+session's console.
 """
 
 from __future__ import annotations
 
 import errno
 import os
-import stat
-from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from kpsdk.targets.unicorn.linux.inodes import Node, _GuestErrno
+from kpsdk.targets.unicorn.linux.overlay import Sysroot
+from kpsdk.targets.unicorn.linux.tree import MAX_SYMLINKS, PATH_MAX
+
 if TYPE_CHECKING:
+    from kpsdk.targets.unicorn.linux.fileobj import FileObject
     from kpsdk.targets.unicorn.linux.pipes import Pipe
 
-#: symbolic links followed in one path walk before ELOOP (Linux's MAXSYMLINKS, fs/namei.c)
-MAX_SYMLINKS = 40
-#: the longest path a call takes (PATH_MAX, including the NUL)
-PATH_MAX = 4096
-#: open(2) flags (include/uapi/asm-generic/fcntl.h; the same on every arch kpsdk runs
-#: on Unicorn except O_DIRECTORY/O_NOFOLLOW on ARM/ppc64, which the layer never needs)
-O_ACCMODE, O_CREAT, O_TRUNC, O_APPEND = 3, 0o100, 0o1000, 0o2000
+__all__ = ["MAX_SYMLINKS", "PATH_MAX", "FdTable", "OpenFile", "Sysroot", "_GuestErrno", "release"]
 
-
-class _GuestErrno(Exception):
-    """A system call fails with ``errno`` (returned to the program as ``-errno``): control flow
-    inside the Linux layer, never raised to a user (hence private, and not in kpsdk.errors)."""
-
-    def __init__(self, code: int) -> None:
-        super().__init__(code)
-        self.errno = code
+#: open(2) flags the same on every arch kpsdk runs on Unicorn (include/uapi/asm-generic/fcntl.h);
+#: O_DIRECTORY, O_NOFOLLOW, O_LARGEFILE and O_TMPFILE differ on ARM and powerpc (LinuxAbi.open_flag_bits)
+O_ACCMODE, O_CREAT, O_EXCL, O_NOCTTY, O_TRUNC, O_APPEND, O_NONBLOCK = 3, 0o100, 0o200, 0o400, 0o1000, 0o2000, 0o4000
+O_CLOEXEC, O_PATH, O_TMPFILE_BIT = 0o2000000, 0o10000000, 0o20000000
 
 
 @dataclass
 class OpenFile:
-    """One open file description, shared by the descriptors ``dup`` made of it.
+    """One open file description, shared by the descriptors ``dup`` (and ``fork``) made of it.
 
-    ``kind``: ``host`` (a read-only file of the sysroot, ``fd`` is the host's),
-    ``stdin`` (the bytes given as ``stdin=``), ``console`` (output to the
-    session's console), ``pipe_r``/``pipe_w`` (an end of a :class:`~.pipes.Pipe`),
-    ``null`` (``/dev/null``).
+    ``kind``: ``host`` (a host file: of the sysroot, read-only, or of a bind; ``fd`` is the
+    host's), ``mem`` (a regular file of the overlay: ``node``), ``dir`` (a directory: ``node``),
+    ``dev`` (one of kpsdk's devices: ``node.device``), ``null`` (``/dev/null``), ``fifo`` (a
+    named pipe: ``fifo``, read and/or written as ``flags`` say), ``path`` (``O_PATH``: a place,
+    no bytes), ``stdin`` (the bytes given as ``stdin=``), ``console`` (output to the session's
+    console), ``pipe_r``/``pipe_w`` (an end of a :class:`~.pipes.Pipe`), ``procfile`` (a file of the
+    process's own /proc: ``data``); ``socket``, ``epoll``, ``eventfd``, ``timerfd``, ``signalfd``:
+    a kernel object, ``obj`` (:mod:`~kpsdk.targets.unicorn.linux.fileobj`), which reads, writes,
+    polls and closes it.
     """
 
     kind: str
@@ -65,148 +62,26 @@ class OpenFile:
     #: a directory's entries as getdents64 hands them out: (name, inode, d_type), ``pos`` the
     #: next one's index; read at the first getdents64 and again after a rewind
     entries: list[tuple[bytes, int, int]] | None = None
+    #: the inode (``mem``, ``dir``, ``dev``, ``fifo``, ``path``; a ``host`` file's stand-in)
+    node: Node | None = None
+    #: a ``fifo``'s pipe, and which of its ends this description holds
+    fifo: Pipe | None = None
+    ends: tuple[bool, bool] = field(default=(False, False))
+    #: the kernel object a socket, epoll, eventfd, timerfd or signalfd description is
+    obj: FileObject | None = None
 
+    @property
+    def readable(self) -> bool:
+        return self.flags & O_ACCMODE in (os.O_RDONLY, os.O_RDWR) and not self.flags & O_PATH
 
-class Sysroot:
-    """Paths of the guest resolved to host files inside ``root`` (None: an empty tree)."""
-
-    def __init__(self, root: Path | None, own_pid: int | None = None) -> None:
-        self.root = Path(os.path.realpath(root)) if root is not None else None
-        #: the process's pid: ``/proc/self``, ``/proc/thread-self`` and ``/proc/PID`` are its own
-        #: entries (:mod:`.procfs`), never the host's (which would be kpsdk's Python process)
-        self.own_pid = str(own_pid) if own_pid is not None else None
-        #: where the link ``/proc/self/fd/N`` points when it names a file of the sysroot (its guest
-        #: path), else None (kpsdk's stdin, console and pipes; a closed N): set by the process
-        self.fd_target: Callable[[int], str | None] = lambda fd: None
-
-    def walk(self, path: str, cwd: str, follow: bool = True) -> list[str]:
-        """The components of guest ``path`` (relative to guest ``cwd``) once every symbolic link
-        on the way is followed inside the sysroot (the last one only if ``follow``): Linux's
-        path walk with the root pinned.  The process's own ``/proc`` entry is
-        ``["proc", PID, ...]``, reached however it is named (``/proc/self``, a link such as
-        ``/dev/stdin`` to ``/proc/self/fd/0``, a ``chdir`` into it) and never looked up on the
-        host.  A trailing ``/`` (or ``/.``) names a directory, as on Linux: the last link is
-        followed whatever ``follow`` says, and anything else there is ENOTDIR.  Raises
-        :class:`_GuestErrno` (ENOENT, ELOOP, ENAMETOOLONG, ENOTDIR)."""
-        if not path:
-            raise _GuestErrno(errno.ENOENT)
-        if len(path) >= PATH_MAX:
-            raise _GuestErrno(errno.ENAMETOOLONG)
-        directory = path.endswith("/") or path.endswith("/.")
-        follow = follow or directory
-        todo = [c for c in (path if path.startswith("/") else f"{cwd}/{path}").split("/") if c]
-        todo.reverse()
-        done: list[str] = []
-        links = 0
-        own = self.own_pid
-        while todo:
-            part = todo.pop()
-            if part == ".":
-                continue
-            if part == "..":
-                if done:
-                    done.pop()
-                continue
-            if own is not None and (done == ["proc"] and part in ("self", "thread-self", own)
-                                    or done[:2] == ["proc", own]):
-                if done[2:] == ["task"] and part == own:  # /proc/PID/task/PID: the one thread is the process
-                    done.pop()
-                    continue
-                done.append(own if len(done) == 1 else part)  # the process's own: made, not the host's
-                if len(done) == 4 and done[2] == "fd" and part.isdigit() and (todo or follow):
-                    target = self.fd_target(int(part))  # a link to a file of the sysroot: follow it there
-                    if target is not None:
-                        links += 1
-                        if links > MAX_SYMLINKS:
-                            raise _GuestErrno(errno.ELOOP)
-                        done = []
-                        todo.extend(reversed([c for c in target.split("/") if c]))
-                    elif todo:
-                        raise _GuestErrno(errno.ENOTDIR)  # a pipe or the console: no directory
-                continue
-            if own is not None and not done and part == "proc" and self._no_proc():
-                done.append(part)  # /proc itself is there even in a sysroot without one
-                continue
-            if self.root is None:
-                raise _GuestErrno(errno.ENOENT)
-            host = self.root.joinpath(*done, part)
-            try:
-                st = os.lstat(host)
-            except FileNotFoundError:
-                raise _GuestErrno(errno.ENOENT) from None
-            except NotADirectoryError:
-                raise _GuestErrno(errno.ENOTDIR) from None
-            except OSError as e:
-                raise _GuestErrno(e.errno or errno.EACCES) from None
-            if stat.S_ISLNK(st.st_mode) and (todo or follow):
-                links += 1
-                if links > MAX_SYMLINKS:
-                    raise _GuestErrno(errno.ELOOP)
-                target = os.readlink(host)
-                if target.startswith("/"):
-                    done = []
-                todo.extend(reversed([c for c in target.split("/") if c]))
-                continue
-            if (todo or directory) and not stat.S_ISDIR(st.st_mode):
-                raise _GuestErrno(errno.ENOTDIR)
-            done.append(part)
-        return done
-
-    def _no_proc(self) -> bool:
-        """Whether the sysroot has no ``/proc``: then it is kpsdk's, a directory holding the
-        process's own entry.  Where it has one, the walk goes through it as through any
-        directory, so a ``proc`` that is a link is followed inside the sysroot, never on the host."""
-        return self.root is None or not os.path.lexists(self.root / "proc")
-
-    def made_up(self, parts: list[str]) -> bool:
-        """Whether :meth:`walk`'s ``parts`` are kpsdk's ``/proc`` of a sysroot without one (a
-        directory to ``stat`` and ``chdir`` into; no host file is it)."""
-        return self.own_pid is not None and parts == ["proc"] and self._no_proc()
-
-    def own(self, parts: list[str]) -> str | None:
-        """What follows ``/proc/self/`` where :meth:`walk`'s ``parts`` are the process's own
-        ``/proc`` entry (``"maps"``; ``""`` for the directory itself), else None."""
-        if self.own_pid is not None and parts[:2] == ["proc", self.own_pid]:
-            return "/".join(parts[2:])
-        return None
-
-    def host(self, parts: list[str]) -> Path:
-        """The host path of :meth:`walk`'s ``parts``: ENOENT for the process's own ``/proc``
-        (no host file is it) or without a sysroot."""
-        if self.root is None or self.own(parts) is not None:
-            raise _GuestErrno(errno.ENOENT)
-        return self.root.joinpath(*parts)
-
-    def resolve(self, path: str, cwd: str, follow: bool = True) -> Path:
-        """The host path of guest ``path``: :meth:`walk`, then :meth:`host`."""
-        return self.host(self.walk(path, cwd, follow))
-
-    def inside(self, host: Path) -> bool:
-        """``host`` (already resolved) is the sysroot or under it: defence in depth against
-        a link changed between the walk and the open."""
-        assert self.root is not None
-        real = Path(os.path.realpath(host))
-        return real == self.root or self.root in real.parents
-
-    def open(self, parts: list[str], flags: int) -> OpenFile:
-        """Open the file at :meth:`walk`'s ``parts`` read-only (``EROFS`` for any write or create);
-        its ``path`` is where the walk found it (links followed), as Linux names it."""
-        host = self.host(parts)  # a missing file is ENOENT first, as Linux
-        if flags & O_ACCMODE or flags & (O_CREAT | O_TRUNC | O_APPEND):
-            raise _GuestErrno(errno.EROFS)
-        path = "/" + "/".join(parts)
-        if not self.inside(host):
-            raise _GuestErrno(errno.EACCES)
-        try:
-            fd = os.open(host, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
-        except OSError as e:
-            raise _GuestErrno(e.errno or errno.EACCES) from None
-        return OpenFile("host", path=path, fd=fd, flags=flags, host=host)
+    @property
+    def writable(self) -> bool:
+        return self.flags & O_ACCMODE in (os.O_WRONLY, os.O_RDWR) and not self.flags & O_PATH
 
 
 class FdTable:
     """A process's file descriptors (shared by the tasks of a CLONE_FILES clone): 0 its stdin
-    bytes, 1 and 2 the console, at first."""
+    bytes, 1 and 2 the console, at first.  Each points at an :class:`OpenFile`."""
 
     #: the most descriptors open at once (RLIMIT_NOFILE's usual soft limit)
     LIMIT = 1024
@@ -219,7 +94,7 @@ class FdTable:
         self.users = 1
         if stdin is not None:
             self.install(OpenFile("stdin", data=stdin), 0)
-            console = OpenFile("console")
+            console = OpenFile("console", flags=os.O_WRONLY)
             self.install(console, 1)
             self.install(console, 2)
 
@@ -277,15 +152,24 @@ class FdTable:
             release(f)
 
     def close_all(self) -> None:
-        """Close every host file (the session ends)."""
+        """Close every descriptor (the process ends)."""
         for fd in list(self.fds):
             self.close(fd)
 
 
 def release(f: OpenFile) -> None:
-    """The last descriptor of ``f`` is gone: close the host file, close a pipe's end."""
+    """The last descriptor of ``f`` is gone: close the host file, close a pipe's or FIFO's ends."""
     if f.kind == "host" and f.fd >= 0:
         os.close(f.fd)
         f.fd = -1
+    elif f.obj is not None:
+        f.obj.release()
     elif f.pipe is not None:
         f.pipe.close_end(f.kind == "pipe_w")
+    elif f.kind == "fifo" and f.fifo is not None:
+        reader, writer = f.ends
+        f.ends = (False, False)
+        if reader:
+            f.fifo.close_end(False)
+        if writer:
+            f.fifo.close_end(True)

@@ -1,8 +1,8 @@
 """Futexes: the one primitive every thread library and ``pthread_*`` call waits with.
 
 The table maps a futex *key* to its waiters, oldest first.  A key names the memory, not the
-address: the host buffer behind the page and the offset in it (:meth:`AddressSpace.key_of
-<kpsdk.targets.unicorn.linux.memory.AddressSpace.key_of>`), so the threads of a process
+address: the host buffer behind the page and the offset in it (:meth:`Space.key_of
+<kpsdk.targets.unicorn.space.Space.key_of>`), so the threads of a process
 (one address space) and processes sharing a ``MAP_SHARED`` mapping (one buffer, any
 address) meet on the same word, as on Linux (``get_futex_key`` in kernel/futex/core.c).
 

@@ -36,6 +36,7 @@ from kpsdk.errors import TargetError
 from kpsdk.targets.unicorn.faults import fault_addresses
 from kpsdk.targets.unicorn.linux.files import _GuestErrno
 from kpsdk.targets.unicorn.linux.futex import FutexTable, exit_robust_list
+from kpsdk.targets.unicorn.linux.images import PageCache
 from kpsdk.targets.unicorn.linux.sched import BLOCK_NS, SYSCALL_NS, Clock, Scheduler
 from kpsdk.targets.unicorn.linux.tasks import BLOCKED, DEAD, RUNNABLE, STOPPED, PendingCall, Task
 from kpsdk.targets.unicorn.linux.waits import WaitQueue, _Block
@@ -76,6 +77,10 @@ class KernelHost(Protocol):
 
     def task_ended(self, tid: int) -> None:
         """Task ``tid`` ended: its return probes in flight will never return."""
+
+    def task_cloned(self, parent: int, child: int, copies_stack: bool) -> None:
+        """Task ``child`` was made by ``parent``; ``copies_stack``: it runs on a copy of the
+        parent's stack (its return probes in flight return there too)."""
 
     def quantum_counter(self) -> QuantumCounter:
         """The engine's block counter, installed at the first call."""
@@ -121,6 +126,8 @@ class LinuxKernel:
         self.any_exit = WaitQueue("a task ended")
         #: whether the program ever had more than one task (the trace prefix then names each)
         self.many = False
+        #: read-only file pages the session's processes share where they map them at one address
+        self.pages = PageCache()
 
     # -- ids ---------------------------------------------------------------------------------
 
@@ -187,7 +194,10 @@ class LinuxKernel:
         if code in (unicorn.UC_ERR_READ_UNMAPPED, unicorn.UC_ERR_WRITE_UNMAPPED, unicorn.UC_ERR_FETCH_UNMAPPED):
             signaling.fault(self, task, "SIGSEGV", SEGV_MAPERR, addr if addr is not None else pc)
         elif code in (unicorn.UC_ERR_READ_PROT, unicorn.UC_ERR_WRITE_PROT, unicorn.UC_ERR_FETCH_PROT):
-            signaling.fault(self, task, "SIGSEGV", SEGV_ACCERR, addr if addr is not None else pc)
+            where = addr if addr is not None else pc
+            # no mapping of the process there: another's parked code (space.Parking)
+            mapped = task.process.mem.table.region_at(where) is not None
+            signaling.fault(self, task, "SIGSEGV", SEGV_ACCERR if mapped else SEGV_MAPERR, where)
         elif code in (unicorn.UC_ERR_READ_UNALIGNED, unicorn.UC_ERR_WRITE_UNALIGNED, unicorn.UC_ERR_FETCH_UNALIGNED):
             signaling.fault(self, task, "SIGBUS", BUS_ADRALN, addr if addr is not None else pc)
         elif code == unicorn.UC_ERR_INSN_INVALID:
@@ -217,7 +227,7 @@ class LinuxKernel:
         process = task.process
         if self.abi.legacy_call is not None:
             self._refuse_legacy()
-        name, handler = process.handlers.get(nr, (event.name, None))
+        name, handler = process.handlers.lookup(nr, event.name)
         if handler is None:
             process.unimplemented[name] += 1
             return -38  # ENOSYS
@@ -392,6 +402,11 @@ class LinuxKernel:
             self.uc.context_restore(task.context)
             task.context = None
         self.current = task
+        process = task.process
+        root = process.root  # one file system for every process: /proc/self is the running one's
+        if root.own_pid != str(process.pid):
+            root.own_pid = str(process.pid)
+            root.fd_target = process.fd_target
         while task.on_start:
             task.on_start.pop(0)()
 
@@ -419,7 +434,12 @@ class LinuxKernel:
             if quantum is not None:
                 quantum.arm(self.sched.quantum() if self.sched.queue else 0)
             self._stop = None
-            self.host.run_slice(left)
+            try:
+                self.host.run_slice(left)
+            except BaseException:
+                if task.state == RUNNABLE and task not in self.sched.queue:
+                    self.sched.queue.appendleft(task)  # a handler's error ends the run: the task goes on next time
+                raise
             if quantum is not None:
                 self.clock.advance(quantum.take() * BLOCK_NS)
             reason, self._stop = self._stop, None
@@ -504,6 +524,8 @@ class LinuxKernel:
             if id(process.fds) not in seen:
                 seen.add(id(process.fds))
                 process.fds.close_all()
+        if self.init is not None:  # the session's file system (every process's): its binds, its private files
+            self.init.root.close()
         self.tasks.clear()
 
     def stopped(self, task: Task) -> None:

@@ -71,6 +71,8 @@ def clone(kernel: LinuxKernel, parent: Task, flags: int, stack: int, ptid: int, 
     if flags & CLONE_CHILD_CLEARTID:
         task.clear_child_tid = ctid
     kernel.adopt(task)
+    copies_stack = not flags & CLONE_VM or bool(flags & CLONE_VFORK)  # on (a copy of) the parent's stack
+    kernel.host.task_cloned(parent.tid, tid, copies_stack)
     return tid
 
 

@@ -13,6 +13,7 @@ as for an address Linux does not give user space).
 from __future__ import annotations
 
 import errno
+import mmap
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -34,6 +35,10 @@ MREMAP_MAYMOVE, MREMAP_FIXED = 1, 2
 HEAP_LIMIT = 1 << 30
 
 
+#: the bytes of a file mapped from the overlay: ``(offset, size) -> bytes``
+Reader = Callable[[int, int], bytes]
+
+
 def page_up(x: int) -> int:
     return (x + PAGE - 1) & ~(PAGE - 1)
 
@@ -51,9 +56,9 @@ class AddressSpace:
         #: what ``/proc/self/maps`` names each file mapping: by range, the file's path and the
         #: offset at the range's start (a range unmapped or mapped over is forgotten)
         self.names: dict[tuple[int, int], tuple[str, int]] = {}
-        #: the host file behind each path a mapping was made of (mmap's): what ``mremap`` reads
-        #: when it grows such a mapping
-        self.sources: dict[str, Path] = {}
+        #: where the bytes of each path a mapping was made of (mmap's) come from: what ``mremap``
+        #: reads when it grows such a mapping (a host file, or a reader of an overlay file's bytes)
+        self.sources: dict[str, Path | Reader] = {}
         #: the processes using it (a CLONE_VM clone shares it: vfork, posix_spawn); the last
         #: one's end or execve releases it
         self.users = 1
@@ -72,9 +77,10 @@ class AddressSpace:
         if self.users <= 0:
             self.table.release()
 
-    def name(self, start: int, end: int, path: str, offset: int, source: Path | None = None) -> None:
+    def name(self, start: int, end: int, path: str, offset: int, source: Path | Reader | None = None) -> None:
         """``[start, end)`` shows ``path`` from file offset ``offset`` in ``/proc/self/maps``;
-        ``source``, the host file it was read from."""
+        ``source``, the host file it was read from, or ``(offset, size) -> bytes`` for a file
+        with no host side (the overlay's)."""
         self._forget(start, end)
         self.names[(start, end)] = (path, offset)
         if source is not None:
@@ -148,8 +154,9 @@ class AddressSpace:
         self.brk_end = want
         return want
 
-    def mmap(self, addr: int, length: int, prot: int, flags: int) -> int:
-        """Map ``length`` bytes (zeroed; the caller copies a file's bytes in); the address."""
+    def mmap(self, addr: int, length: int, prot: int, flags: int, buf: mmap.mmap | None = None) -> int:
+        """Map ``length`` bytes (zeroed; the caller copies a file's bytes in), or ``buf`` (the
+        bytes a session's processes share, copy-on-protect: :mod:`.images`); the address."""
         if not length or length > self.limit or addr % PAGE:
             raise _GuestErrno(errno.EINVAL)
         size = page_up(length)
@@ -164,7 +171,8 @@ class AddressSpace:
         else:
             addr = self.find(size, addr)
         try:  # MAP_SHARED memory stays shared with the children a fork makes
-            self.table.map(addr, addr + size, prot & 7, shared=bool(flags & MAP_SHARED))
+            region = self.table.map(addr, addr + size, prot & 7, buf=buf, shared=bool(flags & MAP_SHARED))
+            region.cow = buf is not None
         except (unicorn.UcError, OSError):  # the engine or the host cannot give that much memory
             raise _GuestErrno(errno.ENOMEM) from None
         self._forget(addr, addr + size)
@@ -248,6 +256,12 @@ class AddressSpace:
         path, offset = file_after
         source = self.sources.get(path)
         if source is None:
+            return
+        if callable(source):
+            data = source(offset, end - start)
+            if data:
+                self.table.write(start, data)
+            self.name(start, end, path, offset)
             return
         try:  # not through a link made since: the file the sysroot's walk found then
             fd = os.open(source, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)

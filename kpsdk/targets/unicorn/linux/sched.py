@@ -69,6 +69,11 @@ class Scheduler:
         self._random = random.Random(seed) if seed is not None else None
         self._quantum = quantum
 
+    def reseed(self, seed: int | None) -> None:
+        """Run the tasks in the order ``seed`` picks (None: first in, first out)."""
+        self.seed = seed
+        self._random = random.Random(seed) if seed is not None else None
+
     def add(self, task: Task) -> None:
         """``task`` is ready: it runs after every task already waiting."""
         if task not in self.queue:

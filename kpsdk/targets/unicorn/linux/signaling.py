@@ -126,6 +126,7 @@ def send_to_task(kernel: LinuxKernel, task: Task, sig: int, info: bytes) -> None
         task.rt_queue.append((sig, info))
     else:
         task.pending.setdefault(sig, info)
+    process.sighand.signalfd.wake()  # a signalfd reading it may go on (signalfd_notify)
     _notify(kernel, task, sig)
 
 
@@ -138,6 +139,7 @@ def send_to_process(kernel: LinuxKernel, process: LinuxProcess, sig: int, info: 
         process.shared_rt.append((sig, info))
     else:
         process.shared_pending.setdefault(sig, info)
+    process.sighand.signalfd.wake()
     chosen = next((t for t in process.threads if t is kernel.current and not t.sigmask & bit(sig)), None) or \
         next((t for t in process.threads if not t.sigmask & bit(sig)), None)
     if chosen is not None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import stat as statmod
 import struct
+from collections.abc import Callable
 
 from kpsdk.arch import StatLayout
 
@@ -74,6 +75,27 @@ def pack_dirent64(ino: int, cookie: int, dtype: int, name: bytes, order: str) ->
         reclen - DIRENT64_HEAD, b"\0")
 
 
+#: how a getdents call lays out one record: (inode, cookie, d_type, name, byte order) -> bytes
+DirentPacker = Callable[[int, int, int, bytes, str], bytes]
+
+
+def dirent_packer(word_size: int) -> DirentPacker:
+    """The older ``struct linux_dirent`` of ``getdents`` (fs/readdir.c's filldir): the inode
+    and offset are words, the name follows, and d_type is the record's last byte.  An inode
+    number a 32-bit word cannot hold is EOVERFLOW there (raised by the caller's check)."""
+    word = "Q" if word_size == 8 else "I"
+    head = 2 * word_size + 2
+
+    def pack(ino: int, cookie: int, dtype: int, name: bytes, order: str) -> bytes:
+        if ino >> (8 * word_size):
+            raise OverflowError(ino)
+        reclen = (head + len(name) + 2 + word_size - 1) & ~(word_size - 1)
+        body = struct.pack(order + word + word + "H", ino, cookie, reclen) + name + b"\0"
+        return body.ljust(reclen - 1, b"\0") + bytes([dtype])
+
+    return pack
+
+
 def dirent_type(mode: int) -> int:
     """The d_type of a file of ``mode`` (``S_IFMT >> 12`` is the DT_ value on Linux)."""
     return statmod.S_IFMT(mode) >> 12
@@ -85,7 +107,7 @@ STATFS_FIELDS = ("f_type", "f_bsize", "f_blocks", "f_bfree", "f_bavail", "f_file
 #: the host's ``struct statfs`` (a 64-bit Linux: every word a long, f_fsid two ints, four spare longs)
 _HOST_STATFS = struct.Struct("=qqqqqqqiiqqq32x")
 #: what statfs says of kpsdk's pipes and console, and of the process's own /proc (linux/magic.h)
-PIPEFS_MAGIC, PROC_SUPER_MAGIC = 0x50495045, 0x9FA0
+PIPEFS_MAGIC, PROC_SUPER_MAGIC, TMPFS_MAGIC = 0x50495045, 0x9FA0, 0x01021994
 
 
 def host_statfs(where: str | int) -> dict[str, int]:

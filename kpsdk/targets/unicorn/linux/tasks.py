@@ -17,6 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from kpsdk.targets.unicorn.linux.waits import WaitQueue
+
 if TYPE_CHECKING:
     from collections.abc import Callable
 
@@ -49,6 +51,9 @@ class SigHand:
 
     def __init__(self, actions: dict[int, SigAction] | None = None) -> None:
         self.actions: dict[int, SigAction] = actions if actions is not None else {}
+        #: woken whenever a signal is queued for a task sharing these actions: what a signalfd
+        #: of theirs waits on (Linux's sighand_struct.signalfd_wqh)
+        self.signalfd = WaitQueue("a signal queued")
 
     def get(self, sig: int) -> SigAction:
         return self.actions.get(sig) or SigAction()

@@ -16,12 +16,12 @@ pipe write that filled the pipe half way) keeps it in :attr:`Task.progress
 This is Linux's own model turned inside out: where Linux sleeps in the middle of the call and
 restarts it after a signal handler by moving the program counter back over the ``syscall``
 instruction (``-ERESTARTSYS``), kpsdk keeps the call pending and, for a restart, moves the
-program counter back the same way (:meth:`.kernel.LinuxKernel.interrupt`).
+program counter back the same way (:func:`.signaling.interrupt`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -52,13 +52,19 @@ class WaitQueue:
     Waking is a hint, never a promise: a woken task runs its call again and may block again.
     That makes a spurious wake harmless and lets every change simply wake all its waiters,
     in the order they started waiting (which keeps runs deterministic).
+
+    Besides tasks, a queue holds *watchers*: callbacks that stay on it and hear every wake,
+    with the wake's ``key`` (the poll bits the change concerns, 0: any).  An epoll instance
+    watches the queues of the files it monitors this way, as Linux's ``ep_poll_callback``
+    sits on their wait queues: that is what makes edge-triggered events (:mod:`.epoll`).
     """
 
-    __slots__ = ("name", "_tasks")
+    __slots__ = ("name", "_tasks", "_watchers")
 
     def __init__(self, name: str = "") -> None:
         self.name = name
         self._tasks: list[Task] = []
+        self._watchers: list[Callable[[int], None]] = []
 
     def add(self, task: Task) -> None:
         if task not in self._tasks:
@@ -68,12 +74,23 @@ class WaitQueue:
         if task in self._tasks:
             self._tasks.remove(task)
 
-    def wake(self, limit: int | None = None) -> int:
-        """Make up to ``limit`` waiters (all by default) runnable, oldest first; how many."""
+    def watch(self, callback: Callable[[int], None]) -> None:
+        """Call ``callback(key)`` at every wake from now on (until :meth:`unwatch`)."""
+        self._watchers.append(callback)
+
+    def unwatch(self, callback: Callable[[int], None]) -> None:
+        if callback in self._watchers:
+            self._watchers.remove(callback)
+
+    def wake(self, limit: int | None = None, key: int = 0) -> int:
+        """Make up to ``limit`` waiters (all by default) runnable, oldest first; how many.
+        Every watcher hears ``key`` (what changed, in poll bits; 0: anything)."""
         woken = self._tasks if limit is None else self._tasks[:limit]
         self._tasks = [] if limit is None else self._tasks[limit:]
         for task in woken:
             task.kernel.wake(task)
+        for callback in list(self._watchers):
+            callback(key)
         return len(woken)
 
     def __len__(self) -> int:

@@ -25,8 +25,11 @@ from kpsdk.targets.unicorn.linux.waits import WaitQueue
 
 if TYPE_CHECKING:
     from kpsdk.arch import Arch, LinuxAbi
+    from kpsdk.target import MappedFile
     from kpsdk.targets.unicorn.linux.kernel import LinuxKernel
+    from kpsdk.targets.unicorn.linux.syscalls import Handlers
     from kpsdk.targets.unicorn.linux.tasks import Task
+    from kpsdk.targets.unicorn.linux.tree import FdTarget
 
 #: the first process's id (what the program kpsdk.open starts is told), and its parent's (none
 #: kpsdk shows); the processes it makes get the ids after it
@@ -91,6 +94,11 @@ class ProcessCore:
         #: a stop to report to wait4(WUNTRACED) (the signal), and a SIGCONT to report (WCONTINUED)
         self.stop_report: int | None = None
         self.continued = False
+        #: the ELF objects mapped in this process (its program, ld.so, its libraries): whether a
+        #: mapping is an object's first (:func:`kpsdk.targets.unicorn.linux.library_mapped`)
+        self.mapped: list[MappedFile] = []
+        #: the file-creation mask (umask: inherited across fork, kept across exec)
+        self.umask = 0o022
         #: ITIMER_REAL (alarm, setitimer): its deadline on the kernel's clock and its interval (ns)
         self.itimer: tuple[int, int] | None = None
         #: i386's GDT page for set_thread_area (0: not mapped yet)
@@ -102,7 +110,7 @@ class ProcessCore:
         self.on_unmap: Callable[[int, int], None] | None = None
 
     #: by call number: the call's name and its handler (None: not emulated), built by LinuxProcess
-    handlers: dict[int, tuple[str, Callable[..., int | None] | None]]
+    handlers: Handlers
 
     def fork(self, pid: int, flags: int) -> ProcessCore:
         """The process ``clone`` makes (``LinuxProcess.fork``, :mod:`kpsdk.targets.unicorn.linux.syscalls`)."""
@@ -110,6 +118,10 @@ class ProcessCore:
 
     def release(self) -> None:
         """The process ended: its descriptors and memory go."""
+        raise NotImplementedError
+
+    def fd_target(self, fd: int) -> FdTarget | None:
+        """Where ``/proc/self/fd/N`` leads in the file system (:mod:`.procself`)."""
         raise NotImplementedError
 
     def thread_area(self, desc: int) -> None:
@@ -187,6 +199,6 @@ class ProcessCore:
         if path.startswith("/") or dirfd == AT_FDCWD:
             return self.cwd
         f = self.fds.get(dirfd)
-        if f.kind != "host":
+        if f.kind not in ("dir", "path") or f.node is None or not f.node.mode & 0o040000:
             raise _GuestErrno(errno.ENOTDIR)
-        return str(PurePosixPath(self.cwd, f.path))
+        return self.root.path_of(f.node, f.path)

@@ -8,12 +8,25 @@ the kinds are what strace(1) shows of each argument, read by
 call is one method, its name and its arguments in one place, and the printer never lists
 calls of its own.
 
-The kinds, one word per argument, in order: ``d`` signed int, ``u`` unsigned, ``x`` hex,
-``p`` pointer (NULL or hex), ``fd``, ``dirfd`` (AT_FDCWD), ``path`` (a string read at entry),
-``wbuf`` (the next argument's count of bytes, read at entry), ``rbuf`` (as many bytes as
-the call returned, read at exit), ``oflags`` (with a mode after it when O_CREAT/O_TMPFILE),
-``prot``, ``mflags``, ``whence``, ``mode`` (octal).  ``args=""``: a call without arguments;
-no ``args``: strace prints the six argument registers in hex (a call not decoded yet).
+The kinds, one word per argument, in order, each printed as strace prints that argument
+(:mod:`kpsdk.cli.strace`): numbers ``d`` (int), ``ld`` (long), ``u``, ``x`` (hex), ``p``
+(pointer: NULL or hex), ``off64`` (a 64-bit offset: two registers on a 32-bit arch),
+``llseekoff`` (_llseek's high and low words), ``pgoff`` (mmap2's offset, in pages),
+``mode`` (octal); descriptors ``fd``, ``dirfd`` (AT_FDCWD); strings ``path`` (read at
+entry), ``wbuf`` (the next argument's count of bytes, read at entry), ``rbuf`` (as many
+bytes as the call returned, read at exit), ``opath`` (a path the call writes); flags
+``oflags`` (with a mode after it when O_CREAT/O_TMPFILE), ``oflagsonly``, ``prot``,
+``mflags``, ``amode``, ``atflags``, ``faflags`` (faccessat2's), ``statxflags``,
+``statxmask``, ``waitopts``, ``mclflags``, ``grndflags``; constants ``whence``,
+``fcntlcmd`` and ``fcntlarg`` (as the command wants it), ``ioreq`` and ``ioarg`` (as the
+request wants it), ``signo``, ``sighow``, ``fadvice``, ``rlimit``, ``archprctl``,
+``sockfamily``, ``socktype``, ``sockproto`` (by the family), ``socklevel``, ``sockopt``
+(by the level); structures, read at exit unless said: ``stat``, ``stat64``, ``statx``,
+``sigaction`` (read at entry), ``osigaction``, ``sigset`` (read at entry), ``osigset``,
+``wstatus``, ``fdpair``, ``dirents``, ``intout`` and ``loffout`` (``[N]``), ``inoutint``
+(``[N]``, or ``[N => M]`` when the call changed it); ``clone`` (first: the call prints as
+strace's clone, its arguments named).  ``args=""``: a call without arguments; no ``args``:
+strace prints the six argument registers in hex (a call not decoded yet).
 """
 
 from __future__ import annotations
@@ -23,8 +36,14 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 #: the argument kinds :class:`kpsdk.cli.strace.StracePrinter` formats
-KINDS = frozenset({"d", "u", "x", "p", "fd", "dirfd", "path", "wbuf", "rbuf", "oflags", "prot", "mflags", "whence",
-                   "mode"})
+KINDS = frozenset({
+    "d", "ld", "u", "x", "p", "off64", "llseekoff", "pgoff", "mode", "fd", "dirfd", "path", "wbuf", "rbuf", "opath",
+    "oflags", "oflagsonly", "prot", "mflags", "amode", "atflags", "faflags", "statxflags", "statxmask", "waitopts",
+    "mclflags", "grndflags", "whence", "fcntlcmd", "fcntlarg", "ioreq", "ioarg", "signo", "sighow", "fadvice",
+    "rlimit", "archprctl", "sockfamily", "socktype", "sockproto", "socklevel", "sockopt", "stat", "stat64", "statx",
+    "sigaction", "osigaction", "sigset", "osigset", "wstatus", "fdpair", "dirents", "intout", "loffout", "inoutint",
+    "clone",
+})
 #: where the marks are kept on a handler function
 MARKS = "__kpsdk_syscalls__"
 

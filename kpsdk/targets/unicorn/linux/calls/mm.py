@@ -9,12 +9,18 @@ when a library's span is mapped or about to go (``on_file_map``, ``on_unmap``).
 from __future__ import annotations
 
 import errno
+import mmap
 import os
+from collections.abc import Callable
 
 from kpsdk.targets.unicorn.linux.calls.core import ProcessCore
 from kpsdk.targets.unicorn.linux.calls.declare import syscall
-from kpsdk.targets.unicorn.linux.files import _GuestErrno
-from kpsdk.targets.unicorn.linux.memory import MAP_ANONYMOUS, PAGE, page_up
+from kpsdk.targets.unicorn.linux.files import OpenFile, _GuestErrno
+from kpsdk.targets.unicorn.linux.inodes import MemFile, MemSpecial
+from kpsdk.targets.unicorn.linux.memory import MAP_ANONYMOUS, MAP_FIXED, MAP_PRIVATE, MAP_SHARED, PAGE, page_up
+
+#: mmap's sharing type bits (MAP_SHARED, MAP_PRIVATE, MAP_SHARED_VALIDATE), PROT_WRITE
+MAP_TYPE, PROT_WRITE = 0x0F, 2
 
 
 class MemoryCalls(ProcessCore):
@@ -26,18 +32,42 @@ class MemoryCalls(ProcessCore):
 
     def _mmap(self, addr: int, length: int, prot: int, flags: int, fd: int, offset: int) -> int:
         f = None if flags & MAP_ANONYMOUS else self.fds.get(self.sint(fd))
-        if f is not None and f.kind != "host":
-            raise _GuestErrno(errno.ENODEV)
+        if f is not None and f.kind == "dev" and isinstance(f.node, MemSpecial) and f.node.device == "zero":
+            f, flags = None, flags | MAP_ANONYMOUS  # /dev/zero: zeroed memory, as Linux's shmem_zero_setup
+        if f is not None and f.kind not in ("host", "mem"):
+            raise _GuestErrno(errno.EACCES if f.kind == "path" else errno.ENODEV)
         if offset % PAGE:
             raise _GuestErrno(errno.EINVAL)
-        at = self.mem.mmap(addr, length, prot, flags)
         if f is not None:
+            if not f.readable:
+                raise _GuestErrno(errno.EACCES)
+            if flags & MAP_TYPE == MAP_SHARED and prot & PROT_WRITE:
+                if not f.writable:
+                    raise _GuestErrno(errno.EACCES)
+                raise _GuestErrno(errno.ENODEV)  # a shared writable mapping would write the file back: not emulated
+        shared = self._shared_pages(f, addr, length, prot, flags, offset)
+        at = self.mem.mmap(addr, length, prot, flags, buf=shared)
+        if shared is not None and f is not None:
+            self.mem.name(at, at + page_up(length), f.path, offset, f.host)
+            if self.kernel is not None:
+                self.kernel.host.file_mapped(self.mem, at, at + page_up(length))
+            if self.on_file_map is not None and f.host is not None:
+                self.on_file_map(f.host, at, offset)
+            return at
+        if f is not None:
+            if f.kind == "mem" and isinstance(f.node, MemFile):
+                node = f.node
+                data = bytes(node.data[offset:offset + page_up(length)])  # a copy: MAP_PRIVATE's
+                self.write(at, data)
+                self.mem.name(at, at + page_up(length), f.path, offset, _reader(node))
+                return at
             try:  # the file's bytes up to the end of the last page, as Linux maps them
                 data = os.pread(f.fd, page_up(length), offset)
             except OSError as e:
                 self.mem.unmap(at, at + length)
                 raise _GuestErrno(e.errno or errno.EACCES) from None
             self.write(at, data)
+            self._keep_pages(f, at, length, prot, flags, offset)
             self.mem.name(at, at + page_up(length), f.path, offset, f.host)
             if self.kernel is not None:  # the probes of that file there (an exec'd process's libraries)
                 self.kernel.host.file_mapped(self.mem, at, at + page_up(length))
@@ -45,11 +75,38 @@ class MemoryCalls(ProcessCore):
                 self.on_file_map(f.host, at, offset)
         return at
 
+    def _page_key(self, f: OpenFile | None, addr: int, length: int, prot: int, flags: int,
+                  offset: int) -> tuple[tuple[int, int], int, int, int] | None:
+        """The page cache's key for a private read-only mapping of a sysroot file at a fixed
+        address (ld.so's segments), else None (anything another process could not share)."""
+        if f is None or f.kind != "host" or prot & PROT_WRITE or flags & MAP_TYPE != MAP_PRIVATE or \
+                not flags & MAP_FIXED or self.kernel is None:
+            return None
+        try:
+            st = os.fstat(f.fd)
+        except OSError:
+            return None
+        return (st.st_dev, st.st_ino), offset, page_up(length), addr
+
+    def _shared_pages(self, f: OpenFile | None, addr: int, length: int, prot: int, flags: int,
+                      offset: int) -> mmap.mmap | None:
+        key = self._page_key(f, addr, length, prot, flags, offset)
+        return None if key is None else self.kernel.pages.get(*key)
+
+    def _keep_pages(self, f: OpenFile, at: int, length: int, prot: int, flags: int, offset: int) -> None:
+        """A private read-only mapping just made: its buffer joins the page cache, and the mapping
+        becomes copy-on-protect (another process may share it from now on)."""
+        key = self._page_key(f, at, length, prot, flags, offset)
+        region = self.mem.table.region_at(at)
+        if key is not None and region is not None and region.start == at and region.size == key[2]:
+            region.cow = True
+            self.kernel.pages.put(*key, region.buf)
+
     @syscall("mmap", "p u prot mflags fd x")
     def sys_mmap(self, addr: int, length: int, prot: int, flags: int, fd: int, offset: int, *_: int) -> int:
         return self._mmap(addr, length, prot, flags, fd, offset)
 
-    @syscall("mmap2", "p u prot mflags fd x")
+    @syscall("mmap2", "p u prot mflags fd pgoff")
     def sys_mmap2(self, addr: int, length: int, prot: int, flags: int, fd: int, pgoff: int, *_: int) -> int:
         return self._mmap(addr, length, prot, flags, fd, pgoff * PAGE)  # mmap2's offset is in 4096-byte units
 
@@ -73,16 +130,16 @@ class MemoryCalls(ProcessCore):
     def sys_madvise(self, *_: int) -> int:
         return 0
 
-    @syscall("mlock")
-    @syscall("munlock")
-    @syscall("mlockall")
-    @syscall("munlockall")
+    @syscall("mlock", "p u")
+    @syscall("munlock", "p u")
+    @syscall("mlockall", "mclflags")
+    @syscall("munlockall", "")
     def sys_mlock(self, *_: int) -> int:
         """Locking pages in memory: every page of the emulated process is in kpsdk's memory
         already, and none is ever swapped (gpg locks its secrets)."""
         return 0
 
-    @syscall("mincore")
+    @syscall("mincore", "p u p")
     def sys_mincore(self, addr: int, length: int, vec: int, *_: int) -> int:
         """Every page of the range is resident (one byte per page, 1); ``ENOMEM`` where one is
         not mapped, as Linux.  GNU grep's stack-overflow guard asks, walking down its stack."""
@@ -93,3 +150,10 @@ class MemoryCalls(ProcessCore):
             raise _GuestErrno(errno.ENOMEM)
         self.write(vec, b"\1" * ((end - addr) // PAGE))
         return 0
+
+
+def _reader(node: MemFile) -> Callable[[int, int], bytes]:
+    """What ``mremap`` reads when it grows a mapping of an overlay file: its bytes now."""
+    def read(offset: int, size: int) -> bytes:
+        return bytes(node.data[offset:offset + size])
+    return read

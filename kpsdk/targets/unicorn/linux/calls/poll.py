@@ -1,12 +1,16 @@
-"""Waiting for descriptors: poll, ppoll, select, pselect6 (fs/select.c).
+"""Waiting for descriptors: poll, ppoll, select, pselect6 (fs/select.c), and the epoll calls
+(fs/eventpoll.c: the instance is :mod:`kpsdk.targets.unicorn.linux.epoll`).
 
-A descriptor is ready as Linux says: a file of the sysroot, the given stdin, the console and
-``/dev/null`` always; a pipe's read end when it holds bytes or has no writer left (POLLHUP),
-its write end when a write of PIPE_BUF bytes would not wait, or with no reader left
-(POLLERR).  A call that finds nothing ready waits on the queues of the pipes it watches,
-until one changes, its timeout passes on the kernel's clock, or a signal arrives (then EINTR,
-never restarted, as Linux's ``-ERESTARTNOHAND``).  ``ppoll`` and ``pselect6`` swap the signal
-mask for the wait, as ``sigsuspend`` does.
+A descriptor is ready as Linux says (:func:`~kpsdk.targets.unicorn.linux.fileobj.readiness`,
+which epoll shares): a file of the sysroot, the given stdin, the console and ``/dev/null``
+always; a pipe's read end when it holds bytes or has no writer left (POLLHUP), its write end
+when a write of PIPE_BUF bytes would not wait, or with no reader left (POLLERR); a socket,
+eventfd, timerfd, signalfd or epoll descriptor as its object says.  A call that finds
+nothing ready waits on the queues of what it watches, until one changes, its timeout passes
+on the kernel's clock, or a signal arrives (then EINTR, never restarted, as Linux's
+``-ERESTARTNOHAND``).  ``ppoll``, ``pselect6``, ``epoll_pwait`` and ``epoll_pwait2`` swap the
+signal mask for the wait, as ``sigsuspend`` does.  An ``epoll_event`` is packed (12 bytes) on
+x86_64 and i386 and 16 bytes elsewhere, as each arch's uapi header lays it out.
 """
 
 from __future__ import annotations
@@ -17,29 +21,33 @@ import struct
 from kpsdk.targets.unicorn.linux import signaling
 from kpsdk.targets.unicorn.linux.calls.core import ProcessCore
 from kpsdk.targets.unicorn.linux.calls.declare import syscall
-from kpsdk.targets.unicorn.linux.files import OpenFile, _GuestErrno
+from kpsdk.targets.unicorn.linux.epoll import EPOLL_CTL_DEL, Epoll, check_target
+from kpsdk.targets.unicorn.linux.fileobj import (
+    POLLERR,
+    POLLHUP,
+    POLLIN,
+    POLLNVAL,
+    POLLOUT,
+    POLLPRI,
+    POLLRDBAND,
+    POLLRDNORM,
+    POLLWRBAND,
+    POLLWRNORM,
+    install,
+    readiness,
+)
+from kpsdk.targets.unicorn.linux.files import _GuestErrno
 from kpsdk.targets.unicorn.linux.sched import NSEC
 from kpsdk.targets.unicorn.linux.waits import WaitQueue, _Block
 
-POLLIN, POLLPRI, POLLOUT, POLLERR, POLLHUP, POLLNVAL = 0x1, 0x2, 0x4, 0x8, 0x10, 0x20
-POLLRDNORM, POLLRDBAND, POLLWRNORM, POLLWRBAND = 0x40, 0x80, 0x100, 0x200
 _READ = POLLIN | POLLRDNORM | POLLRDBAND | POLLPRI
 _WRITE = POLLOUT | POLLWRNORM | POLLWRBAND
 #: the most descriptors one poll takes (RLIMIT_NOFILE), and the largest select set
 MAX_POLL = 1024
-
-
-def readiness(f: OpenFile) -> tuple[int, tuple[WaitQueue, ...]]:
-    """What ``f`` is ready for now (poll's revents, before masking with what was asked), and the
-    queues to wait on for a change."""
-    pipe = f.pipe
-    if pipe is None:
-        return POLLIN | POLLRDNORM | POLLOUT | POLLWRNORM, ()
-    if f.kind == "pipe_r":
-        ready = (POLLIN | POLLRDNORM if pipe.data else 0) | (POLLHUP if not pipe.writers else 0)
-        return ready, (pipe.readable,)
-    ready = (POLLOUT | POLLWRNORM if pipe.ready(True) and pipe.readers else 0) | (POLLERR if not pipe.readers else 0)
-    return ready, (pipe.writable,)
+#: the most events one epoll_wait takes (EP_MAX_EVENTS: INT_MAX / sizeof(struct epoll_event))
+EP_MAX_EVENTS = 0x7FFFFFFF // 12
+#: the arches whose struct epoll_event is packed (__EPOLL_PACKED)
+_PACKED_EPOLL = frozenset({"x86_64", "i386"})
 
 
 class PollCalls(ProcessCore):
@@ -101,6 +109,14 @@ class PollCalls(ProcessCore):
                 self.write(fds + 8 * i + 6, struct.pack(self.order + "h", revents - 0x10000 if revents & 0x8000
                                                         else revents))
             return self._returns(count)
+        return self._wait(queues, deadline)
+
+    def _wait(self, queues: list[WaitQueue], deadline: int | None) -> int:
+        """Nothing ready: wait, unless a signal may be taken now (one ppoll's mask lets in while
+        it was pending): then EINTR at once, its handler run with the mask swapped, as Linux's
+        wait checks signal_pending before it sleeps."""
+        if self.task.deliverable():
+            return -errno.EINTR
         raise _Block(queues, deadline, restart="eintr")
 
     @syscall("poll", "p u d")
@@ -151,7 +167,7 @@ class PollCalls(ProcessCore):
                 if addr:
                     self.write(addr, value.to_bytes(size, self.arch.endian))
             return self._returns(count)
-        raise _Block(queues, deadline, restart="eintr")
+        return self._wait(queues, deadline)
 
     @syscall("select", "d p p p p")
     @syscall("_newselect", "d p p p p")
@@ -170,3 +186,90 @@ class PollCalls(ProcessCore):
                 mask, size = self.read_word(sig), self.read_word(sig + self.word.size)
                 self._swap_mask(mask, size)
         return self._select(n, (rd, wr, ex), task.progress)
+
+    # -- epoll ------------------------------------------------------------------------------
+
+    @syscall("epoll_create", "d")
+    def sys_epoll_create(self, size: int, *_: int) -> int:
+        if self.sint(size) <= 0:
+            raise _GuestErrno(errno.EINVAL)
+        return install(self, Epoll(), False, False)
+
+    @syscall("epoll_create1", "x")
+    def sys_epoll_create1(self, flags: int, *_: int) -> int:
+        if flags & ~self.o_cloexec:
+            raise _GuestErrno(errno.EINVAL)
+        return install(self, Epoll(), False, bool(flags & self.o_cloexec))
+
+    @property
+    def _epoll_event(self) -> struct.Struct:
+        return struct.Struct(self.order + ("IQ" if self.arch.name in _PACKED_EPOLL else "I4xQ"))
+
+    @syscall("epoll_ctl", "fd d fd p")
+    def sys_epoll_ctl(self, epfd: int, op: int, fd: int, event: int, *_: int) -> int:
+        events = data = 0
+        if self.sint(op) != EPOLL_CTL_DEL:
+            layout = self._epoll_event
+            events, data = layout.unpack(self.read(event, layout.size))
+        f = self.fds.get(self.sint(epfd))
+        target = self.fds.get(self.sint(fd))
+        check_target(target)
+        if target is f or not isinstance(f.obj, Epoll):
+            raise _GuestErrno(errno.EINVAL)
+        f.obj.ctl(self.sint(op), target, self.sint(fd), events, data)
+        return 0
+
+    def _epoll_wait(self, epfd: int, events: int, maxevents: int, deadline: int | None) -> int:
+        """Report what is ready, or wait until ``deadline`` (None: for ever; the clock's now or
+        earlier: not at all)."""
+        maxevents = self.sint(maxevents)
+        if not 0 < maxevents <= EP_MAX_EVENTS:
+            raise _GuestErrno(errno.EINVAL)
+        f = self.fds.get(self.sint(epfd))
+        if not isinstance(f.obj, Epoll):
+            raise _GuestErrno(errno.EINVAL)
+        ep = f.obj
+        out = ep.send_events(maxevents)
+        if out:
+            layout = self._epoll_event
+            self.write(events, b"".join(layout.pack(revents, data) for revents, data in out))
+            return self._returns(len(out))
+        task = self.task
+        if deadline is not None and (task.timed_out or deadline <= self.kernel.clock.elapsed):
+            return self._returns(0)
+        return self._wait([ep.wait], deadline)
+
+    def _ms_deadline(self, timeout: int) -> int | None:
+        ms = self.sint(timeout)
+        return None if ms < 0 else self.kernel.clock.elapsed + ms * 1_000_000
+
+    @syscall("epoll_wait", "fd p d d")
+    def sys_epoll_wait(self, epfd: int, events: int, maxevents: int, timeout: int, *_: int) -> int:
+        task = self.task
+        if task.call is None:
+            task.progress = self._ms_deadline(timeout)
+        return self._epoll_wait(epfd, events, maxevents, task.progress)
+
+    @syscall("epoll_pwait", "fd p d d p u")
+    def sys_epoll_pwait(self, epfd: int, events: int, maxevents: int, timeout: int, sigmask: int, size: int,
+                        *_: int) -> int:
+        task = self.task
+        if task.call is None:
+            task.progress = self._ms_deadline(timeout)
+            self._swap_mask(sigmask, size)
+        return self._epoll_wait(epfd, events, maxevents, task.progress)
+
+    @syscall("epoll_pwait2", "fd p d p p u")
+    def sys_epoll_pwait2(self, epfd: int, events: int, maxevents: int, tsp: int, sigmask: int, size: int,
+                         *_: int) -> int:
+        task = self.task
+        if task.call is None:
+            deadline = None
+            if tsp:
+                sec, nsec = struct.unpack(self.order + "qq", self.read(tsp, 16))
+                if sec < 0 or not 0 <= nsec < NSEC:
+                    raise _GuestErrno(errno.EINVAL)
+                deadline = self.kernel.clock.elapsed + sec * NSEC + nsec
+            task.progress = deadline
+            self._swap_mask(sigmask, size)
+        return self._epoll_wait(epfd, events, maxevents, task.progress)

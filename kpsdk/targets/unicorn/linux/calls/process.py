@@ -26,8 +26,9 @@ P_ALL, P_PID, P_PGID = 0, 1, 2
 #: waitid's CLD_* codes (si_code of SIGCHLD)
 CLD_EXITED, CLD_KILLED, CLD_DUMPED, CLD_STOPPED, CLD_CONTINUED = 1, 2, 3, 5, 6
 
-#: the calls whose only declaration is their strace signature (none left: exit and exit_group
-#: have handlers since the layer runs tasks)
+#: the calls whose only declaration is their strace signature (``declare.signature_only``):
+#: calls the layer does not emulate (they answer ENOSYS) that strace decodes and programs make;
+#: none at present (the sockets' are emulated now)
 STRACE_ONLY: tuple[Declared, ...] = ()
 
 
@@ -110,7 +111,7 @@ class ProcessCalls(ProcessCore):
 
     # -- new tasks and processes -----------------------------------------------------------------
 
-    @syscall("clone", "x p p p p")
+    @syscall("clone", "clone p p p p")
     def sys_clone(self, flags: int, stack: int, a: int, b: int, c: int, *_: int) -> int | None:
         # the argument order is the arch's (CONFIG_CLONE_BACKWARDS: tls before the child's tid)
         ptid, ctid, tls = (a, c, b) if self.abi.clone_backwards else (a, b, c)
@@ -162,7 +163,7 @@ class ProcessCalls(ProcessCore):
 
     # -- waiting for children --------------------------------------------------------------------
 
-    @syscall("wait4", "d p x p")
+    @syscall("wait4", "d wstatus waitopts p")
     def sys_wait4(self, pid: int, status: int, options: int, rusage: int, *_: int) -> int:
         child, value = lifecycle.wait(self.kernel, self, self.sint(pid), options)
         if child and status:
@@ -171,7 +172,7 @@ class ProcessCalls(ProcessCore):
             self.write(rusage, bytes(18 * self.word.size))  # struct rusage: no times counted
         return child
 
-    @syscall("waitpid", "d p x")
+    @syscall("waitpid", "d wstatus waitopts")
     def sys_waitpid(self, pid: int, status: int, options: int, *_: int) -> int:
         return self.sys_wait4(pid, status, options, 0)
 

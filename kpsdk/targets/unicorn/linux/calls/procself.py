@@ -13,9 +13,11 @@ import os
 from pathlib import Path
 
 from kpsdk.targets.unicorn.linux import procfs
-from kpsdk.targets.unicorn.linux.calls.core import PID, ProcessCore
+from kpsdk.targets.unicorn.linux.calls.core import ProcessCore
 from kpsdk.targets.unicorn.linux.files import O_ACCMODE, OpenFile, _GuestErrno
+from kpsdk.targets.unicorn.linux.inodes import MemDir, MemNode
 from kpsdk.targets.unicorn.linux.memory import page_up
+from kpsdk.targets.unicorn.linux.tree import FdTarget
 
 
 def own_fd(entry: str) -> int:
@@ -40,7 +42,7 @@ class ProcSelf(ProcessCore):
         if entry in self.OWN_FILES:
             return "file"
         head, _, fd = entry.partition("/")
-        if head == "fd" and fd.isdigit():
+        if head == "fd" and fd.isascii() and fd.isdigit():
             if int(fd) in self.fds.fds:
                 return "link"
             raise _GuestErrno(errno.ENOENT)  # a closed descriptor: ENOENT on Linux too, nothing missing
@@ -68,9 +70,12 @@ class ProcSelf(ProcessCore):
         if entry == "exe":
             return self.exe
         f = self.fds.get(own_fd(entry))
-        if f.kind in ("host", "null", "procfile"):
-            return f.path
-        return f"pipe:[{id(f) % 1000000}]"  # kpsdk's stdin, console and pipes
+        if f.kind in ("stdin", "console", "pipe_r", "pipe_w"):
+            return f"pipe:[{id(f) % 1000000}]"  # kpsdk's stdin, console and pipes
+        node = f.node
+        if isinstance(node, MemNode) and not isinstance(node, MemDir) and not node.nlink:
+            return f"{f.path} (deleted)"  # removed, or O_TMPFILE's never named, as Linux says
+        return f.path
 
     def open_own(self, entry: str, path: str, flags: int) -> OpenFile:
         """Open ``/proc/self/ENTRY``: a file of bytes made now (read-only); the program (``exe``);
@@ -88,15 +93,23 @@ class ProcSelf(ProcessCore):
         if flags & O_ACCMODE:  # Linux: the running program is ETXTBSY, its /proc files mode 0444
             raise _GuestErrno(errno.ETXTBSY if entry == "exe" else errno.EACCES)
         if kind == "file":
-            return OpenFile("procfile", path=f"/proc/{PID}/{entry}", data=self.own_bytes(entry), flags=flags)
+            return OpenFile("procfile", path=f"/proc/{self.pid}/{entry}", data=self.own_bytes(entry), flags=flags)
         try:
             fd = os.open(self.exe, os.O_RDONLY | os.O_CLOEXEC)
         except OSError as e:
             raise _GuestErrno(e.errno or errno.ENOENT) from None
-        return OpenFile("host", path=f"/proc/{PID}/exe", fd=fd, flags=flags, host=Path(self.exe))
+        return OpenFile("host", path=f"/proc/{self.pid}/exe", fd=fd, flags=flags, host=Path(self.exe))
 
-    def fd_target(self, fd: int) -> str | None:
-        """Where ``/proc/self/fd/N`` leads the path walk: the guest path of a file of the sysroot
-        or of the process's own /proc open on it (opened anew there, as Linux does), else None."""
+    def fd_target(self, fd: int) -> FdTarget | None:
+        """Where ``/proc/self/fd/N`` leads the path walk: the guest path of the file open on it
+        (opened anew there, as Linux does) and, for a file of the overlay, its inode (reached
+        even when it no longer has that name); None for kpsdk's stdin, console and pipes."""
         f = self.fds.fds.get(fd)
-        return f.path if f is not None and f.kind in ("host", "procfile") and f.path.startswith("/") else None
+        if f is None or f.kind in ("stdin", "console", "pipe_r", "pipe_w") or not f.path.startswith("/"):
+            return None
+        node = f.node
+        if isinstance(node, MemNode) and not isinstance(node, MemDir):
+            return f.path, node
+        if node is not None and f.kind in ("dir", "path"):
+            return self.root.path_of(node, f.path), None
+        return f.path, None

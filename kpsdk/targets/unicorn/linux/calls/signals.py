@@ -45,7 +45,7 @@ class SignalCalls(ProcessCore):
 
     # -- actions ------------------------------------------------------------------------------
 
-    @syscall("rt_sigaction", "d p p u")
+    @syscall("rt_sigaction", "signo sigaction osigaction u")
     def sys_rt_sigaction(self, sig: int, act: int, oact: int, size: int, *_: int) -> int:
         nums = signaling.numbers(self.kernel)
         sig = self.sint(sig)
@@ -90,7 +90,7 @@ class SignalCalls(ProcessCore):
 
     # -- masks --------------------------------------------------------------------------------
 
-    @syscall("rt_sigprocmask", "d p p u")
+    @syscall("rt_sigprocmask", "sighow sigset osigset u")
     def sys_rt_sigprocmask(self, how: int, new: int, old: int, size: int, *_: int) -> int:
         if size != self._sigset_size:
             raise _GuestErrno(errno.EINVAL)
@@ -110,7 +110,7 @@ class SignalCalls(ProcessCore):
             task.sigmask &= ~signaling.unblockable(self.kernel)
         return 0
 
-    @syscall("rt_sigpending", "p u")
+    @syscall("rt_sigpending", "osigset u")
     def sys_rt_sigpending(self, out: int, size: int, *_: int) -> int:
         if size > self._sigset_size:
             raise _GuestErrno(errno.EINVAL)
@@ -170,7 +170,7 @@ class SignalCalls(ProcessCore):
             raise _GuestErrno(errno.EINVAL)
         return sig
 
-    @syscall("kill", "d d")
+    @syscall("kill", "d signo")
     def sys_kill(self, pid: int, sig: int, *_: int) -> int:
         sig = self._check_sig(sig)
         pid = self.sint(pid)
@@ -191,11 +191,11 @@ class SignalCalls(ProcessCore):
                 signaling.send_to_process(kernel, process, sig, info)
         return 0
 
-    @syscall("tgkill", "d d d")
+    @syscall("tgkill", "d d signo")
     def sys_tgkill(self, tgid: int, tid: int, sig: int, *_: int) -> int:
         return self._tkill(self.sint(tid), sig, self.sint(tgid))
 
-    @syscall("tkill", "d d")
+    @syscall("tkill", "d signo")
     def sys_tkill(self, tid: int, sig: int, *_: int) -> int:
         return self._tkill(self.sint(tid), sig, None)
 
@@ -210,13 +210,55 @@ class SignalCalls(ProcessCore):
             signaling.send_to_task(self.kernel, task, sig, signaling.kill_info(self.kernel, sig, True))
         return 0
 
+    def _queued_info(self, uinfo: int, sig: int, pid: int) -> bytes:
+        """The siginfo ``rt_sigqueueinfo`` passes, its signal number set to ``sig``: EPERM for
+        a kernel's code (>= 0) or a tkill's sent to another process (do_rt_sigqueueinfo)."""
+        from kpsdk.targets.unicorn.linux.sigframes.siginfo import SI_TKILL, layout
+
+        info = bytearray(self.read(uinfo, 128))
+        lay = layout(self.arch.name)
+        second, third = struct.unpack_from(lay.order + "ii", info, 4)
+        code = second if lay.swapped else third
+        if (code >= 0 or code == SI_TKILL) and pid != self.pid:
+            raise _GuestErrno(errno.EPERM)
+        struct.pack_into(lay.order + "i", info, 0, sig)
+        return bytes(info)
+
+    @syscall("rt_sigqueueinfo", "d d p")
+    def sys_rt_sigqueueinfo(self, pid: int, sig: int, uinfo: int, *_: int) -> int:
+        """``sigqueue``: a signal with the caller's siginfo (its value), to a process."""
+        pid = self.sint(pid)
+        sig = self._check_sig(sig)
+        info = self._queued_info(uinfo, sig, pid)
+        target = self.kernel.processes.get(pid)
+        if target is None or target.exit_status is not None:
+            raise _GuestErrno(errno.ESRCH)
+        if sig:
+            signaling.send_to_process(self.kernel, target, sig, info)
+        return 0
+
+    @syscall("rt_tgsigqueueinfo", "d d d p")
+    def sys_rt_tgsigqueueinfo(self, tgid: int, tid: int, sig: int, uinfo: int, *_: int) -> int:
+        """``pthread_sigqueue``: as rt_sigqueueinfo, to one thread of a process."""
+        tgid, tid = self.sint(tgid), self.sint(tid)
+        sig = self._check_sig(sig)
+        if tgid <= 0 or tid <= 0:
+            raise _GuestErrno(errno.EINVAL)
+        info = self._queued_info(uinfo, sig, tgid)
+        task = self.kernel.tasks.get(tid)
+        if task is None or task.pid != tgid:
+            raise _GuestErrno(errno.ESRCH)
+        if sig:
+            signaling.send_to_task(self.kernel, task, sig, info)
+        return 0
+
     # -- waiting for a signal ------------------------------------------------------------------
 
     @syscall("pause", "")
     def sys_pause(self, *_: int) -> int:
         raise _Block((), restart="eintr")  # only a signal ends it: its handler runs, then EINTR
 
-    @syscall("rt_sigsuspend", "p u")
+    @syscall("rt_sigsuspend", "sigset u")
     def sys_rt_sigsuspend(self, mask: int, size: int, *_: int) -> int:
         task = self.task
         if task.call is None:
@@ -224,6 +266,8 @@ class SignalCalls(ProcessCore):
                 raise _GuestErrno(errno.EINVAL)
             task.saved_mask = task.sigmask
             task.sigmask = self._read_set(mask) & ~signaling.unblockable(self.kernel)
+        if task.deliverable():  # the new mask lets a pending signal in: its handler runs now, then EINTR
+            return -errno.EINTR
         raise _Block((), restart="eintr")
 
     # -- returning from a handler ----------------------------------------------------------------

@@ -22,7 +22,7 @@ RLIMIT_STACK, RLIMIT_NOFILE = 3, 7
 class SysinfoCalls(ProcessCore):
     """The calls that describe the machine and the process's limits."""
 
-    @syscall("sysinfo")
+    @syscall("sysinfo", "p")
     def sys_sysinfo(self, buf: int, *_: int) -> int:
         """The machine's uptime, loads and memory (the host's: the program runs on it), one
         process (this one), no swap.  sort sizes its buffers from it; Python and bash ask too."""
@@ -42,27 +42,27 @@ class SysinfoCalls(ProcessCore):
         inf = (1 << 64) - 1
         return {RLIMIT_STACK: (8 << 20, inf), RLIMIT_NOFILE: (FdTable.LIMIT, FdTable.LIMIT)}.get(resource, (inf, inf))
 
-    @syscall("prlimit64", "d d p p")
+    @syscall("prlimit64", "d rlimit p p")
     def sys_prlimit64(self, pid: int, resource: int, new: int, old: int, *_: int) -> int:
         if old:
             self.write(old, struct.pack(self.order + "QQ", *self._limit(resource)))
         return 0
 
-    @syscall("getrlimit", "d p")
-    @syscall("ugetrlimit", "d p")
+    @syscall("getrlimit", "rlimit p")
+    @syscall("ugetrlimit", "rlimit p")
     def sys_getrlimit(self, resource: int, buf: int, *_: int) -> int:
         mask = (1 << self.bits) - 1
         cur, top = self._limit(resource)
         self.write(buf, self.word.pack(min(cur, mask)) + self.word.pack(min(top, mask)))
         return 0
 
-    @syscall("getrandom", "p u x")
+    @syscall("getrandom", "p u grndflags")
     def sys_getrandom(self, buf: int, size: int, *_: int) -> int:
         size = min(size, 1 << 20)
         self.write(buf, os.urandom(size))
         return size
 
-    @syscall("sched_getaffinity")
+    @syscall("sched_getaffinity", "d u p")
     def sys_sched_getaffinity(self, pid: int, size: int, mask: int, *_: int) -> int:
         if size < self.word.size:
             raise _GuestErrno(errno.EINVAL)

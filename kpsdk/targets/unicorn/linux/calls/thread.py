@@ -25,7 +25,7 @@ ARCH_SET_GS, ARCH_SET_FS, ARCH_GET_FS = 0x1001, 0x1002, 0x1003
 class ThreadCalls(ProcessCore):
     """The calls about the one thread's own set-up."""
 
-    @syscall("arch_prctl", "x p")
+    @syscall("arch_prctl", "archprctl p")
     def sys_arch_prctl(self, code: int, addr: int, *_: int) -> int:
         reg = self.abi.tls_register
         if reg is None:
@@ -64,7 +64,7 @@ class ThreadCalls(ProcessCore):
         if entry == -1:
             self.write(desc, struct.pack(self.order + "i", got))
 
-    @syscall("cacheflush")
+    @syscall("cacheflush", "p p x")
     def sys_cacheflush(self, *_: int) -> int:
         return 0  # ARM's: Unicorn sees written code anyway (kpsdk drops its translations)
 
@@ -89,11 +89,11 @@ class ThreadCalls(ProcessCore):
         self.write(size, self.word.pack(3 * self.word.size))
         return 0
 
-    @syscall("rseq", "p u x x")
+    @syscall("rseq", "p x x x")
     def sys_rseq(self, *_: int) -> int:
         return -errno.ENOSYS  # glibc runs without restartable sequences (it asks, then does without)
 
-    @syscall("riscv_hwprobe")
+    @syscall("riscv_hwprobe", "p u u p x")
     def sys_riscv_hwprobe(self, *_: int) -> int:
         return -errno.ENOSYS  # a kernel before 6.4's answer: Debian 13's glibc then assumes the base ISA
 
