@@ -480,11 +480,6 @@ ARM = Arch(
     mode_bit=ModeBit("cpsr", 0x20, "thumb"),  # CPSR.T
     page_walk=page_walk,
     unicorn_setup=unicorn_setup,
-    # Unicorn 2.1.4's virtual TLB restores the CPU state of the access's instruction at every
-    # fill (cpu_restore_state in unicorn_vtlb.c), Thumb's IT state included: a miss inside an IT
-    # block left that state behind, and the next translated block ran as if inside it (Debian's
-    # armhf bzip2 wrote a corrupt stream; tests/test_uctlb.py).  The CPU's own fill restores nothing.
-    unicorn_tlb_fill=False,
     kernel_tasks=KERNEL_TASKS,
     # armhf is hard-float: plain -march=armv7-a is rejected ("selected architecture lacks an
     # FPU"), +fp is the toolchain default; "thumb" is the same program with every function in Thumb

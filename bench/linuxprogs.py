@@ -8,7 +8,13 @@ Usage: ``python bench/linuxprogs.py [--reps N] [--out FILE]``
    (in the process, after ``import kpsdk``, open + run), qemu-x86_64 (a whole process)
    and Qiling 1.4 (in its own venv, after its import, open + run); each output is
    checked against Python's ``sorted`` (Qiling's by SHA-256).
-2. A hot libc function: bench/programs/hotlibc.c (static, -O0) calls ``atoi`` N times;
+2. Issue 38's programs with no probe, CPU time (the machine may be loaded): ``sha512sum`` of
+   10 MB, coreutils ``sort`` of 100,000 lines, ``xz -9 -T1`` of 1 MB, busybox ``sort`` of
+   10,000 lines and ``/bin/true`` (a dynamic program's start-up), each the host's own binary:
+   kpsdk's open + run in this process (``time.process_time``, after one warm-up run of the
+   same program) against qemu-x86_64 as a child (``RUSAGE_CHILDREN``); outputs compared by
+   SHA-256; median of ``--reps`` with the range.  Goals: <= 2x qemu-user, start-up <= 0.2 s.
+3. A hot libc function: bench/programs/hotlibc.c (static, -O0) calls ``atoi`` N times;
    kpsdk's kprobe on ``atoi`` reading its argument against Qiling's ``hook_address`` on
    the same address reading ``rdi``.  Both counts are checked against N (the program
    prints it); the per-hit cost is (probed - unprobed run) / N, best of ``--reps``.
@@ -23,7 +29,9 @@ import json
 import os
 import platform
 import random
+import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -109,6 +117,74 @@ def bench_sort(reps: int) -> list[list[str]]:
     return rows
 
 
+#: issue 38's programs: (row label, argv, input); coreutils sort with -S so that 100,000 lines
+#: sort in memory (its default buffer follows the machine's memory, and the temporary files
+#: it would write otherwise are another benchmark)
+PROGRAMS: list[tuple[str, list[str], Callable[[], bytes]]] = [
+    ("sha512sum of 10 MB", ["/usr/bin/sha512sum"], lambda: random.Random(1).randbytes(10 << 20)),
+    ("coreutils sort of 100,000 lines", ["/usr/bin/sort", "-S", "200M"], lambda: lines(100_000)),
+    ("xz -9 -T1 of 1 MB", ["/usr/bin/xz", "-9", "-T1", "-c"], lambda: lines(30_000)[:1 << 20]),
+    ("busybox sort of 10,000 lines", [str(BUSYBOX), "sort"], lambda: lines(10_000)),
+    ("/bin/true: a dynamic program's start-up", ["/bin/true"], lambda: b""),
+]
+
+
+def _children_cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def kpsdk_program(argv: list[str], data: bytes) -> tuple[float, bytes]:
+    """CPU seconds of kpsdk.open + run in this process, and the output."""
+    start = time.process_time()
+    with kpsdk.open(f"elf:{argv[0]}", args=argv[1:], stdin=data, env={"LC_ALL": "C"}) as s:
+        status = s.run(timeout=3600)
+        out = s.console_bytes
+    elapsed = time.process_time() - start
+    if status != 0:
+        raise SystemExit(f"kpsdk: {argv} exited {status}: {out[-300:]!r}")
+    return elapsed, out
+
+
+def qemu_program(argv: list[str], data: bytes) -> tuple[float, bytes]:
+    """CPU seconds of qemu-x86_64 running ``argv`` (user + system of the child), and the output."""
+    before = _children_cpu()
+    done = subprocess.run(["qemu-x86_64", *argv], input=data, capture_output=True, env={"LC_ALL": "C"},
+                          timeout=3600, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"qemu-x86_64: {argv} exited {done.returncode}")
+    return _children_cpu() - before, done.stdout
+
+
+def bench_programs(reps: int) -> list[list[str]]:
+    """Issue 38's rows: each program's CPU under kpsdk and qemu-user, median of ``reps``."""
+    if shutil.which("qemu-x86_64") is None:
+        return [["issue 38 programs", "skipped: qemu-x86_64 not found (Debian package qemu-user)", "", "", ""]]
+    rows = []
+    for label, argv, make in PROGRAMS:
+        if not Path(argv[0]).exists():
+            rows.append([label, f"skipped: {argv[0]} not found", "", "", ""])
+            continue
+        data = make()
+        kpsdk_program(argv, data)  # warm-up: first-use imports and caches are start-up's row
+        ks, qs = [], []
+        for _ in range(reps):
+            k, kout = kpsdk_program(argv, data)
+            q, qout = qemu_program(argv, data)
+            if hashlib.sha256(kout).digest() != hashlib.sha256(qout).digest():
+                raise SystemExit(f"{label}: kpsdk's output differs from qemu-user's")
+            ks.append(k)
+            qs.append(q)
+        k, q = statistics.median(ks), statistics.median(qs)
+        goal = "<= 0.2 s" if argv[0] == "/bin/true" else "<= 2x"
+        met = k <= 0.2 if argv[0] == "/bin/true" else k <= 2 * q
+        rows.append([f"{label} (CPU; goal {goal}: {'met' if met else 'not met'})",
+                     f"{k:.2f} s ({min(ks):.2f}-{max(ks):.2f})", f"{q:.2f} s ({min(qs):.2f}-{max(qs):.2f})",
+                     f"{k / q:.1f}x" if q > 0 else "n/a", "outputs identical"])
+        print(f"  {label}: kpsdk {k:.2f} s, qemu-user {q:.2f} s ({k / q if q else 0:.1f}x)", flush=True)
+    return rows
+
+
 def kpsdk_hot(prog: Path, probed: bool) -> tuple[float, int]:
     seen = [0]
 
@@ -170,8 +246,9 @@ def main() -> None:
     args = ap.parse_args()
     if not BUSYBOX.exists():
         raise SystemExit(f"{BUSYBOX} not found: install the Debian package busybox-static")
-    print("Linux programs on Unicorn: busybox sort and a hot libc probe, kpsdk vs qemu-user vs Qiling", flush=True)
-    rows = bench_sort(args.reps) + bench_hot(args.reps)
+    print("Linux programs on Unicorn: issue 38's programs, busybox sort and a hot libc probe, kpsdk vs qemu-user "
+          "vs Qiling", flush=True)
+    rows = bench_programs(args.reps) + bench_sort(args.reps) + bench_hot(args.reps)
     text = markdown(rows, args.reps)
     print(text)
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -142,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
                 ("make -j2 of 40 shell commands", ["/usr/bin/make", "-j2", "-s"], b"", workdir)]
     for label, command, stdin, cwd in programs:
         _, expected = native_cpu(command, stdin, cwd)
-        ks, qs, ql = [], [], []
+        ks, qs = [], []
         for _ in range(args.reps):
             cpu, out = kpsdk_cpu(command, stdin, cwd)
             if sorted(out.splitlines()) != sorted(expected.splitlines()):

@@ -253,9 +253,10 @@ def test_a_batch_fails_at_the_first_probe_one_by_one_fails_at() -> None:
             assert expected is not None and expected[2] == \
                 f"EINVAL: <Kprobe {inc & ~1:#x} registered> is already registered", expected
             assert not session.target.manager.points
-    slots = 0x10000  # more breakpoint-path probes than kpsdk's area has booster slots
+    slots = 0x1000  # more breakpoint-path probes than kpsdk's area is given room for here
     with kpsdk.open("unicorn:x86_64") as s:
         _nops(s, slots)
+        s.target._code_end = s.target._next_slot + 0x800 * 32  # type: ignore[attr-defined]
         s.kprobes_optimization = False
         probes = [kpsdk.Kprobe(addr=CODE + i) for i in range(slots)] + [kpsdk.Kprobe(addr=0x10)]
         error = _error_of(lambda: s.register_kprobes(probes))

@@ -4,6 +4,7 @@ optimized ones, hits still right, memory restored."""
 from __future__ import annotations
 
 import kpsdk
+from kpsdk.targets.unicorn.loader import BLANK_AREA
 from kpsdk.targets.unicorn.target import OPT_LIMIT
 
 CODE = 0x100000
@@ -55,8 +56,8 @@ def test_promotion_leaves_a_point_without_a_reachable_slot_on_its_hook() -> None
     from kpsdk's area cannot go to the breakpoint path, so it keeps its hook."""
     from kpsdk.targets.unicorn.target import PROMOTE_EVERY
 
-    s = kpsdk.open("unicorn:riscv64")  # kpsdk's area is at 0x7e000000
-    far, near = 0x100000, 0x7DF80000  # near: within jal range of the slots at 0x7e000100
+    s = kpsdk.open("unicorn:riscv64")  # kpsdk's area is at BLANK_AREA (0x76000000)
+    far, near = 0x100000, BLANK_AREA - 0x80000  # near: within jal range of the slots at BLANK_AREA + 0x100
     s.target.map(far, 0x1000, "rx")
     s.target.map(near, 0x1000, "rx")
     s.write_memory(far, b"\x01\x00" * (OPT_LIMIT + 1))  # c.nop x33: cold, never run

@@ -8,6 +8,7 @@ target (live kernels patch their text, so the file would lie).
 
 from __future__ import annotations
 
+import sys
 import weakref
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -160,7 +161,9 @@ def _decoded(arch: Arch, md: capstone.Cs, iset: InstructionSet, addr: int, raw: 
         if len(classes) >= _CLASSES_MAX:
             classes.clear()
         classes[key] = known
-    return Decoded(addr, lite[0], lite[1], lite[2], raw, *known)
+    # the texts interned: a probe keeps its Decoded, and a million probes on a few kinds of
+    # instruction kept a million copies of the same few strings (80 bytes a probe)
+    return Decoded(addr, lite[0], sys.intern(lite[1]), sys.intern(lite[2]), raw, *known)
 
 
 #: per arch name: by (instruction set, its capstone mode, bytes) what classifying an instruction gave (boostable,

@@ -457,7 +457,22 @@ def load_elf(path: str | Path, archs: ArchRegistry | None = None) -> ElfImage:
         raw, st = read_regular(path)
     except OSError as e:
         raise TargetError(f"cannot read {path}: {e.strerror}") from e
-    return parse_elf(raw, path, (st.st_dev, st.st_ino), archs)
+    key = (str(path), st.st_dev, st.st_ino, id(archs))
+    known = _parsed.get(key)
+    if known is not None and known[0] == raw and known[1] is archs:  # the same bytes: the same image (a copy)
+        return replace(known[2])
+    image = parse_elf(raw, path, (st.st_dev, st.st_ino), archs)
+    if len(_parsed) >= MAX_PARSED:
+        _parsed.pop(next(iter(_parsed)))
+    _parsed[key] = (raw, archs, image)  # archs kept: its id is in the key
+    return replace(image)
+
+
+#: the images :func:`load_elf` parsed, by path, file and arch registry, with the bytes they were
+#: parsed from: a session of a dynamic program parses libc (~70 ms, most of a warm start-up)
+#: and every later session of the process gets it back for a comparison of its bytes
+_parsed: dict[tuple[str, int, int, int], tuple[bytes, ArchRegistry | None, ElfImage]] = {}
+MAX_PARSED = 32
 
 
 def parse_elf(raw: bytes, path: Path, identity: tuple[int, int] | None = None,

@@ -875,7 +875,8 @@ class StracePrinter:
         out: list[Shown] = []
         for k, kind in enumerate(c.kinds):
             out.append((k, ENTRY[kind](c, k, c.value(k))))
-            if kind == "oflags" and c.generic_open_flags(c.value(k)) & 0o20100100 and k + 1 < len(c.call.args):  # O_CREAT, O_TMPFILE
+            creates = kind == "oflags" and c.generic_open_flags(c.value(k)) & 0o20100100  # O_CREAT, O_TMPFILE
+            if creates and k + 1 < len(c.call.args):
                 out.append((-1, octal(c.arg(c.slots[k] + 1) & 0o7777)))
         return out
 

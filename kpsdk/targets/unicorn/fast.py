@@ -12,13 +12,16 @@ import ctypes
 import functools
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import unicorn
 from unicorn.unicorn_py3.unicorn import uc_hook_h, uclib
 
 from kpsdk.arch import Register
 from kpsdk.regs import bad_argument_number
+
+if TYPE_CHECKING:
+    from kpsdk.targets.unicorn.engine import ExitChecks
 
 HOOK_CODE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint32, ctypes.c_void_p)
 HOOK_INTR = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_uint32, ctypes.c_void_p)
@@ -288,25 +291,33 @@ class FastWords:
 
 
 class FastHooks:
-    """Hooks registered with our own C callbacks (kept alive here)."""
+    """Hooks registered with our own C callbacks (kept alive here).
 
-    def __init__(self, uc: unicorn.Uc) -> None:
+    ``checks``: told of every hook that may stop the engine or move the pc inside a block
+    (code hooks here, memory hooks through :meth:`mid_block_added`), so that Unicorn's exit
+    checks after loads and stores are made only while one exists (:mod:`.engine`)."""
+
+    def __init__(self, uc: unicorn.Uc, checks: ExitChecks | None = None) -> None:
         self._uch = uc._uch
         self._alive: dict[int, object] = {}
+        self._checks = checks
+        self._mid_block: set[int] = set()  # the code hooks among _alive
 
     def code(self, callback: Callable[[int, int, int, int], None], begin: int, end: int) -> int:
         return self._add(unicorn.UC_HOOK_CODE, HOOK_CODE(callback), begin, end)
 
-    def code_shared(self, cfunc: Any, begin: int, end: int) -> int:
+    def code_shared(self, cfunc: Any, begin: int, end: int, mid_block: bool = True) -> int:
         """A code hook calling ``cfunc``, a ``HOOK_CODE`` the caller made once and keeps alive:
         for hooks deleted from inside their own callback (ctypes does not hold the callback
-        object while it runs, so :meth:`code`'s, freed by :meth:`delete`, could go under it)."""
-        return self._add(unicorn.UC_HOOK_CODE, cfunc, begin, end)
+        object while it runs, so :meth:`code`'s, freed by :meth:`delete`, could go under it).
+        ``mid_block=False``: the hook never stops the engine nor moves the pc (Unicorn's exit
+        checks can stay off for it: :mod:`.engine`)."""
+        return self._add(unicorn.UC_HOOK_CODE, cfunc, begin, end, mid_block)
 
     def intr(self, callback: Callable[[int, int, int], None]) -> int:
         return self._add(unicorn.UC_HOOK_INTR, HOOK_INTR(callback), 1, 0)
 
-    def _add(self, kind: int, cfunc: Any, begin: int, end: int) -> int:
+    def _add(self, kind: int, cfunc: Any, begin: int, end: int, mid_block: bool = True) -> int:
         handle = uc_hook_h()
         status = uclib.uc_hook_add(
             self._uch, ctypes.byref(handle), kind, ctypes.cast(cfunc, ctypes.c_void_p), None,
@@ -315,8 +326,23 @@ class FastHooks:
         if status != unicorn.UC_ERR_OK:
             raise unicorn.UcError(status)
         self._alive[handle.value] = cfunc
+        if kind == unicorn.UC_HOOK_CODE and mid_block:
+            self._mid_block.add(int(handle.value))
+            self.mid_block_added()
         return int(handle.value)
 
     def delete(self, handle: int) -> None:
         uclib.uc_hook_del(self._uch, uc_hook_h(handle))
         self._alive.pop(handle, None)
+        if handle in self._mid_block:
+            self._mid_block.discard(handle)
+            self.mid_block_deleted()
+
+    def mid_block_added(self) -> None:
+        """A hook that may stop the engine inside a block exists (a memory hook added elsewhere)."""
+        if self._checks is not None:
+            self._checks.added()
+
+    def mid_block_deleted(self) -> None:
+        if self._checks is not None:
+            self._checks.deleted()

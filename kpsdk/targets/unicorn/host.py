@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from kpsdk.targets.unicorn.linux.kernel import LinuxKernel
     from kpsdk.targets.unicorn.space import Space
     from kpsdk.targets.unicorn.step import SoftStep
+    from kpsdk.targets.unicorn.tlb import TlbFill
 
 #: a ctypes code-hook callback: ``(handle, address, size, user)``
 CodeHook = Callable[[int, int, int, int], None]
@@ -55,6 +56,10 @@ class UnicornHost(Protocol):
     stepper: SoftStep
     #: no probe takes the breakpoint path while set (the watchpoints' engine sets it)
     breakpoints_paused: bool
+    #: the process's mappings (write watchpoints protect pages of it in the engine only)
+    space: Space
+    #: the virtual TLB's fill (None: Unicorn's CPU fills it)
+    tlb: TlbFill | None
 
     @property
     def running(self) -> bool:

@@ -9,7 +9,14 @@ process's reserved ranges) and the runner (:mod:`.running`: call frames under th
 from __future__ import annotations
 
 PAGE = 0x1000
-AREA_SIZE = 0x200000  # kpsdk's own area: sentinel + out-of-line slots, then DATA_SIZE the guest writes
+#: kpsdk's own area: sentinel + out-of-line slots and code, then DATA_SIZE the guest writes.
+#: 128 MiB: room for ~4.2 million 32-byte booster slots (a million kprobes in one session,
+#: issue 38).  It costs nothing until used: every mapping is anonymous host memory
+#: (:mod:`.space`), which the host commits page by page as slots are written, and Unicorn's
+#: own bookkeeping of a mapping does not grow with its size (an open measured the same with
+#: 2 MiB and 64 MiB).  Slots past an arch's near-jump reach from the probed code (riscv64's
+#: jal: 1 MiB; ARM's b: 32 MiB) cannot jump back, and their points take the hook path.
+AREA_SIZE = 0x8000000
 SLOT_SIZE = 32
 SLOT_BASE = 0x100  # offset of the first slot in kpsdk's area (the sentinel is at 0)
 STACK_TOP = 0x7FFF0000

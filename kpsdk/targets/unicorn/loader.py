@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from kpsdk.registry import Registry
 
 #: where a ``unicorn:`` target puts kpsdk's area (an ``elf:`` one puts it above the program)
-BLANK_AREA = 0x7E000000
+BLANK_AREA = 0x76000000
 #: the most memory an elf: target maps for a program's segments (page-rounded, overlaps once):
 #: 1 GiB, more than any program emulated function by function needs; a larger p_memsz is
 #: refused at once instead of being mapped and written

@@ -19,7 +19,6 @@ are plain ``struct`` accesses, not ``uc_mem_read``/``uc_mem_write`` calls (~1.5 
 
 from __future__ import annotations
 
-import bisect
 import errno
 import mmap
 import struct
@@ -29,6 +28,7 @@ import unicorn
 
 from kpsdk.errors import KprobeError, TargetError
 from kpsdk.target import Target
+from kpsdk.targets.unicorn.addrset import AddressSet
 from kpsdk.targets.unicorn.detour import DATA_SIZE
 from kpsdk.targets.unicorn.fast import cache_remover, cstring_reader, memory_reader, memory_writer
 from kpsdk.targets.unicorn.layout import AREA_SIZE, BARE_STACK, PAGE, SLOT_BASE, STACK_SIZE, STACK_TOP, align_up
@@ -84,12 +84,13 @@ class GuestMemory(Target):
         self._generation = 0
         #: the breakpoint-path points' addresses, sorted, and the bytes each one's trap hides:
         #: a read finds the traps inside it by bisection (K10); kept by the arming code
-        self._bp_sorted: list[int] = []
+        self._bp_sorted = AddressSet()
         self._bp_hidden: dict[int, bytes] = {}
         #: lowest and highest address kpsdk ever patched (reads outside skip the overlay)
         self._bp_lo, self._bp_hi = 1 << 64, -1
         self._area = 0
         self._next_slot = 0
+        self._code_end = 0
         self._area_mem: mmap.mmap | None = None
         self._stack_mem: mmap.mmap | None = None
         #: the lowest address of ``_stack_mem`` (the stack's top mapping)
@@ -131,6 +132,9 @@ class GuestMemory(Target):
         change its code)."""
         self._host_checked.clear()
         self._generation += 1
+        watch = getattr(self, "watch", None)
+        if watch is not None:  # a process's memory replaced another's: its trapped pages again
+            watch.reassert()
 
     @property
     def code_generation(self) -> int | None:
@@ -165,11 +169,19 @@ class GuestMemory(Target):
         """Make Unicorn translate ``[begin, end)`` again before it runs it.  Inside a run (a
         handler registering) at once; outside one, at the start of the next run, all the
         ranges merged (:meth:`_flush_stale`): dropping translations cost 22-35 us a call
-        whatever the span (docs/performance.md), twice per registered probe."""
+        whatever the span (docs/performance.md), twice per registered probe.  A range within
+        a page of one of the last two kept is merged into it at once: a batch of probes on
+        neighbouring code, each with its booster slot, kept ~130 bytes a probe otherwise."""
         if self.runner.depth:
             self._remove_cache(begin, end)
-        else:
-            self._stale.append((begin, end))
+            return
+        stale = self._stale
+        for i in range(len(stale) - 1, max(len(stale) - 3, -1), -1):  # a batch alternates code and slots
+            b, e = stale[i]
+            if begin <= e + PAGE and b <= end + PAGE:  # within a page of a recent range: one range
+                stale[i] = (min(b, begin), max(e, end))
+                return
+        stale.append((begin, end))
 
     def _flush_stale(self) -> None:
         """Drop the translations registration left stale since the last run: one call per
@@ -198,6 +210,8 @@ class GuestMemory(Target):
         data = base + AREA_SIZE - DATA_SIZE
         mem = self.map(data, DATA_SIZE, "rw", shared=True)
         self._next_slot = base + SLOT_BASE
+        #: where the slots and code end (the data part follows; tests lower it to fill the area)
+        self._code_end = base + AREA_SIZE - DATA_SIZE
         return data, mem
 
     def setup_stack(self, size: int = BARE_STACK) -> int:
@@ -218,13 +232,13 @@ class GuestMemory(Target):
 
     def peek_code(self, size: int) -> int | None:
         """Where the next :meth:`alloc_code` of ``size`` bytes starts, or None when it would not fit."""
-        return self._next_slot if self._next_slot + size <= self._area + AREA_SIZE - DATA_SIZE else None
+        return self._next_slot if self._next_slot + size <= self._code_end else None
 
     def alloc_code(self, size: int) -> int:
         """``size`` bytes of kpsdk's area for code (a multiple of SLOT_SIZE), never given back:
         their owner keeps its own free list (slots, detours)."""
         block = self._next_slot
-        if block + size > self._area + AREA_SIZE - DATA_SIZE:
+        if block + size > self._code_end:
             raise KprobeError(errno.ENOMEM, "kpsdk's out-of-line slot area is full")
         self._next_slot += size
         return block
@@ -272,7 +286,7 @@ class GuestMemory(Target):
             raise self.memory_fault(f"cannot read {size} bytes: {e}", addr) from e
         if self._bp_points:
             hidden, at = self._bp_hidden, self._bp_sorted
-            for a in at[bisect.bisect_left(at, addr - MAX_TRAP + 1):bisect.bisect_left(at, addr + size)]:
+            for a in at.between(addr - MAX_TRAP + 1, addr + size):
                 if a + len(hidden[a]) > addr:  # a trap before addr reaching into the read
                     _put_back(data, addr, a, hidden[a])
         if self.detours is not None and self.detours.by_addr:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Protocol
 import unicorn
 
 from kpsdk.errors import TargetError, TargetFault
+from kpsdk.targets.unicorn.timer import emu_start
 
 if TYPE_CHECKING:
     from kpsdk.arch import Arch
@@ -158,7 +159,7 @@ class Runner:
             self.depth += 1
             error: unicorn.UcError | None = None
             try:
-                host.uc.emu_start(begin, until, timeout=usec)
+                emu_start(host.uc, begin, until, usec)  # kpsdk's timer: Unicorn's polls every 2 us
             except unicorn.UcError as e:
                 error = e
             finally:

@@ -46,7 +46,6 @@ what a system call reads on its way is the glue's own (:mod:`.syscalls`).
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -58,6 +57,7 @@ from kpsdk.errors import TargetFault, UnsupportedTargetError
 from kpsdk.manager import ProbeManager, ProbePoint
 from kpsdk.regs import PtRegs
 from kpsdk.targets.unicorn.detour import DetourEngine
+from kpsdk.targets.unicorn.engine import ExitChecks
 from kpsdk.targets.unicorn.fast import FastHooks, FastRegs, FastWords
 from kpsdk.targets.unicorn.layout import PAGE, SLOT_BASE, SLOT_SIZE, STACK_TOP
 from kpsdk.targets.unicorn.libraries import Libraries
@@ -104,9 +104,11 @@ class UnicornTarget(GuestMemory, ReturnProbes, TaskSupport):
             self.uc.ctl_set_cpu_model(arch.unicorn_cpu)
         keep_blocks_apart(self.uc)
         #: guest stores at full speed on memory that is not executable (kpsdk.targets.unicorn.tlb), where
-        #: the arch allows it (not ARM: ``Arch.unicorn_tlb_fill``)
+        #: the arch allows it (``Arch.unicorn_tlb_fill``; ARM clears the IT state a fill restores; MIPS
+        #: settles its delay-slot state after each data fill, which only the Python fill does)
         settle = arch.delay_slots.unicorn_settle if arch.delay_slots is not None else None
-        self.tlb = TlbFill(self.uc, fail=self.fail, settle=settle) if arch.unicorn_tlb_fill else None
+        self.tlb = TlbFill(self.uc, fail=self.fail, clear_it=arch.has_thumb, pc_reg=arch.register(arch.pc).uc or 0,
+                           settle=settle, prefer_native=settle is None) if arch.unicorn_tlb_fill else None
         watch_mappings(self.uc, self.tlb)
         if arch.unicorn_setup is not None:  # CPU state Unicorn leaves off that programs expect (ARM's VFP)
             arch.unicorn_setup(self.uc)
@@ -114,7 +116,12 @@ class UnicornTarget(GuestMemory, ReturnProbes, TaskSupport):
         self.fresh_context = self.uc.context_save()
         self.fast = FastRegs(self.uc)
         self.words = FastWords(self.uc, arch.word_size, arch.endian)
-        self.hooks = FastHooks(self.uc)
+        #: Unicorn's exit checks after loads and stores, made only while a code or memory hook
+        #: exists (:mod:`.engine`; 32-bit ARM's translator keeps the field to itself)
+        self.exit_checks = ExitChecks(self.uc, enabled=not arch.has_thumb)
+        if self.tlb is not None:  # stores that fault stop precisely while the checks may be off
+            self.tlb.refuse(self.exit_checks.available)
+        self.hooks = FastHooks(self.uc, self.exit_checks)
         self._init_memory()
         #: run(), call() and the emulation loop; ``runner.depth``: emu_start calls under way
         self.runner = Runner(self)
@@ -248,12 +255,12 @@ class UnicornTarget(GuestMemory, ReturnProbes, TaskSupport):
             self.write_code(slot, code)
             bp = point.iset.unicorn_breakpoint.for_length(size)
             # the pc written on every hit: the slot, with the Thumb bit where it runs Thumb code
-            resume = slot | (1 if point.iset.thumb_bit else 0)
+            resume = slot | 1 if point.iset.thumb_bit else slot  # the slot's own int where equal
             point.state.update(slot=slot, bp_len=len(bp), resume=resume)
             self.patch(point, addr, bp)
             self._bp_points[addr] = point
             self._bp_hidden[addr] = point.insn.raw[:len(bp)]
-            bisect.insort(self._bp_sorted, addr)
+            self._bp_sorted.add(addr)
             self._bp_lo, self._bp_hi = min(self._bp_lo, addr), max(self._bp_hi, addr)
             self._slot_points[slot] = point
         point.mechanism, point.optimized = mechanism, optimized
@@ -291,7 +298,7 @@ class UnicornTarget(GuestMemory, ReturnProbes, TaskSupport):
             self._free_slots.append(slot)
             self._bp_points.pop(addr, None)
             del self._bp_hidden[addr]
-            del self._bp_sorted[bisect.bisect_left(self._bp_sorted, addr)]
+            self._bp_sorted.remove(addr)
         elif point.mechanism in ("detour", "hooked-entry"):
             assert self.detours is not None
             self.detours.disarm(point)
@@ -631,6 +638,8 @@ class UnicornTarget(GuestMemory, ReturnProbes, TaskSupport):
         the translations registration left stale are dropped."""
         self._forget_memory()
         self._flush_stale()
+        if self.watch is not None:
+            self.watch.before_run()
 
     def regs(self) -> PtRegs:
         self.hit_regs._reset(self.fast.read(self._pc))

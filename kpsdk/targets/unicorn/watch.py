@@ -15,9 +15,15 @@ re-running the instruction would store twice.  So the memory hook only
 *records* the access, and the report comes from a code hook on the accessing
 instruction's successor, the next instruction boundary.
 
-The memory hook is bound to the watched range (no other access calls Python;
-every load and store still pays Unicorn's memory-hook check, bench row ``W``)
-and exists only while a data watchpoint is armed.  It knows the address, the
+A write watchpoint (``w``) has no memory hook: its page is write-protected in
+the engine and the page's write-protection hooks see its stores (:mod:`.watchpages`:
+every other page keeps Unicorn's fast path, bench row ``W``); :meth:`UcWatch._on_prot`
+is its memory hook's twin, and a site's first hit is refused by the TLB fill,
+precisely, instead of by the region protection below.  Read watchpoints (and a
+write watchpoint on a page the program keeps writing beside it) use a memory hook
+bound to the watched range (no other access calls Python; every load and store
+still pays Unicorn's memory-hook check, bench row ``W``), which exists only while
+such a watchpoint is armed.  It knows the address, the
 size and the value being stored, and reads the old bytes (still in memory: the
 hook runs before the store).  Where the report comes from depends on whether
 the accessing instruction (the *site*, by its pc) was seen before:
@@ -66,6 +72,7 @@ and go with the last one.
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -73,6 +80,8 @@ import unicorn
 
 from kpsdk.errors import TargetFault
 from kpsdk.targets.unicorn.fast import HOOK_CODE, memory_reader
+from kpsdk.targets.unicorn.tlb import native_symbol
+from kpsdk.targets.unicorn.watchpages import PageTraps
 
 if TYPE_CHECKING:
     import capstone
@@ -139,6 +148,12 @@ class UcWatch:
         #: settles Unicorn after a memory hook ran inside one (:class:`kpsdk.arch.DelaySlots`)
         self._slots = slots
         self._settle = slots.unicorn_settle if slots is not None else None
+        #: write watchpoints moved off their trapped pages for good (a page written beside them)
+        self._untrapped: weakref.WeakSet[Any] = weakref.WeakSet()
+        #: write watchpoints served by write-protected pages instead of a memory hook (:mod:`.watchpages`);
+        #: not on MIPS, whose accesses in delay slots only the memory hook path follows
+        self._traps = PageTraps(target, target.tlb, self._on_prot, native_symbol("kpsdk_page_allow")) \
+            if target.tlb is not None and slots is None else None
 
     # -- the engine interface (kpsdk.target.Target.watch_engine) --------------------------
 
@@ -154,11 +169,18 @@ class UcWatch:
                 self.uc.ctl_remove_cache(addr, addr + 1)
             at.append(wp)
             return
+        if self._traps is not None and wp not in self._untrapped and self._traps.eligible(wp):
+            self._traps.arm(wp)
+            self._mem[wp] = 0  # no memory hook: the page's write-protection hooks (_on_prot), checked at run time
+            if len(self._mem) == 1:
+                self._pause_breakpoints(True)  # the protection hooks read the pc too
+            return
         kinds = (unicorn.UC_HOOK_MEM_WRITE if "w" in wp.type else 0) | (
             unicorn.UC_HOOK_MEM_READ if "r" in wp.type else 0)
         self._mem[wp] = self.uc.hook_add(kinds, self._on_mem, wp, addr, addr + length - 1)
         if len(self._mem) == 1:
             self._pause_breakpoints(True)
+        self.t.hooks.mid_block_added()  # before the retranslation: its blocks check for a stop
         self._drop_code()  # code translated before a read hook existed loads without calling it (measured)
 
     def _pause_breakpoints(self, paused: bool) -> None:
@@ -203,7 +225,11 @@ class UcWatch:
             return
         handle = self._mem.pop(wp, None)
         if handle is not None:
-            self.uc.hook_del(handle)
+            if self._traps is not None and wp in self._traps:
+                self._traps.disarm(wp)
+            else:
+                self.uc.hook_del(handle)
+                self.t.hooks.mid_block_deleted()
             if not self._mem:
                 self._forget_sites()
                 self._pause_breakpoints(False)
@@ -217,6 +243,8 @@ class UcWatch:
             self.t.hooks.delete(handle)
         self._site_hooks.clear()
         self._sites.clear()
+        if self.t.tlb is not None:
+            self.t.tlb.set_sites([])
         step = self._step
         if step is not None and not step.recording and not step.hooks:
             self._step = None  # its successor's hook is gone
@@ -259,6 +287,8 @@ class UcWatch:
         if step is not None:
             for h in step.hooks:
                 self.t.hooks.delete(h)
+        if self.t.tlb is not None:
+            self.t.tlb.allow_once(0)
 
     @property
     def hooked(self) -> int:
@@ -319,6 +349,55 @@ class UcWatch:
             if self._settle is not None:  # MIPS: the hook restored a delay slot's pending branch
                 self._settle(uc)
 
+    def _on_prot(self, uc: unicorn.Uc, access: int, addr: int, size: int, value: int, wp: Any) -> bool:
+        """A store into a trapped write watchpoint's range (:mod:`.watchpages`): recorded as
+        :meth:`_on_mem` records it and made (True), unless the process may not write there
+        (False: its fault); refused (False) at a site's first hit, which then stops precisely
+        at the store and takes the slow path (:meth:`resume_after_fault`), no region to restore."""
+        traps = self._traps
+        assert traps is not None
+        try:
+            step = self._step
+            if step is not None and step.recording:
+                self._record(step, wp, "w", addr, size, value)
+                return traps.store(addr, size, value)
+            if self._abort is not None:
+                return False  # another watchpoint refused this store: it stops here
+            if not wp.armed:
+                return traps.store(addr, size, value)
+            if self.t.manager.busy:
+                wp.nmissed += 1  # K6: a handler is running (one that calls target code)
+                return traps.store(addr, size, value)
+            pc = self.t.fast.read(self._pc_reg)
+            site = self._sites.get(pc)
+            if site is not None and (step is None or (step.pc == pc and not step.hooks)) \
+                    and self._read(pc, len(site.raw)) == site.raw:
+                if step is None:
+                    step = self._step = _Step(pc, site.succ, [], False, False)
+                self._record(step, wp, "w", addr, size, value)
+                return traps.store(addr, size, value)
+            self._abort = (pc, [])
+            return False
+        except BaseException as exc:  # noqa: BLE001 - stored and re-raised by run()/call()
+            self.t.fail(exc)
+            return False
+
+    def before_run(self) -> None:
+        """A run starts: write watchpoints whose trapped pages the last run kept writing beside
+        them move to the memory hook (:meth:`PageTraps.hot <.watchpages.PageTraps.hot>`)."""
+        if self._traps is None or self.t.running:
+            return
+        for wp in self._traps.hot():
+            self._untrapped.add(wp)
+            self.disarm(wp)
+            self.arm(wp)
+
+    def reassert(self) -> None:
+        """kpsdk's view of the memory may have changed (a run starts, a process's memory
+        replaced another's): the trapped pages are write-protected again in the engine."""
+        if self._traps is not None:
+            self._traps.reassert()
+
     def _record(self, step: _Step, wp: Any, kind: str, addr: int, size: int, value: int) -> None:
         """Note one access: the old bytes are still in memory (the hook runs before a store)."""
         old = int.from_bytes(self._read(addr, size), self._endian)
@@ -343,6 +422,11 @@ class UcWatch:
         site when its successors are fixed) and return where to resume (the accessing
         instruction); None when the fault is not ours."""
         abort, self._abort = self._abort, None
+        tlb = self.t.tlb
+        if abort is None and tlb is not None and tlb.trap_fault is not None:
+            # the fill refused a trapped page's store by an instruction not learned yet (watchpages.py)
+            tlb.trap_fault = None
+            abort = (self.t.read_pc(), [])
         if abort is None:
             step = self._step
             if step is not None and not step.recording and not step.hooks:
@@ -373,13 +457,19 @@ class UcWatch:
         hooks: list[int] = []
         fresh = [a for a in succ if a not in self._site_hooks]
         plain = not any(t.is_reserved(a) for a in (pc, *succ))  # no booster slot (reused by other probes)
+        # the successors' hooks only report (a handler's error stops the run at the end of its
+        # block): they need no exit checks (engine.py), which would slow every load and store
         if fixed and plain and len(self._site_hooks) + len(fresh) <= MAX_SITE_HOOKS:
             for a in fresh:
-                self._site_hooks[a] = t.hooks.code_shared(self._after, a, a)
+                self._site_hooks[a] = t.hooks.code_shared(self._after, a, a, mid_block=False)
             self._sites[pc] = _Site(code[:insn.size], succ)
+            if tlb is not None:  # its stores into trapped pages go on to the hooks from now on
+                tlb.set_sites(list(self._sites))
         else:
             fresh = list(succ)
-            hooks = [t.hooks.code_shared(self._after, a, a) for a in fresh]
+            hooks = [t.hooks.code_shared(self._after, a, a, mid_block=False) for a in fresh]
+            if tlb is not None:
+                tlb.allow_once(pc)  # the re-run that records
         for a in fresh:
             self.uc.ctl_remove_cache(a, a + 1)
         self.uc.ctl_remove_cache(pc, pc + insn.size)
@@ -467,6 +557,8 @@ class UcWatch:
             self._step = None
             for h in step.hooks:
                 self.t.hooks.delete(h)
+            if step.hooks and self.t.tlb is not None:
+                self.t.tlb.allow_once(0)  # the re-run of an instruction not learned is over
             regs = self.t.hit_regs
             ip, pc = (self._unslot(addr), self._unslot(step.pc)) if step.unslot else (addr, step.pc)
             for wp, kind, a, size_, value, old in step.accesses:

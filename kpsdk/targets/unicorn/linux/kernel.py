@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import unicorn
 
 from kpsdk.errors import TargetError
+from kpsdk.targets.unicorn.faults import fault_addresses
 from kpsdk.targets.unicorn.linux.files import _GuestErrno
 from kpsdk.targets.unicorn.linux.futex import FutexTable, exit_robust_list
 from kpsdk.targets.unicorn.linux.images import PageCache
@@ -164,7 +165,8 @@ class LinuxKernel:
         self.adopt(task)
         self.init = task.process
         self.current = task
-        self.uc.hook_add(unicorn.UC_HOOK_MEM_INVALID, self._on_invalid)
+        # the fault's address without a memory hook, which would keep every store on the slow path
+        self._fault_address = fault_addresses(self.uc, self._on_invalid)
 
     # -- faults ----------------------------------------------------------------------------------
 
@@ -202,6 +204,7 @@ class LinuxKernel:
             return False
         code = error.errno
         addr, self._fault_addr = self._fault_addr, None
+        addr = self._fault_address() if addr is None else addr
         pc = self.host.fast.read(self._pc)
         if code in (unicorn.UC_ERR_READ_UNMAPPED, unicorn.UC_ERR_WRITE_UNMAPPED, unicorn.UC_ERR_FETCH_UNMAPPED):
             signaling.fault(self, task, "SIGSEGV", SEGV_MAPERR, addr if addr is not None else pc)
