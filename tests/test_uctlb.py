@@ -42,8 +42,9 @@ def fill_kind(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, t
 
 
 def _check_kind(s: kpsdk.Session, kind: str) -> None:
+    """The fill asked for; MIPS always has the Python one (only it settles a delay slot's state)."""
     tlb = s.target.tlb  # type: ignore[attr-defined]
-    assert tlb is not None and tlb.native == (kind == "native")
+    assert tlb is not None and tlb.native == (kind == "native" and s.arch.delay_slots is None)
 
 
 def _words(ws: tuple[int, ...], endian: str) -> bytes:

@@ -183,11 +183,10 @@ class LinuxKernel:
         handler grows it before any signal (:meth:`AddressSpace.grow_stack
         <kpsdk.targets.unicorn.linux.memory.AddressSpace.grow_stack>`)."""
         task = self.current
-        addr = self._fault_addr
-        if task is None or addr is None or error.errno not in (unicorn.UC_ERR_READ_UNMAPPED,
-                                                                unicorn.UC_ERR_WRITE_UNMAPPED):
+        if task is None or error.errno not in (unicorn.UC_ERR_READ_UNMAPPED, unicorn.UC_ERR_WRITE_UNMAPPED):
             return False
-        if not task.process.mem.grow_stack(addr):
+        addr = self._fault_addr if self._fault_addr is not None else self._fault_address()
+        if addr is None or not task.process.mem.grow_stack(addr):
             return False
         self._fault_addr = None
         return True
