@@ -1,0 +1,165 @@
+"""Trace events run in C (kpsdk.fetchprog, the Unicorn target's native hook) give the Python path's records.
+
+The Python path (the compiled closures of :mod:`kpsdk.trace.compile`, themselves checked
+against the interpreter in tests/test_trace_compiled.py) is the reference: the same
+definitions traced both ways, on every Unicorn arch, must give the same files, byte for byte
+once the host's clock is taken out: text with and without the prefix, jsonl, perfetto, through
+a list sink (records) and through the writers' own per-event paths (``sink=writer.write``, as
+``kpsdk trace`` does).  The table covers registers, ``$argN``, ``$stackN``, dereference
+chains, strings and string arrays, bitfields, signed and unsigned sizes, arrays, symbols,
+``$comm``, immediates and faults; here too strings longer than the cap and strings that run
+into unmapped memory, filters evaluated in C, a program with threads (the prefix's comm and
+pid from the target's task_info), and the fallback without a C compiler.
+"""
+
+from __future__ import annotations
+
+import io
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import kpsdk
+from kpsdk import fixtures
+from kpsdk.targets.unicorn import nativetrace
+from kpsdk.targets.unicorn.layout import STACK_TOP
+from kpsdk.trace import native as native_module
+from kpsdk.trace.events import TraceRecord
+from kpsdk.trace.output import WriterContext, make_writer
+from tests.conftest import UNICORN_ARCHS, first_fixture, require_tool
+from tests.test_trace_compiled import TIMES, definitions
+from tests.test_trace_run import PUT_ARGS
+
+FILTERS = [None, 'v > 100 && name ~ "f*"', "vs < 0 || c == 0x61", 'name == "add" || !(arr & 1)',
+           'u != "sub" && lo >= 2', "n == 3"]
+FORMATS = (("text", True), ("text", False), ("jsonl", True), ("perfetto", True))
+#: where the extra strings go: in the stack's mapping, far below what the program uses
+LONG_AT = STACK_TOP - 0x10000
+#: a string whose NUL would be past the stack's end: reading it faults
+EDGE_AT = STACK_TOP - 16
+
+
+def extra_definitions(arch: str) -> list[str]:
+    name, _ = PUT_ARGS[arch]
+    return [f"p:edges put long=@{LONG_AT:#x}:string edge=@{EDGE_AT:#x}:string w32=@{LONG_AT:#x}:x32 "
+            f"nb=+0({name}):b1@7/8 s16=@{LONG_AT:#x}:s16"]
+
+
+def traced(arch: str, native: bool, filter_expr: str | None, writer_path: bool) -> tuple[dict[str, str], Any]:
+    """Each format's file of one whole run; ``writer_path``: each format traced on its own run
+    through the writer's ``write`` (the per-event path), else records written afterwards."""
+    out: dict[str, str] = {}
+    natives: Any = None
+    runs: tuple[tuple[str | None, bool], ...] = FORMATS if writer_path else ((None, True),)
+    for fmt, prefix in runs:
+        records: list[TraceRecord] = []
+        stream = io.StringIO()
+        with kpsdk.open(f"elf:{fixtures.path(arch)}") as s:
+            s.write_memory(LONG_AT, b"A" * 5000 + b"\0")
+            s.write_memory(EDGE_AT, b"B" * 16)
+            context = WriterContext(target=arch, prefix=prefix, notes=("n",))
+            writer = make_writer(fmt, stream, context) if fmt is not None else None
+            trace = s.trace(definitions(arch) + extra_definitions(arch),
+                            sink=writer.write if writer is not None else records, filter=filter_expr)
+            natives = {e.name for e in trace.events if trace.native is not None and trace.native.is_native(e)}
+            assert s.run(timeout=20) == 0
+            s.call("fact", 4)
+            if writer is not None:
+                writer.close()
+                out[f"{fmt}{'' if prefix else '-bare'}"] = stream.getvalue()
+        if fmt is None:
+            for name, prefix2 in FORMATS:
+                stream = io.StringIO()
+                w = make_writer(name, stream, WriterContext(target=arch, prefix=prefix2, notes=("n",)))
+                for record in records:
+                    w.write(record)
+                w.close()
+                out[f"{name}{'' if prefix2 else '-bare'}"] = stream.getvalue()
+    return {k: TIMES.sub(lambda m: (m[1] or m[2]) + "0" + (m[3] or ""), v) for k, v in out.items()}, natives
+
+
+@pytest.mark.parametrize("arch", UNICORN_ARCHS)
+@pytest.mark.parametrize("filter_expr", FILTERS)
+def test_native_records_are_the_python_paths(arch: str, filter_expr: str | None,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    native, which = traced(arch, True, filter_expr, writer_path=False)
+    if filter_expr is None:
+        assert {"put", "bump", "sum7", "loop", "edges"} <= which  # the p events run in C; fact returns in Python
+    monkeypatch.setattr(native_module, "ENABLED", False)
+    python, none = traced(arch, False, filter_expr, writer_path=False)
+    assert none == set()
+    assert native["jsonl"].count("\n") > 3
+    for name, text in native.items():
+        assert text == python[name], name
+
+
+@pytest.mark.parametrize("arch", UNICORN_ARCHS)
+def test_native_writer_paths_write_the_python_paths_bytes(arch: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    native, _ = traced(arch, True, None, writer_path=True)
+    monkeypatch.setattr(native_module, "ENABLED", False)
+    python, _ = traced(arch, False, None, writer_path=True)
+    for name, text in native.items():
+        assert text == python[name], name
+    assert '"long": "' + "A" * 4096 + '"' in native["jsonl"]  # cut at the cap, as the kernel's MAX_STRING_SIZE
+    assert "edge=(fault)" in native["text"]
+
+
+def test_without_a_compiler_every_event_keeps_the_python_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(nativetrace, "_tried", True)
+    monkeypatch.setattr(nativetrace, "_library", None)
+    monkeypatch.setattr("shutil.which", lambda name, *a, **k: None)
+    fallback, which = traced("x86_64", False, None, writer_path=False)
+    assert which == set()
+    monkeypatch.undo()
+    native, _ = traced("x86_64", True, None, writer_path=False)
+    assert fallback == native
+
+
+def test_hits_profile_and_list_of_native_events() -> None:
+    with kpsdk.open(f"elf:{fixtures.path('x86_64')}") as s:
+        trace = s.trace(["p:loop loop n=$arg1:u32"], filter="n > 1000000")
+        assert "[OPTIMIZED]" in s.list()
+        s.call("loop", 7)
+        s.call("loop", 3)
+        assert trace.events[0].hits == 2 and trace.counts["loop"] == 0  # hit, filtered out
+        assert "loop" in trace.profile()
+        trace.close()
+        assert "loop" not in s.list()
+
+
+def test_a_trigger_moves_an_event_back_to_python() -> None:
+    with kpsdk.open(f"elf:{fixtures.path('x86_64')}") as s:
+        trace = s.trace(["p:loop loop n=$arg1:u32"], triggers=["loop:hist:keys=n"])
+        assert trace.native is not None and not trace.native.is_native(trace.events[0])
+        s.call("loop", 7)
+        assert "n:          7" in trace.hist_text() or "n: 7" in trace.hist_text().replace("  ", " ")
+
+
+def racy_lines(exe: Path) -> str:
+    from kpsdk.trace.output import TextWriter
+
+    stream = io.StringIO()
+    writer = TextWriter(stream, prefix=True)
+    with kpsdk.open(f"elf:{exe}", args=["racy"]) as s:
+        s.trace(["p:racer racer who=$arg1:s64", "p:yield sched_yield"], sink=writer.write)
+        assert s.run(timeout=300) == 0
+    writer.close()
+    return TIMES.sub(lambda m: (m[1] or m[2]) + "0" + (m[3] or ""), stream.getvalue())
+
+
+def test_a_threaded_programs_prefix_is_its_tasks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """tasks.c's racy mode: four threads; each line's comm-pid is the thread's, as on the Python path."""
+    fixture = first_fixture("x86_64")
+    cc = fixture.compilers[0]
+    require_tool(cc, fixture.libc_packages)
+    exe = tmp_path / "tasks"
+    subprocess.run([cc, "-static", "-O1", "-pthread", "-o", str(exe),
+                    str(Path(__file__).parent / "programs" / "tasks.c")], check=True, capture_output=True)
+    native = racy_lines(exe)
+    monkeypatch.setattr(native_module, "ENABLED", False)
+    python = racy_lines(exe)
+    assert native == python
+    pids = {line.split("[")[0].strip() for line in native.splitlines() if not line.startswith("#")}
+    assert len(pids) >= 4, pids  # the main thread's and each racer's
