@@ -39,12 +39,15 @@ FORMATS = (("text", True), ("text", False), ("jsonl", True), ("perfetto", True))
 LONG_AT = STACK_TOP - 0x10000
 #: a string whose NUL would be past the stack's end: reading it faults
 EDGE_AT = STACK_TOP - 16
+#: a string that is not UTF-8 (Python writes its line), and one with the characters text escapes
+BAD_AT, ESCAPED_AT = LONG_AT - 64, LONG_AT - 32
 
 
 def extra_definitions(arch: str) -> list[str]:
     name, _ = PUT_ARGS[arch]
     return [f"p:edges put long=@{LONG_AT:#x}:string edge=@{EDGE_AT:#x}:string w32=@{LONG_AT:#x}:x32 "
-            f"nb=+0({name}):b1@7/8 s16=@{LONG_AT:#x}:s16"]
+            f"nb=+0({name}):b1@7/8 s16=@{LONG_AT:#x}:s16",
+            f"p:odd sum7 bad=@{BAD_AT:#x}:string esc=@{ESCAPED_AT:#x}:string a=$arg1:x16"]
 
 
 def traced(arch: str, native: bool, filter_expr: str | None, writer_path: bool) -> tuple[dict[str, str], Any]:
@@ -59,6 +62,8 @@ def traced(arch: str, native: bool, filter_expr: str | None, writer_path: bool) 
         with kpsdk.open(f"elf:{fixtures.path(arch)}") as s:
             s.write_memory(LONG_AT, b"A" * 5000 + b"\0")
             s.write_memory(EDGE_AT, b"B" * 16)
+            s.write_memory(BAD_AT, b"ok\xff\xc0\x80no\0")
+            s.write_memory(ESCAPED_AT, b'q"\\\nz\xc3\xa9\0')
             context = WriterContext(target=arch, prefix=prefix, notes=("n",))
             writer = make_writer(fmt, stream, context) if fmt is not None else None
             trace = s.trace(definitions(arch) + extra_definitions(arch),
@@ -86,7 +91,7 @@ def test_native_records_are_the_python_paths(arch: str, filter_expr: str | None,
                                              monkeypatch: pytest.MonkeyPatch) -> None:
     native, which = traced(arch, True, filter_expr, writer_path=False)
     if filter_expr is None:
-        assert {"put", "bump", "sum7", "loop", "edges"} <= which  # the p events run in C; fact returns in Python
+        assert {"put", "bump", "sum7", "loop", "edges", "odd"} <= which  # the p events run in C; fact returns in Python
     monkeypatch.setattr(native_module, "ENABLED", False)
     python, none = traced(arch, False, filter_expr, writer_path=False)
     assert none == set()
@@ -104,6 +109,7 @@ def test_native_writer_paths_write_the_python_paths_bytes(arch: str, monkeypatch
         assert text == python[name], name
     assert '"long": "' + "A" * 4096 + '"' in native["jsonl"]  # cut at the cap, as the kernel's MAX_STRING_SIZE
     assert "edge=(fault)" in native["text"]
+    assert 'bad="ok\ufffd\ufffd\ufffdno"' in native["text"] and 'esc="q\\"\\\\\\nz\u00e9"' in native["text"]
 
 
 def test_without_a_compiler_every_event_keeps_the_python_path(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -163,3 +169,20 @@ def test_a_threaded_programs_prefix_is_its_tasks(tmp_path: Path, monkeypatch: py
     assert native == python
     pids = {line.split("[")[0].strip() for line in native.splitlines() if not line.startswith("#")}
     assert len(pids) >= 4, pids  # the main thread's and each racer's
+
+
+@pytest.mark.parametrize("fmt", ["text", "jsonl"])
+def test_kpsdk_trace_writes_the_python_paths_bytes(fmt: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The command itself (its sink is a writer behind the run's limits): the same file both ways."""
+    from tests.test_trace_run import invoke
+
+    def cli(out: Path) -> str:
+        events = [a for d in definitions("riscv64") for a in ("-e", d)]
+        result = invoke("riscv64", *events, "--output", fmt, "--out", str(out))
+        assert result.exit_code == 0, result.output
+        return TIMES.sub(lambda m: (m[1] or m[2]) + "0" + (m[3] or ""), out.read_text())
+
+    native = cli(tmp_path / "native")
+    monkeypatch.setattr(native_module, "ENABLED", False)
+    assert native == cli(tmp_path / "python")
+    assert native.count("put: (put+") >= 5 or native.count('"event": "put"') >= 5

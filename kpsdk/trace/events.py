@@ -582,7 +582,7 @@ class Trace:
     def remove(self, event: TraceEvent) -> None:
         """Unregister one event (``-:EVENT``)."""
         if self.native is not None:
-            self.native.drain()
+            self.native.forget(event)
         if event.probe is not None and event.probe.registered:
             self.session.unregister(event.probe)
         alive = alive_events(self.session)

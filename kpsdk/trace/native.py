@@ -26,6 +26,7 @@ from operator import itemgetter
 from typing import TYPE_CHECKING, Any, cast
 
 from kpsdk.fetchprog import FetchProgram, NotNative, compile_fetches, with_filter
+from kpsdk.trace.nativetext import TextLines, text_lines
 
 if TYPE_CHECKING:
     from kpsdk.kernel.tasks import TaskInfo
@@ -139,6 +140,8 @@ class NativeTrace:
         #: the tasks hits ran in, by the number records carry (:meth:`task_stamp`)
         self._tasks: list[tuple[TaskInfo, int]] = []
         self._stamps: dict[tuple[str, int, int, str, int], int] = {}
+        #: the C formatter of a plain text writer's lines (nativetext), made at the first batch
+        self._lines: TextLines | None | object = _UNMADE
         self.ring = host.new_ring(self.consume, self.task_stamp)
 
     # -- compiling ----------------------------------------------------------------------------
@@ -150,6 +153,7 @@ class NativeTrace:
             return
         native = self.host.program(self.ring, program.code)
         self.events[native.ident] = NativeEvent(event, program)
+        self._lines = _UNMADE  # described again with this event
         event.probe.native_fetch = native  # type: ignore[attr-defined]
 
     def _program(self, event: TraceEvent) -> FetchProgram | None:
@@ -190,17 +194,28 @@ class NativeTrace:
         self.drain()
         probe.native_fetch = None  # type: ignore[attr-defined]
         self.events.pop(native.ident, None)
+        self._lines = _UNMADE
         target = self.trace.session.target
         point = target.manager.point_of(probe)
         if point is not None:
             target.sync_point(point)
 
+    def forget(self, event: TraceEvent) -> None:
+        """``event`` leaves the trace: its records so far are written, then it is let go."""
+        self.drain()
+        for ident, native in list(self.events.items()):
+            if native.event is event:
+                del self.events[ident]
+                self._lines = _UNMADE
+
     def is_native(self, event: TraceEvent) -> bool:
         return getattr(event.probe, "native_fetch", None) is not None
 
     def renew(self) -> None:
+        """The sink's writer changed: the writers' paths are made again at the next record."""
         for native in self.events.values():
             native.fast = _UNMADE
+        self._lines = _UNMADE
 
     # -- hits ---------------------------------------------------------------------------------
 
@@ -224,48 +239,75 @@ class NativeTrace:
         if self.ring.ring.head:
             self.host.drain_ring(self.ring)
 
-    def consume(self, data: memoryview) -> None:
-        """Records from the ring, oldest first, to the trace's sink."""
-        from kpsdk.trace.events import TraceRecord, writer_of
-        from kpsdk.trace.output import EventShape
+    def consume(self, data: memoryview, address: int) -> None:
+        """Records from the ring (``data``, at ``address``), oldest first, to the trace's sink:
+        a plain text writer's lines formatted in C (:mod:`kpsdk.trace.nativetext`), else each
+        record through the writer's per-event path or as a TraceRecord."""
+        from kpsdk.trace.events import writer_of
 
         trace = self.trace
-        start = trace.start_time
-        tasks = self._tasks
-        events = self.events
-        unpack = RECORD.unpack_from
-        at, end = 0, len(data)
         writer = writer_of(trace._sink)
-        while at < end:
-            length, ident, ns, ip, sp, stamp, faults = unpack(data, at)
-            native = events.get(ident)
-            if native is None:  # an event let go since: its records go with it
-                at += length
-                continue
-            values = native.values(data, at + RECORD.size, faults)
-            at += length
-            event = native.event
-            task, task_id = tasks[stamp]
-            now = ns / 1e9 - start
-            fast = native.fast
-            if fast is _UNMADE:
-                fast = None
-                if writer is not None:
-                    shape = EventShape(event.name, event.group, "p", event.definition,
-                                       tuple((a.name, cast(Callable[..., Any], itemgetter(i)))
-                                             for i, a in enumerate(event.args)), event.id)
-                    fast = writer.event_writer(shape)
-                    native.fast_sp = writer.needs_entry_sp and any(e.definition.is_return for e in trace.events)
-                native.fast = fast
-            event.recorded += 1
-            if fast is not None:
-                fast(now, ip, native.where(ip), values, task, task_id,  # type: ignore[operator]
-                     sp if native.fast_sp else None, None, None, None)
-                continue
-            record = TraceRecord(event.name, event.group, "p", now, ip, native.where(ip),
-                                 dict(zip([a.name for a in event.args], values, strict=True)), None, None, None,
-                                 task_id, event.definition, sp, task.comm, task.pid, task.cpu, task.flags, event.id)
-            trace.deliver(record)
+        if self._lines is _UNMADE:
+            self._lines = self._make_lines(writer)
+        lines = self._lines
+        if lines is None:
+            at, end = 0, len(data)
+            while at < end:
+                at = self._one(data, at, writer)
+            return
+        assert isinstance(lines, TextLines)
+        lines.tasks(self._tasks)
+        for ident, n in lines.write(data, trace.start_time, lambda at: self._one(data, at, writer), address):
+            native = self.events.get(ident)
+            if native is not None:
+                native.event.recorded += n
+
+    def _make_lines(self, writer: Any) -> TextLines | None:
+        lines = text_lines(writer) if writer is not None else None
+        if lines is not None:
+            manager = self.trace.session.target.manager
+            ips = {}
+            for ident, native in self.events.items():
+                point = manager.point_of(native.event.probe) if native.event.probe is not None else None
+                if point is not None:
+                    ips[ident] = point.addr
+            lines.describe(self.events, ips)
+        return lines
+
+    def _one(self, data: memoryview, at: int, writer: Any) -> int:
+        """The record at ``at`` to the sink; returns where the next one starts."""
+        from kpsdk.trace.events import TraceRecord
+        from kpsdk.trace.output import EventShape
+
+        length, ident, ns, ip, sp, stamp, faults = RECORD.unpack_from(data, at)
+        native = self.events.get(ident)
+        if native is None:  # an event let go since: its records go with it
+            return at + length
+        trace = self.trace
+        values = native.values(data, at + RECORD.size, faults)
+        event = native.event
+        task, task_id = self._tasks[stamp]
+        now = ns / 1e9 - trace.start_time
+        fast = native.fast
+        if fast is _UNMADE:
+            fast = None
+            if writer is not None:
+                shape = EventShape(event.name, event.group, "p", event.definition,
+                                   tuple((a.name, cast(Callable[..., Any], itemgetter(i)))
+                                         for i, a in enumerate(event.args)), event.id)
+                fast = writer.event_writer(shape)
+                native.fast_sp = writer.needs_entry_sp and any(e.definition.is_return for e in trace.events)
+            native.fast = fast
+        event.recorded += 1
+        if fast is not None:
+            fast(now, ip, native.where(ip), values, task, task_id,  # type: ignore[operator]
+                 sp if native.fast_sp else None, None, None, None)
+        else:
+            trace.deliver(TraceRecord(event.name, event.group, "p", now, ip, native.where(ip),
+                                      dict(zip([a.name for a in event.args], values, strict=True)), None, None,
+                                      None, task_id, event.definition, sp, task.comm, task.pid, task.cpu,
+                                      task.flags, event.id))
+        return at + length
 
     def close(self) -> None:
         self.host.close_ring(self.ring)

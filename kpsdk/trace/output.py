@@ -199,6 +199,12 @@ class Writer:
         """The per-event path for ``shape``; None (the default): records only."""
         return None
 
+    def text_lines(self) -> tuple[TextWriter, Callable[[], None] | None] | None:
+        """The plain :class:`TextWriter` whose lines this writer writes unchanged, which native
+        trace events may format in C a batch at a time (:mod:`kpsdk.trace.nativetext`), and what
+        to call when its reader went away (``BrokenPipeError``); None (the default): no such writer."""
+        return None
+
     def flush(self) -> None:
         """Nothing buffered by default."""
 
@@ -286,6 +292,9 @@ class TextWriter(Writer):
                 write(body + "\n")
 
         return emit
+
+    def text_lines(self) -> tuple[TextWriter, Callable[[], None] | None] | None:
+        return (self, None) if type(self) is TextWriter else None
 
     def flush(self) -> None:
         self.stream.flush()

@@ -96,9 +96,9 @@ def _load() -> Any:
 
 class NativeRing:
     """Where one trace's records go: a buffer the hooks append to, drained by ``consume``
-    (which gets the records' bytes and must be done with them when it returns)."""
+    (which gets the records' bytes and their address, and must be done with them when it returns)."""
 
-    def __init__(self, host: NativeTraceHost, consume: Callable[[memoryview], None],
+    def __init__(self, host: NativeTraceHost, consume: Callable[[memoryview, int], None],
                  task_stamp: Callable[[], int], size: int = RING_SIZE) -> None:
         self.host = host
         self.consume = consume
@@ -141,7 +141,7 @@ class NativeTraceHost:
 
     # -- what the trace side attaches -------------------------------------------------------
 
-    def new_ring(self, consume: Callable[[memoryview], None], task_stamp: Callable[[], int],
+    def new_ring(self, consume: Callable[[memoryview, int], None], task_stamp: Callable[[], int],
                  size: int = RING_SIZE) -> NativeRing:
         ring = NativeRing(self, consume, task_stamp, size)
         self.rings.append(ring)
@@ -247,7 +247,7 @@ class NativeTraceHost:
         if not head:
             return
         try:
-            ring.consume(ring.view[:head])
+            ring.consume(ring.view[:head], ctypes.addressof(ring.buffer))
         except BaseException as exc:
             if not in_hook:
                 raise
