@@ -383,4 +383,105 @@ static inline int kfp_filter(const struct kfp_head *p, const uint8_t *out, uint6
     return sp ? stack[sp - 1] : 1;
 }
 
+/* ---- hist triggers aggregated at the hit (kpsdk.trace.histtrigger's table, kpsdk/trace/nativehist.py) ----
+ * Up to three keys and three values; a key is a scalar field (cut to its size, sign-extended,
+ * cut to the word, as the kernel reads it; then .log2 or .buckets=N) or the task stamp (Python
+ * turns it into common_pid); a value a scalar field's sum (wrapping at 64 bits).  Entries keep
+ * the order their keys first came in (the sort's ties); a hit on a new key once `capacity`
+ * entries are there is dropped, as the kernel's tracing_map does. */
+#define KFP_HIST_KEYS 3
+enum { KFP_HK_FIELD = 0, KFP_HK_STAMP = 1 };
+enum { KFP_HK_PLAIN = 0, KFP_HK_LOG2 = 1, KFP_HK_BUCKETS = 2 };
+
+struct kfp_hist_field {
+    uint8_t src, bits, is_signed, mode;
+    uint32_t index;               /* the scalar's index (KFP_HK_FIELD) */
+    uint64_t buckets;
+    uint64_t overflow;            /* a .log2 key whose exponent reaches the word's bits (has_overflow) */
+    uint32_t has_overflow, slot;  /* slot: the field's number (its fault bit) */
+};
+
+struct kfp_hist {
+    uint32_t nkeys, nvals;
+    uint32_t capacity, count;     /* entries allowed (a power of two), entries used */
+    uint64_t hits, dropped;
+    uint64_t word_mask;
+    uint32_t word_bits, pad;
+    struct kfp_hist_field key[KFP_HIST_KEYS], val[KFP_HIST_KEYS];
+    uint32_t *index;              /* 2 * capacity slots: entry + 1, 0 empty */
+    uint64_t *entries;            /* per entry: keys[3], hitcount, vals[3], first stamp */
+};
+
+#define KFP_HIST_ENTRY 8
+
+static inline uint64_t kfp_hist_raw(const struct kfp_hist *h, const struct kfp_hist_field *f, const uint64_t *scalars,
+                                    uint64_t faults, uint32_t stamp)
+{
+    if (f->src == KFP_HK_STAMP) {
+        return stamp;
+    }
+    uint64_t v = ((faults >> f->slot) & 1) ? 0 : scalars[f->index];
+    if (f->bits < 64) {
+        v &= (1ull << f->bits) - 1;
+        if (f->is_signed && (v >> (f->bits - 1)) & 1) {
+            v |= ~0ull << f->bits;
+        }
+    }
+    return v & h->word_mask;
+}
+
+static inline uint64_t kfp_hist_key(const struct kfp_hist *h, const struct kfp_hist_field *f, uint64_t v)
+{
+    if (f->mode == KFP_HK_LOG2) {
+        uint64_t w = (v - 1) & h->word_mask;
+        uint64_t exponent = w ? 64u - (uint64_t)__builtin_clzll(w) : 0;
+        return f->has_overflow && exponent >= h->word_bits ? f->overflow : exponent;
+    }
+    if (f->mode == KFP_HK_BUCKETS && f->buckets) {
+        return v / f->buckets * f->buckets;
+    }
+    return v;
+}
+
+static inline void kfp_hist_add(struct kfp_hist *h, const uint8_t *out, uint64_t faults, uint32_t stamp)
+{
+    const uint64_t *scalars = (const uint64_t *)out;
+    uint64_t key[KFP_HIST_KEYS] = {0, 0, 0};
+    for (uint32_t k = 0; k < h->nkeys; k++) {
+        key[k] = kfp_hist_key(h, &h->key[k], kfp_hist_raw(h, &h->key[k], scalars, faults, stamp));
+    }
+    h->hits++;
+    uint64_t hash = 0xcbf29ce484222325ull;
+    for (uint32_t k = 0; k < KFP_HIST_KEYS; k++) {
+        hash = (hash ^ key[k]) * 0x100000001b3ull;
+        hash ^= hash >> 29;
+    }
+    uint64_t mask = 2ull * h->capacity - 1;
+    uint64_t *e = NULL;
+    for (uint64_t at = hash & mask;; at = (at + 1) & mask) {
+        uint32_t slot = h->index[at];
+        if (slot == 0) {
+            if (h->count >= h->capacity) {
+                h->dropped++;
+                return;
+            }
+            e = h->entries + (uint64_t)h->count * KFP_HIST_ENTRY;
+            memset(e, 0, KFP_HIST_ENTRY * 8);
+            memcpy(e, key, sizeof(key));
+            e[7] = stamp;
+            h->index[at] = ++h->count;
+            break;
+        }
+        uint64_t *c = h->entries + (uint64_t)(slot - 1) * KFP_HIST_ENTRY;
+        if (c[0] == key[0] && c[1] == key[1] && c[2] == key[2]) {
+            e = c;
+            break;
+        }
+    }
+    e[3]++;
+    for (uint32_t k = 0; k < h->nvals; k++) {
+        e[4 + k] += kfp_hist_raw(h, &h->val[k], scalars, faults, stamp);
+    }
+}
+
 #endif

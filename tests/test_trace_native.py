@@ -186,3 +186,33 @@ def test_kpsdk_trace_writes_the_python_paths_bytes(fmt: str, tmp_path: Path, mon
     monkeypatch.setattr(native_module, "ENABLED", False)
     assert native == cli(tmp_path / "python")
     assert native.count("put: (put+") >= 5 or native.count('"event": "put"') >= 5
+
+
+HIST_TRIGGERS = ["inc:hist:keys=x:vals=hitcount:size=128", "loop:hist:keys=n.log2", "sum7:hist:keys=a,b:vals=c,g",
+                 "bump:hist:keys=common_pid.execname:vals=by", "put:hist:keys=vs.buckets=2:vals=w:sort=w.descending",
+                 "fact:hist:keys=n.log2:vals=ret", "odd:hist:keys=a.hex:vals=a"]
+
+
+def hists(arch: str) -> tuple[str, set[str]]:
+    """The hist files of the table's events (one trigger each) after a run and calls."""
+    name, value = PUT_ARGS[arch]
+    defs = [d for d in definitions(arch) if not d.startswith("p:put")] + [
+        f"p:put put vs={value}:s8 w=+1({name}):u16", "p:inc inc x=$arg1:s32", "p:odd bump a=$arg1:s16"]
+    with kpsdk.open(f"elf:{fixtures.path(arch)}") as s:
+        trace = s.trace(defs, sink=lambda record: None, triggers=HIST_TRIGGERS)
+        counted = {e.name for e in trace.events
+                   if trace.native is not None and trace.native.is_native(e) and e.triggers.hists}
+        assert s.run(timeout=20) == 0
+        s.call("loop", 300)  # 300 keys in a table of 128: dropped
+        s.call("fact", 5)
+        return trace.hist_text(), counted
+
+
+@pytest.mark.parametrize("arch", UNICORN_ARCHS)
+def test_hist_tables_counted_in_c_are_pythons(arch: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    native, counted = hists(arch)
+    assert {"inc", "loop", "sum7", "bump", "put", "odd"} <= counted  # fact is a return event: Python's
+    monkeypatch.setattr(native_module, "ENABLED", False)
+    python, _ = hists(arch)
+    assert native == python
+    assert "Dropped: 172" in native and "~ 2^" in native

@@ -628,16 +628,16 @@ class Trace:
         trigger = parse_trigger(command, event.definition, session.arch.word_size,
                                 lambda addr, offset: format_symbol(session, addr, with_offset=offset),
                                 session.arch.kernel_log2_overflow)
-        if self.native is not None:  # the trigger wants the records in Python
-            self.native.withdraw(event)
         if isinstance(trigger, StackTrigger):
             event.triggers.stacks.append(trigger)
             event.fast = UNMADE  # the trigger wants the records
-            return trigger
-        added = register(trigger, event.triggers.hists, self._named, f"hist:{event.group}:{event.name}")
-        if added is not None:
-            event.triggers.hists.append(added)
-            event.fast = UNMADE
+        else:
+            added = register(trigger, event.triggers.hists, self._named, f"hist:{event.group}:{event.name}")
+            if added is not None:
+                event.triggers.hists.append(added)
+                event.fast = UNMADE
+        if self.native is not None:  # counted in C where it can be, else the records go to Python
+            self.native.triggers_changed(event)
         return trigger
 
     def hists(self) -> list[tuple[TraceEvent, HistTrigger]]:

@@ -31,6 +31,7 @@ from kpsdk.trace.nativetext import TextLines, text_lines
 if TYPE_CHECKING:
     from kpsdk.kernel.tasks import TaskInfo
     from kpsdk.trace.events import Trace, TraceEvent
+    from kpsdk.trace.nativehist import NativeHist
     from kpsdk.trace.output import EventWrite
 
 #: a record's header (tracehook.c): length, program id, CLOCK_MONOTONIC ns, ip, sp, task stamp, fault mask
@@ -74,6 +75,8 @@ class NativeEvent:
         self._where: dict[int, str] = {}
         #: the writer's per-event path (None: records); made at the first record, renewed with the writers
         self.fast: EventWrite | None | object = _UNMADE
+        #: its hist trigger, counted in C (kpsdk.trace.nativehist)
+        self.hist: NativeHist | None = None
         self.fast_sp = False
 
     def values(self, data: memoryview, at: int, faults: int) -> list[Any]:
@@ -143,6 +146,7 @@ class NativeTrace:
         #: the C formatter of a plain text writer's lines (nativetext), made at the first batch
         self._lines: TextLines | None | object = _UNMADE
         self.ring = host.new_ring(self.consume, self.task_stamp)
+        self.ring.settle = self.settle
 
     # -- compiling ----------------------------------------------------------------------------
 
@@ -184,21 +188,56 @@ class NativeTrace:
             return None
         return program
 
-    def withdraw(self, event: TraceEvent) -> None:
-        """``event`` wants its records in Python from now on (a trigger was added): its probe's
-        point is armed again without the program."""
-        probe = event.probe
-        native = getattr(probe, "native_fetch", None)
-        if probe is None or native is None:
+    def triggers_changed(self, event: TraceEvent) -> None:
+        """A trigger was added to ``event``: its hist trigger counted in C
+        (:mod:`kpsdk.trace.nativehist`) where one can be, else its records go to Python."""
+        from kpsdk.trace.nativehist import native_hist
+
+        ident = self._ident_of(event)
+        if ident is None:
             return
-        self.drain()
-        probe.native_fetch = None  # type: ignore[attr-defined]
-        self.events.pop(native.ident, None)
-        self._lines = _UNMADE
+        native = self.events[ident]
+        hists = event.triggers.hists
+        if native.hist is not None or event.triggers.stacks or len(hists) != 1:
+            self.withdraw(event)
+            return
+        counted = native_hist(native, hists[0], self.trace.session.arch.word_size)
+        if counted is None:
+            self.withdraw(event)
+            return
+        native.hist = counted
+        program = event.probe.native_fetch  # type: ignore[union-attr]
+        program.hist = counted.c
+        self._resync(event)
+
+    def _ident_of(self, event: TraceEvent) -> int | None:
+        return next((ident for ident, n in self.events.items() if n.event is event), None)
+
+    def _resync(self, event: TraceEvent) -> None:
         target = self.trace.session.target
-        point = target.manager.point_of(probe)
+        point = target.manager.point_of(event.probe) if event.probe is not None else None
         if point is not None:
             target.sync_point(point)
+
+    def withdraw(self, event: TraceEvent) -> None:
+        """``event`` wants its records in Python from now on (a trigger was added): what its
+        hist counted so far is settled, and its probe's point armed again without the program."""
+        probe = event.probe
+        program = getattr(probe, "native_fetch", None)
+        if probe is None or program is None:
+            return
+        self.drain()
+        self.settle()
+        probe.native_fetch = None  # type: ignore[attr-defined]
+        self.events.pop(program.ident, None)
+        self._lines = _UNMADE
+        self._resync(event)
+
+    def settle(self) -> None:
+        """The hist tables counted in C into their triggers (after each run or call)."""
+        for native in self.events.values():
+            if native.hist is not None:
+                native.hist.settle(self._tasks)
 
     def forget(self, event: TraceEvent) -> None:
         """``event`` leaves the trace: its records so far are written, then it is let go."""

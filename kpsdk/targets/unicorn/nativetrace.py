@@ -65,7 +65,7 @@ _Ring._fields_ = [("buf", ctypes.c_void_p), ("size", ctypes.c_uint64), ("head", 
 
 class _Slot(ctypes.Structure):
     _fields_ = [("prog", ctypes.c_void_p), ("ring", ctypes.POINTER(_Ring)), ("hits", ctypes.c_uint64),
-                ("id", ctypes.c_uint32), ("pad", ctypes.c_uint32)]
+                ("id", ctypes.c_uint32), ("records", ctypes.c_uint32), ("hist", ctypes.c_void_p)]
 
 
 class _Site(ctypes.Structure):
@@ -110,6 +110,8 @@ class NativeRing:
         self.ring.drain = self._callback
         self.ring.stamp = task_stamp()
         self.closed = False
+        #: called after each drain at the end of a run or call (the trace reads its hist tables)
+        self.settle: Callable[[], None] | None = None
 
     @property
     def dropped(self) -> int:
@@ -123,6 +125,11 @@ class NativeProgram:
         self.ring = ring
         self.code = ctypes.create_string_buffer(code, len(code))
         self.ident = ident
+        #: a hist trigger's table in C memory (``struct kfp_hist``), aggregated at each hit; the
+        #: trace's (kpsdk.trace.nativehist) keeps it alive.  Armed points see a change at re-arming.
+        self.hist: Any = None
+        #: whether its records are written (False: only its hist trigger reads them)
+        self.records = True
 
 
 class NativeTraceHost:
@@ -133,8 +140,9 @@ class NativeTraceHost:
         self.lib = lib
         self.hook = ctypes.cast(lib.kpsdk_trace_hook, ctypes.c_void_p)
         self.rings: list[NativeRing] = []
-        #: the points served here: point -> (hook handle, site, (probe, program) of each slot)
-        self.sites: dict[ProbePoint, tuple[int, _Site, list[tuple[Any, NativeProgram]]]] = {}
+        #: the points served here: point -> (hook handle, site, (probe, program) of each slot, and
+        #: (hist, records) of each program as armed)
+        self.sites: dict[ProbePoint, tuple[int, _Site, list[tuple[Any, NativeProgram]], list[tuple[Any, bool]]]] = {}
         self._next_ident = 1
         self._space: object = None
         self._sp_id = target.arch.register(target.arch.sp).uc
@@ -177,7 +185,8 @@ class NativeTraceHost:
     def stale(self, point: ProbePoint) -> bool:
         """The point's hook runs other programs than its active probes' now."""
         entry = self.sites.get(point)
-        return entry is not None and entry[2] != [(p, _program_of(p)) for p in point.active]
+        return entry is not None and (entry[2] != [(p, _program_of(p)) for p in point.active]
+                                      or entry[3] != [(prog.hist, prog.records) for _, prog in entry[2]])
 
     def arm(self, point: ProbePoint) -> None:
         site = _Site()
@@ -190,6 +199,8 @@ class NativeTraceHost:
             slot.prog = ctypes.cast(prog.code, ctypes.c_void_p)
             slot.ring = ctypes.pointer(prog.ring.ring)
             slot.id = prog.ident
+            slot.records = int(prog.records)
+            slot.hist = ctypes.addressof(prog.hist) if prog.hist is not None else None
         site.quiet = int(self._quiet(point))
         handle = uc_hook_h()
         uc = self.target.uc
@@ -198,13 +209,13 @@ class NativeTraceHost:
                                    ctypes.byref(site), ctypes.c_uint64(point.addr), ctypes.c_uint64(point.addr))
         if status != unicorn.UC_ERR_OK:
             raise TargetError(f"cannot add the native trace hook: {unicorn.UcError(status)}")
-        self.sites[point] = (int(handle.value), site, pairs)
+        self.sites[point] = (int(handle.value), site, pairs, [(prog.hist, prog.records) for _, prog in pairs])
 
     def disarm(self, point: ProbePoint) -> None:
         entry = self.sites.pop(point, None)
         if entry is None:
             return
-        handle, site, pairs = entry
+        handle, site, pairs, _ = entry
         for ring in {prog.ring for _, prog in pairs}:
             self.drain_ring(ring)  # the records of its hits so far, before its programs may go
         self._credit(site, pairs)
@@ -223,7 +234,7 @@ class NativeTraceHost:
         space = self.target.space
         if space is not self._space:
             self._space = space
-            for point, (_, site, _) in self.sites.items():
+            for point, (_, site, _, _) in self.sites.items():
                 site.quiet = int(self._quiet(point))
 
     def _quiet(self, point: ProbePoint) -> bool:
@@ -237,8 +248,11 @@ class NativeTraceHost:
         """Every ring's records to its trace, and the hits counted in C to the probes."""
         for ring in list(self.rings):
             self.drain_ring(ring)
-        for _, site, pairs in self.sites.values():
+        for _, site, pairs, _ in self.sites.values():
             self._credit(site, pairs)
+        for ring in list(self.rings):
+            if ring.settle is not None:
+                ring.settle()
 
     def drain_ring(self, ring: NativeRing, in_hook: bool = False) -> None:
         """``ring``'s records to its trace; ``in_hook``: from the C hook (a full ring), where an

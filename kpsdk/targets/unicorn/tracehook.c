@@ -39,7 +39,8 @@ struct kt_slot {
     struct kt_ring *ring;
     uint64_t hits;             /* every hit (the probe's hits, filtered out or not) */
     uint32_t id;               /* the record's program id */
-    uint32_t pad;
+    uint32_t records;          /* 0: a hist trigger's event whose records nothing reads: none written */
+    struct kfp_hist *hist;     /* the event's hist trigger, aggregated here (NULL: none) */
 };
 
 struct kt_site {
@@ -99,6 +100,12 @@ KT_EXPORT void kpsdk_trace_hook(void *uc, uint64_t address, uint32_t size, struc
         uint64_t faults;
         uint32_t n = kfp_run(s->prog, &host, rec + KT_HEAD, &faults);
         if (!kfp_filter(s->prog, rec + KT_HEAD, faults)) {
+            continue;
+        }
+        if (s->hist != NULL) {
+            kfp_hist_add(s->hist, rec + KT_HEAD, faults, ring->stamp);
+        }
+        if (!s->records) {
             continue;
         }
         uint32_t words[2] = {KT_HEAD + n, s->id};
