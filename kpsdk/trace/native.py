@@ -34,7 +34,8 @@ if TYPE_CHECKING:
     from kpsdk.trace.nativehist import NativeHist
     from kpsdk.trace.output import EventWrite
 
-#: a record's header (tracehook.c): length, program id, CLOCK_MONOTONIC ns, ip, sp, task stamp, fault mask
+#: a record's header (tracehook.c, kpsdk's QEMU plugin): program id, length, CLOCK_MONOTONIC ns, ip, sp,
+#: task stamp, fault mask
 RECORD = struct.Struct("<IIQQQI4xQ")
 _VAR = struct.Struct("<II")
 _FAULT_STRING = 0xFFFFFFFF
@@ -163,22 +164,16 @@ class NativeTrace:
     def _program(self, event: TraceEvent) -> FetchProgram | None:
         trace = self.trace
         d = event.definition
-        if d.is_return or trace.stack or trace.guest_clock is not None or len({a.name for a in event.args}) != \
+        clock_ok = trace.guest_clock is None or self.host.clock_is_trace_clock
+        if d.is_return or trace.stack or not clock_ok or len({a.name for a in event.args}) != \
                 len(event.args) or any(a.comm_live for a in event.args):
             return None
         session = trace.session
         arch = session.arch
         abi = arch.abi(getattr(session.target, "abi_kind", "user"))
-
-        def register(name: str) -> tuple[int, int]:
-            reg = arch.register(name)
-            if reg.uc is None:
-                raise NotNative(f"Unicorn has no register {name}")
-            return reg.uc, reg.mask
-
         try:
-            program = compile_fetches(arch, abi, register, [(a.name, a.arg.fetch, a.type, a.symbol_address)
-                                                           for a in event.args])
+            program = compile_fetches(arch, abi, self.host.register_id,
+                                      [(a.name, a.arg.fetch, a.type, a.symbol_address) for a in event.args])
             if event.filtered:
                 if event._filter_common or trace.filter is None or trace.filter.tree is None:
                     return None
@@ -198,7 +193,8 @@ class NativeTrace:
             return
         native = self.events[ident]
         hists = event.triggers.hists
-        if native.hist is not None or event.triggers.stacks or len(hists) != 1:
+        if native.hist is not None or event.triggers.stacks or len(hists) != 1 or \
+                not getattr(self.host, "counts_hists", False):
             self.withdraw(event)
             return
         counted = native_hist(native, hists[0], self.trace.session.arch.word_size)
@@ -275,8 +271,7 @@ class NativeTrace:
 
     def drain(self) -> None:
         """The records written so far to the writers (before a Python-path record: they came first)."""
-        if self.ring.ring.head:
-            self.host.drain_ring(self.ring)
+        self.host.drain_ring(self.ring)
 
     def consume(self, data: memoryview, address: int) -> None:
         """Records from the ring (``data``, at ``address``), oldest first, to the trace's sink:
@@ -296,10 +291,15 @@ class NativeTrace:
             return
         assert isinstance(lines, TextLines)
         lines.tasks(self._tasks)
-        for ident, n in lines.write(data, trace.start_time, lambda at: self._one(data, at, writer), address):
+        for ident, n in lines.write(data, self._start(), lambda at: self._one(data, at, writer), address):
             native = self.events.get(ident)
             if native is not None:
                 native.event.recorded += n
+
+    def _start(self) -> float:
+        """What a record's clock is counted from: the trace's start (the host's clock since
+        then), or nothing where the records carry the trace's own clock (the QEMU plugin's)."""
+        return 0.0 if self.host.clock_is_trace_clock else self.trace.start_time
 
     def _make_lines(self, writer: Any) -> TextLines | None:
         lines = text_lines(writer) if writer is not None else None
@@ -318,7 +318,7 @@ class NativeTrace:
         from kpsdk.trace.events import TraceRecord
         from kpsdk.trace.output import EventShape
 
-        length, ident, ns, ip, sp, stamp, faults = RECORD.unpack_from(data, at)
+        ident, length, ns, ip, sp, stamp, faults = RECORD.unpack_from(data, at)
         native = self.events.get(ident)
         if native is None:  # an event let go since: its records go with it
             return at + length
@@ -326,7 +326,7 @@ class NativeTrace:
         values = native.values(data, at + RECORD.size, faults)
         event = native.event
         task, task_id = self._tasks[stamp]
-        now = ns / 1e9 - trace.start_time
+        now = ns / 1e9 - self._start()
         fast = native.fast
         if fast is _UNMADE:
             fast = None

@@ -141,8 +141,8 @@ KL_EXPORT int kpsdk_text_lines(const uint8_t *buf, uint64_t len, uint64_t *at, s
         const uint8_t *rec = buf + *at;
         uint32_t rlen, ident, stamp;
         uint64_t ns, ip, faults;
-        memcpy(&rlen, rec, 4);
-        memcpy(&ident, rec + 4, 4);
+        memcpy(&ident, rec, 4);
+        memcpy(&rlen, rec + 4, 4);
         memcpy(&ns, rec + 8, 8);
         memcpy(&ip, rec + 16, 8);
         memcpy(&stamp, rec + 32, 4);

@@ -147,7 +147,21 @@ class NativeTraceHost:
         self._space: object = None
         self._sp_id = target.arch.register(target.arch.sp).uc
 
+    #: records carry the host's CLOCK_MONOTONIC; the trace's clock is its own (since it started)
+    clock_is_trace_clock = False
+    #: hist triggers are counted in the hook (kpsdk.trace.nativehist)
+    counts_hists = True
+
     # -- what the trace side attaches -------------------------------------------------------
+
+    def register_id(self, name: str) -> tuple[int, int]:
+        """Unicorn's id of an arch register, and its mask (NotNative where Unicorn has none)."""
+        reg = self.target.arch.register(name)
+        if reg.uc is None:
+            from kpsdk.fetchprog import NotNative
+
+            raise NotNative(f"Unicorn has no register {name}")
+        return reg.uc, reg.mask
 
     def new_ring(self, consume: Callable[[memoryview, int], None], task_stamp: Callable[[], int],
                  size: int = RING_SIZE) -> NativeRing:

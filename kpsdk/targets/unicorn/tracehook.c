@@ -70,7 +70,7 @@ KT_EXPORT void kpsdk_trace_init(void *uc_reg_read, void *uc_mem_read)
     mem_read = (uc_mem_read_t)uc_mem_read;
 }
 
-/* record: u32 length, u32 program id, u64 CLOCK_MONOTONIC ns, u64 ip, u64 sp, u32 task stamp,
+/* record (kpsdk's QEMU plugin writes the same): u32 program id, u32 length, u64 CLOCK_MONOTONIC ns, u64 ip, u64 sp, u32 task stamp,
  * u32 0, u64 fault mask, then the program's output (fetchprog.h) */
 KT_EXPORT void kpsdk_trace_hook(void *uc, uint64_t address, uint32_t size, struct kt_site *site)
 {
@@ -108,7 +108,7 @@ KT_EXPORT void kpsdk_trace_hook(void *uc, uint64_t address, uint32_t size, struc
         if (!s->records) {
             continue;
         }
-        uint32_t words[2] = {KT_HEAD + n, s->id};
+        uint32_t words[2] = {s->id, KT_HEAD + n};
         memcpy(rec, words, 8);
         memcpy(rec + 8, &ns, 8);
         memcpy(rec + 16, &site->addr, 8);
