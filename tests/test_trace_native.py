@@ -218,3 +218,14 @@ def test_hist_tables_counted_in_c_are_pythons(arch: str, monkeypatch: pytest.Mon
     python, _ = hists(arch)
     assert native == python
     assert "Dropped: 172" in native and "~ 2^" in native
+
+
+def test_kpsdk_trace_count_keeps_the_python_path(tmp_path: Path) -> None:
+    """--count stops the run at the N-th record's hit: events stay on the Python path for it."""
+    from tests.test_trace_run import invoke
+
+    out = tmp_path / "out"
+    result = invoke("x86_64", "-e", "p:inc inc x=$arg1:s32", "--count", "3", "--out", str(out), "--no-prefix")
+    assert result.exit_code == 0, result.output
+    lines = out.read_text().splitlines()
+    assert len(lines) == 3 and [line.rsplit(" ", 1)[1] for line in lines] == ["x=0", "x=1", "x=2"]

@@ -164,9 +164,13 @@ class NativeTrace:
     def _program(self, event: TraceEvent) -> FetchProgram | None:
         trace = self.trace
         d = event.definition
+        from kpsdk.trace.events import writer_of
+
         clock_ok = trace.guest_clock is None or self.host.clock_is_trace_clock
+        writer = writer_of(trace._sink)
         if d.is_return or trace.stack or not clock_ok or len({a.name for a in event.args}) != \
-                len(event.args) or any(a.comm_live for a in event.args):
+                len(event.args) or any(a.comm_live for a in event.args) or \
+                (writer is not None and writer.record_limit() is not None):
             return None
         session = trace.session
         arch = session.arch

@@ -280,6 +280,9 @@ class _RunSink(Writer):
         if limits.reached():
             limits.session.stop()  # type: ignore[union-attr]
 
+    def record_limit(self) -> int | None:
+        return self.limits.count
+
     def text_lines(self) -> tuple[TextWriter, Callable[[], None] | None] | None:
         """The text writer's lines, where nothing keeps the records and no --count must stop the
         run at its record (native events then format them in C, :mod:`kpsdk.trace.nativetext`)."""
