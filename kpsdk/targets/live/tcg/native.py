@@ -20,17 +20,44 @@ from __future__ import annotations
 import ctypes
 import struct
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from kpsdk.errors import TargetError, ToolMissingError
+from kpsdk.nativebuild import build_shared_object
 
 if TYPE_CHECKING:
     from kpsdk.targets.live.tcg.plugin import Record
     from kpsdk.targets.live.tcg.target import PluginTarget
 
+SOURCE = Path(__file__).with_name("restamp.c")
 #: a native record's header (kpsdk.trace.native.RECORD): id, length, ns, ip, sp, stamp, output length, faults
 _HEAD = struct.Struct("<IIQQQIIQ")
 _STAMP_AT = 32
 _STAMP = struct.Struct("<I")
 _WORD = struct.Struct("<Q")
+_ID_LENGTH = struct.Struct("<II")
+
+_library: Any = None
+_tried = False
+
+
+def _restamp_library() -> Any:
+    """restamp.c's shared object (None: no gcc, or it did not build: the same in Python)."""
+    global _library, _tried
+    if not _tried:
+        _tried = True
+        try:
+            lib = ctypes.CDLL(str(build_shared_object("tcgplugin", SOURCE, "kpsdk's plugin record stamps")))
+        except (ToolMissingError, TargetError, OSError):
+            return None
+        fn = lib.kpsdk_restamp
+        fn.restype = ctypes.c_int
+        fn.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.POINTER(ctypes.c_uint64), ctypes.c_int,
+                       ctypes.c_uint64, ctypes.c_uint64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint64,
+                       ctypes.POINTER(ctypes.c_uint64)]
+        _library = lib
+    return _library
 _MEM = struct.Struct("<IIQ")
 
 
@@ -43,8 +70,6 @@ class PluginRing:
         self.task_stamp = task_stamp
         self.settle: Callable[[], None] | None = None
         self.closed = False
-        #: the task of each state seen: (the record's task bytes, irqs off, its stack's base) -> stamp
-        self.stamps: dict[tuple[bytes, bool, int], int] = {}
 
 
 class PluginProgram:
@@ -67,6 +92,12 @@ class PluginNativeHost:
     def __init__(self, target: PluginTarget) -> None:
         self.target = target
         self.programs: dict[int, PluginProgram] = {}
+        #: task states seen: their hash (restamp.c's) -> the number their trace gave them
+        self._known: dict[int, int] = {}
+        self._size = 64
+        self._keys: Any = (ctypes.c_uint64 * self._size)()
+        self._stamps: Any = (ctypes.c_uint32 * self._size)()
+        self._mask: tuple[int, int] | None = None
 
     def register_id(self, name: str) -> tuple[int, int]:
         """The plugin's index of an arch register, and its mask."""
@@ -102,43 +133,112 @@ class PluginNativeHost:
 
     def deliver(self, runs: list[Record]) -> None:
         """Runs of native records, oldest first, to their traces: each record numbered with its
-        task in place, then each trace's consecutive records handed over as one batch."""
-        head = _HEAD.unpack_from
-        stamp_into = _STAMP.pack_into
-        size = self.target.arch.kernel_stack_size
-        mask = ~(size - 1) if size else 0
+        task in place (:meth:`_restamp`), then each trace's consecutive records handed over as one
+        batch (a whole run at once where every program is one trace's)."""
         programs = self.programs
-        tasks = self.target.arch.kernel_tasks
-        # the flags register's bits other than irqs-off change from hit to hit (x86's arithmetic flags):
-        # only what the prefix reads of it tells two task states apart
-        irqs = tasks.irqs_disabled if tasks is not None and self.target._native_flags_index() is not None else None
         for run in runs:
             assert run.native is not None
             data = bytearray(run.native)
-            at, end = 0, len(data)
-            batch_ring: PluginRing | None = None
-            batch_at = 0
-            while at < end:
-                ident, length, ns, ip, sp, _, outlen, _ = head(data, at)
-                prog = programs.get(ident)
-                ring = prog.ring if prog is not None and not prog.ring.closed else None
-                if ring is not batch_ring:
-                    if batch_ring is not None:
-                        self._hand(batch_ring, data, batch_at, at)
-                    batch_ring, batch_at = ring, at
-                if ring is not None:
-                    # the task's state: what the plugin read for it, and the stack's base (kpsdk's task id)
-                    tail = bytes(data[at + _HEAD.size + outlen:at + length])
-                    key = (tail[:8] + tail[16:], irqs(_WORD.unpack_from(tail, 8)[0]), sp & mask) if irqs is not None \
-                        else (tail, False, sp & mask)
-                    stamp = ring.stamps.get(key)
-                    if stamp is None:
-                        stamp = ring.stamps[key] = self.target.native_task_stamp(ident, tail, ns, ip, sp,
-                                                                                 ring.task_stamp)
-                    stamp_into(data, at + _STAMP_AT, stamp)
-                at += length
-            if batch_ring is not None:
-                self._hand(batch_ring, data, batch_at, end)
+            self._restamp(data)
+            rings = {p.ring for p in programs.values()}
+            if len(rings) == 1:
+                ring = next(iter(rings))
+                if not ring.closed:
+                    self._hand(ring, data, 0, len(data))
+                continue
+            self._split(data)
+
+    def _split(self, data: bytearray) -> None:
+        """Each trace's consecutive records as one batch (several traces' programs on the session)."""
+        id_length = _ID_LENGTH.unpack_from
+        programs = self.programs
+        at, end = 0, len(data)
+        batch_ring: PluginRing | None = None
+        batch_at = 0
+        while at < end:
+            ident, length = id_length(data, at)
+            prog = programs.get(ident)
+            ring = prog.ring if prog is not None and not prog.ring.closed else None
+            if ring is not batch_ring:
+                if batch_ring is not None:
+                    self._hand(batch_ring, data, batch_at, at)
+                batch_ring, batch_at = ring, at
+            at += length
+        if batch_ring is not None:
+            self._hand(batch_ring, data, batch_at, end)
+
+    def _restamp(self, data: bytearray) -> None:
+        """Each record's task number written into it: by ``restamp.c`` from the states seen
+        (a new one numbered through the target's task_info), or here where it was not built."""
+        lib = _restamp_library()
+        size = self.target.arch.kernel_stack_size
+        sp_mask = ~(size - 1) & ((1 << 64) - 1) if size else 0
+        if lib is None:
+            self._restamp_python(data, sp_mask)
+            return
+        holder = (ctypes.c_char * len(data)).from_buffer(data)
+        try:
+            at, key = ctypes.c_uint64(0), ctypes.c_uint64(0)
+            has_flags, mask = self._flags_mask()
+            while lib.kpsdk_restamp(holder, len(data), ctypes.byref(at), has_flags, mask, sp_mask, self._keys,
+                                    self._stamps, self._size, ctypes.byref(key)):
+                self._learn(int(key.value), self._new_stamp(data, int(at.value)))
+        finally:
+            del holder
+
+    def _new_stamp(self, data: bytearray, at: int) -> int:
+        ident, _, ns, ip, sp, _, outlen, _ = _HEAD.unpack_from(data, at)
+        length = _ID_LENGTH.unpack_from(data, at)[1]
+        prog = self.programs.get(ident)
+        if prog is None or prog.ring.closed:
+            return 0  # a program let go: its records are skipped
+        tail = bytes(data[at + _HEAD.size + outlen:at + length])
+        return self.target.native_task_stamp(ident, tail, ns, ip, sp, prog.ring.task_stamp)
+
+    def _learn(self, key: int, stamp: int) -> None:
+        """A task state's number into the open-addressing table restamp.c reads (grown at half full)."""
+        self._known[key] = stamp
+        if 2 * len(self._known) > self._size:
+            self._size *= 2
+        keys = (ctypes.c_uint64 * self._size)()
+        stamps = (ctypes.c_uint32 * self._size)()
+        for k, v in self._known.items():
+            slot = k & (self._size - 1)
+            while keys[slot]:
+                slot = (slot + 1) & (self._size - 1)
+            keys[slot], stamps[slot] = k, v
+        self._keys, self._stamps = keys, stamps
+
+    def _flags_mask(self) -> tuple[int, int]:
+        """Whether records carry the flags register, and its bits the prefix reads (irqs-off):
+        the bits that change the arch's answer, found once."""
+        if self._mask is None:
+            tasks = self.target.arch.kernel_tasks
+            if tasks is None or self.target._native_flags_index() is None:
+                self._mask = (0, 0)
+            else:
+                test = tasks.irqs_disabled
+                bits = sum(1 << b for b in range(64) if test(1 << b) != test(0))
+                samples = (0, (1 << 64) - 1, 0x246, 0x202, 0x46, 0x80000000)
+                exact = all(test(v) == test(v & bits) for v in samples)
+                self._mask = (1, bits if exact else (1 << 64) - 1)
+        return self._mask
+
+    def _restamp_python(self, data: bytearray, sp_mask: int) -> None:
+        head = _HEAD.unpack_from
+        at, end = 0, len(data)
+        has_flags, mask = self._flags_mask()
+        while at < end:
+            ident, length, ns, ip, sp, _, outlen, _ = head(data, at)
+            tail = bytes(data[at + _HEAD.size + outlen:at + length])
+            if has_flags:
+                tail = tail[:8] + (_WORD.unpack_from(tail, 8)[0] & mask).to_bytes(8, "little") + tail[16:]
+            key = hash((ident, tail, sp & sp_mask))
+            stamp = self._known.get(key)
+            if stamp is None:
+                stamp = self._known[key] = self._new_stamp(data, at)
+            _STAMP.pack_into(data, at + _STAMP_AT, stamp)
+            at += length
 
     @staticmethod
     def _hand(ring: PluginRing, data: bytearray, start: int, end: int) -> None:
