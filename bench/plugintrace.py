@@ -30,6 +30,7 @@ import statistics
 import sys
 import time
 
+import tcgplugin
 from tcgplugin import TIMEOUT, children_cpu, files, plugin_boot, spread
 
 import kpsdk
@@ -105,18 +106,21 @@ def gdb_trace_rate(hits: int) -> tuple[float, str]:
     return hits / (times[hits] - times[0]), text[0]
 
 
-def trace_ab(rounds: int, gdb_hits: int) -> int:
-    print(f"load average before: {os.getloadavg()}; {TRACE_DEF}", flush=True)
-    costs: dict[str, list[float]] = {name: [] for name, _, _ in CONFIGS}
-    rates: dict[str, list[float]] = {name: [] for name, _, _ in CONFIGS}
+def trace_ab(rounds: int, gdb_hits: int, names: list[str] | None = None) -> int:
+    configs = [c for c in CONFIGS if names is None or c[0] in names]
+    print(f"load average before: {os.getloadavg()}; {TRACE_DEF}; dd {tcgplugin.DD:,} reads", flush=True)
+    costs: dict[str, list[float]] = {name: [] for name, _, _ in configs}
+    kpsdk_costs: dict[str, list[float]] = {name: [] for name, _, _ in configs}
+    rates: dict[str, list[float]] = {name: [] for name, _, _ in configs}
     gdb, loads = [], []
     for r in range(rounds):
         base = plugin_boot("none")
         print(f"round {r + 1}: unprobed wall {base[0]:.1f} s CPU {base[2]:.2f}+{base[3]:.2f} s", flush=True)
-        for name, native, sink_kind in CONFIGS:
+        for name, native, sink_kind in configs:
             wall, qemu_cpu, kpsdk_cpu, n, last = trace_boot(native, sink_kind)
             per_hit = ((qemu_cpu - base[2]) + (kpsdk_cpu - base[3])) / n
             costs[name].append(per_hit * 1e6)
+            kpsdk_costs[name].append((kpsdk_cpu - base[3]) / n * 1e6)
             rates[name].append(1 / per_hit if per_hit > 0 else float("inf"))
             print(f"  {name}: wall {wall:.1f} s CPU {qemu_cpu:.2f}+{kpsdk_cpu:.2f} s, {n:,} records ({last}) -> "
                   f"{per_hit * 1e6:.2f} us CPU per record, {rates[name][-1]:,.0f}/s", flush=True)
@@ -127,8 +131,9 @@ def trace_ab(rounds: int, gdb_hits: int) -> int:
         loads.append(os.getloadavg()[0])
         print(f"  load {loads[-1]:.1f}", flush=True)
     print(f"load average after: {os.getloadavg()}")
-    for name, _, _ in CONFIGS:
-        print(f"{name}: {spread(costs[name], '{:.2f}')} us CPU per record, {spread(rates[name], '{:,.0f}')} records/s"
+    for name, _, _ in configs:
+        print(f"{name}: {spread(costs[name], '{:.2f}')} us CPU per record (kpsdk's part "
+              f"{spread(kpsdk_costs[name], '{:.2f}')} us), {spread(rates[name], '{:,.0f}')} records/s"
               + (f"; {statistics.median(rates[name]) / statistics.median(gdb):,.0f}x gdb's {spread(gdb)}/s"
                  if gdb else ""))
     return 0
@@ -138,8 +143,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--gdb-hits", type=int, default=200)
+    parser.add_argument("--dd", type=int, default=tcgplugin.DD, help="dd's one-byte reads (records per boot)")
+    parser.add_argument("--configs", default=None,
+                        help="which of " + ", ".join(c[0] for c in CONFIGS) + " (comma-separated)")
     args = parser.parse_args(argv)
-    return trace_ab(args.rounds, args.gdb_hits)
+    tcgplugin.DD = args.dd
+    return trace_ab(args.rounds, args.gdb_hits, args.configs.split(",") if args.configs else None)
 
 
 if __name__ == "__main__":
