@@ -108,6 +108,11 @@ def gdb_trace_rate(hits: int) -> tuple[float, str]:
 
 def trace_ab(rounds: int, gdb_hits: int, names: list[str] | None = None) -> int:
     configs = [c for c in CONFIGS if names is None or c[0] in names]
+    # imported before the first boot: with PYTHONDONTWRITEBYTECODE an import compiles the modules,
+    # seconds of CPU the first traced boot would otherwise count as its records'
+    import kpsdk.targets.live.tcg.native
+    import kpsdk.trace.events
+    import kpsdk.trace.nativetext  # noqa: F401
     print(f"load average before: {os.getloadavg()}; {TRACE_DEF}; dd {tcgplugin.DD:,} reads", flush=True)
     costs: dict[str, list[float]] = {name: [] for name, _, _ in configs}
     kpsdk_costs: dict[str, list[float]] = {name: [] for name, _, _ in configs}

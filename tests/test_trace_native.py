@@ -229,3 +229,15 @@ def test_kpsdk_trace_count_keeps_the_python_path(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     lines = out.read_text().splitlines()
     assert len(lines) == 3 and [line.rsplit(" ", 1)[1] for line in lines] == ["x=0", "x=1", "x=2"]
+
+
+def test_without_the_text_lines_helper_the_writers_path_writes_the_lines(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Native records whose text lines C cannot format (textlines.c not built) go through the
+    writer's per-event path: the same file."""
+    from kpsdk.trace import nativetext
+
+    native, _ = traced("riscv64", True, None, writer_path=True)
+    monkeypatch.setattr(nativetext, "_tried", True)
+    monkeypatch.setattr(nativetext, "_library", None)
+    without, which = traced("riscv64", True, None, writer_path=True)
+    assert "put" in which and without == native

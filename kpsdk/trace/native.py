@@ -339,7 +339,9 @@ class NativeTrace:
                                    tuple((a.name, cast(Callable[..., Any], itemgetter(i)))
                                          for i, a in enumerate(event.args)), event.id)
                 fast = writer.event_writer(shape)
-                native.fast_sp = writer.needs_entry_sp and any(e.definition.is_return for e in trace.events)
+                # the record has the stack pointer: given wherever the writer wants it (perfetto then
+                # closes each entry at the next hit of its call site, not 4,096 hits later)
+                native.fast_sp = writer.needs_entry_sp
             native.fast = fast
         event.recorded += 1
         if fast is not None:

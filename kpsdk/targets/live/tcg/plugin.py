@@ -268,6 +268,8 @@ class ProbeTable:
             data = m[ring_at + start:ring_at + self.ring_size] + m[ring_at:ring_at + (head - tail) - first]
         struct.pack_into("<Q", m, _TAIL, head)  # the bytes are copied: the plugin may reuse the space
         at, end = 0, len(data)
+        if self._programs and all(e.ident in self._programs for e in self.entries.values() if e.stream):
+            return [Record(0, 0, 0, (), (), 0, bytes(data))]  # every record a native one: no walk over them
         layouts = self._layouts
         record_head = _RECORD_HEAD.unpack_from
         out: list[Record] = []
