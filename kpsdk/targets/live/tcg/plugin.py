@@ -163,6 +163,11 @@ class ProbeTable:
         self._write(entry)
         return entry
 
+    @property
+    def programs_of(self) -> dict[int, tuple[int, bytes]]:
+        """The entries that run a program, by ident: (offset in the program area, its bytes)."""
+        return self._programs
+
     def _place(self, ident: int, program: bytes | None) -> None:
         """``program`` into the program area for ``ident`` (where its last one was, if it fits)."""
         old = self._programs.pop(ident, None)

@@ -52,6 +52,9 @@ if TYPE_CHECKING:
 
 #: how often run() takes the plugin's records while no gdb hit comes (seconds)
 POLL_SECONDS_PLUGIN = 0.005
+#: the same where every streaming point runs a trace event's program (.native): no handler waits
+#: for its records, and the 16 MiB ring holds a second of them; a poll costs kpsdk ~0.3 ms
+POLL_SECONDS_NATIVE = 0.05
 #: handled records between two signs of progress to the plugin (a power of two, minus one)
 PROGRESS_EVERY = 255
 #: while the guest runs, how often the plugin's own counts reach the probes' hits and nmissed
@@ -93,7 +96,9 @@ class PluginTarget(GdbTarget):
     def poll_seconds(self) -> float:  # type: ignore[override]
         """Wake every few milliseconds only while a plugin point streams records (the ring must
         be drained); points that are only counted need no more than the gdb loop's pace."""
-        return POLL_SECONDS_PLUGIN if self._streaming else POLL_SECONDS
+        if not self._streaming:
+            return POLL_SECONDS
+        return POLL_SECONDS_NATIVE if self._native_only else POLL_SECONDS_PLUGIN
 
     def __init__(self, arch: Arch, remote: str, *, table: ProbeTable, regs_file: Path, **kwargs: Any) -> None:
         self.table = table
@@ -122,6 +127,7 @@ class PluginTarget(GdbTarget):
         self._record: Record | None = None
         self._credited_at = 0.0
         self._streaming = False  # a plugin point streams records: run() polls the ring often
+        self._native_only = False  # ...and every one runs a trace event's program (polled less often)
         #: trace events whose fetch programs the plugin runs (:mod:`.native`), made at a trace's first ask
         self._native: PluginNativeHost | None = None
         #: a native program's id -> the entry (point) ident its records come from
@@ -330,7 +336,9 @@ class PluginTarget(GdbTarget):
             self._record = None
 
     def _note_streaming(self) -> None:
-        self._streaming = any(e.stream for e in self.table.entries.values())
+        streaming = [e for e in self.table.entries.values() if e.stream]
+        self._streaming = bool(streaming)
+        self._native_only = all(e.ident in self.table.programs_of for e in streaming)
 
     def _plugin_on(self, point: ProbePoint) -> None:
         self._registers()  # a register QEMU does not list fails here, before the point is changed
