@@ -55,7 +55,7 @@ def _restamp_library() -> Any:
         fn.restype = ctypes.c_int
         fn.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.POINTER(ctypes.c_uint64), ctypes.c_int,
                        ctypes.c_uint64, ctypes.c_uint64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint64,
-                       ctypes.POINTER(ctypes.c_uint64)]
+                       ctypes.POINTER(ctypes.c_uint64), ctypes.c_void_p, ctypes.c_uint32]
         _library = lib
     return _library
 _MEM = struct.Struct("<IIQ")
@@ -180,8 +180,10 @@ class PluginNativeHost:
         try:
             at, key = ctypes.c_uint64(0), ctypes.c_uint64(0)
             has_flags, mask = self._flags_mask()
+            ranges = self.target.native_task_ranges()
+            table = (ctypes.c_uint32 * max(3 * len(ranges), 1))(*(v for r in ranges for v in r))
             while lib.kpsdk_restamp(holder, len(data), ctypes.byref(at), has_flags, mask, sp_mask, self._keys,
-                                    self._stamps, self._size, ctypes.byref(key)):
+                                    self._stamps, self._size, ctypes.byref(key), table, len(ranges)):
                 self._learn(int(key.value), self._new_stamp(data, int(at.value)))
         finally:
             del holder
@@ -196,18 +198,24 @@ class PluginNativeHost:
         return self.target.native_task_stamp(ident, tail, ns, ip, sp, prog.ring.task_stamp)
 
     def _learn(self, key: int, stamp: int) -> None:
-        """A task state's number into the open-addressing table restamp.c reads (grown at half full)."""
+        """A task state's number into the open-addressing table restamp.c reads: inserted, and the
+        table made again (twice the size) only when half full."""
         self._known[key] = stamp
         if 2 * len(self._known) > self._size:
             self._size *= 2
-        keys = (ctypes.c_uint64 * self._size)()
-        stamps = (ctypes.c_uint32 * self._size)()
-        for k, v in self._known.items():
-            slot = k & (self._size - 1)
-            while keys[slot]:
-                slot = (slot + 1) & (self._size - 1)
-            keys[slot], stamps[slot] = k, v
-        self._keys, self._stamps = keys, stamps
+            self._keys = (ctypes.c_uint64 * self._size)()
+            self._stamps = (ctypes.c_uint32 * self._size)()
+            for k, v in self._known.items():
+                self._insert(k, v)
+        else:
+            self._insert(key, stamp)
+
+    def _insert(self, key: int, stamp: int) -> None:
+        keys, size = self._keys, self._size
+        slot = key & (size - 1)
+        while keys[slot] and keys[slot] != key:
+            slot = (slot + 1) & (size - 1)
+        keys[slot], self._stamps[slot] = key, stamp
 
     def _flags_mask(self) -> tuple[int, int]:
         """Whether records carry the flags register, and its bits the prefix reads (irqs-off):

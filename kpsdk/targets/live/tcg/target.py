@@ -128,6 +128,7 @@ class PluginTarget(GdbTarget):
         self._credited_at = 0.0
         self._streaming = False  # a plugin point streams records: run() polls the ring often
         self._native_only = False  # ...and every one runs a trace event's program (polled less often)
+        self._native_ranges: list[tuple[int, int, int]] | None = None
         #: trace events whose fetch programs the plugin runs (:mod:`.native`), made at a trace's first ask
         self._native: PluginNativeHost | None = None
         #: a native program's id -> the entry (point) ident its records come from
@@ -312,6 +313,31 @@ class PluginTarget(GdbTarget):
         if tasks is None:
             return None
         return self._register_index(self._raw_register(tasks.flags_register).gdb)
+
+    def native_task_ranges(self) -> list[tuple[int, int, int]]:
+        """The bytes of the task's reads that the prefix reads (read index, offset, length): of
+        the per-cpu words current and the preempt count, of the task_struct pid and comm; the
+        other reads whole (restamp.c tells task states apart by these)."""
+        from kpsdk.targets.live.tcg.fetch import Planner
+
+        layout, percpu = self._task_layout, self._task_percpu
+        if self._native_ranges is not None or layout is None or percpu is None:
+            return self._native_ranges or []
+        planner = Planner(self.arch, self.arch.abi(self.abi_kind), self._register_index)
+        planner.add_task(layout, percpu)
+        word = self.arch.word_size
+        ranges: list[tuple[int, int, int]] = []
+        for i, read in enumerate(planner.reads):
+            wanted = []
+            if read.reg == percpu and layout.preempt_count is not None and \
+                    read.offset == min(layout.current, layout.preempt_count) and read.size > word:
+                wanted = [(layout.current - read.offset, word), (layout.preempt_count - read.offset, 4)]
+            elif read.reg < 0 and read.offset == min(layout.pid, layout.comm) and \
+                    read.size == max(layout.pid + 4, layout.comm + layout.comm_size) - read.offset:
+                wanted = [(layout.pid - read.offset, 4), (layout.comm - read.offset, layout.comm_size)]
+            ranges += [(i, off, n) for off, n in wanted]
+        self._native_ranges = ranges
+        return ranges
 
     def native_task_stamp(self, prog_ident: int, tail: bytes, ns: int, ip: int, sp: int,
                           task_stamp: Callable[[], int]) -> int:
