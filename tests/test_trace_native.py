@@ -241,3 +241,29 @@ def test_without_the_text_lines_helper_the_writers_path_writes_the_lines(monkeyp
     monkeypatch.setattr(nativetext, "_library", None)
     without, which = traced("riscv64", True, None, writer_path=True)
     assert "put" in which and without == native
+
+
+def uprobe_and_later_events(native: bool) -> tuple[list[str], set[str]]:
+    """A uprobe event and events added after a first run, two traces on one function: lines."""
+    from tests.test_trace_live import file_offset
+
+    path = fixtures.path("x86_64")
+    put = file_offset(path, "put")
+    out: list[Any] = []
+    with kpsdk.open(f"elf:{path}") as s:
+        one = s.trace([f"p:uput {path}:{put:#x} name=+0(%di):string v=%si:s64"], sink=out.append)
+        two = s.trace(["p:also put v=%si:u8"], sink=out.append)
+        assert s.run(timeout=20) == 0
+        one.add("p:later inc x=%di:s32")
+        s.call("loop", 3)
+        which = {e.name for t in (one, two) for e in t.events if t.native is not None and t.native.is_native(e)}
+    return [f"{r.event} {r.where} {r.fields} {r.comm}-{r.pid}" for r in out], which
+
+
+def test_uprobes_later_events_and_two_traces_on_one_point(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same records; two traces' records reach their sinks a batch per trace (each in order)."""
+    native, which = uprobe_and_later_events(True)
+    assert which == {"uput", "also", "later"}
+    monkeypatch.setattr(native_module, "ENABLED", False)
+    python, _ = uprobe_and_later_events(False)
+    assert sorted(native) == sorted(python) and len(native) > 10
