@@ -145,32 +145,50 @@ def test_a_trigger_c_does_not_count_moves_the_event_back_to_python(trigger: str)
         assert trace.counts["loop"] == 1
 
 
-def racy_lines(exe: Path) -> str:
+def task_lines(exe: Path, mode: str, events: list[str]) -> str:
     from kpsdk.trace.output import TextWriter
 
     stream = io.StringIO()
     writer = TextWriter(stream, prefix=True)
-    with kpsdk.open(f"elf:{exe}", args=["racy"]) as s:
-        s.trace(["p:racer racer who=$arg1:s64", "p:yield sched_yield"], sink=writer.write)
+    with kpsdk.open(f"elf:{exe}", args=[mode]) as s:
+        s.trace(events, sink=writer.write)
         assert s.run(timeout=300) == 0
     writer.close()
     return TIMES.sub(lambda m: (m[1] or m[2]) + "0" + (m[3] or ""), stream.getvalue())
 
 
-def test_a_threaded_programs_prefix_is_its_tasks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """tasks.c's racy mode: four threads; each line's comm-pid is the thread's, as on the Python path."""
+@pytest.fixture(scope="module")
+def tasks_exe(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """tests/programs/tasks.c, static with -pthread, for x86_64."""
     fixture = first_fixture("x86_64")
     cc = fixture.compilers[0]
     require_tool(cc, fixture.libc_packages)
-    exe = tmp_path / "tasks"
+    exe = tmp_path_factory.mktemp("tasks") / "tasks"
     subprocess.run([cc, "-static", "-O1", "-pthread", "-o", str(exe),
                     str(Path(__file__).parent / "programs" / "tasks.c")], check=True, capture_output=True)
-    native = racy_lines(exe)
+    return exe
+
+
+def test_a_threaded_programs_prefix_is_its_tasks(tasks_exe: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """tasks.c's racy mode: four threads; each line's comm-pid is the thread's, as on the Python path."""
+    events = ["p:racer racer who=$arg1:s64", "p:yield sched_yield"]
+    native = task_lines(tasks_exe, "racy", events)
     monkeypatch.setattr(native_module, "ENABLED", False)
-    python = racy_lines(exe)
+    python = task_lines(tasks_exe, "racy", events)
     assert native == python
     pids = {line.split("[")[0].strip() for line in native.splitlines() if not line.startswith("#")}
     assert len(pids) >= 4, pids  # the main thread's and each racer's
+
+
+def test_fork_and_exec_keep_the_prefix_and_the_probes(tasks_exe: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """tasks.c's exec mode: a child forks and execs the program again; main's event fires in
+    each process, the prefix the process's (the comm after exec), as on the Python path."""
+    events = ["p:main main argc=$arg1:s32", "p:wait waitpid pid=$arg1:s32"]
+    native = task_lines(tasks_exe, "exec", events)
+    monkeypatch.setattr(native_module, "ENABLED", False)
+    python = task_lines(tasks_exe, "exec", events)
+    assert native == python
+    assert native.count("main: (main+") == 2, native
 
 
 @pytest.mark.parametrize("fmt", ["text", "jsonl"])
@@ -267,3 +285,26 @@ def test_uprobes_later_events_and_two_traces_on_one_point(monkeypatch: pytest.Mo
     monkeypatch.setattr(native_module, "ENABLED", False)
     python, _ = uprobe_and_later_events(False)
     assert sorted(native) == sorted(python) and len(native) > 10
+
+
+def post_handler_into_native_point() -> tuple[int, list[int]]:
+    """A post_handler on loop's call to inc (its step ends at inc, where a native event is)."""
+    import capstone
+
+    with kpsdk.open(f"elf:{fixtures.path('x86_64')}") as s:
+        sym = s.symbols.get("loop")
+        code = s.read_memory(sym.address, sym.size)
+        md = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)
+        call = next(i.address for i in md.disasm(code, sym.address) if i.mnemonic == "call")
+        posts: list[int] = []
+        s.register_kprobe(kpsdk.Kprobe(addr=call, post_handler=lambda p, regs, flags: posts.append(int(regs.ip))))
+        records: list[Any] = []
+        s.trace(["p:inc inc x=%di:s32"], sink=records)
+        s.call("loop", 5)
+        return len(posts), [r.fields["x"] for r in records]
+
+
+def test_a_step_that_ends_on_a_native_point_runs_its_post_handler(monkeypatch: pytest.MonkeyPatch) -> None:
+    native = post_handler_into_native_point()
+    monkeypatch.setattr(native_module, "ENABLED", False)
+    assert native == post_handler_into_native_point() == (5, [0, 1, 2, 3, 4])

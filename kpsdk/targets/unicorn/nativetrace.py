@@ -144,7 +144,6 @@ class NativeTraceHost:
         #: (hist, records) of each program as armed)
         self.sites: dict[ProbePoint, tuple[int, _Site, list[tuple[Any, NativeProgram]], list[tuple[Any, bool]]]] = {}
         self._next_ident = 1
-        self._space: object = None
         self._sp_id = target.arch.register(target.arch.sp).uc
 
     #: records carry the host's CLOCK_MONOTONIC; the trace's clock is its own (since it started)
@@ -215,7 +214,7 @@ class NativeTraceHost:
             slot.id = prog.ident
             slot.records = int(prog.records)
             slot.hist = ctypes.addressof(prog.hist) if prog.hist is not None else None
-        site.quiet = int(self._quiet(point))
+        site.quiet = int(self._quiet(point, self.target.space))
         handle = uc_hook_h()
         uc = self.target.uc
         assert uc._uch is not None
@@ -241,22 +240,20 @@ class NativeTraceHost:
 
     def refresh(self) -> None:
         """The running task may have changed (a slice starts, a system call returned): each
-        ring's task stamp asked again; in another process's memory a point whose file is not
-        mapped at its address keeps quiet there (as the hook path's ``excluded``)."""
+        ring's task stamp asked again, and each point's quiet flag set as the hook path decides
+        it (``point.state["excluded"]``: the process's memory holds other code there)."""
         for ring in self.rings:
             ring.ring.stamp = ring.task_stamp()
         space = self.target.space
-        if space is not self._space:
-            self._space = space
-            for point, (_, site, _, _) in self.sites.items():
-                site.quiet = int(self._quiet(point))
+        for point, (_, site, _, _) in self.sites.items():
+            site.quiet = int(self._quiet(point, space))
 
-    def _quiet(self, point: ProbePoint) -> bool:
-        kernel = self.target.kernel
-        if kernel is None or kernel.current is None:
-            return False
-        key = self.target._file_key(point)
-        return key is not None and kernel.current.process.mem.file_at(point.addr) != key
+    @staticmethod
+    def _quiet(point: ProbePoint, space: object) -> bool:
+        """The hook path's rule (processes.py keeps ``excluded`` for every code-hook point, these
+        too): quiet in a process whose memory holds other code at the point's address."""
+        excluded = point.state.get("excluded")
+        return bool(excluded) and space in excluded  # type: ignore[operator]
 
     def drain(self) -> None:
         """Every ring's records to its trace, and the hits counted in C to the probes."""

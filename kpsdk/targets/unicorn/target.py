@@ -233,6 +233,7 @@ class UnicornTarget(GuestMemory, ReturnProbes, TaskSupport):
         elif mechanism == "native":
             assert self.native_trace is not None
             self.native_trace.arm(point)
+            self._hook_points[addr] = point  # a code hook too: quiet where the hook path's are (processes.py)
         elif mechanism in ("detour", "hooked-entry"):
             assert self.detours is not None
             length = int(point.state["detour_plan"])  # type: ignore[call-overload]
@@ -296,6 +297,7 @@ class UnicornTarget(GuestMemory, ReturnProbes, TaskSupport):
         elif point.mechanism == "native":
             assert self.native_trace is not None
             self.native_trace.disarm(point)
+            self._hook_points.pop(addr, None)
         elif point.mechanism in ("detour", "hooked-entry"):
             assert self.detours is not None
             self.detours.disarm(point)
