@@ -380,6 +380,13 @@ class Target(ABC):
         :meth:`prepare_clock` said it has one; None: not readable."""
         return None
 
+    def native_tracer(self) -> Any:
+        """Where trace events run in C at the hit (:mod:`kpsdk.fetchprog`'s programs): an object
+        with ``new_ring``, ``program`` and ``close_ring`` (the Unicorn target's
+        :class:`~kpsdk.targets.unicorn.nativetrace.NativeTraceHost`); None (the default): every
+        event's fetches run in Python at its pre_handler."""
+        return None
+
     def declare_fetches(self, probe: Probe, args: Sequence[BoundFetch]) -> None:
         """A trace event's fetch arguments, told before its probe registers: a target whose
         handlers run after the hit (the QEMU plugin) reads their memory at the hit.  Others
