@@ -46,6 +46,7 @@ from kpsdk.binfmt.filelocation import find_file, symbol_offset
 from kpsdk.binfmt.symbols import decode_span
 from kpsdk.errors import (
     ArgumentError,
+    DebugInfoError,
     FieldTypeError,
     KprobeError,
     KpsdkError,
@@ -112,6 +113,14 @@ def parse_location(text: str | Any) -> dict[str, Any]:
     if spec.endswith(RETURN_SUFFIX):
         raise LocationError(errno.EINVAL, f"{shown(text)}: {RETURN_SUFFIX} makes a Uretprobe (use parse_uprobe or "
                                           "Uretprobe.parse)")
+    source = split_source(spec)
+    if source is not None:
+        places = source_locations(*source)
+        if len(places) != 1:
+            where = ", ".join(f"{p['where']} (offset {p['offset']:#x})" for p in places)
+            raise LocationError(errno.EINVAL, f"{shown(text)} is at {len(places)} places ({where}): one Uprobe goes "
+                                              f"on one; @s.uprobe({spec!r}) puts one on each")
+        return {"path": places[0]["path"], "offset": places[0]["offset"]}
     path, sep, where = spec.rpartition(":")
     if not sep or not path or not where.strip():
         raise LocationError(errno.EINVAL, f"{shown(text)}: want PATH:SYMBOL, PATH:SYMBOL+0xOFF or PATH:0xOFFSET")
@@ -122,6 +131,44 @@ def parse_location(text: str | Any) -> dict[str, Any]:
     if offset is not None:
         return {"path": path, "offset": offset}
     return {"path": path, "offset": symbol_offset(_read_image(path), path, where, lookup_sessions(_sessions))}
+
+
+def split_source(spec: str) -> tuple[str, str] | None:
+    """``PATH:POINT`` with a source probe point (``prog:parse_line:12``, ``prog:demo.c:40``,
+    ``libfoo.so:parse;total +=*``): ``(the file's path, the point)``; None for other text.  The
+    path is the longest prefix before a ``:`` that names a file (paths may hold ``:``)."""
+    from kpsdk.debuginfo import is_source_point
+
+    for i in range(len(spec) - 1, 0, -1):
+        if spec[i] != ":" or not is_source_point(spec[i + 1:]):
+            continue
+        path = find_file(spec[:i], lookup_sessions(_sessions))
+        if os.path.isfile(path):
+            return path, spec[i + 1:]
+    return None
+
+
+def source_locations(path: str, point: str) -> list[dict[str, Any]]:
+    """``{"path", "offset", "where"}`` of each address the source probe point ``point`` resolves
+    to in the file at ``path`` (through its debug information, ``debug_dir=`` of the sessions
+    open included); ``ENOENT`` (a :class:`KprobeError`) naming why when it cannot be resolved."""
+    from kpsdk.debuginfo import file_points
+
+    dirs = [d for s in lookup_sessions(_sessions) for d in s.debug_dirs]
+    try:
+        found = file_points(path, point, dirs)
+    except DebugInfoError as e:
+        raise KprobeError(errno.ENOENT, f"{path}:{point}: {e}") from None
+    return [{"path": path, "offset": offset, "where": p.where} for offset, p in found]
+
+
+def expand_location(session: Session, text: Any) -> list[dict[str, Any]]:
+    """The decorator's ``PATH:WHERE``: one probe's fields, or for a source probe point one
+    probe's at each place it resolves to (every inlined copy of a function, as perf)."""
+    source = split_source(text.strip()) if isinstance(text, str) else None
+    if source is None:
+        return [parse_location(text)]
+    return [{"path": p["path"], "offset": p["offset"]} for p in source_locations(*source)]
 
 
 def parse_uprobe(text: str, **fields: Any) -> Uprobe | Uretprobe:
@@ -703,6 +750,7 @@ UPROBE = ProbeType(
     description="a pre/post handler on a file's instruction, by (file, offset)",
     parse_location=parse_location,
     set_disabled=set_disabled,
+    expand_location=expand_location,
 )
 
 URETPROBE = ProbeType(

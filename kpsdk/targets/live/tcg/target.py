@@ -122,7 +122,7 @@ class PluginTarget(GdbTarget):
         self._credited_at = 0.0
         self._streaming = False  # a plugin point streams records: run() polls the ring often
         super().__init__(arch, remote, **kwargs)
-        self._snap = PtRegs.create(arch, self._snap_io, arch.abi(self.abi_kind), self._hit_memory.read)
+        self._snap = PtRegs.create(arch, self._snap_io, arch.abi(self.abi_kind), self._hit_memory.read, owner=self)
 
     # -- the plugin's registers ---------------------------------------------------------
 
