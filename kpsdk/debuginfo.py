@@ -32,9 +32,16 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
-from kpsdk.errors import DebugInfoError, NoDebugInfoError, NotInScopeError, NotStaticError, OptimizedOutError
+from kpsdk.errors import (
+    DebugInfoError,
+    NoDebugInfoError,
+    NotInScopeError,
+    NotStaticError,
+    OptimizedOutError,
+    TargetFault,
+)
 
 if TYPE_CHECKING:
     from kpsdk.binfmt.dwarf import DebugInfo, FrameTable, Value
@@ -121,7 +128,9 @@ class SessionDebug:
         self.session = session
         self.debug_dirs = [Path(d) for d in debug_dirs]
         self._opened: dict[Path, DebugInfo | NoDebugInfoError] = {}
-        self._plans: dict[tuple[int, str], Callable[[PtRegs], Value]] = {}
+        #: how to read each (pc, path) at a hit, made on the first read there (PtRegs.var looks
+        #: them up itself: a read costs a dict lookup and the plan's own work)
+        self.plans: dict[tuple[int, str], Callable[[PtRegs], Value]] = {}
         self._tables: dict[Path, FrameTable | None] = {}
         self._contexts: dict[int, Context] = {}
 
@@ -228,10 +237,10 @@ class SessionDebug:
         :raises MemberPathError: the path does not parse or fit the types.
         :raises NoDebugInfoError: the file the pc is in has no DWARF.
         """
-        pc = regs.ip
-        plan = self._plans.get((pc, path))
+        key = (regs.ip, path)
+        plan = self.plans.get(key)
         if plan is None:
-            plan = self._plans[(pc, path)] = self._plan(pc, path)
+            plan = self.plans[key] = self._plan(*key, type(regs))
         return plan(regs)
 
     def vars(self, regs: PtRegs, which: str = "$vars") -> dict[str, Value | DebugInfoError]:
@@ -271,7 +280,7 @@ class SessionDebug:
             self._contexts[id(dbg)] = ctx
         return ctx
 
-    def _plan(self, pc: int, path: str) -> Callable[[PtRegs], Value]:
+    def _plan(self, pc: int, path: str, regs_class: type | None = None) -> Callable[[PtRegs], Value]:
         """How to read ``path`` at ``pc``: a compiled read of its static location, else a
         DWARF evaluation at each hit; a lookup that fails fails the same way at every hit."""
         from kpsdk.binfmt.dwarf.values import Value
@@ -297,6 +306,10 @@ class SessionDebug:
         ctx = self._context(dbg)
         little = dbg.sections.num.little
         ctype = obj.type
+        kind = ctype.strip().kind
+        direct = self._direct(obj, dbg, ctx, kind, regs_class)
+        if direct is not None:
+            return direct
         if obj.bit_size:
             from kpsdk.binfmt.dwarf.expr import Implicit
             from kpsdk.binfmt.dwarf.values import read_value
@@ -306,7 +319,76 @@ class SessionDebug:
                                             obj.where), ctx)
 
             return bitfield
-        return lambda regs: Value(ctype, reader(regs), little, ctx)
+        return lambda regs: Value(ctype, reader(regs), little, ctx, kind)
+
+    def _direct(self, obj: Object, dbg: DebugInfo, ctx: Context, kind: str,
+                regs_class: type | None = None) -> Callable[[PtRegs], Value] | None:
+        """The commonest plans as one closure each (a value in a register, or in memory at a
+        register plus an offset): a hit pays one call a read (bench/dwarfvars.py)."""
+        from kpsdk.binfmt.dwarf.expr import InMemory, InRegister, Sym
+        from kpsdk.binfmt.dwarf.values import SCALAR_KINDS, ScalarValue, Value
+
+        size = obj.type.size
+        location = obj.location
+        if obj.bit_size or not size:
+            return None
+        ctype, little = obj.type, dbg.sections.num.little
+        order: Literal["little", "big"] = "little" if little else "big"
+        registers = self.session.arch.by_name
+        mask = (1 << (8 * size)) - 1
+        scalar: Callable[[int], Value] | None = None
+        signed = ctype.strip().signed
+        sign, full = 1 << (8 * size - 1), 1 << (8 * size)
+        if kind in SCALAR_KINDS and ctype.strip().encoding != "float" and size <= 8:
+            scalar = ScalarValue.of(ctype, little, ctx)  # type: ignore[assignment]
+        if isinstance(location, InRegister) and location.register in registers:
+            get = _getter(regs_class, location.register)
+            if scalar is not None:
+                make = scalar
+                if signed:
+                    def signed_register(regs: PtRegs) -> Value:
+                        raw = get(regs) & mask
+                        return make(raw - full if raw & sign else raw)
+
+                    return signed_register
+                return lambda regs: make(get(regs) & mask)
+            return lambda regs: Value(ctype, (get(regs) & mask).to_bytes(size, order), little, ctx, kind)
+        if isinstance(location, InMemory) and isinstance(location.address, Sym) and \
+                isinstance(location.address.base, str) and location.address.base in registers:
+            base, offset = _getter(regs_class, location.address.base), location.address.offset
+            word = self.session.arch.word_size
+            wmask = (1 << (8 * word)) - 1
+            target = self.session.target
+            if scalar is not None and (size == word or (little and size < word)):
+                # one word read (the target's fast path: the stack, or a cached page), cut to size
+                read_word, make = target.read_word, scalar
+                read = target.read_memory
+
+                def word_scalar(regs: PtRegs) -> Value:
+                    address = (base(regs) + offset) & wmask
+                    try:
+                        raw = read_word(address) & mask
+                    except TargetFault:  # the word runs past the mapping: the value's own bytes
+                        raw = int.from_bytes(read(address, size), order)
+                    return make(raw - full if signed and raw & sign else raw)
+
+                return word_scalar
+            if size == word or (little and size < word):
+                read_word = target.read_word
+                read = target.read_memory
+
+                def small(regs: PtRegs) -> Value:
+                    address = (base(regs) + offset) & wmask
+                    try:
+                        raw = (read_word(address) & mask).to_bytes(size, order)
+                    except TargetFault:  # the word runs past the mapping: the value's own bytes
+                        raw = read(address, size)
+                    return Value(ctype, raw, little, ctx, kind)
+
+                return small
+            read = target.read_memory
+            return lambda regs: Value(ctype, read((base(regs) + offset) & wmask, size), little, ctx, kind)
+        return None
 
     def _dynamic(self, pc: int, path: str) -> Callable[[PtRegs], Value]:
         read = self.session.read_memory
@@ -326,7 +408,8 @@ class SessionDebug:
             size = (obj.bit_offset + obj.bit_size + 7) // 8
         if not size:
             return None
-        read = self.session.read_memory
+        target = self.session.target
+        read = target.read_memory  # unchecked: the addresses are the program's own, computed
         little = dbg.sections.num.little
         order = "little" if little else "big"
         word = dbg.address_size
@@ -346,7 +429,7 @@ class SessionDebug:
             if isinstance(address, int):
                 fixed = address + bias
                 return lambda regs: read(fixed, size)
-            value = _compile_address(address, self.session.arch.by_name, read, word, order)
+            value = _compile_address(address, self.session.arch.by_name, target.read_word, word)
             if value is None:
                 return None
             return lambda regs: read(value(regs), size)
@@ -419,8 +502,17 @@ def file_points(path: str | os.PathLike[str], spec: str, debug_dirs: Sequence[st
     return out
 
 
-def _compile_address(address: Any, registers: dict[str, Any], read: Callable[[int, int], bytes], word: int,
-                     order: str) -> Callable[[PtRegs], int] | None:
+def _getter(regs_class: type | None, name: str) -> Callable[[Any], int]:
+    """How a plan reads register ``name`` from a hit's regs: the getter of ``regs_class``'s
+    property itself where it has one (the target's fast path, no attribute lookup), else by name."""
+    prop = getattr(regs_class, name, None) if regs_class is not None else None
+    if isinstance(prop, property) and prop.fget is not None:
+        return prop.fget
+    return operator.attrgetter(name)
+
+
+def _compile_address(address: Any, registers: dict[str, Any], read_word: Callable[[int], int],
+                     word: int) -> Callable[[PtRegs], int] | None:
     """A function of the hit's registers computing a symbolic address (:class:`Sym`: a register
     plus an offset, or the word at another such address plus an offset); None when a register
     is not one the target reads."""
@@ -435,7 +527,7 @@ def _compile_address(address: Any, registers: dict[str, Any], read: Callable[[in
             return None
         get = operator.attrgetter(address.base)
         return lambda regs: (get(regs) + offset) & mask
-    inner = _compile_address(address.base, registers, read, word, order)
+    inner = _compile_address(address.base, registers, read_word, word)
     if inner is None:
         return None
-    return lambda regs: (int.from_bytes(read(inner(regs), word), order) + offset) & mask  # type: ignore[arg-type]
+    return lambda regs: (read_word(inner(regs)) + offset) & mask

@@ -46,7 +46,7 @@ class PtRegs:
     reaches after a failed lookup (handlers read registers on every hit).
     """
 
-    __slots__ = ("_arch", "_io", "_read", "_table", "_hit", "arg", "_owner")
+    __slots__ = ("_arch", "_io", "_read", "_table", "_hit", "arg", "_owner", "_plans")
     _arch: Arch
     _io: RegisterIO
     _read: Callable[[Register], int]  # _io.read, held directly: one lookup less per read
@@ -65,6 +65,8 @@ class PtRegs:
     arg: Callable[[int], int]
     #: the target these registers are of (its session's debug information answers :meth:`var`)
     _owner: Any
+    #: the session's plans of variable reads by (pc, path) (:attr:`kpsdk.debuginfo.SessionDebug.plans`)
+    _plans: dict[tuple[int, str], Callable[[PtRegs], Value]]
 
     _classes: ClassVar[dict[str, type[PtRegs]]] = {}
 
@@ -158,7 +160,12 @@ class PtRegs:
         :raises MemberPathError: the path does not parse or fit the types.
         :raises NoDebugInfoError: the code at the pc has no debug information.
         """
-        return self._debug().var(self, path)
+        try:  # at a hit, a read made before at this pc: its plan, run (one dict lookup, one call)
+            return self._plans[(self._hit[1], path)](self)  # type: ignore[index]
+        except (KeyError, AttributeError):
+            debug = self._debug()
+            self._plans = debug.plans
+            return debug.var(self, path)
 
     def vars(self, which: str = "$vars") -> dict[str, Value | DebugInfoError]:
         """Every variable in scope at this hit by name (``$vars``; ``$params``: the parameters,

@@ -45,6 +45,7 @@ from kpsdk.errors import DebugInfoError, LocationError, NotStaticError, Optimize
 
 if TYPE_CHECKING:
     from kpsdk.binfmt.dwarf.reader import DebugInfo
+    from kpsdk.binfmt.dwarf.scope import Variable
     from kpsdk.binfmt.dwarf.values import Object
 
 #: perf's spelling of registers where it is not ``%`` + kpsdk's name (tools/perf/arch/*/util/dwarf-regs.c)
@@ -246,22 +247,30 @@ def arg_name(arg: PerfArg) -> str:
     return f"{arg.var}_{arg.cast}" if arg.cast else arg.var
 
 
-def _static_name(dbg: DebugInfo, obj: Object) -> str:
-    """``SYM+OFF`` for an object at a fixed address (a global or one of its members)."""
+def _static_name(dbg: DebugInfo, obj: Object, var: Variable | None = None) -> str:
+    """``SYM+OFF`` for an object at a fixed address (a global, a function's ``static`` local, or a
+    member of one), by the variable's DWARF name as perf writes it (a static local's ELF symbol
+    is ``src.2``, its name ``src``)."""
     if not isinstance(obj.location, InMemory) or not isinstance(obj.location.address, int):
         return ""
     from kpsdk.binfmt.dwarf.scope import global_variables
 
-    for var in global_variables(dbg, obj.name.split(".")[0].split("->")[0].split("[")[0]):
-        expr = var.expression
+    name = parse(obj.name)[0]
+    for candidate in ([var] if var is not None else []) + global_variables(dbg, name):
+        expr = candidate.expression
         if expr and expr[0] == 0x03:  # DW_OP_addr: the variable's own address
             base = int.from_bytes(expr[1:1 + dbg.address_size], "little" if dbg.sections.num.little else "big")
-            return f"{var.name}{obj.location.address - base:+d}"
+            return f"{candidate.name}{obj.location.address - base:+d}"
     sym = dbg.symbols.containing(obj.location.address)
     return f"{sym.name}{obj.location.address - sym.address:+d}" if sym is not None else ""
 
 
 def perf_locate(dbg: DebugInfo, point: ProbePoint, path: str) -> Object:
+    """The static location of ``path`` at ``point`` (see :func:`perf_variable`)."""
+    return perf_variable(dbg, point, path)[0]
+
+
+def perf_variable(dbg: DebugInfo, point: ProbePoint, path: str) -> tuple[Object, Variable | None]:
     """The static location of ``path`` at ``point`` as perf finds its variable: the first one
     of that name, in declaration order, among the variables of the point's function copy (and
     the blocks and inlined copies inside it that hold the pc) that have a location, else a
@@ -280,14 +289,14 @@ def perf_locate(dbg: DebugInfo, point: ProbePoint, path: str) -> Object:
     var = next((v for v in variables if v.name == name and (v.expression is not None or v.const_value is not None
                                                             or v.has_location)), None)
     if var is None:
-        return dbg.locate(point.address, path)  # a global, or the error naming what is in scope
+        return dbg.locate(point.address, path), None  # a global, or the error naming what is in scope
     scope = dbg.scope(point.address)
     ctx = context(dbg, scope, SymbolicCpu())
     where = f"{point.where} ({point.address:#x})"
     loc = locate(dbg, var, ctx)
     if isinstance(loc, OptimizedOut):
         raise OptimizedOutError(path, where, loc.why)
-    return follow(Object(loc, var.type, name, where=where), steps, ctx, path)
+    return follow(Object(loc, var.type, name, where=where), steps, ctx, path), var
 
 
 def _file_offset_of_data(dbg: DebugInfo, address: int) -> int | None:
@@ -312,10 +321,11 @@ def variable_arg(dbg: DebugInfo, point: ProbePoint, arg: PerfArg, runnable: bool
     arch = dbg.arch.name if dbg.arch is not None else ""
     little = dbg.sections.num.little
     try:
-        obj = replace(perf_locate(dbg, point, arg.var), name=arg.var)
+        found, var = perf_variable(dbg, point, arg.var)
     except NotStatic as e:
         raise NotStaticError(f"{arg.var!r} at {point.where}: {e}") from None
-    static = _static_name(dbg, obj)
+    obj = replace(found, name=arg.var)
+    static = _static_name(dbg, obj, var)
     if runnable and isinstance(obj.location, InMemory) and isinstance(obj.location.address, int):
         offset = _file_offset_of_data(dbg, obj.location.address)
         static = f"+{offset:#x}" if offset is not None else static
@@ -361,9 +371,9 @@ def best_scope(dbg: DebugInfo, point: ProbePoint, line: int) -> ProbePoint:
 
 def event_name(definition: PerfDefinition, point: ProbePoint) -> str:
     """perf's event name for ``definition`` at ``point`` (see the module's docstring)."""
-    if definition.event:
-        return definition.event
     spec = parse_point(definition.point)
+    if definition.event:
+        return definition.event + ("__return" if spec.is_return else "")
     base = spec.function or (point.function.name if spec.file and spec.line is not None else point.symbol)
     base = re.split(r"[.@]", base, maxsplit=1)[0] or base
     if spec.function and spec.relline:

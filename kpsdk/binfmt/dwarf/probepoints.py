@@ -125,6 +125,8 @@ def resolve_points(dbg: DebugInfo, spec: PointSpec | str, with_variables: bool =
         return in_file
     copies = [fn for fn in dbg.functions(spec.function)
               if not spec.file or fn.file.endswith("/" + spec.file.lstrip("/")) or fn.file == spec.file]
+    if spec.is_return:  # an inlined copy never returns: the out-of-line function's entry only
+        copies = [fn for fn in copies if not fn.inlined] or copies
     if not copies:
         raise NoSuchFunctionError(f"{spec.function}@{spec.file}")
     out: list[ProbePoint] = []
@@ -142,7 +144,12 @@ def resolve_points(dbg: DebugInfo, spec: PointSpec | str, with_variables: bool =
             out.append(_point(dbg, fn, fn.entry + spec.offset))
         else:
             out.append(_point(dbg, fn, fn.entry if spec.is_return else probe_address(dbg, fn, with_variables)))
-    return _first_per_address(out)
+    points = _first_per_address(out)
+    if spec.relline or spec.pattern:
+        return points
+    # a function's copies in DIE order, as perf finds them (the inlined copies and the out-of-line
+    # one in the order the unit lists them)
+    return sorted(points, key=lambda p: p.function.die)
 
 
 def _innermost(dbg: DebugInfo, address: int) -> Function:
