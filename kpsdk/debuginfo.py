@@ -203,9 +203,12 @@ class SessionDebug:
 
     # -- source probe points --------------------------------------------------------------------
 
-    def points(self, spec: str, file: str | os.PathLike[str] | None = None) -> list[SourcePoint]:
+    def points(self, spec: str, file: str | os.PathLike[str] | None = None,
+               with_variables: bool = False) -> list[SourcePoint]:
         """The run-time addresses of the perf probe point ``spec`` in ``file`` (the program, or
         the kernel, when None): every inlined copy of a function, every place a line has code.
+        ``with_variables``: a function's point where perf puts a probe that reads variables
+        (past the prologue of unoptimized code, where its parameters are in their stack slots).
 
         :raises NoDebugInfoError, NoSuchFunctionError, NoSuchLineError, LocationError: as the
             DWARF reader's :func:`~kpsdk.binfmt.dwarf.probepoints.resolve_points`.
@@ -214,7 +217,8 @@ class SessionDebug:
 
         where = self.find_file(file)
         dbg = self.open(where.path)
-        return [SourcePoint(p.address + where.bias, p, where) for p in resolve_points(dbg, spec, with_variables=False)]
+        return [SourcePoint(p.address + where.bias, p, where)
+                for p in resolve_points(dbg, spec, with_variables=with_variables)]
 
     def inlined_copies(self, name: str, file: str | os.PathLike[str] | None = None) -> bool:
         """Whether the function ``name`` has inlined copies in ``file``'s DWARF (a bare name
@@ -474,8 +478,8 @@ class SessionDebug:
 _FILES: dict[tuple[str, int, int, tuple[str, ...]], DebugInfo] = {}
 
 
-def file_points(path: str | os.PathLike[str], spec: str, debug_dirs: Sequence[str | os.PathLike[str]] = ()
-                ) -> list[tuple[int, ProbePoint]]:
+def file_points(path: str | os.PathLike[str], spec: str, debug_dirs: Sequence[str | os.PathLike[str]] = (),
+                with_variables: bool = False) -> list[tuple[int, ProbePoint]]:
     """The file offsets of the perf probe point ``spec`` in the ELF file at ``path`` (a uprobe's
     ``PATH:OFFSET`` for each address it resolves to), with the points themselves.
 
@@ -494,7 +498,7 @@ def file_points(path: str | os.PathLike[str], spec: str, debug_dirs: Sequence[st
         dbg = _FILES[key] = DebugInfo.open(path, debug_dir=list(debug_dirs), store=PrivateStore("dwarf"))
     image = load_elf(Path(path))
     out = []
-    for point in resolve_points(dbg, spec, with_variables=False):
+    for point in resolve_points(dbg, spec, with_variables=with_variables):
         offset = image.vaddr_to_offset(point.address)
         if offset is None:
             raise DebugInfoError(f"{path}: {spec!r} resolves to {point.address:#x}, in no executable segment")

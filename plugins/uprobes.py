@@ -46,7 +46,6 @@ from kpsdk.binfmt.filelocation import find_file, symbol_offset
 from kpsdk.binfmt.symbols import decode_span
 from kpsdk.errors import (
     ArgumentError,
-    DebugInfoError,
     FieldTypeError,
     KprobeError,
     KpsdkError,
@@ -115,12 +114,9 @@ def parse_location(text: str | Any) -> dict[str, Any]:
                                           "Uretprobe.parse)")
     source = split_source(spec)
     if source is not None:
-        places = source_locations(*source)
-        if len(places) != 1:
-            where = ", ".join(f"{p['where']} (offset {p['offset']:#x})" for p in places)
-            raise LocationError(errno.EINVAL, f"{shown(text)} is at {len(places)} places ({where}): one Uprobe goes "
-                                              f"on one; @s.uprobe({spec!r}) puts one on each")
-        return {"path": places[0]["path"], "offset": places[0]["offset"]}
+        from kpsdk.plugins.uprobe_source import one_location
+
+        return one_location(*source, lookup_sessions(_sessions))
     path, sep, where = spec.rpartition(":")
     if not sep or not path or not where.strip():
         raise LocationError(errno.EINVAL, f"{shown(text)}: want PATH:SYMBOL, PATH:SYMBOL+0xOFF or PATH:0xOFFSET")
@@ -130,36 +126,31 @@ def parse_location(text: str | Any) -> dict[str, Any]:
     offset = parse_number(where)
     if offset is not None:
         return {"path": path, "offset": offset}
-    return {"path": path, "offset": symbol_offset(_read_image(path), path, where, lookup_sessions(_sessions))}
+    try:
+        return {"path": path, "offset": symbol_offset(_read_image(path), path, where, lookup_sessions(_sessions))}
+    except KprobeError as e:  # no such symbol (a stripped program): a function its DWARF has
+        if e.errno != errno.ENOENT or not where.isidentifier():
+            raise
+        from kpsdk.plugins.uprobe_source import one_location
+
+        try:
+            return one_location(path, where, lookup_sessions(_sessions))
+        except KprobeError:
+            raise e from None
 
 
 def split_source(spec: str) -> tuple[str, str] | None:
-    """``PATH:POINT`` with a source probe point (``prog:parse_line:12``, ``prog:demo.c:40``,
-    ``libfoo.so:parse;total +=*``): ``(the file's path, the point)``; None for other text.  The
-    path is the longest prefix before a ``:`` that names a file (paths may hold ``:``)."""
-    from kpsdk.debuginfo import is_source_point
+    """``PATH:POINT`` with a source probe point: (path, point), else None (:mod:`.uprobe_source`)."""
+    from kpsdk.plugins.uprobe_source import split_source as split
 
-    for i in range(len(spec) - 1, 0, -1):
-        if spec[i] != ":" or not is_source_point(spec[i + 1:]):
-            continue
-        path = find_file(spec[:i], lookup_sessions(_sessions))
-        if os.path.isfile(path):
-            return path, spec[i + 1:]
-    return None
+    return split(spec, lookup_sessions(_sessions))
 
 
 def source_locations(path: str, point: str) -> list[dict[str, Any]]:
-    """``{"path", "offset", "where"}`` of each address the source probe point ``point`` resolves
-    to in the file at ``path`` (through its debug information, ``debug_dir=`` of the sessions
-    open included); ``ENOENT`` (a :class:`KprobeError`) naming why when it cannot be resolved."""
-    from kpsdk.debuginfo import file_points
+    """Each place ``PATH:POINT`` resolves to, as a probe's fields (:mod:`.uprobe_source`)."""
+    from kpsdk.plugins.uprobe_source import source_locations as locations
 
-    dirs = [d for s in lookup_sessions(_sessions) for d in s.debug_dirs]
-    try:
-        found = file_points(path, point, dirs)
-    except DebugInfoError as e:
-        raise KprobeError(errno.ENOENT, f"{path}:{point}: {e}") from None
-    return [{"path": path, "offset": offset, "where": p.where} for offset, p in found]
+    return locations(path, point, lookup_sessions(_sessions))
 
 
 def expand_location(session: Session, text: Any) -> list[dict[str, Any]]:

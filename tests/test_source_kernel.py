@@ -49,6 +49,8 @@ DEFINITIONS = ["do_sys_openat2 dfd filename:string how->flags",
                "do_sys_openat2:15 fd tmp->name:string op.open_flag"]
 LINE_EVENT = "do_sys_openat2_L15"
 BODY = re.compile(r"^\s*.+?-\d+\s+\[\d{3}\] \S{5}\s+\d+\.\d{6}: (?P<body>.*)$")
+#: a function's size after its offset (see :func:`bodies`)
+SIZE = re.compile(r"/0x[0-9a-f]+(?=\)|$)")
 CAT = 'if comm == "cat"'
 
 
@@ -93,7 +95,10 @@ def guest_script(lines: list[str]) -> tuple[str, dict[str, str]]:
 
 
 def bodies(text: str) -> list[str]:
-    return [m["body"] for line in text.splitlines() if (m := BODY.match(line))]
+    """The event bodies, a function's size left out of ``(sym+0xoff/0xsize)``: the kernel's is the
+    distance to the next symbol (kallsyms), kpsdk's the vmlinux's ``st_size`` when its symbols
+    come from that ELF (``symbols=``), a few bytes of padding less."""
+    return [SIZE.sub("", m["body"]) for line in text.splitlines() if (m := BODY.match(line))]
 
 
 def stacks(text: str, event: str) -> list[list[str]]:
@@ -106,7 +111,7 @@ def stacks(text: str, event: str) -> list[list[str]]:
             if inside:
                 out.append([])
         elif inside and line.startswith(" => "):
-            out[-1].append(line[4:])
+            out[-1].append(SIZE.sub("", line[4:]))
         else:
             inside = False
         previous = line

@@ -18,6 +18,7 @@ has no value at a hit is printed as such (``total=<optimized out>``), never an e
 
 from __future__ import annotations
 
+import errno
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -84,24 +85,40 @@ def arm(session: Session, probe: SourceProbe, con: Console, hit: list[int], stac
     else what ``fallback()`` (the option's usual pre_handler) prints."""
     reg = session.registry
     if probe.letter == "k":
-        places = reg.probe_types["kprobe"].expand_location(session, probe.point)  # type: ignore[misc]
+        if probe.variables and (is_source_point(probe.point) or _has_dwarf(session)):
+            # variables to read: where perf puts such a probe (past an unoptimized prologue)
+            try:
+                places = [{"addr": p.address} for p in session.debug.points(probe.point, with_variables=True)]
+            except DebugInfoError as e:
+                raise KprobeError(errno.ENOENT, f"{probe.point!r}: {e}") from None
+        else:
+            places = reg.probe_types["kprobe"].expand_location(session, probe.point)  # type: ignore[misc]
         cls = reg.probe_types["kprobe"].probe_class
         probe.probes = [cls(**place, pre_handler=_printer(session, probe, con, hit, stack) if probe.variables
                             else fallback()) for place in places]
         return probe.probes
-    from kpsdk.plugins.uprobes import Uprobe, source_locations
+    from kpsdk.plugins.uprobe_source import source_locations
+    from kpsdk.plugins.uprobes import Uprobe
 
     path = probe.path or str(session.debug.program().path)
     try:
-        places = source_locations(path, probe.point)
+        places = source_locations(path, probe.point, [session], with_variables=bool(probe.variables))
     except KprobeError:
         if probe.variables and not is_source_point(probe.point):  # PATH:SYM VAR...: a symbol's entry
             return [Uprobe.parse(f"{path}:{probe.point}",
                                  pre_handler=_printer(session, probe, con, hit, stack))]
         raise
-    probe.probes = [Uprobe(p["path"], p["offset"], pre_handler=_printer(session, probe, con, hit, stack)
+    probe.probes = [Uprobe(str(p["path"]), int(p["offset"]), pre_handler=_printer(session, probe, con, hit, stack)
                            if probe.variables else fallback()) for p in places]
     return probe.probes
+
+
+def _has_dwarf(session: Session) -> bool:
+    """Whether the session's program (or kernel) has debug information."""
+    try:
+        return session.debug.has_debug_info(session.debug.program().path)
+    except DebugInfoError:
+        return False
 
 
 def show_value(value: Value) -> str:
