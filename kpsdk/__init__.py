@@ -42,6 +42,7 @@ from kpsdk.errors import (
     NotInScopeError,
     NotStaticError,
     OptimizedOutError,
+    PerfSyntaxError,
     PluginLoadError,
     ProbeHandlerError,
     SourceNotFoundError,
@@ -125,7 +126,7 @@ __all__ = [
     "GdbError", "TraceDefinitionError", "TriggerError", "FunctionsError", "FilterError", "FixtureError",
     "DebugInfoError", "NoDebugInfoError", "DwarfFormatError", "SplitDwarfError", "NoSuchFunctionError",
     "NoSuchLineError", "SourceNotFoundError", "NotInScopeError", "OptimizedOutError", "MemberPathError",
-    "NotStaticError",
+    "NotStaticError", "PerfSyntaxError",
     "Probe", "ProbeType", "Session",
     "PtRegs", "OpenOptions", "hookimpl", "open", "get_registry",
     "Kprobe", "Kretprobe", "KretprobeInstance", "KRETPROBE_MAXACTIVE_MAX", "KRETPROBE_MAX_DATA_SIZE",
@@ -157,8 +158,9 @@ def open(spec: str, **options: Unpack[OpenOptions]) -> Session:  # noqa: A001 - 
     kind = registry.target_kind(scheme)
     given: dict[str, Any] = dict(options)
     noprobe = given.pop("noprobe", ())
+    debug_dir = given.pop("debug_dir", None)
     target = kind.open(rest, registry, **given)
-    session = Session(target, registry, spec)
+    session = Session(target, registry, spec, debug_dir)
     session.blacklist.update(noprobe)
     registry.pm.hook.kpsdk_session_start(session=session)
     for library in target.mapped_files():

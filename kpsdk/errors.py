@@ -416,6 +416,16 @@ class SplitDwarfError(DebugInfoError):
     ``.dwo`` files, which kpsdk does not read."""
 
 
+class PerfSyntaxError(DebugInfoError):
+    """A perf probe definition (``kpsdk trace -e 'parse_line:12 len'``) that cannot be translated
+    into a kprobe_events/uprobe_events line: which one, and why (no program or vmlinux to
+    read the DWARF of, a point or a variable the debug information does not have)."""
+
+    def __init__(self, definition: str, problem: str) -> None:
+        self.definition, self.problem = definition, problem
+        super().__init__(f"perf probe definition {definition!r}: {problem}")
+
+
 class NotStaticError(DebugInfoError):
     """A location asked for without a CPU (statically, for a probe definition) that only a CPU can
     answer: arithmetic on two registers, a comparison, a read of a value narrower than a word

@@ -107,6 +107,9 @@ class Target(ABC):
     abi_kind: str = "user"
     #: CPUs that can run the probed code at once (a kretprobe's default maxactive is max(10, 2 * ncpus))
     ncpus: int = 1
+    #: a kernel's ELF symbols file (``symbols=``: a vmlinux), whose DWARF, when it has some, gives
+    #: source probe points, variables and call frames (:mod:`kpsdk.debuginfo`); None otherwise
+    symbols_file: str | None = None
     #: the return-probe core, set by :meth:`kpsdk.rethook.ShadowStacks.of` on first use
     rethook: ShadowStacks | None = None
 

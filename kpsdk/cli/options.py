@@ -102,6 +102,11 @@ PidOpt = Annotated[int | None, typer.Option(
 ArchOpt = Annotated[str | None, typer.Option(
     "--arch", metavar="ARCH", rich_help_panel=TARGET_PANEL,
     help="gdb://: the architecture (not needed when --symbols is an ELF).")]
+DebugDirOpt = Annotated[list[str] | None, typer.Option(
+    "--debug-dir", metavar="DIR", rich_help_panel=TARGET_PANEL,
+    help="Where separate debug files are looked for first (DIR/.build-id/xx/yyyy.debug, the .gnu_debuglink "
+         "name), before /usr/lib/debug: for source probe points, variables by name and CFI stacks. "
+         "Repeatable.")]
 CallOpt = Annotated[str | None, typer.Option(
     "--call", metavar="FN ARGS...", rich_help_panel=TARGET_PANEL,
     help="Unicorn only: call FN with integer arguments instead of running the program: --call add 2 3 "
@@ -133,6 +138,7 @@ class TargetOptions:
     abi: AbiOpt = None
     qemu_arg: QemuArgOpt = None
     mechanism: MechanismOpt = None
+    debug_dir: DebugDirOpt = None
 
     def with_pid(self, pid: int | None) -> TargetOptions:
         """These options with ``--pid PID`` as the target they name, ``pid:PID`` (``kpsdk probe --pid``);
@@ -168,6 +174,8 @@ class TargetOptions:
             sysroot=self.sysroot, stdin=self.stdin, mechanism=self.mechanism, abi=self.abi))
         if self.call is not None:
             choice.call = parse_call(" ".join([self.call, *extra]))
+        if self.debug_dir:
+            choice.options["debug_dir"] = list(self.debug_dir)
         return choice
 
 

@@ -132,7 +132,8 @@ class UnicornTarget(GuestMemory, ReturnProbes, TaskSupport):
         self.entry: int | None = None
         self._pc = arch.register(arch.pc)
         self._sp = arch.register(arch.sp)
-        self.hit_regs = PtRegs.create(arch, self.fast, arch.abi(abi_kind), self.read_memory, self.read_word)
+        self.hit_regs = PtRegs.create(arch, self.fast, arch.abi(abi_kind), self.read_memory, self.read_word,
+                                      owner=self)
         self._bp_points: dict[int, ProbePoint] = {}
         self._slot_points: dict[int, ProbePoint] = {}
         self._hook_points: dict[int, ProbePoint] = {}

@@ -134,7 +134,7 @@ class PluginTarget(GdbTarget):
         #: a native program's id -> the entry (point) ident its records come from
         self._native_points: dict[int, int] = {}
         super().__init__(arch, remote, **kwargs)
-        self._snap = PtRegs.create(arch, self._snap_io, arch.abi(self.abi_kind), self._hit_memory.read)
+        self._snap = PtRegs.create(arch, self._snap_io, arch.abi(self.abi_kind), self._hit_memory.read, owner=self)
 
     # -- the plugin's registers ---------------------------------------------------------
 
