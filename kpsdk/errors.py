@@ -383,6 +383,19 @@ class FilterError(KpsdkError, ValueError):
         return caret_log(f"filter: error: {self.reason}", self.expr, self.column)
 
 
+# -- many targets at once (kpsdk.matrix) -------------------------------------------------------
+
+
+class MatrixError(KpsdkError):
+    """Targets of a matrix did not run to their end (``MatrixResult.check()``, ``kpsdk matrix``'s
+    exit status 1).  ``result`` is the :class:`~kpsdk.matrixrun.MatrixResult`: every target's
+    status, error and records, the others' included."""
+
+    def __init__(self, message: str, result: object = None) -> None:
+        super().__init__(message)
+        self.result = result
+
+
 # -- kpsdk's own test programs --------------------------------------------------------------
 
 
