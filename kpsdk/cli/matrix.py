@@ -60,9 +60,9 @@ EXAMPLES = """\
 kpsdk matrix /bin/true /bin/echo /usr/bin/sort --sysroot / -e 'p:m libc.so.6:malloc size=$arg1:u64'
 kpsdk matrix '/usr/bin/*' --sysroot / --arg=--version -e 'r:m libc.so.6:malloc $retval' -o jsonl --out all.jsonl
 kpsdk matrix --targets-file progs.txt --sysroot / -f probes.txt --workers 2 -o perfetto --out all.json
-kpsdk matrix /usr/bin/sort --inputs 'inputs/*.txt' --sysroot / -e 'p libc.so.6:qsort n=$arg2'
-kpsdk matrix --kernels x86_64,i386,arm,riscv64,ppc64le \\
-    -e 'r:open do_sys_openat2 name=+0($arg2):ustring ret=$retval:s32' --filter 'ret < 0'
+kpsdk matrix /usr/bin/sort --inputs 'inputs/*.txt' --sysroot / -e 'p:m libc.so.6:malloc size=$arg1:u64'
+kpsdk matrix --kernels x86_64,i386,arm,riscv64,ppc64le -e 'r:open do_sys_openat2 ret=$retval:s32' --filter 'ret < 0'
+kpsdk matrix --kernels x86_64,i386,arm,riscv64,ppc64le --script examples/matrix_failed_opens.py:failed_opens
 kpsdk matrix --kernels x86_64 --release 6.1,6.12 -e 'p:clone kernel_clone' -o trace-dat --out traces/
 kpsdk matrix /bin/ls /bin/cat --sysroot / --script myprobes.py:count_reads --scheduler tcp://10.0.0.5:8786
 """
@@ -130,8 +130,8 @@ def _targets(items: list[str], targets_file: list[Path] | None, kernels: list[st
 
 def cmd_matrix(
     items: Annotated[list[str] | None, typer.Argument(
-        metavar="[TARGET]...", show_default=False,
-        help="Programs (paths or quoted globs), elf:PATH, qemu-user:PATH, or qemu-system:ARCH[@RELEASE][+FLAVOUR] "
+        metavar="TARGET", show_default=False,
+        help="Programs (paths or quoted globs), elf:PATH, qemu-user:PATH, or qemu-system:ARCH\\[@RELEASE]\\[+FLAVOUR] "
              "(Debian's kernel of the fixtures).")] = None,
     event: Annotated[list[str] | None, typer.Option(
         "--event", "-e", metavar="DEF", rich_help_panel=SCRIPT_PANEL,

@@ -81,7 +81,7 @@ class ChildEnd:
     :param status: the exit status (None when a signal ended it).
     :param signal: the signal that ended it (None when it exited).
     :param limit_reached: the host stopped it at its limit.
-    :param stderr: the last bytes it wrote on stderr (for a crash's report).
+    :param stderr: the last bytes it wrote on stdout and stderr (for a crash's report).
     """
 
     status: int | None
@@ -180,7 +180,7 @@ def _children() -> list[int]:
 
 
 def _reap_orphans() -> None:
-    """Kill and reap what a child left behind (QEMU, gdb: reparented here), bounded."""
+    """Kill and reap what a child left behind (QEMU, gdb: reparented here), for at most KILL_WAIT."""
     deadline = time.monotonic() + KILL_WAIT
     while time.monotonic() < deadline:
         pids = _children()
@@ -191,7 +191,8 @@ def _reap_orphans() -> None:
                 os.kill(pid, signal.SIGKILL)
         for pid in pids:
             with contextlib.suppress(ChildProcessError):
-                os.waitpid(pid, 0)
+                if os.waitpid(pid, os.WNOHANG) == (0, 0):
+                    time.sleep(0.01)  # SIGKILL takes effect when the process next runs
 
 
 def _die_with_parent(host: int) -> None:
@@ -210,7 +211,7 @@ def _child(job: bytes, out: int, err: int, host: int) -> None:
         devnull = os.open(os.devnull, os.O_RDWR)
         proto = os.dup(out)  # not inherited by what the target starts (QEMU, gdb)
         os.dup2(devnull, 0)
-        os.dup2(devnull, 1)
+        os.dup2(err, 1)  # a script's prints and warnings: the tail of a crash's report
         os.dup2(err, 2)
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the client's to handle
         from kpsdk.matrixrun.child import run_target, stop_on_sigterm

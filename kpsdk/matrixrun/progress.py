@@ -59,14 +59,15 @@ def summary_table(results: Sequence[TargetResult], title: str = "kpsdk matrix") 
 
 
 def counts_line(results: Sequence[TargetResult], seconds: float, workers: int) -> str:
-    """``25 targets in 31.2 s on 2 workers: 23 ok, 1 timeout, 1 error (3 cached)``."""
+    """``25 targets in 31.2 s on 2 workers: 23 ok, 1 timeout, 1 error (3 cached)`` (no workers: all cached)."""
     by_status: dict[str, int] = {}
     for result in results:
         by_status[result.status] = by_status.get(result.status, 0) + 1
     parts = ", ".join(f"{n} {status}" for status, n in by_status.items())
     cached = sum(r.cached for r in results)
-    return (f"{len(results)} target{'' if len(results) == 1 else 's'} in {seconds:.1f} s on {workers} "
-            f"worker{'' if workers == 1 else 's'}: {parts}" + (f" ({cached} cached)" if cached else ""))
+    where = f" on {workers} worker{'' if workers == 1 else 's'}" if workers else ""
+    return (f"{len(results)} target{'' if len(results) == 1 else 's'} in {seconds:.1f} s{where}: {parts}"
+            + (f" ({cached} cached)" if cached else ""))
 
 
 class ProgressDisplay:
