@@ -33,25 +33,11 @@ from typer.testing import CliRunner
 import kpsdk
 from kpsdk.matrixrun import FunctionScript, LocalPool, MatrixTarget, TraceScript, inputs, kernels, programs
 from kpsdk.matrixrun.targets import check_names, targets_file
-from tests.matrix_scripts import LIBC_MALLOC
+from tests.matrix_scripts import LIBC_MALLOC, TEXT, corpus_programs
 
 REPO = Path(__file__).resolve().parent.parent
 #: the clock fields: each run's own, so they differ between two runs of one target
 CLOCK_KEYS = ("time", "entry_time", "duration")
-TEXT = "banana\napple\ncherry\napple\n"
-
-
-def corpus_programs(data: Path) -> list[tuple[str, list[str]]]:
-    """Debian's programs and their arguments (``data`` a file of four lines)."""
-    f = str(data)
-    return [
-        ("/bin/true", []), ("/bin/false", []), ("/bin/echo", ["hello", "world"]), ("/bin/ls", ["/"]),
-        ("/usr/bin/sort", [f]), ("/bin/cat", [f]), ("/usr/bin/head", ["-n", "2", f]), ("/usr/bin/tail", ["-n", "2", f]),
-        ("/usr/bin/wc", [f]), ("/usr/bin/uniq", ["-c", f]), ("/usr/bin/cut", ["-c1-3", f]),
-        ("/usr/bin/basename", ["/a/b/c.txt"]), ("/usr/bin/expr", ["2", "+", "3"]), ("/usr/bin/seq", ["10"]),
-        ("/bin/grep", ["an", f]), ("/bin/sed", ["s/a/o/g", f]), ("/usr/bin/md5sum", [f]), ("/usr/bin/od", ["-c", f]),
-        ("/usr/bin/base64", [f]), ("/usr/bin/nl", [f]), ("/usr/bin/tac", [f]), ("/usr/bin/rev", [f]),
-    ]
 
 
 @pytest.fixture(scope="module")
