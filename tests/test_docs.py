@@ -73,6 +73,8 @@ NOT_RUN = {
                                 # building the site (a nox venv from PyPI; CI builds it after the tests)
     "docs/performance.md": 1,   # the benchmark: minutes, and a Qiling venv (nox -s bench)
     "docs/tutorial/kernel.md": 1,   # a part of the workload the guest's /init runs
+    "docs/matrix.md": 3,        # two matrices of five kernels (tests/test_matrix_kernels.py runs one);
+                                # a Dask cluster that stays up (tests/test_matrix.py starts its own)
 }
 COMMAND_TIMEOUT = 300           # seconds for one shell block (a kernel boot takes ~10 s)
 
