@@ -493,6 +493,19 @@ class MemberPathError(DebugInfoError, ValueError):
         super().__init__(f"{shown(path)} at column {column + 1}: {problem}{hint}")
 
 
+# -- many targets at once (kpsdk.matrix) -------------------------------------------------------
+
+
+class MatrixError(KpsdkError):
+    """Targets of a matrix did not run to their end (``MatrixResult.check()``, ``kpsdk matrix``'s
+    exit status 1).  ``result`` is the :class:`~kpsdk.matrixrun.MatrixResult`: every target's
+    status, error and records, the others' included."""
+
+    def __init__(self, message: str, result: object = None) -> None:
+        super().__init__(message)
+        self.result = result
+
+
 # -- kpsdk's own test programs --------------------------------------------------------------
 
 
