@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 import kpsdk
-from kpsdk.cli.command import Command
+from kpsdk.cli.command import Command, program_words
 from kpsdk.cli.consoles import console
 from kpsdk.cli.exits import INTERRUPTED
 from kpsdk.cli.hitregs import ARG_LIMIT
@@ -116,6 +116,9 @@ def cmd_probe(
     QEMU, or gdbserver for native: and pid:):
 
       ELF                an ELF or a bundled fixture, run in Unicorn from its entry point, or --call FN ARGS
+      -- PROG ARGS...    last, as strace takes it: PROG run in Unicorn with ARGS, each word as it is
+                         (-la too); a program of this machine's arch sees the caller's files (/),
+                         environment and working directory
       qemu-user:PROG     PROG under qemu-user, --arg ARG for its arguments
       qemu-system:ARCH   a kernel booted in QEMU: --kernel, --initrd, --append, --symbols
       gdb://HOST:PORT    a gdbstub already running (attached, never killed): --arch, --symbols, --abi
@@ -157,7 +160,7 @@ def cmd_probe(
     points = _probe_points(kprobe, kretprobe, uprobe, uretprobe, strace)
     strings = _string_args(string_arg, points)
     _check_returns(points, failed, restype)
-    choice = where.with_pid(pid).choose(ctx.args)
+    choice = where.with_pid(pid).choose(ctx.args, program_words(ctx))
     wheres = [*points.kprobes, *(k for _, k in points.kretprobes)]
     refuse_names_without_symbols(choice, [w["symbol_name"] for w in wheres if w.get("symbol_name") is not None])
     _check_strace(choice, strace)
@@ -275,6 +278,7 @@ def _run(run: ProbeRun, reg: Registry, strace: bool) -> bool:
 COMMAND = Command(
     "probe", cmd_probe,
     "kpsdk probe x86_64 --kprobe add\n"
+    "kpsdk probe --uprobe libc.so.6:opendir -- /bin/ls -la /tmp        # the program and its arguments, last\n"
     "kpsdk probe riscv64 --kprobe fact --regs a0,sp,ra\n"
     "kpsdk probe arm --kprobe check+0x10 --post --no-optimize\n"
     "kpsdk probe x86_64 --kprobe add --kprobe sub --call 'add 2 3'\n"
@@ -292,4 +296,5 @@ COMMAND = Command(
     "kpsdk probe /bin/busybox --arg ls --arg /etc --sysroot / --strace      # each system call, as strace",
     # the arguments after --call FN are extra arguments (negative numbers included)
     extra_args=True,
+    takes_program=True,
 )

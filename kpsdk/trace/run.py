@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from kpsdk.cli.command import program_words
 from kpsdk.cli.exits import INTERRUPTED
 from kpsdk.cli.options import NoprobeOpt, TargetOptions, takes_target_options
 from kpsdk.cli.parsing import check_out_path, check_seconds, refuse_inputs, split_commas
@@ -49,7 +50,10 @@ Trace a program or a kernel with ftrace probe definitions, as in /sys/kernel/tra
 arm, thumb, riscv64, ppc64), or a target spec: qemu-user:PROG, qemu-system:ARCH (with
 --kernel/--initrd/--append/--symbols), gdb://HOST:PORT (with --arch/--symbols/--abi),
 native:PROG (PROG under gdbserver), pid:PID (a running process, left running), elf:PATH,
-unicorn:ARCH.  The target runs until it ends, --duration S, --count N or Ctrl-C.
+unicorn:ARCH.  A program may come last, after --, with its arguments, as strace takes it:
+kpsdk trace -e 'p:w libc.so.6:write n=$arg3' -- /bin/ls -la (each word is the program's, -la too;
+a program of this machine's arch sees the caller's files, environment and working directory).
+The target runs until it ends, --duration S, --count N or Ctrl-C.
 
 [bold]Definitions[/bold] (-e, repeatable; -f FILE for one a line, # comments):
 
@@ -90,6 +94,7 @@ event's hist file; modifiers .hex .sym .sym-offset .execname .log2 .buckets=N), 
 
 EXAMPLES = """\
 kpsdk trace x86_64 -e 'p:add add a=%di:s32 b=%si:s32'
+kpsdk trace -e 'p:open libc.so.6:open64 path=+0($arg1):string' -- /bin/ls -la /etc
 kpsdk trace riscv64 -e 'p put name=+0(%a0):string value=%a1:s64'
 kpsdk trace arm -e 'r:fact fact n=$arg1 ret=$retval:s32' --latency
 kpsdk trace x86_64 -e 'p bump by=$arg1:s32 now=@counter:s32' --output jsonl
@@ -212,7 +217,7 @@ def cmd_trace(
         _print_definitions(definitions, program, where.symbols, where.debug_dir or [])
         return
     definitions = runnable_lines(definitions, program, where.symbols, where.debug_dir or [])
-    choice = where.choose(ctx.args)
+    choice = where.choose(ctx.args, program_words(ctx))
     _check_prefix(choice, comm, pid)
     _check_output_file(fmt, out)
     _check_outputs_are_not_inputs(choice, out, plot, file or [], definitions)
