@@ -34,6 +34,7 @@ from kpsdk.arch import (
     Breakpoint,
     DebianPort,
     DetourCode,
+    DwarfRegisters,
     EntryDetour,
     FrameRecord,
     InsnRules,
@@ -488,6 +489,14 @@ WATCH = WatchRules(slots=4, types=frozenset({"x", "w", "r", "rw"}), lengths=tupl
                    window=8, exec_lengths=(4,), exec_slots=6, masked=(8, 1 << 31),
                    source="Arm ARM D2.10 (DBGWCR BAS, MASK); QEMU cortex-a57 ID_AA64DFR0_EL1; Linux hw_breakpoint")
 
+#: DWARF register numbers, "DWARF for the Arm 64-bit Architecture" (AADWARF64, table 1): 0-30 x0-x30
+#: (30, the link register, is the return address column of the call frame information), 31 sp, 32
+#: the pc, 64-95 the SIMD and floating-point v0-v31, read as their low 64 bits (d0-d31: a float
+#: or double kept there is in those bits)
+DWARF_AARCH64 = DwarfRegisters({**{i: f"x{i}" for i in range(31)}, 31: "sp", 32: "pc",
+                                **{64 + i: f"d{i}" for i in range(32)}})
+
+
 AARCH64 = Arch(
     name="aarch64",
     aliases=("arm64", "armv8"),
@@ -536,6 +545,7 @@ AARCH64 = Arch(
     cross_gcc_package="gcc-aarch64-linux-gnu",
     out_of_line=OutOfLine(jump_back, return_jump),
     detours=DetourCode(near_jump, entry_detour, return_detour, scratch=("x16", "x17")),
+    dwarf=DWARF_AARCH64,
     toolchain=Toolchain((FixtureVariant("aarch64", ("-march=armv8-a", "-mbranch-protection=none"), demo=6),),
                         libc_dev="libc6-dev-arm64-cross"),
 )

@@ -33,6 +33,7 @@ from kpsdk.errors import (
     KprobeError,
     KpsdkError,
     LocationError,
+    MatrixError,
     MemberPathError,
     NeverMappedWarning,
     NoDebugInfoError,
@@ -42,6 +43,7 @@ from kpsdk.errors import (
     NotInScopeError,
     NotStaticError,
     OptimizedOutError,
+    PerfSyntaxError,
     PluginLoadError,
     ProbeHandlerError,
     SourceNotFoundError,
@@ -61,6 +63,7 @@ from kpsdk.errors import (
 
 if TYPE_CHECKING:  # the core's names, imported on first use at run time (``_LAZY``)
     from kpsdk.arch import ArchRegistry
+    from kpsdk.matrixrun.api import matrix
     from kpsdk.options import OpenOptions
     from kpsdk.probe import KPROBE_FLAG_DISABLED, KPROBE_FLAG_GONE, TRAP_HANDLER_EXCEPTION, Probe, ProbeType
     from kpsdk.registry import get_registry, hookimpl
@@ -98,6 +101,7 @@ _LAZY = {
     "get_registry": "kpsdk.registry", "hookimpl": "kpsdk.registry",
     "PtRegs": "kpsdk.regs",
     "Session": "kpsdk.session",
+    "matrix": "kpsdk.matrixrun.api",
 }
 #: the submodules ``import kpsdk`` used to import: ``kpsdk.registry.configure`` after a bare
 #: ``import kpsdk`` still finds its module
@@ -122,12 +126,12 @@ __all__ = [
     "TargetError", "TargetFault",
     "TargetExited", "TargetStalled", "ToolMissingError", "UnknownNameError", "UnsupportedTargetError",
     "NotEmulatedError", "PluginLoadError",
-    "GdbError", "TraceDefinitionError", "TriggerError", "FunctionsError", "FilterError", "FixtureError",
+    "GdbError", "MatrixError", "TraceDefinitionError", "TriggerError", "FunctionsError", "FilterError", "FixtureError",
     "DebugInfoError", "NoDebugInfoError", "DwarfFormatError", "SplitDwarfError", "NoSuchFunctionError",
     "NoSuchLineError", "SourceNotFoundError", "NotInScopeError", "OptimizedOutError", "MemberPathError",
-    "NotStaticError",
+    "NotStaticError", "PerfSyntaxError",
     "Probe", "ProbeType", "Session",
-    "PtRegs", "OpenOptions", "hookimpl", "open", "get_registry",
+    "PtRegs", "OpenOptions", "hookimpl", "open", "get_registry", "matrix",
     "Kprobe", "Kretprobe", "KretprobeInstance", "KRETPROBE_MAXACTIVE_MAX", "KRETPROBE_MAX_DATA_SIZE",
     "Uprobe", "Uretprobe", "UretprobeInstance", "parse_uprobe", "register_uprobe", "register_uprobes",
     "register_uretprobe", "unregister_uprobe", "unregister_uprobes", "unregister_uretprobe",
@@ -157,8 +161,9 @@ def open(spec: str, **options: Unpack[OpenOptions]) -> Session:  # noqa: A001 - 
     kind = registry.target_kind(scheme)
     given: dict[str, Any] = dict(options)
     noprobe = given.pop("noprobe", ())
+    debug_dir = given.pop("debug_dir", None)
     target = kind.open(rest, registry, **given)
-    session = Session(target, registry, spec)
+    session = Session(target, registry, spec, debug_dir)
     session.blacklist.update(noprobe)
     registry.pm.hook.kpsdk_session_start(session=session)
     for library in target.mapped_files():

@@ -28,6 +28,8 @@ from typing import TYPE_CHECKING
 
 import capstone
 
+from kpsdk.errors import TargetError, TargetFault
+
 if TYPE_CHECKING:
     from collections.abc import Callable
 
@@ -250,8 +252,56 @@ class _Walker:
 
 
 def backtrace(target: Target, regs: PtRegs, limit: int = 64) -> list[Frame]:
-    """The frames of the stopped CPU, innermost first, real return addresses only."""
-    return _Walker(target, regs).walk(limit)
+    """The frames of the stopped CPU, innermost first, real return addresses only: from the call
+    frame information where the code at the pc has some (:func:`cfi_walk`), else by the
+    frame-pointer walk or the stack scan."""
+    walker = _Walker(target, regs)
+    frames = cfi_walk(walker, limit)
+    return frames if frames is not None else walker.walk(limit)
+
+
+def cfi_walk(walker: _Walker, limit: int) -> list[Frame] | None:
+    """The frames as the call frame information of each file says (``.eh_frame``,
+    ``.debug_frame``, a separate debug file's: :meth:`kpsdk.debuginfo.SessionDebug.frame_table`),
+    as gdb unwinds without frame pointers; a kretprobe trampoline met on the stack is mapped back
+    to the hooked call's return address and the walk goes on from there.  None when the code at
+    the pc has no call frame information (or no session knows its file): the caller falls back.
+    """
+    from kpsdk.binfmt.dwarf.cfi import unwind
+    from kpsdk.debuginfo import HitCpu
+
+    target = walker.target
+    session = getattr(target, "session", None)
+    if session is None or target.arch.dwarf is None:
+        return None
+    tables = session.debug.frame_table
+    pc = walker.regs.ip
+    if tables(pc & walker.strip) is None:
+        return None
+    # the hooked call's entry sp: where x86's call left the return address (CFA - a word), the
+    # CFA itself where a link register holds it
+    pushed = 0 if target.arch.link else walker.word
+    rethook = target.rethook
+    mapped: set[int] = set()
+
+    def real(ra: int, cfa: int) -> int:
+        if ra not in walker.trampolines or rethook is None:
+            return ra
+        value = rethook.real_return_address(ra, cfa - pushed)
+        if value != ra:
+            mapped.add(value)
+        return value
+
+    frames: list[Frame] = []
+    try:
+        for frame in unwind(HitCpu(walker.regs, target.read_memory), pc, tables, max_frames=limit,
+                            thumb=target.arch.has_thumb, return_address=real):
+            frames.append(walker.frame(frame.pc, bool(frames) and frame.pc in mapped))
+    except (TargetFault, TargetError):
+        pass  # a frame's memory cannot be read: the walk ends with the frames found
+    if len(frames) <= 1:
+        return None
+    return frames
 
 
 def _frame_state(target: Target, pc: int, rec: FrameRecord) -> str:

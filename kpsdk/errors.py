@@ -416,6 +416,16 @@ class SplitDwarfError(DebugInfoError):
     ``.dwo`` files, which kpsdk does not read."""
 
 
+class PerfSyntaxError(DebugInfoError):
+    """A perf probe definition (``kpsdk trace -e 'parse_line:12 len'``) that cannot be translated
+    into a kprobe_events/uprobe_events line: which one, and why (no program or vmlinux to
+    read the DWARF of, a point or a variable the debug information does not have)."""
+
+    def __init__(self, definition: str, problem: str) -> None:
+        self.definition, self.problem = definition, problem
+        super().__init__(f"perf probe definition {definition!r}: {problem}")
+
+
 class NotStaticError(DebugInfoError):
     """A location asked for without a CPU (statically, for a probe definition) that only a CPU can
     answer: arithmetic on two registers, a comparison, a read of a value narrower than a word
@@ -481,6 +491,19 @@ class MemberPathError(DebugInfoError, ValueError):
         self.path, self.column, self.problem, self.valid = path, column, problem, tuple(valid)
         hint = f"; members: {', '.join(self.valid)}" if self.valid else ""
         super().__init__(f"{shown(path)} at column {column + 1}: {problem}{hint}")
+
+
+# -- many targets at once (kpsdk.matrix) -------------------------------------------------------
+
+
+class MatrixError(KpsdkError):
+    """Targets of a matrix did not run to their end (``MatrixResult.check()``, ``kpsdk matrix``'s
+    exit status 1).  ``result`` is the :class:`~kpsdk.matrixrun.MatrixResult`: every target's
+    status, error and records, the others' included."""
+
+    def __init__(self, message: str, result: object = None) -> None:
+        super().__init__(message)
+        self.result = result
 
 
 # -- kpsdk's own test programs --------------------------------------------------------------

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from kpsdk.arch.insn import Decoded
 from kpsdk.binfmt.symbols import decode_span, shown_name
-from kpsdk.errors import KprobeError, ProbeHandlerError, SymbolError, TargetFault
+from kpsdk.errors import DebugInfoError, KprobeError, ProbeHandlerError, SymbolError, TargetFault
 from kpsdk.probe import TRAP_HANDLER_EXCEPTION, Probe, check_address_range, fault_claimed, handler_arg
 
 if TYPE_CHECKING:
@@ -125,6 +125,9 @@ class ProbeManager:
             try:
                 sym = self.target.symbols.get(probe.symbol_name)
             except SymbolError:
+                source = self._source_address(probe)
+                if source is not None:
+                    return source + probe.offset
                 from kpsdk.binfmt.symbols import did_you_mean
 
                 symbols = self.target.symbols
@@ -139,6 +142,33 @@ class ProbeManager:
             assert probe.addr is not None
             base = probe.addr
         return base + probe.offset
+
+    def _source_address(self, probe: Probe) -> int | None:
+        """A ``symbol_name`` no symbol has, read as a source probe point (``parse_line:12``,
+        ``demo.c:40``, a function only inlined) through the debug information
+        (:meth:`kpsdk.debuginfo.SessionDebug.points`): its one address; None when it is no
+        such point.  ``ENOENT`` when the point is not there (the DWARF reader says why),
+        ``EINVAL`` when it is at several addresses (an inlined function's copies: the
+        decorator ``s.kprobe(POINT)`` and ``kpsdk probe --kprobe POINT`` put a probe on each)."""
+        from kpsdk.debuginfo import is_source_point
+
+        name = probe.symbol_name
+        session = getattr(self.target, "session", None)
+        if name is None or session is None:
+            return None
+        if not is_source_point(name) and not session.debug.inlined_copies(name):
+            return None
+        if name.endswith("%return"):
+            raise KprobeError(errno.EINVAL, f"{name!r} is a return probe: a Kretprobe on {name[:-7]!r}")
+        try:
+            points = session.debug.points(name)
+        except DebugInfoError as e:
+            raise KprobeError(errno.ENOENT, f"{name!r}: {e}") from None
+        if len(points) != 1:
+            where = ", ".join(f"{p.point.where} ({p.address:#x})" for p in points)
+            raise KprobeError(errno.EINVAL, f"{name!r} is at {len(points)} addresses ({where}): one Kprobe goes on "
+                              f"one; @s.kprobe({name!r}) puts one on each")
+        return points[0].address
 
     def _local_entry(self, addr: int) -> int:
         """How far past ``addr`` a function's ELFv2 local entry is (0 without one, or where

@@ -66,16 +66,20 @@ def _scratch(name: str) -> Path:
     return where
 
 
-def build_shared_object(name: str, source: Path, what: str, flags: Sequence[str] = ()) -> Path:
+def build_shared_object(name: str, source: Path, what: str, flags: Sequence[str] = (),
+                        headers: Sequence[Path] = ()) -> Path:
     """The shared object of ``source``, built once per source text into kpsdk's cache
     directory ``name`` and checked before it is returned (see the module docstring).
+    ``headers`` are files it includes from elsewhere (``kpsdk/fetchprog.h``): hashed into the
+    build's name with the source, and copied beside it, so a changed header is built again.
 
     ``what`` names it in errors ("kpsdk's QEMU plugin").  Raises
     :class:`~kpsdk.errors.ToolMissingError` without ``gcc`` and
     :class:`~kpsdk.errors.TargetError` when it does not compile.
     """
     code = source.read_bytes()
-    key = _build_key(code, flags)
+    included = [(header.name, header.read_bytes()) for header in headers]
+    key = _build_key(code, flags, included)
     stem = f"{source.stem}-{key}"
     cache = private_dir(name)
     directory = cache if cache is not None else _scratch(name)
@@ -91,8 +95,10 @@ def build_shared_object(name: str, source: Path, what: str, flags: Sequence[str]
     try:
         copy, tmp = work / source.name, work / f"{stem}.so"
         copy.write_bytes(code)  # what was hashed is what is built
+        for header_name, header_code in included:
+            (work / header_name).write_bytes(header_code)
         proc = subprocess.run([gcc, "-O2", "-shared", "-fPIC", "-fvisibility=hidden", "-Wall", *flags,
-                               "-I", str(source.parent), "-o", str(tmp), str(copy)],
+                               "-I", str(work), "-I", str(source.parent), "-o", str(tmp), str(copy)],
                               capture_output=True, text=True, timeout=120, check=False)
         if proc.returncode != 0:
             errors = proc.stderr.strip().replace(str(copy), str(source))
@@ -106,10 +112,12 @@ def build_shared_object(name: str, source: Path, what: str, flags: Sequence[str]
     return out
 
 
-def _build_key(code: bytes, flags: Sequence[str]) -> str:
-    """The build's name: the SHA256 of the source and each flag, every part length-prefixed."""
+def _build_key(code: bytes, flags: Sequence[str], headers: Sequence[tuple[str, bytes]] = ()) -> str:
+    """The build's name: the SHA256 of the source, each flag and each header's name and bytes,
+    every part length-prefixed (no header: the name the source alone always had)."""
     h = hashlib.sha256()
-    for part in (code, *(flag.encode("utf-8", "surrogateescape") for flag in flags)):
+    extra = [part for name, data in headers for part in (name.encode("utf-8", "surrogateescape"), data)]
+    for part in (code, *(flag.encode("utf-8", "surrogateescape") for flag in flags), *extra):
         h.update(len(part).to_bytes(8, "little"))
         h.update(part)
     return h.hexdigest()[:16]

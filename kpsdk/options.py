@@ -27,6 +27,10 @@ class OpenOptions(TypedDict, total=False):
     abi: str
     #: symbols that may not be probed (the kernel's NOKPROBE_SYMBOL) [all]
     noprobe: Iterable[str]
+    #: directories searched first for separate debug files (``.build-id/xx/yyyy.debug``, a
+    #: ``.gnu_debuglink`` name), before ``/usr/lib/debug``: source probe points, ``regs.var``,
+    #: CFI backtraces [all]
+    debug_dir: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
     #: the program's arguments (``argv[1:]``; ``argv[0]`` is its path) [qemu-user, elf]
     args: Sequence[str]
     #: environment variables for the program (nothing else is in its environment) [qemu-user, elf]

@@ -231,6 +231,24 @@ class Probe:
         return f"<{type(self).__name__} {self.where()} {state}>"
 
 
+class ProbeSet(list[Any]):
+    """The probes one location made, one per address (``@s.kprobe("clamp")`` on a function
+    inlined in three places): a list of them, whose ``hits`` and ``nmissed`` add up theirs.
+    ``s.unregister_kprobes(probes)`` unregisters them."""
+
+    @property
+    def hits(self) -> int:
+        return sum(p.hits for p in self)
+
+    @property
+    def nmissed(self) -> int:
+        return sum(p.nmissed for p in self)
+
+    @property
+    def registered(self) -> bool:
+        return any(p.registered for p in self)
+
+
 @dataclass
 class ProbeType:
     """A probe type, as a plugin declares it.
@@ -267,3 +285,8 @@ class ProbeType:
     #: than one by one (default: ``register`` for each, rolled back on an error)
     register_many: Callable[[Session, list[Any]], None] | None = None
     held: Callable[[Session], list[tuple[int, Any]]] | None = None
+    #: ``(session, where) -> [fields, ...]``: the decorator's location text as one probe's
+    #: keyword arguments per address, for a type whose text may name several (a source probe
+    #: point on an inlined function: one probe on each copy, as perf puts them); default: one,
+    #: from ``parse_location``
+    expand_location: Callable[[Session, Any], list[dict[str, Any]]] | None = None

@@ -12,10 +12,14 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import TYPE_CHECKING, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from kpsdk.arch import Abi, Arch, Register
-from kpsdk.errors import ArgumentError
+from kpsdk.errors import ArgumentError, DebugInfoError, NoDebugInfoError
+
+if TYPE_CHECKING:
+    from kpsdk.binfmt.dwarf import Value
+    from kpsdk.debuginfo import SessionDebug
 
 
 class RegisterIO(Protocol):
@@ -42,7 +46,7 @@ class PtRegs:
     reaches after a failed lookup (handlers read registers on every hit).
     """
 
-    __slots__ = ("_arch", "_io", "_read", "_table", "_hit", "arg")
+    __slots__ = ("_arch", "_io", "_read", "_table", "_hit", "arg", "_owner", "_plans")
     _arch: Arch
     _io: RegisterIO
     _read: Callable[[Register], int]  # _io.read, held directly: one lookup less per read
@@ -59,6 +63,10 @@ class PtRegs:
     #: not a method: reading two arguments is most of a typical handler's time, and a
     #: method calling a reader was two Python frames per argument.
     arg: Callable[[int], int]
+    #: the target these registers are of (its session's debug information answers :meth:`var`)
+    _owner: Any
+    #: the session's plans of variable reads by (pc, path) (:attr:`kpsdk.debuginfo.SessionDebug.plans`)
+    _plans: dict[tuple[int, str], Callable[[PtRegs], Value]]
 
     _classes: ClassVar[dict[str, type[PtRegs]]] = {}
 
@@ -72,9 +80,10 @@ class PtRegs:
 
     @classmethod
     def create(cls, arch: Arch, io: RegisterIO, abi: Abi, read_mem: Callable[[int, int], bytes],
-               read_word: Callable[[int], int] | None = None) -> PtRegs:
+               read_word: Callable[[int], int] | None = None, owner: Any = None) -> PtRegs:
         """``read_word``: the target's word read (its fast path), for the arguments on the
-        stack; else ``read_mem`` and a conversion."""
+        stack; else ``read_mem`` and a conversion.  ``owner``: the target (its session reads
+        variables by name for :meth:`var`)."""
         getter = getattr(io, "getter", None)
         sub = cls._classes.get(arch.name)
         if sub is None:
@@ -84,7 +93,7 @@ class PtRegs:
         table["ip"] = table["pc"] = arch.register(arch.pc)
         table["sp"] = arch.register(arch.sp)
         table["return_value"] = arch.register(arch.return_value)
-        regs._arch, regs._io, regs._table = arch, io, table
+        regs._arch, regs._io, regs._table, regs._owner = arch, io, table, owner
         regs._read = io.read
         regs._hit = getattr(io, "hit", None) or [None, None, None]
         arg_regs = tuple(arch.register(r) for r in abi.args)
@@ -136,6 +145,40 @@ class PtRegs:
         reg = self._table[name]
         value = self._read(reg)
         return value - (1 << (8 * reg.size)) if value >> (8 * reg.size - 1) else value
+
+    def var(self, path: str) -> Value:
+        """The C variable ``path`` at this hit, by its source name: ``regs.var("len")``,
+        ``regs.var("buf->size")``, ``regs.var("argv[1]")``, ``regs.var("s.a.b")``, ``*p``.
+
+        Read from the program's (or kernel's) DWARF where the pc is, the way a debugger reads
+        it: a :class:`~kpsdk.binfmt.dwarf.Value` with its C type (``int(v)``, ``v.type.c_name``,
+        ``v.string()`` for a ``char *``, ``v.members()`` for a struct, ``v.deref()``; ``str(v)``
+        is gdb's ``print``).  See docs/dwarf.md.
+
+        :raises NotInScopeError: no such variable at this pc (the error lists those in scope).
+        :raises OptimizedOutError: the compiler kept no value for it here, with why.
+        :raises MemberPathError: the path does not parse or fit the types.
+        :raises NoDebugInfoError: the code at the pc has no debug information.
+        """
+        try:  # at a hit, a read made before at this pc: its plan, run (one dict lookup, one call)
+            return self._plans[(self._hit[1], path)](self)  # type: ignore[index]
+        except (KeyError, AttributeError):
+            debug = self._debug()
+            self._plans = debug.plans
+            return debug.var(self, path)
+
+    def vars(self, which: str = "$vars") -> dict[str, Value | DebugInfoError]:
+        """Every variable in scope at this hit by name (``$vars``; ``$params``: the parameters,
+        ``$locals``: the rest), each its :class:`~kpsdk.binfmt.dwarf.Value`, or the error saying
+        why it has none here (an :class:`~kpsdk.errors.OptimizedOutError`)."""
+        return self._debug().vars(self, which)
+
+    def _debug(self) -> SessionDebug:
+        session = getattr(self._owner, "session", None) if getattr(self, "_owner", None) is not None else None
+        if session is None:
+            raise NoDebugInfoError("these registers", ["they belong to no session's target: variables are read "
+                                                       "from a hit's regs"])
+        return session.debug  # type: ignore[no-any-return]
 
     def dump(self, names: tuple[str, ...] | None = None) -> dict[str, int]:
         """The named registers (default: all declared) as a dict."""

@@ -14,20 +14,23 @@ import builtins
 import gc
 import math
 import numbers
+import os
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from kpsdk.argcheck import want_address, want_bytes, want_int
 from kpsdk.errors import ArgumentError, KpsdkError, shown
 from kpsdk.events import RUN_ERROR, RUN_EXITED, RUN_STOPPED
-from kpsdk.probe import Probe, ProbeType, is_int, register_all
+from kpsdk.probe import Probe, ProbeSet, ProbeType, is_int, register_all
 from kpsdk.scope import making_for
 from kpsdk.verbs import BuiltinVerbs
 
 if TYPE_CHECKING:
     from kpsdk.arch import Arch
     from kpsdk.backtrace import Frame
+    from kpsdk.binfmt.dwarf import DebugInfo
     from kpsdk.binfmt.symbols import SymbolTable
+    from kpsdk.debuginfo import SessionDebug
     from kpsdk.registry import Registry
     from kpsdk.regs import PtRegs
     from kpsdk.target import Target
@@ -114,11 +117,16 @@ class Session(BuiltinVerbs):
     release what the target holds: QEMU and gdb processes are reaped.
     """
 
-    def __init__(self, target: Target, registry: Registry, spec: str) -> None:
+    def __init__(self, target: Target, registry: Registry, spec: str,
+                 debug_dir: str | os.PathLike[str] | Iterable[str | os.PathLike[str]] | None = None) -> None:
         self.target = target
         self.registry = registry
         self.spec = spec
         self.closed = False
+        #: where separate debug files are looked for first (``kpsdk.open(..., debug_dir=...)``)
+        self.debug_dirs = ([] if debug_dir is None else [debug_dir] if isinstance(debug_dir, str | os.PathLike)
+                           else list(debug_dir))
+        self._debug: SessionDebug | None = None
         target.session = self
         #: the arch's largest address, for the memory calls' argument checks
         self._word_mask = target.arch.word_mask
@@ -262,9 +270,14 @@ class Session(BuiltinVerbs):
         def make(where: str | int, **fields: Any) -> Callable[[Callable[..., Any]], Any]:
             def wrap(func: Callable[..., Any]) -> Any:
                 with making_for(self):  # a bare name it holds is looked up in this session only
-                    probe = pt.probe_class(**pt.parse_location(where), **{pt.decorator_field: func}, **fields)
-                pt.register(self, probe)
-                return probe
+                    places = (pt.expand_location(self, where) if pt.expand_location is not None
+                              else [pt.parse_location(where)])
+                    probes = [pt.probe_class(**place, **{pt.decorator_field: func}, **fields) for place in places]
+                if len(probes) == 1:
+                    pt.register(self, probes[0])
+                    return probes[0]
+                register_all(probes, lambda p: pt.register(self, p), lambda p: pt.unregister(self, p))
+                return ProbeSet(probes)
 
             return wrap
 
@@ -393,6 +406,27 @@ class Session(BuiltinVerbs):
     def _address(self, call: str, addr: object) -> int:
         """``addr`` if it is an address of the arch, else the ArgumentError naming ``call``."""
         return want_address(call, addr, self._word_mask)
+
+    @property
+    def debug(self) -> SessionDebug:
+        """The debug information of what the target runs (:class:`kpsdk.debuginfo.SessionDebug`):
+        the DWARF of the program, its libraries or the kernel, found next to each file, through
+        its build ID or ``.gnu_debuglink``, or in ``debug_dir``; behind source probe points
+        (``s.kprobe("parse_line:12")``), ``regs.var("len")`` and CFI backtraces."""
+        if self._debug is None:
+            from kpsdk.debuginfo import SessionDebug
+
+            self._debug = SessionDebug(self, self.debug_dirs)
+        return self._debug
+
+    def debug_info(self, path: str | os.PathLike[str] | None = None) -> DebugInfo:
+        """The DWARF of the program (or the kernel's ``symbols`` file), or of the file at
+        ``path`` (a library: ``"libc.so.6"``), as :class:`kpsdk.binfmt.dwarf.DebugInfo`
+        answers it: functions, lines, variables, types, call frames.
+
+        :raises NoDebugInfoError: no DWARF in the file nor a debug file for it (every place
+            looked at is listed)."""
+        return self.debug.open(self.debug.find_file(path).path)
 
     def regs(self) -> PtRegs:
         """The CPU's registers now (outside a handler; a handler is given its hit's)."""

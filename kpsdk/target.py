@@ -107,6 +107,9 @@ class Target(ABC):
     abi_kind: str = "user"
     #: CPUs that can run the probed code at once (a kretprobe's default maxactive is max(10, 2 * ncpus))
     ncpus: int = 1
+    #: a kernel's ELF symbols file (``symbols=``: a vmlinux), whose DWARF, when it has some, gives
+    #: source probe points, variables and call frames (:mod:`kpsdk.debuginfo`); None otherwise
+    symbols_file: str | None = None
     #: the return-probe core, set by :meth:`kpsdk.rethook.ShadowStacks.of` on first use
     rethook: ShadowStacks | None = None
 
@@ -378,6 +381,13 @@ class Target(ABC):
     def clock_ns(self) -> int | None:
         """The guest's trace clock at the hit, in ns (a kernel's ``sched_clock``), once
         :meth:`prepare_clock` said it has one; None: not readable."""
+        return None
+
+    def native_tracer(self) -> Any:
+        """Where trace events run in C at the hit (:mod:`kpsdk.fetchprog`'s programs): an object
+        with ``new_ring``, ``program`` and ``close_ring`` (the Unicorn target's
+        :class:`~kpsdk.targets.unicorn.nativetrace.NativeTraceHost`); None (the default): every
+        event's fetches run in Python at its pre_handler."""
         return None
 
     def declare_fetches(self, probe: Probe, args: Sequence[BoundFetch]) -> None:

@@ -11,10 +11,13 @@ does is the probe manager's (:mod:`kpsdk.manager`).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import errno
+from typing import TYPE_CHECKING, Any
 
 from kpsdk import hookimpl
-from kpsdk.probe import KPROBE_FLAG_DISABLED, Probe, ProbeType, check_fields
+from kpsdk.debuginfo import is_source_point
+from kpsdk.errors import DebugInfoError, KprobeError
+from kpsdk.probe import KPROBE_FLAG_DISABLED, Probe, ProbeType, check_fields, location_fields
 
 if TYPE_CHECKING:
     from kpsdk.session import Session
@@ -44,12 +47,33 @@ def unregister(session: Session, probe: Probe) -> None:
     session.target.manager.remove(probe)
 
 
+def expand_location(session: Session, where: Any) -> list[dict[str, Any]]:
+    """The decorator's location: ``SYM[+OFF]`` or an address as one probe's fields, or a source
+    probe point (``parse_line:12``, ``demo.c:40``, ``parse_line;total +=*``, a function inlined
+    in places) as one probe at each address it resolves to, as perf probes every copy.
+
+    :raises KprobeError: ``ENOENT`` when the point is not in the debug information (why is
+        said), ``EINVAL`` for ``%return`` (a kretprobe's)."""
+    text = where.strip() if isinstance(where, str) else where
+    if not isinstance(text, str) or not (is_source_point(text) or (text.isidentifier() and
+                                                                  session.debug.inlined_copies(text))):
+        return [location_fields(where)]
+    if text.endswith("%return"):
+        raise KprobeError(errno.EINVAL, f"{text!r} is a return probe: @s.kretprobe({text[:-7]!r})")
+    try:
+        points = session.debug.points(text)
+    except DebugInfoError as e:
+        raise KprobeError(errno.ENOENT, f"{text!r}: {e}") from None
+    return [{"addr": p.address} for p in points]
+
+
 KPROBE = ProbeType(
     name="kprobe",
     probe_class=Kprobe,
     register=register,
     unregister=unregister,
     register_many=register_many,
+    expand_location=expand_location,
     exports={"Kprobe": Kprobe, "KPROBE_FLAG_DISABLED": KPROBE_FLAG_DISABLED},
     description="a pre/post handler on an instruction",
 )

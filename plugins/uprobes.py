@@ -112,6 +112,11 @@ def parse_location(text: str | Any) -> dict[str, Any]:
     if spec.endswith(RETURN_SUFFIX):
         raise LocationError(errno.EINVAL, f"{shown(text)}: {RETURN_SUFFIX} makes a Uretprobe (use parse_uprobe or "
                                           "Uretprobe.parse)")
+    source = split_source(spec)
+    if source is not None:
+        from kpsdk.plugins.uprobe_source import one_location
+
+        return one_location(*source, lookup_sessions(_sessions))
     path, sep, where = spec.rpartition(":")
     if not sep or not path or not where.strip():
         raise LocationError(errno.EINVAL, f"{shown(text)}: want PATH:SYMBOL, PATH:SYMBOL+0xOFF or PATH:0xOFFSET")
@@ -121,7 +126,40 @@ def parse_location(text: str | Any) -> dict[str, Any]:
     offset = parse_number(where)
     if offset is not None:
         return {"path": path, "offset": offset}
-    return {"path": path, "offset": symbol_offset(_read_image(path), path, where, lookup_sessions(_sessions))}
+    try:
+        return {"path": path, "offset": symbol_offset(_read_image(path), path, where, lookup_sessions(_sessions))}
+    except KprobeError as e:  # no such symbol (a stripped program): a function its DWARF has
+        if e.errno != errno.ENOENT or not where.isidentifier():
+            raise
+        from kpsdk.plugins.uprobe_source import one_location
+
+        try:
+            return one_location(path, where, lookup_sessions(_sessions))
+        except KprobeError:
+            raise e from None
+
+
+def split_source(spec: str) -> tuple[str, str] | None:
+    """``PATH:POINT`` with a source probe point: (path, point), else None (:mod:`.uprobe_source`)."""
+    from kpsdk.plugins.uprobe_source import split_source as split
+
+    return split(spec, lookup_sessions(_sessions))
+
+
+def source_locations(path: str, point: str) -> list[dict[str, Any]]:
+    """Each place ``PATH:POINT`` resolves to, as a probe's fields (:mod:`.uprobe_source`)."""
+    from kpsdk.plugins.uprobe_source import source_locations as locations
+
+    return locations(path, point, lookup_sessions(_sessions))
+
+
+def expand_location(session: Session, text: Any) -> list[dict[str, Any]]:
+    """The decorator's ``PATH:WHERE``: one probe's fields, or for a source probe point one
+    probe's at each place it resolves to (every inlined copy of a function, as perf)."""
+    source = split_source(text.strip()) if isinstance(text, str) else None
+    if source is None:
+        return [parse_location(text)]
+    return [{"path": p["path"], "offset": p["offset"]} for p in source_locations(*source)]
 
 
 def parse_uprobe(text: str, **fields: Any) -> Uprobe | Uretprobe:
@@ -703,6 +741,7 @@ UPROBE = ProbeType(
     description="a pre/post handler on a file's instruction, by (file, offset)",
     parse_location=parse_location,
     set_disabled=set_disabled,
+    expand_location=expand_location,
 )
 
 URETPROBE = ProbeType(

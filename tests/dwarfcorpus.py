@@ -61,6 +61,8 @@ TOOLCHAINS = {
                          "/usr/riscv64-linux-gnu"),
     "ppc64": Toolchain("ppc64", "powerpc64-linux-gnu-gcc", "gcc-powerpc64-linux-gnu", (), "qemu-ppc64",
                        "/usr/powerpc64-linux-gnu"),
+    "aarch64": Toolchain("aarch64", "aarch64-linux-gnu-gcc", "gcc-aarch64-linux-gnu", (), "qemu-aarch64",
+                         "/usr/aarch64-linux-gnu"),
     "ppc64le": Toolchain("ppc64le", "powerpc64le-linux-gnu-gcc", "gcc-powerpc64le-linux-gnu", (), "qemu-ppc64le",
                          "/usr/powerpc64le-linux-gnu"),
     "mips": Toolchain("mips", "mips-linux-gnu-gcc", "gcc-mips-linux-gnu", (), "qemu-mips", "/usr/mips-linux-gnu"),

@@ -51,8 +51,9 @@ def test_an_unknown_option_is_named_as_one(command: str) -> None:
     """Both commands let click pass the words they do not know (``--call sub 3 -5``); a word that is
     no number but looks like an option is refused as one, TARGET included (``kpsdk probe -t ...``)."""
     short = "-t" if command == "probe" else "-z"  # kpsdk trace's -t is --trigger
+    last = "-x" if command == "probe" else "-y"  # kpsdk trace's -x is --exec
     for argv, unknown in ((["x86_64", "--bogus"], "--bogus"), ([short, "x86_64"], short),
-                          (["x86_64", "--call", "sub 3", "-x"], "-x")):
+                          (["x86_64", "--call", "sub 3", last], last)):
         result = runner.invoke(app, [command, *argv, *PROBES[command]])
         assert result.exit_code == 2, result.output
         assert f"'{unknown}': no such option" in result.output, result.output

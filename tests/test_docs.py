@@ -77,6 +77,9 @@ NOT_RUN = {
     "docs/performance.md": 1,   # the benchmark: minutes, and a Qiling venv (nox -s bench)
     "docs/tutorial/kernel.md": 1,   # a part of the workload the guest's /init runs
     "docs/api/targets.md": 1,       # a process started in the background for --pid (tests/test_gdbserver.py runs it)
+    "docs/dwarf.md": 1,         # kpsdk probe by source on a program of the reader's (the page's is in a temp dir)
+    "docs/matrix.md": 3,        # two matrices of five kernels (tests/test_matrix_kernels.py runs one);
+                                # a Dask cluster that stays up (tests/test_matrix.py starts its own)
 }
 COMMAND_TIMEOUT = 300           # seconds for one shell block (a kernel boot takes ~10 s)
 

@@ -64,7 +64,8 @@ def judge(result: dict[str, Any], min_reads: int = 100) -> tuple[int, int, list[
 
 @pytest.mark.parametrize(("arch", "opt"), [("x86_64", "0"), ("x86_64", "2"), ("arm", "2"), ("thumb", "2"),
                                            ("riscv64", "2"), ("riscv64", "0"), ("i386", "2"), ("ppc64", "2"),
-                                           ("ppc64le", "2"), ("mips", "2"), ("mipsel", "2"), ("mips64el", "2")])
+                                           ("ppc64le", "2"), ("mips", "2"), ("mipsel", "2"), ("mips64el", "2"),
+                                           ("aarch64", "2"), ("aarch64", "0")])
 def test_fixture_values_and_backtraces_equal_gdbs(corpus: Corpus, tmp_path: Path, arch: str, opt: str) -> None:
     program = corpus.fixture(arch, opt)
     result = gdb_check(TOOLCHAINS[arch], program, stops_of(program, FIXTURE_FUNCTIONS), tmp_path)

@@ -51,13 +51,13 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("core", ()),
     ("api", ()),
     ("extensions", ("kpsdk.plugins", "kpsdk.arch_backends", "kpsdk.targets", "kpsdk.trace")),
-    ("top", ("kpsdk.cli", "kpsdk.demo", "kpsdk.fixtures", "kpsdk.__main__",
+    ("top", ("kpsdk.cli", "kpsdk.demo", "kpsdk.fixtures", "kpsdk.matrixrun", "kpsdk.__main__",
              "kpsdk.trace.run", "kpsdk.trace.runner", "kpsdk.trace.command", "kpsdk.trace.precheck")),
 )
 RANK = {name: i for i, (name, _) in enumerate(LAYERS)}
 
 #: the modules that may import kpsdk.fixtures
-FIXTURE_USERS = ("kpsdk.fixtures", "kpsdk.demo", "kpsdk.cli")
+FIXTURE_USERS = ("kpsdk.fixtures", "kpsdk.demo", "kpsdk.cli", "kpsdk.matrixrun")  # a matrix of the fixtures' kernels
 
 #: imports that go up on purpose: (importer, imported prefix, how) -> why.  ``how`` is
 #: "function" (inside a function only: loaded on first use) or "typing" (``if TYPE_CHECKING``)
@@ -71,6 +71,8 @@ ALLOWED: dict[tuple[str, str, str], str] = {
         "the built-in probe types' verbs declared for type checkers; at run time they are derived",
     ("kpsdk", "kpsdk.plugins", "typing"):
         "the built-in probe types' exports declared for type checkers; at run time from the registry",
+    ("kpsdk", "kpsdk.matrixrun.api", "typing"):
+        "kpsdk.matrix() declared for type checkers; at run time imported on first use, as the core's names",
 }
 
 

@@ -121,7 +121,7 @@ def test_the_type_checkers_names_are_the_very_objects_the_plugins_export() -> No
 
 
 def test_open_options_are_the_builtin_openers_parameters() -> None:
-    params = {"noprobe"}  # kpsdk.open's own
+    params = {"noprobe", "debug_dir"}  # kpsdk.open's own
     for kind in builtin_registry().targets.values():
         sig = inspect.signature(kind.open)
         params |= {p for p, v in sig.parameters.items() if v.kind is v.KEYWORD_ONLY or v.default is not v.empty}

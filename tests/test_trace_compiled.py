@@ -8,7 +8,8 @@ every argument of a broad table (registers, ``$argN``, ``$stackN``, nested
 bitfields, arrays, ``$comm``, ``$retval``, immediates, faults) is evaluated both
 ways on the same hit, and the records of whole runs are written by each output
 format with either evaluation: the files must be the same bytes once the
-host's clock (time stamps) is taken out.
+host's clock (time stamps) is taken out.  Both on the Python path: the events that would run in
+C (tests/test_trace_native.py compares those with this path) are kept in Python here.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import pytest
 
 import kpsdk
 from kpsdk import fixtures
+from kpsdk.trace import native
 from kpsdk.trace.events import Trace, TraceRecord, json_value
 from kpsdk.trace.output import (
     WriterContext,
@@ -33,6 +35,12 @@ from kpsdk.trace.output import (
 )
 from tests.conftest import UNICORN_ARCHS
 from tests.test_trace_run import PUT_ARGS
+
+
+@pytest.fixture(autouse=True)
+def python_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The subject here is the Python path's closures: no event runs in C."""
+    monkeypatch.setattr(native, "ENABLED", False)
 
 
 def definitions(arch: str) -> list[str]:

@@ -9,7 +9,9 @@ time stamps, their rounding included, are compared too, not taken out), for
 a table of every fetch and type kind (strings, symbols, faults, ``$retval``
 and ``$argN`` on return events, a function with both a ``p`` and an ``r`` event
 so that perfetto pairs them into slices), with and without a filter, with a
-stacktrace trigger, in every format, and for ``text`` with and without the prefix.
+stacktrace trigger, in every format, and for ``text`` with and without the prefix.  On the
+Python path (the replaced clock is Python's): tests/test_trace_native.py compares the events run
+in C with it.
 """
 
 from __future__ import annotations
@@ -27,13 +29,19 @@ from hypothesis import strategies as st
 import kpsdk
 from kpsdk import fixtures
 from kpsdk.trace import events as trace_events
-from kpsdk.trace import output
+from kpsdk.trace import native, output
 from kpsdk.trace.output import WriterContext, make_writer
 from tests.conftest import UNICORN_ARCHS
 from tests.test_trace_compiled import definitions as fetch_table
 
 #: each tick of the replaced clock: odd digits down to the ns, so the prefix's and JSON's rounding show
 TICK = 0.0012345678915
+
+
+@pytest.fixture(autouse=True)
+def python_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every event on the Python path, whose writers' two paths are compared here."""
+    monkeypatch.setattr(native, "ENABLED", False)
 
 
 def table(arch: str) -> list[str]:

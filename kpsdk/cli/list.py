@@ -34,6 +34,25 @@ def cmd_list(
     functions: Annotated[str | None, typer.Option(
         "--functions", "-f", metavar="PATTERN", show_default=False,
         help="Only the names matching this shell glob ('vfs_*', 'do_sys_open*', '*_read'); case-sensitive.")] = None,
+    vars_at: Annotated[str | None, typer.Option(
+        "--vars-at", "-V", metavar="POINT", show_default=False, rich_help_panel=SOURCE_PANEL,
+        help="The variables a probe can read at a source probe point (FUNC, FUNC:RELLINE, FILE.c:LINE, "
+             "FUNC@FILE, 'FUNC;PATTERN'), at each place it resolves to, as perf probe -V prints them.")] = None,
+    lines: Annotated[str | None, typer.Option(
+        "--lines", "-L", metavar="FUNC", show_default=False, rich_help_panel=SOURCE_PANEL,
+        help="FUNC's source with its probeable lines numbered from the declaration (FUNC:N probes line N), "
+             "as perf probe -L prints it (needs the source file: --source-dir).")] = None,
+    globals_: Annotated[bool, typer.Option(
+        "--vars", rich_help_panel=SOURCE_PANEL,
+        help="The global variables (file scope, with a static address), with their types.")] = False,
+    debug_dir: Annotated[list[str] | None, typer.Option(
+        "--debug-dir", metavar="DIR", rich_help_panel=SOURCE_PANEL,
+        help="Where a separate debug file is looked for first (DIR/.build-id/xx/yyyy.debug, the "
+             ".gnu_debuglink name), before /usr/lib/debug. Repeatable.")] = None,
+    source_dir: Annotated[list[str] | None, typer.Option(
+        "--source-dir", metavar="DIR", rich_help_panel=SOURCE_PANEL,
+        help="Where the sources are (for -L and 'FUNC;PATTERN'), tried before the paths the debug "
+             "information records. Repeatable.")] = None,
 ) -> None:
     """The functions in an ELF file or a kernel: what you can put a kprobe on.
 
@@ -58,6 +77,11 @@ def cmd_list(
     from kpsdk.errors import ImageFormatError
 
     path = elf_path(elf)
+    if vars_at is not None or lines is not None or globals_:
+        from kpsdk.cli.listsource import list_source
+
+        list_source(path, vars_at, lines, globals_, debug_dir or [], source_dir or [])
+        return
     pattern = check_pattern(functions) if functions is not None else None
     try:
         image = load_elf(path)
@@ -113,6 +137,9 @@ def cmd_list(
                    style="dim"))
 
 
+SOURCE_PANEL = "Source (DWARF: perf probe -V/-L)"
+
+
 def check_pattern(text: str) -> re.Pattern[str]:
     """A ``--functions`` glob as a compiled pattern; a usage error when it cannot name anything."""
     if not text or "\0" in text or len(text) > MAX_PATTERN:
@@ -154,4 +181,8 @@ MAX_PATTERN = 512
 
 COMMAND = Command("list", cmd_list,
                   "kpsdk list x86_64\nkpsdk list ./prog.elf --all\nkpsdk list arm --noprobe add,sub\n"
-                  "kpsdk list vmlinuz --functions 'vfs_*'      # a kernel image, kallsyms text or System.map")
+                  "kpsdk list vmlinuz --functions 'vfs_*'      # a kernel image, kallsyms text or System.map\n"
+                  "kpsdk list ./myprog -V parse_line:12        # what a probe there can read, as perf probe -V\n"
+                  "kpsdk list ./myprog -L parse_line           # the lines FUNC:N can probe, as perf probe -L\n"
+                  "kpsdk list ./myprog --vars                  # the global variables and their types\n"
+                  "kpsdk list vmlinux -V do_sys_openat2 --debug-dir /usr/lib/debug")

@@ -30,6 +30,7 @@ from typer.models import ArgumentInfo
 from kpsdk.fixtures import ARCHS
 
 if TYPE_CHECKING:
+    from kpsdk.cli.command import ProgramWords
     from kpsdk.cli.target_choice import TargetChoice
 
 TARGET_PANEL = "Target (default: the ELF in Unicorn)"
@@ -44,7 +45,8 @@ TargetArg = Annotated[str | None, typer.Argument(
     metavar="TARGET", show_default=False,
     help="What runs: a program to run in Unicorn (an ELF, or a bundled fixture: " + ", ".join(ARCHS) + "), or a "
          "target spec, as --target takes it: qemu-user:PROG, qemu-system:ARCH, gdb://HOST:PORT, native:PROG, "
-         "pid:PID, elf:PATH, unicorn:ARCH.")]
+         "pid:PID, elf:PATH, unicorn:ARCH. May come last, after --, with the program's arguments: "
+         "-- PROG ARG... (as strace and ltrace take it).")]
 TargetOpt = Annotated[str | None, typer.Option(
     "--target", metavar="SPEC", rich_help_panel=TARGET_PANEL,
     help="Where the code runs, as TARGET may say it too: qemu-user:PROG (a program under qemu-user; "
@@ -55,7 +57,7 @@ TargetOpt = Annotated[str | None, typer.Option(
 ProgArgOpt = Annotated[list[str] | None, typer.Option(
     "--arg", metavar="ARG", rich_help_panel=TARGET_PANEL,
     help="ELF in Unicorn, qemu-user: one argument for the program (repeat for more; --arg=-v for one "
-         "starting with -).")]
+         "starting with -). Or give the program last, with its arguments: -- PROG ARG...")]
 SysrootOpt = Annotated[str | None, typer.Option(
     "--sysroot", metavar="DIR", rich_help_panel=TARGET_PANEL,
     help="ELF in Unicorn: the directory the program sees as / (read-only); qemu-user: where the program's "
@@ -102,6 +104,11 @@ PidOpt = Annotated[int | None, typer.Option(
 ArchOpt = Annotated[str | None, typer.Option(
     "--arch", metavar="ARCH", rich_help_panel=TARGET_PANEL,
     help="gdb://: the architecture (not needed when --symbols is an ELF).")]
+DebugDirOpt = Annotated[list[str] | None, typer.Option(
+    "--debug-dir", metavar="DIR", rich_help_panel=TARGET_PANEL,
+    help="Where separate debug files are looked for first (DIR/.build-id/xx/yyyy.debug, the .gnu_debuglink "
+         "name), before /usr/lib/debug: for source probe points, variables by name and CFI stacks. "
+         "Repeatable.")]
 CallOpt = Annotated[str | None, typer.Option(
     "--call", metavar="FN ARGS...", rich_help_panel=TARGET_PANEL,
     help="Unicorn only: call FN with integer arguments instead of running the program: --call add 2 3 "
@@ -133,6 +140,7 @@ class TargetOptions:
     abi: AbiOpt = None
     qemu_arg: QemuArgOpt = None
     mechanism: MechanismOpt = None
+    debug_dir: DebugDirOpt = None
 
     def with_pid(self, pid: int | None) -> TargetOptions:
         """These options with ``--pid PID`` as the target they name, ``pid:PID`` (``kpsdk probe --pid``);
@@ -145,29 +153,43 @@ class TargetOptions:
             raise typer.BadParameter("--pid names the target: drop TARGET and --target", param_hint="--pid")
         return replace(self, target=f"pid:{pid}")
 
-    def choose(self, extra: list[str]) -> TargetChoice:
+    def choose(self, extra: list[str], program: ProgramWords | None = None) -> TargetChoice:
         """The target to open and what to run there, or a usage error, before anything starts.
 
-        ``extra`` are the words the command line left over, the arguments of ``--call FN``
-        (``--call add 2 -3``).  A call on a live target is refused first: that target runs its own
-        code, and ``--call``'s words may have been taken for TARGET.  Then TARGET and ``--target``
-        are read (:func:`~kpsdk.cli.target_choice.choose_target`), and the launcher options
-        checked against the kind of target.
+        ``extra`` are the words the command line left over before ``--``, the arguments of
+        ``--call FN`` (``--call add 2 -3``); ``program`` what followed ``--``
+        (:func:`kpsdk.cli.command.program_words`): the program, when TARGET was not given
+        before, and its arguments, passed as they are (``-la`` included).  A call on a live
+        target is refused first: that target runs its own code, and ``--call``'s words may have
+        been taken for TARGET.  Then TARGET and ``--target`` are read
+        (:func:`~kpsdk.cli.target_choice.choose_target`), and the launcher options checked
+        against the kind of target.
         """
         from kpsdk.cli.parsing import parse_call, refuse_unknown_options
-        from kpsdk.cli.target_choice import choose_target, live_kind, target_words
+        from kpsdk.cli.target_choice import PROGRAM_ARGS, choose_target, live_kind, target_words
 
-        refuse_unknown_options([*([self.target_arg] if self.target_arg is not None else []), *extra])
+        named_before = self.target_arg is not None and (program is None or program.program is None)
+        refuse_unknown_options([*([self.target_arg] if named_before and self.target_arg is not None else []),
+                                *extra])
         if extra and self.call is None:
-            raise typer.BadParameter(f"unexpected arguments {' '.join(extra)!r}", param_hint="TARGET")
+            raise typer.BadParameter(f"unexpected arguments {' '.join(extra)!r}" + (
+                ": a program's arguments go after it, -- PROG ARGS" if program is None else ""), param_hint="TARGET")
+        args = program.args if program is not None and program.args else None
+        if args is not None and self.prog_arg:
+            raise typer.BadParameter("the program's arguments are given twice: after -- PROG, and with --arg; "
+                                     "give them one way", param_hint="--arg")
         kind = live_kind(target_words(self.target_arg, self.target)[1])
         if self.call is not None and kind is not None:
             refuse_call(kind, "--target")
-        choice = choose_target(self.target_arg, self.target, given_target_options(
+        given = given_target_options(
             self.prog_arg, self.kernel, self.initrd, self.append, self.symbols, self.arch, self.qemu_arg,
-            sysroot=self.sysroot, stdin=self.stdin, mechanism=self.mechanism, abi=self.abi))
+            sysroot=self.sysroot, stdin=self.stdin, mechanism=self.mechanism, abi=self.abi)
+        given[PROGRAM_ARGS] = args
+        choice = choose_target(self.target_arg, self.target, given)
         if self.call is not None:
             choice.call = parse_call(" ".join([self.call, *extra]))
+        if self.debug_dir:
+            choice.options["debug_dir"] = list(self.debug_dir)
         return choice
 
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 import kpsdk
-from kpsdk.cli.command import Command
+from kpsdk.cli.command import Command, program_words
 from kpsdk.cli.consoles import console
 from kpsdk.cli.exits import INTERRUPTED
 from kpsdk.cli.hitregs import ARG_LIMIT
@@ -23,6 +23,7 @@ from kpsdk.cli.hitstrings import STRING_SLOT, STRINGS_MAX
 from kpsdk.cli.options import TARGET_PANEL, NoprobeOpt, PidOpt, TargetArg, TargetOptions, takes_target_options
 from kpsdk.cli.parsing import check_seconds, file_location, parse_where, split_commas
 from kpsdk.cli.probe_run import ProbeRun, probe_class
+from kpsdk.cli.sourceprobes import SourceProbe, split_probe
 from kpsdk.cli.strace import StracePrinter
 from kpsdk.cli.target_choice import LIVE_TIMEOUT, UNICORN_TIMEOUT, close_session, refuse_names_without_symbols
 from kpsdk.session import RESTYPES
@@ -43,16 +44,19 @@ def cmd_probe(
     ctx: typer.Context,
     where: TargetOptions,
     kprobe: Annotated[list[str] | None, typer.Option(
-        "--kprobe", "-k", metavar="SYM[+OFF]", rich_help_panel=PROBES_PANEL,
+        "--kprobe", "-k", metavar="SYM[+OFF]|'POINT VAR...'", rich_help_panel=PROBES_PANEL,
         help="Put a kprobe here (SYM, SYM+0xOFF or 0xADDR; SYM may be a shell glob, 'vfs_*': one kprobe on each "
-             "function that matches and can be probed); each hit prints registers. Repeatable.")] = None,
+             "function that matches and can be probed); each hit prints registers. With debug information, perf "
+             "probe's syntax: a source point (FUNC:RELLINE, FILE.c:LINE, FUNC@FILE, 'FUNC;PATTERN', an inlined "
+             "function: each copy) and variables to print: 'parse_line:12 len buf->size'. Repeatable.")] = None,
     kretprobe: Annotated[list[str] | None, typer.Option(
         "--kretprobe", metavar="SYM", rich_help_panel=PROBES_PANEL,
         help="Put a kretprobe on function SYM; each return prints 'r SYM ret=VALUE'. Repeatable.")] = None,
     uprobe: Annotated[list[str] | None, typer.Option(
-        "--uprobe", "-u", metavar="PATH:SYM|PATH:0xOFF", rich_help_panel=PROBES_PANEL,
+        "--uprobe", "-u", metavar="PATH:SYM|PATH:0xOFF|'[PATH:]POINT VAR...'", rich_help_panel=PROBES_PANEL,
         help="Put a uprobe on file PATH at symbol SYM[+OFF] or file offset 0xOFF (this session); each hit "
-             "prints registers, as --kprobe. Repeatable.")] = None,
+             "prints registers, as --kprobe. With debug information, a source point and variables as --kprobe "
+             "takes them, in PATH or (no PATH) the program: 'parse_line:12 len buf->size'. Repeatable.")] = None,
     uretprobe: Annotated[list[str] | None, typer.Option(
         "--uretprobe", metavar="PATH:SYM|PATH:0xOFF", rich_help_panel=PROBES_PANEL,
         help="Put a uretprobe on the function at PATH:SYM (or its entry's file offset); each return prints "
@@ -96,6 +100,11 @@ def cmd_probe(
         "--strace", rich_help_panel=OUTPUT_PANEL,
         help="Unicorn Linux programs: print each system call to stderr as strace(1) does, "
              "openat(AT_FDCWD, \"/etc/passwd\", O_RDONLY) = 3 (probes are then optional).")] = False,
+    stack: Annotated[bool, typer.Option(
+        "--stack", rich_help_panel=OUTPUT_PANEL,
+        help="After each kprobe or uprobe hit, its call stack ('=> sym+0xoff (ADDRESS)'), from the call frame "
+             "information where the code has some (through libraries, without frame pointers), else by frame "
+             "pointers.")] = False,
     show_console: Annotated[bool, typer.Option(
         "--console", rich_help_panel=OUTPUT_PANEL,
         help="Live targets: print the target's output at the end (qemu-user: the program's; qemu-system: "
@@ -107,6 +116,9 @@ def cmd_probe(
     QEMU, or gdbserver for native: and pid:):
 
       ELF                an ELF or a bundled fixture, run in Unicorn from its entry point, or --call FN ARGS
+      -- PROG ARGS...    last, as strace takes it: PROG run in Unicorn with ARGS, each word as it is
+                         (-la too); a program of this machine's arch sees the caller's files (/),
+                         environment and working directory
       qemu-user:PROG     PROG under qemu-user, --arg ARG for its arguments
       qemu-system:ARCH   a kernel booted in QEMU: --kernel, --initrd, --append, --symbols
       gdb://HOST:PORT    a gdbstub already running (attached, never killed): --arch, --symbols, --abi
@@ -148,7 +160,7 @@ def cmd_probe(
     points = _probe_points(kprobe, kretprobe, uprobe, uretprobe, strace)
     strings = _string_args(string_arg, points)
     _check_returns(points, failed, restype)
-    choice = where.with_pid(pid).choose(ctx.args)
+    choice = where.with_pid(pid).choose(ctx.args, program_words(ctx))
     wheres = [*points.kprobes, *(k for _, k in points.kretprobes)]
     refuse_names_without_symbols(choice, [w["symbol_name"] for w in wheres if w.get("symbol_name") is not None])
     _check_strace(choice, strace)
@@ -158,7 +170,7 @@ def cmd_probe(
                    regs_opt, choice.call, restype, no_optimize,
                    choice.run_timeout(timeout),
                    split_commas(noprobe), show_console, console(), uprobes=points.uprobes,
-                   uretprobes=points.uretprobes)
+                   uretprobes=points.uretprobes, sources=points.sources, stack=stack)
     if _run(run, reg, strace):
         raise typer.Exit(INTERRUPTED)
 
@@ -175,6 +187,8 @@ class ProbePoints:
     #: ``--uprobe`` / ``--uretprobe``: PATH:SYM or PATH:0xOFF texts
     uprobes: list[str] = field(default_factory=list)
     uretprobes: list[str] = field(default_factory=list)
+    #: ``--kprobe``/``--uprobe`` by source, perf's syntax (:mod:`kpsdk.cli.sourceprobes`)
+    sources: list[SourceProbe] = field(default_factory=list)
 
     @property
     def returns(self) -> bool:
@@ -185,11 +199,14 @@ class ProbePoints:
 def _probe_points(kprobe: list[str] | None, kretprobe: list[str] | None, uprobe: list[str] | None,
                   uretprobe: list[str] | None, strace: bool) -> ProbePoints:
     """The probes asked for, each well formed; at least one, unless --strace is what to print."""
-    points = ProbePoints([parse_where(k) for k in kprobe or []],
+    sources = [sp for text, letter in [(k, "k") for k in kprobe or []] + [(u, "u") for u in uprobe or []]
+               if (sp := split_probe(text, letter)) is not None]
+    by_source = {sp.text for sp in sources}
+    points = ProbePoints([parse_where(k) for k in kprobe or [] if k.strip() not in by_source],
                          [(k.strip(), parse_where(k, "--kretprobe")) for k in kretprobe or []],
-                         [file_location(u, "--uprobe") for u in uprobe or []],
-                         [file_location(u, "--uretprobe") for u in uretprobe or []])
-    if not (points.kprobes or points.uprobes or points.returns or strace):
+                         [file_location(u, "--uprobe") for u in uprobe or [] if u.strip() not in by_source],
+                         [file_location(u, "--uretprobe") for u in uretprobe or []], sources)
+    if not (points.kprobes or points.uprobes or points.returns or points.sources or strace):
         raise typer.BadParameter("give at least one --kprobe SYM, --kretprobe SYM or --uprobe PATH:SYM "
                                  "(or --strace)", param_hint="--kprobe")
     return points
@@ -261,6 +278,7 @@ def _run(run: ProbeRun, reg: Registry, strace: bool) -> bool:
 COMMAND = Command(
     "probe", cmd_probe,
     "kpsdk probe x86_64 --kprobe add\n"
+    "kpsdk probe --uprobe libc.so.6:opendir -- /bin/ls -la /tmp        # the program and its arguments, last\n"
     "kpsdk probe riscv64 --kprobe fact --regs a0,sp,ra\n"
     "kpsdk probe arm --kprobe check+0x10 --post --no-optimize\n"
     "kpsdk probe x86_64 --kprobe add --kprobe sub --call 'add 2 3'\n"
@@ -268,6 +286,8 @@ COMMAND = Command(
     "kpsdk probe x86_64 --kretprobe sub --restype int --call sub 3 5     # r sub ret=-2\n"
     "kpsdk probe --target qemu-user:arm --kretprobe add --kprobe fact --console\n"
     "kpsdk probe ./prog --uprobe ./prog:add --uretprobe ./prog:0x1f9     # by file and offset\n"
+    "kpsdk probe ./myprog --uprobe 'parse_line:12 len buf->size'     # by source line, variables by name\n"
+    "kpsdk probe ./myprog --kprobe 'clamp $params' --stack          # every inlined copy; CFI stacks\n"
     "kpsdk probe qemu-user:./myprog --arg=-v --arg in.txt --kretprobe parse --string-arg 1\n"
     "kpsdk probe --target qemu-system:x86_64 --kernel vmlinuz --initrd initrd.img \\\n"
     "    --kretprobe do_sys_openat2 --string-arg 2 --failed       # failed opens, with file names\n"
@@ -276,4 +296,5 @@ COMMAND = Command(
     "kpsdk probe /bin/busybox --arg ls --arg /etc --sysroot / --strace      # each system call, as strace",
     # the arguments after --call FN are extra arguments (negative numbers included)
     extra_args=True,
+    takes_program=True,
 )

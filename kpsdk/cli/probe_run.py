@@ -21,6 +21,7 @@ from kpsdk.cli.hitregs import check_reg_names, default_regs, show_reg
 from kpsdk.cli.hitstrings import STRING_SLOT, fetch_string, load_strings, show_string, store_strings
 from kpsdk.cli.libraries import MIN_TIMEOUT, run_to_entry, wants_libraries
 from kpsdk.cli.returns import ThreadErrno, failure_text, signed_return
+from kpsdk.cli.sourceprobes import SourceProbe, arm, print_stack
 from kpsdk.errors import KprobeError, KpsdkError
 from kpsdk.scope import making_for
 
@@ -81,6 +82,10 @@ class ProbeRun:
     #: --uprobe / --uretprobe texts (PATH:SYM or PATH:0xOFF), registered in this session
     uprobes: list[str] = field(default_factory=list)
     uretprobes: list[str] = field(default_factory=list)
+    #: --kprobe / --uprobe by source (perf's syntax: a point and variables), :mod:`kpsdk.cli.sourceprobes`
+    sources: list[SourceProbe] = field(default_factory=list)
+    #: --stack: each kprobe/uprobe hit's call stack after its line
+    stack: bool = False
 
     def open(self) -> Session:
         self.session = self.choice.open(self.noprobe)
@@ -94,7 +99,7 @@ class ProbeRun:
         Kprobe: Any = probe_class(reg, "kprobe") if self.kprobes else None  # noqa: N806 - classes
         Kretprobe: Any = probe_class(reg, "kretprobe") if self.kretprobes else None  # noqa: N806
         names: list[str] = []
-        if self.kprobes or self.uprobes:
+        if self.kprobes or self.uprobes or self.sources:
             abi = getattr(s.target, "abi_kind", "user")
             names = ([r.strip() for r in self.regs_opt.split(",") if r.strip()] if self.regs_opt
                      else default_regs(s.arch, abi))
@@ -135,10 +140,11 @@ class ProbeRun:
         reg = s.registry
         self.lines = []
         probes = []
-        for where in expand_globs(s, self.kprobes, self.con):
-            pre, post_h = _printers(s, self.con, names, self.hit, self.post, self.strings)
-            probes.append(Kprobe(**where, pre_handler=pre, post_handler=post_h))
-            self.lines.append(ProbeLine("k", "", probes[-1]))
+        for place in expand_globs(s, self.kprobes, self.con):
+            for where in _copies(s, place):
+                pre, post_h = _printers(s, self.con, names, self.hit, self.post, self.strings, self.stack)
+                probes.append(Kprobe(**where, pre_handler=pre, post_handler=post_h))
+                self.lines.append(ProbeLine("k", "", probes[-1]))
             declare = getattr(s.target, "declare_memory", None)  # the plugin mechanism reads it at the hit
             if declare is not None and self.strings:
                 declare(probes[-1], [f"+0($arg{n}):string" for n in self.strings])
@@ -151,7 +157,7 @@ class ProbeRun:
             self.lines.append(line)
         with making_for(s):  # a bare library name is this session's (kpsdk.scope)
             for text in self.uprobes:
-                pre, post_h = _printers(s, self.con, names, self.hit, self.post, self.strings)
+                pre, post_h = _printers(s, self.con, names, self.hit, self.post, self.strings, self.stack)
                 probes.append(probe_class(reg, "uprobe").parse(text, pre_handler=pre, post_handler=post_h))
                 self.lines.append(ProbeLine("u", text, probes[-1]))
             for text in self.uretprobes:
@@ -162,6 +168,12 @@ class ProbeRun:
                                                                   data_size=STRING_SLOT * len(self.strings)))
                 line.probe = probes[-1]
                 self.lines.append(line)
+        with making_for(s):
+            for source in self.sources:
+                for probe in arm(s, source, self.con, self.hit, self.stack,
+                                 lambda: _printers(s, self.con, names, self.hit, False, self.strings, self.stack)[0]):
+                    probes.append(probe)
+                    self.lines.append(ProbeLine(source.letter, "" if source.letter == "k" else source.text, probe))
         s.register_many(probes)
         return probes
 
@@ -246,10 +258,20 @@ def _probe_addr(s: Session, probe: Any) -> int:
     return int(point.addr) if point is not None else int(probe.addr or 0)
 
 
+def _copies(s: Session, where: dict[str, Any]) -> list[dict[str, Any]]:
+    """``--kprobe FUNC`` on a function with inlined copies: one location per copy, as perf probes
+    them (the kprobe type's ``expand_location``); any other location as it is."""
+    name = where.get("symbol_name")
+    expand = s.registry.probe_types["kprobe"].expand_location
+    if not isinstance(name, str) or where.get("offset") or expand is None or not name.isidentifier():
+        return [where]
+    return expand(s, name) if s.debug.inlined_copies(name) else [where]
+
+
 def _printers(s: Session, con: Console, names: list[str], hit: list[int], post: bool,
-              strings: list[int] | None = None) -> tuple[Any, Any]:
-    """A pre_handler printing the registers (and ``strings`` arguments), with ``post`` a post_handler
-    printing the ip."""
+              strings: list[int] | None = None, stack: bool = False) -> tuple[Any, Any]:
+    """A pre_handler printing the registers (and ``strings`` arguments; with ``stack`` the call
+    stack), with ``post`` a post_handler printing the ip."""
     where_of: dict[str, str] = {}
 
     def pre(p: Any, regs: PtRegs) -> int:
@@ -260,6 +282,8 @@ def _printers(s: Session, con: Console, names: list[str], hit: list[int], post: 
                           + [show_string(n, *fetch_string(s, regs, n)) for n in strings or []])
         con.print(Text(f"[{hit[0]}] ", style="bold").append(where_of["w"], style="cyan").append(f" {values}"),
                   soft_wrap=True)
+        if stack:
+            print_stack(s, con, regs)
         return 0
 
     def post_handler(p: Any, regs: PtRegs, flags: int) -> None:

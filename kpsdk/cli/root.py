@@ -21,6 +21,7 @@ from kpsdk.cli.demo import COMMAND as DEMO_COMMAND
 from kpsdk.cli.disasm import COMMAND as DISASM_COMMAND
 from kpsdk.cli.exits import KpsdkGroup, exit_on_user_error
 from kpsdk.cli.list import COMMAND as LIST_COMMAND
+from kpsdk.cli.matrix import COMMAND as MATRIX_COMMAND
 from kpsdk.cli.plugin_args import apply_plugin_options, scan_plugin_args
 from kpsdk.cli.plugins import COMMAND as PLUGINS_COMMAND
 from kpsdk.cli.probe import COMMAND as PROBE_COMMAND
@@ -58,7 +59,7 @@ EPILOG = """\
 
 #: the built-in commands, in the order of ``kpsdk --help``
 COMMANDS: tuple[Command, ...] = (DEMO_COMMAND, ARCHS_COMMAND, PLUGINS_COMMAND, LIST_COMMAND, DISASM_COMMAND,
-                                 PROBE_COMMAND)
+                                 PROBE_COMMAND, MATRIX_COMMAND)
 
 
 def _version_callback(value: bool) -> None:

@@ -29,8 +29,11 @@ if TYPE_CHECKING:
 #: target kinds that run real code behind a gdbstub: no --call; they run until they end
 LIVE_KINDS = ("qemu-user", "qemu-system", "gdb", "native", "pid")
 #: the launcher options of the live kinds: CLI option -> (kpsdk.open keyword, the kinds that take it)
+#: the words after ``-- PROG`` (:func:`kpsdk.cli.command.program_words`), checked as a launcher option
+PROGRAM_ARGS = "-- PROG ARGS"
 TARGET_OPTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
     "--arg": ("args", ("qemu-user", "elf", "native")),
+    PROGRAM_ARGS: ("args", ("qemu-user", "elf", "native")),
     "--sysroot": ("sysroot", ("elf", "qemu-user", "gdb", "native", "pid")),
     "--stdin": ("stdin", ("elf", "qemu-user", "native")),
     "--abi": ("abi", ("gdb",)),

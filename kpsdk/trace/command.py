@@ -21,4 +21,4 @@ def kpsdk_cli(app: typer.Typer) -> None:
     Command("trace", cmd_trace, EXAMPLES, help=HELP,
             short_help="ftrace probe definitions: text, jsonl, perfetto, histograms",
             # the arguments after --call FN are extra arguments (negative numbers included), as in kpsdk probe
-            extra_args=True).add_to(app)
+            extra_args=True, takes_program=True).add_to(app)

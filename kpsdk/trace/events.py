@@ -41,6 +41,7 @@ from kpsdk.trace.fetch import BoundArg, HitContext, Value, entry_args, format_sy
 from kpsdk.trace.filter import Filter, parse_filter
 from kpsdk.trace.grammar import BTF_ARGS_VERSION, Parser, ProbeDef, TraceDefinitionError, arg_error
 from kpsdk.trace.histtrigger import register
+from kpsdk.trace.native import NativeTrace, native_trace
 from kpsdk.trace.output import EventShape, EventWrite, Writer, field_types
 from kpsdk.trace.triggers import STACK_DEPTH, EventTriggers, StackTrigger, matches, parse_trigger, split_trigger
 
@@ -261,6 +262,8 @@ class TraceEvent:
     def on_hit(self, p: Any, regs: PtRegs) -> int:
         """pre_handler of ``p`` events (kprobes and uprobes)."""
         trace = self.trace
+        if trace.native is not None:  # records of native events written before this hit come first
+            trace.native.drain()
         now = perf_counter() - trace.start_time if trace.guest_clock is None else trace.now()
         ip = int(regs.ip)
         where = self._where.get(ip)
@@ -297,6 +300,8 @@ class TraceEvent:
         """handler of ``r`` events: ``(ri, regs)`` for kretprobes, and what Uretprobe passes."""
         regs: PtRegs = handler_args[-1]
         ri = handler_args[0] if len(handler_args) > 1 else None
+        if self.trace.native is not None:
+            self.trace.native.drain()
         now = self.trace.now()
         entry_time, entry_args, entry_ip = self._entries.pop(id(ri), (None, None, None))
         if self._arg_numbers and entry_args is None:
@@ -408,12 +413,18 @@ class Trace:
         self._last_guest = 0.0
         #: what the timestamps are, for the trace header
         self.time_note = f"TIMESTAMP: seconds on {clock}" if clock else HOST_TIME_NOTE
+        #: the events whose fetches run in C at the hit (:mod:`kpsdk.trace.native`), made at the
+        #: first registration where the target runs fetch programs
+        self.native: NativeTrace | None = None
+        self._native_asked = False
 
     def renew_event_writers(self) -> None:
         """The sink's writer changed (``kpsdk trace`` opens its output after the events are
         defined): each event asks it for its per-event path again at its next hit."""
         for event in self.events:
             event.fast = UNMADE
+        if self.native is not None:
+            self.native.renew()
 
     # -- the clock and tasks ---------------------------------------------------------------------
 
@@ -526,10 +537,15 @@ class Trace:
         for event in events:  # ids in the order the events were defined, as the kernel gives them
             event.id = self._next_id
             self._next_id += 1
+        if not self._native_asked:
+            self._native_asked = True
+            self.native = native_trace(self)
         for event in sorted(events, key=lambda e: e.definition.is_return):
             event.probe = self._make_probe(registry, event)
             event.probe.name = event.name
             session.target.declare_fetches(event.probe, event.args)
+            if self.native is not None:
+                self.native.prepare(event)
             probes.append(event.probe)
         session.register_many(probes)
         alive = alive_events(session)
@@ -565,6 +581,8 @@ class Trace:
 
     def remove(self, event: TraceEvent) -> None:
         """Unregister one event (``-:EVENT``)."""
+        if self.native is not None:
+            self.native.forget(event)
         if event.probe is not None and event.probe.registered:
             self.session.unregister(event.probe)
         alive = alive_events(self.session)
@@ -585,6 +603,8 @@ class Trace:
                 self._let_go(event)
                 continue
             self.remove(event)
+        if self.native is not None and not self.session.closed:
+            self.native.close()
 
     def __enter__(self) -> Trace:
         return self
@@ -611,11 +631,13 @@ class Trace:
         if isinstance(trigger, StackTrigger):
             event.triggers.stacks.append(trigger)
             event.fast = UNMADE  # the trigger wants the records
-            return trigger
-        added = register(trigger, event.triggers.hists, self._named, f"hist:{event.group}:{event.name}")
-        if added is not None:
-            event.triggers.hists.append(added)
-            event.fast = UNMADE
+        else:
+            added = register(trigger, event.triggers.hists, self._named, f"hist:{event.group}:{event.name}")
+            if added is not None:
+                event.triggers.hists.append(added)
+                event.fast = UNMADE
+        if self.native is not None:  # counted in C where it can be, else the records go to Python
+            self.native.triggers_changed(event)
         return trigger
 
     def hists(self) -> list[tuple[TraceEvent, HistTrigger]]:

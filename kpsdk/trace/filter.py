@@ -76,6 +76,9 @@ def tokenize(expr: str) -> list[Token]:
 
 
 Predicate = Callable[[dict[str, Any]], bool]
+#: the parsed expression as data (:data:`kpsdk.fetchprog.FilterNode`): what the native path
+#: compiles to C, the predicate's twin
+Tree = tuple[Any, ...]
 
 
 @dataclass
@@ -85,6 +88,9 @@ class Filter:
     expr: str
     fields: frozenset[str]
     predicate: Predicate
+    #: the same expression as a tree: ("or"|"and", [trees]), ("not", tree), ("cmp", field, op,
+    #: int | str), ("glob", field, pattern)
+    tree: Tree | None = None
 
     def applies_to(self, names: set[str] | frozenset[str]) -> bool:
         return self.fields <= set(names)
@@ -116,28 +122,28 @@ class _Parser:
     def error(self, message: str, tok: Token) -> FilterError:
         return FilterError(message, self.expr, tok.column)
 
-    def parse(self) -> Predicate:
+    def parse(self) -> tuple[Predicate, Tree]:
         pred = self.or_expr()
         tok = self.peek()
         if tok.kind != "end":
             raise self.error(f"unexpected {tok.text!r}", tok)
         return pred
 
-    def or_expr(self) -> Predicate:
+    def or_expr(self) -> tuple[Predicate, Tree]:
         terms = [self.and_expr()]
         while self.at_op("||"):
             self.next()
             terms.append(self.and_expr())
-        return _chain(terms, True)
+        return _chain([p for p, _ in terms], True), terms[0][1] if len(terms) == 1 else ("or", [t for _, t in terms])
 
-    def and_expr(self) -> Predicate:
+    def and_expr(self) -> tuple[Predicate, Tree]:
         terms = [self.unary()]
         while self.at_op("&&"):
             self.next()
             terms.append(self.unary())
-        return _chain(terms, False)
+        return _chain([p for p, _ in terms], False), terms[0][1] if len(terms) == 1 else ("and", [t for _, t in terms])
 
-    def unary(self) -> Predicate:
+    def unary(self) -> tuple[Predicate, Tree]:
         tok = self.peek()
         if tok.kind != "op" or tok.text not in ("!", "("):
             return self.predicate()
@@ -146,17 +152,18 @@ class _Parser:
         if self.depth > MAX_FILTER_DEPTH:
             raise self.error(f"'(' and '!' nest deeper than {MAX_FILTER_DEPTH} levels", tok)
         if tok.text == "!":
-            inner = self.unary()
+            inner, inner_tree = self.unary()
             result: Predicate = lambda v: not inner(v)
+            tree: Tree = ("not", inner_tree)
         else:
-            result = self.or_expr()
+            result, tree = self.or_expr()
             close = self.next()
             if close.text != ")":
                 raise self.error("')' expected", close)
         self.depth -= 1
-        return result
+        return result, tree
 
-    def predicate(self) -> Predicate:
+    def predicate(self) -> tuple[Predicate, Tree]:
         field = self.next()
         if field.kind != "word" or not (field.text[:1].isalpha() or field.text[:1] == "_"):
             raise self.error("a field name expected", field)
@@ -173,10 +180,12 @@ class _Parser:
             raise self.error("an integer out of range (64 bits) or not a number", value_tok)
         if op.text == "~":
             pattern = value_tok.text
-            return lambda v: isinstance(v.get(name), str) and fnmatch.fnmatchcase(v[name], pattern)
+            return (lambda v: isinstance(v.get(name), str) and fnmatch.fnmatchcase(v[name], pattern),
+                    ("glob", name, pattern))
         if op.text in ("<", "<=", ">", ">=", "&") and number is None:
             raise self.error(f"{op.text} compares numbers", value_tok)
-        return _compare(name, op.text, number if number is not None else value_tok.text)
+        want = number if number is not None else value_tok.text
+        return _compare(name, op.text, want), ("cmp", name, op.text, want)
 
 
 def _chain(terms: list[Predicate], decides: bool) -> Predicate:
@@ -232,5 +241,5 @@ def parse_filter(expr: str) -> Filter:
     if size > MAX_FILTER_LEN:
         raise FilterError(f"the filter is {size} bytes; at most {MAX_FILTER_LEN} (the kernel's limit)", expr, 0)
     parser = _Parser(expr)
-    predicate = parser.parse()
-    return Filter(expr, frozenset(parser.fields), predicate)
+    predicate, tree = parser.parse()
+    return Filter(expr, frozenset(parser.fields), predicate, tree)

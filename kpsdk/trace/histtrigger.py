@@ -430,6 +430,10 @@ class _Entry:
     comm: str
 
 
+#: a table's entry, for code that fills a table from other tables (kpsdk.matrixrun.hists merges targets')
+HistEntry = _Entry
+
+
 @dataclass
 class HistTable:
     """A hist trigger's table (the kernel's ``tracing_map``): its keys, values, sort and size

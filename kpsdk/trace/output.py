@@ -199,6 +199,18 @@ class Writer:
         """The per-event path for ``shape``; None (the default): records only."""
         return None
 
+    def record_limit(self) -> int | None:
+        """How many records this writer takes before it stops the run (``kpsdk trace --count``);
+        None (the default): no limit.  Events run in C stay on the Python path under a limit: the
+        run must stop at the hit of the last record, not at the next batch."""
+        return None
+
+    def text_lines(self) -> tuple[TextWriter, Callable[[], None] | None] | None:
+        """The plain :class:`TextWriter` whose lines this writer writes unchanged, which native
+        trace events may format in C a batch at a time (:mod:`kpsdk.trace.nativetext`), and what
+        to call when its reader went away (``BrokenPipeError``); None (the default): no such writer."""
+        return None
+
     def flush(self) -> None:
         """Nothing buffered by default."""
 
@@ -286,6 +298,9 @@ class TextWriter(Writer):
                 write(body + "\n")
 
         return emit
+
+    def text_lines(self) -> tuple[TextWriter, Callable[[], None] | None] | None:
+        return (self, None) if type(self) is TextWriter else None
 
     def flush(self) -> None:
         self.stream.flush()

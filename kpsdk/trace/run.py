@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from kpsdk.cli.command import program_words
 from kpsdk.cli.exits import INTERRUPTED
 from kpsdk.cli.options import NoprobeOpt, TargetOptions, takes_target_options
 from kpsdk.cli.parsing import check_out_path, check_seconds, refuse_inputs, split_commas
@@ -31,6 +32,7 @@ from kpsdk.kernel.tasks import PID_MAX_LIMIT, check_comm
 from kpsdk.trace.functions import FunctionsError, check_templates
 from kpsdk.trace.hist import PLOT_FORMATS, parse_lhist
 from kpsdk.trace.output import output_format
+from kpsdk.trace.perfsyntax import program_of, runnable_lines, translate_all
 from kpsdk.trace.precheck import precheck
 
 if TYPE_CHECKING:
@@ -48,7 +50,10 @@ Trace a program or a kernel with ftrace probe definitions, as in /sys/kernel/tra
 arm, thumb, riscv64, ppc64), or a target spec: qemu-user:PROG, qemu-system:ARCH (with
 --kernel/--initrd/--append/--symbols), gdb://HOST:PORT (with --arch/--symbols/--abi),
 native:PROG (PROG under gdbserver), pid:PID (a running process, left running), elf:PATH,
-unicorn:ARCH.  The target runs until it ends, --duration S, --count N or Ctrl-C.
+unicorn:ARCH.  A program may come last, after --, with its arguments, as strace takes it:
+kpsdk trace -e 'p:w libc.so.6:write n=$arg3' -- /bin/ls -la (each word is the program's, -la too;
+a program of this machine's arch sees the caller's files, environment and working directory).
+The target runs until it ends, --duration S, --count N or Ctrl-C.
 
 [bold]Definitions[/bold] (-e, repeatable; -f FILE for one a line, # comments):
 
@@ -56,6 +61,12 @@ unicorn:ARCH.  The target runs until it ends, --duration S, --count N or Ctrl-C.
   r[MAXACTIVE][:[GRP/]EVENT] SYM [FETCHARGS]         a return probe (also p SYM%return)
   p[:[GRP/]EVENT] PATH:OFFSET[%return] [FETCHARGS]   a uprobe (PATH has a /)
   -:[GRP/]EVENT                                      clear an event defined before
+  [EVENT=]POINT [[NAME=]VAR[:TYPE]...]               perf probe's syntax, with debug information
+
+  perf's syntax: POINT is FUNC, FUNC:RELLINE, FILE.c:LINE, FUNC@FILE, 'FUNC;PATTERN', FUNC%return;
+  VAR a variable path (len, buf->size, argv[1]), $vars, $params or $retval. Translated with the
+  DWARF of -x PROG (or the program TARGET runs: uprobe lines) or of --symbols vmlinux (kprobe
+  lines) into the lines perf probe -D prints (--definition shows them); events as perf names them.
 
   FETCHARGS: NAME=FETCHARG[:TYPE]; FETCHARG is %REG, @ADDR, @SYM[+|-offs], $stackN,
   $stack, $retval, $argN (from 1, by the target's ABI), $comm, +|-\\[u]OFFS(FETCHARG), \\IMM.
@@ -83,6 +94,7 @@ event's hist file; modifiers .hex .sym .sym-offset .execname .log2 .buckets=N), 
 
 EXAMPLES = """\
 kpsdk trace x86_64 -e 'p:add add a=%di:s32 b=%si:s32'
+kpsdk trace -e 'p:open libc.so.6:open64 path=+0($arg1):string' -- /bin/ls -la /etc
 kpsdk trace riscv64 -e 'p put name=+0(%a0):string value=%a1:s64'
 kpsdk trace arm -e 'r:fact fact n=$arg1 ret=$retval:s32' --latency
 kpsdk trace x86_64 -e 'p bump by=$arg1:s32 now=@counter:s32' --output jsonl
@@ -94,6 +106,8 @@ kpsdk trace x86_64 -e 'r fact' --latency --plot latency.png
 kpsdk trace x86_64 -e 'r:fact fact n=$arg1:s64 ret=$retval:s64' -t 'fact:hist:keys=n.log2:vals=ret'
 kpsdk trace x86_64 -e 'p:f fact n=%di:s64' -t 'f:stacktrace if n == 1'
 kpsdk trace x86_64 --functions 'check*' -e 'p $func x=%di:s32'
+kpsdk trace ./myprog -e 'parse_line:12 len buf->size:u32' -e 'parse_line%return $retval'
+kpsdk trace -x ./myprog -e 'parse_line $params' --definition     # the uprobe_events lines, as perf probe -D
 kpsdk trace qemu-system:x86_64 --kernel vmlinuz --initrd initrd.img \\
     -e 'r:open do_sys_openat2 name=+0($arg2):ustring ret=$retval:s32' --filter 'ret < 0'
 """
@@ -185,12 +199,25 @@ def cmd_trace(
     lhist: Annotated[list[str] | None, typer.Option(
         "--lhist", metavar="FIELD,MIN,MAX,STEP", rich_help_panel=OUTPUT_PANEL,
         help="At the end, a linear histogram of FIELD per event (as bpftrace's lhist()). Repeatable.")] = None,
+    exec_: Annotated[str | None, typer.Option(
+        "--exec", "-x", metavar="PROG", rich_help_panel=EVENTS_PANEL, show_default=False,
+        help="The program perf-syntax definitions probe, as perf probe -x: uprobe lines on PROG (default: the "
+             "program TARGET runs; a kernel's come from --symbols vmlinux).")] = None,
+    definition: Annotated[bool, typer.Option(
+        "--definition", "-D", rich_help_panel=EVENTS_PANEL,
+        help="Print the kprobe_events/uprobe_events lines the definitions mean, as perf probe -D prints "
+             "them, and exit: nothing runs (TARGET optional with -x or --symbols).")] = False,
 ) -> None:
     from kpsdk.trace.runner import EventOptions, TraceRun  # the run's machinery: not for kpsdk --help
 
     fmt = _output_format(output)
     definitions = _definitions(event, file)
-    choice = where.choose(ctx.args)
+    program = program_of(exec_, where.target_arg, where.target)
+    if definition:
+        _print_definitions(definitions, program, where.symbols, where.debug_dir or [])
+        return
+    definitions = runnable_lines(definitions, program, where.symbols, where.debug_dir or [])
+    choice = where.choose(ctx.args, program_words(ctx))
     _check_prefix(choice, comm, pid)
     _check_output_file(fmt, out)
     _check_outputs_are_not_inputs(choice, out, plot, file or [], definitions)
@@ -203,6 +230,13 @@ def cmd_trace(
                    prefix=not no_prefix, limit=choice.run_timeout(duration), count=count, reports=reports)
     if run.execute():
         raise typer.Exit(INTERRUPTED)
+
+
+def _print_definitions(definitions: list[str], program: str | None, kernel: str | None, debug_dirs: list[str]) -> None:
+    """``--definition``: each line as ``perf probe -D`` prints it (a line already in the kernel's
+    syntax as it is), on stdout."""
+    for line in translate_all(definitions, program, kernel, debug_dirs, runnable=False):
+        sys.stdout.write(f"{line}\n")
 
 
 def _output_format(name: str) -> OutputFormat:

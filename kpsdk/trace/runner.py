@@ -18,7 +18,7 @@ from __future__ import annotations
 import errno
 import signal
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,7 +31,7 @@ from kpsdk.cli.libraries import MIN_TIMEOUT, run_to_entry, wants_libraries
 from kpsdk.cli.target_choice import TargetChoice, close_session
 from kpsdk.errors import KprobeError, KpsdkError, TargetError, TraceDefinitionError
 from kpsdk.trace.hist import PLOT_FORMATS, HistogramSet
-from kpsdk.trace.output import EventShape, EventWrite, Writer, WriterContext
+from kpsdk.trace.output import EventShape, EventWrite, TextWriter, Writer, WriterContext
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -290,6 +290,17 @@ class _RunSink(Writer):
             self.keep.append(record)
         if limits.reached():
             limits.session.stop()  # type: ignore[union-attr]
+
+    def record_limit(self) -> int | None:
+        return self.limits.count
+
+    def text_lines(self) -> tuple[TextWriter, Callable[[], None] | None] | None:
+        """The text writer's lines, where nothing keeps the records and no --count must stop the
+        run at its record (native events then format them in C, :mod:`kpsdk.trace.nativetext`)."""
+        if self.keep is not None or self.writer is None or self.limits.count is not None or self.limits.pipe_closed:
+            return None
+        inner = self.writer.text_lines()
+        return (inner[0], self._closed) if inner is not None else None
 
     def event_writer(self, shape: EventShape) -> EventWrite | None:
         if self.keep is not None or self.writer is None:

@@ -257,13 +257,16 @@ class Frame:
 
 
 def unwind(cpu: Cpu, pc: int, tables: Callable[[int], tuple[FrameTable, int] | None], *, max_frames: int = 256,
-           thumb: bool = False) -> Iterator[Frame]:
+           thumb: bool = False, return_address: Callable[[int, int], int] | None = None) -> Iterator[Frame]:
     """The frames of the stack ``cpu`` is stopped in at ``pc``, innermost first.
 
     :param tables: the :class:`FrameTable` of the ELF mapping a pc and its load bias (the
         runtime address minus the file's), or None where no file with CFI maps it.
     :param thumb: addresses may carry ARM's Thumb bit: it is cleared (the frames' pcs are the
         instructions' addresses, as gdb shows them).
+    :param return_address: ``(return address, CFA of the frame that returns there) -> the real
+        one``: a return address the stack holds that is not the caller's (a kretprobe
+        trampoline standing in for it) is replaced before the walk goes on from it.
     """
     strip = ~1 if thumb else ~0
     frame = Frame(pc, None, cpu)
@@ -287,5 +290,7 @@ def unwind(cpu: Cpu, pc: int, tables: Callable[[int], tuple[FrameTable, int] | N
                 (previous_cfa == cfa and ra == frame.pc):
             return
         previous_cfa = cfa
+        if return_address is not None:
+            ra = return_address(ra, cfa)
         recovered[table.pc_name] = ra & strip
         frame = Frame(ra & strip, None, FrameCpu(frame.cpu, recovered, unknown), recovered)

@@ -59,11 +59,20 @@ def has_dwarf(elf: ElfFile) -> bool:
 
 
 def build_id(elf: ElfFile) -> str:
-    """The hex build ID of ``elf`` from its ``.note.gnu.build-id``, ``""`` when it has none."""
-    section = elf.section(".note.gnu.build-id")
-    if section is None or section.header["sh_type"] == "SHT_NOBITS":
-        return ""
-    data = elf.contents(section)
+    """The hex build ID of ``elf`` from its ``.note.gnu.build-id``, else from any other note
+    section (a vmlinux keeps it in ``.notes``, after Xen's notes); ``""`` when it has none."""
+    named = elf.section(".note.gnu.build-id")
+    notes = [named] if named is not None else [s for s in elf.sections if s.header["sh_type"] == "SHT_NOTE"]
+    for section in notes:
+        if section.header["sh_type"] != "SHT_NOBITS":
+            found = _build_id_note(elf, elf.contents(section))
+            if found:
+                return found
+    return ""
+
+
+def _build_id_note(elf: ElfFile, data: bytes) -> str:
+    """The ``NT_GNU_BUILD_ID`` note among the notes ``data`` holds, hex; ``""`` when none."""
     order = "<" if elf.endian == "little" else ">"
     pos = 0
     while pos + 12 <= len(data):

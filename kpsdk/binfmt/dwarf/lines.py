@@ -178,6 +178,67 @@ def line_addresses(dbg: DebugInfo, file: str, line: int) -> list[int]:
     return sorted(by_function.values())
 
 
+def statement_addresses(dbg: DebugInfo, file: str, line: int, unit: int | None = None) -> list[int]:
+    """Every address ``perf probe`` puts a probe on for ``FILE:LINE`` (or ``FUNC:RELLINE``,
+    ``unit`` being the function's): each statement row of that line, then the entry of each
+    function declared on it and of each copy inlined from it (perf's die_walk_lines), in the
+    unit given or in every unit with the file, once per address.
+
+    An address that stands for another line is refused, as perf refuses it ("This line is
+    sharing the address with other lines"): a function's entry stands for its declaration
+    line, any other address for the line of its first row; one such address refuses the
+    line (a probe there would stand for that other line).
+
+    :raises NoSuchLineError: no code from that line (with the nearest lines that have some),
+        or only shared addresses (naming the line that owns them).
+    """
+    found: list[int] = []
+    shared: list[tuple[int, int]] = []
+    near: set[int] = set()
+    matched = False
+    records = [dbg.unit(unit)] if unit is not None else dbg.index.units
+    offsets = {r.offset for r in records}
+    functions = [f for f in dbg.index.functions if f.unit in offsets]
+    for record in records:
+        table = dbg.line_table(record)
+        files = {i for i, f in enumerate(table.files) if _file_matches(f, file)}
+        if not files:
+            continue
+        matched = True
+        owner: dict[int, tuple[int, int]] = {}
+        for i, address in enumerate(table.addresses):
+            if not table.flags[i] & END_SEQUENCE:
+                owner.setdefault(address, (table.file_of[i], table.lines[i]))
+        mine = [f for f in functions if f.unit == record.offset]
+        for fn in mine:
+            if not fn.inlined:
+                owner[fn.entry] = (fn.decl_file, fn.decl_line)
+        candidates = [table.addresses[i] for i, row_line in enumerate(table.lines)
+                      if row_line == line and table.file_of[i] in files and table.flags[i] & IS_STMT
+                      and not table.flags[i] & END_SEQUENCE]
+        near.update(n for i, n in enumerate(table.lines) if table.file_of[i] in files and 0 < abs(n - line) <= 5
+                    and table.flags[i] & IS_STMT)
+        for fn in mine:
+            if fn.decl_line == line and fn.decl_file in files:
+                candidates.append(fn.entry)
+            if fn.inlined and fn.call_line == line and fn.call_file in files:
+                candidates.append(fn.entry)
+        for address in candidates:
+            owner_file, owner_line = owner.get(address, (-1, line))
+            if owner_line != line and owner_file in files:
+                shared.append((address, owner_line))
+            elif address not in found:
+                found.append(address)
+    if not matched:
+        raise NoSuchLineError(f"{file}:{line}", "no such source file in the debug information")
+    if shared:
+        raise NoSuchLineError(f"{file}:{line}", f"this line is sharing the address {shared[0][0]:#x} with line "
+                              f"{shared[0][1]}: probe that line instead", [shared[0][1]])
+    if not found:
+        raise NoSuchLineError(f"{file}:{line}", "no code comes from this line", sorted(near))
+    return found
+
+
 def relative_line(dbg: DebugInfo, fn: Function, relline: int) -> list[int]:
     """The addresses of ``FUNC:RELLINE`` in the copy ``fn``: the line ``relline`` lines after
     its declaration line, the first address of each run of it."""

@@ -30,13 +30,12 @@ from typing import TYPE_CHECKING
 from kpsdk.binfmt.dwarf.lines import (
     function_lines,
     lazy_lines,
-    line_addresses,
     probe_address,
-    relative_line,
     source_lines,
+    statement_addresses,
 )
 from kpsdk.binfmt.dwarf.scope import copy_variables
-from kpsdk.errors import LocationError, NoSuchFunctionError, SourceNotFoundError
+from kpsdk.errors import LocationError, NoSuchFunctionError, NoSuchLineError, SourceNotFoundError
 
 if TYPE_CHECKING:
     from kpsdk.binfmt.dwarf.reader import DebugInfo, Function
@@ -118,29 +117,59 @@ def resolve_points(dbg: DebugInfo, spec: PointSpec | str, with_variables: bool =
     if not spec.function:
         assert spec.file
         if spec.line is not None:
-            return [_point(dbg, fn, a) for a in line_addresses(dbg, spec.file, spec.line)
-                    if (fn := dbg.function_at(a)) is not None]
+            return [_point(dbg, _innermost(dbg, a), a) for a in statement_addresses(dbg, spec.file, spec.line)
+                    if dbg.function_at(a) is not None]
         in_file = []
         for fn in _functions_in_file(dbg, spec.file):
-            for line in lazy_lines(dbg, fn, spec.pattern):
-                in_file.append(_point(dbg, fn, function_lines(dbg, fn)[line][0]))
+            in_file += [_point(dbg, fn, a) for a in _lazy_addresses(dbg, fn, spec.pattern)]
         return in_file
     copies = [fn for fn in dbg.functions(spec.function)
               if not spec.file or fn.file.endswith("/" + spec.file.lstrip("/")) or fn.file == spec.file]
+    if spec.is_return:  # an inlined copy never returns: the out-of-line function's entry only
+        copies = [fn for fn in copies if not fn.inlined] or copies
     if not copies:
         raise NoSuchFunctionError(f"{spec.function}@{spec.file}")
     out: list[ProbePoint] = []
     for fn in copies:
-        if spec.relline is not None:
-            out += [_point(dbg, fn, a) for a in relative_line(dbg, fn, spec.relline)]
+        if spec.relline:
+            try:
+                addresses = statement_addresses(dbg, fn.file, fn.line + spec.relline, fn.unit)
+            except NoSuchLineError as e:  # said again in the function's own numbering
+                raise NoSuchLineError(f"{fn.name}:{spec.relline}", f"line {fn.line + spec.relline} of {fn.file}: "
+                                      f"{e.problem}", [n - fn.line for n in e.lines]) from None
+            out += [_point(dbg, fn, a) for a in addresses if fn.contains(a)]
         elif spec.pattern:
-            lines = function_lines(dbg, fn)
-            out += [_point(dbg, fn, lines[n][0]) for n in lazy_lines(dbg, fn, spec.pattern)]
+            out += [_point(dbg, fn, a) for a in _lazy_addresses(dbg, fn, spec.pattern)]
         elif spec.offset is not None:
             out.append(_point(dbg, fn, fn.entry + spec.offset))
         else:
             out.append(_point(dbg, fn, fn.entry if spec.is_return else probe_address(dbg, fn, with_variables)))
-    return _first_per_address(out)
+    points = _first_per_address(out)
+    if spec.relline or spec.pattern:
+        return points
+    # a function's copies in DIE order, as perf finds them (the inlined copies and the out-of-line
+    # one in the order the unit lists them)
+    return sorted(points, key=lambda p: p.function.die)
+
+
+def _innermost(dbg: DebugInfo, address: int) -> Function:
+    """The function copy whose code holds ``address``: the innermost inlined copy, else the
+    out-of-line function."""
+    inlined = dbg.inlined_at(address)
+    if inlined:
+        return inlined[-1]
+    fn = dbg.function_at(address)
+    assert fn is not None
+    return fn
+
+
+def _lazy_addresses(dbg: DebugInfo, fn: Function, pattern: str) -> list[int]:
+    """``FUNC;PATTERN``: every statement row of ``fn``'s code on a line matching ``pattern``
+    (perf's lazy walker probes each row, not each line)."""
+    out: list[int] = []
+    for line in lazy_lines(dbg, fn, pattern):
+        out += [a for a in statement_addresses(dbg, fn.file, line, fn.unit) if fn.contains(a) and a not in out]
+    return sorted(out)
 
 
 def _first_per_address(points: list[ProbePoint]) -> list[ProbePoint]:
@@ -207,5 +236,5 @@ def format_lines(dbg: DebugInfo, function: str) -> str:
     out = [f"<{fn.name}@{fn.file}:0>"]
     for n in range(fn.line, min(last, len(text) - 1) + 1):
         number = f"{n - fn.line:>7}" if n in lines else " " * 7
-        out.append(f"{number}  {text[n]}".rstrip() if text[n].strip() else number.rstrip())
+        out.append(f"{number}  {text[n]}")  # perf's "%7d  %s", blank and trailing spaces kept
     return "\n".join(out) + "\n"

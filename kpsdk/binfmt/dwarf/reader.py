@@ -145,7 +145,9 @@ class DebugInfo:
     def dwarf(self) -> DWARFInfo:
         """pyelftools' view of the debug file's DWARF."""
         with self.reading("the DWARF sections"):
-            return self.debug.elf.elf.get_dwarf_info(follow_links=False)
+            # relocations are for relocatable objects: a vmlinux keeps its .rela.debug_* (applied already) too
+            relocate = self.debug.elf.elf.header["e_type"] == "ET_REL"
+            return self.debug.elf.elf.get_dwarf_info(relocate_dwarf_sections=relocate, follow_links=False)
 
     @cached_property
     def sections(self) -> Sections:

@@ -60,6 +60,9 @@ class Variable:
     #: the DIEs of the function copies around its declaration, outermost first: the out-of-line
     #: function, then each inlined copy it sits in
     copies: tuple[int, ...] = ()
+    #: whether its DIE has a ``DW_AT_location`` at all (covering this pc or not): where perf
+    #: looks a name up, the first declaration with one is the variable
+    has_location: bool = False
 
     @property
     def available(self) -> bool:
@@ -232,7 +235,8 @@ def _walk(dbg: DebugInfo, die: DIE, unit: UnitRecord, scope: Scope, function: st
                 expression=expression_at(location_list(child, "DW_AT_location", unit, dbg), pc),
                 const_value=_const(child) if "DW_AT_const_value" in child.attributes else _const(named),
                 file=table.file(int(_attr(named, "DW_AT_decl_file") or 0)),
-                line=int(_attr(named, "DW_AT_decl_line") or 0), copies=copies))
+                line=int(_attr(named, "DW_AT_decl_line") or 0), copies=copies,
+                has_location="DW_AT_location" in child.attributes))
         elif tag in ("DW_TAG_lexical_block", "DW_TAG_inlined_subroutine"):
             if any(low <= pc < high for low, high in die_ranges(child, unit, dbg)):
                 if tag == "DW_TAG_inlined_subroutine":

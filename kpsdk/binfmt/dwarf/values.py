@@ -13,8 +13,10 @@ A value the debug information does not have here raises
 
 from __future__ import annotations
 
+import builtins
 import struct
 from dataclasses import dataclass
+from typing import ClassVar
 
 from kpsdk.binfmt.dwarf.expr import (
     Computed,
@@ -148,12 +150,17 @@ def read_value(obj: Object, ctx: Context) -> Value:
 class Value:
     """A value of a C type: ``type``, its ``raw`` bytes, and the context to follow pointers."""
 
-    def __init__(self, ctype: CType, raw: bytes, little: bool, ctx: Context | None = None) -> None:
+    __slots__ = ("type", "raw", "little", "ctx", "kind")
+
+    def __init__(self, ctype: CType, raw: bytes, little: bool, ctx: Context | None = None,
+                 kind: str | None = None) -> None:
+        """``kind``: the type's stripped kind when the caller knows it (a hit's reads make one
+        value per read: working it out each time was most of a read's cost)."""
         self.type = ctype
         self.raw = raw
         self.little = little
         self.ctx = ctx
-        self.kind = ctype.strip().kind
+        self.kind = kind if kind is not None else ctype.strip().kind
 
     def __repr__(self) -> str:
         return f"<Value {self.type.c_name}: {self}>"
@@ -249,6 +256,66 @@ class Value:
 
     def __str__(self) -> str:
         return format_value(self)
+
+
+class ScalarValue(int):
+    """A scalar C value (an integer, a char, a bool, an enum, a pointer) that is the int it holds:
+    ``v + 1``, ``v == 5``, ``f"{v:#x}"`` work as on any int, and :class:`Value`'s reading is
+    there too (``v.type``, ``v.string()`` for a ``char *``, ``v.deref()``, ``v.enum_name()``;
+    ``str(v)`` is gdb's ``print``).  What ``regs.var()`` gives for a scalar: made by one C call
+    at a hit (an int subclass per C type, :meth:`of`), where a :class:`Value` costs a Python
+    ``__init__`` (bench/dwarfvars.py).  Signed types hold negative numbers."""
+
+    __slots__ = ()
+    type: ClassVar[CType]
+    little: ClassVar[bool]
+    ctx: ClassVar[Context | None]
+    kind: ClassVar[str]
+    size: ClassVar[int]
+
+    @classmethod
+    def of(cls, ctype: CType, little: bool, ctx: Context | None) -> builtins.type[ScalarValue]:
+        """The class of the values of ``ctype`` (one per type and context, made once)."""
+        return builtins.type(f"ScalarValue[{ctype.c_name}]", (cls,), {"__slots__": (), "type": ctype, "little": little,
+                                                               "ctx": ctx, "kind": ctype.strip().kind,
+                                                               "size": ctype.size or 0})
+
+    @property
+    def raw(self) -> bytes:
+        return _int_bytes(int(self), self.size, self.little)
+
+    @property
+    def signed(self) -> bool:
+        return self.type.strip().signed
+
+    def value(self) -> Value:
+        """This value as a :class:`Value` (the same bytes and type)."""
+        return Value(self.type, self.raw, self.little, self.ctx, self.kind)
+
+    def float(self) -> float:
+        return self.value().float()
+
+    def enum_name(self) -> str | None:
+        return self.value().enum_name()
+
+    def deref(self) -> Value:
+        return self.value().deref()
+
+    def string(self, limit: int = STRING_MAX) -> bytes:
+        return self.value().string(limit)
+
+    def __str__(self) -> str:
+        return format_value(self.value())
+
+    def __repr__(self) -> str:
+        return f"<Value {self.type.c_name}: {self}>"
+
+    def __format__(self, spec: str) -> str:
+        return str(self) if not spec else int.__format__(int(self), spec)
+
+
+#: the kinds :class:`ScalarValue` holds (a float is a :class:`Value`: its bits are no int)
+SCALAR_KINDS = frozenset(("base", "enum", "pointer"))
 
 
 def _bytes_only(little: bool) -> Context:

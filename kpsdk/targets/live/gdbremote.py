@@ -92,6 +92,7 @@ def _learn(target: GdbTarget, abi: str | None, hardware: bool | None, symbols: s
     if kind == "kernel":
         kernel_osabi(mi, target.arch)
         target.kernel_image = symbols  # a vmlinux or vmlinuz has the BTF the trace prefix reads
+        target.symbols_file = symbols if target.image is not None else None  # a vmlinux's DWARF (kpsdk.debuginfo)
         return
     target.hw_watchpoints = not qemu  # qemu-user's stub refuses Z2-Z4; gdbserver has the debug registers
     image = target.image if target.image is not None else _stub_program(mi, sysroot)

@@ -312,6 +312,7 @@ def open_qemu_system(rest: str, registry: Registry, kernel: str | None = None, i
     target = make(arch, str(sock), abi_kind=abi, symbols=table, processes=[proc],
                   hardware_breakpoints=hardware_breakpoints, cleanup=cleanup, stall_limit=stall_limit)
     target.kernel_image = kernel or symbols  # where the trace prefix finds the kernel's BTF
+    target.symbols_file = str(source) if image is not None else None  # a vmlinux: its DWARF (kpsdk.debuginfo)
     target.board = board  # its counters: the trace's guest clock (kpsdk/kernel/guestclock.py)
     if kernel and ready_symbol and ready_symbol in table:
         try:

@@ -70,7 +70,7 @@ class LiveState(Target):
         self.closed = False
         self._exit_status: int | None = None
         self._io = LiveRegs(self)
-        self._regs = PtRegs.create(arch, self._io, arch.abi(abi_kind), self.read_memory)
+        self._regs = PtRegs.create(arch, self._io, arch.abi(abi_kind), self.read_memory, owner=self)
         self._pc = arch.register(arch.pc)
         self._reg_numbers: dict[str, int] = {}
         # -- the run (kpsdk.targets.live.runloop)

@@ -140,7 +140,7 @@ class GdbTarget(HitDispatch, RunLoop, LiveBreakpoints, LiveMemory, TracePrefix):
         breakpoints by hardware or not, real trap instructions or QEMU's.  Before any probe."""
         self.abi_kind, self.real_traps = abi_kind, real_traps
         self.hardware = hardware or (self.arch.gdb_break_adjusts_pc and not real_traps)
-        self._regs = PtRegs.create(self.arch, self._io, self.arch.abi(abi_kind), self.read_memory)
+        self._regs = PtRegs.create(self.arch, self._io, self.arch.abi(abi_kind), self.read_memory, owner=self)
         self._steps = LiveStep(self.arch, self.hardware)
 
     @staticmethod

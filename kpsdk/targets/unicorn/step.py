@@ -285,8 +285,9 @@ class SoftStep:
                 if step is None or addr not in step[1]:
                     return
                 here = hook_points.get(addr)
-                if here is not None and not here.internal:  # its own hook runs the step first (see reached)
-                    return
+                if here is not None and not here.internal and here.mechanism != "native":
+                    return  # its own hook runs the step first (see reached); a native trace hook does not
+
                 stepper.pending = None
                 if stepper._transient:
                     stepper._drop_transient()

@@ -63,6 +63,7 @@ from kpsdk.targets.unicorn.layout import PAGE, SLOT_BASE, SLOT_SIZE, STACK_TOP
 from kpsdk.targets.unicorn.libraries import Libraries
 from kpsdk.targets.unicorn.linux.syscalls import PID
 from kpsdk.targets.unicorn.memory import GuestMemory
+from kpsdk.targets.unicorn.nativetrace import NativeTraceHost, native_trace_host
 from kpsdk.targets.unicorn.processes import TaskSupport
 from kpsdk.targets.unicorn.returns import ReturnProbes
 from kpsdk.targets.unicorn.running import Runner
@@ -131,7 +132,8 @@ class UnicornTarget(GuestMemory, ReturnProbes, TaskSupport):
         self.entry: int | None = None
         self._pc = arch.register(arch.pc)
         self._sp = arch.register(arch.sp)
-        self.hit_regs = PtRegs.create(arch, self.fast, arch.abi(abi_kind), self.read_memory, self.read_word)
+        self.hit_regs = PtRegs.create(arch, self.fast, arch.abi(abi_kind), self.read_memory, self.read_word,
+                                      owner=self)
         self._bp_points: dict[int, ProbePoint] = {}
         self._slot_points: dict[int, ProbePoint] = {}
         self._hook_points: dict[int, ProbePoint] = {}
@@ -155,6 +157,9 @@ class UnicornTarget(GuestMemory, ReturnProbes, TaskSupport):
         self._init_returns()
         #: return probes' entries done in guest code (made with kpsdk's area: setup_area)
         self.detours: DetourEngine | None = None
+        #: trace events run in C (:mod:`.nativetrace`): made at a trace's first ask (native_tracer)
+        self.native_trace: NativeTraceHost | None = None
+        self._native_asked = False
         self.hooks.intr(self._on_intr)
         #: the system calls (:mod:`kpsdk.targets.unicorn.syscalls`); None where the arch has none
         self.syscall_glue = SyscallGlue(self, self._sys, self._console, self.libraries) \
@@ -190,6 +195,8 @@ class UnicornTarget(GuestMemory, ReturnProbes, TaskSupport):
             return None
         if point.internal:  # kpsdk's own point: its own code hook, outside the OPT_LIMIT budget
             return ("hook", False)
+        if self.native_trace is not None and self.native_trace.serves(point):  # trace events in C
+            return ("native", True)
         if self.detours is not None and self.manager.optimization and len(point.active) == 1 \
                 and point.active[0].entry_rethook is not None and not self.many_tasks():
             length = self.detours.plan(point)
@@ -211,6 +218,8 @@ class UnicornTarget(GuestMemory, ReturnProbes, TaskSupport):
     def sync_point(self, point: ProbePoint, force: bool = False) -> None:
         want = self._choose(point)
         have = (point.mechanism, point.optimized) if point.mechanism else None
+        if have == ("native", True) and self.native_trace is not None and self.native_trace.stale(point):
+            force = True  # its probes changed: the hook's programs are made again
         if want != have or force:
             self._disarm(point)
             if want is not None:
@@ -239,6 +248,10 @@ class UnicornTarget(GuestMemory, ReturnProbes, TaskSupport):
             self._hook_points[addr] = point
             if optimized:
                 self._n_optimized += 1
+        elif mechanism == "native":
+            assert self.native_trace is not None
+            self.native_trace.arm(point)
+            self._hook_points[addr] = point  # a code hook too: quiet where the hook path's are (processes.py)
         elif mechanism in ("detour", "hooked-entry"):
             assert self.detours is not None
             length = int(point.state["detour_plan"])  # type: ignore[call-overload]
@@ -299,6 +312,10 @@ class UnicornTarget(GuestMemory, ReturnProbes, TaskSupport):
             self._bp_points.pop(addr, None)
             del self._bp_hidden[addr]
             self._bp_sorted.remove(addr)
+        elif point.mechanism == "native":
+            assert self.native_trace is not None
+            self.native_trace.disarm(point)
+            self._hook_points.pop(addr, None)
         elif point.mechanism in ("detour", "hooked-entry"):
             assert self.detours is not None
             self.detours.disarm(point)
@@ -373,6 +390,8 @@ class UnicornTarget(GuestMemory, ReturnProbes, TaskSupport):
                     return
             if self._sys is not None and intno == self._sys.intno:
                 self._syscall()
+                if self.native_trace is not None:  # the call may have changed the task or its comm
+                    self.native_trace.refresh()
                 return
             kernel = self.kernel
             if kernel is not None and self._sys is not None and self._sys.linux is not None:
@@ -640,6 +659,15 @@ class UnicornTarget(GuestMemory, ReturnProbes, TaskSupport):
         self._flush_stale()
         if self.watch is not None:
             self.watch.before_run()
+        if self.native_trace is not None:  # a slice starts: maybe another task's
+            self.native_trace.refresh()
+
+    def native_tracer(self) -> NativeTraceHost | None:
+        """Trace events run in C here (:mod:`.nativetrace`; None: no C compiler)."""
+        if not self._native_asked:
+            self._native_asked = True
+            self.native_trace = native_trace_host(self)
+        return self.native_trace
 
     def regs(self) -> PtRegs:
         self.hit_regs._reset(self.fast.read(self._pc))
@@ -649,7 +677,15 @@ class UnicornTarget(GuestMemory, ReturnProbes, TaskSupport):
         self.uc.emu_stop()
 
     def run(self, timeout: float | None = None) -> int | None:
-        return self.runner.run(timeout)
+        try:
+            return self.runner.run(timeout)
+        finally:
+            if self.native_trace is not None:  # the records of native trace events reach their writers
+                self.native_trace.drain()
 
     def call(self, addr: int, args: tuple[int, ...], restype: str = "long") -> int:
-        return self.runner.call(addr, args, restype)
+        try:
+            return self.runner.call(addr, args, restype)
+        finally:
+            if self.native_trace is not None:
+                self.native_trace.drain()

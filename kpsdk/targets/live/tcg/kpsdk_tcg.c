@@ -7,7 +7,7 @@
  * nanoseconds.  kpsdk (kpsdk/targets/live/tcg/plugin.py) owns one shared file,
  * mapped here and there:
  *
- *   header (64 bytes) | entries[capacity] (288 bytes each) | ring (ring_size bytes)
+ *   header (64 bytes) | entries[capacity] (288 bytes each) | programs (PROG_AREA) | ring (ring_size bytes)
  *
  * kpsdk edits the entries only while the guest is stopped under gdb (QEMU's
  * gdbstub has flushed the translation cache by then), then bumps
@@ -24,6 +24,13 @@
  * pace of kpsdk's handlers); only when kpsdk makes no progress for 10 s is the
  * record dropped and counted (`dropped` in the entry): kpsdk reports it as the probe's nmissed,
  * as the kernel counts a missed kprobe.
+ *
+ * An entry may also carry a fetch program (kpsdk/fetchprog.h, the interpreter kpsdk's Unicorn
+ * hook includes too): a trace event's fetch arguments and filter, run here at the hit.  Its
+ * record is then the native trace record (the header of kpsdk/trace/native.py, the program's
+ * output), followed by the vCPU, the registers and the memory reads kpsdk asked for the
+ * task (the prefix's comm and pid); a hit its filter rejects writes nothing.  Programs live in
+ * the table's program area (PROG_AREA bytes after the entries).
  *
  * Only QEMU's documented plugin API is used, declared below as QEMU 10.0's
  * include/qemu/qemu-plugin.h has it (API version 4: register reads since 2,
@@ -42,6 +49,8 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "fetchprog.h"
 
 /* ---- QEMU's plugin API (v4), the part used here ---- */
 typedef uint64_t qemu_plugin_id_t;
@@ -95,6 +104,10 @@ __attribute__((visibility("default"))) int qemu_plugin_version = 4;
 /* a string is read in pieces of this size (never across a page): most end in the first */
 #define STRING_PIECE 64
 #define MAX_KNOWN_REGS 512
+/* fetch programs: the area's size, the longest output one may make (kpsdk checks both) */
+#define PROG_AREA (1u << 20)
+#define PROG_OUTPUT (1u << 16)
+#define NATIVE_HEAD 48
 
 enum { F_ENABLED = 1, F_STREAM = 2 };
 /* memfetch flags: M_STRING stops after the NUL; M_WORD32: a 32-bit guest, whose addresses
@@ -131,7 +144,7 @@ struct entry {
     uint16_t regs[MAX_REGS];
     uint64_t dropped;           /* plugin: records the full ring could not take */
     struct memfetch mem[MAX_MEM];
-    uint64_t pad;
+    uint64_t prog;              /* a fetch program: its offset in the program area + 1 | its bytes << 32; 0: none */
 };
 
 _Static_assert(sizeof(struct header) == 64, "header layout");
@@ -141,6 +154,7 @@ static struct header *hdr;
 static struct entry *entries;
 static uint8_t *ring;
 static uint64_t ring_mask;
+static uint8_t *programs;
 
 /* registers, from the first vCPU (every vCPU has the same list) */
 static struct qemu_plugin_register *reg_handle[MAX_KNOWN_REGS];
@@ -237,37 +251,10 @@ static bool ring_room(uint64_t head, uint64_t len)
     }
 }
 
-static void on_hit(unsigned int vcpu, void *userdata)
+/* The entry's memory reads, each: u32 bytes read, u32 status (R_FAULT), u64 address, the bytes
+ * padded to 8, written at w; returns the end. */
+static uint64_t *read_memory(const struct entry *e, uint32_t nmem, uint64_t *w)
 {
-    const struct site *site = userdata;
-    struct entry *e = &entries[site->index];
-    if (e->addr != site->addr || e->id == 0 || !(e->flags & F_ENABLED)) {
-        return;  /* a block translated before kpsdk changed this entry */
-    }
-    e->hits++;
-    if (!(e->flags & F_STREAM)) {
-        return;
-    }
-    /* record: u32 id, u32 length, u64 vcpu, u64 pc, u64 host CLOCK_MONOTONIC ns, u64 regs[nregs],
-     * then per memory read: u32 bytes read, u32 status (R_FAULT), u64 address, the bytes padded to 8 */
-    uint64_t buf[4 + MAX_REGS + MAX_MEM * (2 + MAX_MEM_SIZE / 8)];
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    uint32_t nregs = e->nregs < MAX_REGS ? e->nregs : MAX_REGS;
-    uint32_t nmem = e->nmem < MAX_MEM ? e->nmem : MAX_MEM;
-    uint64_t *w = buf + 4;
-    for (uint32_t i = 0; i < nregs; i++) {
-        uint64_t v = 0;
-        uint16_t r = e->regs[i];
-        if (r < n_known_regs) {
-            g_byte_array_set_size(scratch, 0);
-            int got = qemu_plugin_read_register(reg_handle[r], scratch);
-            if (got > 0) {
-                memcpy(&v, scratch->data, got > 8 ? 8 : (size_t)got);
-            }
-        }
-        *w++ = v;
-    }
     uint64_t loaded[MAX_MEM];  /* each read's first word (little-endian host): a chain's base */
     bool readable[MAX_MEM];
     for (uint32_t i = 0; i < nmem; i++) {
@@ -331,6 +318,127 @@ static void on_hit(unsigned int vcpu, void *userdata)
         memset(bytes + got, 0, ((got + 7) & ~7u) - got);
         w += 2 + (got + 7) / 8;
     }
+    return w;
+}
+
+/* ---- fetch programs run at the hit (kpsdk/fetchprog.h) ---- */
+static uint64_t plugin_reg(void *ctx, uint32_t id)
+{
+    (void)ctx;
+    uint64_t v = 0;
+    if (id < n_known_regs) {
+        g_byte_array_set_size(scratch, 0);
+        int got = qemu_plugin_read_register(reg_handle[id], scratch);
+        if (got > 0) {
+            memcpy(&v, scratch->data, got > 8 ? 8 : (size_t)got);
+        }
+    }
+    return v;
+}
+
+static int plugin_read(void *ctx, uint64_t addr, void *buf, uint32_t len)
+{
+    (void)ctx;
+    uint32_t got = 0;
+    while (got < len) {  /* never across a page: the next one may be unmapped */
+        uint32_t chunk = 4096 - (uint32_t)((addr + got) & 4095);
+        if (chunk > len - got) {
+            chunk = len - got;
+        }
+        g_byte_array_set_size(scratch, 0);
+        if (!qemu_plugin_read_memory_vaddr(addr + got, scratch, chunk)) {
+            return -1;
+        }
+        memcpy((uint8_t *)buf + got, scratch->data, chunk);
+        got += chunk;
+    }
+    return 0;
+}
+
+static uint64_t native_buf[(NATIVE_HEAD + PROG_OUTPUT) / 8 + 1 + MAX_REGS + MAX_MEM * (2 + MAX_MEM_SIZE / 8)];
+
+/* A hit of an entry with a program: the native record (kpsdk/trace/native.py's header: program
+ * id, length, ns, ip, sp, task stamp (kpsdk's: 0 here), the output's length, the fault mask; the
+ * output), then the vCPU, the registers and the memory reads kpsdk asked for (the task's). */
+static void native_hit(struct entry *e, const struct site *site, unsigned int vcpu, uint64_t ns, uint32_t nregs,
+                       uint32_t nmem)
+{
+    uint64_t at = (uint32_t)e->prog - 1, size = e->prog >> 32;
+    if (at + size > PROG_AREA || size < sizeof(struct kfp_head)) {
+        return;
+    }
+    const struct kfp_head *p = (const struct kfp_head *)(programs + at);
+    if (p->magic != KFP_MAGIC || p->max_len > PROG_OUTPUT) {
+        return;
+    }
+    struct kfp_host host = {plugin_read, plugin_reg, NULL};
+    uint8_t *rec = (uint8_t *)native_buf;
+    uint64_t faults;
+    uint32_t n = kfp_run(p, &host, rec + NATIVE_HEAD, &faults);
+    if (!kfp_filter(p, rec + NATIVE_HEAD, faults)) {
+        return;
+    }
+    uint64_t *w = (uint64_t *)(rec + NATIVE_HEAD + n);
+    *w++ = vcpu;
+    for (uint32_t i = 0; i < nregs; i++) {
+        *w++ = plugin_reg(NULL, e->regs[i]);
+    }
+    w = read_memory(e, nmem, w);
+    uint64_t len = (uint64_t)((uint8_t *)w - rec);
+    uint32_t words[2] = {p->pad1, (uint32_t)len};
+    uint64_t sp = plugin_reg(NULL, p->pad2);
+    uint32_t stamp[2] = {0, n};
+    memcpy(rec, words, 8);
+    memcpy(rec + 8, &ns, 8);
+    memcpy(rec + 16, &site->addr, 8);
+    memcpy(rec + 24, &sp, 8);
+    memcpy(rec + 32, stamp, 8);
+    memcpy(rec + 40, &faults, 8);
+    uint64_t head = hdr->head;
+    if (!ring_room(head, len)) {
+        e->dropped++;
+        return;
+    }
+    ring_put(rec, head, len);
+    __atomic_store_n(&hdr->head, head + len, __ATOMIC_RELEASE);
+}
+
+static void on_hit(unsigned int vcpu, void *userdata)
+{
+    const struct site *site = userdata;
+    struct entry *e = &entries[site->index];
+    if (e->addr != site->addr || e->id == 0 || !(e->flags & F_ENABLED)) {
+        return;  /* a block translated before kpsdk changed this entry */
+    }
+    e->hits++;
+    if (!(e->flags & F_STREAM)) {
+        return;
+    }
+    /* record: u32 id, u32 length, u64 vcpu, u64 pc, u64 host CLOCK_MONOTONIC ns, u64 regs[nregs],
+     * then per memory read: u32 bytes read, u32 status (R_FAULT), u64 address, the bytes padded to 8 */
+    uint64_t buf[4 + MAX_REGS + MAX_MEM * (2 + MAX_MEM_SIZE / 8)];
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    uint32_t nregs = e->nregs < MAX_REGS ? e->nregs : MAX_REGS;
+    uint32_t nmem = e->nmem < MAX_MEM ? e->nmem : MAX_MEM;
+    if (e->prog != 0) {
+        native_hit(e, site, vcpu, (uint64_t)now.tv_sec * 1000000000ull + (uint64_t)now.tv_nsec, nregs, nmem);
+        return;
+    }
+    uint64_t *w = buf + 4;
+    for (uint32_t i = 0; i < nregs; i++) {
+        uint64_t v = 0;
+        uint16_t r = e->regs[i];
+        if (r < n_known_regs) {
+            g_byte_array_set_size(scratch, 0);
+            int got = qemu_plugin_read_register(reg_handle[r], scratch);
+            if (got > 0) {
+                memcpy(&v, scratch->data, got > 8 ? 8 : (size_t)got);
+            }
+        }
+        *w++ = v;
+    }
+    w = read_memory(e, nmem, w);
     uint64_t len = (uint64_t)(w - buf) * 8;
     uint32_t words[2] = {e->id, (uint32_t)len};
     memcpy(buf, words, sizeof(words));
@@ -430,14 +538,16 @@ int qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_t *info, int argc, 
         return 1;
     }
     hdr = map;
-    uint64_t need = sizeof(struct header) + (uint64_t)hdr->capacity * sizeof(struct entry) + hdr->ring_size;
-    if (hdr->magic != KPT_MAGIC || hdr->version != 2 || need > (uint64_t)st.st_size
+    uint64_t need = sizeof(struct header) + (uint64_t)hdr->capacity * sizeof(struct entry) + PROG_AREA
+        + hdr->ring_size;
+    if (hdr->magic != KPT_MAGIC || hdr->version != 3 || need > (uint64_t)st.st_size
         || hdr->ring_size == 0 || (hdr->ring_size & (hdr->ring_size - 1)) != 0) {
         fprintf(stderr, "kpsdk_tcg: %s is not a kpsdk table of this version\n", table);
         return 1;
     }
     entries = (struct entry *)(hdr + 1);
-    ring = (uint8_t *)(entries + hdr->capacity);
+    programs = (uint8_t *)(entries + hdr->capacity);
+    ring = programs + PROG_AREA;
     ring_mask = hdr->ring_size - 1;
     scratch = g_byte_array_new();
     qemu_plugin_register_vcpu_init_cb(id, on_vcpu_init);

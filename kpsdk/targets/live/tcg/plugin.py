@@ -3,7 +3,7 @@
 The plugin instruments probed instructions when QEMU translates them and reports each
 hit through one shared file, mapped by both sides (the layout is the C file's)::
 
-    header (64 bytes) | entries[capacity] (288 bytes each) | ring (ring_size bytes)
+    header (64 bytes) | entries[capacity] (288 bytes each) | programs (PROG_AREA) | ring (ring_size bytes)
 
 kpsdk writes entries (address, registers and memory to read, flags) only while the guest
 is stopped under gdb: QEMU's gdbstub flushed the translation cache at that stop, so after
@@ -29,11 +29,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kpsdk.errors import TargetError
+from kpsdk.fetchprog import HEADER as FETCH_HEADER
 from kpsdk.nativebuild import build_shared_object
 
 SOURCE = Path(__file__).with_name("kpsdk_tcg.c")
 MAGIC = 0x3154504B  # "KPT1"
-VERSION = 2
+VERSION = 3
 HEADER = struct.Struct("<IIQIIQQQQQ")  # magic version generation capacity nregs ring_size head tail ready progress
 ENTRY_SIZE = 288
 ENTRY_HEAD = struct.Struct("<QQIIII")  # addr hits id flags nregs nmem
@@ -53,13 +54,17 @@ _HITS, _REGS, _DROPPED, _MEM = 8, 32, 80, 88
 #: default sizes: probe points, and the ring (a power of two)
 CAPACITY = 4096
 RING_SIZE = 1 << 24
+#: the fetch programs' area (kpsdk_tcg.c's PROG_AREA), and the longest output one may make (PROG_OUTPUT)
+PROG_AREA = 1 << 20
+PROG_OUTPUT = 1 << 16
+_PROG = 280
 
 
 def build_plugin(source: Path = SOURCE) -> Path:
     """The plugin's shared object, compiled once per source into kpsdk's cache and checked
     before it is returned (:func:`kpsdk.nativebuild.build_shared_object`); where the cache
     cannot be used safely, built in one private temporary directory per process."""
-    return build_shared_object("tcgplugin", source, "kpsdk's QEMU plugin")
+    return build_shared_object("tcgplugin", source, "kpsdk's QEMU plugin", headers=[FETCH_HEADER])
 
 
 @dataclass(frozen=True)
@@ -101,6 +106,9 @@ class Record:
     regs: tuple[int, ...]
     mem: tuple[tuple[int, bytes | None], ...]
     time_ns: int = 0
+    #: a run of native trace records' bytes (entries with a fetch program: kpsdk.trace.native's
+    #: layout, then the vCPU, the registers and the memory reads); the fields above are then empty
+    native: bytes | None = None
 
 
 class ProbeTable:
@@ -112,7 +120,8 @@ class ProbeTable:
         self.path = path
         self.capacity = capacity
         self.ring_size = ring_size
-        self._ring_at = HEADER.size + capacity * ENTRY_SIZE
+        self._programs_at = HEADER.size + capacity * ENTRY_SIZE
+        self._ring_at = self._programs_at + PROG_AREA
         size = self._ring_at + ring_size
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         try:
@@ -126,11 +135,19 @@ class ProbeTable:
         self._dirty = False
         self._layouts: dict[int, tuple[int, int]] = {}  # ident -> (registers, memory reads)
         self._progress = 0
+        #: the entries' fetch programs: ident -> (offset in the program area, bytes); the
+        #: program ids their records carry
+        self._programs: dict[int, tuple[int, bytes]] = {}
+        self._program_end = 0
+        self.native_ids: set[int] = set()
 
     # -- kpsdk's side: entries --------------------------------------------------------
 
-    def put(self, ident: int, addr: int, regs: Sequence[int], mem: Sequence[MemFetch], stream: bool) -> Entry:
-        """Add or change the entry of ``ident`` (the guest must be stopped; :meth:`commit` after)."""
+    def put(self, ident: int, addr: int, regs: Sequence[int], mem: Sequence[MemFetch], stream: bool,
+            program: bytes | None = None) -> Entry:
+        """Add or change the entry of ``ident`` (the guest must be stopped; :meth:`commit` after);
+        ``program``: a fetch program (kpsdk.fetchprog's, its id and the stack pointer's index
+        set) the plugin runs at each hit instead of streaming the registers."""
         if len(regs) > MAX_REGS or len(mem) > MAX_MEM or any(not 0 < m.size <= MAX_MEM_SIZE for m in mem):
             raise TargetError(f"the plugin reads at most {MAX_REGS} registers and {MAX_MEM} memory ranges of "
                               f"{MAX_MEM_SIZE} bytes per hit")
@@ -142,8 +159,35 @@ class ProbeTable:
             self.entries[ident] = entry
         else:
             entry.addr, entry.regs, entry.mem, entry.stream = addr, tuple(regs), tuple(mem), stream
+        self._place(ident, program)
         self._write(entry)
         return entry
+
+    @property
+    def programs_of(self) -> dict[int, tuple[int, bytes]]:
+        """The entries that run a program, by ident: (offset in the program area, its bytes)."""
+        return self._programs
+
+    def _place(self, ident: int, program: bytes | None) -> None:
+        """``program`` into the program area for ``ident`` (where its last one was, if it fits)."""
+        old = self._programs.pop(ident, None)
+        if old is not None:
+            self.native_ids.discard(int.from_bytes(old[1][24:28], "little"))
+        if program is None:
+            return
+        if old is not None and len(program) <= len(old[1]):
+            at = old[0]
+        else:
+            at = (self._program_end + 7) & ~7
+            if at + len(program) > PROG_AREA:
+                if self._programs:
+                    raise TargetError(f"the plugin's program area is full ({PROG_AREA} bytes)")
+                at = 0
+            self._program_end = at + len(program)
+        start = self._programs_at + at
+        self.map[start:start + len(program)] = program
+        self._programs[ident] = (at, program)
+        self.native_ids.add(int.from_bytes(program[24:28], "little"))
 
     def set_enabled(self, ident: int, enabled: bool) -> None:
         entry = self.entries[ident]
@@ -151,6 +195,7 @@ class ProbeTable:
         self._write(entry)
 
     def remove(self, ident: int) -> None:
+        self._place(ident, None)
         entry = self.entries.pop(ident)
         at = HEADER.size + entry.index * ENTRY_SIZE
         self.map[at:at + ENTRY_SIZE] = bytes(ENTRY_SIZE)
@@ -168,6 +213,9 @@ class ProbeTable:
         for i, m in enumerate(e.mem):
             struct.pack_into("<hHIq", self.map, at + _MEM + 16 * i, m.reg, m.size,
                              (M_STRING if m.string else 0) | (M_WORD32 if m.word32 else 0), m.offset)
+        placed = self._programs.get(e.ident)
+        if placed is not None:
+            struct.pack_into("<Q", self.map, at + _PROG, (placed[0] + 1) | (len(placed[1]) << 32))
         self._layouts[e.ident] = (len(e.regs), len(e.mem))
         self._dirty = True
 
@@ -225,11 +273,24 @@ class ProbeTable:
             data = m[ring_at + start:ring_at + self.ring_size] + m[ring_at:ring_at + (head - tail) - first]
         struct.pack_into("<Q", m, _TAIL, head)  # the bytes are copied: the plugin may reuse the space
         at, end = 0, len(data)
+        if self._programs and all(e.ident in self._programs for e in self.entries.values() if e.stream):
+            return [Record(0, 0, 0, (), (), 0, bytes(data))]  # every record a native one: no walk over them
         layouts = self._layouts
         record_head = _RECORD_HEAD.unpack_from
         out: list[Record] = []
+        native = self.native_ids
+        id_length = _ID_LENGTH.unpack_from
         while at < end:
             ident, length, vcpu, pc, time_ns = record_head(data, at)
+            if ident in native:  # a run of native trace records: one Record, the bytes as they are
+                start = at
+                while at < end:
+                    ident, length = id_length(data, at)
+                    if ident not in native:
+                        break
+                    at += length
+                out.append(Record(0, 0, 0, (), (), 0, bytes(data[start:at])))
+                continue
             nregs, nmem = layouts.get(ident, (0, 0))
             regs = _regs_struct(nregs).unpack_from(data, at + 32)
             mems: list[tuple[int, bytes | None]] = []
@@ -247,6 +308,7 @@ class ProbeTable:
 
 
 _RECORD_HEAD = struct.Struct("<IIQQQ")  # id length vcpu pc time_ns
+_ID_LENGTH = struct.Struct("<II")
 _MEM_HEAD = struct.Struct("<IIQ")  # bytes read, status, address
 
 

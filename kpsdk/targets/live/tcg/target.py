@@ -30,7 +30,7 @@ from __future__ import annotations
 import time
 import weakref
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -48,9 +48,13 @@ if TYPE_CHECKING:
     from kpsdk.kernel.tasks import TaskInfo
     from kpsdk.manager import ProbePoint
     from kpsdk.probe import Probe
+    from kpsdk.targets.live.tcg.native import PluginNativeHost, PluginProgram
 
 #: how often run() takes the plugin's records while no gdb hit comes (seconds)
 POLL_SECONDS_PLUGIN = 0.005
+#: the same where every streaming point runs a trace event's program (.native): no handler waits
+#: for its records, and the 16 MiB ring holds a second of them; a poll costs kpsdk ~0.3 ms
+POLL_SECONDS_NATIVE = 0.05
 #: handled records between two signs of progress to the plugin (a power of two, minus one)
 PROGRESS_EVERY = 255
 #: while the guest runs, how often the plugin's own counts reach the probes' hits and nmissed
@@ -92,7 +96,9 @@ class PluginTarget(GdbTarget):
     def poll_seconds(self) -> float:  # type: ignore[override]
         """Wake every few milliseconds only while a plugin point streams records (the ring must
         be drained); points that are only counted need no more than the gdb loop's pace."""
-        return POLL_SECONDS_PLUGIN if self._streaming else POLL_SECONDS
+        if not self._streaming:
+            return POLL_SECONDS
+        return POLL_SECONDS_NATIVE if self._native_only else POLL_SECONDS_PLUGIN
 
     def __init__(self, arch: Arch, remote: str, *, table: ProbeTable, regs_file: Path, **kwargs: Any) -> None:
         self.table = table
@@ -121,8 +127,14 @@ class PluginTarget(GdbTarget):
         self._record: Record | None = None
         self._credited_at = 0.0
         self._streaming = False  # a plugin point streams records: run() polls the ring often
+        self._native_only = False  # ...and every one runs a trace event's program (polled less often)
+        self._native_ranges: list[tuple[int, int, int]] | None = None
+        #: trace events whose fetch programs the plugin runs (:mod:`.native`), made at a trace's first ask
+        self._native: PluginNativeHost | None = None
+        #: a native program's id -> the entry (point) ident its records come from
+        self._native_points: dict[int, int] = {}
         super().__init__(arch, remote, **kwargs)
-        self._snap = PtRegs.create(arch, self._snap_io, arch.abi(self.abi_kind), self._hit_memory.read)
+        self._snap = PtRegs.create(arch, self._snap_io, arch.abi(self.abi_kind), self._hit_memory.read, owner=self)
 
     # -- the plugin's registers ---------------------------------------------------------
 
@@ -257,6 +269,15 @@ class PluginTarget(GdbTarget):
         super().sync_point(point, force)
 
     def _put(self, point: ProbePoint, ident: int) -> None:
+        native = self._native_program(point)
+        if native is not None:  # the plugin runs the trace event's program: the task's reads stream after it
+            flags = self._native_flags_index()
+            self._drain()
+            self.table.put(ident, point.addr, [flags] if flags is not None else [], self._plan([], ident), True,
+                           program=native.code)
+            self._native_points[native.ident] = ident
+            self._note_streaming()
+            return
         handled = [p for p in point.active if p.pre_handler is not None]
         stream = bool(handled)
         regs = [index for _, index, _ in self._registers()] if stream else []
@@ -265,8 +286,85 @@ class PluginTarget(GdbTarget):
         self.table.put(ident, point.addr, regs, mem, stream)
         self._note_streaming()
 
+    # -- trace events run by the plugin (.native) ---------------------------------------------
+
+    def native_tracer(self) -> PluginNativeHost:
+        """Trace events whose fetch programs the plugin runs at the hit (:mod:`.native`)."""
+        if self._native is None:
+            from kpsdk.targets.live.tcg.native import PluginNativeHost
+
+            self._native = PluginNativeHost(self)
+        return self._native
+
+    def _native_program(self, point: ProbePoint) -> PluginProgram | None:
+        """The program of the point's one active probe, where it has one the plugin can run."""
+        from kpsdk.targets.live.tcg.native import PluginProgram
+        from kpsdk.targets.live.tcg.plugin import PROG_OUTPUT
+
+        if self._native is None or len(point.active) != 1:
+            return None
+        prog = getattr(point.active[0], "native_fetch", None)
+        if not isinstance(prog, PluginProgram) or prog.ring.closed or prog.hist is not None:
+            return None
+        return prog if int.from_bytes(prog.code[20:24], "little") <= PROG_OUTPUT else None
+
+    def _native_flags_index(self) -> int | None:
+        tasks = self.arch.kernel_tasks
+        if tasks is None:
+            return None
+        return self._register_index(self._raw_register(tasks.flags_register).gdb)
+
+    def native_task_ranges(self) -> list[tuple[int, int, int]]:
+        """The bytes of the task's reads that the prefix reads (read index, offset, length): of
+        the per-cpu words current and the preempt count, of the task_struct pid and comm; the
+        other reads whole (restamp.c tells task states apart by these)."""
+        from kpsdk.targets.live.tcg.fetch import Planner
+
+        layout, percpu = self._task_layout, self._task_percpu
+        if self._native_ranges is not None or layout is None or percpu is None:
+            return self._native_ranges or []
+        planner = Planner(self.arch, self.arch.abi(self.abi_kind), self._register_index)
+        planner.add_task(layout, percpu)
+        word = self.arch.word_size
+        ranges: list[tuple[int, int, int]] = []
+        for i, read in enumerate(planner.reads):
+            wanted = []
+            if read.reg == percpu and layout.preempt_count is not None and \
+                    read.offset == min(layout.current, layout.preempt_count) and read.size > word:
+                wanted = [(layout.current - read.offset, word), (layout.preempt_count - read.offset, 4)]
+            elif read.reg < 0 and read.offset == min(layout.pid, layout.comm) and \
+                    read.size == max(layout.pid + 4, layout.comm + layout.comm_size) - read.offset:
+                wanted = [(layout.pid - read.offset, 4), (layout.comm - read.offset, layout.comm_size)]
+            ranges += [(i, off, n) for off, n in wanted]
+        self._native_ranges = ranges
+        return ranges
+
+    def native_task_stamp(self, prog_ident: int, tail: bytes, ns: int, ip: int, sp: int,
+                          task_stamp: Callable[[], int]) -> int:
+        """``task_stamp()`` for a native record's task (its tail: the vCPU, the flags register,
+        the task's reads), asked as at a hit of the Python path (:meth:`task_info` on the record)."""
+        from kpsdk.targets.live.tcg.native import parse_tail
+
+        flags = self._native_flags_index()
+        vcpu, regs, mems = parse_tail(tail, 1 if flags is not None else 0)
+        record = Record(self._native_points.get(prog_ident, 0), vcpu, ip, regs, mems, ns)
+        cache = self._snap_io.cache
+        cache.clear()
+        if flags is not None and self.arch.kernel_tasks is not None:
+            cache[self._raw_register(self.arch.kernel_tasks.flags_register).gdb] = regs[0]
+        cache[self.arch.register(self.arch.sp).gdb] = sp
+        cache[self._pc.gdb] = ip
+        self._hit_memory.reads = mems
+        self._record = record
+        try:
+            return task_stamp()
+        finally:
+            self._record = None
+
     def _note_streaming(self) -> None:
-        self._streaming = any(e.stream for e in self.table.entries.values())
+        streaming = [e for e in self.table.entries.values() if e.stream]
+        self._streaming = bool(streaming)
+        self._native_only = all(e.ident in self.table.programs_of for e in streaming)
 
     def _plugin_on(self, point: ProbePoint) -> None:
         self._registers()  # a register QEMU does not list fails here, before the point is changed
@@ -351,7 +449,7 @@ class PluginTarget(GdbTarget):
         hits, dropped = self.table.hits(ident), self.table.dropped(ident)
         old_hits, old_dropped = self._counted[ident]
         self._counted[ident] = (hits, dropped)
-        stream = any(p.pre_handler is not None for p in point.active)
+        stream = any(p.pre_handler is not None for p in point.active) and self._native_program(point) is None
         for p in point.active:
             if not stream:
                 p.hits += hits - old_hits
@@ -380,6 +478,15 @@ class PluginTarget(GdbTarget):
     def _run_records(self, backlog: deque[Record], io: SnapshotRegs, regs: PtRegs,
                      names: list[str], pc_name: str) -> None:
         table = self.table
+        natives: list[Record] = []
+        try:
+            self._records_loop(backlog, io, regs, names, pc_name, table, natives)
+        finally:
+            if natives and self._native is not None:
+                self._native.deliver(natives)
+
+    def _records_loop(self, backlog: deque[Record], io: SnapshotRegs, regs: PtRegs, names: list[str], pc_name: str,
+                      table: ProbeTable, natives: list[Record]) -> None:
         count = 0
         while backlog:
             count += 1
@@ -389,6 +496,12 @@ class PluginTarget(GdbTarget):
                 backlog.clear()  # the run ends with that error: later hits are not handled
                 break
             record = backlog.popleft()
+            if record.native is not None:  # a trace event's record the plugin made: with its run, in a batch
+                natives.append(record)
+                continue
+            if natives and self._native is not None:  # the native ones before it came first
+                self._native.deliver(natives)
+                natives.clear()
             point = self._by_ident.get(record.ident)
             if point is None or point.run_pre is None:
                 continue
