@@ -1,0 +1,247 @@
+"""A program's processes from the command line (issue 33): ``kpsdk probe`` and ``kpsdk trace`` on
+the embedded default with no time limit, ``--bind``, ``-f``/``--no-follow`` and ``--filter
+'common_pid == N'`` on a pipeline.
+
+Each test compares with the same program run natively: its output, the bytes it writes on the
+host, its system calls as strace counts them per process (``-f`` or not).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from kpsdk.cli import app
+from kpsdk.targets.unicorn.linux.syscalls import PID
+from tests.conftest import fuzz_examples
+
+runner = CliRunner()
+BUSYBOX = Path("/bin/busybox")
+SH = "/bin/sh"
+WRITE = ["--uprobe", "libc.so.6:write"]
+
+
+def need_busybox() -> None:
+    if not BUSYBOX.exists():
+        message = f"{BUSYBOX} not found: install the Debian package busybox-static"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+
+
+def program_output(result) -> str:
+    """``kpsdk probe``'s "program output" section."""
+    out = result.stdout
+    start = out.index("program output")
+    body = out[out.index("\n", start) + 1:]
+    return body[:body.index("exit status")]
+
+
+def native(*argv: str, cwd: Path | None = None) -> str:
+    return subprocess.run(list(argv), capture_output=True, text=True, check=True, cwd=cwd).stdout
+
+
+# -- no time limit by default -----------------------------------------------------------------------
+
+#: a shell loop that takes longer than the old default limit (5 s) emulated: ~8 s on this machine
+LOOP = "i=0; while [ $i -lt 100000 ]; do i=$((i+1)); done; echo $i"
+
+
+def test_a_long_program_runs_to_its_end_without_a_time_limit() -> None:
+    """The embedded default has no default time limit: a program that runs longer than 5 s
+    ends as it does natively (exit 0, its output), where it was stopped before."""
+    start = time.monotonic()
+    result = runner.invoke(app, ["probe", *WRITE, "--", SH, "-c", LOOP])
+    took = time.monotonic() - start
+    assert result.exit_code == 0, result.output
+    assert program_output(result) == native(SH, "-c", LOOP)
+    assert "did not exit" not in result.output
+    assert took > 5, f"the loop took {took:.1f} s: make it longer, it must outlast the old 5 s default"
+
+
+def test_timeout_still_stops_a_program() -> None:
+    result = runner.invoke(app, ["probe", *WRITE, "--timeout", "0.5", "--", SH, "-c", LOOP])
+    assert result.exit_code == 1, result.output
+    assert "did not exit within 0.5 s" in result.output
+
+
+def test_the_help_says_there_is_no_default_limit_in_unicorn() -> None:
+    for command, option in (("probe", "--timeout"), ("trace", "--duration")):
+        result = runner.invoke(app, [command, "--help"], env={"COLUMNS": "300"})
+        assert result.exit_code == 0
+        text = " ".join(result.output.split())
+        assert "default: none in Unicorn" in text, (command, option)
+
+
+# -- --bind -----------------------------------------------------------------------------------------
+
+SCRIPT = "printf 'one\\ntwo\\0three' > {d}/out; echo more >> {d}/out; mkdir {d}/sub; cp {d}/out {d}/sub/copy"
+
+
+def test_a_rw_bind_writes_the_same_bytes_as_a_native_run(tmp_path: Path) -> None:
+    need_busybox()
+    mine, theirs = tmp_path / "kpsdk", tmp_path / "native"
+    mine.mkdir()
+    theirs.mkdir()
+    result = runner.invoke(app, ["probe", *WRITE, "--bind", f"{mine}:/out", "--",
+                                 str(BUSYBOX), "sh", "-c", SCRIPT.format(d="/out")])
+    assert result.exit_code == 0, result.output
+    native(str(BUSYBOX), "sh", "-c", SCRIPT.format(d=str(theirs)))
+    for name in ("out", "sub/copy"):
+        assert (mine / name).read_bytes() == (theirs / name).read_bytes()
+    assert sorted(p.name for p in mine.rglob("*")) == sorted(p.name for p in theirs.rglob("*"))
+
+
+def test_a_ro_bind_refuses_writes_with_erofs(tmp_path: Path) -> None:
+    """A write into a ``:ro`` bind fails with EROFS, as in a read-only bind mount; the host's
+    directory is unchanged and its file is read as it is."""
+    need_busybox()
+    (tmp_path / "in.txt").write_bytes(b"host bytes\n")
+    script = "cat /in/in.txt; echo x > /in/new; echo rc=$?"
+    result = runner.invoke(app, ["probe", *WRITE, "--strace", "--bind", f"{tmp_path}:/in:ro", "--",
+                                 str(BUSYBOX), "sh", "-c", script])
+    assert result.exit_code == 0, result.output
+    out = program_output(result)
+    assert out.startswith("host bytes\n")
+    assert "Read-only file system" in out and out.endswith("rc=1\n")
+    assert re.search(r'open(at)?\(.*"/in/new", .*= -1 EROFS', result.stderr), result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt"]
+
+
+@pytest.mark.parametrize("value, words", [
+    ("/no/such/dir:/x", "does not exist"),
+    ("{d}", "want HOST_DIR:GUEST_DIR"),
+    (":/x", "want HOST_DIR:GUEST_DIR"),
+    ("{d}:", "want HOST_DIR:GUEST_DIR"),
+    ("{d}:relative", "absolute path"),
+    ("{d}:/a/../b", "absolute path"),
+    ("{d}:/x:rx", "'rx' is not a mode"),
+    ("{d}:/x:RO", "'RO' is not a mode"),
+])
+def test_a_bad_bind_is_a_usage_error(tmp_path: Path, value: str, words: str) -> None:
+    result = runner.invoke(app, ["probe", *WRITE, "--bind", value.format(d=tmp_path), "--", "/bin/true"],
+                           env={"COLUMNS": "300"})
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+    assert "--bind" in result.output and words in " ".join(result.output.split())
+
+
+def test_overlapping_binds_and_live_targets_are_usage_errors(tmp_path: Path) -> None:
+    (tmp_path / "in").mkdir()
+    nested = runner.invoke(app, ["probe", *WRITE, "--bind", f"{tmp_path}:/x", "--bind", f"{tmp_path}/in:/x/y",
+                                 "--", "/bin/true"], env={"COLUMNS": "300"})
+    assert nested.exit_code == 2 and "overlap" in nested.output, nested.output
+    for target in ("qemu-user:/bin/true", "native:/bin/true", "unicorn:x86_64"):
+        result = runner.invoke(app, ["probe", target, *WRITE, "--bind", f"{tmp_path}:/x"], env={"COLUMNS": "300"})
+        assert result.exit_code == 2, (target, result.output)
+        assert "--bind goes with an ELF run in Unicorn" in result.output
+
+
+@settings(max_examples=fuzz_examples(150), deadline=None)
+@given(text=st.one_of(st.text(max_size=40),
+                      st.lists(st.sampled_from(["/tmp", "", ":", "/x", "ro", "rw", "..", "/", "a", "\0", "::"]),
+                               max_size=6).map("".join)))
+def test_any_bind_value_parses_or_is_a_usage_error(text: str) -> None:
+    """Whatever --bind's value, the parser answers with three fields (an existing host directory,
+    an absolute guest path, ro or rw) or a usage error naming --bind; never another exception."""
+    import typer
+
+    from kpsdk.cli.parsing import parse_bind
+
+    try:
+        host, guest, mode = parse_bind(text)
+    except typer.BadParameter as e:
+        assert e.param_hint == "--bind"
+        return
+    assert os.path.isdir(host) and guest.startswith("/") and ".." not in guest.split("/") and mode in ("ro", "rw")
+    assert text in (f"{host}:{guest}", f"{host}:{guest}:{mode}")
+
+
+# -- -f / --follow, --no-follow ----------------------------------------------------------------------
+
+#: the first process writes (a builtin echo), then a pipeline's two children and a third do
+PIPELINE = "echo first; echo a | tr a-z A-Z; /bin/echo c; echo last"
+HIT = re.compile(r"^\[\d+\] (?:(\S+)-(\d+) )?write\+0x0 ", re.M)
+
+
+def hits_per_process(output: str) -> list[int]:
+    """Hits per process, in the order the processes first hit (a hit before the program's second
+    task has no comm-pid: it is the first process's, pid PID)."""
+    counts: Counter[str] = Counter()
+    for m in HIT.finditer(output):
+        counts[m.group(2) or str(PID)] += 1
+    return list(counts.values())
+
+
+def strace_writes(follow: bool) -> list[int]:
+    """write(2) calls per process of the pipeline, natively, as strace counts them (-f or not)."""
+    tool = shutil.which("strace")
+    if tool is None:
+        pytest.skip("strace not found: install the Debian package strace")
+    out = subprocess.run([tool, *(["-f"] if follow else []), "-qq", "-e", "trace=write", "-e", "signal=none",
+                          SH, "-c", PIPELINE], capture_output=True, text=True, check=True).stderr
+    counts: Counter[str] = Counter()
+    for line in out.splitlines():
+        m = re.match(r"(?:\[pid +(\d+)\] )?write\(", line)
+        if m:
+            counts[m.group(1) or "first"] += 1
+    return list(counts.values())
+
+
+def test_follow_is_the_default_and_counts_every_process_as_strace_f() -> None:
+    result = runner.invoke(app, ["probe", *WRITE, "--", SH, "-c", PIPELINE])
+    assert result.exit_code == 0, result.output
+    assert program_output(result) == native(SH, "-c", PIPELINE)
+    assert sorted(hits_per_process(result.stdout)) == sorted(strace_writes(follow=True))
+    same = runner.invoke(app, ["probe", *WRITE, "-f", "--", SH, "-c", PIPELINE])
+    assert hits_per_process(same.stdout) == hits_per_process(result.stdout)
+    assert len(hits_per_process(result.stdout)) == 4  # the shell, tr, echo's child... every process
+
+
+def test_no_follow_fires_in_the_first_process_only_as_strace_without_f() -> None:
+    result = runner.invoke(app, ["probe", *WRITE, "--no-follow", "--", SH, "-c", PIPELINE])
+    assert result.exit_code == 0, result.output
+    assert program_output(result) == native(SH, "-c", PIPELINE)  # the children still run
+    assert {m.group(2) or str(PID) for m in HIT.finditer(result.stdout)} == {str(PID)}  # the first's only
+    assert hits_per_process(result.stdout) == strace_writes(follow=False)
+    assert re.search(r"u libc.so.6:write: 2 hits", result.stdout), result.stdout
+
+
+def test_no_follow_is_refused_on_a_live_target() -> None:
+    result = runner.invoke(app, ["probe", "qemu-user:/bin/true", *WRITE, "--no-follow"], env={"COLUMNS": "300"})
+    assert result.exit_code == 2, result.output
+    assert "--no-follow needs a program run in Unicorn" in " ".join(result.output.split())
+
+
+def test_follow_false_in_the_api_filters_kretprobes_too() -> None:
+    """``kpsdk.open(..., follow=False)``: a uretprobe's returns come from the first process only,
+    as many as strace without -f counts its writes."""
+    import kpsdk
+
+    uretprobe = kpsdk.get_registry().probe_types["uretprobe"].probe_class
+    for follow in (True, False):
+        pids: Counter[int] = Counter()
+        with kpsdk.open(f"elf:{SH}", args=["-c", PIPELINE], follow=follow) as s:
+            def count(ri: object, regs: object, s: kpsdk.Session = s, pids: Counter[int] = pids) -> None:
+                pids[s.target.current_task()] += 1
+
+            s.register(uretprobe.parse("libc.so.6:write", handler=count))
+            assert s.run(timeout=60) == 0
+        assert sorted(pids.values()) == sorted(strace_writes(follow))
+
+
+def test_follow_must_be_a_bool() -> None:
+    import kpsdk
+
+    with pytest.raises(kpsdk.ArgumentError, match="follow must be True or False"):
+        kpsdk.open(f"elf:{SH}", follow="no")  # type: ignore[typeddict-item]
