@@ -245,3 +245,48 @@ def test_follow_must_be_a_bool() -> None:
 
     with pytest.raises(kpsdk.ArgumentError, match="follow must be True or False"):
         kpsdk.open(f"elf:{SH}", follow="no")  # type: ignore[typeddict-item]
+
+
+# -- kpsdk trace --filter 'common_pid == N' on a pipeline ----------------------------------------------
+
+TRACE_WRITE = ["-e", "p:w libc.so.6:write fd=$arg1 n=$arg3:u64"]
+RECORD = re.compile(r"^\s*(\S+)-(\d+)\s+\[\d+\] \S+\s+[\d.]+: (w: .*)$", re.M)
+
+
+def trace_records(*options: str) -> list[tuple[str, int, str]]:
+    """(comm, pid, event body) of each record of the pipeline's trace (the timestamp left out)."""
+    result = runner.invoke(app, ["trace", *TRACE_WRITE, *options, "--", SH, "-c", PIPELINE])
+    assert result.exit_code == 0, result.output
+    return [(m.group(1), int(m.group(2)), m.group(3)) for m in RECORD.finditer(result.stdout)]
+
+
+def strace_write_sizes() -> list[tuple[int, ...]]:
+    """The sizes of each process's write(2) calls, natively (strace -f), one tuple per process."""
+    tool = shutil.which("strace")
+    if tool is None:
+        pytest.skip("strace not found: install the Debian package strace")
+    out = subprocess.run([tool, "-f", "-qq", "-e", "trace=write", "-e", "signal=none", SH, "-c", PIPELINE],
+                         capture_output=True, text=True, check=True).stderr
+    sizes: dict[str, list[int]] = {}
+    for line in out.splitlines():
+        m = re.match(r"(?:\[pid +(\d+)\] )?write\(\d+, .*, (\d+)\)", line)
+        if m:
+            sizes.setdefault(m.group(1) or "first", []).append(int(m.group(2)))
+    return sorted(tuple(v) for v in sizes.values())
+
+
+def test_a_pid_filter_keeps_exactly_that_processs_records() -> None:
+    everything = trace_records()
+    by_pid: dict[int, list[str]] = {}
+    for _, pid, body in everything:
+        by_pid.setdefault(pid, []).append(body)
+    # the unfiltered trace shows each process's writes as the native run makes them
+    assert sorted(tuple(int(b.rsplit("n=", 1)[1]) for b in bodies) for bodies in by_pid.values()) \
+        == strace_write_sizes()
+    assert len(by_pid) == 4
+    for pid, bodies in by_pid.items():
+        mine = trace_records("--filter", f"common_pid == {pid}")
+        assert {p for _, p, _ in mine} == {pid}
+        assert [b for _, _, b in mine] == bodies
+    others = trace_records("--filter", f"common_pid != {PID}")
+    assert [b for _, p, b in others] == [b for _, p, b in everything if p != PID]
