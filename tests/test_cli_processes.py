@@ -290,3 +290,56 @@ def test_a_pid_filter_keeps_exactly_that_processs_records() -> None:
         assert [b for _, _, b in mine] == bodies
     others = trace_records("--filter", f"common_pid != {PID}")
     assert [b for _, p, b in others] == [b for _, p, b in everything if p != PID]
+
+
+# -- /proc/PID of every emulated process ---------------------------------------------------------------
+
+PROC_SCRIPT = ("sleep 1 & p=$!; sleep 0.2; echo \"pid=$p ppid=$$\"; "
+               "echo cmdline; tr '\\0' ' ' < /proc/$p/cmdline; echo; echo comm; cat /proc/$p/comm; "
+               "echo status; tr '\\t' '|' < /proc/$p/status; echo stat; cat /proc/$p/stat; "
+               "echo self; cat /proc/$$/comm; echo none; cat /proc/2147483646/status 2>&1; echo rc=$?; wait")
+
+
+def proc_sections(out: str) -> dict[str, str]:
+    """The script's output cut at its section words (a line of one word, then what it printed)."""
+    sections: dict[str, str] = {}
+    name = "head"
+    for line in out.splitlines():
+        if line in ("cmdline", "comm", "status", "stat", "self", "none"):
+            name = line
+            continue
+        sections[name] = sections.get(name, "") + line + "\n"
+    return sections
+
+
+def test_a_process_reads_its_childs_proc_files_as_on_linux() -> None:
+    """``/proc/$!/cmdline``, ``comm``, ``status`` and ``stat`` of a child the shell started, and
+    ``/proc/$$`` of the shell itself: the same structure as natively, the same command line,
+    name, state and parentage; a pid of no process is ENOENT."""
+    need_busybox()
+    result = runner.invoke(app, ["probe", "--strace", "--", str(BUSYBOX), "sh", "-c", PROC_SCRIPT])
+    assert result.exit_code == 0, result.output
+    mine = proc_sections(program_output(result))
+    theirs = proc_sections(subprocess.run([str(BUSYBOX), "sh", "-c", PROC_SCRIPT], capture_output=True,
+                                          text=True).stdout)
+    for name in ("cmdline", "comm", "self"):
+        assert mine[name] == theirs[name], name
+    assert mine["cmdline"] == "sleep 1 \n"
+    pid, ppid = (int(w.split("=")[1]) for w in mine["head"].split())
+
+    def fields(text: str) -> dict[str, str]:
+        return dict(line.split(":|", 1) for line in text.splitlines())  # tabs made '|' (the console expands tabs)
+
+    status, native_status = fields(mine["status"]), fields(theirs["status"])
+    keys = [k for k in native_status if k in status]
+    assert keys == list(status), "the lines Linux has, in its order"
+    assert {"Name", "State", "Pid", "PPid", "Tgid", "Uid", "Gid", "Threads"} <= set(status)
+    for key in ("Name", "State", "Umask", "Ngid", "TracerPid", "Threads", "Uid", "Gid", "Groups"):
+        assert status[key] == native_status[key], key
+    assert (int(status["Pid"]), int(status["PPid"]), int(status["Tgid"])) == (pid, ppid, pid)
+    stat, native_stat = mine["stat"].split(), theirs["stat"].split()
+    assert len(stat) == len(native_stat) == 52
+    assert stat[1:3] == native_stat[1:3] == ["(sleep)", "S"]
+    assert (int(stat[0]), int(stat[3])) == (pid, ppid)
+    assert mine["none"] == theirs["none"] \
+        == "cat: can't open '/proc/2147483646/status': No such file or directory\nrc=1\n"  # ENOENT

@@ -131,7 +131,9 @@ def execve(process: ProcessCore, path_addr: int, argv_addr: int, envp_addr: int)
             or image.kind not in ("ET_EXEC", "ET_DYN"):
         raise _GuestErrno(errno.ENOEXEC)
     task = process.task
-    task.exec_plan = ExecPlan("/" + "/".join(parts), host, image, argv, envp, filename)
+    # /proc/self/exe (busybox runs its applets so): the program is the caller's, as Linux's link names it
+    guest = process.exe if own == "exe" and process.root.root is not None else "/" + "/".join(parts)
+    task.exec_plan = ExecPlan(guest, host, image, argv, envp, filename)
     process.kernel.stop(EXEC)
     return None
 
