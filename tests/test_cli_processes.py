@@ -17,13 +17,10 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from kpsdk.cli import app
 from kpsdk.targets.unicorn.linux.syscalls import PID
-from tests.conftest import fuzz_examples
 
 runner = CliRunner()
 BUSYBOX = Path("/bin/busybox")
@@ -145,26 +142,6 @@ def test_overlapping_binds_and_live_targets_are_usage_errors(tmp_path: Path) -> 
         result = runner.invoke(app, ["probe", target, *WRITE, "--bind", f"{tmp_path}:/x"], env={"COLUMNS": "300"})
         assert result.exit_code == 2, (target, result.output)
         assert "--bind goes with an ELF run in Unicorn" in result.output
-
-
-@settings(max_examples=fuzz_examples(150), deadline=None)
-@given(text=st.one_of(st.text(max_size=40),
-                      st.lists(st.sampled_from(["/tmp", "", ":", "/x", "ro", "rw", "..", "/", "a", "\0", "::"]),
-                               max_size=6).map("".join)))
-def test_any_bind_value_parses_or_is_a_usage_error(text: str) -> None:
-    """Whatever --bind's value, the parser answers with three fields (an existing host directory,
-    an absolute guest path, ro or rw) or a usage error naming --bind; never another exception."""
-    import typer
-
-    from kpsdk.cli.parsing import parse_bind
-
-    try:
-        host, guest, mode = parse_bind(text)
-    except typer.BadParameter as e:
-        assert e.param_hint == "--bind"
-        return
-    assert os.path.isdir(host) and guest.startswith("/") and ".." not in guest.split("/") and mode in ("ro", "rw")
-    assert text in (f"{host}:{guest}", f"{host}:{guest}:{mode}")
 
 
 # -- -f / --follow, --no-follow ----------------------------------------------------------------------

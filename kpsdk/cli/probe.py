@@ -141,6 +141,10 @@ def cmd_probe(
       \\[n] SYM+OFF (ADDRESS) reg=value ... argN="..."   a kprobe, before the instruction runs
       \\[n] r SYM ret=VALUE argN="..."                    a kretprobe, when SYM returns
 
+    In a program run in Unicorn that has made a second task, the task follows
+    \\[n] as a trace's prefix names it, comm-pid: \\[2] tr-1002 write+0x0 ...
+    (-f, the default, probes every process; --no-follow the first one only).
+
     At a function's first instruction the arguments are where the calling
     convention puts them (the kernel's on qemu-system and gdb://), so
     --string-arg 2 on do_sys_openat2 is the file name (arguments count from 1,
