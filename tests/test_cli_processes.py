@@ -194,6 +194,37 @@ def test_no_follow_fires_in_the_first_process_only_as_strace_without_f() -> None
     assert re.search(r"u libc.so.6:write: 2 hits", result.stdout), result.stdout
 
 
+def native_forks() -> int:
+    """The processes the pipeline's shell itself makes by fork(3), natively (strace without -f: glibc's
+    fork is a clone; dash's vfork of a simple command is another function)."""
+    tool = shutil.which("strace")
+    if tool is None:
+        pytest.skip("strace not found: install the Debian package strace")
+    out = subprocess.run([tool, "-qq", "-e", "trace=clone,clone3,fork", "-e", "signal=none", SH, "-c",
+                          PIPELINE], capture_output=True, text=True, check=True).stderr
+    return len(re.findall(r"^(clone3?|fork)\(", out, re.M))
+
+
+def test_a_forks_return_in_the_child_is_followed_or_not() -> None:
+    """A uretprobe on libc's fork: with -f its returns come from the shell (the child's pid) and
+    from each child (0), the child returning through its copy of the call as Linux's
+    uprobe_copy_process copies it; with --no-follow only the shell's, as many as it forks natively."""
+    forks = native_forks()
+    assert forks >= 2
+    ret = re.compile(r"^\[\d+\] (\S+)-(\d+) r libc.so.6:fork ret=(\d+)$", re.M)
+    followed = runner.invoke(app, ["probe", "--uretprobe", "libc.so.6:fork", "--", SH, "-c", PIPELINE])
+    assert followed.exit_code == 0, followed.output
+    returns = [(int(pid), int(value)) for _, pid, value in ret.findall(followed.stdout)]
+    parent = [value for pid, value in returns if pid == PID]
+    assert len(parent) == forks and all(value > PID for value in parent)
+    assert sorted(pid for pid, value in returns if pid != PID) == sorted(parent)  # each child returns 0
+    assert all(value == 0 for pid, value in returns if pid != PID)
+    alone = runner.invoke(app, ["probe", "--no-follow", "--uretprobe", "libc.so.6:fork", "--", SH, "-c", PIPELINE])
+    assert alone.exit_code == 0, alone.output
+    assert [(int(pid), int(value)) for _, pid, value in ret.findall(alone.stdout)] == [(PID, v) for v in parent]
+    assert f"{forks} returns" in alone.stdout
+
+
 def test_no_follow_is_refused_on_a_live_target() -> None:
     result = runner.invoke(app, ["probe", "qemu-user:/bin/true", *WRITE, "--no-follow"], env={"COLUMNS": "300"})
     assert result.exit_code == 2, result.output
