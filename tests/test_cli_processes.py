@@ -133,6 +133,19 @@ def test_a_bad_bind_is_a_usage_error(tmp_path: Path, value: str, words: str) -> 
     assert "--bind" in result.output and words in " ".join(result.output.split())
 
 
+def test_a_host_directory_may_hold_colons(tmp_path: Path) -> None:
+    from kpsdk.cli.parsing import parse_bind
+
+    host = tmp_path / "a:b"
+    host.mkdir()
+    assert parse_bind(f"{host}:/x") == (str(host), "/x", "rw")
+    assert parse_bind(f"{host}:/x:ro") == (str(host), "/x", "ro")
+    (host / "f").write_bytes(b"through a colon\n")
+    result = runner.invoke(app, ["probe", *WRITE, "--bind", f"{host}:/in:ro", "--", "/bin/cat", "/in/f"])
+    assert result.exit_code == 0, result.output
+    assert program_output(result) == native("/bin/cat", str(host / "f"))
+
+
 def test_overlapping_binds_and_live_targets_are_usage_errors(tmp_path: Path) -> None:
     (tmp_path / "in").mkdir()
     nested = runner.invoke(app, ["probe", *WRITE, "--bind", f"{tmp_path}:/x", "--bind", f"{tmp_path}/in:/x/y",

@@ -151,14 +151,14 @@ def refuse_inputs(out: Path, option: str, inputs: list[tuple[str, Path]]) -> Non
 
 #: ``--bind``'s modes: read-only, or writes reaching the host
 BIND_MODES = ("ro", "rw")
-BIND_USAGE = "want HOST_DIR:GUEST_DIR[:ro|rw], GUEST_DIR absolute (HOST_DIR may hold ':' only with the mode given)"
+BIND_USAGE = "want HOST_DIR:GUEST_DIR[:ro|rw], GUEST_DIR absolute and without ':'"
 
 
 def parse_bind(text: str) -> tuple[str, str, str]:
     """``HOST_DIR:GUEST_DIR[:ro|rw]`` -> ``(HOST_DIR, GUEST_DIR, mode)`` for ``kpsdk.open(bind=...)``,
     ``rw`` when no mode is given (as ``docker -v``); a usage error naming ``--bind`` otherwise.
-    GUEST_DIR is absolute, so it holds no ':' a split could mistake; HOST_DIR is what is left
-    before it (a ':' in it works when the mode is given).  The host directory must exist."""
+    The text is split at its last ':'s: GUEST_DIR holds none, HOST_DIR is what is left before
+    it (a ':' in it works).  The host directory must exist."""
     head, sep, last = text.rpartition(":")
     if sep and last in BIND_MODES:
         text, mode = head, last
