@@ -318,7 +318,8 @@ def test_a_pid_filter_keeps_exactly_that_processs_records() -> None:
 PROC_SCRIPT = ("sleep 1 & p=$!; sleep 0.2; echo \"pid=$p ppid=$$\"; "
                "echo cmdline; tr '\\0' ' ' < /proc/$p/cmdline; echo; echo comm; cat /proc/$p/comm; "
                "echo status; tr '\\t' '|' < /proc/$p/status; echo stat; cat /proc/$p/stat; "
-               "echo self; cat /proc/$$/comm; echo none; cat /proc/2147483646/status 2>&1; echo rc=$?; wait")
+               "echo self; cat /proc/$$/comm; echo none; cat /proc/2147483646/status 2>&1; echo rc=$?; "
+               "echo list; ls /proc | grep -E '^[0-9]+$'; wait")
 
 
 def proc_sections(out: str) -> dict[str, str]:
@@ -326,7 +327,7 @@ def proc_sections(out: str) -> dict[str, str]:
     sections: dict[str, str] = {}
     name = "head"
     for line in out.splitlines():
-        if line in ("cmdline", "comm", "status", "stat", "self", "none"):
+        if line in ("cmdline", "comm", "status", "stat", "self", "none", "list"):
             name = line
             continue
         sections[name] = sections.get(name, "") + line + "\n"
@@ -336,7 +337,8 @@ def proc_sections(out: str) -> dict[str, str]:
 def test_a_process_reads_its_childs_proc_files_as_on_linux() -> None:
     """``/proc/$!/cmdline``, ``comm``, ``status`` and ``stat`` of a child the shell started, and
     ``/proc/$$`` of the shell itself: the same structure as natively, the same command line,
-    name, state and parentage; a pid of no process is ENOENT."""
+    name, state and parentage; a pid of no process is ENOENT; ``ls /proc`` lists the emulated
+    processes."""
     need_busybox()
     result = runner.invoke(app, ["probe", "--strace", "--", str(BUSYBOX), "sh", "-c", PROC_SCRIPT])
     assert result.exit_code == 0, result.output
@@ -364,3 +366,9 @@ def test_a_process_reads_its_childs_proc_files_as_on_linux() -> None:
     assert (int(stat[0]), int(stat[3])) == (pid, ppid)
     assert mine["none"] == theirs["none"] \
         == "cat: can't open '/proc/2147483646/status': No such file or directory\nrc=1\n"  # ENOENT
+    # /proc's listing: the shell, its child, and the lister's own processes (ls, grep), as natively;
+    # only the emulated processes (the host's are not there)
+    listed = {int(n) for n in mine["list"].split()}
+    native_pid, native_ppid = (int(w.split("=")[1]) for w in theirs["head"].split())
+    assert {native_pid, native_ppid} <= {int(n) for n in theirs["list"].split()}
+    assert {pid, ppid} <= listed and len(listed) == 4 and all(PID <= n < PID + 20 for n in listed), listed

@@ -155,6 +155,7 @@ class LinuxKernel:
         process = task.process
         self.processes.setdefault(process.pid, process)
         process.root.other_pid = self.is_pid  # one tree: every process's /proc/PID is made (procself)
+        process.root.pids = self.processes.keys
         if task not in process.threads:
             process.threads.append(task)
         if runnable:

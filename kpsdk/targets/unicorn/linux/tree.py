@@ -26,7 +26,7 @@ import errno
 import os
 import stat as st
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from kpsdk.targets.unicorn.linux.binds import Bind
@@ -58,6 +58,10 @@ DEV_LINKS = (("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"), ("stde
 #: what a target of /proc/self/fd/N is: its guest path, and the overlay inode itself when it is one
 #: (reached through the link even once it has no name, as Linux's magic links are)
 FdTarget = tuple[str, MemNode | None]
+
+
+#: the inode numbers /proc's listing gives the emulated processes' directories (plus the pid)
+PROC_PID_INO = 0x7F000000
 
 
 class _Own:
@@ -104,6 +108,8 @@ class Tree:
         #: whether a name under /proc is the pid of another emulated process (set by the kernel):
         #: its ``/proc/PID`` is made from that process, as the running one's is
         self.other_pid: Callable[[str], bool] = lambda name: False
+        #: every emulated process's pid (set by the kernel): /proc's listing shows them
+        self.pids: Callable[[], Iterable[int]] = lambda: [int(self.own_pid)] if self.own_pid is not None else []
         self.cred = cred if cred is not None else Cred()
         if capacity is None:  # as tmpfs: half the machine's memory
             capacity = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 2
@@ -382,6 +388,12 @@ class Tree:
                 raise host_errno(e) from None
         for name, node in d.entries.items():
             names[name] = (node.ino, st.S_IFMT(node.mode))
+        if self.own_pid is not None and isinstance(d, MemDir) and d.name == "proc" and d.parent is self.top:
+            # /proc: the emulated processes' directories, never the host's (ps, pgrep, pidof list them)
+            for name in [n for n in names if n.isascii() and n.isdigit()]:
+                del names[name]
+            for pid in self.pids():
+                names[str(pid)] = (PROC_PID_INO + pid, st.S_IFDIR)
         return sorted((name, ino, kind) for name, (ino, kind) in names.items())
 
     def dir_nlink(self, d: MemDir) -> int:
