@@ -1,5 +1,5 @@
 """A program's processes from the command line (issue 33): ``kpsdk probe`` and ``kpsdk trace`` on
-the embedded default with no time limit, ``--bind``, ``-f``/``--no-follow`` and ``--filter
+the embedded default with no time limit, ``--bind``, ``--follow``/``--no-follow`` and ``--filter
 'common_pid == N'`` on a pipeline.
 
 Each test compares with the same program run natively: its output, the bytes it writes on the
@@ -193,7 +193,7 @@ def test_follow_is_the_default_and_counts_every_process_as_strace_f() -> None:
     assert result.exit_code == 0, result.output
     assert program_output(result) == native(SH, "-c", PIPELINE)
     assert sorted(hits_per_process(result.stdout)) == sorted(strace_writes(follow=True))
-    same = runner.invoke(app, ["probe", *WRITE, "-f", "--", SH, "-c", PIPELINE])
+    same = runner.invoke(app, ["probe", *WRITE, "--follow", "--", SH, "-c", PIPELINE])
     assert hits_per_process(same.stdout) == hits_per_process(result.stdout)
     assert len(hits_per_process(result.stdout)) == 4  # the shell, tr, echo's child... every process
 

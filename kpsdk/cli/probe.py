@@ -95,7 +95,7 @@ def cmd_probe(
         help="Stop the target after S seconds, a positive number; inf: no limit (default: none in Unicorn, "
              f"where a program runs until it ends or Ctrl-C; {LIVE_TIMEOUT:g} on a live target).")] = None,
     follow: Annotated[bool, typer.Option(
-        "--follow/--no-follow", "-f", rich_help_panel=TARGET_PANEL,
+        "--follow/--no-follow", rich_help_panel=TARGET_PANEL,
         help="Unicorn Linux programs: probes fire in every process the program makes (the default, as strace "
              "-f), or with --no-follow only in the first one, the program started (its threads and what it "
              "execs included; not the children it forks).")] = True,
@@ -143,7 +143,8 @@ def cmd_probe(
 
     In a program run in Unicorn that has made a second task, the task follows
     \\[n] as a trace's prefix names it, comm-pid: \\[2] tr-1002 write+0x0 ...
-    (-f, the default, probes every process; --no-follow the first one only).
+    (--follow, the default, probes every process, as strace -f; --no-follow
+    the first one only).
 
     At a function's first instruction the arguments are where the calling
     convention puts them (the kernel's on qemu-system and gdb://), so
