@@ -587,7 +587,9 @@ commands = st.one_of(
         option("--timeout", seconds, bad_seconds),
         option("--noprobe", st.sampled_from(["sub", "sub,check"])),
         option("--target", st.sampled_from([f"elf:{PROG}"])),
-    ], flags=("--post", "--failed", "--no-optimize")),
+        option("--bind", st.sampled_from(["/tmp:/out", "/etc:/in:ro", "/tmp:/t:rw"]),
+               st.one_of(cli_text, st.sampled_from(["/tmp", "/tmp:rel", "/tmp:/x:rx", "/nosuch:/x", ":/x"]))),
+    ], flags=("--post", "--failed", "--no-optimize", "--no-follow")),
     command(["trace", "x86_64"], [option("-e", definitions(), st.one_of(definitions(), nasty_text))], [
         option("--filter", nest(filter_leaves), st.one_of(filters, nasty_text)),
         option("--duration", seconds, bad_seconds),
