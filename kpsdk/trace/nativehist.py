@@ -51,7 +51,7 @@ class CHist(ctypes.Structure):
 U64 = (1 << 64) - 1
 
 
-class NotCounted(Exception):
+class _NotCounted(Exception):
     """The trigger has no native form."""
 
 
@@ -62,7 +62,7 @@ class NativeHist:
         spec = trigger.spec
         layout = trigger.layout
         if spec.name or trigger.filter is not None or spec.paused or layout is not spec:
-            raise NotCounted("a named, filtered or paused trigger")
+            raise _NotCounted("a named, filtered or paused trigger")
         self.trigger = trigger
         names = native.program.names
         self.c = CHist()
@@ -91,10 +91,10 @@ class NativeHist:
             self._stamps.append(True)
             return
         if source != "field" or field.string or field.name not in names:
-            raise NotCounted(f"{field.name}: not an integer field of the event")
+            raise _NotCounted(f"{field.name}: not an integer field of the event")
         plan = native.program.fields[names.index(field.name)]
         if plan[0] != "int":
-            raise NotCounted(f"{field.name}: not an integer field")
+            raise _NotCounted(f"{field.name}: not an integer field")
         out.src, out.index, out.slot = FIELD, plan[1], names.index(field.name)
         out.bits, out.is_signed = min(8 * field.field.size, 64), int(field.field.signed)
         if key:
@@ -157,6 +157,6 @@ def native_hist(native: NativeEvent, trigger: HistTrigger, word: int) -> NativeH
     """``trigger`` counted in C for ``native`` (None: it keeps the Python path)."""
     try:
         return NativeHist(native, trigger, word)
-    except NotCounted:
+    except _NotCounted:
         return None
 
