@@ -11,7 +11,7 @@ archive, written by gzip, a child of tar started through ``/bin/sh -c``) and flo
 libc and loader.  The sysroot of each arch is made of Debian's packages (bash, coreutils, sed,
 tar, gzip, findutils, xz-utils, sqlite3 and what they depend on), fetched through kpsdk's
 private apt configuration and kept in kpsdk's cache (:mod:`tests.debian_roots`).  On arm, a
-child of bash that waits on a full pipe (head, cat, sort's reader) is resumed by kpsdk in its
+child of bash that waits on a full pipe (sort and xz writing to md5sum) is resumed by kpsdk in its
 Thumb code: it once went on in ARM state, as the first program's symbols had it at that address.
 
 The ground truth is qemu-user, which runs Linux's own system calls, in that sysroot.  A
