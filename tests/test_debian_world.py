@@ -36,6 +36,7 @@ from pathlib import Path
 import pytest
 
 import kpsdk
+from kpsdk.binfmt.elfimage import parse_elf
 from kpsdk.errors import TargetError
 from tests import debian_roots
 from tests.conftest import REGISTERED_ARCHS, require_tool
@@ -87,26 +88,29 @@ def world() -> Callable[[str], Path]:
 
 # -- the reference run: qemu-user in a chroot of the sysroot ------------------------------------------
 
-#: run in the new namespaces as ``sh -c CHROOT sh ROOT QEMU RULE SCRATCH ARGV...``: the arch's
-#: ELF files go to QEMU (binfmt_misc's F flag: the interpreter is opened now, from the host's
-#: tree; P: the program's argv[0] stays its own), an overlay of ROOT in the SCRATCH tmpfs
-#: becomes ``/``, and the host's loader and libraries (for qemu-user, an x86_64 program) are
-#: bound into it beside the sysroot's own
+#: run in the new namespaces as ``sh -c CHROOT sh ROOT QEMU RULE SCRATCH LOADER ARGV...``: the
+#: arch's ELF files go to QEMU (binfmt_misc's F flag: the interpreter is opened now, from the
+#: host's tree; P: the program's argv[0] stays its own), an overlay of ROOT in the SCRATCH tmpfs
+#: becomes ``/``, and QEMU's own LOADER (the host's, "" for a static QEMU) and the libraries
+#: beside it are bound into it beside the sysroot's own
 CHROOT = r"""set -eu
 trap 'echo "kpsdk-chroot: cannot be made" >&2' EXIT
-root=$1 qemu=$2 rule=$3 scratch=$4
-shift 4
+root=$1 qemu=$2 rule=$3 scratch=$4 loader=$5
+shift 5
 mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc
 printf '%s' "$rule" > /proc/sys/fs/binfmt_misc/register
 mount -t tmpfs tmpfs "$scratch"
 mkdir "$scratch/upper" "$scratch/work" "$scratch/root"
 mount -t overlay overlay -o "lowerdir=$root,upperdir=$scratch/upper,workdir=$scratch/work" "$scratch/root"
 new=$scratch/root
-libs=$(dirname "$(readlink -f /lib64/ld-linux-x86-64.so.2)")
-mkdir -p "$new$libs" "$new/lib64" "$new/proc" "$new/dev" "$new/tmp"
-: > "$new/lib64/ld-linux-x86-64.so.2"
-mount --bind "$libs" "$new$libs"
-mount --bind "$libs/ld-linux-x86-64.so.2" "$new/lib64/ld-linux-x86-64.so.2"
+if [ -n "$loader" ]; then
+    libs=$(dirname "$(readlink -f "$loader")")
+    mkdir -p "$new$libs" "$new$(dirname "$loader")"
+    : > "$new$loader"
+    mount --bind "$libs" "$new$libs"
+    mount --bind "$loader" "$new$loader"
+fi
+mkdir -p "$new/proc" "$new/dev" "$new/tmp"
 mount --rbind /proc "$new/proc"
 mount --rbind /dev "$new/dev"
 chmod 1777 "$new/tmp"
@@ -135,8 +139,9 @@ def qemu_chroot(arch: str, root: Path, argv: list[str], stdin: bytes) -> subproc
     with tempfile.TemporaryDirectory(prefix="kpsdk-chroot-") as scratch:
         # bash's exec -a: the program's own argv[0], the host path kpsdk gives it too
         run = ["/bin/bash", "-c", 'exec -a "$0" "$@"', argv[0], argv[0].removeprefix(str(root)), *argv[1:]]
+        loader = parse_elf(Path(qemu).read_bytes(), Path(qemu)).interp or ""
         proc = subprocess.run([unshare, "--user", "--map-root-user", "--mount", "sh", "-c", CHROOT, "sh",
-                               str(root), qemu, _rule(arch, qemu), scratch, *run],
+                               str(root), qemu, _rule(arch, qemu), scratch, loader, *run],
                               input=stdin, capture_output=True, timeout=300, check=False)
     if b"kpsdk-chroot: cannot be made" in proc.stderr or proc.stderr.startswith(b"unshare:"):
         message = f"no chroot for qemu-user (a user namespace with its own binfmt_misc): {proc.stderr.decode()}"
