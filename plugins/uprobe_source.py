@@ -45,6 +45,8 @@ def source_locations(path: str, point: str, sessions: Sequence[Session] = (),
         found = file_points(path, point, dirs, with_variables)
     except DebugInfoError as e:
         raise KprobeError(errno.ENOENT, f"{path}:{point}: {e}") from None
+    except OSError as e:  # the file itself (or its debug file) cannot be read
+        raise KprobeError(e.errno or errno.ENOENT, f"{path}:{point}: {e.strerror or e}") from None
     return [{"path": path, "offset": offset, "where": p.where} for offset, p in found]
 
 
