@@ -104,6 +104,30 @@ def test_a_refused_huge_mapping_leaves_the_program_running(build: Callable[[str]
     assert emulated(exe, ["huge"]) == (expected, 0)
 
 
+@pytest.mark.parametrize("arch", ARCHS)
+def test_the_engine_allocates_no_memory_during_a_run(build: Callable[[str], Path], arch: str) -> None:
+    """Every mapping a program makes is kpsdk's host buffer given to the engine (mem_map_ptr),
+    never memory Unicorn allocates (mem_map): Unicorn 2.1.4 records its own failed allocation
+    in a field its run returns at its end (``invalid_error``, set by ``ram_block_add``), so a
+    refused huge mmap inside a run, answered ENOMEM, made the program's exit fail with
+    UC_ERR_NOMEM (issue 36, item 7).  A buffer the host refuses is ENOMEM before the engine is
+    asked."""
+    exe = build(arch)
+    with kpsdk.open(f"elf:{exe}", args=["huge"]) as s:
+        uc = s.target.uc  # type: ignore[attr-defined]
+        allocating = uc.mem_map
+        made: list[tuple[int, int]] = []
+
+        def mem_map(address: int, size: int, perms: int = 7) -> None:
+            made.append((address, size))
+            allocating(address, size, perms)
+
+        uc.mem_map = mem_map
+        assert s.run(timeout=300) == 0
+        assert s.console == native(exe, ["huge"])[0]
+    assert made == []
+
+
 def test_many_small_mappings_take_linear_time(build: Callable[[str], Path]) -> None:
     """20,000 anonymous 4 KiB mmaps, every other one unmapped, each page left written and read:
     the output is the native one, and the time grows linearly (it was quadratic and worse:

@@ -12,6 +12,13 @@ program making thousands of mappings made each ``mmap`` slower than the last).  
 address order; Unicorn splits and merges its own regions when a part of one is unmapped or
 re-protected, and the table splits the same way (both halves keep the buffer, at offsets).
 
+The engine never allocates a mapping's memory itself (``mem_map``): Unicorn 2.1.4 records a
+failed allocation of its own in the field a run returns at its end (``invalid_error``, set by
+``ram_block_add``), so a huge ``mmap`` refused inside a run made the program's exit fail with
+``UC_ERR_NOMEM``.  kpsdk's buffer is made first; the host's refusal is the program's ENOMEM.
+
+Small anonymous mappings share engine mappings (:class:`Arena`: why, there).
+
 The bytes of a space that is not in the engine are read and written straight in its buffers
 (:meth:`Space.read`, :meth:`Space.write`), which is how kpsdk writes a breakpoint into every
 process that maps a probed file.  A futex is named by its buffer and offset
