@@ -114,6 +114,12 @@ static int holes(void)
     munmap(p[1], 4096);
     printf("unmapped: read %s, write %s\n", touch(p[1], 0), touch(p[1], 1));
     printf("neighbours: %c %c\n", p[0][4095], p[2][0]);
+    errno = 0;
+    long wrote = write(1, p[1], 10);
+    printf("write from it: %ld %s\n", wrote, answer(wrote));
+    errno = 0;
+    long got = read(open("/proc/self/exe", O_RDONLY), p[1], 10);
+    printf("read into it: %ld %s\n", got, answer(got));
     mprotect(p[2], 4096, PROT_READ);
     printf("read-only: read %s, write %s\n", touch(p[2], 0), touch(p[2], 1));
     mprotect(p[3], 4096, PROT_NONE);

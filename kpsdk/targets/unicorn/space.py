@@ -110,9 +110,10 @@ class Arena:
 
     A range of the arena given a mapping of its own in the engine (a mapping made executable,
     a file or shared mapping placed over it) is *carved* out of the arena's engine mapping for
-    good; a later mapping there is a mapping of its own too.  kpsdk's own reads and writes of
-    an arena page nothing is mapped at (``uc_mem_read``: a probe's handler, a system call's
-    copy) see zeros where Linux would fault (``EFAULT``)."""
+    good; a later mapping there is a mapping of its own too.  The Linux layer's copies ask
+    :meth:`Space.in_hole` first (``EFAULT``); kpsdk's other reads of an arena page nothing is
+    mapped at (``uc_mem_read``: a probe's handler) see zeros, and a page mapped there again
+    is emptied first, whatever was written meanwhile."""
 
     def __init__(self, start: int, end: int) -> None:
         self.start, self.end = start, end
@@ -401,10 +402,22 @@ class Space:
         elif not arena.holds(start, end):
             return None
         arena.set(start, end, MAPPED | prot)
+        arena.buf.madvise(mmap.MADV_DONTNEED, start - arena.start, end - start)  # zeros, whatever was written
         arena.used += (end - start) // PAGE
         region = Region(start, end, prot, arena.buf, start - arena.start, False, arena.view, arena=arena)
         self._insert(region)
         return region
+
+    def in_hole(self, addr: int, size: int) -> bool:
+        """Some byte of ``[addr, addr + size)`` lies on an arena page nothing is mapped at (the
+        engine's mapping there takes any access: the Linux layer's copies ask this first)."""
+        for arena in self.arenas:
+            lo, hi = max(addr, arena.start), min(addr + size, arena.end)
+            if lo < hi:
+                first, last = (lo - arena.start) // PAGE, (hi - 1 - arena.start) // PAGE + 1
+                if 0 in bytes(arena.pages[first:last]):
+                    return True
+        return False
 
     def _arenas_changed(self) -> None:
         if self.active and self.fill is not None:
