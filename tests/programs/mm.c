@@ -218,6 +218,22 @@ static int errnos(const char *file)
     SHOW("madvise dontneed", madvise(p, 4096, MADV_DONTNEED));
     printf("after dontneed: %d\n", p[5]);
     SHOW("brk 0", syscall(SYS_brk, 0) == 0 ? -1 : 0);
+    char *to = r + 10 * 4096;
+    p[1] = 'm';
+    char *moved = mremap(p, 4096, 2 * 4096, MREMAP_MAYMOVE | MREMAP_FIXED, to);
+    printf("mremap fixed: %s, %c %d\n", moved == to ? "there" : "elsewhere", moved == MAP_FAILED ? '-' : moved[1],
+           moved == MAP_FAILED ? -1 : moved[4096 + 7]);
+    SHOW("the old place after it", mprotect(p, 4096, PROT_READ));
+    SHOW("mremap fixed onto itself", MREMAP(to, 4096, 4096, MREMAP_MAYMOVE | MREMAP_FIXED, to));
+    SHOW("mremap fixed unaligned", MREMAP(to, 4096, 4096, MREMAP_MAYMOVE | MREMAP_FIXED, to + 3 * 4096 + 1));
+    SHOW("mremap fixed shrinking", MREMAP(to, 2 * 4096, 4096, MREMAP_MAYMOVE | MREMAP_FIXED, r + 13 * 4096));
+    printf("after it: %c\n", r[13 * 4096 + 1]);
+    /* two mappings side by side with the same permissions: one to Linux */
+    char *a = mmap(r + 14 * 4096, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+    mmap(r + 15 * 4096, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+    a[4096] = 'b';
+    char *both = mremap(a, 2 * 4096, 3 * 4096, MREMAP_MAYMOVE);
+    printf("mremap of two merged: %s %c\n", both == MAP_FAILED ? answer(-1) : "OK", both == MAP_FAILED ? '-' : both[4096]);
     return 0;
 }
 

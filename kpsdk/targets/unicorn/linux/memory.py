@@ -256,30 +256,44 @@ class AddressSpace:
             raise _GuestErrno(errno.ENOMEM)
         self.table.protect(start, end, prot & 7)
 
-    def remap(self, old: int, old_size: int, new_size: int, flags: int) -> int:
-        """``mremap`` without MREMAP_FIXED: shrink in place, grow in place when the pages
-        after are free, else move (MREMAP_MAYMOVE) by copying.  A grown file mapping's new
-        pages hold the file's next bytes, as Linux's.  The checks are mm/mremap.c's, in its
-        order; MREMAP_FIXED and MREMAP_DONTUNMAP are refused (``EINVAL``, as before Linux 2.4
-        and 5.7: not emulated)."""
+    def remap(self, old: int, old_size: int, new_size: int, flags: int, new_addr: int = 0) -> int:
+        """``mremap``: shrink in place, grow in place when the pages after are free, else move
+        (MREMAP_MAYMOVE) by copying; MREMAP_FIXED moves to ``new_addr`` (what was there is
+        unmapped).  A grown file mapping's new pages hold the file's next bytes, as Linux's.
+        The checks are mm/mremap.c's, in its order; MREMAP_DONTUNMAP is refused (``EINVAL``,
+        as before Linux 5.7: not emulated).  Adjacent mappings with the same permissions
+        count as one, as Linux merges them."""
         if flags & ~(MREMAP_MAYMOVE | MREMAP_FIXED | MREMAP_DONTUNMAP) or old % PAGE:
             raise _GuestErrno(errno.EINVAL)
         if flags & MREMAP_FIXED and not flags & MREMAP_MAYMOVE:
             raise _GuestErrno(errno.EINVAL)
         old_size, new_size = self.align(old_size), self.align(new_size)
-        if not new_size or new_size > self.limit - PAGE or flags & (MREMAP_FIXED | MREMAP_DONTUNMAP):
+        if not new_size or new_size > self.limit - PAGE or flags & MREMAP_DONTUNMAP:
             raise _GuestErrno(errno.EINVAL)  # check_mremap_params
-        region = self.table.region_at(old)
-        if region is None or region.end < old + old_size:  # none there, or across mappings
-            raise _GuestErrno(errno.EFAULT)
+        fixed = bool(flags & MREMAP_FIXED)
+        if fixed and (new_addr % PAGE or new_addr > self.limit - PAGE - new_size
+                      or (new_addr < old + old_size and old < new_addr + new_size)):
+            raise _GuestErrno(errno.EINVAL)  # unaligned, past the address space, overlapping
+        parts = self.regions(old, old + max(old_size, PAGE))
+        if not parts or parts[0][0] != old:
+            raise _GuestErrno(errno.EFAULT)  # nothing there
+        if sum(hi - lo for lo, hi, _ in parts) < old_size or len({prot for _, _, prot in parts}) > 1:
+            raise _GuestErrno(errno.EFAULT)  # across mappings
         self._check_reserved(old, old + old_size)
         if not old_size:  # a duplicate: meaningless for private memory (vma_to_resize)
             raise _GuestErrno(errno.EINVAL)  # (of shared memory: not emulated)
+        perms = parts[0][2]
+        if fixed:
+            self._check_reserved(new_addr, new_addr + new_size)
+            self.unmap(new_addr, new_addr + new_size)
+            if new_size < old_size:
+                self.unmap(old + new_size, old + old_size)
+                old_size = new_size
+            return self._move(old, old_size, new_size, perms, new_addr)
         if new_size <= old_size:
             if new_size < old_size:
                 self.unmap(old + new_size, old + old_size)
             return old
-        perms = region.prot
         file_after = self._file_after(old + old_size)
         if old + new_size <= self.limit and self.free(old + old_size, old + new_size):
             self._map_more(old + old_size, old + new_size, perms)
@@ -288,17 +302,23 @@ class AddressSpace:
             return old
         if not flags & MREMAP_MAYMOVE:
             raise _GuestErrno(errno.ENOMEM)
-        new = self.find(new_size)
+        return self._move(old, old_size, new_size, perms, self.find(new_size))
+
+    def _move(self, old: int, old_size: int, new_size: int, perms: int, new: int) -> int:
+        """Move ``[old, old + old_size)`` to ``new`` (free), grown to ``new_size``: its bytes
+        copied, its names taken along, a file mapping's new pages read from the file."""
+        file_after = self._file_after(old + old_size)
         self._map_more(new, new + new_size, perms)
         self._forget(new, new + new_size)
         data = self.table.read(old, old_size)
-        assert data is not None  # every page of it is mapped: checked above
+        assert data is not None  # every page of it is mapped: checked by the caller
         self.table.write(new, data)
         moved = self._named(old, old + old_size)
         self.unmap(old, old + old_size)
         for (lo, hi), (path, offset) in moved:  # its names go with it
             self.name(new + (lo - old), new + (hi - old), path, offset)
-        self._fill_from_file(new + old_size, new + new_size, file_after)
+        if new_size > old_size:
+            self._fill_from_file(new + old_size, new + new_size, file_after)
         return new
 
     def _map_more(self, start: int, end: int, perms: int) -> None:

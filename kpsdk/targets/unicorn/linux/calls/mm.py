@@ -157,8 +157,8 @@ class MemoryCalls(ProcessCore):
         return 0
 
     @syscall("mremap", "p u u x")
-    def sys_mremap(self, old: int, old_size: int, new_size: int, flags: int, *_: int) -> int:
-        return self.mem.remap(old, old_size, new_size, flags)
+    def sys_mremap(self, old: int, old_size: int, new_size: int, flags: int, new_addr: int = 0, *_: int) -> int:
+        return self.mem.remap(old, old_size, new_size, flags, new_addr)
 
     @syscall("madvise", "p u d")
     def sys_madvise(self, addr: int, length: int, advice: int, *_: int) -> int:
