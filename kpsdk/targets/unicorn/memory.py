@@ -71,7 +71,8 @@ class GuestMemory(Target):
         self._cstring = cstring_reader(uc)  # strings a trace fetches at every hit
         #: the current process's mappings, every one host memory (:mod:`.space`): what is mapped
         #: where is read from this table, never from ``uc_mem_regions``
-        self.space = Space(uc)
+        tlb = getattr(self, "tlb", None)  # small anonymous mappings share engine mappings (arenas) it checks
+        self.space = Space(uc, fill=tlb)
         self.space.active = True
         #: pages where a trap written into the space's buffer was read back through Unicorn
         #: since the last run or map (:meth:`_write_trap`)

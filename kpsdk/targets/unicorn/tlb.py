@@ -59,6 +59,12 @@ inside a block, where the restore happened): IT bits found in CPSR there are cle
 instruction fetch's fill comes from the translator, between blocks, where the IT state
 is real, and is left alone (tests/test_uctlb.py).
 
+An arena's pages (:class:`kpsdk.targets.unicorn.space.Arena`: many small anonymous
+mappings in one engine mapping) are answered from the arena's byte per page, refused
+where nothing is mapped or the permissions refuse the access, on every engine (the
+engine's own checks would allow it: its mapping is read and write throughout);
+:meth:`TlbFill.set_arenas` names the current space's.
+
 The mappings are read from ``uc_mem_regions`` at the first fill after the memory
 map may have changed; the fill is told so by :meth:`TlbFill.changed`, which
 every mapping call made through the engine object reaches (:func:`watch_mappings`).
@@ -152,7 +158,18 @@ class _Native(ctypes.Structure):
                 ("traps", ctypes.c_uint64 * MAX_TRAPS), ("pc_reg", ctypes.c_int64), ("nsites", ctypes.c_uint64),
                 ("sites", ctypes.c_uint64 * MAX_SITES), ("once", ctypes.c_uint64), ("n", ctypes.c_uint64),
                 ("cap", ctypes.c_uint64),
-                ("regions", ctypes.c_void_p)]
+                ("regions", ctypes.c_void_p), ("narenas", ctypes.c_uint64), ("arenas", ctypes.c_void_p)]
+
+
+class _Arena(ctypes.Structure):
+    """``struct kpsdk_arena`` (tlbfill.c): an arena's range and its pages' bytes (:mod:`.space`)."""
+
+    _fields_ = [("start", ctypes.c_uint64), ("end", ctypes.c_uint64), ("pages", ctypes.c_void_p)]
+
+
+#: an arena page's byte (:class:`kpsdk.targets.unicorn.space.Arena`): mapped (with its read and
+#: write bits), or carved (a mapping of its own in the engine); 0: nothing mapped
+ARENA_MAPPED, ARENA_CARVED = 0x40, 0x80
 
 
 SOURCE = Path(__file__).with_name("tlbfill.c")
@@ -224,6 +241,10 @@ class TlbFill:
         self._sites: frozenset[int] = frozenset()
         self._once = 0
         self._pc_reg = pc_reg
+        #: the current space's arenas (:meth:`set_arenas`): ``(start, end, pages)``, and what the C
+        #: fill reads of them (kept alive here)
+        self._arenas: list[tuple[int, int, Any]] = []
+        self._arena_table: Any = None
         #: a store into a trapped page that the fill refused, by an instruction the watch engine
         #: had not learned: its address (:func:`run_error`; the watch engine takes it)
         self.trap_fault: int | None = None
@@ -290,6 +311,26 @@ class TlbFill:
             self._regions = None
         for listener in self.listeners:
             listener()
+
+    def set_arenas(self, arenas: list[tuple[int, int, Any]]) -> None:
+        """The arenas of the space now in the engine: ``(start, end, pages)``, ``pages`` a ctypes
+        array of one byte per 4 KiB page (:class:`kpsdk.targets.unicorn.space.Arena`).  The fill
+        answers their pages from those bytes, refusing what is not mapped there: the engine maps
+        the whole arena.  The bytes are read at each fill: a change to them needs only
+        :meth:`flush` (entries already made)."""
+        self._arenas = list(arenas)
+        if self._state is not None:
+            table = (_Arena * max(len(arenas), 1))()
+            for i, (start, end, pages) in enumerate(arenas):
+                table[i].start, table[i].end, table[i].pages = start, end, ctypes.addressof(pages)
+            self._state.narenas = 0
+            self._arena_table = table
+            self._state.arenas = ctypes.addressof(table)
+            self._state.narenas = len(arenas)
+
+    def flush(self) -> None:
+        """Empty the TLB: an arena page changed (its entries, if any, are stale)."""
+        flush_tlb(self._uc)
 
     def refuse(self, on: bool) -> None:
         """Whether the fill refuses what a mapping refuses (a precise fault at the access: see
@@ -371,6 +412,23 @@ class TlbFill:
                     return True
                 if settle is not None:
                     settle(uc)
+                for start, end, pages in tlb._arenas:  # tlbfill.c's arena_perms
+                    if start <= vaddr < end:
+                        page = pages[(vaddr - start) >> 12]
+                        if page & ARENA_CARVED or (tlb._traps and vaddr & ~0xFFF in tlb._traps):
+                            break
+                        if not page & ARENA_MAPPED:
+                            tlb._fault = (kind, vaddr, 1)
+                            return False
+                        if not page & (unicorn.UC_PROT_WRITE if kind == write else unicorn.UC_PROT_READ):
+                            tlb._fault = (kind, vaddr, 2)
+                            return False
+                        if clear_it:
+                            value = uc.reg_read(cpsr)
+                            if value & _CPSR_IT:
+                                uc.reg_write(cpsr, value & ~_CPSR_IT)
+                        entry[1] = (page & read_write) << shift
+                        return True
                 starts, ends, perms = tlb._regions or tlb._read_regions()
                 i = bisect_right(starts, vaddr) - 1
                 refuse = tlb._refuse

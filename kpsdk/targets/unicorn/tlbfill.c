@@ -21,6 +21,13 @@
  *     after it, so that the next store is filled again); by any other instruction: refused,
  *     precisely (`fault_why` 3), and the watch engine learns that instruction.
  *
+ *   - a data access to a page of an arena (space.py: one engine mapping holding many small
+ *     anonymous mappings): that page's byte says what is mapped there (`arenas`, Python's
+ *     memory, read at each fill): its read and write permissions, or a refusal as unmapped
+ *     (`fault_why` 1) or protected (2), whether or not `refuse` is on: the engine's mapping
+ *     there allows both.  A carved page (a mapping of its own) and a trapped one are answered
+ *     as any mapping's.
+ *
  * The mappings are a sorted table read from uc_mem_regions at the first fill after Python
  * said the memory map may have changed (the `stale` word, written by Python at every mapping
  * call: one store, no call).
@@ -75,6 +82,18 @@ struct uc_mem_region {         /* uc_mem_region */
     uint32_t perms;
 };
 
+/* An arena (space.py): one engine mapping holding many small anonymous mappings; one byte a
+ * 4 KiB page says what the program has there: 0 nothing (refused as unmapped), ARENA_MAPPED |
+ * its read and write permissions, or ARENA_CARVED (a mapping of its own in the engine: the
+ * engine's regions answer). */
+#define ARENA_MAPPED 0x40
+#define ARENA_CARVED 0x80
+struct kpsdk_arena {
+    uint64_t start;
+    uint64_t end;              /* exclusive */
+    const uint8_t *pages;
+};
+
 struct kpsdk_tlb {
     uint64_t fills;            /* fills answered */
     uint64_t stale;            /* nonzero: re-read the mappings at the next fill */
@@ -108,6 +127,8 @@ struct kpsdk_tlb {
     uint64_t n;                /* regions in use */
     uint64_t cap;              /* regions allocated */
     struct uc_mem_region *regions;  /* the mappings, sorted */
+    uint64_t narenas;
+    const struct kpsdk_arena *arenas;  /* the current space's arenas (Python's memory) */
 };
 
 /* Re-read the mappings; false when they cannot be read (every access is then answered as
@@ -183,6 +204,31 @@ static bool refused(struct kpsdk_tlb *t, uint64_t vaddr, int type, uint64_t why)
     return false;
 }
 
+#define NOT_ARENA (-1)
+#define REFUSED (-2)
+
+/* A data access to an arena page: the page's permissions (read, write; never execute), or
+ * REFUSED (recorded: nothing mapped there, or not the access's permission); NOT_ARENA outside
+ * the arenas, on a carved page and on a page a write watchpoint traps (the engine's regions and
+ * their hooks answer there).  Arenas exist only while the fill refuses (space.py). */
+static int arena_perms(struct kpsdk_tlb *t, uint64_t vaddr, int type)
+{
+    for (uint64_t i = 0; i < t->narenas; i++) {  /* a handful: 16 MiB each */
+        const struct kpsdk_arena *a = &t->arenas[i];
+        if (vaddr < a->start || vaddr >= a->end)
+            continue;
+        uint8_t page = a->pages[(vaddr - a->start) >> 12];
+        if (page & ARENA_CARVED || (t->ntraps && trapped(t, vaddr & t->page_mask)))
+            return NOT_ARENA;
+        if (!(page & ARENA_MAPPED))
+            return refused(t, vaddr, type, 1), REFUSED;
+        if (!(page & (type == UC_MEM_WRITE ? UC_PROT_WRITE : UC_PROT_READ)))
+            return refused(t, vaddr, type, 2), REFUSED;
+        return page & (UC_PROT_READ | UC_PROT_WRITE);
+    }
+    return NOT_ARENA;
+}
+
 __attribute__((visibility("default")))
 bool kpsdk_tlb_fill(void *uc, uint64_t vaddr, int type, struct uc_tlb_entry *entry, struct kpsdk_tlb *t)
 {
@@ -200,25 +246,32 @@ bool kpsdk_tlb_fill(void *uc, uint64_t vaddr, int type, struct uc_tlb_entry *ent
             t->grow_at *= 2;
         t->ctl(uc, (int)t->flush_control);
     }
-    if (type == UC_MEM_FETCH || (t->stale && !read_regions(uc, t)))
+    if (type == UC_MEM_FETCH)
         return true;
-    const struct uc_mem_region *r = region_of(t, vaddr);
-    if (r == NULL)
-        return t->refuse ? refused(t, vaddr, type, 1) : (entry->perms = UC_PROT_READ | UC_PROT_WRITE, true);
-    int perms = (int)r->perms & UC_PROT_ALL;
-    if (t->refuse) {
-        int need = type == UC_MEM_WRITE ? UC_PROT_WRITE : UC_PROT_READ;
-        if (!(perms & need)) {
-            if (type == UC_MEM_WRITE && t->ntraps && trapped(t, vaddr & t->page_mask)) {
-                if (!site_allowed(uc, t))
-                    return refused(t, vaddr, type, 3);  /* a store the watch engine has not seen */
-                perms |= UC_PROT_READ | UC_PROT_WRITE;  /* on to the write-protection hooks */
-            } else {
-                return refused(t, vaddr, type, 2);
+    int perms = arena_perms(t, vaddr, type);
+    if (perms == REFUSED)
+        return false;
+    if (perms == NOT_ARENA) {  /* not in an arena: the engine's mappings answer */
+        if (t->stale && !read_regions(uc, t))
+            return true;
+        const struct uc_mem_region *r = region_of(t, vaddr);
+        if (r == NULL)
+            return t->refuse ? refused(t, vaddr, type, 1) : (entry->perms = UC_PROT_READ | UC_PROT_WRITE, true);
+        perms = (int)r->perms & UC_PROT_ALL;
+        if (t->refuse) {
+            int need = type == UC_MEM_WRITE ? UC_PROT_WRITE : UC_PROT_READ;
+            if (!(perms & need)) {
+                if (type == UC_MEM_WRITE && t->ntraps && trapped(t, vaddr & t->page_mask)) {
+                    if (!site_allowed(uc, t))
+                        return refused(t, vaddr, type, 3);  /* a store the watch engine has not seen */
+                    perms |= UC_PROT_READ | UC_PROT_WRITE;  /* on to the write-protection hooks */
+                } else {
+                    return refused(t, vaddr, type, 2);
+                }
             }
+        } else {
+            perms |= UC_PROT_READ | UC_PROT_WRITE;
         }
-    } else {
-        perms |= UC_PROT_READ | UC_PROT_WRITE;
     }
     if (t->clear_it) {  /* the access is made: its block runs on (see the top of this file) */
         uint32_t cpsr = 0;

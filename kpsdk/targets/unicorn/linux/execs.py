@@ -157,7 +157,7 @@ def finish_exec(kernel: LinuxKernel, task: Task) -> None:
             kernel.exit_task(other, 0)
     old = process.mem
     area = target.sentinel  # type: ignore[attr-defined]
-    table = Space(kernel.uc, old.table.parking)
+    table = Space(kernel.uc, old.table.parking, old.table.fill)
     for region in old.table:  # kpsdk's own area and the arch's vector page: in every process
         if region.shared and any(lo <= region.start < hi for lo, hi in old.reserved):
             table.map(region.start, region.end, region.prot, region.buf, region.offset, shared=True)

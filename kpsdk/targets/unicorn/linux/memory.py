@@ -21,7 +21,7 @@ from pathlib import Path
 import unicorn
 
 from kpsdk.targets.unicorn.linux.files import _GuestErrno
-from kpsdk.targets.unicorn.space import Space
+from kpsdk.targets.unicorn.space import ARENA_MAPPING, Space
 
 PAGE = 0x1000
 #: where anonymous and file mappings go, lowest first (below the stack on 32-bit arches)
@@ -29,7 +29,7 @@ MMAP_BASE = 0x40000000
 #: mmap(2) flags (include/uapi/asm-generic/mman-common.h; the same on x86, ARM, riscv, ppc64)
 MAP_SHARED, MAP_PRIVATE, MAP_FIXED, MAP_ANONYMOUS = 0x01, 0x02, 0x10, 0x20
 MAP_FIXED_NOREPLACE = 0x100000
-MREMAP_MAYMOVE, MREMAP_FIXED = 1, 2
+MREMAP_MAYMOVE, MREMAP_FIXED, MREMAP_DONTUNMAP = 1, 2, 4
 #: the heap may not grow beyond this many bytes (RLIMIT_DATA is unlimited by default; this
 #: bounds what a runaway program makes kpsdk allocate)
 HEAP_LIMIT = 1 << 30
@@ -53,6 +53,9 @@ class AddressSpace:
                  on_unmap: Callable[[int, int], None] | None = None) -> None:
         self.table = table
         self.limit = limit  #: one past the highest address (2**32 or a 64-bit arch's user limit)
+        #: where a length's page rounding and a range's end wrap: a 64-bit kernel's unsigned long,
+        #: which runs 32-bit programs as compat tasks (their lengths do not wrap at 2**32)
+        self.wrap = 1 << 64
         self.brk_base = self.brk_end = brk_base
         self.reserved = reserved
         self.on_unmap = on_unmap
@@ -151,16 +154,26 @@ class AddressSpace:
         if any(lo < end and start < hi for lo, hi in self.reserved):
             raise _GuestErrno(errno.EINVAL)
 
-    def find(self, size: int, hint: int = 0) -> int:
-        """The lowest free ``size`` bytes from :data:`MMAP_BASE` (``hint`` first, when free)."""
+    def find(self, size: int, hint: int = 0, arena: bool = False) -> int:
+        """The lowest free ``size`` bytes from :data:`MMAP_BASE` (``hint`` first, when free);
+        outside the arenas unless ``arena`` (a mapping that may live in one)."""
         if hint and not hint % PAGE and self.free(hint, hint + size):
             return hint
-        at = self.table.find_free(size, MMAP_BASE, self.limit)
+        at = self.table.find_free(size, MMAP_BASE, self.limit, avoid_arenas=not arena)
         if at is None:
             raise _GuestErrno(errno.ENOMEM)
         return at
 
+    def room(self, start: int) -> int:
+        """Where the free range from ``start`` ends: the next mapping, arena or reserved range."""
+        end = self.table.arena_room(start, self.limit)
+        return min([end] + [lo for lo, _ in self.reserved if lo >= start])
+
     # -- the calls ------------------------------------------------------------------------
+
+    def align(self, length: int) -> int:
+        """``length`` rounded up to pages in the word (0 where Linux's PAGE_ALIGN wraps)."""
+        return page_up(length) % self.wrap
 
     def brk(self, want: int) -> int:
         """``brk``: the new break, or the old one when it cannot move there (Linux's answer)."""
@@ -174,7 +187,7 @@ class AddressSpace:
                 self.table.map(old, new, unicorn.UC_PROT_READ | unicorn.UC_PROT_WRITE)
             elif new < old:
                 self.unmap(new, old)
-        except (unicorn.UcError, _GuestErrno):
+        except (unicorn.UcError, OSError, _GuestErrno):  # the engine or the host refused the memory
             return self.brk_end
         self.brk_end = want
         return want
@@ -182,33 +195,48 @@ class AddressSpace:
     def mmap(self, addr: int, length: int, prot: int, flags: int, buf: mmap.mmap | None = None) -> int:
         """Map ``length`` bytes (zeroed; the caller copies a file's bytes in), or ``buf`` (the
         bytes a session's processes share, copy-on-protect: :mod:`.images`); the address."""
-        if not length or length > self.limit or addr % PAGE:
+        if not length:
             raise _GuestErrno(errno.EINVAL)
-        size = page_up(length)
-        if flags & MAP_FIXED:
-            self._check_reserved(addr, addr + size)
+        size = self.align(length)
+        if not size or size > self.limit:  # do_mmap, get_unmapped_area
+            raise _GuestErrno(errno.ENOMEM)
+        if flags & (MAP_FIXED | MAP_FIXED_NOREPLACE):
+            if addr % PAGE:
+                raise _GuestErrno(errno.EINVAL)
             if addr + size > self.limit:
                 raise _GuestErrno(errno.ENOMEM)
+        else:
+            addr = page_up(addr)  # only a hint
+        # small anonymous private memory may live in an arena (space.py: no engine call)
+        arena = buf is None and bool(flags & MAP_ANONYMOUS) and not flags & MAP_SHARED and size <= ARENA_MAPPING
+        if flags & MAP_FIXED:
+            self._check_reserved(addr, addr + size)
             self.unmap(addr, addr + size)
         elif flags & MAP_FIXED_NOREPLACE:
             if not self.free(addr, addr + size):
                 raise _GuestErrno(errno.EEXIST)
         else:
-            addr = self.find(size, addr)
+            addr = self.find(size, addr, arena)
         try:  # MAP_SHARED memory stays shared with the children a fork makes
-            region = self.table.map(addr, addr + size, prot & 7, buf=buf, shared=bool(flags & MAP_SHARED))
+            region = self.table.map(addr, addr + size, prot & 7, buf=buf, shared=bool(flags & MAP_SHARED),
+                                    room=self.room(addr) if arena else None)
             region.cow = buf is not None
         except (unicorn.UcError, OSError):  # the engine or the host cannot give that much memory
             raise _GuestErrno(errno.ENOMEM) from None
         self._forget(addr, addr + size)
         return addr
 
+    def check_unmap(self, start: int, end: int) -> None:
+        """``EINVAL`` unless ``munmap`` of ``[start, end)`` may go on (unaligned, empty, past
+        the user's addresses, kpsdk's own memory)."""
+        if start % PAGE or end <= start or end > self.limit:
+            raise _GuestErrno(errno.EINVAL)
+        self._check_reserved(start, page_up(end))
+
     def unmap(self, start: int, end: int) -> None:
         """``munmap`` of ``[start, end)``: whatever of it is mapped."""
-        if start % PAGE or end <= start:
-            raise _GuestErrno(errno.EINVAL)
+        self.check_unmap(start, end)
         end = page_up(end)
-        self._check_reserved(start, end)
         if self.on_unmap is not None:
             for lo, hi, _ in self.regions(start, end):
                 self.on_unmap(lo, hi)
@@ -219,49 +247,96 @@ class AddressSpace:
         """``mprotect``: every page of the range must be mapped (else ``ENOMEM``)."""
         if start % PAGE:
             raise _GuestErrno(errno.EINVAL)
-        end = page_up(start + length)
+        end = start + self.align(length)
+        if end <= start or end > self.limit:
+            raise _GuestErrno(errno.ENOMEM)
         self._check_reserved(start, end)
         parts = self.regions(start, end)
         if sum(hi - lo for lo, hi, _ in parts) != end - start:
             raise _GuestErrno(errno.ENOMEM)
         self.table.protect(start, end, prot & 7)
 
-    def remap(self, old: int, old_size: int, new_size: int, flags: int) -> int:
-        """``mremap`` without MREMAP_FIXED: shrink in place, grow in place when the pages
-        after are free, else move (MREMAP_MAYMOVE) by copying.  A grown file mapping's new
-        pages hold the file's next bytes, as Linux's."""
-        if old % PAGE or not new_size or flags & MREMAP_FIXED:
+    def remap(self, old: int, old_size: int, new_size: int, flags: int, new_addr: int = 0) -> int:
+        """``mremap``: shrink in place, grow in place when the pages after are free, else move
+        (MREMAP_MAYMOVE) by copying; MREMAP_FIXED moves to ``new_addr`` (what was there is
+        unmapped).  A grown file mapping's new pages hold the file's next bytes, as Linux's.
+        The checks are mm/mremap.c's, in its order; MREMAP_DONTUNMAP is refused (``EINVAL``,
+        as before Linux 5.7: not emulated).  Adjacent mappings with the same permissions
+        count as one, as Linux merges them."""
+        if flags & ~(MREMAP_MAYMOVE | MREMAP_FIXED | MREMAP_DONTUNMAP) or old % PAGE:
             raise _GuestErrno(errno.EINVAL)
-        old_size, new_size = page_up(old_size), page_up(new_size)
+        if flags & MREMAP_FIXED and not flags & MREMAP_MAYMOVE:
+            raise _GuestErrno(errno.EINVAL)
+        old_size, new_size = self.align(old_size), self.align(new_size)
+        if not new_size or new_size > self.limit - PAGE or flags & MREMAP_DONTUNMAP:
+            raise _GuestErrno(errno.EINVAL)  # check_mremap_params
+        fixed = bool(flags & MREMAP_FIXED)
+        if fixed and (new_addr % PAGE or new_addr > self.limit - PAGE - new_size
+                      or (new_addr < old + old_size and old < new_addr + new_size)):
+            raise _GuestErrno(errno.EINVAL)  # unaligned, past the address space, overlapping
+        parts = self.regions(old, old + max(old_size, PAGE))
+        if not parts or parts[0][0] != old:
+            raise _GuestErrno(errno.EFAULT)  # nothing there
+        if sum(hi - lo for lo, hi, _ in parts) < old_size or len({prot for _, _, prot in parts}) > 1:
+            raise _GuestErrno(errno.EFAULT)  # across mappings
         self._check_reserved(old, old + old_size)
-        parts = self.regions(old, old + old_size)
-        if sum(hi - lo for lo, hi, _ in parts) != old_size:
-            raise _GuestErrno(errno.EFAULT)
+        if not old_size:  # a duplicate: meaningless for private memory (vma_to_resize)
+            raise _GuestErrno(errno.EINVAL)  # (of shared memory: not emulated)
         perms = parts[0][2]
+        if fixed:
+            self._check_reserved(new_addr, new_addr + new_size)
+            self.unmap(new_addr, new_addr + new_size)
+            if new_size < old_size:
+                self.unmap(old + new_size, old + old_size)
+                old_size = new_size
+            return self._move(old, old_size, new_size, perms, new_addr)
         if new_size <= old_size:
             if new_size < old_size:
                 self.unmap(old + new_size, old + old_size)
             return old
         file_after = self._file_after(old + old_size)
-        if self.free(old + old_size, old + new_size):
-            self.table.map(old + old_size, old + new_size, perms)
+        if old + new_size <= self.limit and self.free(old + old_size, old + new_size):
+            self._map_more(old + old_size, old + new_size, perms)
             self._forget(old + old_size, old + new_size)
             self._fill_from_file(old + old_size, old + new_size, file_after)
             return old
         if not flags & MREMAP_MAYMOVE:
             raise _GuestErrno(errno.ENOMEM)
-        new = self.find(new_size)
-        self.table.map(new, new + new_size, perms)
+        return self._move(old, old_size, new_size, perms, self.find(new_size))
+
+    def _move(self, old: int, old_size: int, new_size: int, perms: int, new: int) -> int:
+        """Move ``[old, old + old_size)`` to ``new`` (free), grown to ``new_size``: its bytes
+        copied, its names taken along, a file mapping's new pages read from the file."""
+        file_after = self._file_after(old + old_size)
+        self._map_more(new, new + new_size, perms)
         self._forget(new, new + new_size)
         data = self.table.read(old, old_size)
-        assert data is not None  # every page of it is mapped: checked above
+        assert data is not None  # every page of it is mapped: checked by the caller
         self.table.write(new, data)
         moved = self._named(old, old + old_size)
         self.unmap(old, old + old_size)
         for (lo, hi), (path, offset) in moved:  # its names go with it
             self.name(new + (lo - old), new + (hi - old), path, offset)
-        self._fill_from_file(new + old_size, new + new_size, file_after)
+        if new_size > old_size:
+            self._fill_from_file(new + old_size, new + new_size, file_after)
         return new
+
+    def _map_more(self, start: int, end: int, perms: int) -> None:
+        """Zeroed memory for ``mremap`` (``ENOMEM`` where the engine or the host refuses it)."""
+        try:
+            self.table.map(start, end, perms)
+        except (unicorn.UcError, OSError):
+            raise _GuestErrno(errno.ENOMEM) from None
+
+    def discard(self, start: int, end: int) -> None:
+        """``MADV_DONTNEED`` over ``[start, end)`` (mapped): private anonymous pages read zeros
+        again; a file's private pages and shared memory are left as they are (Linux reads a
+        file's pages back from the file, which kpsdk does not keep)."""
+        for lo, hi, _ in self.regions(start, end):
+            region = self.table.region_at(lo)
+            if region is None or region.shared or region.cow or self._named(lo, hi):
+                continue
+            self.table.write(lo, bytes(hi - lo))
 
     def _file_after(self, end: int) -> tuple[str, int] | None:
         """The file and offset that continue a mapping ending at ``end`` past it: those of

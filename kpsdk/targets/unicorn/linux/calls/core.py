@@ -164,6 +164,8 @@ class ProcessCore:
     # -- guest memory --------------------------------------------------------------------------
 
     def read(self, addr: int, size: int) -> bytes:
+        if self.mem.table.arenas and self.mem.table.in_hole(addr, size):
+            raise _GuestErrno(errno.EFAULT)
         try:
             return bytes(self.uc.mem_read(addr, size))
         except unicorn.UcError:
@@ -172,6 +174,8 @@ class ProcessCore:
             raise _GuestErrno(errno.EFAULT) from None
 
     def write(self, addr: int, data: bytes) -> None:
+        if self.mem.table.arenas and self.mem.table.in_hole(addr, len(data)):
+            raise _GuestErrno(errno.EFAULT)
         try:
             self.uc.mem_write(addr, data)
         except unicorn.UcError:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import mmap
 import os
+import stat
 from collections.abc import Callable
 
 from kpsdk.targets.unicorn.linux.calls.core import ProcessCore
@@ -20,7 +21,15 @@ from kpsdk.targets.unicorn.linux.inodes import MemFile, MemSpecial
 from kpsdk.targets.unicorn.linux.memory import MAP_ANONYMOUS, MAP_FIXED, MAP_PRIVATE, MAP_SHARED, PAGE, page_up
 
 #: mmap's sharing type bits (MAP_SHARED, MAP_PRIVATE, MAP_SHARED_VALIDATE), PROT_WRITE
-MAP_TYPE, PROT_WRITE = 0x0F, 2
+MAP_TYPE, PROT_WRITE, MAP_SHARED_VALIDATE = 0x0F, 2, 0x03
+#: the protection bits mprotect takes (read, write, exec, PROT_SEM), and the two it strips
+PROT_VALID, PROT_GROWSDOWN, PROT_GROWSUP = 0xF, 0x01000000, 0x02000000
+#: the largest file offset a mapping may reach (MAX_LFS_FILESIZE on 64-bit kernels)
+MAX_LFS_FILESIZE = (1 << 63) - 1
+#: madvise's advice Linux takes (include/uapi/asm-generic/mman-common.h; MIPS and the others
+#: share these numbers), and MADV_DONTNEED
+MADV_VALID = frozenset([*range(0, 5), *range(8, 26), 100, 101])
+MADV_DONTNEED = 4
 
 
 class MemoryCalls(ProcessCore):
@@ -31,8 +40,14 @@ class MemoryCalls(ProcessCore):
         return self.mem.brk(addr)
 
     def _mmap(self, addr: int, length: int, prot: int, flags: int, fd: int, offset: int) -> int:
+        """mmap's checks in Linux's order (``ksys_mmap_pgoff``, ``do_mmap``): the descriptor
+        (``EBADF``), the mapping type (``EINVAL``), the file's modes (``EACCES``), a range past
+        what a file offset can reach (``EOVERFLOW``); the length and address are the address
+        space's to check (:meth:`AddressSpace.mmap`)."""
         flags = self.abi.generic_flags(flags, self.abi.mmap_flags)  # MIPS's MAP_ANONYMOUS...: the generic bits
         f = None if flags & MAP_ANONYMOUS else self.fds.get(self.sint(fd))
+        if flags & MAP_TYPE not in (MAP_SHARED, MAP_PRIVATE, MAP_SHARED_VALIDATE):
+            raise _GuestErrno(errno.EINVAL)
         if f is not None and f.kind == "dev" and isinstance(f.node, MemSpecial) and f.node.device == "zero":
             f, flags = None, flags | MAP_ANONYMOUS  # /dev/zero: zeroed memory, as Linux's shmem_zero_setup
         if f is not None and f.kind not in ("host", "mem"):
@@ -42,10 +57,12 @@ class MemoryCalls(ProcessCore):
         if f is not None:
             if not f.readable:
                 raise _GuestErrno(errno.EACCES)
-            if flags & MAP_TYPE == MAP_SHARED and prot & PROT_WRITE:
+            if flags & MAP_TYPE != MAP_PRIVATE and prot & PROT_WRITE:
                 if not f.writable:
                     raise _GuestErrno(errno.EACCES)
                 raise _GuestErrno(errno.ENODEV)  # a shared writable mapping would write the file back: not emulated
+            if length and offset + page_up(length) > MAX_LFS_FILESIZE:  # file_mmap_ok
+                raise _GuestErrno(errno.EOVERFLOW)
         shared = self._shared_pages(f, addr, length, prot, flags, offset)
         at = self.mem.mmap(addr, length, prot, flags, buf=shared)
         if shared is not None and f is not None:
@@ -63,7 +80,11 @@ class MemoryCalls(ProcessCore):
                 self.mem.name(at, at + page_up(length), f.path, offset, _reader(node))
                 return at
             try:  # the file's bytes up to the end of the last page, as Linux maps them
-                data = os.pread(f.fd, page_up(length), offset)
+                want = page_up(length)
+                st = os.fstat(f.fd)
+                if stat.S_ISREG(st.st_mode):  # never a buffer larger than what is there
+                    want = min(want, max(st.st_size - offset, 0))
+                data = os.pread(f.fd, want, offset)
             except OSError as e:
                 self.mem.unmap(at, at + length)
                 raise _GuestErrno(e.errno or errno.EACCES) from None
@@ -105,6 +126,8 @@ class MemoryCalls(ProcessCore):
 
     @syscall("mmap", "p u prot mflags fd x")
     def sys_mmap(self, addr: int, length: int, prot: int, flags: int, fd: int, offset: int, *_: int) -> int:
+        if offset % PAGE:  # the arch's sys_mmap checks the byte offset before anything else
+            raise _GuestErrno(errno.EINVAL)
         return self._mmap(addr, length, prot, flags, fd, offset)
 
     @syscall("mmap2", "p u prot mflags fd pgoff")
@@ -113,22 +136,46 @@ class MemoryCalls(ProcessCore):
 
     @syscall("munmap", "p u")
     def sys_munmap(self, addr: int, length: int, *_: int) -> int:
-        if self.on_unmap is not None and not addr % PAGE and length:
+        self.mem.check_unmap(addr, addr + length)  # before the target hears of it
+        if self.on_unmap is not None:
             self.on_unmap(addr, addr + length)
         self.mem.unmap(addr, addr + length)
         return 0
 
     @syscall("mprotect", "p u prot")
     def sys_mprotect(self, addr: int, length: int, prot: int, *_: int) -> int:
+        prot &= ~(PROT_GROWSDOWN | PROT_GROWSUP)
+        if addr % PAGE:
+            raise _GuestErrno(errno.EINVAL)
+        if not length:
+            return 0
+        if addr + self.mem.align(length) >= self.mem.wrap or not self.mem.align(length):  # the end wrapped
+            raise _GuestErrno(errno.ENOMEM)
+        if prot & ~PROT_VALID:  # arch_validate_prot, after the range's own checks
+            raise _GuestErrno(errno.EINVAL)
         self.mem.protect(addr, length, prot)
         return 0
 
     @syscall("mremap", "p u u x")
-    def sys_mremap(self, old: int, old_size: int, new_size: int, flags: int, *_: int) -> int:
-        return self.mem.remap(old, old_size, new_size, flags)
+    def sys_mremap(self, old: int, old_size: int, new_size: int, flags: int, new_addr: int = 0, *_: int) -> int:
+        return self.mem.remap(old, old_size, new_size, flags, new_addr)
 
     @syscall("madvise", "p u d")
-    def sys_madvise(self, *_: int) -> int:
+    def sys_madvise(self, addr: int, length: int, advice: int, *_: int) -> int:
+        """Advice Linux knows (``EINVAL`` else) on a page-aligned range, ``ENOMEM`` where a part
+        of it is not mapped; ``MADV_DONTNEED`` empties private anonymous pages (they read zeros
+        next), the only advice whose effect a program can see."""
+        if self.sint(advice) not in MADV_VALID or addr % PAGE:
+            raise _GuestErrno(errno.EINVAL)
+        end = addr + self.mem.align(length)
+        if (length and end == addr) or end >= self.mem.wrap:  # PAGE_ALIGN or the end wrapped
+            raise _GuestErrno(errno.EINVAL)
+        if end == addr:
+            return 0
+        if end > self.mem.limit or sum(hi - lo for lo, hi, _ in self.mem.regions(addr, end)) != end - addr:
+            raise _GuestErrno(errno.ENOMEM)
+        if self.sint(advice) == MADV_DONTNEED:
+            self.mem.discard(addr, end)
         return 0
 
     @syscall("mlock", "p u")

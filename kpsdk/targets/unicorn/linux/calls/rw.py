@@ -145,10 +145,14 @@ class ReadWriteCalls(ProcessCore):
         """What a write passes: up to ``count`` bytes, page by page to the first unmapped one."""
         out = bytearray()
         count = min(count, MAX_RW_COUNT)
+        table = self.mem.table
         while len(out) < count:
             at = addr + len(out)
+            take = min(count - len(out), PAGE - at % PAGE)
+            if table.arenas and table.in_hole(at, take):  # unmapped, though in the engine's arena
+                break
             try:
-                out += self.uc.mem_read(at, min(count - len(out), PAGE - at % PAGE))
+                out += self.uc.mem_read(at, take)
             except unicorn.UcError:
                 break
         if count and not out:
