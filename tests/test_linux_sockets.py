@@ -36,9 +36,11 @@ from tests.conftest import REGISTERED_ARCHS, first_fixture, require_tool
 
 SOURCE = Path(__file__).parent / "programs" / "sockets.c"
 #: the arches the Linux layer runs and kpsdk builds for
+#: (MIPS's Linux ABI lists none of these calls yet: its O_NONBLOCK, and so SOCK_NONBLOCK, EFD_NONBLOCK and
+#: TFD_NONBLOCK, and its socket types are other numbers; docs/api/linux.md's limitations say so)
 LINUX_ARCHS = tuple(a.name for a in REGISTERED_ARCHS
                     if a.syscalls is not None and a.syscalls.linux is not None and a.toolchain is not None
-                    and not a.unicorn_unsupported)
+                    and not a.unicorn_unsupported and "socket" in a.syscalls.linux.calls)
 MODES = ("epoll", "eventfd", "timerfd", "signalfd", "unix", "tcp", "udp")
 
 pytestmark = pytest.mark.skipif(platform.machine() != "x86_64", reason="the native ground truth is an x86_64 run")
