@@ -15,7 +15,7 @@ import os
 import platform
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from kpsdk import hookimpl
 from kpsdk.errors import ArgumentError, ImageFormatError, TargetError
@@ -23,6 +23,7 @@ from kpsdk.target import MappedFile, TargetKind
 from kpsdk.targets.unicorn.layout import AREA_SIZE, BARE_STACK, PAGE, STACK_INITIAL, STACK_SIZE, STACK_TOP, align_up
 from kpsdk.targets.unicorn.linux import check_options, start_process
 from kpsdk.targets.unicorn.linux.images import PageCache, map_image
+from kpsdk.targets.unicorn.output import CONSOLE_LIMIT, check_destination, check_limit
 from kpsdk.targets.unicorn.target import UnicornTarget
 
 if TYPE_CHECKING:
@@ -51,20 +52,25 @@ def open_elf(rest: str, registry: Registry, abi: str = "user", args: Sequence[st
              env: Mapping[str, str] | None = None, stdin: bytes | None = None,
              sysroot: str | os.PathLike[str] | None = None, cwd: str | None = None,
              bind: Sequence[tuple[str | os.PathLike[str], str, str]] | None = None,
-             schedule_seed: int | None = None, **options: Any) -> UnicornTarget:
+             schedule_seed: int | None = None, stdout: int | IO[bytes] | None = None,
+             stderr: int | IO[bytes] | None = None,
+             console_limit: int = CONSOLE_LIMIT, **options: Any) -> UnicornTarget:
     """``elf:PATH``: load an executable's PT_LOAD segments into Unicorn, as the Linux process
     ``execve(PATH, [PATH, *args], env)`` starts (:mod:`kpsdk.targets.unicorn.linux`): ``stdin`` its
     standard input, ``sysroot`` the directory it sees as ``/`` (read-only, under the session's
     in-memory overlay), ``cwd`` its working directory in there, ``bind`` host directories
-    mapped into its tree."""
+    mapped into its tree; ``stdout``/``stderr`` where its output is streamed as written, of
+    which ``s.console`` keeps the last ``console_limit`` bytes (:mod:`kpsdk.targets.unicorn.output`)."""
     from kpsdk.binfmt.elfimage import load_elf  # pyelftools loads when first used (start-up time)
 
     if options:
         raise TargetError(f"elf: unknown options {', '.join(options)} (known: abi, args, env, stdin, sysroot, cwd, "
-                          "bind, schedule_seed)")
+                          "bind, schedule_seed, stdout, stderr, console_limit)")
     if schedule_seed is not None and (not isinstance(schedule_seed, int) or isinstance(schedule_seed, bool)):
         raise ArgumentError(f"elf: schedule_seed must be an int or None, not {type(schedule_seed).__name__}")
     check_options(args, env, stdin, sysroot, cwd, bind)  # bad options first, before the file is read
+    limit = check_limit(console_limit)
+    out, err = check_destination(stdout, "stdout"), check_destination(stderr, "stderr")
     linked = load_elf(Path(rest))
     arch = registry.archs.by_elf(linked.machine, linked.elf_class, linked.endian)
     if sysroot is None and runs_natively(arch):
@@ -78,6 +84,7 @@ def open_elf(rest: str, registry: Registry, abi: str = "user", args: Sequence[st
     image = linked.relocated(bias)  # a PIE at a Linux-like base, its symbols with it
     mappings = load_mappings(image, arch)
     target = UnicornTarget(arch, abi_kind=abi)
+    target.output.configure(limit, out, err)
     target._files = (MappedFile.of(linked, bias),)
     linux = arch.syscalls is not None and arch.syscalls.linux is not None
     # a Linux program's read-only pages join its kernel's page cache: the processes that exec

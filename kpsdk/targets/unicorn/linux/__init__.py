@@ -195,7 +195,7 @@ def start_process(target: LinuxHost, image: ElfImage, program: str, options: Pro
     if linux.exec_state is not None:  # what the kernel sets from the ELFs (MIPS o32: the FPU mode)
         linux.exec_state(target.uc, image.path, Path(root.resolve(image.interp, "/")) if image.interp else None)
     exe = os.path.abspath(program)
-    process = LinuxProcess(arch, target.uc, target._console, space, root, options.stdin, options.cwd, exe)
+    process = LinuxProcess(arch, target.uc, target.output, space, root, options.stdin, options.cwd, exe)
     process.on_file_map = lambda host, at, offset: library_mapped(target, host, at, offset)
     process.on_unmap = lambda start, end: target.unmapping(start, end)
     word = struct.Struct(("<" if arch.endian == "little" else ">") + ("Q" if arch.word_size == 8 else "I"))

@@ -69,6 +69,8 @@ class OpenFile:
     ends: tuple[bool, bool] = field(default=(False, False))
     #: the kernel object a socket, epoll, eventfd, timerfd or signalfd description is
     obj: FileObject | None = None
+    #: a ``console`` description's stream: 1 (standard output) or 2 (standard error)
+    stream: int = 1
 
     @property
     def readable(self) -> bool:
@@ -81,12 +83,13 @@ class OpenFile:
 
 class FdTable:
     """A process's file descriptors (shared by the tasks of a CLONE_FILES clone): 0 its stdin
-    bytes, 1 and 2 the console, at first.  Each points at an :class:`OpenFile`."""
+    bytes, 1 and 2 the console, at first (one description, as a shell's ``2>&1`` makes, unless
+    ``split``: standard output and error go to different places).  Each points at an :class:`OpenFile`."""
 
     #: the most descriptors open at once (RLIMIT_NOFILE's usual soft limit)
     LIMIT = 1024
 
-    def __init__(self, stdin: bytes | None) -> None:
+    def __init__(self, stdin: bytes | None, split: bool = False) -> None:
         self.fds: dict[int, OpenFile] = {}
         #: the descriptors execve closes (FD_CLOEXEC: a descriptor's own flag, not its description's)
         self.cloexec: set[int] = set()
@@ -96,7 +99,7 @@ class FdTable:
             self.install(OpenFile("stdin", data=stdin), 0)
             console = OpenFile("console", flags=os.O_WRONLY)
             self.install(console, 1)
-            self.install(console, 2)
+            self.install(OpenFile("console", flags=os.O_WRONLY, stream=2) if split else console, 2)
 
     def fork(self) -> FdTable:
         """A copy for a new process: the same open file descriptions, one more reference each."""

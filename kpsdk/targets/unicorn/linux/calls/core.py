@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from kpsdk.targets.unicorn.linux.syscalls import Handlers
     from kpsdk.targets.unicorn.linux.tasks import Task
     from kpsdk.targets.unicorn.linux.tree import FdTarget
+    from kpsdk.targets.unicorn.output import GuestOutput
 
 #: the first process's id (what the program kpsdk.open starts is told), and its parent's (none
 #: kpsdk shows); the processes it makes get the ids after it
@@ -42,7 +43,7 @@ class ProcessCore:
     """One Linux process's kernel-side state (a thread group: what its tasks share), over the
     Unicorn engine its kernel (:class:`~kpsdk.targets.unicorn.linux.kernel.LinuxKernel`) runs."""
 
-    def __init__(self, arch: Arch, uc: unicorn.Uc, console: bytearray, space: AddressSpace, sysroot: Sysroot,
+    def __init__(self, arch: Arch, uc: unicorn.Uc, console: GuestOutput, space: AddressSpace, sysroot: Sysroot,
                  stdin: bytes, cwd: str, exe: str) -> None:
         assert arch.syscalls is not None and arch.syscalls.linux is not None
         self.arch, self.uc, self.console, self.mem, self.root = arch, uc, console, space, sysroot
@@ -50,7 +51,7 @@ class ProcessCore:
         self.order = "<" if arch.endian == "little" else ">"
         self.word = struct.Struct(self.order + ("Q" if arch.word_size == 8 else "I"))
         self.bits = 8 * arch.word_size
-        self.fds = FdTable(stdin)
+        self.fds = FdTable(stdin, console.split)
         #: open(2)'s O_NONBLOCK and O_CLOEXEC on this arch (asm-generic's but where the arch says otherwise)
         bits = dict(self.abi.open_flag_bits)
         self.o_nonblock = bits.get("O_NONBLOCK", 0o4000)

@@ -126,7 +126,14 @@ class ReadWriteCalls(ProcessCore):
         if offset is not None:
             raise _GuestErrno(errno.ESPIPE)
         if kind == "console":
-            self.console += data
+            try:
+                self.console.write(data, f.stream)
+            except OSError as e:  # the destination's own error: EPIPE (and SIGPIPE) when its reader is gone
+                if e.errno == errno.EPIPE:
+                    from kpsdk.targets.unicorn.linux import signaling
+
+                    signaling.broken_pipe(self.kernel, self.task)
+                raise _GuestErrno(e.errno or errno.EIO) from None
         elif kind in ("pipe_w", "fifo") and (f.pipe or f.fifo) is not None:
             pipe = f.pipe or f.fifo
             assert pipe is not None
