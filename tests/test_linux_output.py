@@ -23,6 +23,7 @@ import kpsdk
 from kpsdk.errors import ArgumentError
 from kpsdk.targets.unicorn.output import CONSOLE_LIMIT
 from tests.conftest import require_tool
+from tests.test_linux_programs import COMPILERS
 
 MIB = 1 << 20
 X86_64_HOST = os.uname().machine == "x86_64"
@@ -120,3 +121,45 @@ def test_bad_output_options_are_refused(option: str, value: object) -> None:
 
     with pytest.raises(ArgumentError, match=option):
         kpsdk.open(f"elf:{path('x86_64')}", **{option: value})  # type: ignore[arg-type]
+
+
+MANY_FILES = r"""
+#include <fcntl.h>
+#include <stdio.h>
+#include <unistd.h>
+int main(void) {
+    int n = 0;
+    while (open("/etc/hostname", O_RDONLY) >= 0)
+        n++;
+    printf("%d\n", n);
+    fflush(stdout);
+    for (;;)
+        getppid();  /* never exits: the session is dropped while its files are open */
+}
+"""
+
+
+def open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def run_and_drop(exe: Path) -> None:
+    s = kpsdk.open(f"elf:{exe}", sysroot="/")
+    assert s.run(timeout=1) is None  # still running: its 1021 files open
+    assert s.console == "1021\n"  # 1024 (RLIMIT_NOFILE) less 0, 1 and 2
+
+
+@needs_host_busybox
+def test_a_session_dropped_without_close_gives_its_guests_host_descriptors_back(tmp_path: Path) -> None:
+    cc, package = COMPILERS["x86_64"]
+    require_tool(cc, package)
+    (tmp_path / "many.c").write_text(MANY_FILES)
+    exe = tmp_path / "many"
+    subprocess.run([cc, "-static", "-O1", "-o", str(exe), str(tmp_path / "many.c")], check=True, capture_output=True)
+    run_and_drop(exe)  # the first run's own descriptors (the Ctrl-C pipe) stay for the process
+    gc.collect()
+    before = open_fds()
+    for _ in range(3):
+        run_and_drop(exe)
+    gc.collect()
+    assert open_fds() == before  # was 3 * 1021 more: the last session kept by the timer thread, too

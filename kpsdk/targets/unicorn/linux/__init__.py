@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import os
 import struct
+import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -220,6 +221,9 @@ def start_process(target: LinuxHost, image: ElfImage, program: str, options: Pro
     process.stack = space.stack
     process.mapped = list(target._files)
     kernel = LinuxKernel(target)  # type: ignore[arg-type]  # the target is the kernel's host too
+    # a session dropped without close() gives its guest's host descriptors back when collected
+    # (or at interpreter exit); the finalizer holds the record of them, never the kernel
+    weakref.finalize(kernel, root.host_fds.close_all)
     kernel.first_id(PID)
     kernel.new_id()
     process.kernel = kernel

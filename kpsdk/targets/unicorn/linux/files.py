@@ -22,6 +22,7 @@ from kpsdk.targets.unicorn.linux.overlay import Sysroot
 from kpsdk.targets.unicorn.linux.tree import MAX_SYMLINKS, PATH_MAX
 
 if TYPE_CHECKING:
+    from kpsdk.targets.unicorn.linux.binds import HostFds
     from kpsdk.targets.unicorn.linux.fileobj import FileObject
     from kpsdk.targets.unicorn.linux.pipes import Pipe
 
@@ -69,6 +70,8 @@ class OpenFile:
     ends: tuple[bool, bool] = field(default=(False, False))
     #: the kernel object a socket, epoll, eventfd, timerfd or signalfd description is
     obj: FileObject | None = None
+    #: the session's record of its host descriptors, which a ``host`` description's ``fd`` is in
+    host_fds: HostFds | None = None
     #: a ``console`` description's stream: 1 (standard output) or 2 (standard error)
     stream: int = 1
 
@@ -163,7 +166,10 @@ class FdTable:
 def release(f: OpenFile) -> None:
     """The last descriptor of ``f`` is gone: close the host file, close a pipe's or FIFO's ends."""
     if f.kind == "host" and f.fd >= 0:
-        os.close(f.fd)
+        if f.host_fds is not None:
+            f.host_fds.close(f.fd)
+        else:
+            os.close(f.fd)
         f.fd = -1
     elif f.obj is not None:
         f.obj.release()

@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from kpsdk.targets.unicorn.linux.binds import Bind
+from kpsdk.targets.unicorn.linux.binds import Bind, HostFds
 from kpsdk.targets.unicorn.linux.inodes import (
     MAY_X,
     NAME_MAX,
@@ -107,6 +107,8 @@ class Tree:
         if self.root is not None:
             self._take_host(self.top, self.root)
         self.binds: list[Bind] = []
+        #: the host descriptors the session's guest holds (its binds', its open host files')
+        self.host_fds = HostFds()
         #: a host directory of kpsdk's own where overlay files are written for what must read
         #: them by path (execve), made when first needed (:meth:`.overlay.Sysroot.host`)
         self.private: Path | None = None
@@ -129,9 +131,10 @@ class Tree:
             self.bind(host, guest, writable)
 
     def close(self) -> None:
-        """Let go of the binds' host directories (the session ends)."""
+        """Let go of the binds' host directories and any host file still open (the session ends)."""
         for b in self.binds:
             b.close()
+        self.host_fds.close_all()
 
     # -- building --------------------------------------------------------------------------------
 
@@ -178,7 +181,7 @@ class Tree:
         if not isinstance(d, MemDir) or d.mount is not None:
             raise _GuestErrno(errno.EBUSY)
         try:
-            b = Bind(host, path or "/", writable)
+            b = Bind(host, path or "/", writable, self.host_fds)
         except OSError as e:
             raise host_errno(e) from None
         d.mount = b

@@ -98,7 +98,8 @@ class ProcSelf(ProcessCore):
             fd = os.open(self.exe, os.O_RDONLY | os.O_CLOEXEC)
         except OSError as e:
             raise _GuestErrno(e.errno or errno.ENOENT) from None
-        return OpenFile("host", path=f"/proc/{self.pid}/exe", fd=fd, flags=flags, host=Path(self.exe))
+        return OpenFile("host", path=f"/proc/{self.pid}/exe", fd=self.root.host_fds.add(fd), flags=flags,
+                        host=Path(self.exe), host_fds=self.root.host_fds)
 
     def fd_target(self, fd: int) -> FdTarget | None:
         """Where ``/proc/self/fd/N`` leads the path walk: the guest path of the file open on it
