@@ -52,8 +52,8 @@ def open_elf(rest: str, registry: Registry, abi: str = "user", args: Sequence[st
              env: Mapping[str, str] | None = None, stdin: bytes | None = None,
              sysroot: str | os.PathLike[str] | None = None, cwd: str | None = None,
              bind: Sequence[tuple[str | os.PathLike[str], str, str]] | None = None,
-             schedule_seed: int | None = None, stdout: int | IO[bytes] | None = None,
-             stderr: int | IO[bytes] | None = None,
+             schedule_seed: int | None = None, stdout: int | IO[Any] | None = None,
+             stderr: int | IO[Any] | None = None,
              console_limit: int = CONSOLE_LIMIT, **options: Any) -> UnicornTarget:
     """``elf:PATH``: load an executable's PT_LOAD segments into Unicorn, as the Linux process
     ``execve(PATH, [PATH, *args], env)`` starts (:mod:`kpsdk.targets.unicorn.linux`): ``stdin`` its

@@ -85,6 +85,16 @@ class Ref:
         return "/" + "/".join(self.parts)
 
 
+def proc_fd_number(name: str) -> int | None:
+    """The descriptor ``/proc/self/fd/NAME`` names, as Linux's ``name_to_int`` reads it: ASCII
+    digits only (``²``, ``٣`` and ``+3`` are no number), no leading zero but in ``0`` itself,
+    below 2**32; None for any other name (ENOENT)."""
+    if not name or not name.isascii() or not name.isdigit() or (len(name) > 1 and name[0] == "0"):
+        return None
+    n = int(name)
+    return n if n < 1 << 32 else None
+
+
 class Tree:
     """The session's file system: ``root`` (the sysroot, None: an empty tree) read-only under
     an overlay, the binds over it, kpsdk's ``/tmp``, ``/dev`` and ``/proc``."""
@@ -275,8 +285,9 @@ class Tree:
                     continue
                 done.append(own if len(done) == 1 else part)  # the process's own: made, not the host's
                 stack.append(OWN)
-                if len(done) == 4 and done[2] == "fd" and part.isascii() and part.isdigit() and (todo or follow):
-                    target = self.fd_target(int(part))
+                number = proc_fd_number(part) if len(done) == 4 and done[2] == "fd" else None
+                if number is not None and (todo or follow):
+                    target = self.fd_target(number)
                     if target is not None:
                         links += 1
                         if links > MAX_SYMLINKS:

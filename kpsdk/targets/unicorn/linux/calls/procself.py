@@ -17,12 +17,15 @@ from kpsdk.targets.unicorn.linux.calls.core import ProcessCore
 from kpsdk.targets.unicorn.linux.files import O_ACCMODE, OpenFile, _GuestErrno
 from kpsdk.targets.unicorn.linux.inodes import MemDir, MemNode
 from kpsdk.targets.unicorn.linux.memory import page_up
-from kpsdk.targets.unicorn.linux.tree import FdTarget
+from kpsdk.targets.unicorn.linux.tree import FdTarget, proc_fd_number
 
 
 def own_fd(entry: str) -> int:
-    """N of the /proc/self entry ``fd/N`` (checked digits by ``own_kind``)."""
-    return int(entry.partition("/")[2])
+    """N of the /proc/self entry ``fd/N`` (a name ``own_kind`` found a descriptor by)."""
+    number = proc_fd_number(entry.partition("/")[2])
+    if number is None:
+        raise _GuestErrno(errno.ENOENT)
+    return number
 
 
 class ProcSelf(ProcessCore):
@@ -42,10 +45,10 @@ class ProcSelf(ProcessCore):
         if entry in self.OWN_FILES:
             return "file"
         head, _, fd = entry.partition("/")
-        if head == "fd" and fd.isascii() and fd.isdigit():
-            if int(fd) in self.fds.fds:
+        if head == "fd" and "/" not in fd:
+            if proc_fd_number(fd) in self.fds.fds:
                 return "link"
-            raise _GuestErrno(errno.ENOENT)  # a closed descriptor: ENOENT on Linux too, nothing missing
+            raise _GuestErrno(errno.ENOENT)  # a closed descriptor or no number: ENOENT on Linux too
         self.unimplemented[f"{verb} /proc/self/{entry}"] += 1
         raise _GuestErrno(errno.ENOENT)
 
