@@ -15,6 +15,7 @@ import hashlib
 import io
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -163,3 +164,32 @@ def test_a_session_dropped_without_close_gives_its_guests_host_descriptors_back(
         run_and_drop(exe)
     gc.collect()
     assert open_fds() == before  # was 3 * 1021 more: the last session kept by the timer thread, too
+
+
+#: runs its arguments with standard output to the file named first; prints the child's peak RSS (KiB)
+PEAK_RSS = """
+import resource, subprocess, sys
+with open(sys.argv[1], "wb") as out:
+    subprocess.run(sys.argv[2:], stdout=out, stderr=subprocess.DEVNULL, check=True)
+print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+"""
+
+
+@needs_host_busybox
+def test_kpsdk_probe_prints_the_programs_output_as_it_writes_it(tmp_path: Path) -> None:
+    """200 MB through ``kpsdk probe``: all of it printed (beyond console_limit), in a process
+    that never holds it (its peak RSS is the session's, some 85 MiB; the whole held was 470 MiB)."""
+    busybox = require_tool("busybox", "busybox-static")
+    out = tmp_path / "out"
+    peak = subprocess.run([sys.executable, "-c", PEAK_RSS, str(out), sys.executable, "-m", "kpsdk", "probe", busybox,
+                           "--sysroot", "/", "--strace", "--", "dd", "if=/dev/zero", "bs=1M", "count=200"],
+                          capture_output=True, text=True, check=True, timeout=300)
+    heading = "── program output ".encode()
+    with out.open("rb") as f:
+        head = f.read(200)
+        f.seek(-100, os.SEEK_END)
+        tail = f.read()
+    assert head.startswith(b"0 probe(s) on x86_64: \n" + heading) and head.endswith(b"\0" * 50)
+    assert tail.endswith(b"\x00200+0 records in\n200+0 records out\nexit status 0\n")
+    assert out.stat().st_size > 200 * MIB
+    assert int(peak.stdout) < 150 * 1024, f"kpsdk probe peaked at {peak.stdout.strip()} KiB"

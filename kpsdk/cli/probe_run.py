@@ -9,6 +9,7 @@ the end is what the Python API gives: the output, ``s.list()``,
 
 from __future__ import annotations
 
+import codecs
 import errno
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -86,8 +87,13 @@ class ProbeRun:
     sources: list[SourceProbe] = field(default_factory=list)
     #: --stack: each kprobe/uprobe hit's call stack after its line
     stack: bool = False
+    #: an elf: program's output, printed as it writes it (None: printed from s.console at the end)
+    output: ProgramOutput | None = None
 
     def open(self) -> Session:
+        if self.fn_args is None and self.choice.kind is None and self.choice.spec.startswith("elf:"):
+            self.output = ProgramOutput(self.con)
+            self.choice.options.update(stdout=self.output, stderr=self.output)
         self.session = self.choice.open(self.noprobe)
         return self.session
 
@@ -212,7 +218,9 @@ class ProbeRun:
         s, con = self.session, self.con
         if s is None:
             return
-        if self.fn_args is None and (self.show_console or not self.choice.live):
+        if self.output is not None:
+            self.output.end()
+        elif self.fn_args is None and (self.show_console or not self.choice.live):
             heading(con, "console" if self.choice.kind in ("qemu-system", "gdb") else "program output")
             text = s.console
             con.out(text, end="" if text.endswith("\n") or not text else "\n", highlight=False)
@@ -251,6 +259,42 @@ class ProbeRun:
             raise KpsdkError(f"the program did not exit within {self.timeout:g} s (--timeout)")
         self.con.print(Text(f"stopped after {self.timeout:g} s (--timeout): the target was still running",
                             style="dim"))
+
+
+class ProgramOutput:
+    """An ``elf:`` program's standard output and error as ``kpsdk probe`` shows them: printed as
+    the program writes them, under the "program output" heading (at the first byte), so that a
+    program writing gigabytes streams them (``s.console`` keeps only its tail)."""
+
+    def __init__(self, con: Console) -> None:
+        self.con = con
+        self.started = False
+        self.last = ""
+        self._decode = codecs.getincrementaldecoder("utf-8")("replace").decode
+
+    def _begin(self) -> None:
+        if not self.started:
+            heading(self.con, "program output")
+            self.started = True
+
+    def write(self, data: bytes) -> int:
+        self._begin()
+        self._put(self._decode(data))
+        return len(data)
+
+    def _put(self, text: str) -> None:
+        if text:
+            out = self.con.file
+            out.write(text)
+            out.flush()
+            self.last = text[-1]
+
+    def end(self) -> None:
+        """The run is over: the heading even for no output, the last line ended."""
+        self._begin()
+        self._put(self._decode(b"", final=True))
+        if self.last not in ("", "\n"):
+            self._put("\n")
 
 
 def _probe_addr(s: Session, probe: Any) -> int:
