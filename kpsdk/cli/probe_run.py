@@ -9,7 +9,6 @@ the end is what the Python API gives: the output, ``s.list()``,
 
 from __future__ import annotations
 
-import codecs
 import errno
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -17,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from rich.text import Text
 
 from kpsdk.binfmt.symbols import did_you_mean, is_glob
-from kpsdk.cli.consoles import console, heading
+from kpsdk.cli.consoles import ProgramOutput, console, heading
 from kpsdk.cli.hitregs import check_reg_names, default_regs, show_reg
 from kpsdk.cli.hitstrings import STRING_SLOT, fetch_string, load_strings, show_string, store_strings
 from kpsdk.cli.libraries import MIN_TIMEOUT, run_to_entry, wants_libraries
@@ -92,7 +91,7 @@ class ProbeRun:
 
     def open(self) -> Session:
         if self.fn_args is None and self.choice.kind is None and self.choice.spec.startswith("elf:"):
-            self.output = ProgramOutput(self.con)
+            self.output = ProgramOutput(self.con, "program output")
             self.choice.options.update(stdout=self.output, stderr=self.output)
         self.session = self.choice.open(self.noprobe)
         return self.session
@@ -259,42 +258,6 @@ class ProbeRun:
             raise KpsdkError(f"the program did not exit within {self.timeout:g} s (--timeout)")
         self.con.print(Text(f"stopped after {self.timeout:g} s (--timeout): the target was still running",
                             style="dim"))
-
-
-class ProgramOutput:
-    """An ``elf:`` program's standard output and error as ``kpsdk probe`` shows them: printed as
-    the program writes them, under the "program output" heading (at the first byte), so that a
-    program writing gigabytes streams them (``s.console`` keeps only its tail)."""
-
-    def __init__(self, con: Console) -> None:
-        self.con = con
-        self.started = False
-        self.last = ""
-        self._decode = codecs.getincrementaldecoder("utf-8")("replace").decode
-
-    def _begin(self) -> None:
-        if not self.started:
-            heading(self.con, "program output")
-            self.started = True
-
-    def write(self, data: bytes) -> int:
-        self._begin()
-        self._put(self._decode(data))
-        return len(data)
-
-    def _put(self, text: str) -> None:
-        if text:
-            out = self.con.file
-            out.write(text)
-            out.flush()
-            self.last = text[-1]
-
-    def end(self) -> None:
-        """The run is over: the heading even for no output, the last line ended."""
-        self._begin()
-        self._put(self._decode(b"", final=True))
-        if self.last not in ("", "\n"):
-            self._put("\n")
 
 
 def _probe_addr(s: Session, probe: Any) -> int:
