@@ -50,6 +50,11 @@ CALLS = (
     "pipe", "pipe2", "poll", "ppoll", "ppoll_time64", "getdents64", "readlink", "readlinkat", "access",
     "faccessat", "ftruncate", "ftruncate64", "truncate", "fsync", "getcwd", "chdir", "fchdir", "sendfile",
     "sendfile64", "timerfd_create", "timerfd_settime", "timerfd_gettime", "eventfd2", "futex",
+    "setitimer", "getitimer", "alarm", "select", "_newselect", "pselect6", "epoll_create1", "epoll_ctl",
+    "epoll_pwait2", "rt_sigtimedwait", "utimensat", "getrandom", "copy_file_range", "fallocate", "fadvise64",
+    "fadvise64_64", "flock", "fdatasync", "getdents", "fchmod", "fchown", "fchmodat", "uname", "sysinfo",
+    "getrlimit", "prlimit64", "sched_getaffinity", "rename", "renameat2", "unlink", "unlinkat", "mkdirat",
+    "symlinkat", "linkat", "readahead", "splice", "tee", "ioctl", "statfs", "fstatfs", "getxattr", "fgetxattr",
 )
 SCRATCH_SIZE = 0x2000
 #: paths a program may pass, the odd ones issue 36 named among them
@@ -192,7 +197,7 @@ def errno_or_result(result: int) -> bool:
 
 
 @pytest.mark.parametrize("name", CALLS)
-@settings(max_examples=fuzz_examples(10), deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=fuzz_examples(6), deadline=None, suppress_health_check=list(HealthCheck))
 @given(data=st.data())
 def test_non_memory_calls_answer_an_errno_or_a_result_whatever_their_arguments(guest: Guest, name: str,
                                                                               data: st.DataObject) -> None:
