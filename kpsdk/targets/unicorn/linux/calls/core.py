@@ -181,13 +181,11 @@ class ProcessCore:
     def timespec_ns(self, addr: int, wide: bool = False, micro: bool = False) -> int:
         """The ``struct timespec`` (``timeval``: ``micro``) at ``addr`` in ns, decoded and checked
         as Linux's get_timespec64 and timespec64_valid do: the arch's own layout (two longs), or
-        ``wide``, the time64 one (two 64-bit words, of which a 32-bit arch's kernel takes the
-        nanoseconds' low half); a negative second or a fraction outside ``[0, 1 s)`` is EINVAL;
-        the result is capped at KTIME_MAX (timespec64_to_ktime)."""
+        ``wide``, the time64 one (two 64-bit words, the nanoseconds checked whole, as qemu-user
+        checks them: a 32-bit kernel would drop their high half); a negative second or a fraction
+        outside ``[0, 1 s)`` is EINVAL; the result is capped at KTIME_MAX (timespec64_to_ktime)."""
         if wide:
             sec, frac = struct.unpack(self.order + "qq", self.read(addr, 16))
-            if self.bits == 32:
-                frac = self.sint(frac)
         else:
             sec, frac = struct.unpack(self.order + ("qq" if self.bits == 64 else "ii"), self.read(addr, self.bits // 4))
         scale = 1000 if micro else 1
