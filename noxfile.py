@@ -79,7 +79,7 @@ def fuzz(session: nox.Session) -> None:
 
 @nox.session
 def bench(session: nox.Session) -> None:
-    """The benchmark: prints the tables, writes bench/results/latest.{json,md}, live.md, startup.md, matrix.md.
+    """The benchmark: prints the tables, writes bench/results/latest.{json,md}, live.md, startup.md, tasks.md, matrix.md.
 
     The Qiling comparison runs in its own venv (bench/.qiling-venv), which
     bench/run.py creates with ``pip install qiling`` on the first full run.
@@ -92,6 +92,8 @@ def bench(session: nox.Session) -> None:
     session.run("python", "bench/live.py", "--out", "bench/results/live.md")
     # real Linux programs on Unicorn: busybox sort and a hot libc probe against qemu-user and Qiling
     session.run("python", "bench/linuxprogs.py", "--out", "bench/results/linuxprogs.md")
+    # processes and threads: a thread switch, a 50 MB fork, a pipe round trip; sh, xz -T2, make -j2
+    session.run("python", "bench/tasks.py", "--out", "bench/results/tasks.md")
     # kpsdk matrix: a program corpus bare, on the local pool and on Dask with 1 and 2 workers
     session.install("-e", ".[dask]")
     session.run("python", "bench/matrix.py", "--out", "bench/results/matrix.md")

@@ -12,7 +12,7 @@ loaded from memory, a dereference chain) ended by one *store* that writes it out
 type says: an integer cut to its size, sign and bitfield, a string up to :data:`MAX_STRING`
 bytes, an array.  A load that cannot be read marks the field as a fault.  What a field the
 program cannot compute is (``$comm``, ``\\"text"``: constants; a ``$argN`` of a return)
-raises :class:`NotNative`, and the event keeps the Python path.
+raises :class:`_NotNative`, and the event keeps the Python path.
 
 The core module: the trace package compiles with it, the targets only run what it made
 (tests/test_layers.py: targets and trace meet through the core).
@@ -54,7 +54,7 @@ _HEAD = struct.Struct("<IHHHHBBBxIIII")
 _INSN = struct.Struct("<BBBBIq")
 
 
-class NotNative(Exception):
+class _NotNative(Exception):
     """This argument or filter has no native form: the event keeps the Python path."""
 
 
@@ -123,7 +123,7 @@ class _Builder:
             self.address(node, symbol)
             self.emit(LOADW)
         else:
-            raise NotNative(f"a {kind!r} fetch")
+            raise _NotNative(f"a {kind!r} fetch")
 
     def address(self, node: FetchNode, symbol: Callable[[FetchNode], int]) -> None:
         """Instructions leaving a memory node's address in v."""
@@ -154,9 +154,9 @@ def compile_fetches(arch: Arch, abi: Abi, register: Callable[[str], tuple[int, i
                     string_cap: int = MAX_STRING) -> FetchProgram:
     """The program of one event's arguments, ``(name, tree, type, symbol)`` each, for ``arch``
     with ``abi``'s ``$argN``; ``register(name)`` is the host's id of an arch register and its
-    mask.  Raises :class:`NotNative` where a field has no native form."""
+    mask.  Raises :class:`_NotNative` where a field has no native form."""
     if len(fetches) > MAX_FIELDS:
-        raise NotNative(f"more than {MAX_FIELDS} fields")
+        raise _NotNative(f"more than {MAX_FIELDS} fields")
     b = _Builder(arch, abi, register)
     word = arch.word_size
     plans: list[FieldPlan] = []
@@ -170,7 +170,7 @@ def compile_fetches(arch: Arch, abi: Abi, register: Callable[[str], tuple[int, i
         is_string = argtype.is_string and argtype.name != "symstr"
         size, flags, arg = _convert_flags(argtype, word)
         if size > 8 or size <= 0:
-            raise NotNative(f"an integer of {size} bytes")
+            raise _NotNative(f"an integer of {size} bytes")
         if fetch.is_memory:
             b.address(fetch, symbol)
             if is_string and argtype.count:
@@ -185,7 +185,7 @@ def compile_fetches(arch: Arch, abi: Abi, register: Callable[[str], tuple[int, i
                 max_len += 8 + string_cap + 8
             elif argtype.count:
                 if size * argtype.count > MAX_ARRAY_BYTES or flags & BITFIELD:
-                    raise NotNative(f"an array of {argtype.count} {argtype.name}")
+                    raise _NotNative(f"an array of {argtype.count} {argtype.name}")
                 b.emit(ST_ARR, size=size, flags=flags, arg=argtype.count)
                 plans.append(("arr", nvar, bool(flags & SIGNED)))
                 nvar += 1
@@ -208,7 +208,7 @@ def compile_fetches(arch: Arch, abi: Abi, register: Callable[[str], tuple[int, i
             nscalar += 1
             max_len += 8
     if max_len > MAX_OUTPUT:
-        raise NotNative(f"an output of up to {max_len} bytes")
+        raise _NotNative(f"an output of up to {max_len} bytes")
     program = FetchProgram(b"", plans, nscalar, nvar, max_len, [name for name, *_ in fetches])
     program.code = _encode(arch, b.insns, [], b"", nscalar, nvar, len(fetches), max_len)
     return program
@@ -232,7 +232,7 @@ FilterNode = tuple[Any, ...]
 def with_filter(arch: Arch, program: FetchProgram, tree: FilterNode, kinds: dict[str, str]) -> FetchProgram:
     """``program`` with ``tree`` evaluated at the hit; ``kinds`` says what each filterable field
     of the event holds (``int`` or ``str``: a plain integer or a string; others have no native
-    comparison).  Raises :class:`NotNative` for anything else (a common field, a symbol...)."""
+    comparison).  Raises :class:`_NotNative` for anything else (a common field, a symbol...)."""
     out: list[tuple[int, int, int, int, int, int]] = []
     pool = bytearray()
     depth = [0, 0]
@@ -249,7 +249,7 @@ def with_filter(arch: Arch, program: FetchProgram, tree: FilterNode, kinds: dict
 
     def field_of(name: str) -> tuple[int, FieldPlan]:
         if name not in program.names:
-            raise NotNative(f"the filter reads {name!r}, not one of the event's own fields")
+            raise _NotNative(f"the filter reads {name!r}, not one of the event's own fields")
         slot = program.names.index(name)
         return slot, program.fields[slot]
 
@@ -272,11 +272,11 @@ def with_filter(arch: Arch, program: FetchProgram, tree: FilterNode, kinds: dict
             pattern = node[2]
             if kinds.get(node[1]) != "str" or plan[0] != "str":
                 if kinds.get(node[1]) not in ("int", "str") or plan[0] != kinds.get(node[1]):
-                    raise NotNative(f"{node[1]!r} has no native comparison")
+                    raise _NotNative(f"{node[1]!r} has no native comparison")
                 constant(False)  # a glob on an integer never matches
                 return
             if any(c in pattern for c in "?[") or not pattern.isascii():
-                raise NotNative("a glob with ? or [ (matched by characters, not bytes)")
+                raise _NotNative("a glob with ? or [ (matched by characters, not bytes)")
             data = pattern.encode()
             push(F_GLOB, slot=slot, arg=plan[1], imm=len(pool) | (len(data) << 32))
             pool.extend(data)
@@ -286,29 +286,29 @@ def with_filter(arch: Arch, program: FetchProgram, tree: FilterNode, kinds: dict
             slot, plan = field_of(name)
             kind_of = kinds.get(name)
             if kind_of not in ("int", "str") or plan[0] != kind_of:
-                raise NotNative(f"{name!r} has no native comparison")
+                raise _NotNative(f"{name!r} has no native comparison")
             if (kind_of == "int") != isinstance(want, int):  # an integer against a string: never equal
                 constant(op == "!=")
                 return
             if kind_of == "int":
                 assert isinstance(want, int)
                 if not -(1 << 63) <= want < (1 << 64):
-                    raise NotNative("an integer beyond 64 bits")
+                    raise _NotNative("an integer beyond 64 bits")
                 flags = (SIGNED if plan[2] else 0) | (F_BIG if want >= 1 << 63 else 0)
                 push(F_INT, size=CMP[op], flags=flags, slot=slot, arg=plan[1], imm=want)
             else:
                 if op not in ("==", "!="):
-                    raise NotNative(f"strings compared with {op}")
+                    raise _NotNative(f"strings compared with {op}")
                 data = str(want).encode("utf-8", "surrogatepass")
                 if "\ufffd" in str(want):
-                    raise NotNative("a string with U+FFFD (kpsdk compares decoded strings)")
+                    raise _NotNative("a string with U+FFFD (kpsdk compares decoded strings)")
                 push(F_STR, size=CMP[op], slot=slot, arg=plan[1], imm=len(pool) | (len(data) << 32))
                 pool.extend(data)
             grow(1)
 
     walk(tree)
     if depth[1] > MAX_FILTER_STACK or len(out) > 0xFFFF:
-        raise NotNative("a filter too deep for the native stack")
+        raise _NotNative("a filter too deep for the native stack")
     head = _HEAD.unpack_from(program.code, 0)
     insns = program.code[_HEAD.size:_HEAD.size + head[1] * _INSN.size]
     code = _HEAD.pack(MAGIC, head[1], len(out), head[3], head[4], head[5], head[6], head[7], len(pool),

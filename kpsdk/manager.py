@@ -78,6 +78,18 @@ class ProbeManager:
         self.busy = False  # a handler is running (the kernel's current_kprobe)
         self.blacklist: set[str] = set()
         self._point_of: dict[int, ProbePoint] = {}  # id(probe) -> its point, for O(1) unregister
+        #: whose hits count: None, every task's; else called at each hit, False when the task
+        #: running is not followed (``kpsdk.open(..., follow=False)``: the first process only),
+        #: and then the hit is as if no probe were there (no handler, no count; K6 untouched)
+        self.task_filter: Callable[[], bool] | None = None
+
+    def set_task_filter(self, task_filter: Callable[[], bool] | None) -> None:
+        """Follow only the tasks ``task_filter`` accepts (see :attr:`task_filter`); the points'
+        hit functions are remade: with a filter every hit takes :meth:`pre`/:meth:`post`, which
+        ask it (the inlined one-probe bodies of the targets' hit paths are off)."""
+        self.task_filter = task_filter
+        for point in self.points.values():
+            self._sync(point)
 
     # -- knobs -------------------------------------------------------------
 
@@ -384,7 +396,7 @@ class ProbeManager:
         else:
             active = tuple(p for p in probes if not p.disabled)
         point.active = active
-        point.only = (active[0], handler_arg(active[0])) if len(active) == 1 else None
+        point.only = (active[0], handler_arg(active[0])) if len(active) == 1 and self.task_filter is None else None
         point.needs_step = any(p.post_handler is not None for p in active)
         point.run_pre = self.pre_function(point)
         point.run_post = self.post_function(point) if point.needs_step else None
@@ -400,6 +412,8 @@ class ProbeManager:
         A hit while another probe's handlers run is a reentrant hit: handlers
         are skipped and ``nmissed`` counts it (K6).
         """
+        if self.task_filter is not None and not point.internal and not self.task_filter():
+            return None
         if self.busy:
             for p in point.active:
                 p.nmissed += 1
@@ -444,7 +458,7 @@ class ProbeManager:
         points each held ~430 bytes of function and cells, ~120 this way (issue 38),
         and a hit reads slots as fast as cells.
         """
-        if len(point.active) != 1:
+        if len(point.active) != 1 or self.task_filter is not None:
             return functools.partial(self.pre, point)
         p = point.active[0]
         return _PreOne(self, point, p, handler_arg(p), point.addr).run
@@ -461,7 +475,7 @@ class ProbeManager:
 
     def post(self, point: ProbePoint, regs: PtRegs, next_ip: int) -> None:
         """Run the post_handlers once the instruction has executed (K3)."""
-        if self.busy:
+        if self.busy or self.task_filter is not None and not point.internal and not self.task_filter():
             return
         self.busy = True
         try:
@@ -479,7 +493,7 @@ class ProbeManager:
     def post_function(self, point: ProbePoint) -> Callable[[PtRegs, int], None]:
         """:meth:`post` for ``point``, as :meth:`pre_function` is for :meth:`pre`: one active
         probe gets a body with no loop, the others :meth:`post` itself."""
-        if len(point.active) != 1:
+        if len(point.active) != 1 or self.task_filter is not None:
             post = self.post
             return lambda regs, next_ip: post(point, regs, next_ip)
         p = point.active[0]

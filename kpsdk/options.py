@@ -61,6 +61,10 @@ class OpenOptions(TypedDict, total=False):
     #: same interleaving, output and probe hits every run); an int picks another order and other
     #: quanta, reproducibly for the same int (a way to hunt races) [elf]
     schedule_seed: int | None
+    #: whether probes fire in every process of the program (True, the default, as strace -f) or only
+    #: in the first one, the process the session started (its threads, and what it execs, included;
+    #: not the processes it forks) [elf]
+    follow: bool
     #: gdb hardware breakpoints for probes [qemu-user, qemu-system, gdb]
     hardware_breakpoints: bool
     #: seconds a stalled QEMU or gdb is waited for before the run fails [qemu-user, qemu-system, gdb]

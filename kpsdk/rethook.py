@@ -362,10 +362,11 @@ class ShadowStacks:
             regs.ip = ret
         manager = self.target.manager
         busy, manager.busy = manager.busy, True
+        followed = manager.task_filter is None or manager.task_filter()
         try:
             for node in reversed(group):
                 handler = node.rethook.handler
-                if handler is not None:
+                if handler is not None and followed:
                     handler(node, regs)
         finally:
             manager.busy = busy
@@ -383,8 +384,8 @@ class ShadowStacks:
         rh = node.rethook
         manager = self.target.manager
         busy, manager.busy = manager.busy, True  # a handler's own calls into probed code are reentrant (K6)
-        try:
-            if rh.handler is not None:
+        try:  # a forked child returning through its copy of a call (fork) that follow=False does not follow
+            if rh.handler is not None and (manager.task_filter is None or manager.task_filter()):
                 rh.handler(node, regs)
         finally:
             manager.busy = busy

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import io
 import os
+import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -287,6 +289,39 @@ def test_demo_ends_with_a_pipeline_of_the_machines_own_programs_in_unicorn():
     assert "libc.so.6" in text.getvalue() and f"{result.hits} calls" in text.getvalue()
     assert all(name in text.getvalue() for name in sorted(listing, reverse=True)[:4])
     assert all(f"{name}[" in text.getvalue() for name in ("ls", "sort", "head"))  # hits from each process
+
+
+def test_demo_traces_a_busybox_pipeline_across_its_processes():
+    """The default demo's busybox part: sh -c 'echo hello | tr a-z A-Z' in Unicorn, each hit
+    printed with its task; the processes that write and end are the ones a native run has
+    (strace -f, when installed), and the output is the native run's."""
+    from rich.console import Console
+
+    from kpsdk.demo.pipeline import BUSYBOX, PIPELINE, demo_pipeline, skip_reason
+
+    why = skip_reason()
+    if why is not None:
+        if os.environ.get("CI"):
+            pytest.fail(why)
+        pytest.skip(why)
+    text = io.StringIO()
+    result = demo_pipeline(Console(file=text, width=200))
+    assert result.ok and result.output_ok and result.observed_ok, result.notes
+    shown = text.getvalue()
+    native = subprocess.run([str(BUSYBOX), "sh", "-c", PIPELINE], capture_output=True, text=True, check=True)
+    assert native.stdout.strip() in shown
+    lines = [line.split() for line in shown.splitlines() if line.startswith("   ") and "-10" in line]
+    tasks = {words[0] for words in lines}
+    writes = [(words[0], " ".join(words[1:])) for words in lines if words[1].startswith("write(")]
+    assert writes == [("busybox-1001", "write(1, b'hello\\n', 6)"), ("tr-1002", "write(1, b'HELLO\\n', 6)")]
+    assert {t.rsplit("-", 1)[1] for t in tasks} == {"1000", "1001", "1002"}
+    strace = shutil.which("strace")
+    if strace is not None:  # the same processes write the same bytes natively, and three end
+        out = subprocess.run([strace, "-f", "-qq", "-e", "trace=write,exit_group", "-e", "signal=none",
+                              str(BUSYBOX), "sh", "-c", PIPELINE], capture_output=True, text=True, check=True).stderr
+        native_writes = re.findall(r'write\(1, "(\w+)\\n", 6\)', out)
+        assert native_writes == ["hello", "HELLO"]
+        assert out.count("exit_group(") == sum(1 for words in lines if words[1].startswith("exit_group(")) == 3
 
 
 # -- main(): -p scanned from argv, plugin commands ---------------------------------------------

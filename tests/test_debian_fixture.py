@@ -57,3 +57,48 @@ def test_package_names_are_checked(tmp_path: Path) -> None:
         with pytest.raises(TargetError, match="not a Debian package name"):
             apt.show(bad)
     assert not list(tmp_path.iterdir())  # refused before apt ran
+
+
+def test_show_all_gives_each_packages_newest_version_and_names_a_missing_one(tmp_path: Path) -> None:
+    """From the index read directly (apt's lists inconsistent): one lookup for many packages."""
+    apt = debian.PrivateApt(DebianPort("riscv64", "trixie", "linux-image-riscv64"), root=tmp_path)
+    apt._apt_ok = False  # as after a failed apt-get update
+    index: dict[str, list[debian.Package]] = {}
+    for fields in debian._stanzas(INDEX + f"\nPackage: libc6\nVersion: 2.41-12\nFilename: pool/main/g/glibc/"
+                                           f"libc6_2.41-12_riscv64.deb\nSHA256: {SHA}\nPre-Depends: libgcc-s1\n"):
+        if (pkg := debian._package(fields)) is not None:
+            index.setdefault(pkg.name, []).append(pkg)
+    apt._index = index
+    found = apt.show_all(["libc6", "busybox-static", "libc6"])
+    assert list(found) == ["libc6", "busybox-static"]
+    assert found["busybox-static"].version == "1:1.36.1-10"
+    assert found["libc6"].pre_depends == "libgcc-s1"
+    with pytest.raises(TargetError, match="evil is not in Debian trixie"):
+        apt.show_all(["libc6", "evil"])
+
+
+def test_a_sysroots_closure_follows_depends_and_pre_depends() -> None:
+    """tests/debian_roots.py's closure: the first alternative of each clause, ``awk`` as mawk, the
+    packages only maintainer scripts run left out, one lookup per level of dependencies."""
+    from tests.debian_roots import closure
+
+    def pkg(name: str, depends: str = "", pre: str = "") -> debian.Package:
+        return debian.Package(name, "1", f"pool/main/{name}.deb", SHA, depends, pre)
+
+    known = {p.name: p for p in (pkg("bash", "base-files (>= 2.1.12), debianutils (>= 5.6-0.1)", "libc6, libtinfo6"),
+                                 pkg("base-files", pre="awk"), pkg("mawk", pre="libc6"),
+                                 pkg("debianutils", pre="libc6"), pkg("libc6", "libgcc-s1"), pkg("libgcc-s1"),
+                                 pkg("libtinfo6", "libc6 (>= 2.34)"),
+                                 pkg("readline-common", "dpkg (>= 1.15.4) | install-info"))}
+    asked: list[list[str]] = []
+
+    class Apt:
+        def show_all(self, names: list[str]) -> dict[str, debian.Package]:
+            asked.append(list(names))
+            return {n: known[n] for n in names}
+
+    found = closure(Apt(), ["bash", "readline-common"])  # type: ignore[arg-type]
+    assert [p.name for p in found] == ["base-files", "bash", "debianutils", "libc6", "libgcc-s1", "libtinfo6",
+                                       "mawk", "readline-common"]
+    assert asked == [["bash", "readline-common"], ["libc6", "libtinfo6", "base-files", "debianutils"],
+                     ["libgcc-s1", "mawk"]]

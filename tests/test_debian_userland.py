@@ -13,23 +13,18 @@ programs are Debian's.
 
 from __future__ import annotations
 
-import fcntl
-import hashlib
 import os
-import shutil
 import subprocess
-import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 import kpsdk
-from kpsdk.arch import DebianPort
-from kpsdk.cache import cache_root
 from kpsdk.errors import TargetError
+from tests import debian_roots
 from tests.conftest import DEBIAN_ARCHS, REGISTERED_ARCHS, require_tool
+from tests.debian_roots import merge_usr_and_relink
 
 #: kpsdk's arch -> Debian's architecture, the suite that has it, the qemu-user binary (every arch
 #: Debian builds a port of besides the host's: Arch.debian)
@@ -91,72 +86,21 @@ UNICORN_CANNOT = {("mips", "md5sum"): "Unicorn 2.1.4's MIPS translator dies on m
 
 
 def _finish(root: Path) -> None:
-    """What dpkg and base-files would have done: Debian 13's merged /usr links (``/lib`` is
-    ``usr/lib``), absolute links made relative (qemu's ``-L`` does not follow an absolute link
-    inside its prefix; kpsdk does), and the files the programs read."""
-    for top in ("bin", "sbin", "lib", "lib64"):
-        if not os.path.lexists(root / top) and (root / "usr" / top).is_dir():
-            os.symlink(f"usr/{top}", root / top)
-    for dirpath, dirnames, filenames in os.walk(root):
-        for name in dirnames + filenames:
-            link = Path(dirpath) / name
-            if link.is_symlink() and os.readlink(link).startswith("/"):
-                target = root / os.readlink(link).lstrip("/")
-                link.unlink()
-                link.symlink_to(os.path.relpath(target, link.parent))
-    (root / "etc").mkdir(exist_ok=True)
-    (root / "etc" / "passwd").write_text("root:x:0:0:root:/root:/bin/sh\n")
-    (root / "etc" / "group").write_text("root:x:0:\n")
+    """The sysroot as dpkg would have left it (:func:`tests.debian_roots.merge_usr_and_relink`),
+    and the programs' input."""
+    merge_usr_and_relink(root)
     (root / "work").mkdir()
     (root / "work" / "in.txt").write_bytes(INPUT)
 
 
 #: part of each sysroot's name: a change to how one is made (:func:`_finish`) makes new ones
 LAYOUT = 1
-#: a sysroot of older package versions is removed once it is this old (seconds): a test run
-#: started before Debian's update may still be using it
-STALE_AFTER = 3600
 
 
 def build_userland(debian_arch: str, suite: str) -> Path:
-    """The sysroot of ``debian_arch``, made once per set of package versions in kpsdk's cache.
-
-    One builder at a time (a lock file: pytest-xdist workers, two test runs, and the private
-    apt configuration's package lists are shared).  Offline, the last sysroot made is used."""
-    from kpsdk.debian import PrivateApt
-
-    home = cache_root() / "userland"
-    home.mkdir(parents=True, exist_ok=True)
-    prefix = f"{suite}-{debian_arch}-v{LAYOUT}-"
-    with open(home / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        apt = PrivateApt(DebianPort(debian_arch, suite, "coreutils"))
-        try:
-            pkgs = [apt.show(name) for name in PACKAGES[suite] + MORE_PACKAGES]
-        except TargetError:
-            made = sorted(home.glob(f"{prefix}*/.complete"), key=lambda p: p.stat().st_mtime)
-            if made:
-                return made[-1].parent
-            raise
-        key = hashlib.sha256(" ".join(f"{p.name}={p.version}" for p in pkgs).encode()).hexdigest()[:16]
-        dest = home / f"{prefix}{key}"
-        if (dest / ".complete").exists():
-            return dest
-        with tempfile.TemporaryDirectory(dir=home, prefix=".build-") as tmp:
-            root = Path(tmp) / "root"
-            root.mkdir()
-            for pkg in pkgs:
-                deb = apt.download(pkg, Path(tmp))
-                subprocess.run(["dpkg-deb", "-x", str(deb), str(root)], check=True, capture_output=True)
-            _finish(root)
-            (root / ".complete").touch()
-            if dest.exists():  # an unfinished one (a build killed before its rename): made again
-                shutil.rmtree(dest)
-            root.rename(dest)
-        for old in home.glob(f"{prefix}*"):
-            if old != dest and time.time() - old.stat().st_mtime > STALE_AFTER:
-                shutil.rmtree(old, ignore_errors=True)
-        return dest
+    """The sysroot of ``debian_arch``: :data:`PACKAGES` of its suite and :data:`MORE_PACKAGES`,
+    made once per set of package versions in kpsdk's cache (:func:`tests.debian_roots.build`)."""
+    return debian_roots.build(debian_arch, suite, PACKAGES[suite] + MORE_PACKAGES, f"v{LAYOUT}", _finish)
 
 
 @pytest.fixture(scope="module")

@@ -74,7 +74,13 @@ def compare_vars(program: Path) -> tuple[int, int, list[str]]:
     return equal, total, diffs
 
 
-@pytest.mark.parametrize("arch", sorted(TOOLCHAINS))
+#: arches perf probe cannot answer for on this host: perf 6.1 has no DWARF register table for MIPS
+#: ("Failed to get call frame", then "Failed to find the address of main"); gdb judges them instead
+#: (tests/test_dwarf_gdb.py)
+PERF_CANNOT = frozenset({"mips", "mipsel", "mips64el"})
+
+
+@pytest.mark.parametrize("arch", sorted(set(TOOLCHAINS) - PERF_CANNOT))
 @pytest.mark.parametrize("opt", ["0", "2"])
 def test_fixture_variables_equal_perfs(corpus: Corpus, arch: str, opt: str) -> None:
     equal, total, diffs = compare_vars(corpus.fixture(arch, opt))

@@ -587,7 +587,9 @@ commands = st.one_of(
         option("--timeout", seconds, bad_seconds),
         option("--noprobe", st.sampled_from(["sub", "sub,check"])),
         option("--target", st.sampled_from([f"elf:{PROG}"])),
-    ], flags=("--post", "--failed", "--no-optimize")),
+        option("--bind", st.sampled_from(["/tmp:/out", "/etc:/in:ro", "/tmp:/t:rw"]),
+               st.one_of(cli_text, st.sampled_from(["/tmp", "/tmp:rel", "/tmp:/x:rx", "/nosuch:/x", ":/x"]))),
+    ], flags=("--post", "--failed", "--no-optimize", "--no-follow")),
     command(["trace", "x86_64"], [option("-e", definitions(), st.one_of(definitions(), nasty_text))], [
         option("--filter", nest(filter_leaves), st.one_of(filters, nasty_text)),
         option("--duration", seconds, bad_seconds),
@@ -741,6 +743,48 @@ def test_the_mechanism_option_answers_any_value_on_the_command_line(value: str, 
             *(["-e", "p add"] if command_name == "trace" else ["--kprobe", "add"])]
     result = runner.invoke(app, argv)
     assert result.exit_code == 2 and "--mechanism" in result.output, (argv, result.output)
+    check_cli_result(argv, result.exit_code, result.stderr, result.output)
+
+
+bind_values = st.one_of(
+    cli_text,
+    st.lists(st.sampled_from(["/tmp", "", ":", "/x", "ro", "rw", "RO", "..", "/", "a", "\0", "::", ":ro", "/tmp/"]),
+             max_size=6).map("".join))
+
+
+@settings(max_examples=fuzz_examples(300), deadline=None)
+@given(text=bind_values)
+def test_a_bind_parses_or_is_a_usage_error(text: str) -> None:
+    """``--bind HOST_DIR:GUEST_DIR[:ro|rw]``: three fields (an existing host directory, an absolute
+    guest path without '..', ro or rw) that give back the text, or a usage error naming --bind;
+    never another exception."""
+    import typer
+
+    from kpsdk.cli.parsing import parse_bind, parse_binds
+
+    try:
+        host, guest, mode = parse_bind(text)
+    except typer.BadParameter as e:
+        assert e.param_hint == "--bind"
+        event("refused")
+        return
+    event("taken")
+    assert os.path.isdir(host) and guest.startswith("/") and ".." not in guest.split("/") and mode in ("ro", "rw")
+    assert text in (f"{host}:{guest}", f"{host}:{guest}:{mode}")
+    assert parse_binds([text]) == [(host, guest, mode)]  # one bind alone: kpsdk.open's checks pass too
+
+
+@settings(max_examples=fuzz_examples(40), deadline=None)
+@given(values=st.lists(bind_values, min_size=1, max_size=3), command_name=st.sampled_from(["trace", "probe"]))
+def test_any_bind_on_the_command_line_is_a_usage_error_or_reaches_the_kind_check(values: list[str],
+                                                                               command_name: str) -> None:
+    """Whatever --bind's values, the command answers exit 2 naming --bind before anything starts:
+    a malformed one, or (all well formed) --bind on a qemu-user target, which takes none."""
+    binds = [w for v in values for w in ("--bind", v)]
+    argv = [command_name, "--target", "qemu-user:/bin/true", *binds,
+            *(["-e", "p add"] if command_name == "trace" else ["--kprobe", "add"])]
+    result = runner.invoke(app, argv)
+    assert result.exit_code == 2 and "--bind" in result.output, (argv, result.output)
     check_cli_result(argv, result.exit_code, result.stderr, result.output)
 
 

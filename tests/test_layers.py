@@ -233,3 +233,17 @@ def test_each_allowed_exception_is_still_used(allowed: tuple[str, str, str]) -> 
     who, what, how = allowed
     assert RANK[layer_of(what)] > RANK[layer_of(who)] or extension_of(who) != extension_of(what)
     assert any(imp.importer == who and _under(imp.imported, what) and imp.how == how for imp in ALL_IMPORTS)
+
+
+def test_every_package_is_in_the_wheel() -> None:
+    """pyproject.toml lists the packages the wheel holds (kpsdk/plugins and kpsdk/arch_backends are
+    links, which automatic discovery would not follow): each package of the tree is listed, or an
+    installed kpsdk fails at its first import of it."""
+    import tomllib
+
+    root = Path(__file__).resolve().parent.parent
+    listed = set(tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {str(Path(d).relative_to(root)).replace("/", ".")
+             for d, _, files in os.walk(root / "kpsdk", followlinks=True)
+             if "__init__.py" in files and "fixtures/src" not in d}
+    assert found <= listed, f"not in pyproject.toml's packages: {sorted(found - listed)}"

@@ -252,11 +252,11 @@ def test_own_proc_is_the_program_not_kpsdks_process(tmp_path: Path) -> None:
         if os.environ.get("CI"):
             pytest.fail(message)
         pytest.skip(message)
-    out, status, s = under_kpsdk(BUSYBOX, ["cat", "/proc/self/environ", "/proc/self/status"],
+    out, status, s = under_kpsdk(BUSYBOX, ["cat", "/proc/self/environ", "/proc/self/limits"],
                                  {"ONLY": "this"}, b"", Path("/"))
-    assert out == "ONLY=this\0cat: can't open '/proc/self/status': No such file or directory\n"
+    assert out == "ONLY=this\0cat: can't open '/proc/self/limits': No such file or directory\n"
     assert status == 1
-    assert s.syscalls_unimplemented == {"open /proc/self/status": 1}
+    assert s.syscalls_unimplemented == {"open /proc/self/limits": 1}
     # /dev/stdin is a link to /proc/self/fd/0: the program's own standard input, not kpsdk's; and
     # /dev/stderr, /dev/stdout lead to its console, also for writing
     out, status, s = under_kpsdk(BUSYBOX, ["cat", "/dev/stdin"], {}, b"piped in\n", Path("/"))

@@ -26,7 +26,7 @@ class LiveLike:
 
     def __init__(self, arch: str) -> None:
         self.arch = kpsdk.get_registry().arch(arch)
-        self.manager = SimpleNamespace(busy=False)
+        self.manager = SimpleNamespace(busy=False, task_filter=None)
         self.rethook: ShadowStacks | None = None
         self.memory: dict[int, int] = {}
         self.breakpoints: dict[int, int] = {}  # address -> nodes using it

@@ -238,6 +238,27 @@ def test_hist_tables_counted_in_c_are_pythons(arch: str, monkeypatch: pytest.Mon
     assert "Dropped: 172" in native and "~ 2^" in native
 
 
+def _libc_malloc_hist() -> tuple[str, int]:
+    """The hist file of a hist trigger on libc's malloc in /bin/echo, and the records seen."""
+    records: list[TraceRecord] = []
+    with kpsdk.open("elf:/bin/echo", sysroot="/", args=["hi"]) as s:
+        trace = s.trace(["p:m libc.so.6:malloc size=$arg1:u64"], sink=records.append,
+                        triggers=["m:hist:keys=size.log2"])
+        assert s.run(timeout=60) == 0
+        return trace.hist_text(), len(records)
+
+
+def test_a_hist_counted_in_c_keeps_the_hits_of_the_python_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An event whose hits come through the hook path (a library's uprobe) while its trigger
+    is counted in C: the table holds those hits (settling C's table wrote over them: Hits: 0)."""
+    native, records = _libc_malloc_hist()
+    monkeypatch.setattr(native_module, "ENABLED", False)
+    python, python_records = _libc_malloc_hist()
+    assert records == python_records > 0
+    assert native == python
+    assert f"Hits: {records}" in native
+
+
 def test_kpsdk_trace_count_keeps_the_python_path(tmp_path: Path) -> None:
     """--count stops the run at the N-th record's hit: events stay on the Python path for it."""
     from tests.test_trace_run import invoke

@@ -31,17 +31,23 @@ def heading(con: Console, title: str) -> None:
     con.print(Text(f"── {title} " + "─" * max(4, 40 - len(title)), style="bold dim"))
 
 
+#: the most of a line a program's output holds back waiting for its end (then printed in parts)
+LINE_LIMIT = 1 << 16
+
+
 class ProgramOutput:
     """An ``elf:`` program's standard output and error as the commands show them (its
-    ``stdout=``/``stderr=``): printed on ``con`` as the program writes them, under heading
-    ``title`` (at the first byte; None: none), so that a program writing gigabytes streams
-    them (``s.console`` keeps only its tail)."""
+    ``stdout=``/``stderr=``): printed on ``con`` a line at a time as the program writes them
+    (so that hit and ``--strace`` lines fall between lines; a line past :data:`LINE_LIMIT` in
+    parts), under heading ``title`` (at the first line; None: none).  A program writing
+    gigabytes streams them: ``s.console`` keeps only its tail, this at most a line."""
 
     def __init__(self, con: Console, title: str | None = None) -> None:
         self.con = con
         self.title = title
         self.started = False
         self.last = ""
+        self._pending = ""
         self._decode = codecs.getincrementaldecoder("utf-8")("replace").decode
 
     def _begin(self) -> None:
@@ -51,12 +57,15 @@ class ProgramOutput:
             self.started = True
 
     def write(self, data: bytes) -> int:
-        self._begin()
-        self._put(self._decode(data))
+        pending = self._pending + self._decode(data)
+        cut = pending.rfind("\n") + 1 or (len(pending) if len(pending) >= LINE_LIMIT else 0)
+        self._pending = pending[cut:]
+        self._put(pending[:cut])
         return len(data)
 
     def _put(self, text: str) -> None:
         if text:
+            self._begin()
             out = self.con.file
             out.write(text)
             out.flush()
@@ -65,6 +74,7 @@ class ProgramOutput:
     def end(self, newline: bool = True) -> None:
         """The run is over: the heading even for no output, the last line ended (``newline``)."""
         self._begin()
-        self._put(self._decode(b"", final=True))
+        self._put(self._pending + self._decode(b"", final=True))
+        self._pending = ""
         if newline and self.last not in ("", "\n"):
             self._put("\n")

@@ -4,7 +4,7 @@ A name is a register of the architecture (or an alias), a role (``ip``,
 ``sp``, ``return_value``) or ``argN``, the N-th argument by the session's
 calling convention, counted from 1 as the kernel's ``$argN`` (``arg1`` is the first:
 every name the CLI prints for an argument is numbered so).  Names are checked when the probes are registered, so a
-typo is an error at once, never at the first hit.
+typo is an error at once, never at the first hit.  A hit line starts with :func:`hit_head`.
 """
 
 from __future__ import annotations
@@ -12,12 +12,15 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import typer
+from rich.text import Text
 
+from kpsdk.binfmt.symbols import shown_name
 from kpsdk.errors import TargetFault, UnknownNameError, shown
 
 if TYPE_CHECKING:
     from kpsdk.arch import Arch
     from kpsdk.regs import PtRegs
+    from kpsdk.session import Session
 
 #: argument numbers (argN, --string-arg N) go from 1 to this: the kernel's $argN limit,
 #: PARAM_MAX_STACK (kpsdk.trace.grammar), which no stack reaches
@@ -71,3 +74,18 @@ def show_reg(regs: PtRegs, name: str) -> str:
         return f"{name}={read_reg(regs, name):#x}"
     except TargetFault:
         return f"{name}=(fault)"
+
+
+def hit_head(s: Session, n: int) -> Text:
+    """A hit line's start, ``[n] ``; in a Unicorn Linux program that has made a second task, the
+    task the hit is in follows, ``comm-pid `` as a trace's prefix shows it (``sh-1001``: the
+    processes of a pipeline told apart).  Live targets' lines keep ``[n]`` alone (their task is
+    a guest memory read per hit)."""
+    head = Text(f"[{n}] ", style="bold")
+    from kpsdk.targets.unicorn.processes import TaskSupport
+
+    if isinstance(s.target, TaskSupport):
+        task = s.target.task_info()
+        if task is not None:
+            head.append(f"{shown_name(task.comm)}-{task.pid} ", style="dim")
+    return head

@@ -67,6 +67,11 @@ StdinOpt = Annotated[str | None, typer.Option(
     "--stdin", metavar="FILE", rich_help_panel=TARGET_PANEL,
     help="ELF in Unicorn, qemu-user: the program's standard input, read from FILE ('-': kpsdk's own). "
          "Default: empty.")]
+BindOpt = Annotated[list[str] | None, typer.Option(
+    "--bind", metavar="HOST_DIR:GUEST_DIR[:ro|rw]", rich_help_panel=TARGET_PANEL,
+    help="ELF in Unicorn (a Linux program): the host directory HOST_DIR at GUEST_DIR in the program's tree; "
+         "rw (the default) writes through to the host, the one way a program's files reach it; ro answers "
+         "every change with EROFS. Repeatable; binds may not nest.")]
 KernelOpt = Annotated[str | None, typer.Option(
     "--kernel", metavar="VMLINUZ", rich_help_panel=TARGET_PANEL,
     help="qemu-system: the kernel image to boot (its symbols come from its own kallsyms table "
@@ -131,6 +136,7 @@ class TargetOptions:
     prog_arg: ProgArgOpt = None
     sysroot: SysrootOpt = None
     stdin: StdinOpt = None
+    bind: BindOpt = None
     call: CallOpt = None
     kernel: KernelOpt = None
     initrd: InitrdOpt = None
@@ -183,7 +189,7 @@ class TargetOptions:
             refuse_call(kind, "--target")
         given = given_target_options(
             self.prog_arg, self.kernel, self.initrd, self.append, self.symbols, self.arch, self.qemu_arg,
-            sysroot=self.sysroot, stdin=self.stdin, mechanism=self.mechanism, abi=self.abi)
+            sysroot=self.sysroot, stdin=self.stdin, mechanism=self.mechanism, abi=self.abi, bind=self.bind)
         given[PROGRAM_ARGS] = args
         choice = choose_target(self.target_arg, self.target, given)
         if self.call is not None:
@@ -250,13 +256,16 @@ def given_target_options(prog_arg: list[str] | None, kernel: str | None, initrd:
                          symbols: str | None, arch: str | None,
                          qemu_arg: list[str] | None = None, sysroot: str | None = None,
                          stdin: str | None = None, mechanism: str | None = None,
-                         abi: str | None = None) -> dict[str, Any]:
+                         abi: str | None = None, bind: list[str] | None = None) -> dict[str, Any]:
     """The target options' values by option name, as ``choose_target`` checks them (None: not given).
-    ``--stdin FILE`` is read here (its bytes are the option's value)."""
+    ``--stdin FILE`` is read here (its bytes are the option's value), ``--bind`` parsed
+    (:func:`kpsdk.cli.parsing.parse_binds`)."""
+    from kpsdk.cli.parsing import parse_binds
+
     return {"--arg": prog_arg, "--kernel": kernel, "--initrd": initrd, "--append": append, "--symbols": symbols,
             "--arch": arch, "--qemu-arg": qemu_arg or None, "--sysroot": sysroot,
             "--stdin": None if stdin is None else read_stdin(stdin), "--mechanism": check_mechanism(mechanism),
-            "--abi": check_abi(abi)}
+            "--abi": check_abi(abi), "--bind": parse_binds(bind)}
 
 
 def check_abi(value: str | None) -> str | None:

@@ -147,3 +147,53 @@ def refuse_inputs(out: Path, option: str, inputs: list[tuple[str, Path]]) -> Non
         if same:
             raise typer.BadParameter(f"{str(out)!r} is {what} ({str(path)!r}): writing there would overwrite it; "
                                      "give another file", param_hint=option)
+
+
+#: ``--bind``'s modes: read-only, or writes reaching the host
+BIND_MODES = ("ro", "rw")
+BIND_USAGE = "want HOST_DIR:GUEST_DIR[:ro|rw], GUEST_DIR absolute and without ':'"
+
+
+def parse_bind(text: str) -> tuple[str, str, str]:
+    """``HOST_DIR:GUEST_DIR[:ro|rw]`` -> ``(HOST_DIR, GUEST_DIR, mode)`` for ``kpsdk.open(bind=...)``,
+    ``rw`` when no mode is given (as ``docker -v``); a usage error naming ``--bind`` otherwise.
+    The text is split at its last ':'s: GUEST_DIR holds none, HOST_DIR is what is left before
+    it (a ':' in it works).  The host directory must exist."""
+    head, sep, last = text.rpartition(":")
+    if sep and last in BIND_MODES:
+        text, mode = head, last
+    elif sep and ":" in head and not last.startswith("/"):  # HOST:GUEST:MODE with another MODE
+        raise typer.BadParameter(f"{shown(last)} is not a mode: ro or rw ({BIND_USAGE})", param_hint="--bind")
+    else:
+        mode = "rw"
+    host, sep, guest = text.rpartition(":")
+    if not sep or not host or not guest:
+        raise typer.BadParameter(f"{shown(text)}: {BIND_USAGE}", param_hint="--bind")
+    if "\0" in host or "\0" in guest:
+        raise typer.BadParameter(f"{shown(text)} contains a NUL byte: not a directory name", param_hint="--bind")
+    if not guest.startswith("/") or ".." in guest.split("/"):
+        raise typer.BadParameter(f"{shown(guest)}: the guest directory must be an absolute path without '..'",
+                                 param_hint="--bind")
+    try:
+        is_dir = os.path.isdir(host)
+    except (OSError, ValueError):
+        is_dir = False
+    if not is_dir:
+        raise typer.BadParameter(f"the host directory {shown(host)} does not exist or is not a directory",
+                                 param_hint="--bind")
+    return host, guest, mode
+
+
+def parse_binds(values: list[str] | None) -> list[tuple[str, str, str]] | None:
+    """Every ``--bind`` parsed (:func:`parse_bind`), then checked together as ``kpsdk.open`` checks
+    them (binds at one guest directory, or one inside another, hide each other): None when none."""
+    if not values:
+        return None
+    binds = [parse_bind(v) for v in values]
+    from kpsdk.targets.unicorn.linux import check_binds
+
+    try:
+        check_binds(binds)
+    except ArgumentError as e:
+        raise typer.BadParameter(str(e).removeprefix("elf: "), param_hint="--bind") from None
+    return binds

@@ -25,7 +25,7 @@ from kpsdk.cli.parsing import check_seconds, file_location, parse_where, split_c
 from kpsdk.cli.probe_run import ProbeRun, probe_class
 from kpsdk.cli.sourceprobes import SourceProbe, split_probe
 from kpsdk.cli.strace import StracePrinter
-from kpsdk.cli.target_choice import LIVE_TIMEOUT, UNICORN_TIMEOUT, close_session, refuse_names_without_symbols
+from kpsdk.cli.target_choice import LIVE_TIMEOUT, close_session, refuse_names_without_symbols
 from kpsdk.session import RESTYPES
 
 if TYPE_CHECKING:
@@ -92,8 +92,13 @@ def cmd_probe(
         help="s.kprobes_optimization = False: every probe takes the breakpoint path.")] = False,
     timeout: Annotated[float | None, typer.Option(
         "--timeout", metavar="S", show_default=False, rich_help_panel=TARGET_PANEL, callback=check_seconds,
-        help=f"Stop the target after S seconds, a positive number; inf: no limit (default: {UNICORN_TIMEOUT:g} "
-             f"in Unicorn, {LIVE_TIMEOUT:g} on a live target).")] = None,
+        help="Stop the target after S seconds, a positive number; inf: no limit (default: none in Unicorn, "
+             f"where a program runs until it ends or Ctrl-C; {LIVE_TIMEOUT:g} on a live target).")] = None,
+    follow: Annotated[bool, typer.Option(
+        "--follow/--no-follow", rich_help_panel=TARGET_PANEL,
+        help="Unicorn Linux programs: probes fire in every process the program makes (the default, as strace "
+             "-f), or with --no-follow only in the first one, the program started (its threads and what it "
+             "execs included; not the children it forks).")] = True,
     noprobe: NoprobeOpt = None,
     pid: PidOpt = None,
     strace: Annotated[bool, typer.Option(
@@ -127,13 +132,19 @@ def cmd_probe(
 
     All probes are registered at once or none (an error rolls the others back,
     K8); then the target runs until it ends (the program exits, the guest powers
-    off) or --timeout.  Ctrl-C stops it: the session is closed, QEMU and gdb are
+    off) or --timeout (a program in Unicorn has no time limit unless
+    --timeout gives one; a live target 120 s).  Ctrl-C stops it: the session is closed, QEMU and gdb are
     reaped, the summary is printed and the exit status is 130.
 
     [bold]Each hit prints a line[/bold], as it happens:
 
       \\[n] SYM+OFF (ADDRESS) reg=value ... argN="..."   a kprobe, before the instruction runs
       \\[n] r SYM ret=VALUE argN="..."                    a kretprobe, when SYM returns
+
+    In a program run in Unicorn that has made a second task, the task follows
+    \\[n] as a trace's prefix names it, comm-pid: \\[2] tr-1002 write+0x0 ...
+    (--follow, the default, probes every process, as strace -f; --no-follow
+    the first one only).
 
     At a function's first instruction the arguments are where the calling
     convention puts them (the kernel's on qemu-system and gdb://), so
@@ -164,6 +175,7 @@ def cmd_probe(
     wheres = [*points.kprobes, *(k for _, k in points.kretprobes)]
     refuse_names_without_symbols(choice, [w["symbol_name"] for w in wheres if w.get("symbol_name") is not None])
     _check_strace(choice, strace)
+    _check_follow(choice, follow)
     reg = kpsdk.get_registry()
     _check_probe_types(reg, points)
     run = ProbeRun(choice, points.kprobes, points.kretprobes, strings, failed, maxactive, post,
@@ -238,6 +250,18 @@ def _check_strace(choice: TargetChoice, strace: bool) -> None:
         raise typer.BadParameter(f"a {choice.kind} target's system calls are run by QEMU or a real kernel, "
                                  "unseen by kpsdk: --strace needs a program run in Unicorn (TARGET a program, "
                                  "no --target or --pid)", param_hint="--strace")
+
+
+def _check_follow(choice: TargetChoice, follow: bool) -> None:
+    """--no-follow chooses among the processes of kpsdk's Linux layer: ``follow=False`` for an ELF
+    run in Unicorn; a live target's processes are QEMU's or a real kernel's."""
+    if follow:
+        return
+    if choice.live or not choice.spec.startswith("elf:"):
+        where = f"a {choice.kind} target's" if choice.live else f"{choice.spec}'s"
+        raise typer.BadParameter(f"{where} processes are not kpsdk's Linux layer's: --no-follow needs a program run "
+                                 "in Unicorn (TARGET a program, no --target or --pid)", param_hint="--no-follow")
+    choice.options["follow"] = False
 
 
 def _check_probe_types(reg: Registry, points: ProbePoints) -> None:

@@ -17,7 +17,7 @@ from rich.text import Text
 
 from kpsdk.binfmt.symbols import did_you_mean, is_glob
 from kpsdk.cli.consoles import ProgramOutput, console, heading
-from kpsdk.cli.hitregs import check_reg_names, default_regs, show_reg
+from kpsdk.cli.hitregs import check_reg_names, default_regs, hit_head, show_reg
 from kpsdk.cli.hitstrings import STRING_SLOT, fetch_string, load_strings, show_string, store_strings
 from kpsdk.cli.libraries import MIN_TIMEOUT, run_to_entry, wants_libraries
 from kpsdk.cli.returns import ThreadErrno, failure_text, signed_return
@@ -201,7 +201,7 @@ class ProbeRun:
                     return
                 line.failed += 1
             hit[0] += 1
-            text = Text(f"[{hit[0]}] ", style="bold").append(f"r {line.name}", style="magenta")
+            text = hit_head(s, hit[0]).append(f"r {line.name}", style="magenta")
             text.append(f" ret={ret}")
             if self.failed:
                 failure = failure_text(ret, kernel, thread_errno.read() if thread_errno is not None else None)
@@ -287,7 +287,7 @@ def _printers(s: Session, con: Console, names: list[str], hit: list[int], post: 
         where_of["w"] = f"{s.symbols.format(ip)} ({ip:#x})"
         values = " ".join([show_reg(regs, n) for n in names]
                           + [show_string(n, *fetch_string(s, regs, n)) for n in strings or []])
-        con.print(Text(f"[{hit[0]}] ", style="bold").append(where_of["w"], style="cyan").append(f" {values}"),
+        con.print(hit_head(s, hit[0]).append(where_of["w"], style="cyan").append(f" {values}"),
                   soft_wrap=True)
         if stack:
             print_stack(s, con, regs)
@@ -296,7 +296,7 @@ def _printers(s: Session, con: Console, names: list[str], hit: list[int], post: 
     def post_handler(p: Any, regs: PtRegs, flags: int) -> None:
         hit[0] += 1
         ip = regs.ip
-        con.print(Text(f"[{hit[0]}] ", style="bold").append("post ", style="magenta")
+        con.print(hit_head(s, hit[0]).append("post ", style="magenta")
                   .append(where_of.get("w", "?"), style="cyan")
                   .append(f" -> ip={ip:#x} ({s.symbols.format(ip)})"), soft_wrap=True)
 

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
 
+from kpsdk.cli.hitregs import hit_head
 from kpsdk.debuginfo import is_source_point
 from kpsdk.errors import DebugInfoError, KprobeError, OptimizedOutError, TargetFault
 
@@ -174,7 +175,7 @@ def _printer(session: Session, probe: SourceProbe, con: Console, hit: list[int],
         ip = regs.ip
         if ip not in lines:
             lines[ip] = _source_line(session, ip)
-        text = Text(f"[{hit[0]}] ", style="bold").append(f"{session.symbols.format(ip)} ({ip:#x})", style="cyan")
+        text = hit_head(session, hit[0]).append(f"{session.symbols.format(ip)} ({ip:#x})", style="cyan")
         if lines[ip]:
             text.append(f" {lines[ip]}", style="dim")
         text.append(" " + " ".join(read_variables(regs, probe.variables)))

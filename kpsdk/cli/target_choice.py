@@ -12,6 +12,7 @@ because they depend on the kind of target.
 
 from __future__ import annotations
 
+import math
 import signal
 import threading
 from dataclasses import dataclass
@@ -36,6 +37,7 @@ TARGET_OPTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
     PROGRAM_ARGS: ("args", ("qemu-user", "elf", "native")),
     "--sysroot": ("sysroot", ("elf", "qemu-user", "gdb", "native", "pid")),
     "--stdin": ("stdin", ("elf", "qemu-user", "native")),
+    "--bind": ("bind", ("elf",)),
     "--abi": ("abi", ("gdb",)),
     "--kernel": ("kernel", ("qemu-system",)),
     "--initrd": ("initrd", ("qemu-system",)),
@@ -50,8 +52,9 @@ BUILTIN_KINDS = ("elf", "unicorn", *LIVE_KINDS)
 #: the live kinds that run a program kpsdk starts: ``--target KIND`` alone takes it from TARGET
 PROGRAM_KINDS = ("qemu-user", "native")
 TARGET_SPECS = "qemu-user:PROG, qemu-system:ARCH, gdb://HOST:PORT, native:PROG, pid:PID, elf:PATH, unicorn:ARCH"
-#: default --timeout: a program in Unicorn, a live target
-UNICORN_TIMEOUT = 5.0
+#: default --timeout: a program in Unicorn (none: it runs until it ends, Ctrl-C stops it, as it would
+#: natively; ``python3 -c 'import json'`` takes ~17 s emulated), a live target
+UNICORN_TIMEOUT = math.inf
 LIVE_TIMEOUT = 120.0
 
 

@@ -17,7 +17,8 @@ and checks, with real probes, that:
    ``[DISABLED]``, hits and misses).
 
 The default run (no architecture chosen) ends with one of the machine's own
-programs, dynamically linked, in Unicorn (:mod:`kpsdk.demo.linux`).
+programs, dynamically linked, in Unicorn (:mod:`kpsdk.demo.linux`), and a busybox
+pipeline traced across its processes, each hit naming its task (:mod:`kpsdk.demo.pipeline`).
 
 An architecture Unicorn cannot run would be reported with the reason, which is
 not a failure of the demo (every one runs today, ppc64 included).  Only the ``kpsdk demo`` command
@@ -291,6 +292,13 @@ def run_demo(archs: list[str] | tuple[str, ...] | None, console: Console) -> lis
         except KpsdkError as e:
             console.print(Text(f"error running /bin/ls: {e}", style="bold red"))
             results.append(ArchResult("/bin/ls", error=str(e), real_program=True))
+        from kpsdk.demo.pipeline import ROW, demo_pipeline
+
+        try:
+            results.append(demo_pipeline(console))
+        except KpsdkError as e:
+            console.print(Text(f"error running the busybox pipeline: {e}", style="bold red"))
+            results.append(ArchResult(ROW, error=str(e), real_program=True))
     console.print(summary_table(results))
     console.print(Text("Next: kpsdk probe x86_64 --kprobe fact   kpsdk disasm riscv64 check   "
                        "(the demo's code: kpsdk/demo/programs.py)", style="dim"))

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any, cast
 
-from kpsdk.fetchprog import FetchProgram, NotNative, compile_fetches, with_filter
+from kpsdk.fetchprog import FetchProgram, _NotNative, compile_fetches, with_filter
 from kpsdk.trace.nativetext import TextLines, text_lines
 
 if TYPE_CHECKING:
@@ -183,7 +183,7 @@ class NativeTrace:
                     return None
                 kinds = {a.name: _kind(a.type) for a in event.args}
                 program = with_filter(arch, program, trace.filter.tree, kinds)
-        except NotNative:
+        except _NotNative:
             return None
         return program
 

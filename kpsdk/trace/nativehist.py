@@ -47,7 +47,11 @@ class CHist(ctypes.Structure):
                 ("entries", ctypes.c_void_p)]
 
 
-class NotCounted(Exception):
+#: sums wrap as the kernel's u64 do
+U64 = (1 << 64) - 1
+
+
+class _NotCounted(Exception):
     """The trigger has no native form."""
 
 
@@ -58,7 +62,7 @@ class NativeHist:
         spec = trigger.spec
         layout = trigger.layout
         if spec.name or trigger.filter is not None or spec.paused or layout is not spec:
-            raise NotCounted("a named, filtered or paused trigger")
+            raise _NotCounted("a named, filtered or paused trigger")
         self.trigger = trigger
         names = native.program.names
         self.c = CHist()
@@ -76,6 +80,9 @@ class NativeHist:
         self._entries = (ctypes.c_uint64 * (ENTRY * layout.size))()
         c.index = ctypes.addressof(self._index)
         c.entries = ctypes.addressof(self._entries)
+        #: what the last settle took from C (its entries, hits and drops): the next adds the rest
+        self._settled: dict[tuple[int | str, ...], tuple[list[int], str]] = {}
+        self._settled_counts = (0, 0)
 
     def _field(self, out: _HistField, field: HistField, native: NativeEvent, names: list[str], key: bool) -> None:
         source = field.field.source
@@ -84,10 +91,10 @@ class NativeHist:
             self._stamps.append(True)
             return
         if source != "field" or field.string or field.name not in names:
-            raise NotCounted(f"{field.name}: not an integer field of the event")
+            raise _NotCounted(f"{field.name}: not an integer field of the event")
         plan = native.program.fields[names.index(field.name)]
         if plan[0] != "int":
-            raise NotCounted(f"{field.name}: not an integer field")
+            raise _NotCounted(f"{field.name}: not an integer field")
         out.src, out.index, out.slot = FIELD, plan[1], names.index(field.name)
         out.bits, out.is_signed = min(8 * field.field.size, 64), int(field.field.signed)
         if key:
@@ -100,11 +107,35 @@ class NativeHist:
                 out.mode, out.buckets = BUCKETS, field.buckets
 
     def settle(self, tasks: list[tuple[TaskInfo, int]]) -> None:
-        """The C table into the trigger's: entries in the order their keys came, hits, drops."""
+        """What C counted since the last settle added to the trigger's table: entries in the
+        order their keys came, hits, drops.  Added, not written over: the same event's hits on
+        the Python path (a point the hook path serves, such as a library's uprobe in another
+        process) are counted there by the trigger itself."""
         c = self.c
         table = self.trigger._table
-        table.hits, table.dropped = int(c.hits), int(c.dropped)
-        entries: dict[tuple[int | str, ...], _Entry] = {}
+        counted = self._counted(tasks)
+        before, self._settled = self._settled, counted
+        hits, dropped = int(c.hits), int(c.dropped)
+        (old_hits, old_dropped), self._settled_counts = self._settled_counts, (hits, dropped)
+        table.hits = (table.hits + hits - old_hits) & U64
+        table.dropped += dropped - old_dropped
+        entries = table.entries
+        for key, (sums, comm) in counted.items():
+            old = before.get(key)
+            delta = sums if old is None else [(a - b) & U64 for a, b in zip(sums, old[0], strict=True)]
+            entry = entries.get(key)
+            if entry is not None:
+                entry.sums = [(a + b) & U64 for a, b in zip(entry.sums, delta, strict=True)]
+            elif len(entries) < self.trigger.layout.size:
+                entries[key] = _Entry(key, list(delta), comm)
+            else:  # the table is full: the kernel drops a new key's hit
+                table.dropped += delta[0]
+
+    def _counted(self, tasks: list[tuple[TaskInfo, int]]) -> dict[tuple[int | str, ...], tuple[list[int], str]]:
+        """The C table's entries by key (two tasks' stamps with one pid summed into one, as
+        Python keys it): their sums (hitcount first) and comm, cumulative since the start."""
+        c = self.c
+        out: dict[tuple[int | str, ...], tuple[list[int], str]] = {}
         nkeys, nvals = int(c.nkeys), int(c.nvals)
         raw = self._entries
         for i in range(int(c.count)):
@@ -113,20 +144,19 @@ class NativeHist:
             key = tuple(int(task.pid if task is not None else 0) if self._stamps[k] else int(raw[base + k])
                         for k in range(nkeys))
             sums = [int(raw[base + 3])] + [int(raw[base + 4 + k]) for k in range(nvals)]
-            entry = entries.get(key)
-            if entry is None:
+            found = out.get(key)
+            if found is None:
                 pid = task.pid if task is not None else 0
-                comm = "<idle>" if pid == 0 else (task.comm if task is not None else "<...>")
-                entries[key] = _Entry(key, sums, comm)
-            else:  # two tasks' stamps with one pid: one entry, as Python keys it
-                entry.sums = [(a + b) & ((1 << 64) - 1) for a, b in zip(entry.sums, sums, strict=True)]
-        table.entries = entries
+                out[key] = (sums, "<idle>" if pid == 0 else (task.comm if task is not None else "<...>"))
+            else:
+                out[key] = ([(a + b) & U64 for a, b in zip(found[0], sums, strict=True)], found[1])
+        return out
 
 
 def native_hist(native: NativeEvent, trigger: HistTrigger, word: int) -> NativeHist | None:
     """``trigger`` counted in C for ``native`` (None: it keeps the Python path)."""
     try:
         return NativeHist(native, trigger, word)
-    except NotCounted:
+    except _NotCounted:
         return None
 

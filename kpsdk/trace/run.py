@@ -26,7 +26,7 @@ from kpsdk.cli.command import program_words
 from kpsdk.cli.exits import INTERRUPTED
 from kpsdk.cli.options import NoprobeOpt, TargetOptions, takes_target_options
 from kpsdk.cli.parsing import check_out_path, check_seconds, refuse_inputs, split_commas
-from kpsdk.cli.target_choice import LIVE_KINDS, LIVE_TIMEOUT, UNICORN_TIMEOUT, TargetChoice
+from kpsdk.cli.target_choice import LIVE_KINDS, LIVE_TIMEOUT, TargetChoice
 from kpsdk.errors import KpsdkError, UnknownNameError
 from kpsdk.kernel.tasks import PID_MAX_LIMIT, check_comm
 from kpsdk.trace.functions import FunctionsError, check_templates
@@ -166,8 +166,8 @@ def cmd_trace(
         help="At the end, what the target printed (program output, serial console), on stderr.")] = False,
     duration: Annotated[float | None, typer.Option(
         "--duration", metavar="S", show_default=False, rich_help_panel=LIMITS_PANEL, callback=check_seconds,
-        help=f"Stop after S seconds, a positive number; inf: no limit (default: {UNICORN_TIMEOUT:g} in Unicorn, "
-             f"{LIVE_TIMEOUT:g} on a live target). Reaching it is not an error.")] = None,
+        help="Stop after S seconds, a positive number; inf: no limit (default: none in Unicorn, where a program "
+             f"runs until it ends or Ctrl-C; {LIVE_TIMEOUT:g} on a live target). Reaching it is not an error.")] = None,
     count: Annotated[int | None, typer.Option(
         "--count", metavar="N", min=1, rich_help_panel=LIMITS_PANEL,
         help="Stop after N records.")] = None,

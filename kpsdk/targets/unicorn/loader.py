@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import platform
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from kpsdk.arch import Arch
     from kpsdk.binfmt.elfimage import ElfImage
     from kpsdk.registry import Registry
+    from kpsdk.targets.unicorn.linux.kernel import LinuxKernel
 
 #: where a ``unicorn:`` target puts kpsdk's area (an ``elf:`` one puts it above the program)
 BLANK_AREA = 0x76000000
@@ -52,22 +53,26 @@ def open_elf(rest: str, registry: Registry, abi: str = "user", args: Sequence[st
              env: Mapping[str, str] | None = None, stdin: bytes | None = None,
              sysroot: str | os.PathLike[str] | None = None, cwd: str | None = None,
              bind: Sequence[tuple[str | os.PathLike[str], str, str]] | None = None,
-             schedule_seed: int | None = None, stdout: int | IO[Any] | None = None,
-             stderr: int | IO[Any] | None = None,
-             console_limit: int = CONSOLE_LIMIT, **options: Any) -> UnicornTarget:
+             schedule_seed: int | None = None, follow: bool = True, stdout: int | IO[Any] | None = None,
+             stderr: int | IO[Any] | None = None, console_limit: int = CONSOLE_LIMIT,
+             **options: Any) -> UnicornTarget:
     """``elf:PATH``: load an executable's PT_LOAD segments into Unicorn, as the Linux process
     ``execve(PATH, [PATH, *args], env)`` starts (:mod:`kpsdk.targets.unicorn.linux`): ``stdin`` its
     standard input, ``sysroot`` the directory it sees as ``/`` (read-only, under the session's
     in-memory overlay), ``cwd`` its working directory in there, ``bind`` host directories
-    mapped into its tree; ``stdout``/``stderr`` where its output is streamed as written, of
-    which ``s.console`` keeps the last ``console_limit`` bytes (:mod:`kpsdk.targets.unicorn.output`)."""
+    mapped into its tree; ``follow=False`` lets probes fire in the first process only, not in
+    the processes it forks (strace without ``-f``; its threads and what it execs stay followed);
+    ``stdout``/``stderr`` where its output is streamed as written, of which ``s.console`` keeps
+    the last ``console_limit`` bytes (:mod:`kpsdk.targets.unicorn.output`)."""
     from kpsdk.binfmt.elfimage import load_elf  # pyelftools loads when first used (start-up time)
 
     if options:
         raise TargetError(f"elf: unknown options {', '.join(options)} (known: abi, args, env, stdin, sysroot, cwd, "
-                          "bind, schedule_seed, stdout, stderr, console_limit)")
+                          "bind, schedule_seed, follow, stdout, stderr, console_limit)")
     if schedule_seed is not None and (not isinstance(schedule_seed, int) or isinstance(schedule_seed, bool)):
         raise ArgumentError(f"elf: schedule_seed must be an int or None, not {type(schedule_seed).__name__}")
+    if not isinstance(follow, bool):
+        raise ArgumentError(f"elf: follow must be True or False, not {type(follow).__name__}")
     check_options(args, env, stdin, sysroot, cwd, bind)  # bad options first, before the file is read
     limit = check_limit(console_limit)
     out, err = check_destination(stdout, "stdout"), check_destination(stderr, "stderr")
@@ -105,6 +110,9 @@ def open_elf(rest: str, registry: Registry, abi: str = "user", args: Sequence[st
             target.fast.write(arch.register(name), value)
     if arch.entry_address_register is not None:
         target.fast.write(arch.register(arch.entry_address_register), image.entry)
+    if not follow and not linux:
+        raise ArgumentError(f"elf: follow=False chooses a Linux program's processes; {arch.name} programs run "
+                            "without the Linux layer (one task)")
     if linux:
         area = target.sentinel
         reserved = [(area, area + AREA_SIZE), (STACK_TOP - STACK_SIZE, STACK_TOP)]
@@ -112,8 +120,24 @@ def open_elf(rest: str, registry: Registry, abi: str = "user", args: Sequence[st
         assert target.kernel is not None and pages is not None
         target.kernel.pages = pages
         target.kernel.sched.reseed(schedule_seed)
+        if not follow:
+            target.manager.set_task_filter(first_process_only(target.kernel))
         target.call_sp = min(target.call_sp, target.fast.read(arch.register(arch.sp)) - 0x100)
     return target
+
+
+def first_process_only(kernel: LinuxKernel) -> Callable[[], bool]:
+    """The probes' task filter of ``follow=False``: the task running is one of the first
+    process's (the one the session started; its pid is kept across its execve)."""
+    current = kernel.current
+    assert current is not None
+    pid = current.process.pid
+
+    def followed() -> bool:
+        task = kernel.current
+        return task is None or task.process.pid == pid
+
+    return followed
 
 
 def runs_natively(arch: Arch) -> bool:

@@ -154,12 +154,12 @@ class NativeTraceHost:
     # -- what the trace side attaches -------------------------------------------------------
 
     def register_id(self, name: str) -> tuple[int, int]:
-        """Unicorn's id of an arch register, and its mask (NotNative where Unicorn has none)."""
+        """Unicorn's id of an arch register, and its mask (_NotNative where Unicorn has none)."""
         reg = self.target.arch.register(name)
         if reg.uc is None:
-            from kpsdk.fetchprog import NotNative
+            from kpsdk.fetchprog import _NotNative
 
-            raise NotNative(f"Unicorn has no register {name}")
+            raise _NotNative(f"Unicorn has no register {name}")
         return reg.uc, reg.mask
 
     def new_ring(self, consume: Callable[[memoryview, int], None], task_stamp: Callable[[], int],

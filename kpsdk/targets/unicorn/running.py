@@ -20,7 +20,7 @@ from kpsdk.errors import TargetError, TargetFault
 from kpsdk.targets.unicorn.timer import emu_start
 
 if TYPE_CHECKING:
-    from kpsdk.arch import Arch
+    from kpsdk.arch import Arch, InstructionSet
     from kpsdk.binfmt.symbols import SymbolTable
     from kpsdk.manager import ProbeManager, ProbePoint
     from kpsdk.regs import PtRegs
@@ -82,6 +82,9 @@ class RunHost(Protocol):
 
     def begin_at(self, addr: int, point: ProbePoint | None = None) -> int: ...
 
+    def running_iset(self) -> InstructionSet:
+        """The instruction set the CPU is in now (the arch's ``mode_bit``)."""
+
     def read_memory(self, addr: int, size: int) -> bytes: ...
 
     def is_mapped(self, addr: int) -> bool: ...
@@ -133,8 +136,16 @@ class Runner:
     def run_slice(self, timeout: float | None) -> None:
         """Run the CPU from its pc until a hook or the kernel stops it (one turn of the kernel's
         loop; a fault the kernel turns into a signal ends the slice)."""
+        self._emu(self._resume_pc(), self.host.sentinel, timeout)
+
+    def _resume_pc(self) -> int:
+        """Where the current task goes on: its pc, in the instruction set its CPU state says
+        (ARM's CPSR.T, kept in each task's saved registers).  Never the symbol the address
+        falls in (:meth:`begin_at`): the symbols are the first program's, and another process
+        (a child after ``execve``) has other code at the same address."""
         host = self.host
-        self._emu(host.begin_at(host.fast.read(self._pc)), host.sentinel, timeout)
+        pc = host.fast.read(self._pc)
+        return pc | 1 if host.arch.has_thumb and host.running_iset().thumb_bit else pc
 
     def _emu(self, begin: int, until: int, timeout: float | None) -> None:
         host = self.host
@@ -178,7 +189,7 @@ class Runner:
                 continue
             resume = host.watch.resume_after_fault() if host.watch is not None else None  # a watched access
             if resume is None and host.kernel is not None and host.kernel.expand_stack(error):
-                resume = host.begin_at(host.fast.read(self._pc))  # the access again, the stack grown under it
+                resume = self._resume_pc()  # the access again, the stack grown under it
             if resume is None:
                 resume = self._instruction_fault(error)
             if resume is None and host.kernel is not None and self.depth == 0 and host.kernel.fault(error):

@@ -73,6 +73,9 @@ class SyscallGlue:
         self._errnos = dict(linux.errnos) if linux is not None else {}
         self._error_register = linux.error_register if linux is not None else None
         self._sp = host.arch.register(host.arch.sp)
+        #: the call's number and argument registers, looked up once (each call reads them all)
+        self._number_reg = host.arch.register(table.number)
+        self._arg_regs = tuple(host.arch.register(r) for r in table.args)
         self._pc = host.arch.register(host.arch.pc)
         self._output = output
         self._pending_libraries = libraries.pending  # the same list: never rebound
@@ -99,10 +102,10 @@ class SyscallGlue:
     def syscall(self) -> None:
         """The system call the CPU is making now: announced, served, answered."""
         sys = self._sys
-        read = lambda name: self.fast.read(self.arch.register(name))  # noqa: E731
-        nr = read(sys.number)
+        read = self.fast.read
+        nr = read(self._number_reg)
         calls = sys.calls
-        args = tuple(read(r) for r in sys.args)
+        args = tuple([read(r) for r in self._arg_regs])
         if sys.stack_args:  # o32's 5th to 8th arguments, from the caller's stack
             args += self._stack_args(sys.stack_args, sys.stack_args_offset)
         call = SyscallEvent(nr, self._syscall_names.get(nr, f"syscall_{nr}"), args, self.fast.read(self._pc))

@@ -666,7 +666,10 @@ class UnicornTarget(GuestMemory, ReturnProbes, TaskSupport):
             self.native_trace.refresh()
 
     def native_tracer(self) -> NativeTraceHost | None:
-        """Trace events run in C here (:mod:`.nativetrace`; None: no C compiler)."""
+        """Trace events run in C here (:mod:`.nativetrace`; None: no C compiler, or hits that
+        count only in some tasks, ``follow=False``: the C hook does not ask the task filter)."""
+        if self.manager.task_filter is not None:
+            return None
         if not self._native_asked:
             self._native_asked = True
             self.native_trace = native_trace_host(self)

@@ -104,9 +104,9 @@ class PluginNativeHost:
         reg = self.target.arch.register(name)
         index = self.target._register_index(reg.gdb)
         if index is None:
-            from kpsdk.fetchprog import NotNative
+            from kpsdk.fetchprog import _NotNative
 
-            raise NotNative(f"the plugin cannot read {name}")
+            raise _NotNative(f"the plugin cannot read {name}")
         return index, reg.mask
 
     def new_ring(self, consume: Callable[[memoryview, int], None], task_stamp: Callable[[], int]) -> PluginRing:

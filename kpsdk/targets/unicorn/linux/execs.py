@@ -97,8 +97,10 @@ def execve(process: ProcessCore, path_addr: int, argv_addr: int, envp_addr: int)
     for _ in range(MAX_SCRIPTS + 1):
         parts = process.root.walk(path, process.base(AT_FDCWD, path))
         own = process.root.own(parts)
+        guest = "/" + "/".join(parts)
         if own == "exe":  # /proc/self/exe: the process's own program, wherever it is on the host
             host = Path(process.exe)
+            guest = process.exe  # what the link names (the file's probes follow it, not /proc/PID/exe)
         else:
             host = process.root.host(parts)
         try:
@@ -131,7 +133,7 @@ def execve(process: ProcessCore, path_addr: int, argv_addr: int, envp_addr: int)
             or image.kind not in ("ET_EXEC", "ET_DYN"):
         raise _GuestErrno(errno.ENOEXEC)
     task = process.task
-    task.exec_plan = ExecPlan("/" + "/".join(parts), host, image, argv, envp, filename)
+    task.exec_plan = ExecPlan(guest, host, image, argv, envp, filename)
     process.kernel.stop(EXEC)
     return None
 

@@ -135,6 +135,10 @@ class LinuxKernel:
         """Ids are given out from ``pid`` (the first process's, which the program is told)."""
         self._next_id = pid
 
+    def is_pid(self, name: str) -> bool:
+        """Whether ``name`` (a /proc entry) is the pid of an emulated process, zombies included."""
+        return name.isascii() and name.isdigit() and len(name) < 12 and int(name) in self.processes
+
     def new_id(self) -> int:
         """A fresh task id (a process's pid is its first task's id, as on Linux)."""
         tid = self._next_id
@@ -150,6 +154,8 @@ class LinuxKernel:
         self.tasks[task.tid] = task
         process = task.process
         self.processes.setdefault(process.pid, process)
+        process.root.other_pid = self.is_pid  # one tree: every process's /proc/PID is made (procself)
+        process.root.pids = self.processes.keys
         if task not in process.threads:
             process.threads.append(task)
         if runnable:

@@ -1,4 +1,6 @@
-"""The program's own ``/proc/self``: its maps, command line, environment, auxv and executable.
+"""The program's own ``/proc/self``: its maps, command line, environment, auxv and executable;
+its ``comm``, ``stat`` and ``status``.  Every emulated process's ``/proc/PID`` is made the same
+way from that process.
 
 With the host's root as the sysroot, ``/proc/self`` would be kpsdk's own Python process:
 a program reading ``/proc/self/maps`` (glibc's ``pthread_getattr_np`` does, to find the
@@ -71,3 +73,37 @@ def maps(regions: Iterable[tuple[int, int, int]], names: dict[tuple[int, int], t
 def nul_separated(items: Iterable[bytes]) -> bytes:
     """``cmdline`` and ``environ``: each string followed by a NUL."""
     return b"".join(item + b"\0" for item in items)
+
+
+#: /proc/PID/stat's fields (fs/proc/array.c, do_task_stat): 52 of them since Linux 3.5
+STAT_FIELDS = 52
+#: PF_RANDOMIZE... what a user process's flags show at rest (PF_RANDOMIZE only: 0x400000)
+_PF_FLAGS = 0x400000
+#: RLIM_INFINITY as rsslim prints it
+_RLIM_INFINITY = 2**64 - 1
+
+
+def stat_line(pid: int, comm: str, state: str, ppid: int, pgid: int, sid: int, threads: int, vsize: int,
+              exit_signal: int) -> bytes:
+    """``/proc/PID/stat``: one line of 52 fields as Linux writes it; what kpsdk does not keep
+    (fault counts, times, addresses of the image) is 0, as for a process that hides them."""
+    fields: list[object] = [pid, f"({comm})", state, ppid, pgid, sid, 0, -1, _PF_FLAGS,
+                            0, 0, 0, 0, 0, 0, 0, 0, 20, 0, threads, 0, 0, vsize, 0, _RLIM_INFINITY]
+    fields += [0] * (STAT_FIELDS - len(fields))
+    fields[37] = exit_signal  # the 38th, exit_signal
+    return (" ".join(str(f) for f in fields) + "\n").encode()
+
+
+def status(comm: str, umask: int, state: str, pid: int, ppid: int, uid: int, gid: int, max_fd: int,
+           groups: list[int], threads: int) -> bytes:
+    """``/proc/PID/status``: the lines kpsdk knows, in Linux's order and format (tab after the
+    colon; FDSize the descriptor table's size, 64 and doubled as Linux grows it; Groups each
+    supplementary group, a space after the list)."""
+    fdsize = 64
+    while fdsize <= max_fd:
+        fdsize *= 2
+    lines = [("Name", comm), ("Umask", f"{umask:04o}"), ("State", state), ("Tgid", pid), ("Ngid", 0),
+             ("Pid", pid), ("PPid", ppid), ("TracerPid", 0), ("Uid", "\t".join([str(uid)] * 4)),
+             ("Gid", "\t".join([str(gid)] * 4)), ("FDSize", fdsize),
+             ("Groups", " ".join(str(g) for g in groups) + " "), ("Threads", threads)]
+    return "".join(f"{key}:\t{value}\n" for key, value in lines).encode()

@@ -372,10 +372,10 @@ def _restart(kernel: LinuxKernel) -> None:
     arch = kernel.arch
     fast = kernel.host.fast
     pc = arch.register(arch.pc)
-    size = kernel.abi.syscall_insn_size
+    size, thumb = kernel.abi.syscall_insn_size, 0
     if arch.mode_bit is not None and kernel.host.running_iset().thumb_bit:  # type: ignore[attr-defined]
-        size = 2
-    fast.write(pc, fast.read(pc) - size)
+        size, thumb = 2, 1  # and the pc written with bit 0, as Unicorn's ARM pc keeps the CPU in Thumb state
+    fast.write(pc, (fast.read(pc) - size) | thumb)
 
 
 def alarm(kernel: LinuxKernel, process: LinuxProcess) -> None:

@@ -15,7 +15,9 @@ looked up but the sysroot's and the binds' own files.  The process's own ``/proc
 (``/proc/self``, ``/proc/thread-self``, ``/proc/PID``) is recognised on the way, however a
 path reaches it, and never looked up on the host (with the host's root as the sysroot,
 ``/proc/self`` would be kpsdk's own Python process): the walk names it, the calls make it
-(:mod:`~kpsdk.targets.unicorn.linux.calls.procself`).
+(:mod:`~kpsdk.targets.unicorn.linux.calls.procself`).  So is every other emulated process's
+``/proc/PID`` (:attr:`Tree.other_pid`; :attr:`Ref.pid` says whose); a number under ``/proc``
+that is no emulated process's pid is ``ENOENT``, never a host process.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import errno
 import os
 import stat as st
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from kpsdk.targets.unicorn.linux.binds import Bind, HostFds
@@ -58,6 +60,10 @@ DEV_LINKS = (("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"), ("stde
 FdTarget = tuple[str, MemNode | None]
 
 
+#: the inode numbers /proc's listing gives the emulated processes' directories (plus the pid)
+PROC_PID_INO = 0x7F000000
+
+
 class _Own:
     """Where a walk is inside the process's own /proc (no inode: the calls make its entries)."""
 
@@ -71,14 +77,15 @@ class Ref:
     a call that makes it).  ``own``: what follows ``/proc/self/`` when the path is the
     process's own /proc.  ``last``: the path's last component as written, ``"norm"`` (a
     name), ``"dot"``, ``"dotdot"`` or ``"root"``, which Linux's calls that make or remove a
-    name check; ``slash``: the path ended with ``/``."""
+    name check; ``slash``: the path ended with ``/``.  ``pid``: with ``own``, the other
+    emulated process whose ``/proc/PID`` it is (None: the process's own)."""
 
-    __slots__ = ("parts", "parent", "name", "node", "own", "last", "slash")
+    __slots__ = ("parts", "parent", "name", "node", "own", "last", "slash", "pid")
 
     def __init__(self, parts: list[str], parent: Dir | None, name: str, node: Node | None, last: str,
-                 slash: bool, own: str | None = None) -> None:
+                 slash: bool, own: str | None = None, pid: int | None = None) -> None:
         self.parts, self.parent, self.name, self.node = parts, parent, name, node
-        self.own, self.last, self.slash = own, last, slash
+        self.own, self.last, self.slash, self.pid = own, last, slash, pid
 
     @property
     def path(self) -> str:
@@ -108,6 +115,11 @@ class Tree:
         #: where the link ``/proc/self/fd/N`` leads (set by the process): a file's guest path and,
         #: for a file of the overlay, the inode itself; None for kpsdk's pipes and a closed N
         self.fd_target: Callable[[int], FdTarget | None] = lambda fd: None
+        #: whether a name under /proc is the pid of another emulated process (set by the kernel):
+        #: its ``/proc/PID`` is made from that process, as the running one's is
+        self.other_pid: Callable[[str], bool] = lambda name: False
+        #: every emulated process's pid (set by the kernel): /proc's listing shows them
+        self.pids: Callable[[], Iterable[int]] = lambda: [int(self.own_pid)] if self.own_pid is not None else []
         self.cred = cred if cred is not None else Cred()
         if capacity is None:  # as tmpfs: half the machine's memory
             capacity = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 2
@@ -277,6 +289,12 @@ class Tree:
                     done.pop()
                     stack.pop()
                 continue
+            if own is not None and done == ["proc"] and part != own and part.isascii() and part.isdigit():
+                if not self.other_pid(part):
+                    raise _GuestErrno(errno.ENOENT)  # no such emulated process (the host's are not seen)
+                done.append(part)  # another process's own /proc: made from it too, never the host's
+                stack.append(OWN)
+                continue
             if own is not None and (done == ["proc"] and part in ("self", "thread-self", own)
                                     or done[:2] == ["proc", own]):
                 if done[2:] == ["task"] and part == own:  # /proc/PID/task/PID: the one thread is the process
@@ -336,7 +354,8 @@ class Tree:
         parent = stack[-2] if len(stack) > 1 else None
         name = done[-1] if done else ""
         if isinstance(end, _Own):
-            return Ref(done, None, name, None, last, slash, own="/".join(done[2:]))
+            return Ref(done, None, name, None, last, slash, own="/".join(done[2:]),
+                       pid=int(done[1]) if done[1] != own else None)
         if own is not None and done[:2] == ["proc", own]:  # never: every step there is OWN
             raise _GuestErrno(errno.ENOENT)
         return Ref(done, parent if isinstance(parent, MemDir | HostNode) else None, name, end, last, slash)
@@ -383,6 +402,12 @@ class Tree:
                 raise host_errno(e) from None
         for name, node in d.entries.items():
             names[name] = (node.ino, st.S_IFMT(node.mode))
+        if self.own_pid is not None and isinstance(d, MemDir) and d.name == "proc" and d.parent is self.top:
+            # /proc: the emulated processes' directories, never the host's (ps, pgrep, pidof list them)
+            for name in [n for n in names if n.isascii() and n.isdigit()]:
+                del names[name]
+            for pid in self.pids():
+                names[str(pid)] = (PROC_PID_INO + pid, st.S_IFDIR)
         return sorted((name, ino, kind) for name, (ino, kind) in names.items())
 
     def dir_nlink(self, d: MemDir) -> int:

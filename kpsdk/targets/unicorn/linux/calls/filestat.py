@@ -49,7 +49,7 @@ class StatCalls(PathCalls):
         follow = not flags & AT_SYMLINK_NOFOLLOW
         ref = self.lookup(dirfd, path, follow)
         if ref.own is not None:
-            return self._own_stat(ref.own, path, follow)
+            return self.proc_of(ref)._own_stat(ref.own, path, follow)
         if ref.node is None:
             raise _GuestErrno(errno.ENOENT)
         return self.root.stat(ref.node)
@@ -215,7 +215,7 @@ class StatCalls(PathCalls):
         ref = self.existing(dirfd, path_addr, follow, flags)
         node = ref.node
         if ref.own is not None:
-            values = self._own_stat(ref.own, self.string(path_addr) if path_addr else "", follow)
+            values = self.proc_of(ref)._own_stat(ref.own, self.string(path_addr) if path_addr else "", follow)
         else:
             assert node is not None
             values = node.stat()

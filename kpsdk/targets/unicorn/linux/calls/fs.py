@@ -64,7 +64,8 @@ class FsCalls(PathCalls):
         else:
             nofollow = bool(flags & bits.nofollow) or flags & (O_CREAT | O_EXCL) == O_CREAT | O_EXCL
             ref = self.lookup(dirfd, path, follow=not nofollow)
-            f = self.open_own(ref.own, path, flags) if ref.own is not None else self.open_ref(ref, flags, mode)
+            f = self.proc_of(ref).open_own(ref.own, path, flags) if ref.own is not None \
+                else self.open_ref(ref, flags, mode)
         try:
             return self.fds.install(f, cloexec=bool(flags & self.o_cloexec))
         except _GuestErrno:
@@ -394,11 +395,12 @@ class FsCalls(PathCalls):
         if own == "" and last in ("self", "thread-self"):  # the links to the process's own directory
             target = str(self.pid) if last == "self" else f"{self.pid}/task/{self.task.tid}"
         elif own is not None:
-            if self.own_kind(own, "readlink") != "link":
+            proc = self.proc_of(ref)
+            if proc.own_kind(own, "readlink") != "link":
                 raise _GuestErrno(errno.EINVAL)  # a directory or a file, not a link
             if not last:
                 raise _GuestErrno(errno.ENOTDIR)  # "exe/", "fd/2/": a file, not a directory
-            target = self.own_link(own)
+            target = proc.own_link(own)
         elif ref.node is None:
             raise _GuestErrno(errno.ENOENT)
         else:
@@ -430,7 +432,7 @@ class FsCalls(PathCalls):
         path = self.string(path_addr)
         ref = self.root.find(path, self.cwd)
         if ref.own is not None:
-            if self.own_kind(ref.own, "chdir") != "dir":
+            if self.proc_of(ref).own_kind(ref.own, "chdir") != "dir":
                 raise _GuestErrno(errno.ENOTDIR)
         elif ref.node is None:
             raise _GuestErrno(errno.ENOENT)

@@ -2,7 +2,9 @@
 
 Not calls: what ``open``, ``stat``, ``readlink`` and ``chdir`` (:mod:`.fs`, :mod:`.filestat`)
 ask when the path walk ends in the process's own /proc (``/proc/self``, ``/proc/thread-self``,
-``/proc/PID``: :meth:`~kpsdk.targets.unicorn.linux.files.Sysroot.own`).  The bytes of its files
+``/proc/PID``: :meth:`~kpsdk.targets.unicorn.linux.files.Sysroot.own`), or in another emulated
+process's ``/proc/PID``: the calls then ask that process (:meth:`ProcSelf.proc_of`), whose
+entries are made the same way from it.  The bytes of its files
 are made by :mod:`kpsdk.targets.unicorn.linux.procfs`.
 """
 
@@ -11,13 +13,15 @@ from __future__ import annotations
 import errno
 import os
 from pathlib import Path
+from typing import Self
 
 from kpsdk.targets.unicorn.linux import procfs
-from kpsdk.targets.unicorn.linux.calls.core import ProcessCore
+from kpsdk.targets.unicorn.linux.calls.core import PPID, ProcessCore
 from kpsdk.targets.unicorn.linux.files import O_ACCMODE, OpenFile, _GuestErrno
 from kpsdk.targets.unicorn.linux.inodes import MemDir, MemNode
 from kpsdk.targets.unicorn.linux.memory import page_up
-from kpsdk.targets.unicorn.linux.tree import FdTarget, proc_fd_number
+from kpsdk.targets.unicorn.linux.tasks import RUNNABLE, STOPPED
+from kpsdk.targets.unicorn.linux.tree import FdTarget, Ref, proc_fd_number
 
 
 def own_fd(entry: str) -> int:
@@ -32,7 +36,34 @@ class ProcSelf(ProcessCore):
     """The entries of the process's own /proc, for the calls that walk paths."""
 
     #: the files of its own /proc/self kpsdk makes (:mod:`kpsdk.targets.unicorn.linux.procfs`)
-    OWN_FILES = ("maps", "cmdline", "environ", "auxv")
+    OWN_FILES = ("maps", "cmdline", "environ", "auxv", "comm", "stat", "status")
+
+    def proc_of(self, ref: Ref) -> Self:
+        """The process whose /proc a walk ended in (``ref.own`` set): this one, or the other
+        emulated process of ``ref.pid`` (ENOENT once it is gone: reaped between walk and call)."""
+        if ref.pid is None or ref.pid == self.pid:
+            return self
+        other = self.kernel.processes.get(ref.pid) if self.kernel is not None else None
+        if not isinstance(other, type(self)):  # None: gone; else every process is a LinuxProcess
+            raise _GuestErrno(errno.ENOENT)
+        return other
+
+    def proc_state(self) -> tuple[str, str]:
+        """The process's state as /proc shows it: the letter and its name (fs/proc/array.c)."""
+        if not self.threads or self.exit_status is not None:
+            return "Z", "zombie"
+        current = self.kernel.current if self.kernel is not None else None
+        states = {task.state for task in self.threads}
+        if current is not None and current in self.threads or RUNNABLE in states:
+            return "R", "running"
+        if STOPPED in states:
+            return "T", "stopped"
+        return "S", "sleeping"
+
+    def proc_comm(self) -> str:
+        """The name /proc/PID/comm shows: the thread-group leader's (``prctl(PR_SET_NAME)``'s)."""
+        leader = self.threads[0] if self.threads else None
+        return (leader.comm if leader is not None and leader.comm else None) or self.comm
 
     def own_kind(self, entry: str, verb: str) -> str:
         """What ``/proc/self/ENTRY`` is: ``dir`` (itself, ``fd``), ``link`` (``exe``, ``fd/N`` of an
@@ -66,7 +97,25 @@ class ProcSelf(ProcessCore):
             return procfs.nul_separated(self.argv)
         if entry == "environ":
             return procfs.nul_separated(self.envp)
+        if entry in ("comm", "stat", "status"):
+            return self._proc_text(entry)
         return self.auxv
+
+    def _proc_text(self, entry: str) -> bytes:
+        """``comm``, ``stat`` and ``status`` of the process, in Linux's formats (procfs)."""
+        comm = self.proc_comm()
+        if entry == "comm":
+            return f"{comm}\n".encode()
+        letter, name = self.proc_state()
+        ppid = self.parent.pid if self.parent is not None else PPID
+        threads = max(len(self.threads), 1)
+        if entry == "stat":
+            vsize = sum(hi - lo for lo, hi, _ in self.mem.table.regions())
+            return procfs.stat_line(self.pid, comm, letter, ppid, self.pgid, self.sid, threads, vsize,
+                                    self.exit_signal)
+        fds = max(self.fds.fds, default=0)
+        return procfs.status(comm, self.umask, f"{letter} ({name})", self.pid, ppid, os.getuid(), os.getgid(),
+                             fds, os.getgroups(), threads)  # the ids getuid, getgroups... answer
 
     def own_link(self, entry: str) -> str:
         """Where the link ``/proc/self/ENTRY`` points: the program, or an open descriptor's file."""
