@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TypedDict
+from typing import IO, Any, TypedDict
 
 #: default ``stall_limit``: how long QEMU may stay stopped, or gdb stuck on the stub,
 #: before a run ends with TargetStalled (here, not in kpsdk.targets.live.target, so that the
@@ -37,6 +37,16 @@ class OpenOptions(TypedDict, total=False):
     env: Mapping[str, str]
     #: the program's standard input: its bytes [elf, qemu-user], or a file it reads [qemu-user]
     stdin: bytes | str | os.PathLike[str]
+    #: where the program's standard output is streamed as it writes it: a host file descriptor
+    #: (an int, left open) or a binary file object (``sys.stdout.buffer``, ``open(p, "wb")``;
+    #: a text file's ``.buffer``); default None: only ``s.console`` keeps it (its tail) [elf]
+    stdout: int | IO[Any] | None
+    #: the same for its standard error (default None); fds 1 and 2 share one open description
+    #: when both go to the same place [elf]
+    stderr: int | IO[Any] | None
+    #: how many bytes of the program's output (stdout and stderr as written, interleaved)
+    #: ``s.console`` keeps: the last ones; the rest was streamed (or dropped). Default 1 MiB [elf]
+    console_limit: int
     #: the directory the program sees as ``/``, read-only (default: the arch's Debian cross
     #: sysroot ``/usr/TRIPLE`` where installed, else an empty tree; ``"/"`` for the host's) [elf];
     #: where the program's loader and libraries are looked up first (QEMU's ``-L``; default:

@@ -37,11 +37,13 @@ def need_busybox() -> None:
 
 
 def program_output(result) -> str:
-    """``kpsdk probe``'s "program output" section."""
+    """``kpsdk probe``'s "program output" section, without the hit lines printed among its lines
+    (as they happen)."""
     out = result.stdout
     start = out.index("program output")
     body = out[out.index("\n", start) + 1:]
-    return body[:body.index("exit status")]
+    return "".join(line for line in body[:body.index("exit status")].splitlines(keepends=True)
+                   if not re.match(r"\[\d+\] ", line))
 
 
 def native(*argv: str, cwd: Path | None = None) -> str:

@@ -26,6 +26,7 @@ bound in.
 
 from __future__ import annotations
 
+import io
 import os
 import random
 import subprocess
@@ -166,9 +167,11 @@ def run_both(arch: str, root: Path, body: str, stdin: bytes = b"",
     argv = [str(root / "bin" / "bash"), "-c", WRAP.format(body=body)]
     native = qemu_chroot(arch, root, argv, stdin)
     assert native.stderr == b"", native.stderr.decode(errors="replace")  # all of it went to the marker
-    with kpsdk.open(f"elf:{argv[0]}", args=argv[1:], env=ENV, stdin=stdin, sysroot=str(root), cwd="/") as s:
+    console = io.BytesIO()  # the whole output (s.console keeps its last console_limit bytes)
+    with kpsdk.open(f"elf:{argv[0]}", args=argv[1:], env=ENV, stdin=stdin, sysroot=str(root), cwd="/",
+                    stdout=console, stderr=console) as s:
         status = s.run(timeout=600)
-        emulated = s.console_bytes
+        emulated = console.getvalue()
         unimplemented = dict(s.syscalls_unimplemented)
     out, mark, err = emulated.rpartition(STDERR_MARK)
     native_out, _, native_err = native.stdout.rpartition(STDERR_MARK)

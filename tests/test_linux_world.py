@@ -11,6 +11,7 @@ not depend on the scheduler: where a native run's order could vary, the script o
 
 from __future__ import annotations
 
+import io
 import os
 import shutil
 import subprocess
@@ -27,10 +28,11 @@ pytestmark = pytest.mark.skipif(os.uname().machine != "x86_64", reason="the host
 def both(argv: list[str], stdin: bytes = b"", cwd: Path | None = None) -> tuple[bytes, int | None, bytes, int]:
     """(kpsdk's output, status, the native output, status) of ``argv``; kpsdk's output is
     stdout and stderr together (its console), compared with the native stdout + stderr."""
-    with kpsdk.open(f"elf:{argv[0]}", args=argv[1:], stdin=stdin,
+    out = io.BytesIO()  # all of it: s.console keeps the last console_limit bytes only
+    with kpsdk.open(f"elf:{argv[0]}", args=argv[1:], stdin=stdin, stdout=out, stderr=out,
                     **({"cwd": str(cwd)} if cwd is not None else {})) as s:
         status = s.run(timeout=600)
-        emulated = bytes(s.target._console)  # type: ignore[attr-defined]
+    emulated = out.getvalue()
     native = subprocess.run(argv, input=stdin, capture_output=True, timeout=600, cwd=cwd, check=False)
     return emulated, status, native.stdout + native.stderr, native.returncode
 

@@ -113,7 +113,7 @@ def cmd_probe(
     show_console: Annotated[bool, typer.Option(
         "--console", rich_help_panel=OUTPUT_PANEL,
         help="Live targets: print the target's output at the end (qemu-user: the program's; qemu-system: "
-             "the serial console). Unicorn always prints the program's.")] = False,
+             "the serial console). Unicorn always prints the program's, as it writes it.")] = False,
 ) -> None:
     """Put kprobes and kretprobes on a program or a kernel and print each hit as it happens.
 

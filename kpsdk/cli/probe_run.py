@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from rich.text import Text
 
 from kpsdk.binfmt.symbols import did_you_mean, is_glob
-from kpsdk.cli.consoles import console, heading
+from kpsdk.cli.consoles import ProgramOutput, console, heading
 from kpsdk.cli.hitregs import check_reg_names, default_regs, hit_head, show_reg
 from kpsdk.cli.hitstrings import STRING_SLOT, fetch_string, load_strings, show_string, store_strings
 from kpsdk.cli.libraries import MIN_TIMEOUT, run_to_entry, wants_libraries
@@ -86,8 +86,13 @@ class ProbeRun:
     sources: list[SourceProbe] = field(default_factory=list)
     #: --stack: each kprobe/uprobe hit's call stack after its line
     stack: bool = False
+    #: an elf: program's output, printed as it writes it (None: printed from s.console at the end)
+    output: ProgramOutput | None = None
 
     def open(self) -> Session:
+        if self.fn_args is None and self.choice.kind is None and self.choice.spec.startswith("elf:"):
+            self.output = ProgramOutput(self.con, "program output")
+            self.choice.options.update(stdout=self.output, stderr=self.output)
         self.session = self.choice.open(self.noprobe)
         return self.session
 
@@ -212,7 +217,9 @@ class ProbeRun:
         s, con = self.session, self.con
         if s is None:
             return
-        if self.fn_args is None and (self.show_console or not self.choice.live):
+        if self.output is not None:
+            self.output.end()
+        elif self.fn_args is None and (self.show_console or not self.choice.live):
             heading(con, "console" if self.choice.kind in ("qemu-system", "gdb") else "program output")
             text = s.console
             con.out(text, end="" if text.endswith("\n") or not text else "\n", highlight=False)

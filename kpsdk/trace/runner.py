@@ -26,7 +26,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from rich.text import Text
 
-from kpsdk.cli.consoles import console
+from kpsdk.cli.consoles import ProgramOutput, console
 from kpsdk.cli.libraries import MIN_TIMEOUT, run_to_entry, wants_libraries
 from kpsdk.cli.target_choice import TargetChoice, close_session
 from kpsdk.errors import KprobeError, KpsdkError, TargetError, TraceDefinitionError
@@ -76,9 +76,10 @@ class Reports:
         return bool(self.hist_fields or self.latency or self.linear)
 
     def print(self, con: Any, session: Session, trace: Trace, records: HistogramSet,
-              interrupted: bool = False) -> None:
+              interrupted: bool = False, streamed: ProgramOutput | None = None) -> None:
         """The reports asked for, at the end of the run or when it was interrupted (then what
-        was collected so far, and no complaint about what did not happen yet)."""
+        was collected so far, and no complaint about what did not happen yet); ``streamed``:
+        the program's output, already printed as it was written."""
         hists = self._histograms(records, interrupted)
         for hist in hists:
             con.out(hist.render(), highlight=False)
@@ -88,7 +89,9 @@ class Reports:
             self._plot(hists, self.plot_path)
         if self.profile:
             con.print(_profile_table(trace))
-        if self.show_console:
+        if streamed is not None:
+            streamed.end(newline=False)
+        elif self.show_console:
             console(stderr=True).out(session.console, end="", highlight=False)
 
     def _histograms(self, records: HistogramSet, interrupted: bool) -> list[Histogram]:
@@ -157,6 +160,8 @@ class TraceRun:
     records: HistogramSet = field(init=False)
     interrupted: bool = False
     limits: _Limits = field(init=False)
+    #: ``--console`` of an elf: program: its output, printed (on stderr) as it writes it
+    streamed: ProgramOutput | None = None
 
     def __post_init__(self) -> None:
         self.limits = _Limits(None, self.count)
@@ -172,7 +177,8 @@ class TraceRun:
                 self._trace(stack)
                 self._close_output()
                 if self.session is not None and self.trace is not None:
-                    self.reports.print(report, self.session, self.trace, self.records, self.interrupted)
+                    self.reports.print(report, self.session, self.trace, self.records, self.interrupted,
+                                       self.streamed)
             finally:
                 close_session(self.session)
         return self.interrupted
@@ -196,6 +202,9 @@ class TraceRun:
 
     def _start(self, stack: ExitStack) -> tuple[Session, Trace]:
         """The session, its events registered, and the writer they write through."""
+        if self.reports.show_console and self.choice.kind is None and self.choice.spec.startswith("elf:"):
+            self.streamed = ProgramOutput(console(stderr=True))  # printed as written, not the tail at the end
+            self.choice.options.update(stdout=self.streamed, stderr=self.streamed)
         session = self.session = self.limits.session = self.choice.open(self.noprobe)
         sink = _RunSink(self.limits, self.records if self.reports.keeps_records else None)
         definitions = self.definitions

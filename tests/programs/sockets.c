@@ -1360,7 +1360,9 @@ static int mode_udp(void)
     int ep = epoll_create1(0);
     struct epoll_event ev = {.events = EPOLLIN, .data.u64 = 6}, got;
     epoll_ctl(ep, EPOLL_CTL_ADD, v6, &ev);
-    struct timespec ten = {0, 10000000};
+    /* epoll_pwait2 takes the 64-bit __kernel_timespec on every arch (a 32-bit arch's struct
+     * timespec is half of it: its nanoseconds would be read as seconds, a wait for ever) */
+    struct { long long tv_sec, tv_nsec; } ten = {0, 10000000};
     a = R(syscall(SYS_epoll_pwait2, ep, &got, 1, &ten, NULL, 8));
     sendto(v6b, "x", 1, 0, (struct sockaddr *)&lo6, sizeof lo6);
     b = R(syscall(SYS_epoll_pwait2, ep, &got, 1, &ten, NULL, 8));

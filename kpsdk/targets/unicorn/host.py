@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from kpsdk.targets.unicorn.fast import FastHooks, FastRegs
     from kpsdk.targets.unicorn.libraries import Libraries
     from kpsdk.targets.unicorn.linux.kernel import LinuxKernel
+    from kpsdk.targets.unicorn.output import GuestOutput
     from kpsdk.targets.unicorn.space import Space
     from kpsdk.targets.unicorn.step import SoftStep
     from kpsdk.targets.unicorn.tlb import TlbFill
@@ -139,8 +140,8 @@ class LinuxHost(UnicornHost, Protocol):
     libraries: Libraries
     #: the directory the program sees as ``/`` (kpsdk.binfmt.filelocation looks names up there)
     sysroot: Path | None
-    #: what the program writes to its standard output and error
-    _console: bytearray
+    #: where the program's standard output and error go as written (their tail: ``_console``)
+    output: GuestOutput
     #: the objects mapped, the program first (what ``mapped_files()`` returns)
     _files: tuple[MappedFile, ...]
     @property

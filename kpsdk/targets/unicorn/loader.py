@@ -15,7 +15,7 @@ import os
 import platform
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from kpsdk import hookimpl
 from kpsdk.errors import ArgumentError, ImageFormatError, TargetError
@@ -23,6 +23,7 @@ from kpsdk.target import MappedFile, TargetKind
 from kpsdk.targets.unicorn.layout import AREA_SIZE, BARE_STACK, PAGE, STACK_INITIAL, STACK_SIZE, STACK_TOP, align_up
 from kpsdk.targets.unicorn.linux import check_options, start_process
 from kpsdk.targets.unicorn.linux.images import PageCache, map_image
+from kpsdk.targets.unicorn.output import CONSOLE_LIMIT, check_destination, check_limit
 from kpsdk.targets.unicorn.target import UnicornTarget
 
 if TYPE_CHECKING:
@@ -52,23 +53,29 @@ def open_elf(rest: str, registry: Registry, abi: str = "user", args: Sequence[st
              env: Mapping[str, str] | None = None, stdin: bytes | None = None,
              sysroot: str | os.PathLike[str] | None = None, cwd: str | None = None,
              bind: Sequence[tuple[str | os.PathLike[str], str, str]] | None = None,
-             schedule_seed: int | None = None, follow: bool = True, **options: Any) -> UnicornTarget:
+             schedule_seed: int | None = None, follow: bool = True, stdout: int | IO[Any] | None = None,
+             stderr: int | IO[Any] | None = None, console_limit: int = CONSOLE_LIMIT,
+             **options: Any) -> UnicornTarget:
     """``elf:PATH``: load an executable's PT_LOAD segments into Unicorn, as the Linux process
     ``execve(PATH, [PATH, *args], env)`` starts (:mod:`kpsdk.targets.unicorn.linux`): ``stdin`` its
     standard input, ``sysroot`` the directory it sees as ``/`` (read-only, under the session's
     in-memory overlay), ``cwd`` its working directory in there, ``bind`` host directories
     mapped into its tree; ``follow=False`` lets probes fire in the first process only, not in
-    the processes it forks (strace without ``-f``; its threads and what it execs stay followed)."""
+    the processes it forks (strace without ``-f``; its threads and what it execs stay followed);
+    ``stdout``/``stderr`` where its output is streamed as written, of which ``s.console`` keeps
+    the last ``console_limit`` bytes (:mod:`kpsdk.targets.unicorn.output`)."""
     from kpsdk.binfmt.elfimage import load_elf  # pyelftools loads when first used (start-up time)
 
     if options:
         raise TargetError(f"elf: unknown options {', '.join(options)} (known: abi, args, env, stdin, sysroot, cwd, "
-                          "bind, schedule_seed, follow)")
+                          "bind, schedule_seed, follow, stdout, stderr, console_limit)")
     if schedule_seed is not None and (not isinstance(schedule_seed, int) or isinstance(schedule_seed, bool)):
         raise ArgumentError(f"elf: schedule_seed must be an int or None, not {type(schedule_seed).__name__}")
     if not isinstance(follow, bool):
         raise ArgumentError(f"elf: follow must be True or False, not {type(follow).__name__}")
     check_options(args, env, stdin, sysroot, cwd, bind)  # bad options first, before the file is read
+    limit = check_limit(console_limit)
+    out, err = check_destination(stdout, "stdout"), check_destination(stderr, "stderr")
     linked = load_elf(Path(rest))
     arch = registry.archs.by_elf(linked.machine, linked.elf_class, linked.endian)
     if sysroot is None and runs_natively(arch):
@@ -82,6 +89,7 @@ def open_elf(rest: str, registry: Registry, abi: str = "user", args: Sequence[st
     image = linked.relocated(bias)  # a PIE at a Linux-like base, its symbols with it
     mappings = load_mappings(image, arch)
     target = UnicornTarget(arch, abi_kind=abi)
+    target.output.configure(limit, out, err)
     target._files = (MappedFile.of(linked, bias),)
     linux = arch.syscalls is not None and arch.syscalls.linux is not None
     # a Linux program's read-only pages join its kernel's page cache: the processes that exec

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from kpsdk.targets.unicorn.libraries import Libraries
     from kpsdk.targets.unicorn.linux import LinuxProcess
     from kpsdk.targets.unicorn.linux.kernel import LinuxKernel
+    from kpsdk.targets.unicorn.output import GuestOutput
 
 #: the system calls ld.so maps one library's segments with: a library is complete at the first other call
 MAPPING_CALLS = frozenset({"mmap", "mmap2", "mprotect", "munmap"})
@@ -60,9 +61,9 @@ class SyscallHost(Protocol):
 class SyscallGlue:
     """The system calls of one Unicorn target (see the module's docstring)."""
 
-    def __init__(self, host: SyscallHost, table: Syscalls, console: bytearray, libraries: Libraries) -> None:
-        """``table``: the arch's; ``console``: the target's, which ``write`` to 1 and 2 extends
-        (the Linux layer gets the same bytearray); ``libraries``: announced at the first call
+    def __init__(self, host: SyscallHost, table: Syscalls, output: GuestOutput, libraries: Libraries) -> None:
+        """``table``: the arch's; ``output``: the target's, where ``write`` to 1 and 2 goes
+        (the Linux layer gets the same one); ``libraries``: announced at the first call
         that does not map one."""
         self.uc, self.arch, self.fast = host.uc, host.arch, host.fast
         self._sys = table
@@ -76,7 +77,7 @@ class SyscallGlue:
         self._number_reg = host.arch.register(table.number)
         self._arg_regs = tuple(host.arch.register(r) for r in table.args)
         self._pc = host.arch.register(host.arch.pc)
-        self._console = console
+        self._output = output
         self._pending_libraries = libraries.pending  # the same list: never rebound
         self._announce_libraries = libraries.announce
         self._emit: Callable[..., None] = host.emit
@@ -129,8 +130,11 @@ class SyscallGlue:
                 result = -errno.EBADF  # nothing else is open
             else:
                 data = self._user_bytes(buf, min(count, MAX_RW_COUNT))
-                self._console += data
-                result = len(data) if data or not count else -errno.EFAULT
+                try:
+                    self._output.write(data, fd)
+                    result = len(data) if data or not count else -errno.EFAULT
+                except OSError as e:  # the destination's own error (EPIPE: its reader is gone)
+                    result = -(e.errno or errno.EIO)
         elif nr in (calls["exit"], calls["exit_group"]):
             status = call.args[0] & 0xFF
             self._exited(status)

@@ -64,6 +64,7 @@ from kpsdk.targets.unicorn.libraries import Libraries
 from kpsdk.targets.unicorn.linux.syscalls import PID
 from kpsdk.targets.unicorn.memory import GuestMemory
 from kpsdk.targets.unicorn.nativetrace import NativeTraceHost, native_trace_host
+from kpsdk.targets.unicorn.output import GuestOutput
 from kpsdk.targets.unicorn.processes import TaskSupport
 from kpsdk.targets.unicorn.returns import ReturnProbes
 from kpsdk.targets.unicorn.running import Runner
@@ -142,6 +143,8 @@ class UnicornTarget(GuestMemory, ReturnProbes, TaskSupport):
         self._n_optimized = 0
         self._free_slots: list[int] = []
         self._console = bytearray()
+        #: where the program's fds 1 and 2 go as written; ``_console`` is the tail it keeps
+        self.output = GuestOutput(self._console)
         self._exit_status: int | None = None
         #: libraries ld.so is mapping and unmapping (:mod:`kpsdk.targets.unicorn.libraries`)
         self.libraries = Libraries(self)
@@ -162,7 +165,7 @@ class UnicornTarget(GuestMemory, ReturnProbes, TaskSupport):
         self._native_asked = False
         self.hooks.intr(self._on_intr)
         #: the system calls (:mod:`kpsdk.targets.unicorn.syscalls`); None where the arch has none
-        self.syscall_glue = SyscallGlue(self, self._sys, self._console, self.libraries) \
+        self.syscall_glue = SyscallGlue(self, self._sys, self.output, self.libraries) \
             if self._sys is not None else None
         if self.syscall_glue is not None:
             self._syscall = self.syscall_glue.syscall

@@ -74,15 +74,18 @@ class _Watchdog:
                 if not self._armed:
                     self._cond.wait()
                     continue
-                token, (deadline, uc) = min(self._armed.items(), key=lambda item: item[1][0])
+                token, deadline = min(((t, d) for t, (d, _) in self._armed.items()), key=lambda item: item[1])
                 left = deadline - time.monotonic()
                 if left > 0:
                     self._cond.wait(left)
                     continue
-                del self._armed[token]
-                if uc._uch is not None:
-                    uclib.uc_emu_stop(uc._uch)
-                    self.stops += 1
+                self._stop(self._armed.pop(token)[1])
+
+    def _stop(self, uc: unicorn.Uc) -> None:
+        """Stop ``uc``; no local of the thread's loop keeps it (nor its session) alive after."""
+        if uc._uch is not None:
+            uclib.uc_emu_stop(uc._uch)
+            self.stops += 1
 
 
 class _Interrupts:
@@ -141,11 +144,16 @@ class _Interrupts:
             if not data:
                 return
             if signal.SIGINT in data:
-                with self._lock:
-                    for uc in self._running.values():
-                        if uc._uch is not None:
-                            uclib.uc_emu_stop(uc._uch)
-                            self.stops += 1
+                self._stop_running()
+
+    def _stop_running(self) -> None:
+        """Stop the engines running now; no local of the thread's loop keeps one (nor its
+        session) alive while it waits for the next signal."""
+        with self._lock:
+            for uc in self._running.values():
+                if uc._uch is not None:
+                    uclib.uc_emu_stop(uc._uch)
+                    self.stops += 1
 
 
 WATCHDOG = _Watchdog()

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import os
 import struct
+import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -195,7 +196,7 @@ def start_process(target: LinuxHost, image: ElfImage, program: str, options: Pro
     if linux.exec_state is not None:  # what the kernel sets from the ELFs (MIPS o32: the FPU mode)
         linux.exec_state(target.uc, image.path, Path(root.resolve(image.interp, "/")) if image.interp else None)
     exe = os.path.abspath(program)
-    process = LinuxProcess(arch, target.uc, target._console, space, root, options.stdin, options.cwd, exe)
+    process = LinuxProcess(arch, target.uc, target.output, space, root, options.stdin, options.cwd, exe)
     process.on_file_map = lambda host, at, offset: library_mapped(target, host, at, offset)
     process.on_unmap = lambda start, end: target.unmapping(start, end)
     word = struct.Struct(("<" if arch.endian == "little" else ">") + ("Q" if arch.word_size == 8 else "I"))
@@ -220,6 +221,9 @@ def start_process(target: LinuxHost, image: ElfImage, program: str, options: Pro
     process.stack = space.stack
     process.mapped = list(target._files)
     kernel = LinuxKernel(target)  # type: ignore[arg-type]  # the target is the kernel's host too
+    # a session dropped without close() gives its guest's host descriptors back when collected
+    # (or at interpreter exit); the finalizer holds the record of them, never the kernel
+    weakref.finalize(kernel, root.host_fds.close_all)
     kernel.first_id(PID)
     kernel.new_id()
     process.kernel = kernel

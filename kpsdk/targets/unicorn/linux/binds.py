@@ -27,18 +27,41 @@ from kpsdk.targets.unicorn.linux.inodes import HostNode, _GuestErrno, host_errno
 _DIR_FLAGS = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
+class HostFds:
+    """The host descriptors a session holds for its guest: its files' (an open sysroot or bind
+    file) and its binds' directories.  Each is closed when the guest lets it go; what is left
+    when the session ends, or is garbage collected without ``close()`` (a ``weakref.finalize``
+    of its kernel, which also runs at interpreter exit), is closed by :meth:`close_all`."""
+
+    def __init__(self) -> None:
+        self.open: set[int] = set()
+
+    def add(self, fd: int) -> int:
+        self.open.add(fd)
+        return fd
+
+    def close(self, fd: int) -> None:
+        self.open.discard(fd)
+        os.close(fd)
+
+    def close_all(self) -> None:
+        while self.open:
+            os.close(self.open.pop())
+
+
 class Bind:
     """One host directory at guest path ``guest``; ``writable`` for ``"rw"``."""
 
-    def __init__(self, host: Path, guest: str, writable: bool) -> None:
+    def __init__(self, host: Path, guest: str, writable: bool, fds: HostFds | None = None) -> None:
         self.host = Path(os.path.realpath(host))
         self.guest = guest
         self.writable = writable
-        self.fd = os.open(self.host, _DIR_FLAGS)
+        self.fds = fds if fds is not None else HostFds()
+        self.fd = self.fds.add(os.open(self.host, _DIR_FLAGS))
 
     def close(self) -> None:
         if self.fd >= 0:
-            os.close(self.fd)
+            self.fds.close(self.fd)
             self.fd = -1
 
     def root(self) -> HostNode:

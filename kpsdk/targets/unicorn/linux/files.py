@@ -22,6 +22,7 @@ from kpsdk.targets.unicorn.linux.overlay import Sysroot
 from kpsdk.targets.unicorn.linux.tree import MAX_SYMLINKS, PATH_MAX
 
 if TYPE_CHECKING:
+    from kpsdk.targets.unicorn.linux.binds import HostFds
     from kpsdk.targets.unicorn.linux.fileobj import FileObject
     from kpsdk.targets.unicorn.linux.pipes import Pipe
 
@@ -69,6 +70,10 @@ class OpenFile:
     ends: tuple[bool, bool] = field(default=(False, False))
     #: the kernel object a socket, epoll, eventfd, timerfd or signalfd description is
     obj: FileObject | None = None
+    #: the session's record of its host descriptors, which a ``host`` description's ``fd`` is in
+    host_fds: HostFds | None = None
+    #: a ``console`` description's stream: 1 (standard output) or 2 (standard error)
+    stream: int = 1
 
     @property
     def readable(self) -> bool:
@@ -81,12 +86,13 @@ class OpenFile:
 
 class FdTable:
     """A process's file descriptors (shared by the tasks of a CLONE_FILES clone): 0 its stdin
-    bytes, 1 and 2 the console, at first.  Each points at an :class:`OpenFile`."""
+    bytes, 1 and 2 the console, at first (one description, as a shell's ``2>&1`` makes, unless
+    ``split``: standard output and error go to different places).  Each points at an :class:`OpenFile`."""
 
     #: the most descriptors open at once (RLIMIT_NOFILE's usual soft limit)
     LIMIT = 1024
 
-    def __init__(self, stdin: bytes | None) -> None:
+    def __init__(self, stdin: bytes | None, split: bool = False) -> None:
         self.fds: dict[int, OpenFile] = {}
         #: the descriptors execve closes (FD_CLOEXEC: a descriptor's own flag, not its description's)
         self.cloexec: set[int] = set()
@@ -96,7 +102,7 @@ class FdTable:
             self.install(OpenFile("stdin", data=stdin), 0)
             console = OpenFile("console", flags=os.O_WRONLY)
             self.install(console, 1)
-            self.install(console, 2)
+            self.install(OpenFile("console", flags=os.O_WRONLY, stream=2) if split else console, 2)
 
     def fork(self) -> FdTable:
         """A copy for a new process: the same open file descriptions, one more reference each."""
@@ -160,7 +166,10 @@ class FdTable:
 def release(f: OpenFile) -> None:
     """The last descriptor of ``f`` is gone: close the host file, close a pipe's or FIFO's ends."""
     if f.kind == "host" and f.fd >= 0:
-        os.close(f.fd)
+        if f.host_fds is not None:
+            f.host_fds.close(f.fd)
+        else:
+            os.close(f.fd)
         f.fd = -1
     elif f.obj is not None:
         f.obj.release()

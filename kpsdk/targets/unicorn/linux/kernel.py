@@ -318,8 +318,10 @@ class LinuxKernel:
         self.sched.add(task)
 
     def at(self, deadline: int, action: Callable[[], None]) -> None:
-        """Run ``action`` when the clock reaches ``deadline`` (ns since the start)."""
-        heapq.heappush(self._timers, (deadline, next(self._seq), action))
+        """Run ``action`` when the clock reaches ``deadline`` (ns since the start); never, for a
+        deadline past the clock's limit (Linux's timer at KTIME_MAX, which does not fire)."""
+        if deadline <= self.clock.limit:
+            heapq.heappush(self._timers, (deadline, next(self._seq), action))
 
     def _fire_timers(self) -> None:
         while self._timers and self._timers[0][0] <= self.clock.elapsed:

@@ -28,6 +28,9 @@ if TYPE_CHECKING:
     from kpsdk.targets.unicorn.linux.tasks import Task
 
 NSEC = 1_000_000_000
+#: the latest time a Linux clock reaches (ktime_t's KTIME_MAX, ns: some 292 years); a timer set
+#: at or past it never fires, and a time the program passes is capped there (timespec64_to_ktime)
+KTIME_MAX = (1 << 63) - 1
 #: the clock moves on this much at each system call (a call is never free on Linux either)
 SYSCALL_NS = 1000
 #: and this much per translated block a task runs while blocks are counted
@@ -45,6 +48,8 @@ class Clock:
         self.monotonic_start = time.monotonic_ns() if monotonic_ns is None else monotonic_ns
         #: ns since the session started, as the program sees it
         self.elapsed = 0
+        #: the most ``elapsed`` becomes: past it a clock would pass KTIME_MAX, which Linux's never do
+        self.limit = KTIME_MAX - max(self.realtime_start, self.monotonic_start, 0)
 
     def now(self, realtime: bool) -> int:
         """ns on CLOCK_REALTIME (``realtime``) or CLOCK_MONOTONIC."""
@@ -52,12 +57,12 @@ class Clock:
 
     def advance(self, ns: int) -> None:
         if ns > 0:
-            self.elapsed += ns
+            self.elapsed = min(self.elapsed + ns, self.limit)
 
     def advance_to(self, elapsed: int) -> None:
-        """Move on to ``elapsed`` ns since the start (never back)."""
+        """Move on to ``elapsed`` ns since the start (never back, never past :attr:`limit`)."""
         if elapsed > self.elapsed:
-            self.elapsed = elapsed
+            self.elapsed = min(elapsed, self.limit)
 
 
 class Scheduler:

@@ -43,6 +43,7 @@ from kpsdk.targets.unicorn.linux.waits import WaitQueue
 
 if TYPE_CHECKING:
     from kpsdk.arch import Arch
+    from kpsdk.targets.unicorn.output import GuestOutput
 
 __all__ = ["PID", "PPID", "SIGNATURES", "LinuxProcess", "signature"]
 
@@ -51,7 +52,7 @@ class LinuxProcess(FsCalls, NameCalls, AttrCalls, ReadWriteCalls, StatCalls, Xat
                    ProcessCalls, IdCalls, SignalCalls, PollCalls, EventCalls, ClockCalls, SocketCalls, SysinfoCalls):
     """One single-threaded Linux process's kernel side, over a Unicorn engine."""
 
-    def __init__(self, arch: Arch, uc: unicorn.Uc, console: bytearray, space: AddressSpace, sysroot: Sysroot,
+    def __init__(self, arch: Arch, uc: unicorn.Uc, console: GuestOutput, space: AddressSpace, sysroot: Sysroot,
                  stdin: bytes, cwd: str, exe: str) -> None:
         super().__init__(arch, uc, console, space, sysroot, stdin, cwd, exe)
         assert arch.syscalls is not None

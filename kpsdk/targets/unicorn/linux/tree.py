@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
-from kpsdk.targets.unicorn.linux.binds import Bind
+from kpsdk.targets.unicorn.linux.binds import Bind, HostFds
 from kpsdk.targets.unicorn.linux.inodes import (
     MAY_X,
     NAME_MAX,
@@ -92,6 +92,16 @@ class Ref:
         return "/" + "/".join(self.parts)
 
 
+def proc_fd_number(name: str) -> int | None:
+    """The descriptor ``/proc/self/fd/NAME`` names, as Linux's ``name_to_int`` reads it: ASCII
+    digits only (``²``, ``٣`` and ``+3`` are no number), no leading zero but in ``0`` itself,
+    below 2**32; None for any other name (ENOENT)."""
+    if not name or not name.isascii() or not name.isdigit() or (len(name) > 1 and name[0] == "0"):
+        return None
+    n = int(name)
+    return n if n < 1 << 32 else None
+
+
 class Tree:
     """The session's file system: ``root`` (the sysroot, None: an empty tree) read-only under
     an overlay, the binds over it, kpsdk's ``/tmp``, ``/dev`` and ``/proc``."""
@@ -119,6 +129,8 @@ class Tree:
         if self.root is not None:
             self._take_host(self.top, self.root)
         self.binds: list[Bind] = []
+        #: the host descriptors the session's guest holds (its binds', its open host files')
+        self.host_fds = HostFds()
         #: a host directory of kpsdk's own where overlay files are written for what must read
         #: them by path (execve), made when first needed (:meth:`.overlay.Sysroot.host`)
         self.private: Path | None = None
@@ -141,9 +153,10 @@ class Tree:
             self.bind(host, guest, writable)
 
     def close(self) -> None:
-        """Let go of the binds' host directories (the session ends)."""
+        """Let go of the binds' host directories and any host file still open (the session ends)."""
         for b in self.binds:
             b.close()
+        self.host_fds.close_all()
 
     # -- building --------------------------------------------------------------------------------
 
@@ -190,7 +203,7 @@ class Tree:
         if not isinstance(d, MemDir) or d.mount is not None:
             raise _GuestErrno(errno.EBUSY)
         try:
-            b = Bind(host, path or "/", writable)
+            b = Bind(host, path or "/", writable, self.host_fds)
         except OSError as e:
             raise host_errno(e) from None
         d.mount = b
@@ -290,8 +303,9 @@ class Tree:
                     continue
                 done.append(own if len(done) == 1 else part)  # the process's own: made, not the host's
                 stack.append(OWN)
-                if len(done) == 4 and done[2] == "fd" and part.isascii() and part.isdigit() and (todo or follow):
-                    target = self.fd_target(int(part))
+                number = proc_fd_number(part) if len(done) == 4 and done[2] == "fd" else None
+                if number is not None and (todo or follow):
+                    target = self.fd_target(number)
                     if target is not None:
                         links += 1
                         if links > MAX_SYMLINKS:

@@ -73,16 +73,6 @@ class ClockCalls(ProcessCore):
 
     # -- sleeping ----------------------------------------------------------------------------
 
-    def _read_timespec(self, addr: int, wide: bool) -> int:
-        if wide:
-            sec, nsec = struct.unpack(self.order + "qq", self.read(addr, 16))
-        else:
-            sec, nsec = struct.unpack(self.order + ("ii" if self.word.size == 4 else "qq"),
-                                      self.read(addr, 2 * self.word.size))
-        if sec < 0 or not 0 <= nsec < NSEC:
-            raise _GuestErrno(errno.EINVAL)
-        return int(sec) * NSEC + int(nsec)
-
     def _sleep(self, clock: int, flags: int, req: int, rem: int, wide: bool) -> int:
         """Sleep until the clock reaches the request (absolute with TIMER_ABSTIME); a signal
         ends it early: EINTR, with the time left written to ``rem`` (relative sleeps)."""
@@ -92,7 +82,7 @@ class ClockCalls(ProcessCore):
             clock = self.sint(clock)
             if clock not in _KNOWN or clock in (CLOCK_THREAD_CPUTIME_ID,):
                 raise _GuestErrno(errno.EINVAL)
-            ns = self._read_timespec(req, wide)
+            ns = self.timespec_ns(req, wide)
             if flags & TIMER_ABSTIME:
                 base = kernel.clock.now(clock in _REALTIME) - kernel.clock.elapsed
                 task.progress = (max(ns - base, kernel.clock.elapsed), rem if not flags & TIMER_ABSTIME else 0)

@@ -20,6 +20,7 @@ import unicorn
 
 from kpsdk.targets.unicorn.linux.files import FdTable, Sysroot, _GuestErrno
 from kpsdk.targets.unicorn.linux.memory import PAGE, AddressSpace
+from kpsdk.targets.unicorn.linux.sched import KTIME_MAX, NSEC
 from kpsdk.targets.unicorn.linux.tasks import SigHand
 from kpsdk.targets.unicorn.linux.waits import WaitQueue
 
@@ -30,11 +31,14 @@ if TYPE_CHECKING:
     from kpsdk.targets.unicorn.linux.syscalls import Handlers
     from kpsdk.targets.unicorn.linux.tasks import Task
     from kpsdk.targets.unicorn.linux.tree import FdTarget
+    from kpsdk.targets.unicorn.output import GuestOutput
 
 #: the first process's id (what the program kpsdk.open starts is told), and its parent's (none
 #: kpsdk shows); the processes it makes get the ids after it
 PID, PPID = 1000, 1
 AT_FDCWD = -100
+#: the largest file position (loff_t)
+LLONG_MAX = (1 << 63) - 1
 AT_SYMLINK_NOFOLLOW, AT_EMPTY_PATH = 0x100, 0x1000
 
 
@@ -42,7 +46,7 @@ class ProcessCore:
     """One Linux process's kernel-side state (a thread group: what its tasks share), over the
     Unicorn engine its kernel (:class:`~kpsdk.targets.unicorn.linux.kernel.LinuxKernel`) runs."""
 
-    def __init__(self, arch: Arch, uc: unicorn.Uc, console: bytearray, space: AddressSpace, sysroot: Sysroot,
+    def __init__(self, arch: Arch, uc: unicorn.Uc, console: GuestOutput, space: AddressSpace, sysroot: Sysroot,
                  stdin: bytes, cwd: str, exe: str) -> None:
         assert arch.syscalls is not None and arch.syscalls.linux is not None
         self.arch, self.uc, self.console, self.mem, self.root = arch, uc, console, space, sysroot
@@ -50,7 +54,7 @@ class ProcessCore:
         self.order = "<" if arch.endian == "little" else ">"
         self.word = struct.Struct(self.order + ("Q" if arch.word_size == 8 else "I"))
         self.bits = 8 * arch.word_size
-        self.fds = FdTable(stdin)
+        self.fds = FdTable(stdin, console.split)
         #: open(2)'s O_NONBLOCK and O_CLOEXEC on this arch (asm-generic's but where the arch says otherwise)
         bits = dict(self.abi.open_flag_bits)
         self.o_nonblock = bits.get("O_NONBLOCK", 0o4000)
@@ -160,6 +164,34 @@ class ProcessCore:
             i += 1
         lo, hi = (args[i], args[i + 1]) if self.order == "<" else (args[i + 1], args[i])
         return (hi << 32) | lo
+
+    def position(self, args: tuple[int, ...], i: int) -> int:
+        """A file position (``loff_t``: :meth:`pair`'s 64 bits, signed) checked as Linux checks
+        pread64's and pwrite64's before anything else: a negative one is EINVAL."""
+        return self.checked_position(self.sint(self.pair(args, i), 64))
+
+    @staticmethod
+    def checked_position(pos: int, count: int = 0) -> int:
+        """``pos`` if ``count`` bytes from it are a range of file positions (rw_verify_area:
+        not negative, not past ``LLONG_MAX``), else EINVAL."""
+        if pos < 0 or pos + count > LLONG_MAX:
+            raise _GuestErrno(errno.EINVAL)
+        return pos
+
+    def timespec_ns(self, addr: int, wide: bool = False, micro: bool = False) -> int:
+        """The ``struct timespec`` (``timeval``: ``micro``) at ``addr`` in ns, decoded and checked
+        as Linux's get_timespec64 and timespec64_valid do: the arch's own layout (two longs), or
+        ``wide``, the time64 one (two 64-bit words, the nanoseconds checked whole, as qemu-user
+        checks them: a 32-bit kernel would drop their high half); a negative second or a fraction
+        outside ``[0, 1 s)`` is EINVAL; the result is capped at KTIME_MAX (timespec64_to_ktime)."""
+        if wide:
+            sec, frac = struct.unpack(self.order + "qq", self.read(addr, 16))
+        else:
+            sec, frac = struct.unpack(self.order + ("qq" if self.bits == 64 else "ii"), self.read(addr, self.bits // 4))
+        scale = 1000 if micro else 1
+        if sec < 0 or not 0 <= frac * scale < NSEC:
+            raise _GuestErrno(errno.EINVAL)
+        return min(int(sec) * NSEC + int(frac) * scale, KTIME_MAX)
 
     # -- guest memory --------------------------------------------------------------------------
 

@@ -75,14 +75,8 @@ class EventCalls(ProcessCore):
 
     def _read_itimerspec(self, addr: int, wide: bool) -> tuple[int, int]:
         """(interval, value) in ns; EINVAL for a negative or unnormalized one."""
-        fmt = self.order + ("qqqq" if wide else "iiii")
-        words = struct.unpack(fmt, self.read(addr, struct.calcsize(fmt)))
-        times = []
-        for sec, nsec in (words[0:2], words[2:4]):
-            if sec < 0 or not 0 <= nsec < NSEC:
-                raise _GuestErrno(errno.EINVAL)
-            times.append(sec * NSEC + nsec)
-        return times[0], times[1]
+        size = 16 if wide else self.bits // 4
+        return self.timespec_ns(addr, wide), self.timespec_ns(addr + size, wide)
 
     def _write_itimerspec(self, addr: int, value: int, interval: int, wide: bool) -> None:
         fmt = self.order + ("qqqq" if wide else "iiii")

@@ -158,7 +158,8 @@ class FsCalls(PathCalls):
                     fd = os.open(node.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
                 except OSError as e:
                     raise _GuestErrno(e.errno or errno.EACCES) from None
-            return OpenFile("host", path=path, fd=fd, flags=kept, host=node.path, node=node)
+            return OpenFile("host", path=path, fd=self.root.host_fds.add(fd), flags=kept, host=node.path, node=node,
+                            host_fds=self.root.host_fds)
         if isinstance(node, MemFile):
             return OpenFile("mem", path=path, node=node, flags=kept)
         if isinstance(node, MemSpecial):

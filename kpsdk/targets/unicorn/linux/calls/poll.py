@@ -37,7 +37,6 @@ from kpsdk.targets.unicorn.linux.fileobj import (
     readiness,
 )
 from kpsdk.targets.unicorn.linux.files import _GuestErrno
-from kpsdk.targets.unicorn.linux.sched import NSEC
 from kpsdk.targets.unicorn.linux.waits import WaitQueue, _Block
 
 _READ = POLLIN | POLLRDNORM | POLLRDBAND | POLLPRI
@@ -58,12 +57,7 @@ class PollCalls(ProcessCore):
         kernel's clock; None: wait for ever."""
         if not addr:
             return None
-        wide = self.bits == 64
-        sec, frac = struct.unpack(self.order + ("qq" if wide else "ii"), self.read(addr, 16 if wide else 8))
-        scale = 1000 if micro else 1
-        if sec < 0 or not 0 <= frac * scale < NSEC:
-            raise _GuestErrno(errno.EINVAL)
-        return self.kernel.clock.elapsed + sec * NSEC + frac * scale
+        return self.kernel.clock.elapsed + self.timespec_ns(addr, micro=micro)
 
     def _swap_mask(self, sigmask: int, size: int) -> None:
         """ppoll/pselect6's mask, for the wait (the old one back when the call returns)."""
@@ -266,10 +260,7 @@ class PollCalls(ProcessCore):
         if task.call is None:
             deadline = None
             if tsp:
-                sec, nsec = struct.unpack(self.order + "qq", self.read(tsp, 16))
-                if sec < 0 or not 0 <= nsec < NSEC:
-                    raise _GuestErrno(errno.EINVAL)
-                deadline = self.kernel.clock.elapsed + sec * NSEC + nsec
+                deadline = self.kernel.clock.elapsed + self.timespec_ns(tsp, True)
             task.progress = deadline
             self._swap_mask(sigmask, size)
         return self._epoll_wait(epfd, events, maxevents, task.progress)

@@ -21,12 +21,15 @@ from kpsdk.targets.unicorn.linux.files import O_ACCMODE, OpenFile, _GuestErrno
 from kpsdk.targets.unicorn.linux.inodes import MemDir, MemNode
 from kpsdk.targets.unicorn.linux.memory import page_up
 from kpsdk.targets.unicorn.linux.tasks import RUNNABLE, STOPPED
-from kpsdk.targets.unicorn.linux.tree import FdTarget, Ref
+from kpsdk.targets.unicorn.linux.tree import FdTarget, Ref, proc_fd_number
 
 
 def own_fd(entry: str) -> int:
-    """N of the /proc/self entry ``fd/N`` (checked digits by ``own_kind``)."""
-    return int(entry.partition("/")[2])
+    """N of the /proc/self entry ``fd/N`` (a name ``own_kind`` found a descriptor by)."""
+    number = proc_fd_number(entry.partition("/")[2])
+    if number is None:
+        raise _GuestErrno(errno.ENOENT)
+    return number
 
 
 class ProcSelf(ProcessCore):
@@ -73,10 +76,10 @@ class ProcSelf(ProcessCore):
         if entry in self.OWN_FILES:
             return "file"
         head, _, fd = entry.partition("/")
-        if head == "fd" and fd.isascii() and fd.isdigit():
-            if int(fd) in self.fds.fds:
+        if head == "fd" and "/" not in fd:
+            if proc_fd_number(fd) in self.fds.fds:
                 return "link"
-            raise _GuestErrno(errno.ENOENT)  # a closed descriptor: ENOENT on Linux too, nothing missing
+            raise _GuestErrno(errno.ENOENT)  # a closed descriptor or no number: ENOENT on Linux too
         self.unimplemented[f"{verb} /proc/self/{entry}"] += 1
         raise _GuestErrno(errno.ENOENT)
 
@@ -147,7 +150,8 @@ class ProcSelf(ProcessCore):
             fd = os.open(self.exe, os.O_RDONLY | os.O_CLOEXEC)
         except OSError as e:
             raise _GuestErrno(e.errno or errno.ENOENT) from None
-        return OpenFile("host", path=f"/proc/{self.pid}/exe", fd=fd, flags=flags, host=Path(self.exe))
+        return OpenFile("host", path=f"/proc/{self.pid}/exe", fd=self.root.host_fds.add(fd), flags=flags,
+                        host=Path(self.exe), host_fds=self.root.host_fds)
 
     def fd_target(self, fd: int) -> FdTarget | None:
         """Where ``/proc/self/fd/N`` leads the path walk: the guest path of the file open on it

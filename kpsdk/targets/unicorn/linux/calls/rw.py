@@ -39,6 +39,8 @@ class ReadWriteCalls(ProcessCore):
     def read_from(self, f: OpenFile, count: int, offset: int | None = None) -> bytes:
         """Up to ``count`` bytes of ``f`` (at ``offset``, or at its position, which moves)."""
         count = min(count, MAX_RW_COUNT)
+        if offset is not None:
+            self.checked_position(offset, count)
         kind = f.kind
         if f.obj is not None:  # a socket, eventfd, timerfd, signalfd, epoll: its own read (may wait)
             if offset is not None:
@@ -87,6 +89,8 @@ class ReadWriteCalls(ProcessCore):
 
     def write_to(self, f: OpenFile, data: bytes, offset: int | None = None) -> int:
         """Write ``data`` to ``f`` (at ``offset``, or at its position, which moves); how many bytes went."""
+        if offset is not None:
+            self.checked_position(offset, len(data))
         kind = f.kind
         if f.obj is not None:  # a socket, eventfd...: its own write (may wait)
             if offset is not None:
@@ -126,7 +130,14 @@ class ReadWriteCalls(ProcessCore):
         if offset is not None:
             raise _GuestErrno(errno.ESPIPE)
         if kind == "console":
-            self.console += data
+            try:
+                self.console.write(data, f.stream)
+            except OSError as e:  # the destination's own error: EPIPE (and SIGPIPE) when its reader is gone
+                if e.errno == errno.EPIPE:
+                    from kpsdk.targets.unicorn.linux import signaling
+
+                    signaling.broken_pipe(self.kernel, self.task)
+                raise _GuestErrno(e.errno or errno.EIO) from None
         elif kind in ("pipe_w", "fifo") and (f.pipe or f.fifo) is not None:
             pipe = f.pipe or f.fifo
             assert pipe is not None
@@ -176,18 +187,16 @@ class ReadWriteCalls(ProcessCore):
 
     @syscall("pread64", "fd rbuf u off64")
     def sys_pread64(self, fd: int, buf: int, count: int, *rest: int) -> int:
+        offset = self.position((fd, buf, count, *rest), 3)  # Linux checks it first, before the fd
         f = self.fds.get(self.sint(fd))
-        offset = self.pair((fd, buf, count, *rest), 3)
         data = self.read_from(f, count, offset)
         self.write(buf, data)
         return len(data)
 
     @syscall("pwrite64", "fd wbuf u off64")
     def sys_pwrite64(self, fd: int, buf: int, count: int, *rest: int) -> int:
+        offset = self.position((fd, buf, count, *rest), 3)
         f = self.fds.get(self.sint(fd))
-        offset = self.sint(self.pair((fd, buf, count, *rest), 3), 64)
-        if offset < 0:
-            raise _GuestErrno(errno.EINVAL)
         return self.write_to(f, self.user_data(buf, count), offset)
 
     def _vector_offset(self, lo: int, hi: int) -> int:
@@ -361,18 +370,30 @@ class ReadWriteCalls(ProcessCore):
             f.pos = offset if whence == SEEK_DATA else size
             return f.pos
         base = {SEEK_SET: 0, SEEK_CUR: f.pos, SEEK_END: size}.get(whence)
-        if base is None or base + offset < 0:
+        if base is None:
             raise _GuestErrno(errno.EINVAL)
-        f.pos = base + offset
+        f.pos = self.checked_position(base + offset)  # vfs_setpos: within [0, LLONG_MAX]
         return f.pos
+
+    def _seek_fd(self, fd: int, offset: int, whence: int) -> int:
+        """lseek's order of checks (ksys_lseek): the descriptor, then ``whence`` (an unsigned
+        int: SEEK_SET to SEEK_HOLE), then the file's own."""
+        f = self.fds.get(self.sint(fd))
+        whence &= 0xFFFFFFFF
+        if whence > SEEK_HOLE:
+            raise _GuestErrno(errno.EINVAL)
+        return self._seek(f, offset, whence)
 
     @syscall("lseek", "fd ld whence")
     def sys_lseek(self, fd: int, offset: int, whence: int, *_: int) -> int:
-        return self._seek(self.fds.get(self.sint(fd)), self.sint(offset, self.bits), whence)
+        pos = self._seek_fd(fd, self.sint(offset, self.bits), whence)
+        if pos > self.arch.word_mask >> 1:
+            raise _GuestErrno(errno.EOVERFLOW)  # a 32-bit arch's lseek: use _llseek past 2 GiB
+        return pos
 
     @syscall("_llseek", "fd llseekoff loffout whence")
     def sys_llseek(self, fd: int, hi: int, lo: int, result: int, whence: int, *_: int) -> int:
-        offset = self.sint((hi << 32) | lo, 64)
-        pos = self._seek(self.fds.get(self.sint(fd)), offset, whence)
+        offset = self.sint(((hi & 0xFFFFFFFF) << 32) | (lo & 0xFFFFFFFF), 64)
+        pos = self._seek_fd(fd, offset, whence)
         self.write(result, struct.pack(self.order + "q", pos))
         return 0

@@ -16,7 +16,6 @@ from kpsdk.targets.unicorn.linux.calls.core import ProcessCore
 from kpsdk.targets.unicorn.linux.calls.declare import syscall
 from kpsdk.targets.unicorn.linux.files import _GuestErrno
 from kpsdk.targets.unicorn.linux.memory import PAGE
-from kpsdk.targets.unicorn.linux.sched import NSEC
 from kpsdk.targets.unicorn.linux.waits import _Block
 
 ARCH_SET_GS, ARCH_SET_FS, ARCH_GET_FS = 0x1001, 0x1002, 0x1003
@@ -126,11 +125,7 @@ class ThreadCalls(ProcessCore):
         """A futex timeout as a deadline on the kernel's clock (None: none)."""
         if not timeout:
             return None
-        wide = self.bits == 64
-        sec, nsec = struct.unpack(self.order + ("qq" if wide else "ii"), self.read(timeout, 16 if wide else 8))
-        if sec < 0 or not 0 <= nsec < NSEC:
-            raise _GuestErrno(errno.EINVAL)
-        when = sec * NSEC + nsec
+        when = self.timespec_ns(timeout)
         clock = self.kernel.clock
         if absolute:
             return max(when - (clock.now(realtime) - clock.elapsed), clock.elapsed)
