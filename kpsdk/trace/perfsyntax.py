@@ -17,13 +17,18 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from kpsdk.binfmt.dwarf.perfdefs import TraceLine, is_perf_definition, translate, with_suffixes
 from kpsdk.errors import DebugInfoError, PerfSyntaxError
+
+if TYPE_CHECKING:  # the DWARF reader (pyelftools) is imported when a definition needs it, not for --help
+    from kpsdk.binfmt.dwarf.perfdefs import TraceLine
 
 
 def has_perf_syntax(definitions: Sequence[str]) -> bool:
     """Whether any of ``definitions`` is written in perf probe's syntax."""
+    from kpsdk.binfmt.dwarf.perfdefs import is_perf_definition
+
     return any(is_perf_definition(d) for d in definitions)
 
 
@@ -39,6 +44,7 @@ def translate_all(definitions: Sequence[str], program: str | os.PathLike[str] | 
         variable (the reader's error says what there is instead).
     """
     from kpsdk.binfmt.dwarf import DebugInfo
+    from kpsdk.binfmt.dwarf.perfdefs import is_perf_definition, translate, with_suffixes
     from kpsdk.cache import PrivateStore
 
     out: list[TraceLine | str] = []
