@@ -330,3 +330,16 @@ def test_file_larger_than_kpsdk_reads(tmp_path: Path) -> None:
     with deadline(5):
         err = open_error(huge, match="more than kpsdk reads from one file")
     assert isinstance(err, KpsdkError)
+
+
+def test_a_kept_parse_is_each_callers_own() -> None:
+    """load_elf keeps what it parsed, and each caller gets a copy of its own: what a session adds
+    to its program's symbols (a kretprobe's trampolines) is not in the next load's table."""
+    path = fixtures.path("x86_64")
+    before = {s.name for s in load_elf(path).symbols}
+    with kpsdk.open(f"elf:{path}") as s:
+        s.kretprobe("fact")(lambda ri, regs: None)
+        s.run(timeout=10)
+        added = {sym.name for sym in s.symbols} - before
+    assert added  # the session's own names (its trampolines), in its table
+    assert {sym.name for sym in load_elf(path).symbols} == before

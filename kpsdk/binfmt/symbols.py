@@ -186,6 +186,15 @@ class SymbolTable:
         table._starts = [sym.address for sym in symbols]
         return table
 
+    def copy(self) -> SymbolTable:
+        """The same symbols in a table that changes apart from this one (lists copied, no sort)."""
+        table = SymbolTable.__new__(SymbolTable)
+        table.first_alias = self.first_alias
+        table._by_name = dict(self._by_name)
+        table._sorted = list(self._sorted)
+        table._starts = list(self._starts)
+        return table
+
     def _name(self, sym: Symbol) -> None:
         """Answer to the symbol's name and its GCC clone's base name; the first definition wins."""
         self._by_name.setdefault(sym.name, sym)
