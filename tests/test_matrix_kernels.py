@@ -28,7 +28,7 @@ import pytest
 
 import kpsdk
 from kpsdk.matrixrun import FunctionScript, kernels
-from tests.conftest import KERNEL_ARCHS, require_tool
+from tests.conftest import require_tool
 
 pytestmark = pytest.mark.kernel
 
@@ -68,7 +68,6 @@ def test_failed_opens_on_five_kernels_equal_single_runs() -> None:
                           ("qemu-system-riscv64", "qemu-system-misc"), ("qemu-system-ppc64", "qemu-system-ppc"),
                           ("gdb-multiarch", "gdb-multiarch")):
         require_tool(tool, package)
-    assert set(KERNEL_ARCHS) | {"x86_64"} == {"x86_64", "i386", "arm", "riscv64", "ppc64le"}
     targets = kernels(["x86_64", "i386", "arm", "riscv64", "ppc64le"])
     try:
         result = kpsdk.matrix(FunctionScript(f"{SCRIPT}:failed_opens"), targets, workers=2, cache=False)
