@@ -1,5 +1,7 @@
 """The probe manager: probe points, validation and the handler protocol.
 
+One module, because the K1-K7 rules all read and change the same table of probe points.
+
 This is the part of kprobes that does not depend on how a target traps: the
 hash of probe points (``points``, O(1) by address), aggregate probes (several
 probes on one address, handlers newest first as in the kernel: K5 in

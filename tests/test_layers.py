@@ -247,3 +247,21 @@ def test_every_package_is_in_the_wheel() -> None:
              for d, _, files in os.walk(root / "kpsdk", followlinks=True)
              if "__init__.py" in files and "fixtures/src" not in d}
     assert found <= listed, f"not in pyproject.toml's packages: {sorted(found - listed)}"
+
+
+#: the size past which a module says at its top why it is one module (issue 37)
+LONG_MODULE = 600
+
+
+def test_a_long_module_says_why_it_is_one() -> None:
+    """A module over LONG_MODULE lines gives its reason in its docstring ("One module, because
+    ..."), or it is split: a reader should not meet a long file without knowing why."""
+    root = Path(__file__).resolve().parent.parent / "kpsdk"
+    unexplained = []
+    for path in sorted(root.rglob("*.py")):
+        if "fixtures/src" in path.as_posix():
+            continue
+        text = path.read_text()
+        if text.count("\n") > LONG_MODULE and "One module, because" not in (ast.get_docstring(ast.parse(text)) or ""):
+            unexplained.append(f"{path.relative_to(root.parent)}: {text.count(chr(10))} lines")
+    assert not unexplained, "\n".join(unexplained)

@@ -1,5 +1,8 @@
 """Reading ELF executables with pyelftools: segments, entry, symbols.
 
+One module, because every field is checked before it is used, in one pass over the file;
+split, each part would check the headers again.
+
 Kept apart from any target so the Unicorn loader, the qemu-user launcher, uprobes and the
 CLI's ``list`` command read a file the same way.  The architecture's backend says what a
 symbol's value means beyond an address: bit 0 selecting an instruction set (ARM's Thumb,

@@ -1,5 +1,8 @@
 """An ``strace``-like printer of a Unicorn Linux program's system calls: a plugin like any other.
 
+One module, because strace's decoding tables (flags, structures, commands, signals) are
+most of it, and they are data the printer beside them reads.
+
 It listens to :func:`~kpsdk.hookspecs.kpsdk_syscall_entry` and
 :func:`~kpsdk.hookspecs.kpsdk_syscall_exit` (fired by the Unicorn target's Linux
 layer) and writes one line per call of the program's first thread, as strace(1)

@@ -1,5 +1,8 @@
 """Trace events on a session: definitions become probes, hits become records.
 
+One module, because ``Trace`` and ``TraceEvent`` are one object model: events register,
+record and leave through their trace.
+
 ``s.trace("p:add a=%di b=%si", sink=print)`` parses each definition with the
 session's arch (:mod:`kpsdk.trace.grammar`), binds its fetch arguments
 (:mod:`kpsdk.trace.fetch`) and registers one probe per event, all or none (K8):

@@ -1,5 +1,9 @@
 """The ftrace dynamic-event grammar: ``kprobe_events``/``uprobe_events`` lines, parsed for real.
 
+One module, because the grammar is one recursive-descent parser whose error positions
+(the kernel's error_log columns) every rule shares; split, the rules would hand the parser's state
+from module to module.
+
 Users already know the kernel's syntax (``Documentation/trace/kprobetrace.rst`` and
 ``uprobetracer.rst``), so kpsdk accepts it as written::
 

@@ -1,5 +1,8 @@
 """Hist triggers as the kernel runs them (``Documentation/trace/histogram.rst``).
 
+One module, because the trigger's parser, its table and its printout follow one kernel
+file (trace_events_hist.c) and share the table's layout.
+
 ``hist:keys=common_pid,comm:vals=hitcount,size:sort=size.descending`` aggregates an
 event's records in a table keyed on one to three fields, summing hitcount and up to
 two value fields, and prints it as the event's ``hist`` file does.  What is parsed,

@@ -1,5 +1,8 @@
 """Output formats for trace records: ftrace text, JSON lines, a Perfetto (Chrome JSON) trace.
 
+One module, because the three writers share the record's rendering (the ftrace line's
+values, names, escapes) that text, jsonl and perfetto each build on.
+
 A format is an :class:`OutputFormat` (a name and a factory of :class:`Writer`)
 that a plugin returns from the ``kpsdk_trace_formats`` hook; kpsdk's own three
 come from :mod:`kpsdk.trace.formats` the same way, so ``--output NAME`` and

@@ -1,5 +1,8 @@
 """Return probes' entries in guest code on the Unicorn target (the kretprobe's optprobe).
 
+One module, because a detour's planning, its guest code and its settling change
+together: each step's layout is the next one's input.
+
 A kretprobe hit on the breakpoint or hook path is two calls into Python: one
 at the function entry to save the return address and point it at the
 trampoline, one at the trampoline to run the handler.  A call into Python from

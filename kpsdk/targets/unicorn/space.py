@@ -1,5 +1,8 @@
 """An address space of the Unicorn target: every mapping backed by a host buffer of kpsdk's.
 
+One module, because a space's mappings, its arenas and the switch and parking between
+spaces all keep one table in step with Unicorn's.
+
 One Unicorn engine runs every process of a session, so each process's memory must be able to
 leave the engine and come back: a :class:`Space` keeps its mappings as host buffers handed to
 Unicorn with ``mem_map_ptr``.  Switching processes (:func:`switch`) unmaps the mappings of one

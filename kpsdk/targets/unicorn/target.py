@@ -1,5 +1,8 @@
 """The embedded default target: code run in-process by Unicorn.
 
+One module, because it is one class's choice of mechanism and its hit paths; its other
+jobs are in the parts listed below.
+
 How a probe point is armed (chosen per point, re-chosen whenever its probes,
 the enabled knob or the optimization knob change):
 

@@ -1,5 +1,8 @@
 """qemu-system with kpsdk's TCG plugin: probe hits without a gdb stop (``mechanism="plugin"``).
 
+One module, because which points the plugin serves and how their hits come back share
+the plugin's table and ring state.
+
 :class:`PluginTarget` is a :class:`~kpsdk.targets.live.target.GdbTarget` (gdb still starts, stops
 and reads the guest) whose probe points go to the plugin when the plugin can serve them:
 kprobes without a post_handler.  Everything else (post_handlers, kretprobes, watchpoints,

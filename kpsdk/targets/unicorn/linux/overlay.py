@@ -1,6 +1,9 @@
 """Changing the guest's file system: what ``creat``, ``mkdir``, ``unlink``, ``rename``, ``link``,
 ``chmod``... do to the tree of :mod:`~kpsdk.targets.unicorn.linux.tree`.
 
+One module, because every change to the tree (make, remove, rename, link, chmod) keeps
+the same invariants together: copy-up, inode numbers, directory entries.
+
 In the overlay every change is in memory and the host never sees it: a name made goes into
 its directory's :class:`~kpsdk.targets.unicorn.linux.inodes.MemDir`, a sysroot name removed
 leaves a whiteout, a sysroot file changed is copied up first (its bytes and metadata,
