@@ -52,18 +52,33 @@ def native(*argv: str, cwd: Path | None = None) -> str:
 
 # -- no time limit by default -----------------------------------------------------------------------
 
-#: a shell loop that outlasts the old default limit (5 s) emulated: 9-11 s on this 2-core machine
-LOOP = "i=0; while [ $i -lt 130000 ]; do i=$((i+1)); done; echo $i"
+#: a shell loop of N turns
+LOOP_OF = "i=0; while [ $i -lt {n} ]; do i=$((i+1)); done; echo $i"
+LOOP = LOOP_OF.format(n=130000)
+
+
+def _loop_lasting(seconds: float) -> str:
+    """A shell loop that runs about ``seconds`` in kpsdk on this machine: its speed measured on a
+    short one first (a fixed count took 9-11 s on a loaded 2-core machine, 4 s on an idle one)."""
+    import kpsdk
+
+    turns = 20000
+    start = time.monotonic()
+    with kpsdk.open(f"elf:{SH}", args=["-c", LOOP_OF.format(n=turns)]) as s:
+        assert s.run() == 0
+    per_turn = (time.monotonic() - start) / turns
+    return LOOP_OF.format(n=int(seconds / per_turn))
 
 
 def test_a_long_program_runs_to_its_end_without_a_time_limit() -> None:
     """The embedded default has no default time limit: a program that runs longer than 5 s
     ends as it does natively (exit 0, its output), where it was stopped before."""
+    loop = _loop_lasting(9)
     start = time.monotonic()
-    result = runner.invoke(app, ["probe", *WRITE, "--", SH, "-c", LOOP])
+    result = runner.invoke(app, ["probe", *WRITE, "--", SH, "-c", loop])
     took = time.monotonic() - start
     assert result.exit_code == 0, result.output
-    assert program_output(result) == native(SH, "-c", LOOP)
+    assert program_output(result) == native(SH, "-c", loop)
     assert "did not exit" not in result.output
     assert took > 5, f"the loop took {took:.1f} s: make it longer, it must outlast the old 5 s default"
 
