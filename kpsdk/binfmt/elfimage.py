@@ -463,15 +463,15 @@ def load_elf(path: str | Path, archs: ArchRegistry | None = None) -> ElfImage:
     key = (str(path), st.st_dev, st.st_ino, id(archs))
     known = _parsed.get(key)
     if known is not None and known[0] == raw and known[1] is archs:  # the same bytes: the same image (a copy)
-        return _own_copy(known[2])
+        return own_copy(known[2])
     image = parse_elf(raw, path, (st.st_dev, st.st_ino), archs)
     if len(_parsed) >= MAX_PARSED:
         _parsed.pop(next(iter(_parsed)))
     _parsed[key] = (raw, archs, image)  # archs kept: its id is in the key
-    return _own_copy(image)
+    return own_copy(image)
 
 
-def _own_copy(image: ElfImage) -> ElfImage:
+def own_copy(image: ElfImage) -> ElfImage:
     """A copy of a kept image whose changeable parts are its own: a session adds to its symbol
     table (kretprobe trampolines, PLT names) and must not add them to the next session's."""
     symbols = image.symbols.copy() if type(image.symbols) is SymbolTable else image.symbols

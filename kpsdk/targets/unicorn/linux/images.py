@@ -23,7 +23,7 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from kpsdk.binfmt.elfimage import load_elf
+from kpsdk.binfmt.elfimage import load_elf, own_copy
 
 if TYPE_CHECKING:
     from kpsdk.binfmt.elfimage import ElfImage
@@ -51,7 +51,7 @@ class ImageCache:
                 self._images.popitem(last=False)
         else:
             self._images.move_to_end(key)
-        return image
+        return own_copy(image)  # a session changes its copy's symbols (trampolines, PLT names), not the next one's
 
 
 #: the offset in :class:`PageCache`'s key of a segment the kernel's ELF loader mapped (an
