@@ -337,3 +337,20 @@ def arch_initramfs(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Pa
             pytest.skip(f"cannot build the {arch} initramfs: {e}")
 
     return make
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _sessions_stay_in_their_module() -> Iterator[None]:
+    """Sessions a test module leaves open (dropped without close(), or kept alive by a failed
+    test's traceback) are closed when the module ends: a later module's bare ``libc.so.6`` is
+    otherwise ambiguous between its session and a leftover one (EINVAL), and its test fails for
+    another module's reason."""
+    import gc
+
+    from kpsdk.plugins import uprobes
+
+    before = set(uprobes._sessions)
+    yield
+    gc.collect()
+    for session in [s for s in uprobes._sessions if s not in before and not s.closed]:
+        session.close()
