@@ -47,3 +47,17 @@ def test_a_run_that_ends_first_leaves_no_stop_for_the_next() -> None:
 def test_a_program_run_with_a_timeout_that_ends_first_exits() -> None:
     with kpsdk.open("elf:/bin/busybox", args=["true"]) as s:
         assert s.run(timeout=60) == 0
+
+
+def test_a_huge_time_limit_leaves_the_next_ones_kept() -> None:
+    """A limit of 1e20 s is more than one wait of the watchdog can be (OverflowError in its thread):
+    the thread waited at most an hour at once since, and a dead one is started again; a later
+    run's 0.2 s limit was never kept before (a test run hung on it)."""
+    with _spinning() as s:
+        uc = s.target.uc  # type: ignore[attr-defined]
+        token = WATCHDOG.arm(uc, 1e20)
+        time.sleep(0.2)  # the thread waits on it
+        WATCHDOG.disarm(token)
+        start = time.perf_counter()
+        emu_start(uc, CODE, CODE + 0x100, int(0.2 * 1e6))
+        assert 0.2 <= time.perf_counter() - start < 5

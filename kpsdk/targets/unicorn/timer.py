@@ -34,6 +34,9 @@ from unicorn.unicorn_py3.unicorn import uclib
 
 from kpsdk.targets.unicorn.tlb import forget_fault, run_error
 
+#: the longest the watchdog sleeps at once (seconds): it wakes and looks again
+MAX_WAIT = 3600.0
+
 
 class _Watchdog:
     """The process's one timer thread and the deadlines armed on it."""
@@ -44,6 +47,7 @@ class _Watchdog:
         self._armed: dict[int, tuple[float, unicorn.Uc]] = {}
         self._next = 0
         self._pid = 0  # the process the thread runs in (a fork's child starts its own)
+        self._thread: threading.Thread | None = None
         #: stops made (the tests read it)
         self.stops = 0
 
@@ -52,15 +56,17 @@ class _Watchdog:
         self._cond = threading.Condition()
         self._armed.clear()
         self._pid = 0
+        self._thread = None
 
     def arm(self, uc: unicorn.Uc, seconds: float) -> int:
         with self._cond:
             token = self._next
             self._next += 1
             self._armed[token] = (time.monotonic() + seconds, uc)
-            if self._pid != os.getpid():
+            if self._pid != os.getpid() or self._thread is None or not self._thread.is_alive():
                 self._pid = os.getpid()
-                threading.Thread(target=self._loop, name="kpsdk-unicorn-timeout", daemon=True).start()
+                self._thread = threading.Thread(target=self._loop, name="kpsdk-unicorn-timeout", daemon=True)
+                self._thread.start()
             self._cond.notify()
         return token
 
@@ -77,7 +83,9 @@ class _Watchdog:
                 token, deadline = min(((t, d) for t, (d, _) in self._armed.items()), key=lambda item: item[1])
                 left = deadline - time.monotonic()
                 if left > 0:
-                    self._cond.wait(left)
+                    # at most an hour a wait: a limit of 1e20 s is more than a wait may be (OverflowError),
+                    # and a dead thread would leave every later time limit unkept
+                    self._cond.wait(min(left, MAX_WAIT))
                     continue
                 self._stop(self._armed.pop(token)[1])
 
