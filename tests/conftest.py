@@ -354,3 +354,42 @@ def _sessions_stay_in_their_module() -> Iterator[None]:
     gc.collect()
     for session in [s for s in uprobes._sessions if s not in before and not s.closed]:
         session.close()
+
+
+def static_builds(tmp_path_factory: pytest.TempPathFactory, source: Path, stem: str) -> Callable[[str], Path]:
+    """``build(arch)``: ``source`` built static with -pthread by the arch's first fixture compiler,
+    once per arch (the differential tests of tasks.c and sockets.c share it)."""
+    import subprocess
+
+    out = tmp_path_factory.mktemp(stem)
+    built: dict[str, Path] = {}
+
+    def make(arch: str) -> Path:
+        if arch not in built:
+            fixture = first_fixture(arch)
+            cc = fixture.compilers[0]
+            require_tool(cc, fixture.libc_packages)
+            exe = out / f"{stem}-{arch}"
+            subprocess.run([cc, "-static", "-O1", "-pthread", "-o", str(exe), str(source)], check=True,
+                           capture_output=True)
+            built[arch] = exe
+        return built[arch]
+
+    return make
+
+
+def native_outputs(build: Callable[[str], Path]) -> Callable[[str], tuple[str, int]]:
+    """``run(mode)``: the x86_64 build's output and status run natively, once per mode: what every
+    arch must print."""
+    import subprocess
+
+    seen: dict[str, tuple[str, int]] = {}
+
+    def run(mode: str) -> tuple[str, int]:
+        if mode not in seen:
+            proc = subprocess.run([str(build("x86_64")), mode], capture_output=True, text=True, timeout=60,
+                                  check=False)
+            seen[mode] = proc.stdout, proc.returncode
+        return seen[mode]
+
+    return run

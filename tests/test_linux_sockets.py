@@ -32,7 +32,7 @@ from pathlib import Path
 import pytest
 
 import kpsdk
-from tests.conftest import REGISTERED_ARCHS, first_fixture, require_tool
+from tests.conftest import REGISTERED_ARCHS, native_outputs, require_tool, static_builds
 
 SOURCE = Path(__file__).parent / "programs" / "sockets.c"
 #: the arches the Linux layer runs and kpsdk builds for
@@ -49,36 +49,13 @@ pytestmark = pytest.mark.skipif(platform.machine() != "x86_64", reason="the nati
 @pytest.fixture(scope="module")
 def build(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
     """``build(arch)``: sockets.c, static with -pthread, for ``arch`` (once per module)."""
-    out = tmp_path_factory.mktemp("sockets")
-    built: dict[str, Path] = {}
-
-    def make(arch: str) -> Path:
-        if arch not in built:
-            fixture = first_fixture(arch)
-            cc = fixture.compilers[0]
-            require_tool(cc, fixture.libc_packages)
-            exe = out / f"sockets-{arch}"
-            subprocess.run([cc, "-static", "-O1", "-pthread", "-o", str(exe), str(SOURCE)], check=True,
-                           capture_output=True)
-            built[arch] = exe
-        return built[arch]
-
-    return make
+    return static_builds(tmp_path_factory, SOURCE, "sockets")
 
 
 @pytest.fixture(scope="module")
 def native(build: Callable[[str], Path]) -> Callable[[str], tuple[str, int]]:
     """The x86_64 build's output and status, run natively: what every arch must print."""
-    seen: dict[str, tuple[str, int]] = {}
-
-    def run(mode: str) -> tuple[str, int]:
-        if mode not in seen:
-            proc = subprocess.run([str(build("x86_64")), mode], capture_output=True, text=True, timeout=60,
-                                  check=False)
-            seen[mode] = proc.stdout, proc.returncode
-        return seen[mode]
-
-    return run
+    return native_outputs(build)
 
 
 def emulated(exe: Path, args: list[str]) -> tuple[str, int | None]:

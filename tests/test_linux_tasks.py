@@ -27,7 +27,7 @@ import pytest
 
 import kpsdk
 from kpsdk.errors import NotEmulatedError
-from tests.conftest import REGISTERED_ARCHS, first_fixture, require_tool
+from tests.conftest import REGISTERED_ARCHS, first_fixture, native_outputs, require_tool, static_builds
 
 SOURCE = Path(__file__).parent / "programs" / "tasks.c"
 #: the arches the Linux layer runs and kpsdk builds for
@@ -43,36 +43,13 @@ pytestmark = pytest.mark.skipif(platform.machine() != "x86_64", reason="the nati
 @pytest.fixture(scope="module")
 def build(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
     """``build(arch)``: tasks.c, static with -pthread, for ``arch`` (once per module)."""
-    out = tmp_path_factory.mktemp("tasks")
-    built: dict[str, Path] = {}
-
-    def make(arch: str) -> Path:
-        if arch not in built:
-            fixture = first_fixture(arch)
-            cc = fixture.compilers[0]
-            require_tool(cc, fixture.libc_packages)
-            exe = out / f"tasks-{arch}"
-            subprocess.run([cc, "-static", "-O1", "-pthread", "-o", str(exe), str(SOURCE)], check=True,
-                           capture_output=True)
-            built[arch] = exe
-        return built[arch]
-
-    return make
+    return static_builds(tmp_path_factory, SOURCE, "tasks")
 
 
 @pytest.fixture(scope="module")
 def native(build: Callable[[str], Path]) -> Callable[[str], tuple[str, int]]:
     """The x86_64 build's output and status, run natively: what every arch must print."""
-    seen: dict[str, tuple[str, int]] = {}
-
-    def run(mode: str) -> tuple[str, int]:
-        if mode not in seen:
-            proc = subprocess.run([str(build("x86_64")), mode], capture_output=True, text=True, timeout=60,
-                                  check=False)
-            seen[mode] = proc.stdout, proc.returncode
-        return seen[mode]
-
-    return run
+    return native_outputs(build)
 
 
 def emulated(exe: Path, args: list[str], **options: object) -> tuple[str, int | None]:
